@@ -1,0 +1,158 @@
+// cache/: the content-addressed on-disk store of compiled kernels. No CUDA dependency.
+//
+// Layers: one writable directory plus read-only prewarmed layers, searched in that order.
+// Every problem with a directory or an entry degrades (memory-only, or a miss) with one
+// warning; nothing here throws for I/O trouble.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace normjit::cache {
+
+constexpr int kFormatVersion = 1;
+constexpr uint64_t kDefaultMaxBytes = uint64_t{2} << 30;  // 2 GiB: NORMJIT_CACHE_MAX_BYTES unset
+constexpr int64_t kStaleTemporarySeconds = 3600;  // temp files older than this are from dead writers
+
+std::string sha256_hex(std::string_view data);
+
+// Everything that decides the compiled bytes. Never paths, the working directory or the
+// order in which options were given.
+struct KeyInputs {
+  std::string source;                // emitted entry translation unit
+  std::string name_expression;       // instantiated by nvrtcAddNameExpression
+  std::string template_digest;       // digest of the embedded template bundle
+  std::vector<std::string> options;  // NVRTC options; canonicalized (sorted) in the preimage
+  std::string target;                // exact target, "sm_90" != "sm_90a"
+  std::string output_kind;           // "cubin+ptx"
+  std::string compiler;              // NVRTC version and build, "nvrtc 13.0"
+
+  // Canonical text hashed into the key: one "field: value" line per input, in a fixed order,
+  // the format version first. Stored in every entry so a miss can be explained.
+  std::string preimage() const;
+  std::string key() const { return sha256_hex(preimage()); }
+};
+
+// The value of one preimage line with its escapes undone ("source: a\\nb" -> "a\nb"); the
+// preimage escapes backslashes, newlines and control bytes so that every input is one line.
+std::string preimage_unescape(std::string_view escaped);
+
+struct Entry {
+  std::string key;       // 64 hex digits
+  std::string preimage;  // KeyInputs::preimage() of the key
+  std::string metadata;  // JSON object: spec, plan, lowered name, launch shape, versions, created
+  std::string cubin;
+  std::string ptx;
+};
+
+// The on-disk bytes of an entry (docs/cache-format.md), and back. decode_entry() checks
+// everything: magic, version, key (== expected_key and == SHA-256 of the stored preimage),
+// lengths (== file size), payload checksum; on failure it returns nullopt and says why.
+std::string encode_entry(const Entry& entry);
+std::optional<Entry> decode_entry(std::string_view bytes, const std::string& expected_key,
+                                  std::string* problem = nullptr);
+
+struct StoreOptions {
+  std::string dir;                    // writable layer; empty means memory-only
+  std::vector<std::string> readonly;  // read-only layers, searched after dir, in order
+  uint64_t max_bytes = kDefaultMaxBytes;  // cap on the writable layer
+
+  // NORMJIT_CACHE_DIR (default $XDG_CACHE_HOME/normjit, else ~/.cache/normjit),
+  // NORMJIT_CACHE_READONLY (colon-separated), NORMJIT_CACHE_MAX_BYTES.
+  static StoreOptions from_env();
+};
+
+// NORMJIT_CACHE_MAX_BYTES syntax: a byte count with an optional binary suffix K, M, G or T
+// (KiB, MiB, ... also accepted), e.g. "2G", "512MiB", "1048576". nullopt when malformed.
+std::optional<uint64_t> parse_byte_size(std::string_view text);
+
+struct StoreStats {
+  uint64_t hits = 0;         // load() found a valid entry
+  uint64_t misses = 0;       // load() found none
+  uint64_t bad_entries = 0;  // entries rejected as corrupt, truncated, foreign or stale
+  uint64_t writes = 0;       // entries published by save()
+  uint64_t evictions = 0;    // entries removed to stay under max_bytes
+};
+
+struct EntryInfo {
+  std::string key;
+  std::string path;
+  std::string layer;      // directory of the layer holding it
+  bool readonly = false;  // in a read-only layer
+  uint64_t bytes = 0;
+  int64_t last_use = 0;   // unix seconds, from the entry's last-use stamp
+  std::string metadata;   // the entry's metadata JSON (empty when unreadable)
+  bool valid = false;     // passed every check
+  std::string problem;    // why not, when !valid
+  std::string preimage;   // the stored preimage (empty when unreadable)
+};
+
+// Why a request misses: `normjit cache explain`. Lines are compared as multisets, so a changed
+// option shows as one line missing and one extra.
+struct Explanation {
+  std::string key;                     // SHA-256 of the preimage asked about
+  std::optional<EntryInfo> found;      // a valid entry with that key, first layer holding one
+  std::optional<EntryInfo> nearest;    // the valid entry of another key sharing the most lines
+  size_t shared_lines = 0;             // lines of the preimage that nearest also has
+  size_t total_lines = 0;              // lines of the preimage
+  std::vector<std::string> missing;    // lines of the preimage that nearest lacks
+  std::vector<std::string> extra;      // lines of nearest's preimage that the preimage lacks
+  std::string source_difference;       // the first differing source line, when sources differ
+};
+Explanation explain(const std::vector<EntryInfo>& entries, const std::string& preimage);
+
+class Store {
+ public:
+  explicit Store(StoreOptions options);
+  ~Store();
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  // A valid entry for key from the first layer that has one, or nullopt. Bad entries are
+  // misses (one warning each; removed from the writable layer). Stamps last use. Thread-safe.
+  std::optional<Entry> load(const std::string& key);
+  // Publishes atomically (unique temp + fsync + rename), then evicts least recently used
+  // entries above max_bytes. Failures warn once and leave the store memory-only. Thread-safe.
+  void save(const Entry& entry);
+  // The driver rejected the cubin of a loaded entry: remove it (writable layer) so that
+  // the rebuild replaces it.
+  void discard(const std::string& key);
+
+  bool writable() const;           // false when memory-only
+  const StoreOptions& options() const;
+  StoreStats stats() const;
+  // Counters of every Store that used this writable directory, persisted best-effort in
+  // DIR/stats.json (at destruction, after a save, every 64 loads); zeros when memory-only.
+  StoreStats persisted_stats() const;
+
+  // Maintenance, for `normjit cache`.
+  std::vector<EntryInfo> list(bool verify) const;  // every layer
+  // Evicts LRU down to max_bytes and sweeps temporaries older than kStaleTemporarySeconds;
+  // returns the bytes freed.
+  uint64_t gc(uint64_t max_bytes);
+  uint64_t clear();                                // remove every entry of the writable layer
+  uint64_t sweep_temporaries(int64_t older_than_seconds);  // stale temp files from killed writers
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Every warning of the library goes through this sink (default: "normjit: warning: ..." on
+// stderr). Tools and tests replace it.
+using WarningSink = std::function<void(const std::string&)>;
+void set_warning_sink(WarningSink sink);
+void warn(const std::string& message);
+
+// Test hooks, read from the environment at each save() so that forked children and the
+// normjit command honour them too (docs/cache-format.md):
+//   NORMJIT_CACHE_FAULT=enospc|eacces      the write path fails as if the disk were full or
+//                                          the directory unwritable
+//   NORMJIT_CACHE_TEST_PAUSE_WRITE=SECONDS the writer sleeps after writing half the temp file
+
+}  // namespace normjit::cache

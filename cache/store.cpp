@@ -1,0 +1,812 @@
+// Store: the layered on-disk cache. See docs/cache-format.md for the layout and the argument
+// for why readers need no lock.
+#include "cache/cache.hpp"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pwd.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <list>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <set>
+#include <thread>
+#include <tuple>
+#include <unordered_map>
+
+#include "cache/format.hpp"
+#include "cache/fs.hpp"
+#include "normjit/error.hpp"
+
+namespace normjit::cache {
+namespace {
+
+using detail::UniqueFd;
+
+constexpr std::string_view kEntrySuffix = ".entry";
+constexpr std::string_view kTempPrefix = ".tmp-";
+constexpr const char* kStatsFile = "stats.json";
+// A load re-stamps an entry at most this often: one futimens per entry per minute keeps the
+// hot path read-only while LRU order stays exact to the minute.
+constexpr int64_t kStampIntervalSeconds = 60;
+// Loads between best-effort flushes of the persisted counters.
+constexpr uint64_t kLoadsPerStatsFlush = 64;
+// Larger files are not entries (a cubin is kilobytes to a few megabytes); refuse to slurp them.
+constexpr uint64_t kMaxEntryBytes = uint64_t{1} << 30;
+
+std::mutex& sink_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
+WarningSink& sink() {
+  static WarningSink current;
+  return current;
+}
+
+std::string entry_name(const std::string& key) { return key + std::string(kEntrySuffix); }
+
+// "<64 hex>.entry" -> the key; other names (stats.json, temporaries, strangers) -> "".
+std::string key_of_entry_name(std::string_view name) {
+  if (name.size() != 64 + kEntrySuffix.size() || name.substr(64) != kEntrySuffix) return "";
+  if (!detail::is_key(name.substr(0, 64))) return "";
+  return std::string(name.substr(0, 64));
+}
+
+bool is_temp_name(std::string_view name) { return name.substr(0, kTempPrefix.size()) == kTempPrefix; }
+
+int64_t now_seconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string join_path(const std::string& dir, std::string_view name) {
+  if (dir.empty() || dir.back() == '/') return dir + std::string(name);
+  return dir + "/" + std::string(name);
+}
+
+std::string octal_mode(mode_t mode) {
+  char text[16];
+  std::snprintf(text, sizeof(text), "%04o", static_cast<unsigned>(mode & 07777));
+  return text;
+}
+
+// Test hooks (cache.hpp): read at each save so that a test can set them between saves.
+enum class Fault { kNone, kNoSpace, kAccess };
+
+Fault fault_from_env() {
+  const char* value = std::getenv("NORMJIT_CACHE_FAULT");
+  if (value == nullptr) return Fault::kNone;
+  const std::string_view text = value;
+  if (text == "enospc") return Fault::kNoSpace;
+  if (text == "eacces") return Fault::kAccess;
+  return Fault::kNone;
+}
+
+double pause_from_env() {
+  const char* value = std::getenv("NORMJIT_CACHE_TEST_PAUSE_WRITE");
+  if (value == nullptr) return 0;
+  char* end = nullptr;
+  const double seconds = std::strtod(value, &end);
+  return end != value && seconds > 0 ? seconds : 0;
+}
+
+std::string random_hex() {
+  // Per-thread generator: no lock on the write path. The pid in the temp name separates
+  // forked children, which inherit the generator's state.
+  thread_local std::mt19937_64 generator([] {
+    std::random_device device;
+    return (uint64_t{device()} << 32) ^ device() ^
+           static_cast<uint64_t>(std::hash<std::thread::id>()(std::this_thread::get_id()));
+  }());
+  char text[17];
+  std::snprintf(text, sizeof(text), "%016llx", static_cast<unsigned long long>(generator()));
+  return text;
+}
+
+nlohmann::json stats_to_json(const StoreStats& s) {
+  return {{"hits", s.hits},
+          {"misses", s.misses},
+          {"bad_entries", s.bad_entries},
+          {"writes", s.writes},
+          {"evictions", s.evictions}};
+}
+
+StoreStats stats_from_json(const std::string& text) {
+  StoreStats s;
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return s;  // missing, torn or foreign: start again from zero
+  auto field = [&](const char* name) -> uint64_t {
+    auto it = j.find(name);
+    return it != j.end() && it->is_number_unsigned() ? it->get<uint64_t>() : 0;
+  };
+  s.hits = field("hits");
+  s.misses = field("misses");
+  s.bad_entries = field("bad_entries");
+  s.writes = field("writes");
+  s.evictions = field("evictions");
+  return s;
+}
+
+struct Layer {
+  std::string path;  // as configured, for messages and EntryInfo
+  UniqueFd dir;      // invalid: the layer is unusable (missing, refused, unreadable)
+  bool readonly = false;
+};
+
+// What one layer holds for a key.
+enum class Lookup { kAbsent, kBad, kHit };
+
+}  // namespace
+
+struct Store::Impl {
+  StoreOptions options;
+  Layer primary;                // the writable layer; dir valid when it may be read
+  std::vector<Layer> readonly;  // read-only layers, in search order
+  std::atomic<bool> writable{false};
+  std::atomic<bool> write_warned{false};
+
+  std::atomic<uint64_t> hits{0}, misses{0}, bad_entries{0}, writes{0}, evictions{0};
+  std::mutex flush_mutex;
+  StoreStats flushed;  // counters already added to stats.json
+  std::atomic<uint64_t> loads_since_flush{0};
+
+  // Bad entries that could not be removed (read-only layers, or a failed unlink), by layer
+  // index, key and file identity: skipped silently afterwards so that each warns once. Size
+  // and mtime join the inode because a replaced file may reuse the inode number.
+  using FileId = std::tuple<size_t, std::string, ino_t, off_t, time_t, long>;
+  static FileId file_id(size_t index, const std::string& key, const struct stat& st) {
+    return {index, key, st.st_ino, st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec};
+  }
+  std::mutex bad_mutex;
+  std::set<FileId> known_bad;
+
+  // Memory layer: holds what save() could not write to disk, LRU-bounded by max_bytes.
+  std::mutex memory_mutex;
+  std::list<Entry> memory_lru;  // most recently used first
+  std::unordered_map<std::string, std::list<Entry>::iterator> memory_index;
+  uint64_t memory_bytes = 0;
+
+  std::mutex evict_mutex;  // one eviction scan at a time inside the process
+
+  void open_primary();
+  void open_readonly(const std::string& path);
+  Layer& layer(size_t index) { return index == 0 ? primary : readonly[index - 1]; }
+  const Layer& layer(size_t index) const {
+    return index == 0 ? primary : readonly[index - 1];
+  }
+  size_t layer_count() const { return 1 + readonly.size(); }
+
+  Lookup lookup(size_t index, const std::string& key, Entry* entry);
+  void reject(size_t index, const std::string& key, const struct stat* judged,
+              const std::string& problem);
+  int write_entry(const std::string& key, const std::string& bytes, std::string* step);
+  void degrade(const std::string& step, int error);
+  uint64_t evict(uint64_t max_bytes, const std::string& keep);
+  uint64_t sweep(int64_t older_than_seconds);
+  void remember(const Entry& entry);
+  std::optional<Entry> recall(const std::string& key);
+  void forget(const std::string& key);
+  StoreStats current() const {
+    return {hits.load(), misses.load(), bad_entries.load(), writes.load(), evictions.load()};
+  }
+  void flush_stats();
+  EntryInfo describe(size_t index, const std::string& name, bool verify) const;
+};
+
+void Store::Impl::open_primary() {
+  const std::string& dir = options.dir;
+  primary.path = dir;
+  const auto memory_only = "; kernels are cached in memory only";
+  UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd.valid() && errno == ENOENT) {
+    // Created 0700, parents too: cached kernels are code this user will run.
+    if (const int error = detail::make_directories(dir, 0700); error != 0) {
+      warn("cannot create cache directory " + dir + " (" + detail::errno_text(error) + ")" +
+           memory_only);
+      return;
+    }
+    fd.reset(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  }
+  if (!fd.valid()) {
+    warn("cannot open cache directory " + dir + " (" + detail::errno_text(errno) + ")" +
+         memory_only);
+    return;
+  }
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) {
+    warn("cannot stat cache directory " + dir + " (" + detail::errno_text(errno) + ")" +
+         memory_only);
+    return;
+  }
+  // Anyone who can write into the directory can plant a kernel under a valid key that this
+  // process would then run. So the directory must be ours and closed to other writers; the
+  // exception is a sticky directory of ours (others can add files but not replace ours), where
+  // each entry's owner is checked on load.
+  if (st.st_uid != ::geteuid()) {
+    warn("refusing cache directory " + dir + ": it belongs to uid " + std::to_string(st.st_uid) +
+         ", not to uid " + std::to_string(::geteuid()) +
+         " running normjit, so its owner could plant kernels; set NORMJIT_CACHE_DIR to a "
+         "directory of your own" +
+         memory_only);
+    return;
+  }
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (st.st_mode & S_ISVTX) == 0) {
+    warn("refusing cache directory " + dir + ": its mode " + octal_mode(st.st_mode) +
+         " lets other users write into it and plant kernels; run 'chmod go-w " + dir +
+         "' or set NORMJIT_CACHE_DIR to a private directory" + memory_only);
+    return;
+  }
+  primary.dir = std::move(fd);
+  // access(2) semantics catch a read-only mount (EROFS) and missing write permission; root
+  // passes both, so save() still handles failures of the real writes.
+  if (::faccessat(primary.dir.get(), ".", W_OK | X_OK, AT_EACCESS) != 0) {
+    warn("cache directory " + dir + " is not writable (" + detail::errno_text(errno) +
+         "); its kernels are still read, new ones are cached in memory only");
+    write_warned = true;
+    return;
+  }
+  writable = true;
+}
+
+void Store::Impl::open_readonly(const std::string& path) {
+  Layer layer;
+  layer.path = path;
+  layer.readonly = true;
+  layer.dir.reset(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!layer.dir.valid()) {
+    warn("read-only cache layer " + path + " is unusable (" + detail::errno_text(errno) +
+         "); skipped");
+  }
+  readonly.push_back(std::move(layer));
+}
+
+Lookup Store::Impl::lookup(size_t index, const std::string& key, Entry* entry) {
+  Layer& l = layer(index);
+  if (!l.dir.valid()) return Lookup::kAbsent;
+  const std::string name = entry_name(key);
+  // In the writable layer an entry is never a symbolic link (we only rename regular files in).
+  const int flags = O_RDONLY | O_CLOEXEC | (l.readonly ? 0 : O_NOFOLLOW);
+  UniqueFd fd(::openat(l.dir.get(), name.c_str(), flags));
+  const int open_error = fd.valid() ? 0 : errno;
+  if (open_error == ENOENT) return Lookup::kAbsent;
+  struct stat st {};
+  const bool have_stat =
+      fd.valid() ? ::fstat(fd.get(), &st) == 0
+                 : ::fstatat(l.dir.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
+  if (!have_stat && errno == ENOENT) return Lookup::kAbsent;  // removed since the open
+  if (have_stat) {
+    std::lock_guard lock(bad_mutex);
+    if (known_bad.count(file_id(index, key, st)) != 0) return Lookup::kBad;  // warned already
+  }
+  std::string problem;
+  if (!fd.valid()) {
+    problem = open_error == ELOOP ? "is a symbolic link"
+                                  : "cannot be opened (" + detail::errno_text(open_error) + ")";
+  } else if (!have_stat) {
+    problem = "cannot be examined (" + detail::errno_text(errno) + ")";
+  } else if (!S_ISREG(st.st_mode)) {
+    problem = "is not a regular file";
+  } else if (!l.readonly && st.st_uid != ::geteuid()) {
+    problem = "belongs to uid " + std::to_string(st.st_uid) + ", not to us";
+  } else if (static_cast<uint64_t>(st.st_size) > kMaxEntryBytes) {
+    problem = "is implausibly large (" + std::to_string(st.st_size) + " bytes)";
+  } else {
+    // One open fd, the whole file read into memory: a concurrent eviction unlinks the name,
+    // never the bytes behind this fd, and entries are never modified in place.
+    std::string bytes;
+    const int error = detail::read_at(fd.get(), 0, static_cast<size_t>(st.st_size), &bytes);
+    if (error != 0) {
+      problem = error < 0 ? "truncated while reading"
+                          : "unreadable (" + detail::errno_text(error) + ")";
+    } else if (auto decoded = decode_entry(bytes, key, &problem)) {
+      *entry = std::move(*decoded);
+      if (!l.readonly && now_seconds() - st.st_mtime >= kStampIntervalSeconds) {
+        // The last-use stamp is the entry's mtime (never atime, which noatime/relatime
+        // mounts do not keep). Failure only makes LRU less exact.
+        const struct timespec times[2] = {{0, UTIME_OMIT}, {0, UTIME_NOW}};
+        ::futimens(fd.get(), times);
+      }
+      return Lookup::kHit;
+    }
+  }
+  reject(index, key, have_stat ? &st : nullptr, problem);
+  return Lookup::kBad;
+}
+
+void Store::Impl::reject(size_t index, const std::string& key, const struct stat* judged,
+                         const std::string& problem) {
+  Layer& l = layer(index);
+  const std::string name = entry_name(key);
+  ++bad_entries;
+  bool removed = false;
+  if (!l.readonly && judged != nullptr) {
+    // Unlink only the file we judged: a writer may have renamed a fresh entry onto the name
+    // since we opened it, and that one must survive.
+    struct stat now {};
+    if (::fstatat(l.dir.get(), name.c_str(), &now, AT_SYMLINK_NOFOLLOW) == 0 &&
+        now.st_ino == judged->st_ino && now.st_dev == judged->st_dev) {
+      removed = ::unlinkat(l.dir.get(), name.c_str(), S_ISDIR(now.st_mode) ? AT_REMOVEDIR : 0) == 0;
+    }
+  }
+  if (!removed && judged != nullptr) {
+    std::lock_guard lock(bad_mutex);
+    known_bad.insert(file_id(index, key, *judged));
+  }
+  warn("ignoring bad cache entry " + join_path(l.path, name) + ": " + problem +
+       (removed ? "; removed, it will be rebuilt" : "; it will be rebuilt"));
+}
+
+int Store::Impl::write_entry(const std::string& key, const std::string& bytes, std::string* step) {
+  const Fault fault = fault_from_env();
+  const int dir = primary.dir.get();
+  if (fault == Fault::kAccess) {
+    *step = "creating a temporary file";
+    return EACCES;
+  }
+  // ".tmp-<key>-<pid>-<random>": unique per writer (O_EXCL), recognisable by the sweeper.
+  std::string temp;
+  UniqueFd fd;
+  for (int attempt = 0; attempt < 4 && !fd.valid(); ++attempt) {
+    temp = std::string(kTempPrefix) + key + "-" + std::to_string(::getpid()) + "-" + random_hex();
+    fd.reset(::openat(dir, temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+    if (!fd.valid() && errno != EEXIST) break;
+  }
+  if (!fd.valid()) {
+    *step = "creating a temporary file";
+    return errno;
+  }
+  auto fail = [&](const char* what, int error) {
+    *step = what;
+    fd.reset();
+    ::unlinkat(dir, temp.c_str(), 0);
+    return error;
+  };
+  std::string_view rest = bytes;
+  const double pause = pause_from_env();
+  if (pause > 0 || fault == Fault::kNoSpace) {
+    // Test hooks: leave a half-written temporary behind, as a killed writer or a full disk does.
+    const std::string_view half = rest.substr(0, rest.size() / 2);
+    if (const int error = detail::write_all(fd.get(), half); error != 0) {
+      return fail("writing a temporary file", error);
+    }
+    rest.remove_prefix(half.size());
+    if (fault == Fault::kNoSpace) return fail("writing a temporary file", ENOSPC);
+    std::this_thread::sleep_for(std::chrono::duration<double>(pause));
+  }
+  if (const int error = detail::write_all(fd.get(), rest); error != 0) {
+    return fail("writing a temporary file", error);
+  }
+  // The data must be durable before the name points at it, or a crash could publish a
+  // zero-length or partial entry under a valid name.
+  if (::fsync(fd.get()) != 0) return fail("syncing a temporary file", errno);
+  // close() can report delayed write errors (NFS).
+  if (::close(fd.release()) != 0) return fail("closing a temporary file", errno);
+  if (::renameat(dir, temp.c_str(), dir, entry_name(key).c_str()) != 0) {
+    return fail("renaming a temporary file into place", errno);
+  }
+  // Make the rename durable. Some file systems refuse fsync on a directory (EINVAL); the entry
+  // is already published and valid, so that is no reason to give up on the directory.
+  ::fsync(dir);
+  return 0;
+}
+
+void Store::Impl::degrade(const std::string& step, int error) {
+  writable = false;
+  if (write_warned.exchange(true)) return;  // one warning per store, not one per save
+  warn("cannot write to cache directory " + options.dir + " (" + step + ": " +
+       detail::errno_text(error) + "); new kernels are cached in memory only from now on");
+}
+
+uint64_t Store::Impl::evict(uint64_t max_bytes, const std::string& keep) {
+  if (!primary.dir.valid()) return 0;
+  std::lock_guard lock(evict_mutex);
+  struct Candidate {
+    struct timespec last_use;
+    std::string name;
+    uint64_t bytes;
+  };
+  std::vector<Candidate> candidates;
+  uint64_t total = 0;
+  for (std::string& name : detail::list_directory(primary.dir.get())) {
+    if (key_of_entry_name(name).empty()) continue;
+    struct stat st;
+    if (::fstatat(primary.dir.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    total += static_cast<uint64_t>(st.st_size);
+    candidates.push_back({st.st_mtim, std::move(name), static_cast<uint64_t>(st.st_size)});
+  }
+  if (total <= max_bytes) return 0;
+  // Least recently used first; names break ties so that every process agrees on the order.
+  std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
+    return std::tie(a.last_use.tv_sec, a.last_use.tv_nsec, a.name) <
+           std::tie(b.last_use.tv_sec, b.last_use.tv_nsec, b.name);
+  });
+  const std::string keep_name = keep.empty() ? "" : entry_name(keep);
+  uint64_t freed = 0;
+  for (const Candidate& c : candidates) {
+    if (total <= max_bytes) break;
+    if (c.name == keep_name) continue;
+    // Unlinking is safe against readers: they hold an fd and read the whole file through it.
+    if (::unlinkat(primary.dir.get(), c.name.c_str(), 0) == 0) {
+      ++evictions;
+      freed += c.bytes;
+    }
+    total -= c.bytes;  // gone either way: removed by us or by a concurrent evictor
+  }
+  return freed;
+}
+
+uint64_t Store::Impl::sweep(int64_t older_than_seconds) {
+  if (!primary.dir.valid()) return 0;
+  const int64_t now = now_seconds();
+  uint64_t freed = 0;
+  for (const std::string& name : detail::list_directory(primary.dir.get())) {
+    if (!is_temp_name(name)) continue;
+    struct stat st;
+    if (::fstatat(primary.dir.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    if (!S_ISREG(st.st_mode) || now - st.st_mtime < older_than_seconds) continue;
+    if (::unlinkat(primary.dir.get(), name.c_str(), 0) == 0) freed += static_cast<uint64_t>(st.st_size);
+  }
+  return freed;
+}
+
+void Store::Impl::remember(const Entry& entry) {
+  const uint64_t bytes = entry.metadata.size() + entry.preimage.size() + entry.cubin.size() +
+                         entry.ptx.size();
+  std::lock_guard lock(memory_mutex);
+  if (auto it = memory_index.find(entry.key); it != memory_index.end()) {
+    memory_bytes -= it->second->metadata.size() + it->second->preimage.size() +
+                    it->second->cubin.size() + it->second->ptx.size();
+    memory_lru.erase(it->second);
+    memory_index.erase(it);
+  }
+  memory_lru.push_front(entry);
+  memory_index[entry.key] = memory_lru.begin();
+  memory_bytes += bytes;
+  // Same cap as the disk: oldest first, never the entry just saved.
+  while (memory_bytes > options.max_bytes && memory_lru.size() > 1) {
+    const Entry& old = memory_lru.back();
+    memory_bytes -= old.metadata.size() + old.preimage.size() + old.cubin.size() + old.ptx.size();
+    memory_index.erase(old.key);
+    memory_lru.pop_back();
+  }
+}
+
+std::optional<Entry> Store::Impl::recall(const std::string& key) {
+  std::lock_guard lock(memory_mutex);
+  auto it = memory_index.find(key);
+  if (it == memory_index.end()) return std::nullopt;
+  memory_lru.splice(memory_lru.begin(), memory_lru, it->second);
+  return *it->second;
+}
+
+void Store::Impl::forget(const std::string& key) {
+  std::lock_guard lock(memory_mutex);
+  auto it = memory_index.find(key);
+  if (it == memory_index.end()) return;
+  memory_bytes -= it->second->metadata.size() + it->second->preimage.size() +
+                  it->second->cubin.size() + it->second->ptx.size();
+  memory_lru.erase(it->second);
+  memory_index.erase(it);
+}
+
+void Store::Impl::flush_stats() {
+  if (!primary.dir.valid() || !writable) return;
+  std::lock_guard lock(flush_mutex);
+  const StoreStats now = current();
+  const StoreStats delta{now.hits - flushed.hits, now.misses - flushed.misses,
+                         now.bad_entries - flushed.bad_entries, now.writes - flushed.writes,
+                         now.evictions - flushed.evictions};
+  if (delta.hits + delta.misses + delta.bad_entries + delta.writes + delta.evictions == 0) return;
+  UniqueFd fd(::openat(primary.dir.get(), kStatsFile, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW,
+                       0644));
+  if (!fd.valid()) return;
+  // flock serialises the read-modify-write between processes; the file is rewritten in place
+  // (not renamed) so that the lock stays on the one inode everybody opens. Best effort: a
+  // crash mid-write leaves JSON that fails to parse, and the counters restart from zero.
+  if (::flock(fd.get(), LOCK_EX) != 0) return;
+  struct stat st;
+  std::string text;
+  if (::fstat(fd.get(), &st) == 0 && st.st_size > 0 && st.st_size < 4096) {
+    detail::read_at(fd.get(), 0, static_cast<size_t>(st.st_size), &text);
+  }
+  StoreStats total = stats_from_json(text);
+  total.hits += delta.hits;
+  total.misses += delta.misses;
+  total.bad_entries += delta.bad_entries;
+  total.writes += delta.writes;
+  total.evictions += delta.evictions;
+  const std::string out = stats_to_json(total).dump() + "\n";
+  if (::pwrite(fd.get(), out.data(), out.size(), 0) == static_cast<ssize_t>(out.size()) &&
+      ::ftruncate(fd.get(), static_cast<off_t>(out.size())) == 0) {
+    flushed = now;
+  }
+  loads_since_flush = 0;
+}
+
+EntryInfo Store::Impl::describe(size_t index, const std::string& name, bool verify) const {
+  const Layer& l = layer(index);
+  EntryInfo info;
+  info.key = key_of_entry_name(name);
+  info.path = join_path(l.path, name);
+  info.layer = l.path;
+  info.readonly = l.readonly;
+  UniqueFd fd(::openat(l.dir.get(), name.c_str(), O_RDONLY | O_CLOEXEC | (l.readonly ? 0 : O_NOFOLLOW)));
+  struct stat st;
+  if (!fd.valid() || ::fstat(fd.get(), &st) != 0) {
+    info.problem = "cannot be opened (" + detail::errno_text(errno) + ")";
+    return info;
+  }
+  info.bytes = static_cast<uint64_t>(st.st_size);
+  info.last_use = st.st_mtime;
+  if (!S_ISREG(st.st_mode)) {
+    info.problem = "is not a regular file";
+    return info;
+  }
+  if (!l.readonly && st.st_uid != ::geteuid()) {
+    info.problem = "belongs to uid " + std::to_string(st.st_uid) + ", not to us";
+    return info;
+  }
+  // Header, metadata and preimage come first in the file, so listing never reads a cubin.
+  std::string head;
+  detail::Header header;
+  const size_t head_bytes = std::min<uint64_t>(info.bytes, detail::kHeaderBytes);
+  if (detail::read_at(fd.get(), 0, head_bytes, &head) != 0) {
+    info.problem = "unreadable header";
+    return info;
+  }
+  if (!detail::parse_header(head, info.bytes, info.key, &header, &info.problem)) return info;
+  if (detail::read_at(fd.get(), header.metadata_offset(), header.metadata_bytes, &info.metadata) !=
+          0 ||
+      detail::read_at(fd.get(), header.preimage_offset(), header.preimage_bytes, &info.preimage) !=
+          0) {
+    info.metadata.clear();
+    info.preimage.clear();
+    info.problem = "truncated while reading";
+    return info;
+  }
+  if (sha256_hex(info.preimage) != info.key) {
+    info.problem = "the stored preimage does not hash to the key";
+    return info;
+  }
+  if (verify) {
+    std::string bytes;
+    if (info.bytes > kMaxEntryBytes ||
+        detail::read_at(fd.get(), 0, static_cast<size_t>(info.bytes), &bytes) != 0) {
+      info.problem = "unreadable";
+      return info;
+    }
+    if (!decode_entry(bytes, info.key, &info.problem)) return info;
+  }
+  info.valid = true;
+  return info;
+}
+
+Store::Store(StoreOptions options) : impl_(std::make_unique<Impl>()) {
+  impl_->options = std::move(options);
+  impl_->primary.readonly = false;
+  if (!impl_->options.dir.empty()) impl_->open_primary();
+  for (const std::string& path : impl_->options.readonly) {
+    if (!path.empty() && path != impl_->options.dir) impl_->open_readonly(path);
+  }
+  // Temporaries of writers killed mid-save (kill -9, power loss) would otherwise stay forever.
+  if (impl_->writable) impl_->sweep(kStaleTemporarySeconds);
+}
+
+Store::~Store() {
+  try {
+    impl_->flush_stats();
+  } catch (...) {
+    // Counters are best effort; a destructor never throws.
+  }
+}
+
+std::optional<Entry> Store::load(const std::string& key) {
+  std::optional<Entry> found;
+  if (detail::is_key(key)) {
+    found = impl_->recall(key);
+    Entry entry;
+    for (size_t i = 0; !found && i < impl_->layer_count(); ++i) {
+      if (impl_->lookup(i, key, &entry) == Lookup::kHit) found = std::move(entry);
+    }
+  }
+  ++(found ? impl_->hits : impl_->misses);
+  if (++impl_->loads_since_flush >= kLoadsPerStatsFlush) impl_->flush_stats();
+  return found;
+}
+
+void Store::save(const Entry& entry) {
+  // A key that is not the hash of its preimage would be rejected by every later load: a
+  // rebuild loop. That is a caller bug, reported at once.
+  if (!detail::is_key(entry.key) || sha256_hex(entry.preimage) != entry.key) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "argument 'entry.key' = '" + entry.key +
+                    "': not the SHA-256 of entry.preimage (use KeyInputs::key())");
+  }
+  if (!impl_->writable) {
+    impl_->remember(entry);
+    return;
+  }
+  std::string step;
+  if (const int error = impl_->write_entry(entry.key, encode_entry(entry), &step); error != 0) {
+    impl_->degrade(step, error);
+    impl_->remember(entry);
+    return;
+  }
+  ++impl_->writes;
+  impl_->evict(impl_->options.max_bytes, entry.key);
+  impl_->flush_stats();
+}
+
+void Store::discard(const std::string& key) {
+  if (!detail::is_key(key)) return;
+  impl_->forget(key);
+  if (impl_->primary.dir.valid()) ::unlinkat(impl_->primary.dir.get(), entry_name(key).c_str(), 0);
+  // A read-only layer cannot lose the file; remember it so that loads skip it from now on.
+  for (size_t i = 1; i < impl_->layer_count(); ++i) {
+    const Layer& l = impl_->layer(i);
+    struct stat st;
+    if (l.dir.valid() && ::fstatat(l.dir.get(), entry_name(key).c_str(), &st, 0) == 0) {
+      std::lock_guard lock(impl_->bad_mutex);
+      impl_->known_bad.insert(Impl::file_id(i, key, st));
+    }
+  }
+}
+
+bool Store::writable() const { return impl_->writable; }
+
+const StoreOptions& Store::options() const { return impl_->options; }
+
+StoreStats Store::stats() const { return impl_->current(); }
+
+StoreStats Store::persisted_stats() const {
+  if (!impl_->primary.dir.valid()) return {};
+  UniqueFd fd(::openat(impl_->primary.dir.get(), kStatsFile, O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd.valid() || ::flock(fd.get(), LOCK_SH) != 0) return {};
+  struct stat st;
+  std::string text;
+  if (::fstat(fd.get(), &st) != 0 || st.st_size <= 0 || st.st_size >= 4096 ||
+      detail::read_at(fd.get(), 0, static_cast<size_t>(st.st_size), &text) != 0) {
+    return {};
+  }
+  return stats_from_json(text);
+}
+
+std::vector<EntryInfo> Store::list(bool verify) const {
+  std::vector<EntryInfo> infos;
+  for (size_t i = 0; i < impl_->layer_count(); ++i) {
+    const Layer& l = impl_->layer(i);
+    if (!l.dir.valid()) continue;
+    std::vector<std::string> names = detail::list_directory(l.dir.get());
+    std::sort(names.begin(), names.end());
+    for (const std::string& name : names) {
+      if (!key_of_entry_name(name).empty()) infos.push_back(impl_->describe(i, name, verify));
+    }
+  }
+  return infos;
+}
+
+uint64_t Store::gc(uint64_t max_bytes) {
+  return impl_->sweep(kStaleTemporarySeconds) + impl_->evict(max_bytes, /*keep=*/"");
+}
+
+uint64_t Store::clear() {
+  if (!impl_->primary.dir.valid()) return 0;
+  uint64_t freed = 0;
+  for (const std::string& name : detail::list_directory(impl_->primary.dir.get())) {
+    if (key_of_entry_name(name).empty()) continue;  // stats.json, temporaries, other files
+    struct stat st;
+    if (::fstatat(impl_->primary.dir.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+        ::unlinkat(impl_->primary.dir.get(), name.c_str(), 0) == 0) {
+      freed += static_cast<uint64_t>(st.st_size);
+    }
+  }
+  return freed;
+}
+
+uint64_t Store::sweep_temporaries(int64_t older_than_seconds) {
+  return impl_->sweep(older_than_seconds);
+}
+
+std::optional<uint64_t> parse_byte_size(std::string_view text) {
+  while (!text.empty() && text.front() == ' ') text.remove_prefix(1);
+  while (!text.empty() && text.back() == ' ') text.remove_suffix(1);
+  size_t digits = 0;
+  uint64_t value = 0;
+  for (; digits < text.size() && text[digits] >= '0' && text[digits] <= '9'; ++digits) {
+    const uint64_t digit = static_cast<uint64_t>(text[digits] - '0');
+    if (value > (UINT64_MAX - digit) / 10) return std::nullopt;
+    value = value * 10 + digit;
+  }
+  if (digits == 0) return std::nullopt;
+  std::string suffix;
+  for (char c : text.substr(digits)) suffix += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  int shift = 0;
+  if (suffix.empty() || suffix == "b") {
+    shift = 0;
+  } else {
+    static constexpr std::string_view kUnits = "kmgt";
+    const size_t unit = kUnits.find(suffix[0]);
+    const std::string_view rest = std::string_view(suffix).substr(1);
+    if (unit == std::string_view::npos || !(rest.empty() || rest == "b" || rest == "ib")) {
+      return std::nullopt;
+    }
+    shift = 10 * static_cast<int>(unit + 1);
+  }
+  if (shift > 0 && value > (UINT64_MAX >> shift)) return std::nullopt;
+  return value << shift;
+}
+
+StoreOptions StoreOptions::from_env() {
+  StoreOptions options;
+  auto env = [](const char* name) -> std::string {
+    const char* value = std::getenv(name);
+    return value != nullptr ? value : "";
+  };
+  if (std::string dir = env("NORMJIT_CACHE_DIR"); !dir.empty()) {
+    options.dir = dir;
+  } else if (std::string xdg = env("XDG_CACHE_HOME"); !xdg.empty() && xdg.front() == '/') {
+    options.dir = join_path(xdg, "normjit");  // the XDG spec ignores relative values
+  } else if (std::string home = env("HOME"); !home.empty()) {
+    options.dir = join_path(home, ".cache/normjit");
+  } else {
+    struct passwd pw;
+    struct passwd* result = nullptr;
+    char buffer[4096];
+    if (::getpwuid_r(::geteuid(), &pw, buffer, sizeof(buffer), &result) == 0 && result &&
+        result->pw_dir != nullptr && result->pw_dir[0] == '/') {
+      options.dir = join_path(result->pw_dir, ".cache/normjit");
+    } else {
+      warn("no home directory (HOME unset) and NORMJIT_CACHE_DIR unset; kernels are cached in "
+           "memory only");
+    }
+  }
+  const std::string layers = env("NORMJIT_CACHE_READONLY");
+  for (size_t start = 0; start <= layers.size();) {
+    size_t colon = layers.find(':', start);
+    if (colon == std::string::npos) colon = layers.size();
+    if (colon > start) options.readonly.push_back(layers.substr(start, colon - start));
+    start = colon + 1;
+  }
+  if (const std::string max = env("NORMJIT_CACHE_MAX_BYTES"); !max.empty()) {
+    if (auto bytes = parse_byte_size(max)) {
+      options.max_bytes = *bytes;
+    } else {
+      warn("NORMJIT_CACHE_MAX_BYTES='" + max +
+           "' is not a byte count such as 1073741824, 512M or 2G; using the default 2G");
+    }
+  }
+  return options;
+}
+
+void set_warning_sink(WarningSink sink_function) {
+  std::lock_guard lock(sink_mutex());
+  sink() = std::move(sink_function);
+}
+
+void warn(const std::string& message) {
+  WarningSink current;
+  {
+    std::lock_guard lock(sink_mutex());
+    current = sink();
+  }
+  // Called outside the lock, so that a sink may itself warn or replace the sink.
+  if (current) {
+    current(message);
+  } else {
+    std::fprintf(stderr, "normjit: warning: %s\n", message.c_str());
+  }
+}
+
+}  // namespace normjit::cache

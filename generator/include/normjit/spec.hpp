@@ -1,0 +1,80 @@
+// NormSpec: the validated description of one normalization problem.
+//
+// One canonical text form is shared by the CLI flags, the prewarm manifest (JSON fields of
+// the same names), cache metadata and error messages:
+//   op=groupnorm shape=112,64,512,512 dtype=f32 groups=8 affine=both eps=1e-05
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace normjit {
+
+constexpr int kMaxRank = 8;  // dimensions of a tensor
+
+enum class Op { kRmsNorm, kLayerNorm, kGroupNorm };
+enum class Dtype { kF32, kF16, kBF16 };
+enum class Affine { kNone, kWeight, kBoth };
+
+const char* to_string(Op op);
+const char* to_string(Dtype dtype);
+const char* to_string(Affine affine);
+int size_of(Dtype dtype);  // bytes per element
+
+// Parse one name; `argument` names the flag or field in the error message.
+Op parse_op(std::string_view text, const std::string& argument = "op");
+Dtype parse_dtype(std::string_view text, const std::string& argument = "dtype");
+Affine parse_affine(std::string_view text, const std::string& argument = "affine");
+std::vector<int64_t> parse_shape(std::string_view text, const std::string& argument = "shape");
+
+// The fields as a user gives them; omitted ones take the defaults of the PyTorch modules:
+// rmsnorm: channel form (reduce dim 1), no weight; layernorm: every dim after the first,
+// weight and bias; groupnorm: weight and bias; eps 1e-5.
+struct SpecFields {
+  std::optional<Op> op;
+  std::optional<std::vector<int64_t>> shape;
+  std::optional<Dtype> dtype;
+  std::optional<int> normalized_dims;
+  std::optional<int64_t> groups;
+  std::optional<Affine> affine;
+  std::optional<double> eps;
+};
+
+struct NormSpec {
+  Op op = Op::kRmsNorm;
+  std::vector<int64_t> shape;  // full tensor shape, contiguous row-major
+  Dtype dtype = Dtype::kF32;   // input, output and parameters; statistics are f32
+  int normalized_dims = 0;     // trailing dims reduced over; 0 = channel form (dim 1)
+  int64_t groups = 0;          // groupnorm only; 0 otherwise
+  Affine affine = Affine::kNone;
+  double eps = 1e-5;  // a run-time argument of the kernel, not part of its specialization
+
+  // Fill defaults and validate; throws Error(kInvalidArgument) naming the field and value.
+  static NormSpec from_fields(const SpecFields& fields);
+  // Parse the canonical text form (key=value words, any order).
+  static NormSpec parse(std::string_view text);
+  // The canonical text form; parse(to_string()) == *this.
+  std::string to_string() const;
+  // Throws Error(kInvalidArgument) if the spec is inconsistent.
+  void validate() const;
+
+  // Derived sizes.
+  bool channel_form() const { return normalized_dims == 0; }  // reduce over dim 1 (rms/group)
+  int64_t batch() const;        // N for channel/group forms, product of leading dims otherwise
+  int64_t channels() const;     // shape[1] (channel and group forms)
+  int64_t spatial() const;      // product of shape[2:] (channel and group forms)
+  int64_t row_length() const;   // elements reduced together (per row or per (n, g))
+  int64_t elements() const;     // product of the shape
+  int64_t param_elements() const;  // elements of the weight (and of the bias)
+
+  bool operator==(const NormSpec& other) const;
+  bool operator!=(const NormSpec& other) const { return !(*this == other); }
+};
+
+std::string format_shape(const std::vector<int64_t>& shape);  // "112,64,512,512"
+std::string format_double(double value);                       // shortest round-trip text
+
+}  // namespace normjit

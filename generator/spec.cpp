@@ -1,0 +1,335 @@
+#include "normjit/spec.hpp"
+
+#include <charconv>
+#include <cmath>
+#include <limits>
+#include <sstream>
+
+#include "normjit/error.hpp"
+
+namespace normjit {
+namespace {
+
+constexpr int64_t kMaxElements = int64_t{1} << 62;
+
+bool checked_mul(int64_t a, int64_t b, int64_t* out) {
+  return !__builtin_mul_overflow(a, b, out) && *out < kMaxElements;
+}
+
+std::string quote(std::string_view text) { return "'" + std::string(text) + "'"; }
+
+int64_t product(const std::vector<int64_t>& shape, size_t begin, size_t end) {
+  int64_t p = 1;
+  for (size_t i = begin; i < end; ++i) p *= shape[i];
+  return p;
+}
+
+}  // namespace
+
+const char* to_string(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::kInvalidArgument: return "invalid argument";
+    case ErrorCode::kUnsupported: return "unsupported";
+    case ErrorCode::kCompile: return "compile error";
+    case ErrorCode::kDriver: return "driver error";
+    case ErrorCode::kNoDevice: return "no device";
+    case ErrorCode::kCacheMiss: return "cache miss";
+    case ErrorCode::kInternal: return "internal error";
+  }
+  return "unknown error";
+}
+
+void throw_invalid_argument(const std::string& name, const std::string& value,
+                            const std::string& why) {
+  throw Error(ErrorCode::kInvalidArgument, "invalid " + name + " " + value + ": " + why);
+}
+
+void throw_internal(const char* condition, const char* file, int line,
+                    const std::string& message) {
+  std::ostringstream os;
+  os << "internal error (" << file << ":" << line << ", " << condition << "): " << message;
+  throw Error(ErrorCode::kInternal, os.str());
+}
+
+const char* to_string(Op op) {
+  switch (op) {
+    case Op::kRmsNorm: return "rmsnorm";
+    case Op::kLayerNorm: return "layernorm";
+    case Op::kGroupNorm: return "groupnorm";
+  }
+  return "?";
+}
+
+const char* to_string(Dtype dtype) {
+  switch (dtype) {
+    case Dtype::kF32: return "f32";
+    case Dtype::kF16: return "f16";
+    case Dtype::kBF16: return "bf16";
+  }
+  return "?";
+}
+
+const char* to_string(Affine affine) {
+  switch (affine) {
+    case Affine::kNone: return "none";
+    case Affine::kWeight: return "weight";
+    case Affine::kBoth: return "both";
+  }
+  return "?";
+}
+
+int size_of(Dtype dtype) { return dtype == Dtype::kF32 ? 4 : 2; }
+
+Op parse_op(std::string_view text, const std::string& argument) {
+  for (Op op : {Op::kRmsNorm, Op::kLayerNorm, Op::kGroupNorm}) {
+    if (text == to_string(op)) return op;
+  }
+  throw_invalid_argument(argument, quote(text), "expected one of rmsnorm, layernorm, groupnorm");
+}
+
+Dtype parse_dtype(std::string_view text, const std::string& argument) {
+  for (Dtype dtype : {Dtype::kF32, Dtype::kF16, Dtype::kBF16}) {
+    if (text == to_string(dtype)) return dtype;
+  }
+  throw_invalid_argument(argument, quote(text), "expected one of f32, f16, bf16");
+}
+
+Affine parse_affine(std::string_view text, const std::string& argument) {
+  for (Affine affine : {Affine::kNone, Affine::kWeight, Affine::kBoth}) {
+    if (text == to_string(affine)) return affine;
+  }
+  throw_invalid_argument(argument, quote(text), "expected one of none, weight, both");
+}
+
+std::vector<int64_t> parse_shape(std::string_view text, const std::string& argument) {
+  std::vector<int64_t> shape;
+  if (text.empty()) throw_invalid_argument(argument, "''", "expected sizes like 8,64,32,32");
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t comma = text.find_first_of(",x", pos);
+    if (comma == std::string_view::npos) comma = text.size();
+    std::string_view item = text.substr(pos, comma - pos);
+    int64_t value = 0;
+    auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), value);
+    if (item.empty() || ec != std::errc() || end != item.data() + item.size()) {
+      throw_invalid_argument(argument, quote(text),
+                             "size " + quote(item) + " is not an integer (expected e.g. 8,64,32,32)");
+    }
+    shape.push_back(value);
+    pos = comma + 1;
+  }
+  return shape;
+}
+
+std::string format_shape(const std::vector<int64_t>& shape) {
+  std::string out;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) out += ',';
+    out += std::to_string(shape[i]);
+  }
+  return out;
+}
+
+std::string format_double(double value) {
+  char buffer[64];
+  auto [end, ec] = std::to_chars(buffer, buffer + sizeof(buffer), value);
+  NORMJIT_ASSERT(ec == std::errc(), "to_chars failed");
+  return std::string(buffer, end);
+}
+
+NormSpec NormSpec::from_fields(const SpecFields& f) {
+  if (!f.op) throw_invalid_argument("op", "(missing)", "expected one of rmsnorm, layernorm, groupnorm");
+  if (!f.shape) throw_invalid_argument("shape", "(missing)", "expected sizes like 8,64,32,32");
+  NormSpec s;
+  s.op = *f.op;
+  s.shape = *f.shape;
+  s.dtype = f.dtype.value_or(Dtype::kF32);
+  s.eps = f.eps.value_or(1e-5);
+  switch (s.op) {
+    case Op::kRmsNorm:
+      s.normalized_dims = f.normalized_dims.value_or(0);
+      s.affine = f.affine.value_or(Affine::kNone);
+      break;
+    case Op::kLayerNorm:
+      s.normalized_dims =
+          f.normalized_dims.value_or(s.shape.size() > 1 ? int(s.shape.size()) - 1 : 1);
+      s.affine = f.affine.value_or(Affine::kBoth);
+      break;
+    case Op::kGroupNorm:
+      s.normalized_dims = f.normalized_dims.value_or(0);
+      s.affine = f.affine.value_or(Affine::kBoth);
+      break;
+  }
+  if (f.groups) {
+    if (s.op != Op::kGroupNorm && *f.groups != 0) {
+      throw_invalid_argument("groups", std::to_string(*f.groups), std::string("only groupnorm takes groups, not ") + normjit::to_string(s.op));
+    }
+    s.groups = *f.groups;
+  } else if (s.op == Op::kGroupNorm) {
+    throw_invalid_argument("groups", "(missing)", "groupnorm needs a group count that divides the channels");
+  }
+  s.validate();
+  return s;
+}
+
+void NormSpec::validate() const {
+  const int rank = int(shape.size());
+  // Built only on error: validate() runs on every Engine::run.
+  auto shape_text = [this] { return "'" + format_shape(shape) + "'"; };
+  if (rank == 0) throw_invalid_argument("shape", "''", "needs at least one dimension");
+  if (rank > kMaxRank) {
+    throw_invalid_argument("shape", shape_text(), "has rank " + std::to_string(rank) +
+                                                      "; at most " + std::to_string(kMaxRank) +
+                                                      " dimensions are supported");
+  }
+  int64_t total = 1;
+  for (int i = 0; i < rank; ++i) {
+    if (shape[i] < 1) {
+      throw_invalid_argument("shape", shape_text(),
+                             "dimension " + std::to_string(i) + " is " + std::to_string(shape[i]) +
+                                 "; every size must be at least 1");
+    }
+    if (!checked_mul(total, shape[i], &total)) {
+      throw_invalid_argument("shape", shape_text(), "more than 2^62 elements");
+    }
+  }
+  if (!(eps > 0.0) || !std::isfinite(eps)) {
+    throw_invalid_argument("eps", format_double(eps), "must be a finite number greater than 0");
+  }
+  if (normalized_dims < 0 || normalized_dims > rank) {
+    throw_invalid_argument("normalized_dims", std::to_string(normalized_dims),
+                           "must be between 1 and the rank of shape " + shape_text() + " (" +
+                               std::to_string(rank) + ")");
+  }
+  switch (op) {
+    case Op::kRmsNorm:
+      if (channel_form() && rank < 2) {
+        throw_invalid_argument("shape", shape_text(),
+                               "the channel form of rmsnorm needs [N, C, *spatial] (rank >= 2); "
+                               "give normalized_dims for the trailing form");
+      }
+      if (affine == Affine::kBoth) {
+        throw_invalid_argument("affine", "'both'", "rmsnorm has a weight but no bias (use weight or none)");
+      }
+      break;
+    case Op::kLayerNorm:
+      if (normalized_dims == 0) {
+        throw_invalid_argument("normalized_dims", "0", "layernorm normalizes at least one trailing dim");
+      }
+      break;
+    case Op::kGroupNorm:
+      if (normalized_dims != 0) {
+        throw_invalid_argument("normalized_dims", std::to_string(normalized_dims),
+                               "groupnorm always normalizes [N, C, *spatial] per group; leave it out");
+      }
+      if (rank < 2) {
+        throw_invalid_argument("shape", shape_text(), "groupnorm needs [N, C, *spatial] (rank >= 2)");
+      }
+      if (groups < 1 || shape[1] % groups != 0) {
+        throw_invalid_argument("groups", std::to_string(groups),
+                               "must be at least 1 and divide the channel count " +
+                                   std::to_string(shape[1]));
+      }
+      break;
+  }
+  if (op != Op::kGroupNorm && groups != 0) {
+    throw_invalid_argument("groups", std::to_string(groups), "only groupnorm takes groups");
+  }
+  if (row_length() > (int64_t{1} << 31) - 1) {
+    throw_invalid_argument("shape", shape_text(),
+                           "normalizes " + std::to_string(row_length()) +
+                               " elements together; at most 2^31-1 are supported");
+  }
+}
+
+int64_t NormSpec::batch() const {
+  if (channel_form()) return shape[0];
+  return product(shape, 0, shape.size() - normalized_dims);
+}
+
+int64_t NormSpec::channels() const { return shape.size() > 1 ? shape[1] : 1; }
+
+int64_t NormSpec::spatial() const { return product(shape, 2, shape.size()); }
+
+int64_t NormSpec::row_length() const {
+  if (op == Op::kGroupNorm) return channels() / (groups > 0 ? groups : 1) * spatial();
+  if (channel_form()) return channels();
+  return product(shape, shape.size() - normalized_dims, shape.size());
+}
+
+int64_t NormSpec::elements() const { return product(shape, 0, shape.size()); }
+
+int64_t NormSpec::param_elements() const {
+  if (affine == Affine::kNone) return 0;
+  if (channel_form()) return channels();
+  return row_length();
+}
+
+bool NormSpec::operator==(const NormSpec& o) const {
+  return op == o.op && shape == o.shape && dtype == o.dtype &&
+         normalized_dims == o.normalized_dims && groups == o.groups && affine == o.affine &&
+         eps == o.eps;
+}
+
+std::string NormSpec::to_string() const {
+  std::string out = std::string("op=") + normjit::to_string(op) + " shape=" + format_shape(shape) +
+                    " dtype=" + normjit::to_string(dtype);
+  if (normalized_dims != 0) out += " normalized_dims=" + std::to_string(normalized_dims);
+  if (op == Op::kGroupNorm) out += " groups=" + std::to_string(groups);
+  out += std::string(" affine=") + normjit::to_string(affine) + " eps=" + format_double(eps);
+  return out;
+}
+
+NormSpec NormSpec::parse(std::string_view text) {
+  SpecFields f;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t start = text.find_first_not_of(" \t\n", pos);
+    if (start == std::string_view::npos) break;
+    size_t end = text.find_first_of(" \t\n", start);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view word = text.substr(start, end - start);
+    pos = end;
+    size_t eq = word.find('=');
+    if (eq == std::string_view::npos) {
+      throw_invalid_argument("spec", quote(text), "word " + quote(word) + " is not key=value");
+    }
+    std::string key(word.substr(0, eq));
+    std::string_view value = word.substr(eq + 1);
+    auto to_int = [&](std::string_view v) {
+      int64_t out = 0;
+      auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+      if (v.empty() || ec != std::errc() || p != v.data() + v.size()) {
+        throw_invalid_argument(key, quote(v), "is not an integer");
+      }
+      return out;
+    };
+    if (key == "op") {
+      f.op = parse_op(value);
+    } else if (key == "shape") {
+      f.shape = parse_shape(value);
+    } else if (key == "dtype") {
+      f.dtype = parse_dtype(value);
+    } else if (key == "normalized_dims") {
+      f.normalized_dims = int(to_int(value));
+    } else if (key == "groups") {
+      f.groups = to_int(value);
+    } else if (key == "affine") {
+      f.affine = parse_affine(value);
+    } else if (key == "eps") {
+      double eps = 0;
+      auto [p, ec] = std::from_chars(value.data(), value.data() + value.size(), eps);
+      if (value.empty() || ec != std::errc() || p != value.data() + value.size()) {
+        throw_invalid_argument("eps", quote(value), "is not a number");
+      }
+      f.eps = eps;
+    } else {
+      throw_invalid_argument("spec", quote(text),
+                             "unknown key " + quote(key) +
+                                 " (known: op, shape, dtype, normalized_dims, groups, affine, eps)");
+    }
+  }
+  return from_fields(f);
+}
+
+}  // namespace normjit

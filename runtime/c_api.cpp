@@ -1,0 +1,198 @@
+// The C ABI: every entry point catches everything, stores a readable message for the
+// calling thread and returns a status.
+#include "normjit/normjit.h"
+
+#include <string>
+
+#include "normjit/normjit.hpp"
+
+struct normjit_engine {
+  normjit::Engine engine;
+  explicit normjit_engine(normjit::EngineOptions options) : engine(std::move(options)) {}
+};
+
+namespace {
+
+thread_local std::string last_error;
+
+template <class F>
+normjit_status guarded(F&& body) {
+  try {
+    last_error.clear();
+    body();
+    return NORMJIT_OK;
+  } catch (const normjit::Error& e) {
+    last_error = e.what();
+    return static_cast<normjit_status>(e.code());
+  } catch (const std::exception& e) {
+    last_error = std::string("internal error: ") + e.what();
+    return NORMJIT_ERROR_INTERNAL;
+  } catch (...) {
+    last_error = "internal error: unknown exception";
+    return NORMJIT_ERROR_INTERNAL;
+  }
+}
+
+normjit::Dtype to_dtype(normjit_dtype dtype) {
+  switch (dtype) {
+    case NORMJIT_F32: return normjit::Dtype::kF32;
+    case NORMJIT_F16: return normjit::Dtype::kF16;
+    case NORMJIT_BF16: return normjit::Dtype::kBF16;
+  }
+  normjit::throw_invalid_argument("dtype", std::to_string(int(dtype)),
+                                  "expected NORMJIT_F32 (0), NORMJIT_F16 (1) or NORMJIT_BF16 (2)");
+}
+
+std::vector<int64_t> to_shape(const int64_t* shape, int ndim) {
+  if (ndim < 1 || ndim > 64) {
+    normjit::throw_invalid_argument("ndim", std::to_string(ndim), "must be between 1 and 64");
+  }
+  if (!shape) normjit::throw_invalid_argument("shape", "NULL", "needs ndim sizes");
+  return std::vector<int64_t>(shape, shape + ndim);
+}
+
+void check_engine(const normjit_engine* engine) {
+  if (!engine) normjit::throw_invalid_argument("engine", "NULL", "create one with normjit_engine_create");
+}
+
+normjit::Affine affine_of(const void* weight, const void* bias) {
+  if (bias && !weight) {
+    normjit::throw_invalid_argument("weight", "NULL", "a bias needs a weight (affine=both)");
+  }
+  return bias ? normjit::Affine::kBoth : weight ? normjit::Affine::kWeight : normjit::Affine::kNone;
+}
+
+normjit_status run(normjit_engine* engine, const normjit::SpecFields& fields, const void* x,
+                   void* y, const void* weight, const void* bias, CUstream_st* stream) {
+  return guarded([&] {
+    check_engine(engine);
+    const normjit::NormSpec spec = normjit::NormSpec::from_fields(fields);
+    engine->engine.run(spec, x, y, weight, bias, stream);
+  });
+}
+
+}  // namespace
+
+extern "C" {
+
+void normjit_engine_options_init(normjit_engine_options* options) {
+  if (!options) return;
+  *options = normjit_engine_options{};
+}
+
+normjit_status normjit_engine_create(const normjit_engine_options* options, normjit_engine** out) {
+  return guarded([&] {
+    if (!out) normjit::throw_invalid_argument("out", "NULL", "needs somewhere to put the engine");
+    *out = nullptr;
+    normjit::EngineOptions o;
+    if (options) {
+      if (options->device < 0) {
+        normjit::throw_invalid_argument("device", std::to_string(options->device), "must be >= 0");
+      }
+      o.device = options->device;
+      if (options->cache_dir) o.cache_dir = options->cache_dir;
+      if (options->readonly_dirs) {
+        std::string dirs = options->readonly_dirs;
+        for (size_t start = 0; start <= dirs.size();) {
+          size_t colon = dirs.find(':', start);
+          if (colon == std::string::npos) colon = dirs.size();
+          if (colon > start) o.readonly_cache_dirs.push_back(dirs.substr(start, colon - start));
+          start = colon + 1;
+        }
+      }
+      o.cache_max_bytes = options->cache_max_bytes;
+      o.memory_only = options->memory_only != 0;
+      o.jit_disabled = options->jit_disabled != 0;
+    }
+    *out = new normjit_engine(std::move(o));
+  });
+}
+
+void normjit_engine_destroy(normjit_engine* engine) { delete engine; }
+
+const char* normjit_last_error(void) { return last_error.c_str(); }
+
+const char* normjit_status_name(normjit_status status) {
+  switch (status) {
+    case NORMJIT_OK: return "ok";
+    case NORMJIT_ERROR_INVALID_ARGUMENT: return "invalid argument";
+    case NORMJIT_ERROR_UNSUPPORTED: return "unsupported";
+    case NORMJIT_ERROR_COMPILE: return "compile error";
+    case NORMJIT_ERROR_DRIVER: return "driver error";
+    case NORMJIT_ERROR_NO_DEVICE: return "no device";
+    case NORMJIT_ERROR_CACHE_MISS: return "cache miss";
+    case NORMJIT_ERROR_INTERNAL: return "internal error";
+  }
+  return "unknown status";
+}
+
+normjit_status normjit_rmsnorm(normjit_engine* engine, const void* x, void* y, const void* weight,
+                               const int64_t* shape, int ndim, int normalized_dims,
+                               normjit_dtype dtype, double eps, struct CUstream_st* stream) {
+  normjit::SpecFields f;
+  normjit_status status = guarded([&] {
+    f.op = normjit::Op::kRmsNorm;
+    f.shape = to_shape(shape, ndim);
+    f.dtype = to_dtype(dtype);
+    f.normalized_dims = normalized_dims;
+    f.affine = affine_of(weight, nullptr);
+    f.eps = eps;
+  });
+  return status != NORMJIT_OK ? status : run(engine, f, x, y, weight, nullptr, stream);
+}
+
+normjit_status normjit_layernorm(normjit_engine* engine, const void* x, void* y,
+                                 const void* weight, const void* bias, const int64_t* shape,
+                                 int ndim, int normalized_dims, normjit_dtype dtype, double eps,
+                                 struct CUstream_st* stream) {
+  normjit::SpecFields f;
+  normjit_status status = guarded([&] {
+    f.op = normjit::Op::kLayerNorm;
+    f.shape = to_shape(shape, ndim);
+    f.dtype = to_dtype(dtype);
+    f.normalized_dims = normalized_dims;
+    f.affine = affine_of(weight, bias);
+    f.eps = eps;
+  });
+  return status != NORMJIT_OK ? status : run(engine, f, x, y, weight, bias, stream);
+}
+
+normjit_status normjit_groupnorm(normjit_engine* engine, const void* x, void* y,
+                                 const void* weight, const void* bias, const int64_t* shape,
+                                 int ndim, int64_t groups, normjit_dtype dtype, double eps,
+                                 struct CUstream_st* stream) {
+  normjit::SpecFields f;
+  normjit_status status = guarded([&] {
+    f.op = normjit::Op::kGroupNorm;
+    f.shape = to_shape(shape, ndim);
+    f.dtype = to_dtype(dtype);
+    f.groups = groups;
+    f.affine = affine_of(weight, bias);
+    f.eps = eps;
+  });
+  return status != NORMJIT_OK ? status : run(engine, f, x, y, weight, bias, stream);
+}
+
+normjit_status normjit_precompile(normjit_engine* engine, const char* spec, const char* arch,
+                                  int* compiled) {
+  return guarded([&] {
+    check_engine(engine);
+    if (!spec) normjit::throw_invalid_argument("spec", "NULL", "expected e.g. \"op=rmsnorm shape=8,64,32,32\"");
+    if (!arch) normjit::throw_invalid_argument("arch", "NULL", "expected e.g. \"sm_90\"");
+    const bool did = engine->engine.precompile(normjit::NormSpec::parse(spec), arch);
+    if (compiled) *compiled = did ? 1 : 0;
+  });
+}
+
+normjit_status normjit_engine_counters(const normjit_engine* engine, uint64_t* nvrtc_compiles,
+                                       uint64_t* memory_hits, uint64_t* disk_hits) {
+  return guarded([&] {
+    check_engine(engine);
+    const normjit::EngineCounters c = engine->engine.counters();
+    if (nvrtc_compiles) *nvrtc_compiles = c.nvrtc_compiles;
+    if (memory_hits) *memory_hits = c.memory_hits;
+    if (disk_hits) *disk_hits = c.disk_hits;
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,91 @@
+// Small RAII helpers over the driver table for tools and tests: the primary context,
+// device buffers and events. Not part of the public API.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "runtime/driver.hpp"
+
+namespace normjit::device {
+
+// Makes the primary context of `ordinal` current on this thread for its lifetime.
+class PrimaryContext {
+ public:
+  explicit PrimaryContext(int ordinal = 0) {
+    const driver::Api& cu = driver::api();
+    NORMJIT_CU(cu.cuDeviceGet(&device_, ordinal));
+    NORMJIT_CU(cu.cuDevicePrimaryCtxRetain(&context_, device_));
+    NORMJIT_CU(cu.cuCtxSetCurrent(context_));
+  }
+  ~PrimaryContext() { driver::api().cuDevicePrimaryCtxRelease(device_); }
+  PrimaryContext(const PrimaryContext&) = delete;
+  PrimaryContext& operator=(const PrimaryContext&) = delete;
+  CUdevice device() const { return device_; }
+  std::string name() const {
+    char name[256] = {};
+    driver::api().cuDeviceGetName(name, sizeof(name), device_);
+    return name;
+  }
+  int attribute(CUdevice_attribute a) const {
+    int v = 0;
+    NORMJIT_CU(driver::api().cuDeviceGetAttribute(&v, a, device_));
+    return v;
+  }
+
+ private:
+  CUdevice device_ = 0;
+  CUcontext context_ = nullptr;
+};
+
+class Buffer {
+ public:
+  Buffer() = default;
+  explicit Buffer(size_t bytes) : bytes_(bytes) {
+    if (bytes) NORMJIT_CU(driver::api().cuMemAlloc(&ptr_, bytes));
+  }
+  ~Buffer() {
+    if (ptr_) driver::api().cuMemFree(ptr_);
+  }
+  Buffer(Buffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) { o.ptr_ = 0; }
+  Buffer& operator=(Buffer&& o) noexcept {
+    std::swap(ptr_, o.ptr_);
+    std::swap(bytes_, o.bytes_);
+    return *this;
+  }
+  void* get() const { return reinterpret_cast<void*>(ptr_); }
+  CUdeviceptr ptr() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+  void upload(const void* host, size_t bytes, size_t offset = 0) {
+    NORMJIT_CU(driver::api().cuMemcpyHtoD(ptr_ + offset, host, bytes));
+  }
+  void download(void* host, size_t bytes, size_t offset = 0) const {
+    NORMJIT_CU(driver::api().cuMemcpyDtoH(host, ptr_ + offset, bytes));
+  }
+  void fill_bytes(unsigned char value) { NORMJIT_CU(driver::api().cuMemsetD8(ptr_, value, bytes_)); }
+
+ private:
+  CUdeviceptr ptr_ = 0;
+  size_t bytes_ = 0;
+};
+
+class Event {
+ public:
+  Event() { NORMJIT_CU(driver::api().cuEventCreate(&event_, CU_EVENT_DEFAULT)); }
+  ~Event() { driver::api().cuEventDestroy(event_); }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  void record(CUstream stream = nullptr) { NORMJIT_CU(driver::api().cuEventRecord(event_, stream)); }
+  // Milliseconds from start to this event (synchronizes on this event).
+  float since(const Event& start) const {
+    NORMJIT_CU(driver::api().cuEventSynchronize(event_));
+    float ms = 0;
+    NORMJIT_CU(driver::api().cuEventElapsedTime(&ms, start.event_, event_));
+    return ms;
+  }
+
+ private:
+  CUevent event_ = nullptr;
+};
+
+}  // namespace normjit::device

@@ -1,0 +1,89 @@
+/* normjit C API: a C ABI over the same engine, for C, Python ctypes, Rust, Julia.
+ *
+ *   normjit_engine* e;
+ *   if (normjit_engine_create(NULL, &e) != NORMJIT_OK) puts(normjit_last_error());
+ *   int64_t shape[] = {8, 64, 32, 32};
+ *   normjit_rmsnorm(e, x, y, NULL, shape, 4, 0, NORMJIT_F32, 1e-5, stream);
+ *   normjit_engine_destroy(e);
+ *
+ * Every call returns NORMJIT_OK or an error status; normjit_last_error() then gives a readable
+ * message for the calling thread. Pointers are device pointers; stream is a CUstream or
+ * cudaStream_t (NULL: the default stream). */
+#ifndef NORMJIT_NORMJIT_H_
+#define NORMJIT_NORMJIT_H_
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct CUstream_st;
+
+typedef enum normjit_status {
+  NORMJIT_OK = 0,
+  NORMJIT_ERROR_INVALID_ARGUMENT = 1,
+  NORMJIT_ERROR_UNSUPPORTED = 2,
+  NORMJIT_ERROR_COMPILE = 3,
+  NORMJIT_ERROR_DRIVER = 4,
+  NORMJIT_ERROR_NO_DEVICE = 5,
+  NORMJIT_ERROR_CACHE_MISS = 6,
+  NORMJIT_ERROR_INTERNAL = 7
+} normjit_status;
+
+typedef enum normjit_dtype { NORMJIT_F32 = 0, NORMJIT_F16 = 1, NORMJIT_BF16 = 2 } normjit_dtype;
+
+typedef struct normjit_engine_options {
+  int device;                   /* used when no context is current; default 0 */
+  const char* cache_dir;        /* NULL: NORMJIT_CACHE_DIR or the default */
+  const char* readonly_dirs;    /* colon-separated; NULL: NORMJIT_CACHE_READONLY */
+  uint64_t cache_max_bytes;     /* 0: NORMJIT_CACHE_MAX_BYTES or the default */
+  int memory_only;              /* nonzero: no disk cache */
+  int jit_disabled;             /* nonzero: a cache miss is an error (NORMJIT_JIT=off) */
+} normjit_engine_options;
+
+typedef struct normjit_engine normjit_engine;
+
+/* Fills *options with the defaults. */
+void normjit_engine_options_init(normjit_engine_options* options);
+/* options may be NULL (defaults). Works without a GPU; launching then fails. */
+normjit_status normjit_engine_create(const normjit_engine_options* options, normjit_engine** out);
+void normjit_engine_destroy(normjit_engine* engine);
+
+/* The message of the calling thread's last failed call ("" if none). */
+const char* normjit_last_error(void);
+const char* normjit_status_name(normjit_status status);
+
+/* RMSNorm. normalized_dims == 0: channel form, x [N, C, *spatial] reduced over dim 1,
+ * weight [C] or NULL. normalized_dims == k > 0: the last k dims, weight of that shape or NULL. */
+normjit_status normjit_rmsnorm(normjit_engine* engine, const void* x, void* y, const void* weight,
+                               const int64_t* shape, int ndim, int normalized_dims,
+                               normjit_dtype dtype, double eps, struct CUstream_st* stream);
+
+/* LayerNorm over the last normalized_dims dims; weight and bias of that shape, or NULL. */
+normjit_status normjit_layernorm(normjit_engine* engine, const void* x, void* y,
+                                 const void* weight, const void* bias, const int64_t* shape,
+                                 int ndim, int normalized_dims, normjit_dtype dtype, double eps,
+                                 struct CUstream_st* stream);
+
+/* GroupNorm of x [N, C, *spatial] with groups dividing C; weight and bias [C], or NULL. */
+normjit_status normjit_groupnorm(normjit_engine* engine, const void* x, void* y,
+                                 const void* weight, const void* bias, const int64_t* shape,
+                                 int ndim, int64_t groups, normjit_dtype dtype, double eps,
+                                 struct CUstream_st* stream);
+
+/* Compile (or find in the cache) without a GPU, for arch such as "sm_90". *compiled is set to
+ * 1 when NVRTC ran, 0 when the kernel was already cached (compiled may be NULL).
+ * spec is the canonical text form, e.g. "op=rmsnorm shape=8,64,32,32 dtype=f32". */
+normjit_status normjit_precompile(normjit_engine* engine, const char* spec, const char* arch,
+                                  int* compiled);
+
+/* Counters of the engine: NVRTC invocations, memory and disk hits. */
+normjit_status normjit_engine_counters(const normjit_engine* engine, uint64_t* nvrtc_compiles,
+                                       uint64_t* memory_hits, uint64_t* disk_hits);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NORMJIT_NORMJIT_H_ */

@@ -1,0 +1,106 @@
+// normjit: CUDA normalization kernels generated, compiled and cached at run time.
+//
+//   normjit::Engine engine;                       // cache and JIT settings from the environment
+//   auto spec = normjit::NormSpec::parse("op=rmsnorm shape=8,64,32,32 dtype=f32");
+//   normjit::Kernel k = engine.prepare(spec);     // compile or load, once per shape class
+//   k.launch({x, y, nullptr, nullptr, /*batch=*/8, /*eps=*/1e-5f}, stream);
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "normjit/error.hpp"
+#include "normjit/spec.hpp"
+
+struct CUstream_st;  // CUstream and cudaStream_t are both pointers to this
+
+namespace normjit {
+
+struct LaunchArgs {
+  const void* x = nullptr;       // input, device pointer
+  void* y = nullptr;             // output, device pointer; may equal x (in place)
+  const void* weight = nullptr;  // required when the spec has a weight
+  const void* bias = nullptr;    // required when the spec has a bias
+  int64_t batch = 0;             // N (channel and group forms) or rows (trailing forms)
+  float eps = 1e-5f;
+};
+
+// Where a prepared kernel's binary came from.
+enum class Source { kCompiled, kDisk, kMemory };
+const char* to_string(Source source);
+
+namespace detail {
+struct LoadedKernel;
+class EngineImpl;
+}  // namespace detail
+
+// A kernel ready to launch in the context it was prepared in. Cheap to copy.
+class Kernel {
+ public:
+  Kernel() = default;
+  // Enqueues on stream (nullptr: the legacy default stream). Validates the arguments
+  // (null or misaligned pointers, partial overlap, batch) first; launches nothing on error.
+  void launch(const LaunchArgs& args, CUstream_st* stream) const;
+
+  const NormSpec& spec() const;  // the spec it was prepared for (batch as given then)
+  Source source() const;         // how prepare() obtained it
+  std::string plan_text() const;  // the plan, as `normjit dump --emit plan` prints it
+  std::string key() const;        // cache key
+  explicit operator bool() const { return impl_ != nullptr; }
+
+ private:
+  friend class detail::EngineImpl;
+  std::shared_ptr<const detail::LoadedKernel> impl_;
+  Source source_ = Source::kMemory;
+};
+
+struct EngineOptions {
+  int device = 0;  // used when no context is current on the calling thread
+  // Cache settings; empty/zero means "from the environment" (NORMJIT_CACHE_DIR,
+  // NORMJIT_CACHE_READONLY, NORMJIT_CACHE_MAX_BYTES, NORMJIT_JIT).
+  std::string cache_dir;
+  std::vector<std::string> readonly_cache_dirs;
+  uint64_t cache_max_bytes = 0;
+  bool memory_only = false;     // no disk cache at all
+  bool jit_disabled = false;    // a miss is an error (as NORMJIT_JIT=off)
+};
+
+struct EngineCounters {
+  uint64_t nvrtc_compiles = 0;  // NVRTC invocations
+  uint64_t memory_hits = 0;
+  uint64_t disk_hits = 0;
+  uint64_t bad_entries = 0;     // disk entries rejected (corrupt, or a cubin the driver refused)
+};
+
+// Thread-safe. One in-memory table per CUDA context; compiles each key once (single flight).
+class Engine {
+ public:
+  explicit Engine(EngineOptions options = {});
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // A ready kernel for the current context (or the primary context of options.device).
+  Kernel prepare(const NormSpec& spec);
+  // prepare(spec) then launch with batch and eps from the spec.
+  void run(const NormSpec& spec, const void* x, void* y, const void* weight, const void* bias,
+           CUstream_st* stream);
+
+  // No GPU needed: plan, compile for arch ("sm_90") and store in the cache. Returns whether
+  // the binary was compiled (false: it was already cached).
+  bool precompile(const NormSpec& spec, const std::string& arch);
+
+  EngineCounters counters() const;
+
+ private:
+  std::unique_ptr<detail::EngineImpl> impl_;
+};
+
+// True when libcuda.so.1 loads and reports at least one GPU.
+bool gpu_available();
+// Why not, in one line ("libcuda.so.1 not found", "no CUDA device"); empty when available.
+std::string gpu_unavailable_reason();
+
+}  // namespace normjit

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs what normjit needs on a fresh Debian 12 with the CUDA toolkit in /usr/local/cuda,
+# then configures and builds. Idempotent: re-running only rebuilds.
+#   scripts/setup.sh [build-dir]        (default: build)
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$here/build}
+
+packages=(cmake ninja-build g++ libgtest-dev libcli11-dev nlohmann-json3-dev libssl-dev
+          llvm-14-tools python3-venv)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+if [ ! -x /usr/local/cuda/bin/nvcc ] && [ ! -f /usr/local/cuda/include/nvrtc.h ]; then
+  echo "setup: error: the CUDA toolkit is expected under /usr/local/cuda" >&2
+  exit 1
+fi
+
+# lit (PyPI) in a project-local virtual environment: Debian refuses system-wide pip installs.
+if [ ! -x "$here/.venv/bin/lit" ]; then
+  echo "setup: creating .venv with lit"
+  python3 -m venv "$here/.venv"
+  "$here/.venv/bin/pip" install -q --disable-pip-version-check lit==18.1.8
+fi
+
+export CUDAToolkit_ROOT=/usr/local/cuda
+cmake -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc >/dev/null
+cmake --build "$build" -j "$(nproc)"

@@ -1,0 +1,55 @@
+// Storage types and their conversion to and from f32, written without cuda_fp16.h or
+// cuda_bf16.h so that NVRTC needs no toolkit headers at run time.
+#pragma once
+
+namespace normjit {
+
+struct alignas(2) half_t {
+  unsigned short bits;
+};
+struct alignas(2) bf16_t {
+  unsigned short bits;
+};
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+
+__device__ __forceinline__ float to_float(half_t v) {
+  float out;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(out) : "h"(v.bits));
+  return out;
+}
+
+__device__ __forceinline__ float to_float(bf16_t v) {
+  return __uint_as_float(static_cast<unsigned int>(v.bits) << 16);
+}
+
+template <class T>
+__device__ __forceinline__ T from_float(float v);
+
+template <>
+__device__ __forceinline__ float from_float<float>(float v) {
+  return v;
+}
+
+template <>
+__device__ __forceinline__ half_t from_float<half_t>(float v) {
+  half_t out;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(out.bits) : "f"(v));
+  return out;
+}
+
+template <>
+__device__ __forceinline__ bf16_t from_float<bf16_t>(float v) {
+  // Round to nearest even; NaN stays a (quiet) NaN.
+  unsigned int u = __float_as_uint(v);
+  bf16_t out;
+  if ((u & 0x7fffffffu) > 0x7f800000u) {
+    out.bits = static_cast<unsigned short>((u >> 16) | 0x40u);
+  } else {
+    u += 0x7fffu + ((u >> 16) & 1u);
+    out.bits = static_cast<unsigned short>(u >> 16);
+  }
+  return out;
+}
+
+}  // namespace normjit

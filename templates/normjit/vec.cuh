@@ -1,0 +1,89 @@
+// Vector global accesses: V consecutive elements moved as one access of V*sizeof(T) bytes
+// (16 bytes where the plan allows), converted to f32 in registers. The elements travel as
+// 32-bit words in one vector access.
+#pragma once
+
+#include "normjit/dtype.cuh"
+
+namespace normjit {
+
+__device__ __forceinline__ unsigned int bits_of(float v) { return __float_as_uint(v); }
+__device__ __forceinline__ unsigned int bits_of(half_t v) { return v.bits; }
+__device__ __forceinline__ unsigned int bits_of(bf16_t v) { return v.bits; }
+
+template <class T>
+__device__ __forceinline__ T from_bits(unsigned int bits);
+template <>
+__device__ __forceinline__ float from_bits<float>(unsigned int bits) {
+  return __uint_as_float(bits);
+}
+template <>
+__device__ __forceinline__ half_t from_bits<half_t>(unsigned int bits) {
+  return half_t{static_cast<unsigned short>(bits)};
+}
+template <>
+__device__ __forceinline__ bf16_t from_bits<bf16_t>(unsigned int bits) {
+  return bf16_t{static_cast<unsigned short>(bits)};
+}
+
+// Loads V elements at p (aligned to V*sizeof(T)) into out[0..V).
+template <class T, int V>
+__device__ __forceinline__ void load_vec(const T* p, float (&out)[V]) {
+  constexpr int kBytes = sizeof(T) * V;
+  if constexpr (kBytes < 4) {
+#pragma unroll
+    for (int j = 0; j < V; ++j) out[j] = to_float(p[j]);
+  } else {
+    constexpr int kWords = kBytes / 4, kPerWord = 4 / sizeof(T), kShift = 32 / kPerWord;
+    unsigned int w[kWords];
+    if constexpr (kWords == 4) {
+      const uint4 v = *reinterpret_cast<const uint4*>(p);
+      w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+    } else if constexpr (kWords == 2) {
+      const uint2 v = *reinterpret_cast<const uint2*>(p);
+      w[0] = v.x, w[1] = v.y;
+    } else {
+      w[0] = *reinterpret_cast<const unsigned int*>(p);
+    }
+#pragma unroll
+    for (int i = 0; i < kWords; ++i) {
+#pragma unroll
+      for (int k = 0; k < kPerWord; ++k) {
+        out[i * kPerWord + k] = to_float(from_bits<T>(kPerWord == 1 ? w[i] : w[i] >> (k * kShift)));
+      }
+    }
+  }
+}
+
+// Stores in[0..V) as V elements at p (aligned to V*sizeof(T)).
+template <class T, int V>
+__device__ __forceinline__ void store_vec(T* p, const float (&in)[V]) {
+  constexpr int kBytes = sizeof(T) * V;
+  if constexpr (kBytes < 4) {
+#pragma unroll
+    for (int j = 0; j < V; ++j) p[j] = from_float<T>(in[j]);
+  } else {
+    constexpr int kWords = kBytes / 4, kPerWord = 4 / sizeof(T), kShift = 32 / kPerWord;
+    unsigned int w[kWords];
+#pragma unroll
+    for (int i = 0; i < kWords; ++i) {
+      w[i] = 0;
+#pragma unroll
+      for (int k = 0; k < kPerWord; ++k) {
+        w[i] |= bits_of(from_float<T>(in[i * kPerWord + k])) << (k * kShift);
+      }
+    }
+    // Written in PTX: NVVM otherwise splits a uint4 store of converted floats into scalar stores.
+    if constexpr (kWords == 4) {
+      asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(w[0]), "r"(w[1]),
+                   "r"(w[2]), "r"(w[3])
+                   : "memory");
+    } else if constexpr (kWords == 2) {
+      asm volatile("st.global.v2.b32 [%0], {%1, %2};" ::"l"(p), "r"(w[0]), "r"(w[1]) : "memory");
+    } else {
+      *reinterpret_cast<unsigned int*>(p) = w[0];
+    }
+  }
+}
+
+}  // namespace normjit

@@ -1,0 +1,118 @@
+// GPU test harness: run a spec on the device with random (or adversarial) inputs, poisoned
+// outputs, and compare every element with the float64 reference.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "normjit/normjit.hpp"
+#include "runtime/device.hpp"
+#include "tools/reference.hpp"
+
+namespace normjit::testing {
+
+// Skips the test with a visible message when there is no GPU.
+#define NORMJIT_REQUIRE_GPU()                                                    \
+  do {                                                                           \
+    if (!::normjit::gpu_available())                                             \
+      GTEST_SKIP() << "no GPU: " << ::normjit::gpu_unavailable_reason();         \
+  } while (0)
+
+enum class Values {
+  kNormal,     // mean 0.5, std 2
+  kLargeMean,  // mean 1e4, std 1: variance by subtraction of squares would be garbage
+  kTiny,       // magnitudes around 1e-6
+  kConstant,   // every element equal: variance 0
+  kNegative,   // all negative, mean -3
+};
+
+inline const char* to_string(Values v) {
+  switch (v) {
+    case Values::kNormal: return "normal";
+    case Values::kLargeMean: return "large-mean";
+    case Values::kTiny: return "tiny";
+    case Values::kConstant: return "constant";
+    case Values::kNegative: return "negative";
+  }
+  return "?";
+}
+
+inline std::vector<float> random_values(size_t n, Values kind, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> out(n);
+  for (float& v : out) {
+    const float z = normal(rng);
+    switch (kind) {
+      case Values::kNormal: v = 0.5f + 2.0f * z; break;
+      case Values::kLargeMean: v = 1e4f + z; break;
+      case Values::kTiny: v = 1e-6f * z; break;
+      case Values::kConstant: v = 3.25f; break;
+      case Values::kNegative: v = -3.0f - std::fabs(z); break;
+    }
+  }
+  return out;
+}
+
+inline double tolerance(Dtype dtype) { return dtype == Dtype::kF32 ? 1e-5 : 1e-2; }
+
+struct RunResult {
+  double rel_error = 0;     // ||y - ref|| / ||ref|| over every element
+  bool all_finite = true;   // no element left poisoned (NaN) or overflowing
+};
+
+// Runs spec through engine on fresh random inputs (seeded) and compares every element.
+inline RunResult run_and_compare(Engine& engine, const NormSpec& spec, Values values,
+                                 uint64_t seed, bool in_place = false) {
+  const Dtype dtype = spec.dtype;
+  const size_t n = size_t(spec.elements()), element = size_of(dtype);
+  const std::vector<unsigned char> x_host = reference::encode(dtype, random_values(n, values, seed));
+  const std::vector<float> x_rounded = reference::decode(dtype, x_host.data(), n);
+  device::Buffer x(n * element), y(n * element);
+  x.upload(x_host.data(), x_host.size());
+  y.fill_bytes(0xff);  // NaN in every dtype: an unwritten element cannot pass
+  std::vector<double> weight, bias;
+  device::Buffer w, b;
+  std::mt19937_64 rng(seed + 1);
+  std::normal_distribution<float> normal(1.0f, 0.5f);
+  auto make_param = [&](device::Buffer& buffer, std::vector<double>& rounded, float shift) {
+    std::vector<float> v(spec.param_elements());
+    for (float& e : v) e = normal(rng) + shift;
+    const auto bytes = reference::encode(dtype, v);
+    buffer = device::Buffer(bytes.size());
+    buffer.upload(bytes.data(), bytes.size());
+    for (float e : reference::decode(dtype, bytes.data(), v.size())) rounded.push_back(e);
+  };
+  if (spec.affine != Affine::kNone) make_param(w, weight, 0.0f);
+  if (spec.affine == Affine::kBoth) make_param(b, bias, -1.0f);
+  void* out = in_place ? x.get() : y.get();
+  engine.run(spec, x.get(), out, w.get(), b.get(), nullptr);
+  NORMJIT_CU(driver::api().cuCtxSynchronize());
+  std::vector<unsigned char> y_host(n * element);
+  (in_place ? x : y).download(y_host.data(), y_host.size());
+  const std::vector<float> got = reference::decode(dtype, y_host.data(), n);
+
+  RunResult r;
+  double err2 = 0, ref2 = 0;
+  const int64_t units = reference::units(spec);
+  for (int64_t u = 0; u < units; ++u) {
+    const reference::Unit unit = reference::unit(spec, u);
+    std::vector<double> xu;
+    for (int64_t o : unit.offsets) xu.push_back(x_rounded[o]);
+    const std::vector<double> ref = reference::normalize(spec, unit, xu, weight, bias);
+    for (size_t i = 0; i < ref.size(); ++i) {
+      const double g = got[unit.offsets[i]];
+      if (!std::isfinite(g)) r.all_finite = false;
+      err2 += (g - ref[i]) * (g - ref[i]);
+      ref2 += ref[i] * ref[i];
+    }
+  }
+  r.rel_error = r.all_finite ? std::sqrt(err2 / std::max(ref2, 1e-300)) : INFINITY;
+  return r;
+}
+
+}  // namespace normjit::testing

@@ -1,0 +1,65 @@
+#include "generator/plan.hpp"
+
+#include <gtest/gtest.h>
+
+#include "generator/emit.hpp"
+#include "normjit/error.hpp"
+
+namespace normjit {
+namespace {
+
+TEST(Target, ParsesRealArchitecturesOnly) {
+  EXPECT_EQ(Target::parse("sm_90").name(), "sm_90");
+  EXPECT_TRUE(Target::parse("sm_90a").arch_specific);
+  EXPECT_EQ(Target::parse("sm_80").sm, 80);
+  EXPECT_THROW(Target::parse("compute_90"), Error);
+  EXPECT_THROW(Target::parse("sm_"), Error);
+  EXPECT_THROW(Target::parse("sm_9x"), Error);
+  EXPECT_THROW(Target::parse("90"), Error);
+}
+
+TEST(Plan, ChannelFormUsesSixteenByteAccessesWhenTheSpatialSizeAllows) {
+  const Target t = Target::parse("sm_90");
+  const KernelPlan f32 = plan(NormSpec::parse("op=rmsnorm shape=112,64,512,512 dtype=f32"), t);
+  EXPECT_EQ(f32.strategy, Strategy::kChannels);
+  EXPECT_EQ(f32.vec, 4);
+  const KernelPlan bf16 = plan(NormSpec::parse("op=rmsnorm shape=112,64,512,512 dtype=bf16"), t);
+  EXPECT_EQ(bf16.vec, 8);
+  // An odd spatial size cannot keep rows aligned: scalar accesses.
+  EXPECT_EQ(plan(NormSpec::parse("op=rmsnorm shape=3,7,5,3"), t).vec, 1);
+  EXPECT_EQ(plan(NormSpec::parse("op=rmsnorm shape=3,7,6"), t).vec, 2);
+}
+
+TEST(Plan, TheBatchIsNotPartOfTheKernel) {
+  const Target t = Target::parse("sm_90");
+  const KernelPlan a = plan(NormSpec::parse("op=rmsnorm shape=1,64,32,32"), t);
+  const KernelPlan b = plan(NormSpec::parse("op=rmsnorm shape=112,64,32,32"), t);
+  EXPECT_EQ(emit(a).source, emit(b).source);
+  EXPECT_EQ(a.name_expression(), b.name_expression());
+  const KernelPlan c = plan(NormSpec::parse("op=rmsnorm shape=1,64,32,33"), t);
+  EXPECT_NE(emit(a).source, emit(c).source);
+}
+
+TEST(Plan, EveryThreadKeepsABoundedNumberOfValues) {
+  const Target t = Target::parse("sm_90");
+  for (int64_t c : {1, 3, 7, 64, 65, 1000, 4099}) {
+    const NormSpec spec = NormSpec::parse("op=rmsnorm shape=2," + std::to_string(c) + ",16,16");
+    const KernelPlan p = plan(spec, t);
+    EXPECT_LE(p.block_x * p.block_y, 1024) << spec.to_string();
+    EXPECT_GE(p.block_x, 32) << spec.to_string();
+    EXPECT_EQ(p.blocks_per_item, (256 + p.block_x * p.vec - 1) / (p.block_x * p.vec));
+  }
+}
+
+TEST(Emit, IsDeterministicAndNamesTheFullySpecializedTemplate) {
+  const KernelPlan p =
+      plan(NormSpec::parse("op=rmsnorm shape=8,64,32,32 dtype=f16"), Target::parse("sm_80"));
+  const EmittedKernel a = emit(p), b = emit(p);
+  EXPECT_EQ(a.source, b.source);
+  EXPECT_EQ(a.name_expression,
+            "&normjit::rmsnorm_channels<normjit::half_t, 64, 1024, 32, 8, 8, false, true>");
+  EXPECT_NE(a.source.find("#include \"normjit/rmsnorm_channels.cuh\""), std::string::npos);
+}
+
+}  // namespace
+}  // namespace normjit

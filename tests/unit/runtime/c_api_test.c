@@ -1,0 +1,73 @@
+/* The C API compiled as C99: bad arguments give a status and a message naming the argument;
+ * precompiling needs no GPU; the second precompile is a cache hit. */
+#define _XOPEN_SOURCE 700
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "normjit/normjit.h"
+
+static int failures = 0;
+
+#define EXPECT(cond)                                                   \
+  do {                                                                 \
+    if (!(cond)) {                                                     \
+      fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #cond); \
+      failures++;                                                      \
+    }                                                                  \
+  } while (0)
+
+static int mentions(const char* needle) { return strstr(normjit_last_error(), needle) != NULL; }
+
+int main(void) {
+  char dir[] = "/tmp/normjit-c-api-XXXXXX";
+  normjit_engine_options options;
+  normjit_engine* engine = NULL;
+  int64_t shape[4] = {2, 64, 8, 8};
+  int64_t zero_shape[4] = {2, 0, 8, 8};
+  float fake[1];
+  int compiled = -1;
+  normjit_status s;
+
+  if (!mkdtemp(dir)) return 1;
+  normjit_engine_options_init(&options);
+  options.cache_dir = dir;
+  EXPECT(normjit_engine_create(&options, NULL) == NORMJIT_ERROR_INVALID_ARGUMENT);
+  EXPECT(mentions("out"));
+  EXPECT(normjit_engine_create(&options, &engine) == NORMJIT_OK);
+
+  /* Bad input is refused before anything is compiled or launched. */
+  s = normjit_rmsnorm(NULL, fake, fake, NULL, shape, 4, 0, NORMJIT_F32, 1e-5, NULL);
+  EXPECT(s == NORMJIT_ERROR_INVALID_ARGUMENT && mentions("engine"));
+  s = normjit_rmsnorm(engine, fake, fake, NULL, NULL, 4, 0, NORMJIT_F32, 1e-5, NULL);
+  EXPECT(s == NORMJIT_ERROR_INVALID_ARGUMENT && mentions("shape"));
+  s = normjit_rmsnorm(engine, fake, fake, NULL, zero_shape, 4, 0, NORMJIT_F32, 1e-5, NULL);
+  EXPECT(s == NORMJIT_ERROR_INVALID_ARGUMENT && mentions("shape") && mentions("dimension 1 is 0"));
+  s = normjit_rmsnorm(engine, fake, fake, NULL, shape, 4, 0, NORMJIT_F32, -1.0, NULL);
+  EXPECT(s == NORMJIT_ERROR_INVALID_ARGUMENT && mentions("eps"));
+  s = normjit_rmsnorm(engine, fake, fake, NULL, shape, 4, 0, (normjit_dtype)7, 1e-5, NULL);
+  EXPECT(s == NORMJIT_ERROR_INVALID_ARGUMENT && mentions("dtype"));
+  s = normjit_groupnorm(engine, fake, fake, NULL, NULL, shape, 4, 5, NORMJIT_F32, 1e-5, NULL);
+  EXPECT(s == NORMJIT_ERROR_INVALID_ARGUMENT && mentions("groups"));
+  EXPECT(strcmp(normjit_status_name(NORMJIT_ERROR_INVALID_ARGUMENT), "invalid argument") == 0);
+
+  /* Compiling needs no GPU; the second time the kernel comes from the cache. */
+  s = normjit_precompile(engine, "op=rmsnorm shape=2,64,8,8 dtype=f32", "sm_90", &compiled);
+  if (s != NORMJIT_OK) fprintf(stderr, "precompile: %s\n", normjit_last_error());
+  EXPECT(s == NORMJIT_OK && compiled == 1);
+  s = normjit_precompile(engine, "op=rmsnorm shape=2,64,8,8 dtype=f32", "sm_90", &compiled);
+  EXPECT(s == NORMJIT_OK && compiled == 0);
+  s = normjit_precompile(engine, "op=rmsnorm shape=2,64,8,8 dtype=f32", "sm_12", &compiled);
+  EXPECT(s == NORMJIT_ERROR_INVALID_ARGUMENT && mentions("arch"));
+
+  normjit_engine_destroy(engine);
+  {
+    char command[256];
+    snprintf(command, sizeof(command), "rm -rf %s", dir);
+    if (system(command) != 0) failures++;
+  }
+  if (failures) fprintf(stderr, "%d expectation(s) failed\n", failures);
+  else printf("c api: all expectations held\n");
+  return failures ? 1 : 0;
+}

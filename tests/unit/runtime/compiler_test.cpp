@@ -1,0 +1,100 @@
+// NVRTC compilation and the engine on a machine that may have no GPU.
+#include "runtime/compiler.hpp"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "normjit/normjit.hpp"
+
+namespace normjit {
+namespace {
+
+const Target kSm90 = Target::parse("sm_90");
+
+TEST(Compiler, CompilesTheSeedRmsNormToCubinAndPtx) {
+  const NormSpec spec = NormSpec::parse("op=rmsnorm shape=112,64,512,512 dtype=f32");
+  const KernelPlan p = plan(spec, kSm90);
+  const CompiledKernel k = compile(emit(p), kSm90);
+  EXPECT_GT(k.cubin.size(), 1000u);
+  EXPECT_EQ(k.cubin.substr(0, 4), std::string("\x7f" "ELF", 4));
+  EXPECT_NE(k.ptx.find(".target sm_90"), std::string::npos);
+  EXPECT_NE(k.ptx.find(k.lowered_name), std::string::npos);
+  const Resources r = parse_resources(k.log);
+  EXPECT_GT(r.registers, 0);
+  EXPECT_EQ(r.spill_store_bytes, 0);
+}
+
+TEST(Compiler, EveryDtypeCompilesForSm80AndSm90) {
+  for (const char* arch : {"sm_80", "sm_90"}) {
+    for (const char* dtype : {"f32", "f16", "bf16"}) {
+      for (const char* shape : {"2,7,5,3", "2,64,32,32", "1,1000,3"}) {
+        const Target t = Target::parse(arch);
+        const NormSpec spec = NormSpec::parse(std::string("op=rmsnorm affine=weight shape=") +
+                                              shape + " dtype=" + dtype);
+        EXPECT_NO_THROW(compile(emit(plan(spec, t)), t)) << spec.to_string() << " " << arch;
+      }
+    }
+  }
+}
+
+TEST(Compiler, AnUnsupportedArchIsRefusedWithTheListOfSupportedOnes) {
+  const NormSpec spec = NormSpec::parse("op=rmsnorm shape=2,8,8");
+  const Target t = Target::parse("sm_52");
+  try {
+    compile(emit(plan(spec, t)), t);
+    FAIL() << "sm_52 accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("sm_90"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Compiler, ACompileErrorCarriesLogOptionsAndSource) {
+  EmittedKernel bad;
+  bad.source = "#include \"normjit/params.cuh\"\n__global__ void k(normjit::Params p) { undeclared(); }\n";
+  bad.name_expression = "&k";
+  try {
+    compile(bad, kSm90);
+    FAIL() << "bad source compiled";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_EQ(e.code(), ErrorCode::kCompile);
+    EXPECT_NE(m.find("undeclared"), std::string::npos) << m;              // the log
+    EXPECT_NE(m.find("--gpu-architecture=sm_90"), std::string::npos) << m;  // the options
+    EXPECT_NE(m.find("__global__ void k"), std::string::npos) << m;        // the source
+  }
+}
+
+TEST(Compiler, KeyIgnoresBatchAndDependsOnTarget) {
+  const auto a = key_inputs(NormSpec::parse("op=rmsnorm shape=1,64,32,32"), kSm90);
+  const auto b = key_inputs(NormSpec::parse("op=rmsnorm shape=50,64,32,32 eps=0.1"), kSm90);
+  const auto c = key_inputs(NormSpec::parse("op=rmsnorm shape=1,64,32,32"), Target::parse("sm_90a"));
+  EXPECT_EQ(a.key(), b.key());
+  EXPECT_NE(a.key(), c.key());
+  EXPECT_NE(a.compiler.find("nvrtc"), std::string::npos);
+}
+
+TEST(Engine, WithoutAGpuPrecompilesAndRefusesToLaunchClearly) {
+  if (gpu_available()) GTEST_SKIP() << "a GPU is present; this test covers machines without one";
+  const auto dir = std::filesystem::temp_directory_path() / "normjit-engine-nogpu";
+  std::filesystem::remove_all(dir);
+  EngineOptions o;
+  o.cache_dir = dir.string();
+  Engine engine(o);
+  const NormSpec spec = NormSpec::parse("op=rmsnorm shape=2,64,16 dtype=bf16");
+  EXPECT_TRUE(engine.precompile(spec, "sm_90"));
+  EXPECT_FALSE(engine.precompile(spec, "sm_90"));
+  EXPECT_EQ(engine.counters().nvrtc_compiles, 1u);
+  try {
+    engine.prepare(spec);
+    FAIL() << "prepare succeeded without a GPU";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kNoDevice);
+    EXPECT_NE(std::string(e.what()).find("no GPU"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace normjit

@@ -1,0 +1,208 @@
+// normjit demo: the seed problems of the design, end to end. On a GPU: prepare each kernel,
+// launch it, check sampled outputs against a float64 CPU reference and time it. Without a
+// GPU: say so, plan and compile each kernel into the cache and show where it went.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <random>
+
+#include "generator/plan.hpp"
+#include "normjit/normjit.hpp"
+#include "runtime/compiler.hpp"
+#include "runtime/device.hpp"
+#include "tools/commands.hpp"
+#include "tools/reference.hpp"
+
+namespace normjit::tools {
+namespace {
+
+struct DemoOptions {
+  std::string arch = "sm_90";
+  std::string cache_dir;
+  int repeat = 10;
+  int samples = 64;
+};
+
+std::vector<NormSpec> seed_specs() {
+  std::vector<NormSpec> specs;
+  for (const char* dtype : {"f32", "bf16"}) {
+    const std::string d = dtype;
+    specs.push_back(NormSpec::parse("op=rmsnorm shape=112,64,512,512 dtype=" + d + " affine=none"));
+    specs.push_back(NormSpec::parse("op=layernorm shape=16,64,256,256 dtype=" + d +
+                                    " normalized_dims=3 affine=both"));
+    specs.push_back(NormSpec::parse("op=groupnorm shape=112,64,512,512 dtype=" + d +
+                                    " groups=8 affine=both"));
+  }
+  return specs;
+}
+
+// Fills a device buffer with a random pattern (mean 0.5, std 2) of 16 Mi elements repeated,
+// so that multi-GB seeds fill in a second.
+void fill_random(device::Buffer& buffer, Dtype dtype, uint64_t seed) {
+  const size_t element = size_of(dtype);
+  const size_t count = buffer.bytes() / element;
+  const size_t pattern = std::min<size_t>(count, size_t{1} << 24);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.5f, 2.0f);
+  std::vector<float> values(pattern);
+  for (float& v : values) v = normal(rng);
+  const std::vector<unsigned char> bytes = reference::encode(dtype, values);
+  for (size_t done = 0; done < count; done += pattern) {
+    const size_t n = std::min(pattern, count - done);
+    buffer.upload(bytes.data(), n * element, done * element);
+  }
+}
+
+std::vector<double> download_at(const device::Buffer& buffer, Dtype dtype,
+                                const reference::Unit& unit) {
+  const size_t element = size_of(dtype);
+  std::vector<double> out;
+  if (unit.contiguous) {
+    std::vector<unsigned char> raw(unit.offsets.size() * element);
+    buffer.download(raw.data(), raw.size(), unit.offsets[0] * element);
+    for (float v : reference::decode(dtype, raw.data(), unit.offsets.size())) out.push_back(v);
+    return out;
+  }
+  for (int64_t offset : unit.offsets) {
+    unsigned char raw[4];
+    buffer.download(raw, element, offset * element);
+    out.push_back(reference::decode(dtype, raw, 1)[0]);
+  }
+  return out;
+}
+
+// Relative L2 error of the kernel's output over `samples` random units.
+double check(const NormSpec& spec, const device::Buffer& x, const device::Buffer& y,
+             const std::vector<double>& weight, const std::vector<double>& bias, int samples) {
+  std::mt19937_64 rng(7);
+  const int64_t total = reference::units(spec);
+  double err2 = 0, ref2 = 0;
+  for (int i = 0; i < samples; ++i) {
+    const int64_t u = std::uniform_int_distribution<int64_t>(0, total - 1)(rng);
+    const reference::Unit unit = reference::unit(spec, u);
+    const std::vector<double> ref =
+        reference::normalize(spec, unit, download_at(x, spec.dtype, unit), weight, bias);
+    const std::vector<double> got = download_at(y, spec.dtype, unit);
+    for (size_t j = 0; j < ref.size(); ++j) {
+      if (!std::isfinite(got[j])) return INFINITY;
+      err2 += (got[j] - ref[j]) * (got[j] - ref[j]);
+      ref2 += ref[j] * ref[j];
+    }
+  }
+  return std::sqrt(err2 / std::max(ref2, 1e-300));
+}
+
+void run_on_gpu(Engine& engine, const NormSpec& spec, const DemoOptions& o) {
+  Kernel kernel = engine.prepare(spec);
+  const Source source = kernel.source();
+  const size_t element = size_of(spec.dtype);
+  const size_t bytes = size_t(spec.elements()) * element;
+  device::Buffer x(bytes), y(bytes);
+  fill_random(x, spec.dtype, 1);
+  y.fill_bytes(0xff);  // poison: NaN in every dtype
+  std::vector<double> weight, bias;
+  device::Buffer w, b;
+  if (spec.affine != Affine::kNone) {
+    std::mt19937_64 rng(3);
+    std::normal_distribution<float> normal(1.0f, 0.5f);
+    std::vector<float> values(spec.param_elements());
+    for (float& v : values) v = normal(rng);
+    auto encoded = reference::encode(spec.dtype, values);
+    w = device::Buffer(encoded.size());
+    w.upload(encoded.data(), encoded.size());
+    for (float v : reference::decode(spec.dtype, encoded.data(), values.size())) weight.push_back(v);
+    if (spec.affine == Affine::kBoth) {
+      for (float& v : values) v = normal(rng) - 1.0f;
+      encoded = reference::encode(spec.dtype, values);
+      b = device::Buffer(encoded.size());
+      b.upload(encoded.data(), encoded.size());
+      for (float v : reference::decode(spec.dtype, encoded.data(), values.size())) bias.push_back(v);
+    }
+  }
+  const LaunchArgs args{x.get(), y.get(), w.get(), b.get(), spec.batch(), float(spec.eps)};
+  kernel.launch(args, nullptr);
+  NORMJIT_CU(driver::api().cuCtxSynchronize());
+  const double error = check(spec, x, y, weight, bias, o.samples);
+  std::vector<float> times;
+  device::Event start, stop;
+  for (int i = 0; i < o.repeat; ++i) {
+    start.record();
+    kernel.launch(args, nullptr);
+    stop.record();
+    times.push_back(stop.since(start));
+  }
+  std::sort(times.begin(), times.end());
+  const double ms = times[times.size() / 2];
+  const double moved = 2.0 * bytes + 2.0 * w.bytes() + b.bytes();
+  const double tolerance = spec.dtype == Dtype::kF32 ? 1e-5 : 1e-2;
+  std::printf("  %-9s %-4s %8.3f ms %8.1f GB/s  rel.err %.2e %s  binary: %s\n", to_string(spec.op),
+              to_string(spec.dtype), ms, moved / ms * 1e-6, error,
+              error <= tolerance ? "ok" : "FAILED", to_string(source));
+  if (!(error <= tolerance)) {
+    throw Error(ErrorCode::kInternal, "demo: wrong result for " + spec.to_string());
+  }
+}
+
+void run_demo(const DemoOptions& o) {
+  EngineOptions engine_options;
+  engine_options.cache_dir = o.cache_dir;
+  Engine engine(engine_options);
+  const bool gpu = gpu_available();
+  const std::string cache_dir = o.cache_dir.empty() ? default_cache_dir() : o.cache_dir;
+  if (gpu) {
+    device::PrimaryContext context(0);
+    std::printf("normjit demo on %s; cache %s\n", context.name().c_str(), cache_dir.c_str());
+    for (const NormSpec& spec : seed_specs()) {
+      std::printf("%s\n", spec.to_string().c_str());
+      try {
+        run_on_gpu(engine, spec, o);
+      } catch (const Error& e) {
+        if (e.code() != ErrorCode::kUnsupported) throw;
+        std::printf("  not yet supported\n");
+      }
+    }
+    return;
+  }
+  std::printf("normjit demo: no GPU here (%s); planning and compiling the seed kernels for %s "
+              "without launching them\n",
+              gpu_unavailable_reason().c_str(), o.arch.c_str());
+  const Target target = Target::parse(o.arch);
+  for (const NormSpec& spec : seed_specs()) {
+    std::printf("\n%s\n", spec.to_string().c_str());
+    try {
+      const KernelPlan p = plan(spec, target);
+      std::printf("%s", p.to_string().c_str());
+      const bool compiled = engine.precompile(spec, o.arch);
+      std::printf("binary: %s, key %s, in %s\n", compiled ? "compiled now" : "already cached",
+                  key_inputs(spec, target).key().c_str(), cache_dir.c_str());
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::kUnsupported) throw;
+      std::printf("not yet supported\n");
+    }
+  }
+}
+
+}  // namespace
+
+void add_demo_command(CLI::App& app) {
+  auto options = std::make_shared<DemoOptions>();
+  CLI::App* demo = app.add_subcommand(
+      "demo",
+      "Run the seed problems of the design (RMSNorm, LayerNorm, GroupNorm in f32 and bf16):\n"
+      "prepare each kernel, and on a GPU launch it, check it against a float64 CPU reference\n"
+      "and time it. Without a GPU, plan and compile each kernel into the cache.\n"
+      "Example: normjit demo --repeat 20");
+  demo->add_option("--arch", options->arch, "target to compile for when there is no GPU")
+      ->capture_default_str();
+  demo->add_option("--cache-dir", options->cache_dir, "cache directory (default: NORMJIT_CACHE_DIR "
+                                                      "or ~/.cache/normjit)");
+  demo->add_option("--repeat", options->repeat, "timed launches per kernel (median reported)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
+  demo->add_option("--samples", options->samples, "reduction units checked against the reference")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
+  demo->callback([options] { run_demo(*options); });
+}
+
+}  // namespace normjit::tools
