@@ -17,7 +17,8 @@ namespace normjit::cache {
 
 constexpr int kFormatVersion = 1;
 constexpr uint64_t kDefaultMaxBytes = uint64_t{2} << 30;  // 2 GiB: NORMJIT_CACHE_MAX_BYTES unset
-constexpr int64_t kStaleTemporarySeconds = 3600;  // temp files older than this are from dead writers
+// Temporary files older than this are taken for leftovers of killed writers and swept.
+constexpr int64_t kStaleTemporarySeconds = 3600;
 
 std::string sha256_hex(std::string_view data);
 
@@ -58,8 +59,8 @@ std::optional<Entry> decode_entry(std::string_view bytes, const std::string& exp
                                   std::string* problem = nullptr);
 
 struct StoreOptions {
-  std::string dir;                    // writable layer; empty means memory-only
-  std::vector<std::string> readonly;  // read-only layers, searched after dir, in order
+  std::string dir;                        // writable layer; empty means memory-only
+  std::vector<std::string> readonly;      // read-only layers, searched after dir, in order
   uint64_t max_bytes = kDefaultMaxBytes;  // cap on the writable layer
 
   // NORMJIT_CACHE_DIR (default $XDG_CACHE_HOME/normjit, else ~/.cache/normjit),
@@ -85,24 +86,24 @@ struct EntryInfo {
   std::string layer;      // directory of the layer holding it
   bool readonly = false;  // in a read-only layer
   uint64_t bytes = 0;
-  int64_t last_use = 0;   // unix seconds, from the entry's last-use stamp
-  std::string metadata;   // the entry's metadata JSON (empty when unreadable)
-  bool valid = false;     // passed every check
-  std::string problem;    // why not, when !valid
-  std::string preimage;   // the stored preimage (empty when unreadable)
+  int64_t last_use = 0;  // unix seconds, from the entry's last-use stamp
+  std::string metadata;  // the entry's metadata JSON (empty when unreadable)
+  bool valid = false;    // passed every check
+  std::string problem;   // why not, when !valid
+  std::string preimage;  // the stored preimage (empty when unreadable)
 };
 
 // Why a request misses: `normjit cache explain`. Lines are compared as multisets, so a changed
 // option shows as one line missing and one extra.
 struct Explanation {
-  std::string key;                     // SHA-256 of the preimage asked about
-  std::optional<EntryInfo> found;      // a valid entry with that key, first layer holding one
-  std::optional<EntryInfo> nearest;    // the valid entry of another key sharing the most lines
-  size_t shared_lines = 0;             // lines of the preimage that nearest also has
-  size_t total_lines = 0;              // lines of the preimage
-  std::vector<std::string> missing;    // lines of the preimage that nearest lacks
-  std::vector<std::string> extra;      // lines of nearest's preimage that the preimage lacks
-  std::string source_difference;       // the first differing source line, when sources differ
+  std::string key;                   // SHA-256 of the preimage asked about
+  std::optional<EntryInfo> found;    // a valid entry with that key, first layer holding one
+  std::optional<EntryInfo> nearest;  // the valid entry of another key sharing the most lines
+  size_t shared_lines = 0;           // lines of the preimage that nearest also has
+  size_t total_lines = 0;            // lines of the preimage
+  std::vector<std::string> missing;  // lines of the preimage that nearest lacks
+  std::vector<std::string> extra;    // lines of nearest's preimage that the preimage lacks
+  std::string source_difference;     // the first differing source line, when sources differ
 };
 Explanation explain(const std::vector<EntryInfo>& entries, const std::string& preimage);
 
@@ -118,12 +119,15 @@ class Store {
   std::optional<Entry> load(const std::string& key);
   // Publishes atomically (unique temp + fsync + rename), then evicts least recently used
   // entries above max_bytes. Failures warn once and leave the store memory-only. Thread-safe.
+  // A memory-only store keeps what it is given in memory (LRU, max_bytes). Throws
+  // Error(kInvalidArgument) if entry.key is not the SHA-256 of entry.preimage: every load
+  // would reject such an entry.
   void save(const Entry& entry);
   // The driver rejected the cubin of a loaded entry: remove it (writable layer) so that
   // the rebuild replaces it.
   void discard(const std::string& key);
 
-  bool writable() const;           // false when memory-only
+  bool writable() const;  // false when memory-only
   const StoreOptions& options() const;
   StoreStats stats() const;
   // Counters of every Store that used this writable directory, persisted best-effort in
@@ -131,12 +135,16 @@ class Store {
   StoreStats persisted_stats() const;
 
   // Maintenance, for `normjit cache`.
-  std::vector<EntryInfo> list(bool verify) const;  // every layer
+  // Every entry of every layer, in layer order. Without verify, valid means the header and the
+  // preimage check out (no cubin is read); verify also checks the payload checksum.
+  std::vector<EntryInfo> list(bool verify) const;
   // Evicts LRU down to max_bytes and sweeps temporaries older than kStaleTemporarySeconds;
   // returns the bytes freed.
   uint64_t gc(uint64_t max_bytes);
-  uint64_t clear();                                // remove every entry of the writable layer
-  uint64_t sweep_temporaries(int64_t older_than_seconds);  // stale temp files from killed writers
+  uint64_t clear();  // remove every entry of the writable layer; returns the bytes freed
+  // Removes temporary files of the writable layer older than that (left by killed writers);
+  // returns the bytes freed.
+  uint64_t sweep_temporaries(int64_t older_than_seconds);
 
  private:
   struct Impl;

@@ -63,7 +63,8 @@ bool parse_header(std::string_view bytes, uint64_t file_size, const std::string&
     return fail("truncated: " + std::to_string(file_size) + " bytes, shorter than the " +
                 std::to_string(kHeaderBytes) + "-byte header");
   }
-  if (bytes.substr(0, kMagic.size()) != kMagic) return fail("not a normjit cache entry (bad magic)");
+  if (bytes.substr(0, kMagic.size()) != kMagic)
+    return fail("not a normjit cache entry (bad magic)");
   header->version = static_cast<uint32_t>(get_le(bytes, 8, 4));
   if (header->version != static_cast<uint32_t>(kFormatVersion)) {
     return fail("format version " + std::to_string(header->version) + ", this build reads " +

@@ -43,7 +43,8 @@ int read_at(int fd, uint64_t offset, size_t size, std::string* out) {
   out->resize(size);
   size_t done = 0;
   while (done < size) {
-    const ssize_t n = ::pread(fd, out->data() + done, size - done, static_cast<off_t>(offset + done));
+    const ssize_t n =
+        ::pread(fd, out->data() + done, size - done, static_cast<off_t>(offset + done));
     if (n < 0) {
       if (errno == EINTR) continue;
       return errno;

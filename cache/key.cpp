@@ -1,10 +1,9 @@
 // The cache key: SHA-256 over a canonical, line-oriented preimage of every compile input.
-#include "cache/cache.hpp"
-
 #include <openssl/evp.h>
 
 #include <algorithm>
 
+#include "cache/cache.hpp"
 #include "normjit/error.hpp"
 
 namespace normjit::cache {
@@ -17,10 +16,18 @@ void append_escaped(std::string& out, std::string_view value) {
   for (char c : value) {
     const auto byte = static_cast<unsigned char>(c);
     switch (c) {
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (byte < 0x20 || byte == 0x7f) {
           out += "\\x";
@@ -94,9 +101,15 @@ std::string preimage_unescape(std::string_view escaped) {
     }
     const char next = escaped[++i];
     switch (next) {
-      case 'n': out += '\n'; break;
-      case 'r': out += '\r'; break;
-      case 't': out += '\t'; break;
+      case 'n':
+        out += '\n';
+        break;
+      case 'r':
+        out += '\r';
+        break;
+      case 't':
+        out += '\t';
+        break;
       case 'x': {
         const int hi = i + 1 < escaped.size() ? hex_value(escaped[i + 1]) : -1;
         const int lo = i + 2 < escaped.size() ? hex_value(escaped[i + 2]) : -1;
@@ -108,7 +121,8 @@ std::string preimage_unescape(std::string_view escaped) {
         }
         break;
       }
-      default: out += next;  // "\\" and anything unexpected
+      default:
+        out += next;  // "\\" and anything unexpected
     }
   }
   return out;

@@ -1,7 +1,5 @@
 // Store: the layered on-disk cache. See docs/cache-format.md for the layout and the argument
 // for why readers need no lock.
-#include "cache/cache.hpp"
-
 #include <errno.h>
 #include <fcntl.h>
 #include <pwd.h>
@@ -24,6 +22,7 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "cache/cache.hpp"
 #include "cache/format.hpp"
 #include "cache/fs.hpp"
 #include "normjit/error.hpp"
@@ -63,7 +62,9 @@ std::string key_of_entry_name(std::string_view name) {
   return std::string(name.substr(0, 64));
 }
 
-bool is_temp_name(std::string_view name) { return name.substr(0, kTempPrefix.size()) == kTempPrefix; }
+bool is_temp_name(std::string_view name) {
+  return name.substr(0, kTempPrefix.size()) == kTempPrefix;
+}
 
 int64_t now_seconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(
@@ -178,14 +179,19 @@ struct Store::Impl {
   std::unordered_map<std::string, std::list<Entry>::iterator> memory_index;
   uint64_t memory_bytes = 0;
 
-  std::mutex evict_mutex;  // one eviction scan at a time inside the process
+  // One eviction scan at a time inside the process. A scan stats every entry, so save() skips
+  // it while the writable layer's size, as last scanned plus what this store wrote since, stays
+  // under the cap; other processes' writes are caught by a rescan every minute or 64 saves.
+  std::mutex evict_mutex;
+  bool scanned = false;
+  uint64_t estimated_bytes = 0;  // writable layer size at the last scan + our saves since
+  uint64_t saves_since_scan = 0;
+  int64_t scanned_at = 0;  // unix seconds
 
   void open_primary();
   void open_readonly(const std::string& path);
   Layer& layer(size_t index) { return index == 0 ? primary : readonly[index - 1]; }
-  const Layer& layer(size_t index) const {
-    return index == 0 ? primary : readonly[index - 1];
-  }
+  const Layer& layer(size_t index) const { return index == 0 ? primary : readonly[index - 1]; }
   size_t layer_count() const { return 1 + readonly.size(); }
 
   Lookup lookup(size_t index, const std::string& key, Entry* entry);
@@ -194,6 +200,7 @@ struct Store::Impl {
   int write_entry(const std::string& key, const std::string& bytes, std::string* step);
   void degrade(const std::string& step, int error);
   uint64_t evict(uint64_t max_bytes, const std::string& keep);
+  void evict_after_save(const std::string& key, uint64_t bytes);
   uint64_t sweep(int64_t older_than_seconds);
   void remember(const Entry& entry);
   std::optional<Entry> recall(const std::string& key);
@@ -249,8 +256,8 @@ void Store::Impl::open_primary() {
     return;
   }
   primary.dir = std::move(fd);
-  // access(2) semantics catch a read-only mount (EROFS) and missing write permission; root
-  // passes both, so save() still handles failures of the real writes.
+  // access(2) semantics catch a read-only mount (EROFS) and missing write permission (which
+  // root bypasses); save() still handles failures of the real writes (ENOSPC, quotas, ...).
   if (::faccessat(primary.dir.get(), ".", W_OK | X_OK, AT_EACCESS) != 0) {
     warn("cache directory " + dir + " is not writable (" + detail::errno_text(errno) +
          "); its kernels are still read, new ones are cached in memory only");
@@ -282,9 +289,9 @@ Lookup Store::Impl::lookup(size_t index, const std::string& key, Entry* entry) {
   const int open_error = fd.valid() ? 0 : errno;
   if (open_error == ENOENT) return Lookup::kAbsent;
   struct stat st {};
-  const bool have_stat =
-      fd.valid() ? ::fstat(fd.get(), &st) == 0
-                 : ::fstatat(l.dir.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
+  const bool have_stat = fd.valid()
+                             ? ::fstat(fd.get(), &st) == 0
+                             : ::fstatat(l.dir.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
   if (!have_stat && errno == ENOENT) return Lookup::kAbsent;  // removed since the open
   if (have_stat) {
     std::lock_guard lock(bad_mutex);
@@ -308,8 +315,8 @@ Lookup Store::Impl::lookup(size_t index, const std::string& key, Entry* entry) {
     std::string bytes;
     const int error = detail::read_at(fd.get(), 0, static_cast<size_t>(st.st_size), &bytes);
     if (error != 0) {
-      problem = error < 0 ? "truncated while reading"
-                          : "unreadable (" + detail::errno_text(error) + ")";
+      problem =
+          error < 0 ? "truncated while reading" : "unreadable (" + detail::errno_text(error) + ")";
     } else if (auto decoded = decode_entry(bytes, key, &problem)) {
       *entry = std::move(*decoded);
       if (!l.readonly && now_seconds() - st.st_mtime >= kStampIntervalSeconds) {
@@ -409,6 +416,18 @@ void Store::Impl::degrade(const std::string& step, int error) {
        detail::errno_text(error) + "); new kernels are cached in memory only from now on");
 }
 
+void Store::Impl::evict_after_save(const std::string& key, uint64_t bytes) {
+  {
+    std::lock_guard lock(evict_mutex);
+    estimated_bytes += bytes;
+    if (scanned && estimated_bytes <= options.max_bytes && ++saves_since_scan < 64 &&
+        now_seconds() - scanned_at < 60) {
+      return;
+    }
+  }
+  evict(options.max_bytes, key);
+}
+
 uint64_t Store::Impl::evict(uint64_t max_bytes, const std::string& keep) {
   if (!primary.dir.valid()) return 0;
   std::lock_guard lock(evict_mutex);
@@ -426,6 +445,10 @@ uint64_t Store::Impl::evict(uint64_t max_bytes, const std::string& keep) {
     total += static_cast<uint64_t>(st.st_size);
     candidates.push_back({st.st_mtim, std::move(name), static_cast<uint64_t>(st.st_size)});
   }
+  scanned = true;
+  scanned_at = now_seconds();
+  saves_since_scan = 0;
+  estimated_bytes = total;
   if (total <= max_bytes) return 0;
   // Least recently used first; names break ties so that every process agrees on the order.
   std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
@@ -441,9 +464,12 @@ uint64_t Store::Impl::evict(uint64_t max_bytes, const std::string& keep) {
     if (::unlinkat(primary.dir.get(), c.name.c_str(), 0) == 0) {
       ++evictions;
       freed += c.bytes;
+    } else if (errno != ENOENT) {
+      break;  // read-only or not ours: no other entry will go either
     }
-    total -= c.bytes;  // gone either way: removed by us or by a concurrent evictor
+    total -= c.bytes;  // gone: removed by us or by a concurrent evictor
   }
+  estimated_bytes = total;
   return freed;
 }
 
@@ -456,14 +482,15 @@ uint64_t Store::Impl::sweep(int64_t older_than_seconds) {
     struct stat st;
     if (::fstatat(primary.dir.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
     if (!S_ISREG(st.st_mode) || now - st.st_mtime < older_than_seconds) continue;
-    if (::unlinkat(primary.dir.get(), name.c_str(), 0) == 0) freed += static_cast<uint64_t>(st.st_size);
+    if (::unlinkat(primary.dir.get(), name.c_str(), 0) == 0)
+      freed += static_cast<uint64_t>(st.st_size);
   }
   return freed;
 }
 
 void Store::Impl::remember(const Entry& entry) {
-  const uint64_t bytes = entry.metadata.size() + entry.preimage.size() + entry.cubin.size() +
-                         entry.ptx.size();
+  const uint64_t bytes =
+      entry.metadata.size() + entry.preimage.size() + entry.cubin.size() + entry.ptx.size();
   std::lock_guard lock(memory_mutex);
   if (auto it = memory_index.find(entry.key); it != memory_index.end()) {
     memory_bytes -= it->second->metadata.size() + it->second->preimage.size() +
@@ -509,8 +536,8 @@ void Store::Impl::flush_stats() {
                          now.bad_entries - flushed.bad_entries, now.writes - flushed.writes,
                          now.evictions - flushed.evictions};
   if (delta.hits + delta.misses + delta.bad_entries + delta.writes + delta.evictions == 0) return;
-  UniqueFd fd(::openat(primary.dir.get(), kStatsFile, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW,
-                       0644));
+  UniqueFd fd(
+      ::openat(primary.dir.get(), kStatsFile, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644));
   if (!fd.valid()) return;
   // flock serialises the read-modify-write between processes; the file is rewritten in place
   // (not renamed) so that the lock stays on the one inode everybody opens. Best effort: a
@@ -542,7 +569,8 @@ EntryInfo Store::Impl::describe(size_t index, const std::string& name, bool veri
   info.path = join_path(l.path, name);
   info.layer = l.path;
   info.readonly = l.readonly;
-  UniqueFd fd(::openat(l.dir.get(), name.c_str(), O_RDONLY | O_CLOEXEC | (l.readonly ? 0 : O_NOFOLLOW)));
+  UniqueFd fd(
+      ::openat(l.dir.get(), name.c_str(), O_RDONLY | O_CLOEXEC | (l.readonly ? 0 : O_NOFOLLOW)));
   struct stat st;
   if (!fd.valid() || ::fstat(fd.get(), &st) != 0) {
     info.problem = "cannot be opened (" + detail::errno_text(errno) + ")";
@@ -639,13 +667,14 @@ void Store::save(const Entry& entry) {
     return;
   }
   std::string step;
-  if (const int error = impl_->write_entry(entry.key, encode_entry(entry), &step); error != 0) {
+  const std::string bytes = encode_entry(entry);
+  if (const int error = impl_->write_entry(entry.key, bytes, &step); error != 0) {
     impl_->degrade(step, error);
     impl_->remember(entry);
     return;
   }
   ++impl_->writes;
-  impl_->evict(impl_->options.max_bytes, entry.key);
+  impl_->evict_after_save(entry.key, bytes.size());
   impl_->flush_stats();
 }
 
@@ -731,7 +760,8 @@ std::optional<uint64_t> parse_byte_size(std::string_view text) {
   }
   if (digits == 0) return std::nullopt;
   std::string suffix;
-  for (char c : text.substr(digits)) suffix += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (char c : text.substr(digits))
+    suffix += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   int shift = 0;
   if (suffix.empty() || suffix == "b") {
     shift = 0;
@@ -768,8 +798,9 @@ StoreOptions StoreOptions::from_env() {
         result->pw_dir != nullptr && result->pw_dir[0] == '/') {
       options.dir = join_path(result->pw_dir, ".cache/normjit");
     } else {
-      warn("no home directory (HOME unset) and NORMJIT_CACHE_DIR unset; kernels are cached in "
-           "memory only");
+      warn(
+          "no home directory (HOME unset) and NORMJIT_CACHE_DIR unset; kernels are cached in "
+          "memory only");
     }
   }
   const std::string layers = env("NORMJIT_CACHE_READONLY");

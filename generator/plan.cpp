@@ -59,7 +59,101 @@ KernelPlan plan_channels(const NormSpec& spec) {
   return p;
 }
 
+constexpr int kTeamValues = 16;         // values per thread a row team aims for
+constexpr int kMaxTeamValues = 32;      // values per thread a row team may hold
+constexpr int kMaxTeam = 1024;          // threads per row team
+constexpr int kSplitThreads = 512;      // CTA of the split kernel
+constexpr int kSplitValues = 32;        // values per thread of the split kernel
+constexpr int kSplitBlocksPerSm = 2;    // split CTAs resident per SM (__launch_bounds__)
+constexpr int kStreamThreads = 1024;    // CTA of the streaming fallback
+
+KernelPlan plan_rows(const NormSpec& spec, const Target& target) {
+  const bool group = spec.op == Op::kGroupNorm;
+  const int64_t h = spec.row_length();
+  const int64_t g = group ? spec.groups : 0;
+  const int64_t s = group ? spec.spatial() : 1;
+  const int64_t cg = group ? spec.channels() / spec.groups : 0;
+  const int max_vec = kAccessBytes / size_of(spec.dtype);
+  KernelPlan p;
+  // Groupnorm: a vector must stay within one channel, so that it has one weight and bias.
+  p.vec = vector_width(group ? s : h, max_vec);
+  p.param_vec = group ? 1 : p.vec;
+  p.rows_per_item = group ? g : 1;
+  const int64_t vectors = ceil_div(h, p.vec);
+  const std::string type = template_type(spec.dtype);
+  const std::string rms = spec.op == Op::kRmsNorm ? "true" : "false";
+  const std::string weight = spec.affine != Affine::kNone ? "true" : "false";
+  const std::string bias = spec.affine == Affine::kBoth ? "true" : "false";
+  // The template parameters every row kernel ends with: groups, spatial, channels per group,
+  // weight, bias (groups 0: parameters indexed by the element, not by the channel).
+  const std::string tail[] = {std::to_string(g), std::to_string(s), std::to_string(cg), weight,
+                              bias};
+  std::ostringstream why;
+  if (h <= int64_t{kMaxTeam} * kMaxTeamValues) {
+    const int team = std::min<int64_t>(kMaxTeam, pow2_ceil(ceil_div(vectors, std::max(1, kTeamValues / p.vec))));
+    const int64_t k = ceil_div(vectors, team);
+    p.strategy = Strategy::kRowRegisters;
+    p.header = "normjit/row_norm.cuh";
+    p.function = "normjit::row_norm";
+    p.block_x = team;
+    p.rows_per_block = std::max(1, 256 / team);
+    p.block_y = p.rows_per_block;
+    p.template_args = {type, rms, std::to_string(h), std::to_string(team),
+                       std::to_string(p.rows_per_block), std::to_string(p.vec), std::to_string(k)};
+    why << "rows of " << h << " elements fit in the registers of " << team << " threads ("
+        << k * p.vec << " values each, " << p.vec * size_of(spec.dtype) << "-byte accesses); "
+        << p.rows_per_block << " rows per CTA; x is read once";
+  } else {
+    const int k = std::max(1, kSplitValues / p.vec);
+    const int64_t chunk = int64_t{kSplitThreads} * k * p.vec;
+    const int64_t chunks = ceil_div(h, chunk);
+    const int64_t capacity = int64_t{kSplitBlocksPerSm} * target.sm_count;
+    if (chunks <= capacity) {
+      p.strategy = Strategy::kRowSplit;
+      p.header = "normjit/row_split.cuh";
+      p.function = "normjit::row_split";
+      p.block_x = kSplitThreads;
+      p.split_chunks = chunks;
+      p.split_blocks_per_sm = kSplitBlocksPerSm;
+      p.template_args = {type, rms, std::to_string(h), std::to_string(kSplitThreads),
+                         std::to_string(p.vec), std::to_string(k), std::to_string(chunks)};
+      why << "rows of " << h << " elements split over " << chunks << " co-resident CTAs of "
+          << chunk << " elements each, kept in registers; partial (count, mean, M2) merged "
+          << "with Chan's formula; x is read once";
+    } else {
+      p.strategy = Strategy::kRowStream;
+      p.header = "normjit/row_stream.cuh";
+      p.function = "normjit::row_stream";
+      p.block_x = kStreamThreads;
+      p.template_args = {type, rms, std::to_string(h), std::to_string(kStreamThreads),
+                         std::to_string(p.vec)};
+      why << "rows of " << h << " elements exceed what " << capacity
+          << " co-resident CTAs hold: one CTA streams each row twice (x is read twice)";
+    }
+  }
+  for (const std::string& arg : tail) p.template_args.push_back(arg);
+  if (p.strategy == Strategy::kRowSplit) p.template_args.push_back(std::to_string(kSplitBlocksPerSm));
+  p.why = why.str();
+  return p;
+}
+
 }  // namespace
+
+int64_t KernelPlan::grid(int64_t batch, int64_t co_resident) const {
+  const int64_t rows = batch * rows_per_item;
+  switch (strategy) {
+    case Strategy::kChannels: return blocks_per_item * batch;
+    case Strategy::kRowRegisters: return ceil_div(rows, rows_per_block);
+    case Strategy::kRowStream: return rows;
+    case Strategy::kRowSplit: return std::min(co_resident / split_chunks, rows) * split_chunks;
+  }
+  return 0;
+}
+
+int64_t KernelPlan::workspace_floats(int64_t co_resident) const {
+  if (strategy != Strategy::kRowSplit) return 0;
+  return co_resident / split_chunks * (6 * split_chunks + 2);
+}
 
 std::string Target::name() const {
   return "sm_" + std::to_string(sm) + (arch_specific ? "a" : "");
@@ -71,7 +165,7 @@ Target Target::parse(std::string_view arch) {
   const std::string why = "expected a real GPU architecture such as sm_80, sm_90 or sm_90a";
   if (digits.substr(0, 3) != "sm_") throw_invalid_argument("arch", "'" + std::string(arch) + "'", why);
   digits.remove_prefix(3);
-  if (!digits.empty() && digits.back() == 'a') {
+  if (!digits.empty() && (digits.back() == 'a' || digits.back() == 'f')) {
     t.arch_specific = true;
     digits.remove_suffix(1);
   }
@@ -81,12 +175,24 @@ Target Target::parse(std::string_view arch) {
     throw_invalid_argument("arch", "'" + std::string(arch) + "'", why);
   }
   t.sm = sm;
+  // The full-size part of each arch, for plans made without a device.
+  switch (sm) {
+    case 80: t.sm_count = 108; break;   // A100
+    case 86: t.sm_count = 84; break;    // A40 / RTX 3090
+    case 89: t.sm_count = 142; break;   // L40S
+    case 90: t.sm_count = 132; break;   // H100 SXM
+    case 100: t.sm_count = 148; break;  // B200
+    default: t.sm_count = 80; break;
+  }
   return t;
 }
 
 const char* to_string(Strategy strategy) {
   switch (strategy) {
     case Strategy::kChannels: return "channels";
+    case Strategy::kRowRegisters: return "row-registers";
+    case Strategy::kRowSplit: return "row-split";
+    case Strategy::kRowStream: return "row-stream";
   }
   return "?";
 }
@@ -109,13 +215,27 @@ std::string KernelPlan::name_expression() const {
   return out + ">";
 }
 
+std::string KernelPlan::grid_text() const {
+  switch (strategy) {
+    case Strategy::kChannels: return std::to_string(blocks_per_item) + " x batch CTAs";
+    case Strategy::kRowRegisters:
+      return "batch x " + std::to_string(rows_per_item) + " rows / " +
+             std::to_string(rows_per_block) + " rows per CTA";
+    case Strategy::kRowStream: return "batch x " + std::to_string(rows_per_item) + " CTAs";
+    case Strategy::kRowSplit:
+      return std::to_string(split_chunks) + " CTAs per row x as many rows as stay co-resident "
+             "(cooperative launch, " + std::to_string(split_blocks_per_sm) + " CTAs per SM)";
+  }
+  return "?";
+}
+
 std::string KernelPlan::to_string() const {
   std::ostringstream os;
   os << "strategy: " << normjit::to_string(strategy) << "\n"
      << "kernel: " << name_expression().substr(1) << "\n"
      << "arch: " << arch << "\n"
      << "block: " << block_x << "x" << block_y << " (" << block_x * block_y << " threads)\n"
-     << "grid: " << blocks_per_item << " x batch CTAs\n"
+     << "grid: " << grid_text() << "\n"
      << "vector: " << vec << " elements per access\n"
      << "shared memory: " << smem_bytes << " bytes dynamic\n"
      << "why: " << why << "\n";
@@ -130,12 +250,7 @@ int batch_class(const NormSpec& spec) {
 KernelPlan plan(const NormSpec& spec, const Target& target) {
   spec.validate();
   KernelPlan p;
-  if (spec.op == Op::kRmsNorm && spec.channel_form()) {
-    p = plan_channels(spec);
-  } else {
-    throw Error(ErrorCode::kUnsupported,
-                "not yet supported: " + spec.to_string() + " (only the channel form of rmsnorm)");
-  }
+  p = spec.op == Op::kRmsNorm && spec.channel_form() ? plan_channels(spec) : plan_rows(spec, target);
   p.arch = target.name();
   return p;
 }

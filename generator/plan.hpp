@@ -14,14 +14,23 @@ namespace normjit {
 struct Target {
   int sm = 90;                 // compute capability, major * 10 + minor
   bool arch_specific = false;  // sm_90a rather than sm_90
+  // Multiprocessors: from the device at run time; for an offline compile (prewarm) the
+  // full-size part of the arch (sm_90: 132, an H100 SXM). Plans use it only to decide
+  // whether a long row can be split over co-resident CTAs.
+  int sm_count = 132;
   std::string name() const;    // "sm_90", "sm_90a"
   // "sm_80", "sm_90a", "compute_90" is refused (we always build a cubin).
   static Target parse(std::string_view arch);
-  bool operator==(const Target& o) const { return sm == o.sm && arch_specific == o.arch_specific; }
+  bool operator==(const Target& o) const {
+    return sm == o.sm && arch_specific == o.arch_specific && sm_count == o.sm_count;
+  }
 };
 
 enum class Strategy {
-  kChannels,  // rmsnorm over dim 1: a thread owns spatial positions, loops over C
+  kChannels,      // rmsnorm over dim 1: a thread owns spatial positions, loops over C
+  kRowRegisters,  // a team of threads per row, the row in registers (read once)
+  kRowSplit,      // a row over P co-resident CTAs, chunks in registers (read once)
+  kRowStream,     // fallback for rows longer than the chip holds: one CTA streams it twice
 };
 const char* to_string(Strategy strategy);
 
@@ -32,12 +41,25 @@ struct KernelPlan {
   std::vector<std::string> template_args;  // every compile-time parameter, in order
   std::string arch;                        // target name, "sm_90"
   int block_x = 1, block_y = 1;            // threads per CTA
-  int64_t blocks_per_item = 1;             // grid.x = blocks_per_item * batch
-  int vec = 1;                             // elements per global access
+  int64_t blocks_per_item = 1;             // kChannels: CTAs per batch item
+  int64_t rows_per_item = 1;               // row strategies: rows per batch item (groups)
+  int rows_per_block = 1;                  // kRowRegisters: rows per CTA
+  int64_t split_chunks = 0;                // kRowSplit: CTAs per row (P)
+  int split_blocks_per_sm = 0;             // kRowSplit: residency the kernel is built for
+  int vec = 1;                             // elements per global access of x and y
+  int param_vec = 1;                       // elements per access of weight and bias
   int smem_bytes = 0;                      // dynamic shared memory per CTA
   std::string why;                         // one line: why this strategy and shape
 
+  bool cooperative() const { return strategy == Strategy::kRowSplit; }
+  // CTAs of a launch over `batch` items; for kRowSplit, `co_resident` is how many CTAs of
+  // this kernel the device holds at once.
+  int64_t grid(int64_t batch, int64_t co_resident) const;
+  // Workspace floats a launch needs (kRowSplit), for `co_resident` as above.
+  int64_t workspace_floats(int64_t co_resident) const;
+
   std::string name_expression() const;     // "&normjit::rmsnorm_channels<float, 64, ...>"
+  std::string grid_text() const;           // the grid as a formula of the batch
   std::string to_string() const;           // multi-line, for `normjit dump --emit plan`
 };
 

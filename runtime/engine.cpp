@@ -84,6 +84,29 @@ class Module {
   CUcontext context_;
 };
 
+// Owns device memory of a context; frees it in that context, ignoring errors.
+class Allocation {
+ public:
+  Allocation(size_t bytes, CUcontext context) : context_(context) {
+    NORMJIT_CU(driver::api().cuMemAlloc(&ptr_, bytes));
+  }
+  ~Allocation() {
+    const driver::Api& cu = driver::api();
+    if (cu.cuCtxPushCurrent(context_) == CUDA_SUCCESS) {
+      cu.cuMemFree(ptr_);
+      CUcontext popped;
+      cu.cuCtxPopCurrent(&popped);
+    }
+  }
+  Allocation(const Allocation&) = delete;
+  Allocation& operator=(const Allocation&) = delete;
+  CUdeviceptr get() const { return ptr_; }
+
+ private:
+  CUdeviceptr ptr_ = 0;
+  CUcontext context_;
+};
+
 }  // namespace
 
 struct LoadedKernel {
@@ -93,6 +116,24 @@ struct LoadedKernel {
   CUcontext context = nullptr;
   std::unique_ptr<Module> module;
   CUfunction function = nullptr;
+  int64_t co_resident = 0;  // CTAs of this kernel the device holds at once
+
+  // Split kernels keep arrival counters in a workspace, so launches sharing one must be
+  // ordered: one workspace per stream. Taken under a mutex on split launches only.
+  float* workspace(CUstream stream) const {
+    std::lock_guard<std::mutex> lock(workspace_mutex);
+    for (const auto& [s, allocation] : workspaces) {
+      if (s == stream) return reinterpret_cast<float*>(allocation->get());
+    }
+    const size_t bytes = size_t(plan.workspace_floats(co_resident)) * sizeof(float);
+    auto allocation = std::make_unique<Allocation>(bytes, context);
+    NORMJIT_CU(driver::api().cuMemsetD8(allocation->get(), 0, bytes));  // counters start at 0
+    float* out = reinterpret_cast<float*>(allocation->get());
+    workspaces.emplace_back(stream, std::move(allocation));
+    return out;
+  }
+  mutable std::mutex workspace_mutex;
+  mutable std::vector<std::pair<CUstream, std::unique_ptr<Allocation>>> workspaces;
 };
 
 class EngineImpl {
@@ -193,6 +234,7 @@ Target EngineImpl::device_target(CUcontext context) {
   NORMJIT_CU(cu.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device));
   Target t;
   t.sm = major * 10 + minor;
+  NORMJIT_CU(cu.cuDeviceGetAttribute(&t.sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device));
   return t;
 }
 
@@ -263,6 +305,17 @@ std::shared_ptr<const LoadedKernel> EngineImpl::build(const NormSpec& spec, CUco
     NORMJIT_CU(cu.cuFuncSetAttribute(kernel->function,
                                      CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                      kernel->plan.smem_bytes));
+  }
+  int per_sm = 0;
+  NORMJIT_CU(cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+      &per_sm, kernel->function, kernel->plan.block_x * kernel->plan.block_y,
+      kernel->plan.smem_bytes));
+  kernel->co_resident = int64_t{per_sm} * target.sm_count;
+  if (kernel->plan.cooperative() && kernel->co_resident < kernel->plan.split_chunks) {
+    throw Error(ErrorCode::kInternal,
+                "the split kernel for " + spec.to_string() + " needs " +
+                    std::to_string(kernel->plan.split_chunks) + " co-resident CTAs; the device holds " +
+                    std::to_string(kernel->co_resident));
   }
   return kernel;
 }
@@ -393,8 +446,8 @@ void Kernel::launch(const LaunchArgs& args, CUstream_st* stream) const {
   const int align = element * plan.vec;
   check_pointer(args.x, "x", true, align, spec);
   check_pointer(args.y, "y", true, align, spec);
-  check_pointer(args.weight, "weight", spec.affine != Affine::kNone, element, spec);
-  check_pointer(args.bias, "bias", spec.affine == Affine::kBoth, element, spec);
+  check_pointer(args.weight, "weight", spec.affine != Affine::kNone, element * plan.param_vec, spec);
+  check_pointer(args.bias, "bias", spec.affine == Affine::kBoth, element * plan.param_vec, spec);
   if (args.batch < 1) {
     throw_invalid_argument("batch", std::to_string(args.batch), "must be at least 1");
   }
@@ -402,10 +455,15 @@ void Kernel::launch(const LaunchArgs& args, CUstream_st* stream) const {
     throw_invalid_argument("eps", format_double(args.eps), "must be a finite number greater than 0");
   }
   const int64_t per_item = spec.elements() / spec.batch();
-  int64_t elements = 0, grid = 0;
-  if (__builtin_mul_overflow(per_item, args.batch, &elements) ||
-      __builtin_mul_overflow(plan.blocks_per_item, args.batch, &grid) || grid > 0x7fffffff) {
+  int64_t elements = 0;
+  if (__builtin_mul_overflow(per_item, args.batch, &elements) || elements >= (int64_t{1} << 62) ||
+      args.batch > (int64_t{1} << 40)) {
     throw_invalid_argument("batch", std::to_string(args.batch), "is too large for this kernel");
+  }
+  const int64_t grid = plan.grid(args.batch, k.co_resident);
+  if (grid > 0x7fffffff) {
+    throw_invalid_argument("batch", std::to_string(args.batch),
+                           "needs " + std::to_string(grid) + " CTAs, more than a grid holds");
   }
   const uintptr_t x0 = reinterpret_cast<uintptr_t>(args.x);
   const uintptr_t y0 = reinterpret_cast<uintptr_t>(args.y);
@@ -425,11 +483,18 @@ void Kernel::launch(const LaunchArgs& args, CUstream_st* stream) const {
     }
     NORMJIT_CU(cu.cuCtxSetCurrent(k.context));
   }
+  const CUstream cu_stream = reinterpret_cast<CUstream>(stream);
   Params params{args.x, args.y, args.weight, args.bias, nullptr, args.batch, args.eps};
   void* kernel_args[] = {&params};
-  NORMJIT_CU(cu.cuLaunchKernel(k.function, unsigned(grid), 1, 1, plan.block_x, plan.block_y, 1,
-                               plan.smem_bytes, reinterpret_cast<CUstream>(stream), kernel_args,
-                               nullptr));
+  if (plan.cooperative()) {
+    params.workspace = k.workspace(cu_stream);
+    NORMJIT_CU(cu.cuLaunchCooperativeKernel(k.function, unsigned(grid), 1, 1, plan.block_x,
+                                            plan.block_y, 1, plan.smem_bytes, cu_stream,
+                                            kernel_args));
+  } else {
+    NORMJIT_CU(cu.cuLaunchKernel(k.function, unsigned(grid), 1, 1, plan.block_x, plan.block_y, 1,
+                                 plan.smem_bytes, cu_stream, kernel_args, nullptr));
+  }
 }
 
 const NormSpec& Kernel::spec() const { return impl_->spec; }

@@ -1,5 +1,371 @@
-// PLACEHOLDER until the cache subcommand lands (helper-1 replaces this file).
+// normjit cache ls | stats | verify | gc | clear | explain: thin wrappers over cache::Store.
+#include "cache/cache.hpp"
+
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <ctime>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "generator/plan.hpp"
+#include "normjit/error.hpp"
+#include "normjit/spec.hpp"
+#include "runtime/compiler.hpp"
 #include "tools/commands.hpp"
+
 namespace normjit::tools {
-void add_cache_command(CLI::App& app) { app.add_subcommand("cache", "Inspect the kernel cache"); }
+namespace {
+
+struct CacheFlags {
+  std::string cache_dir;
+};
+
+void add_cache_dir_flag(CLI::App& command, CacheFlags& flags) {
+  command.add_option("--cache-dir", flags.cache_dir,
+                     "cache directory (default: $NORMJIT_CACHE_DIR, else $XDG_CACHE_HOME/normjit, "
+                     "else ~/.cache/normjit); read-only layers come from NORMJIT_CACHE_READONLY");
+}
+
+std::string resolve_dir(const CacheFlags& flags) {
+  return flags.cache_dir.empty() ? default_cache_dir() : flags.cache_dir;
+}
+
+bool is_directory(const std::string& path) {
+  struct stat st;
+  return !path.empty() && ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// The store over --cache-dir plus the read-only layers of the environment. Commands that only
+// look (create=false) do not create a missing directory; they see it as empty.
+std::unique_ptr<cache::Store> open_store(const std::string& dir, bool create) {
+  cache::StoreOptions options = cache::StoreOptions::from_env();
+  options.dir = dir;
+  if (!create && !is_directory(dir)) options.dir.clear();
+  return std::make_unique<cache::Store>(options);
+}
+
+std::string human_bytes(uint64_t bytes) {
+  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024 && unit < 4) {
+    value /= 1024;
+    ++unit;
+  }
+  char text[32];
+  if (unit == 0) {
+    std::snprintf(text, sizeof(text), "%llu B", static_cast<unsigned long long>(bytes));
+  } else {
+    std::snprintf(text, sizeof(text), "%.1f %s", value, kUnits[unit]);
+  }
+  return text;
+}
+
+std::string count(uint64_t n, const char* one, const char* many) {
+  return std::to_string(n) + " " + (n == 1 ? one : many);
+}
+
+std::string local_time(int64_t seconds) {
+  const std::time_t t = static_cast<std::time_t>(seconds);
+  std::tm tm{};
+  ::localtime_r(&t, &tm);
+  char text[32];
+  std::strftime(text, sizeof(text), "%Y-%m-%d %H:%M", &tm);
+  return text;
+}
+
+// The spec recorded in an entry's metadata, for people reading a listing.
+std::string spec_of(const cache::EntryInfo& info) {
+  const nlohmann::json j =
+      nlohmann::json::parse(info.metadata, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return "-";
+  std::string out;
+  if (auto spec = j.find("spec"); spec != j.end() && spec->is_string())
+    out = spec->get<std::string>();
+  if (auto arch = j.find("arch"); arch != j.end() && arch->is_string()) {
+    out += (out.empty() ? "" : " ") + std::string("arch=") + arch->get<std::string>();
+  }
+  return out.empty() ? "-" : out;
+}
+
+std::string shorten(const std::string& line) {
+  constexpr size_t kMax = 110;
+  if (line.size() <= kMax) return line;
+  return line.substr(0, kMax) + "... (" + std::to_string(line.size()) + " chars)";
+}
+
+void print_layers(const cache::Store& store, const std::string& dir) {
+  if (store.options().dir.empty()) {
+    std::printf("writable layer: %s (missing)\n", dir.empty() ? "(none)" : dir.c_str());
+  } else {
+    std::printf("writable layer: %s%s\n", dir.c_str(),
+                store.writable() ? "" : " (not written to: see the warning above)");
+  }
+  for (const std::string& layer : store.options().readonly) {
+    std::printf("read-only layer: %s\n", layer.c_str());
+  }
+}
+
+void run_ls(const CacheFlags& flags) {
+  const std::string dir = resolve_dir(flags);
+  const auto store = open_store(dir, /*create=*/false);
+  print_layers(*store, dir);
+  const auto infos = store->list(/*verify=*/false);
+  uint64_t bytes = 0;
+  if (!infos.empty()) {
+    std::printf("%-64s  %10s  %-16s  %-9s  %s\n", "KEY", "SIZE", "LAST USE", "LAYER", "SPEC");
+  }
+  for (const cache::EntryInfo& info : infos) {
+    bytes += info.bytes;
+    std::printf("%-64s  %10s  %-16s  %-9s  %s\n", info.key.c_str(), human_bytes(info.bytes).c_str(),
+                local_time(info.last_use).c_str(), info.readonly ? "read-only" : "writable",
+                info.valid ? spec_of(info).c_str() : ("BAD: " + info.problem).c_str());
+  }
+  std::printf("%s, %s\n", count(infos.size(), "entry", "entries").c_str(),
+              human_bytes(bytes).c_str());
+}
+
+void run_stats(const CacheFlags& flags) {
+  const std::string dir = resolve_dir(flags);
+  const auto store = open_store(dir, /*create=*/false);
+  print_layers(*store, dir);
+  uint64_t entries[2] = {0, 0}, bytes[2] = {0, 0};
+  for (const cache::EntryInfo& info : store->list(/*verify=*/false)) {
+    ++entries[info.readonly];
+    bytes[info.readonly] += info.bytes;
+  }
+  const uint64_t max = store->options().max_bytes;
+  std::printf("entries:    %llu in the writable layer, %s of %s (NORMJIT_CACHE_MAX_BYTES)\n",
+              static_cast<unsigned long long>(entries[0]), human_bytes(bytes[0]).c_str(),
+              human_bytes(max).c_str());
+  if (!store->options().readonly.empty()) {
+    std::printf("            %llu in read-only layers, %s\n",
+                static_cast<unsigned long long>(entries[1]), human_bytes(bytes[1]).c_str());
+  }
+  // Counters every process added to DIR/stats.json (best effort; see docs/cache-format.md).
+  const cache::StoreStats s = store->persisted_stats();
+  const uint64_t lookups = s.hits + s.misses;
+  std::printf("lookups:    %llu hits, %llu misses", static_cast<unsigned long long>(s.hits),
+              static_cast<unsigned long long>(s.misses));
+  if (lookups > 0) std::printf(" (%.1f%% hits)", 100.0 * static_cast<double>(s.hits) / lookups);
+  std::printf("\nbad:        %llu entries rejected\n",
+              static_cast<unsigned long long>(s.bad_entries));
+  std::printf("writes:     %llu entries written, %llu evicted\n",
+              static_cast<unsigned long long>(s.writes),
+              static_cast<unsigned long long>(s.evictions));
+}
+
+void run_verify(const CacheFlags& flags, bool remove) {
+  const std::string dir = resolve_dir(flags);
+  const auto store = open_store(dir, /*create=*/false);
+  const auto infos = store->list(/*verify=*/true);
+  size_t bad = 0, removed = 0;
+  for (const cache::EntryInfo& info : infos) {
+    if (info.valid) continue;
+    ++bad;
+    const bool can_remove = remove && !info.readonly;
+    if (can_remove) {
+      store->discard(info.key);
+      ++removed;
+    }
+    std::printf("BAD %s: %s%s\n", info.path.c_str(), info.problem.c_str(),
+                can_remove ? " (removed)" : (info.readonly ? " (read-only layer)" : ""));
+  }
+  std::printf("%zu entries checked, %zu bad\n", infos.size(), bad);
+  if (bad > removed) {
+    throw Error(ErrorCode::kInvalidArgument,
+                std::to_string(bad - removed) + " of " + std::to_string(infos.size()) +
+                    " cache entries are bad" +
+                    (remove ? " and in read-only layers"
+                            : "; 'normjit cache verify --remove' deletes those of the writable "
+                              "layer (they are rebuilt on demand)"));
+  }
+}
+
+void run_gc(const CacheFlags& flags, const std::string& max_text, int64_t temp_age) {
+  const std::string dir = resolve_dir(flags);
+  const auto store = open_store(dir, /*create=*/false);
+  uint64_t max = store->options().max_bytes;
+  if (!max_text.empty()) {
+    const auto parsed = cache::parse_byte_size(max_text);
+    if (!parsed)
+      throw_invalid_argument("--max-bytes", max_text, "expected a byte count such as 512M or 2G");
+    max = *parsed;
+  }
+  if (store->options().dir.empty()) {
+    std::printf("no cache directory at %s: nothing to collect\n", dir.c_str());
+    return;
+  }
+  uint64_t freed = store->gc(max);
+  if (temp_age >= 0) freed += store->sweep_temporaries(temp_age);
+  uint64_t left = 0;
+  size_t entries = 0;
+  for (const cache::EntryInfo& info : store->list(/*verify=*/false)) {
+    if (!info.readonly) {
+      left += info.bytes;
+      ++entries;
+    }
+  }
+  std::printf("evicted %s, freed %s; %s now holds %s, %s (limit %s)\n",
+              count(store->stats().evictions, "entry", "entries").c_str(),
+              human_bytes(freed).c_str(), dir.c_str(), count(entries, "entry", "entries").c_str(),
+              human_bytes(left).c_str(), human_bytes(max).c_str());
+}
+
+void run_clear(const CacheFlags& flags) {
+  const std::string dir = resolve_dir(flags);
+  const auto store = open_store(dir, /*create=*/false);
+  if (store->options().dir.empty()) {
+    std::printf("no cache directory at %s: nothing to clear\n", dir.c_str());
+    return;
+  }
+  size_t entries = 0;
+  for (const cache::EntryInfo& info : store->list(/*verify=*/false)) entries += !info.readonly;
+  const uint64_t freed = store->clear();
+  std::printf("removed %s (%s) from %s\n", count(entries, "entry", "entries").c_str(),
+              human_bytes(freed).c_str(), dir.c_str());
+}
+
+void print_explanation(const cache::Explanation& e) {
+  if (e.found) {
+    std::printf("present:    yes, in the %s layer %s\n            %s\n",
+                e.found->readonly ? "read-only" : "writable", e.found->layer.c_str(),
+                e.found->path.c_str());
+  } else {
+    std::printf("present:    no, in no layer\n");
+  }
+  if (!e.nearest) {
+    std::printf("nearest:    no %sentry to compare with\n", e.found ? "other " : "");
+    return;
+  }
+  std::printf("nearest:    %s (%s)\n            in %s; shares %zu of %zu preimage lines\n",
+              e.nearest->key.c_str(), spec_of(*e.nearest).c_str(), e.nearest->path.c_str(),
+              e.shared_lines, e.total_lines);
+  std::printf("differs:\n");
+  for (const std::string& line : e.missing) std::printf("  requested: %s\n", shorten(line).c_str());
+  for (const std::string& line : e.extra) std::printf("  stored:    %s\n", shorten(line).c_str());
+  if (!e.source_difference.empty()) std::printf("  %s\n", e.source_difference.c_str());
+}
+
+void run_explain(const CacheFlags& flags, const std::vector<std::string>& words,
+                 const std::string& arch) {
+  std::string request;
+  for (const std::string& word : words) request += (request.empty() ? "" : " ") + word;
+  const std::string dir = resolve_dir(flags);
+  const auto store = open_store(dir, /*create=*/false);
+  const auto infos = store->list(/*verify=*/false);
+
+  const bool is_key =
+      request.size() == 64 && request.find_first_not_of("0123456789abcdef") == std::string::npos;
+  std::string preimage;
+  if (is_key) {
+    std::printf("key:        %s\n", request.c_str());
+    for (const cache::EntryInfo& info : infos) {
+      if (info.key != request) continue;
+      if (!info.valid) {
+        std::printf("present:    a bad entry at %s: %s\n", info.path.c_str(), info.problem.c_str());
+        continue;
+      }
+      preimage = info.preimage;
+      break;
+    }
+    if (preimage.empty()) {
+      std::printf(
+          "present:    no valid entry in any layer; its preimage is unknown, so explain "
+          "the spec instead: normjit cache explain 'op=... shape=...' --arch sm_XX\n");
+      return;
+    }
+  } else {
+    const NormSpec spec = NormSpec::parse(request);
+    const Target target = Target::parse(arch);
+    preimage = key_inputs(spec, target).preimage();
+    std::printf("spec:       %s\ntarget:     %s\nkey:        %s\n", spec.to_string().c_str(),
+                target.name().c_str(), cache::sha256_hex(preimage).c_str());
+  }
+  print_explanation(cache::explain(infos, preimage));
+}
+
+}  // namespace
+
+void add_cache_command(CLI::App& app) {
+  CLI::App* cache = app.add_subcommand(
+      "cache", "Inspect and maintain the on-disk kernel cache (docs/cache-format.md)");
+  cache->require_subcommand(1);
+  cache->footer("Example:\n  normjit cache ls --cache-dir ~/.cache/normjit");
+
+  {
+    auto flags = std::make_shared<CacheFlags>();
+    CLI::App* ls = cache->add_subcommand("ls", "List the entries of every layer");
+    add_cache_dir_flag(*ls, *flags);
+    ls->footer("Example:\n  normjit cache ls --cache-dir /tmp/normjit-cache");
+    ls->callback([flags] { run_ls(*flags); });
+  }
+  {
+    auto flags = std::make_shared<CacheFlags>();
+    CLI::App* stats = cache->add_subcommand(
+        "stats", "Entries, bytes, and hit/miss counters accumulated by every process");
+    add_cache_dir_flag(*stats, *flags);
+    stats->footer("Example:\n  normjit cache stats --cache-dir ~/.cache/normjit");
+    stats->callback([flags] { run_stats(*flags); });
+  }
+  {
+    auto flags = std::make_shared<CacheFlags>();
+    auto remove = std::make_shared<bool>(false);
+    CLI::App* verify = cache->add_subcommand(
+        "verify", "Check every entry (checksums included); fails if any is bad");
+    add_cache_dir_flag(*verify, *flags);
+    verify->add_flag("--remove", *remove, "delete bad entries of the writable layer");
+    verify->footer("Example:\n  normjit cache verify --cache-dir ~/.cache/normjit --remove");
+    verify->callback([flags, remove] { run_verify(*flags, *remove); });
+  }
+  {
+    auto flags = std::make_shared<CacheFlags>();
+    auto max = std::make_shared<std::string>();
+    auto temp_age = std::make_shared<int64_t>(-1);
+    CLI::App* gc = cache->add_subcommand(
+        "gc", "Evict least recently used entries down to a size; sweep stale temporary files");
+    add_cache_dir_flag(*gc, *flags);
+    gc->add_option("--max-bytes", *max,
+                   "size to shrink the writable layer to, e.g. 512M or 2G "
+                   "(default: NORMJIT_CACHE_MAX_BYTES, else 2G)");
+    gc->add_option("--temp-age", *temp_age,
+                   "also remove temporary files older than this many seconds (default: 3600, "
+                   "so that writers still running keep theirs)");
+    gc->footer("Example:\n  normjit cache gc --cache-dir ~/.cache/normjit --max-bytes 512M");
+    gc->callback([flags, max, temp_age] { run_gc(*flags, *max, *temp_age); });
+  }
+  {
+    auto flags = std::make_shared<CacheFlags>();
+    CLI::App* clear = cache->add_subcommand(
+        "clear", "Remove every entry of the writable layer (read-only layers are kept)");
+    add_cache_dir_flag(*clear, *flags);
+    clear->footer("Example:\n  normjit cache clear --cache-dir /tmp/normjit-cache");
+    clear->callback([flags] { run_clear(*flags); });
+  }
+  {
+    auto flags = std::make_shared<CacheFlags>();
+    auto words = std::make_shared<std::vector<std::string>>();
+    auto arch = std::make_shared<std::string>("sm_90");
+    CLI::App* explain = cache->add_subcommand(
+        "explain",
+        "Say whether a spec (or key) is cached and, if not, how the nearest entry differs");
+    add_cache_dir_flag(*explain, *flags);
+    explain
+        ->add_option("request", *words,
+                     "a spec in canonical form (op=rmsnorm shape=8,64,32,32 dtype=f32 ...) "
+                     "or a 64-digit key")
+        ->required();
+    explain->add_option("--arch", *arch, "target of the spec (default sm_90)");
+    explain->footer(
+        "Examples:\n"
+        "  normjit cache explain op=rmsnorm shape=8,64,32,32 dtype=f32 affine=none eps=1e-05 "
+        "--arch sm_90\n"
+        "  normjit cache explain 2fc9f6e371f274dbc96953be3dbfbc390e804461bee426e5245d1e850bbb73fe");
+    explain->callback([flags, words, arch] { run_explain(*flags, *words, *arch); });
+  }
+}
+
 }  // namespace normjit::tools

@@ -12,6 +12,7 @@
 #include "runtime/device.hpp"
 #include "tools/commands.hpp"
 #include "tools/reference.hpp"
+#include "tools/util.hpp"
 
 namespace normjit::tools {
 namespace {
@@ -22,36 +23,6 @@ struct DemoOptions {
   int repeat = 10;
   int samples = 64;
 };
-
-std::vector<NormSpec> seed_specs() {
-  std::vector<NormSpec> specs;
-  for (const char* dtype : {"f32", "bf16"}) {
-    const std::string d = dtype;
-    specs.push_back(NormSpec::parse("op=rmsnorm shape=112,64,512,512 dtype=" + d + " affine=none"));
-    specs.push_back(NormSpec::parse("op=layernorm shape=16,64,256,256 dtype=" + d +
-                                    " normalized_dims=3 affine=both"));
-    specs.push_back(NormSpec::parse("op=groupnorm shape=112,64,512,512 dtype=" + d +
-                                    " groups=8 affine=both"));
-  }
-  return specs;
-}
-
-// Fills a device buffer with a random pattern (mean 0.5, std 2) of 16 Mi elements repeated,
-// so that multi-GB seeds fill in a second.
-void fill_random(device::Buffer& buffer, Dtype dtype, uint64_t seed) {
-  const size_t element = size_of(dtype);
-  const size_t count = buffer.bytes() / element;
-  const size_t pattern = std::min<size_t>(count, size_t{1} << 24);
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> normal(0.5f, 2.0f);
-  std::vector<float> values(pattern);
-  for (float& v : values) v = normal(rng);
-  const std::vector<unsigned char> bytes = reference::encode(dtype, values);
-  for (size_t done = 0; done < count; done += pattern) {
-    const size_t n = std::min(pattern, count - done);
-    buffer.upload(bytes.data(), n * element, done * element);
-  }
-}
 
 std::vector<double> download_at(const device::Buffer& buffer, Dtype dtype,
                                 const reference::Unit& unit) {

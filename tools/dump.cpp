@@ -1,14 +1,22 @@
 // normjit dump: what normjit generates for a spec: the plan, the entry source, the PTX and
-// ptxas's resource report. Needs no GPU (then --arch is required).
+// ptxas's resource report. Needs no GPU (then --arch is required). --cache-entry KEY shows the
+// same views of a kernel already in the cache.
+#include <errno.h>
+#include <sys/stat.h>
+
+#include <cstring>
 #include <fstream>
 #include <iostream>
+#include <nlohmann/json.hpp>
 
+#include "cache/cache.hpp"
 #include "generator/emit.hpp"
 #include "generator/plan.hpp"
 #include "normjit/normjit.hpp"
 #include "runtime/compiler.hpp"
 #include "runtime/driver.hpp"
 #include "tools/commands.hpp"
+#include "tools/util.hpp"
 
 namespace normjit::tools {
 namespace {
@@ -18,6 +26,8 @@ struct DumpOptions {
   std::string emit = "plan";
   std::string arch;
   std::string output;
+  std::string cache_entry;  // a key: dump the cached entry instead of a spec
+  std::string cache_dir;
 };
 
 // The arch of GPU 0 when there is one.
@@ -32,37 +42,138 @@ std::string device_arch() {
   return "sm_" + std::to_string(major * 10 + minor);
 }
 
-void run_dump(const DumpOptions& o) {
+std::string dump_spec(const DumpOptions& o) {
+  if (o.spec.op.empty() || o.spec.shape.empty()) {
+    throw_invalid_argument(o.spec.op.empty() ? "--op" : "--shape", "(missing)",
+                           "dump needs a spec (--op and --shape) or --cache-entry KEY");
+  }
   const NormSpec spec = o.spec.resolve();
   std::string arch = o.arch;
   if (arch.empty()) arch = device_arch();
   if (arch.empty()) {
-    throw_invalid_argument("--arch", "(missing)",
-                           "no GPU here (" + gpu_unavailable_reason() +
-                               "); name the target, e.g. --arch sm_90");
+    throw_invalid_argument(
+        "--arch", "(missing)",
+        "no GPU here (" + gpu_unavailable_reason() + "); name the target, e.g. --arch sm_90");
   }
-  const Target target = Target::parse(arch);
+  const Target target = parse_arch("--arch", arch);
   const KernelPlan p = plan(spec, target);
   const EmittedKernel emitted = emit(p);
-  std::string text;
-  if (o.emit == "plan") {
-    text = "spec: " + spec.to_string() + "\n" + p.to_string();
-  } else if (o.emit == "source") {
-    text = emitted.source;
+  if (o.emit == "plan") return "spec: " + spec.to_string() + "\n" + p.to_string();
+  if (o.emit == "source") return emitted.source;
+  const CompiledKernel compiled = compile(emitted, target);
+  if (o.emit == "ptx") return compiled.ptx;
+  return "kernel: " + compiled.lowered_name + "\narch: " + target.name() + "\n" +
+         parse_resources(compiled.log).to_string();
+}
+
+bool is_directory(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// The value of the preimage line "name: value", unescaped; empty when absent.
+std::string preimage_field(const std::string& preimage, const std::string& name) {
+  const std::string prefix = name + ": ";
+  size_t begin = 0;
+  while (begin < preimage.size()) {
+    size_t end = preimage.find('\n', begin);
+    if (end == std::string::npos) end = preimage.size();
+    const std::string_view line(preimage.data() + begin, end - begin);
+    if (line.substr(0, prefix.size()) == prefix) {
+      return cache::preimage_unescape(line.substr(prefix.size()));
+    }
+    begin = end + 1;
+  }
+  return "";
+}
+
+// The entry stores no NVRTC log, so the resource report comes from compiling the entry's own
+// source, name expression and target again; a byte-identical cubin proves the report is the
+// entry's.
+std::string entry_resources(const cache::Entry& entry) {
+  const EmittedKernel emitted{preimage_field(entry.preimage, "source"),
+                              preimage_field(entry.preimage, "name_expression")};
+  const std::string target_name = preimage_field(entry.preimage, "target");
+  if (emitted.source.empty() || emitted.name_expression.empty() || target_name.empty()) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "cache entry " + entry.key +
+                    " lacks the source, name expression or target in "
+                    "its preimage; it cannot be recompiled for a resource report");
+  }
+  const Target target = Target::parse(target_name);
+  const CompiledKernel compiled = compile(emitted, target);
+  std::string note;
+  if (compiled.cubin == entry.cubin) {
+    note = "recompiled the entry's source: cubin identical to the entry's";
   } else {
-    const CompiledKernel compiled = compile(emitted, target);
-    if (o.emit == "ptx") {
-      text = compiled.ptx;
+    const std::string stored = preimage_field(entry.preimage, "compiler");
+    note = "recompiled the entry's source: cubin differs from the entry's (entry built by " +
+           stored + ", this is " + nvrtc_version() + ")";
+  }
+  return "kernel: " + compiled.lowered_name + "\narch: " + target.name() + "\n" +
+         parse_resources(compiled.log).to_string() + "note: " + note + "\n";
+}
+
+std::string dump_entry(const DumpOptions& o) {
+  const std::string& key = o.cache_entry;
+  if (key.size() != 64 || key.find_first_not_of("0123456789abcdef") != std::string::npos) {
+    throw_invalid_argument("--cache-entry", "'" + key + "'",
+                           "expected a key of 64 lowercase hex digits, as 'normjit cache ls' "
+                           "prints");
+  }
+  if (!o.spec.op.empty() || !o.spec.shape.empty() || !o.arch.empty()) {
+    throw_invalid_argument("--cache-entry", "'" + key + "'",
+                           "names a compiled kernel; leave out the spec flags and --arch");
+  }
+  // Every layer is opened read-only: dumping never creates, stamps or removes anything.
+  std::vector<std::string> searched, layers;
+  const std::string dir = o.cache_dir.empty() ? default_cache_dir() : o.cache_dir;
+  std::vector<std::string> candidates;
+  if (!dir.empty()) candidates.push_back(dir);
+  for (const std::string& layer : cache::StoreOptions::from_env().readonly) {
+    candidates.push_back(layer);
+  }
+  for (const std::string& layer : candidates) {
+    if (is_directory(layer)) {
+      layers.push_back(layer);
+      searched.push_back(layer);
     } else {
-      text = "kernel: " + compiled.lowered_name + "\narch: " + target.name() + "\n" +
-             parse_resources(compiled.log).to_string();
+      searched.push_back(layer + " (missing)");
     }
   }
+  cache::StoreOptions options;
+  options.readonly = layers;
+  cache::Store store(options);
+  const std::optional<cache::Entry> entry = store.load(key);
+  if (!entry) {
+    std::string where;
+    for (const std::string& s : searched) where += (where.empty() ? "" : ", ") + s;
+    throw Error(
+        ErrorCode::kCacheMiss,
+        "no valid cache entry " + key + " in " +
+            (where.empty() ? std::string("any directory (no --cache-dir, HOME unset)") : where));
+  }
+  if (o.emit == "plan") {
+    const nlohmann::ordered_json metadata =
+        nlohmann::ordered_json::parse(entry->metadata, nullptr, /*allow_exceptions=*/false);
+    return (metadata.is_discarded() ? entry->metadata : metadata.dump(2)) + "\n";
+  }
+  if (o.emit == "source") return preimage_field(entry->preimage, "source");
+  if (o.emit == "ptx") return entry->ptx;
+  return entry_resources(*entry);
+}
+
+void run_dump(const DumpOptions& o) {
+  const std::string text = o.cache_entry.empty() ? dump_spec(o) : dump_entry(o);
   if (o.output.empty() || o.output == "-") {
     std::cout << text;
     return;
   }
   std::ofstream out(o.output, std::ios::binary);
+  if (!out) {
+    throw_invalid_argument("-o", "'" + o.output + "'",
+                           std::string("cannot be written (") + std::strerror(errno) + ")");
+  }
   if (!(out << text) || !out.flush()) {
     throw_invalid_argument("-o", "'" + o.output + "'", "cannot be written");
   }
@@ -76,14 +187,25 @@ void add_dump_command(CLI::App& app) {
       "dump",
       "Show what normjit generates for a spec: the plan (strategy, grid, block, vector width,\n"
       "why), the entry source, the PTX, or ptxas's resource report (registers, spills, stack).\n"
-      "Works without a GPU when --arch names the target.\n"
-      "Example: normjit dump --op groupnorm --shape 2,64,32,32 --groups 8 --emit resources "
-      "--arch sm_90");
-  options->spec.add_to(*dump, /*required=*/true);
+      "Works without a GPU when --arch names the target. --cache-entry KEY shows the same\n"
+      "views of a cached kernel (plan: its metadata).");
+  // Not required by CLI11: --cache-entry replaces them; run_dump says which one is missing.
+  options->spec.add_to(*dump, /*required=*/false);
   dump->add_option("--emit", options->emit, "plan | source | ptx | resources (default plan)")
       ->check(CLI::IsMember({"plan", "source", "ptx", "resources"}));
   dump->add_option("--arch", options->arch, "target such as sm_80, sm_90, sm_90a (default: GPU 0)");
   dump->add_option("-o,--output", options->output, "write to FILE instead of stdout");
+  dump->add_option("--cache-entry", options->cache_entry,
+                   "dump the cached kernel with this key (from 'normjit cache ls') instead");
+  dump->add_option("--cache-dir", options->cache_dir,
+                   "--cache-entry: cache directory (default: $NORMJIT_CACHE_DIR, else "
+                   "~/.cache/normjit); NORMJIT_CACHE_READONLY layers are searched too");
+  dump->footer(
+      "Example:\n"
+      "  normjit dump --op groupnorm --shape 2,64,32,32 --groups 8 --emit resources --arch sm_90\n"
+      "  normjit dump --op rmsnorm --shape 8,64,32,32 --emit ptx --arch sm_90 -o rms.ptx\n"
+      "  normjit dump --cache-entry "
+      "2fc9f6e371f274dbc96953be3dbfbc390e804461bee426e5245d1e850bbb73fe --emit plan");
   dump->callback([options] { run_dump(*options); });
 }
 

@@ -1,12 +1,611 @@
-// normjit prewarm: compile every spec of a manifest into a cache directory, without a GPU.
-#include "tools/commands.hpp"
+// normjit prewarm: compile every (spec, arch) of a manifest into a cache directory, in
+// parallel, on a build machine without a GPU; --check lists what a directory lacks.
+//
+// Never touches the CUDA driver (Engine::precompile needs only NVRTC), so it runs in image
+// builds and CI. See docs/deployment.md.
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+#include <unordered_map>
+
+#include "cache/cache.hpp"
+#include "generator/plan.hpp"
 #include "normjit/error.hpp"
+#include "normjit/normjit.hpp"
+#include "runtime/compiler.hpp"
+#include "tools/commands.hpp"
+#include "tools/util.hpp"
 
 namespace normjit::tools {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct PrewarmOptions {
+  std::string manifest;
+  std::vector<std::string> archs;
+  std::string cache_dir;
+  int jobs = 0;  // 0: one per hardware thread
+  bool check = false;
+};
+
+struct ManifestEntry {
+  NormSpec spec;
+  std::string where;  // "entry 3 (line 9)", for messages
+};
+
+// ---------------------------------------------------------------------------------------
+// The manifest
+
+std::string read_manifest(const std::string& path) {
+  const auto unreadable = [&](int error) {
+    throw_invalid_argument("manifest", "'" + path + "'",
+                           std::string("cannot be read (") + std::strerror(error) + ")");
+  };
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) unreadable(errno);
+  std::string text;
+  char buffer[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buffer, sizeof(buffer));
+    if (n == 0) break;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const int error = errno;  // EISDIR for a directory
+      ::close(fd);
+      unreadable(error);
+    }
+    text.append(buffer, size_t(n));
+  }
+  ::close(fd);
+  return text;
+}
+
+// The line (1-based) on which each element of the top-level JSON array starts. The parser
+// does not report positions of values, and a scan that only tracks strings and nesting is
+// enough to point a person at the entry an error is about. Only used on text that parsed.
+std::vector<int> element_lines(std::string_view text) {
+  std::vector<int> lines;
+  int line = 1, depth = 0;
+  bool in_string = false, escaped = false, expect_element = false;
+  for (const char c : text) {
+    if (c == '\n') ++line;
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == ' ' || c == '\t' || c == '\r' || c == '\n') continue;
+    if (depth == 1 && expect_element && c != ']') {
+      lines.push_back(line);
+      expect_element = false;
+    }
+    switch (c) {
+      case '"':
+        in_string = true;
+        break;
+      case '[':
+      case '{':
+        if (++depth == 1) expect_element = true;
+        break;
+      case ']':
+      case '}':
+        --depth;
+        break;
+      case ',':
+        if (depth == 1) expect_element = true;
+        break;
+      default:
+        break;
+    }
+  }
+  return lines;
+}
+
+// A JSON value as it appears in an error message: compact, one line, bounded.
+std::string json_text(const nlohmann::json& value) {
+  std::string text = value.dump(-1, ' ', /*ensure_ascii=*/true);
+  if (text.size() > 60) text = text.substr(0, 57) + "...";
+  return text;
+}
+
+[[noreturn]] void wrong_type(const std::string& field, const nlohmann::json& value,
+                             const std::string& expected) {
+  throw_invalid_argument(field, json_text(value),
+                         std::string("is a JSON ") + value.type_name() + "; expected " + expected);
+}
+
+std::string string_field(const std::string& field, const nlohmann::json& value,
+                         const char* example) {
+  if (!value.is_string()) wrong_type(field, value, std::string("a string such as ") + example);
+  return value.get<std::string>();
+}
+
+int64_t integer_field(const std::string& field, const nlohmann::json& value, int64_t min,
+                      int64_t max) {
+  if (!value.is_number_integer()) wrong_type(field, value, "an integer");
+  const bool fits = value.is_number_unsigned()
+                        ? value.get<uint64_t>() <= static_cast<uint64_t>(max)
+                        : value.get<int64_t>() >= min && value.get<int64_t>() <= max;
+  if (!fits) throw_invalid_argument(field, json_text(value), "is out of range");
+  return value.get<int64_t>();
+}
+
+// One manifest entry: the spec flags' names as fields, omitted ones taking the flags' defaults.
+NormSpec entry_spec(const nlohmann::json& entry) {
+  constexpr const char* kExample = "{\"op\": \"rmsnorm\", \"shape\": [8, 64, 32, 32]}";
+  if (!entry.is_object()) {
+    throw_invalid_argument(
+        "entry", json_text(entry),
+        std::string("is a JSON ") + entry.type_name() + "; expected an object such as " + kExample);
+  }
+  SpecFields f;
+  for (const auto& [name, value] : entry.items()) {
+    if (name == "op") {
+      f.op = parse_op(string_field(name, value, "\"rmsnorm\""), name);
+    } else if (name == "shape") {
+      constexpr const char* kShape = "a list of integers such as [8, 64, 32, 32]";
+      if (value.is_string()) {  // the flag's syntax, "8,64,32,32", is accepted too
+        f.shape = parse_shape(value.get<std::string>(), name);
+      } else if (value.is_array()) {
+        std::vector<int64_t> shape;
+        for (const nlohmann::json& size : value) {
+          if (!size.is_number_integer()) {
+            throw_invalid_argument(
+                name, json_text(value),
+                "size " + json_text(size) + " is not an integer; expected " + kShape);
+          }
+          shape.push_back(integer_field(name, size, std::numeric_limits<int64_t>::min(),
+                                        std::numeric_limits<int64_t>::max()));
+        }
+        f.shape = std::move(shape);
+      } else {
+        wrong_type(name, value, kShape);
+      }
+    } else if (name == "dtype") {
+      f.dtype = parse_dtype(string_field(name, value, "\"bf16\""), name);
+    } else if (name == "normalized_dims") {
+      f.normalized_dims = int(integer_field(name, value, INT_MIN, INT_MAX));
+    } else if (name == "groups") {
+      f.groups = integer_field(name, value, std::numeric_limits<int64_t>::min(),
+                               std::numeric_limits<int64_t>::max());
+    } else if (name == "affine") {
+      f.affine = parse_affine(string_field(name, value, "\"both\""), name);
+    } else if (name == "eps") {
+      if (!value.is_number()) wrong_type(name, value, "a number such as 1e-5");
+      f.eps = value.get<double>();
+    } else {
+      throw_invalid_argument("field", "\"" + name + "\"",
+                             "unknown; the fields are op, shape, dtype, normalized_dims, groups, "
+                             "affine, eps");
+    }
+  }
+  return NormSpec::from_fields(f);
+}
+
+// Every entry, validated before anything compiles: a bad manifest is one error naming the
+// entry (index and line) and the offending value.
+std::vector<ManifestEntry> parse_manifest(const std::string& path) {
+  const std::string text = read_manifest(path);
+  const std::string what = "manifest '" + path + "'";
+  nlohmann::json manifest;
+  try {
+    manifest = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    // "[json.exception.parse_error.101] parse error at line 3, column 5: ..." without the tag.
+    std::string message = e.what();
+    if (const size_t tag = message.find("] "); tag != std::string::npos) {
+      message = message.substr(tag + 2);
+    }
+    for (char& c : message) {
+      if (c == '\n' || c == '\r') c = ' ';
+    }
+    throw Error(ErrorCode::kInvalidArgument, what + " is not valid JSON: " + message);
+  }
+  if (!manifest.is_array()) {
+    throw Error(ErrorCode::kInvalidArgument,
+                what + " is a JSON " + std::string(manifest.type_name()) +
+                    "; expected a list of specs such as [{\"op\": \"rmsnorm\", \"shape\": [8, "
+                    "64, 32, 32]}]");
+  }
+  const std::vector<int> lines = element_lines(text);
+  std::vector<ManifestEntry> entries;
+  for (size_t i = 0; i < manifest.size(); ++i) {
+    std::string where = "entry " + std::to_string(i);
+    if (i < lines.size()) where += " (line " + std::to_string(lines[i]) + ")";
+    try {
+      entries.push_back({entry_spec(manifest[i]), where});
+    } catch (const Error& e) {
+      throw Error(e.code(), what + ", " + where + ": " + e.what());
+    }
+  }
+  return entries;
+}
+
+// ---------------------------------------------------------------------------------------
+// Shared pieces of prewarm and --check
+
+std::vector<Target> parse_archs(const std::vector<std::string>& archs) {
+  std::vector<Target> targets;
+  for (const std::string& arch : archs) {
+    const Target target = parse_arch("--arch", arch);
+    if (std::find(targets.begin(), targets.end(), target) == targets.end()) {
+      targets.push_back(target);
+    }
+  }
+  if (targets.empty()) {
+    throw_invalid_argument("--arch", "''", "name at least one target, e.g. --arch sm_80,sm_90");
+  }
+  return targets;
+}
+
+std::string cache_dir_of(const PrewarmOptions& o) {
+  const std::string dir = o.cache_dir.empty() ? default_cache_dir() : o.cache_dir;
+  if (dir.empty()) {
+    throw_invalid_argument("--cache-dir", "(missing)",
+                           "no default cache directory (HOME is unset); name one");
+  }
+  return dir;
+}
+
+bool is_directory(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// A store that only reads dir: the entries a later process would find there, and nothing
+// written, created, stamped or removed on the way (the directory may be a shipped image).
+std::unique_ptr<cache::Store> read_only_store(const std::string& dir) {
+  cache::StoreOptions options;
+  options.readonly = {dir};
+  return std::make_unique<cache::Store>(options);
+}
+
+// One (entry, arch) pair: one kernel.
+struct Task {
+  size_t entry = 0;
+  Target target;
+  std::string key;    // empty when the spec cannot be planned for the target (error says why)
+  std::string error;  // why it failed
+  enum class Result { kPending, kCompiled, kCached, kFailed } result = Result::kPending;
+};
+
+std::vector<Task> make_tasks(const std::vector<ManifestEntry>& entries,
+                             const std::vector<Target>& targets) {
+  std::vector<Task> tasks;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    for (const Target& target : targets) {
+      Task t;
+      t.entry = i;
+      t.target = target;
+      try {
+        t.key = key_inputs(entries[i].spec, target).key();
+      } catch (const Error& e) {
+        // Not yet supported (or not plannable for this target): a failed kernel, not a bad
+        // manifest, so that the rest still compiles.
+        t.error = e.what();
+        t.result = Task::Result::kFailed;
+      }
+      tasks.push_back(std::move(t));
+    }
+  }
+  return tasks;
+}
+
+std::string describe(const std::vector<ManifestEntry>& entries, const Task& t) {
+  return entries[t.entry].spec.to_string() + " arch=" + t.target.name();
+}
+
+std::string plural(size_t n, const char* one, const char* many) {
+  return std::to_string(n) + " " + (n == 1 ? one : many);
+}
+
+std::string duration_text(double seconds) {
+  char text[32];
+  if (seconds < 60) {
+    std::snprintf(text, sizeof(text), "%.0fs", seconds);
+  } else if (seconds < 3600) {
+    std::snprintf(text, sizeof(text), "%dm%02ds", int(seconds) / 60, int(seconds) % 60);
+  } else {
+    std::snprintf(text, sizeof(text), "%dh%02dm", int(seconds) / 3600, int(seconds) / 60 % 60);
+  }
+  return text;
+}
+
+// Indents every line after the first, so that a multi-line message (an NVRTC log) reads as
+// part of the item it belongs to.
+std::string indent(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    out += c;
+    if (c == '\n') out += "    ";
+  }
+  while (!out.empty() && (out.back() == ' ' || out.back() == '\n')) out.pop_back();
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------
+// --check
+
+void run_check(const PrewarmOptions& o, const std::vector<ManifestEntry>& entries,
+               const std::vector<Target>& targets) {
+  const std::string dir = cache_dir_of(o);
+  const bool exists = is_directory(dir);
+  const auto store = exists ? read_only_store(dir) : nullptr;
+  const std::vector<Task> tasks = make_tasks(entries, targets);
+  size_t present = 0, missing = 0, unknown = 0;
+  for (const Task& t : tasks) {
+    const std::string what = entries[t.entry].where + ": " + describe(entries, t);
+    if (t.key.empty()) {
+      ++unknown;
+      std::printf("cannot check %s: %s\n", what.c_str(), indent(t.error).c_str());
+    } else if (store && store->load(t.key)) {
+      ++present;
+    } else {
+      ++missing;
+      std::printf("missing %s key=%s\n", what.c_str(), t.key.c_str());
+    }
+  }
+  std::printf("%s%s holds %zu of %s of %s; %zu missing%s\n", dir.c_str(),
+              exists ? "" : " (no such directory)", present,
+              plural(tasks.size(), "kernel", "kernels").c_str(), o.manifest.c_str(), missing,
+              unknown ? (", " + std::to_string(unknown) + " cannot be checked").c_str() : "");
+  std::fflush(stdout);
+  if (missing + unknown > 0) {
+    throw Error(ErrorCode::kCacheMiss,
+                std::to_string(missing + unknown) + " of " + std::to_string(tasks.size()) +
+                    " kernels of " + o.manifest + " are not in " + dir +
+                    "; run 'normjit prewarm' with the same manifest, --arch and normjit build");
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// prewarm
+
+// Progress on stderr: one rewritten line on a terminal, one line per kernel otherwise (logs
+// of image builds). Warnings of the cache go through the same lock so lines never interleave.
+class Progress {
+ public:
+  Progress(size_t total, bool terminal)
+      : total_(total), terminal_(terminal), start_(Clock::now()) {}
+
+  void finished(const std::string& what, const Task& t, double seconds) {
+    std::lock_guard lock(mutex_);
+    ++done_;
+    if (t.result == Task::Result::kFailed) ++failed_;
+    if (terminal_) {
+      draw();
+      return;
+    }
+    const char* verb = t.result == Task::Result::kCompiled ? "compiled"
+                       : t.result == Task::Result::kCached ? "cached  "
+                                                           : "FAILED  ";
+    std::fprintf(stderr, "[%zu/%zu] %s %s (%.1fs)\n", done_, total_, verb, what.c_str(), seconds);
+  }
+
+  void warning(const std::string& message) {
+    std::lock_guard lock(mutex_);
+    if (terminal_) std::fputs("\r\033[K", stderr);
+    std::fprintf(stderr, "normjit: warning: %s\n", message.c_str());
+    if (terminal_ && done_ > 0) draw();
+  }
+
+  void end() {
+    std::lock_guard lock(mutex_);
+    if (terminal_ && done_ > 0) std::fputc('\n', stderr);
+  }
+
+ private:
+  void draw() {
+    const double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
+    const double rate = elapsed > 0 ? double(done_) / elapsed : 0;
+    const std::string eta = rate > 0 ? duration_text(double(total_ - done_) / rate) : "?";
+    std::fprintf(stderr, "\r\033[K[%zu/%zu] %.2f specs/s ETA %s", done_, total_, rate, eta.c_str());
+    if (failed_) std::fprintf(stderr, ", %zu failed", failed_);
+    std::fflush(stderr);
+  }
+
+  std::mutex mutex_;
+  const size_t total_;
+  const bool terminal_;
+  const Clock::time_point start_;
+  size_t done_ = 0, failed_ = 0;
+};
+
+// Restores the default warning sink however the command ends.
+struct SinkGuard {
+  ~SinkGuard() { cache::set_warning_sink(nullptr); }
+};
+
+// A prewarm that wrote nothing would pass for a success, so an unusable directory is an error
+// here (the library only warns and falls back to memory).
+void require_writable(const std::string& dir, uint64_t max_bytes) {
+  std::vector<std::string> warnings;
+  SinkGuard restore;
+  cache::set_warning_sink([&](const std::string& w) { warnings.push_back(w); });
+  cache::StoreOptions options;
+  options.dir = dir;
+  options.max_bytes = max_bytes;
+  const cache::Store probe(options);
+  if (probe.writable()) return;
+  std::string why;
+  for (const std::string& w : warnings) why += (why.empty() ? "" : "; ") + w;
+  throw_invalid_argument("--cache-dir", "'" + dir + "'",
+                         "cannot be written" + (why.empty() ? "" : " (" + why + ")"));
+}
+
+void run_prewarm(const PrewarmOptions& o, const std::vector<ManifestEntry>& entries,
+                 const std::vector<Target>& targets) {
+  const std::string dir = cache_dir_of(o);
+  // The directory must end up complete by itself, whatever the byte cap: it is shipped, and
+  // production reads it as a read-only layer, where no cap applies.
+  const uint64_t no_cap = std::numeric_limits<uint64_t>::max() / 2;
+  require_writable(dir, no_cap);
+  // Kernels found in NORMJIT_CACHE_READONLY layers would count as "already cached" without
+  // being written to dir; only dir counts here. Still single-threaded: setenv is safe.
+  ::unsetenv("NORMJIT_CACHE_READONLY");
+  EngineOptions engine_options;
+  engine_options.cache_dir = dir;
+  engine_options.cache_max_bytes = no_cap;
+  Engine engine(engine_options);
+
+  std::vector<Task> tasks = make_tasks(entries, targets);
+  // Entries that differ only in the batch (or eps) share a kernel: compile each key once.
+  std::vector<size_t> work;
+  std::set<std::string> keys;
+  size_t duplicates = 0;
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    if (!tasks[i].key.empty() && !keys.insert(tasks[i].key).second) {
+      ++duplicates;
+      continue;
+    }
+    work.push_back(i);
+  }
+
+  const unsigned hardware = std::max(1u, std::thread::hardware_concurrency());
+  const size_t jobs =
+      std::min<size_t>(o.jobs > 0 ? size_t(o.jobs) : hardware, std::max<size_t>(work.size(), 1));
+  const bool terminal = ::isatty(STDERR_FILENO) == 1;
+  std::fprintf(stderr, "prewarm: %s (%s x %s) into %s with %s\n",
+               plural(work.size(), "kernel", "kernels").c_str(),
+               plural(entries.size(), "spec", "specs").c_str(),
+               plural(targets.size(), "arch", "archs").c_str(), dir.c_str(),
+               plural(jobs, "thread", "threads").c_str());
+  Progress progress(work.size(), terminal);
+  SinkGuard restore;
+  cache::set_warning_sink([&progress](const std::string& w) { progress.warning(w); });
+
+  const Clock::time_point start = Clock::now();
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t w; (w = next.fetch_add(1)) < work.size();) {
+      Task& t = tasks[work[w]];
+      const Clock::time_point t0 = Clock::now();
+      if (t.result != Task::Result::kFailed) {
+        try {
+          const bool compiled = engine.precompile(entries[t.entry].spec, t.target.name());
+          t.result = compiled ? Task::Result::kCompiled : Task::Result::kCached;
+        } catch (const std::exception& e) {
+          t.result = Task::Result::kFailed;
+          t.error = e.what();
+        }
+      }
+      progress.finished(describe(entries, t), t,
+                        std::chrono::duration<double>(Clock::now() - t0).count());
+    }
+  };
+  std::vector<std::thread> threads;
+  for (size_t i = 1; i < jobs; ++i) threads.emplace_back(worker);
+  worker();
+  for (std::thread& thread : threads) thread.join();
+  progress.end();
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+
+  // Read back what a deployment will read: a save that failed (full disk, lost permission)
+  // leaves the kernel in this process's memory only, which must not pass for success.
+  const auto check = read_only_store(dir);
+  for (size_t i : work) {
+    Task& t = tasks[i];
+    if (t.result == Task::Result::kFailed || check->load(t.key)) continue;
+    t.result = Task::Result::kFailed;
+    t.error = "compiled, but not found in " + dir + " afterwards (see the warnings above)";
+  }
+
+  size_t compiled = 0, cached = 0, failed = 0;
+  for (size_t i : work) {
+    const Task& t = tasks[i];
+    compiled += t.result == Task::Result::kCompiled;
+    cached += t.result == Task::Result::kCached;
+    if (t.result == Task::Result::kFailed) {
+      ++failed;
+      std::fprintf(stderr, "failed: %s: %s: %s\n", entries[t.entry].where.c_str(),
+                   describe(entries, t).c_str(), indent(t.error).c_str());
+    }
+  }
+  std::fflush(stderr);
+  std::printf("prewarm: %zu compiled, %zu already cached, %zu failed (%s in %s", compiled, cached,
+              failed, plural(work.size(), "kernel", "kernels").c_str(), dir.c_str());
+  if (duplicates) {
+    std::printf("; %zu more (spec, arch) pairs differ only in batch or eps", duplicates);
+  }
+  std::printf(", %.1f s)\n", seconds);
+  std::fflush(stdout);
+  if (failed) {
+    throw Error(ErrorCode::kCompile, std::to_string(failed) + " of " +
+                                         plural(work.size(), "kernel", "kernels") +
+                                         " failed (listed above)");
+  }
+}
+
+void run(const PrewarmOptions& o) {
+  const std::vector<Target> targets = parse_archs(o.archs);
+  const std::vector<ManifestEntry> entries = parse_manifest(o.manifest);
+  if (o.check) {
+    run_check(o, entries, targets);
+  } else {
+    run_prewarm(o, entries, targets);
+  }
+}
+
+}  // namespace
 
 void add_prewarm_command(CLI::App& app) {
-  CLI::App* prewarm = app.add_subcommand("prewarm", "Compile every spec of a manifest into a cache (not yet implemented)");
-  prewarm->callback([] { throw Error(ErrorCode::kUnsupported, "prewarm is not implemented yet"); });
+  auto options = std::make_shared<PrewarmOptions>();
+  CLI::App* prewarm = app.add_subcommand(
+      "prewarm",
+      "Compile every spec of a manifest for every listed architecture into a cache directory,\n"
+      "in parallel. Needs no GPU and never initializes CUDA, so it runs on build machines; ship\n"
+      "the directory and point NORMJIT_CACHE_READONLY at it (docs/deployment.md).\n"
+      "The manifest is a JSON list of specs whose fields are the spec flags' names: op, shape\n"
+      "(list of ints), dtype, normalized_dims, groups, affine, eps; omitted fields take the\n"
+      "flags' defaults. Exits non-zero if any kernel fails. --check compiles nothing and fails\n"
+      "if any kernel is missing from the directory (CI of deployment images).");
+  prewarm->add_option("manifest", options->manifest, "JSON manifest of specs")->required();
+  prewarm
+      ->add_option("--arch", options->archs,
+                   "targets, comma-separated: sm_80,sm_90,sm_90a (must match the GPUs that run "
+                   "the kernels)")
+      ->delimiter(',')
+      ->required();
+  prewarm->add_option("--cache-dir", options->cache_dir,
+                      "directory to fill (default: $NORMJIT_CACHE_DIR, else "
+                      "$XDG_CACHE_HOME/normjit, else ~/.cache/normjit)");
+  prewarm
+      ->add_option("-j,--jobs", options->jobs, "parallel compilations (default: hardware threads)")
+      ->check(CLI::Range(1, 1024));
+  prewarm->add_flag("--check", options->check,
+                    "compile nothing; list the kernels missing from the directory and fail if any");
+  prewarm->footer(
+      "Example:\n"
+      "  normjit prewarm tools/manifests/seeds.json --arch sm_80,sm_90 --cache-dir "
+      "/opt/app/normjit-cache -j 8\n"
+      "  normjit prewarm tools/manifests/seeds.json --arch sm_80,sm_90 --cache-dir "
+      "/opt/app/normjit-cache --check\n"
+      "Manifest:\n"
+      "  [{\"op\": \"groupnorm\", \"shape\": [112, 64, 512, 512], \"groups\": 8, \"dtype\": "
+      "\"f32\"},\n"
+      "   {\"op\": \"layernorm\", \"shape\": [32, 4096], \"normalized_dims\": 1, \"dtype\": "
+      "\"bf16\"}]");
+  prewarm->callback([options] { run(*options); });
 }
 
 }  // namespace normjit::tools

@@ -1,5 +1,4 @@
-#include <cstdlib>
-
+#include "cache/cache.hpp"
 #include "normjit/error.hpp"
 #include "tools/commands.hpp"
 
@@ -33,11 +32,6 @@ NormSpec SpecFlags::resolve() const {
   return NormSpec::from_fields(f);
 }
 
-std::string default_cache_dir() {
-  if (const char* dir = std::getenv("NORMJIT_CACHE_DIR"); dir && *dir) return dir;
-  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return std::string(xdg) + "/normjit";
-  if (const char* home = std::getenv("HOME"); home && *home) return std::string(home) + "/.cache/normjit";
-  return "";
-}
+std::string default_cache_dir() { return cache::StoreOptions::from_env().dir; }
 
 }  // namespace normjit::tools

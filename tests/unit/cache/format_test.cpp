@@ -12,8 +12,8 @@ namespace normjit::cache {
 namespace {
 
 using testing::read_file;
-using testing::sample_entry;
 using testing::same_entry;
+using testing::sample_entry;
 using testing::write_file;
 
 // The entry pinned by the golden file. Changing it means regenerating the golden file too.
@@ -84,7 +84,8 @@ TEST(EntryFormat, TheGoldenFileDecodes) {
 
 uint64_t le(const std::string& bytes, size_t offset, int width) {
   uint64_t value = 0;
-  for (int i = width - 1; i >= 0; --i) value = value << 8 | static_cast<unsigned char>(bytes[offset + i]);
+  for (int i = width - 1; i >= 0; --i)
+    value = value << 8 | static_cast<unsigned char>(bytes[offset + i]);
   return value;
 }
 
@@ -158,8 +159,7 @@ TEST(EntryFormat, WrongMagicOrVersionIsRejected) {
   std::string version = bytes;
   version[8] = static_cast<char>(kFormatVersion + 1);
   EXPECT_FALSE(decode_entry(version, entry.key, &problem));
-  EXPECT_NE(problem.find("format version " + std::to_string(kFormatVersion + 1)),
-            std::string::npos)
+  EXPECT_NE(problem.find("format version " + std::to_string(kFormatVersion + 1)), std::string::npos)
       << problem;
 }
 

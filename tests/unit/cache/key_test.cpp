@@ -31,17 +31,16 @@ TEST(Preimage, IsOneLinePerInputWithTheFormatVersionFirst) {
   inputs.target = "sm_90";
   inputs.output_kind = "cubin+ptx";
   inputs.compiler = "nvrtc 13.0";
-  EXPECT_EQ(inputs.preimage(),
-            "format: " + std::to_string(kFormatVersion) +
-                "\n"
-                "source: line 1\\nline\\t2\\\\\n"
-                "name_expression: &f<float>\n"
-                "template_digest: abcd\n"
-                "option: --gpu-architecture=sm_90\n"
-                "option: --std=c++17\n"
-                "target: sm_90\n"
-                "output_kind: cubin+ptx\n"
-                "compiler: nvrtc 13.0\n");
+  EXPECT_EQ(inputs.preimage(), "format: " + std::to_string(kFormatVersion) +
+                                   "\n"
+                                   "source: line 1\\nline\\t2\\\\\n"
+                                   "name_expression: &f<float>\n"
+                                   "template_digest: abcd\n"
+                                   "option: --gpu-architecture=sm_90\n"
+                                   "option: --std=c++17\n"
+                                   "target: sm_90\n"
+                                   "output_kind: cubin+ptx\n"
+                                   "compiler: nvrtc 13.0\n");
   EXPECT_EQ(inputs.key(), sha256_hex(inputs.preimage()));
   EXPECT_EQ(inputs.key().size(), 64u);
 }

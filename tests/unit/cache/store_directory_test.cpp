@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <functional>
+#include <ostream>
 
 #include "cache/cache.hpp"
 #include "test_util.hpp"
@@ -18,8 +19,8 @@ namespace {
 using testing::entry_path;
 using testing::exists;
 using testing::names_in;
-using testing::sample_entry;
 using testing::same_entry;
+using testing::sample_entry;
 using testing::ScopedEnv;
 using testing::TempDir;
 using testing::WarningCapture;
@@ -114,6 +115,7 @@ struct Fault {
   const char* value;
   const char* message;
 };
+void PrintTo(const Fault& f, std::ostream* out) { *out << f.value; }  // readable test names
 
 class InjectedFault : public ::testing::TestWithParam<Fault> {};
 

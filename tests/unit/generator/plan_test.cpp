@@ -63,3 +63,56 @@ TEST(Emit, IsDeterministicAndNamesTheFullySpecializedTemplate) {
 
 }  // namespace
 }  // namespace normjit
+
+namespace normjit {
+namespace {
+
+TEST(PlanRows, StrategyFollowsTheRowLength) {
+  const Target t = Target::parse("sm_90");
+  EXPECT_EQ(plan(NormSpec::parse("op=layernorm shape=4096,4096 dtype=bf16"), t).strategy,
+            Strategy::kRowRegisters);
+  EXPECT_EQ(plan(NormSpec::parse("op=layernorm shape=2,32768"), t).strategy,
+            Strategy::kRowRegisters);
+  // The seeds: millions of elements per row, split over co-resident CTAs.
+  const KernelPlan ln = plan(NormSpec::parse("op=layernorm shape=16,64,256,256"), t);
+  EXPECT_EQ(ln.strategy, Strategy::kRowSplit);
+  EXPECT_TRUE(ln.cooperative());
+  EXPECT_LE(ln.split_chunks, 2 * t.sm_count);
+  const KernelPlan gn = plan(NormSpec::parse("op=groupnorm shape=112,64,512,512 groups=8"), t);
+  EXPECT_EQ(gn.strategy, Strategy::kRowSplit);
+  EXPECT_EQ(gn.rows_per_item, 8);
+  // Longer than the whole chip holds: the streaming fallback.
+  EXPECT_EQ(plan(NormSpec::parse("op=layernorm shape=2,268435456"), t).strategy,
+            Strategy::kRowStream);
+  // A smaller part of the same arch holds less: the plan depends on the SM count.
+  Target small = t;
+  small.sm_count = 60;
+  EXPECT_EQ(plan(NormSpec::parse("op=layernorm shape=16,64,256,256"), small).strategy,
+            Strategy::kRowStream);
+}
+
+TEST(PlanRows, GridsAndWorkspaceFollowTheBatch) {
+  const Target t = Target::parse("sm_90");
+  const KernelPlan small = plan(NormSpec::parse("op=layernorm shape=7,3"), t);
+  EXPECT_EQ(small.rows_per_block * small.block_x, 256);
+  EXPECT_EQ(small.grid(1000, 0), (1000 + small.rows_per_block - 1) / small.rows_per_block);
+  const KernelPlan gn = plan(NormSpec::parse("op=groupnorm shape=112,64,512,512 groups=8"), t);
+  const int64_t co_resident = 264;
+  const int64_t slots = co_resident / gn.split_chunks;
+  EXPECT_EQ(gn.grid(112, co_resident), slots * gn.split_chunks);  // every slot busy
+  EXPECT_EQ(gn.grid(1, co_resident) / gn.split_chunks, std::min<int64_t>(slots, 8));
+  EXPECT_EQ(gn.workspace_floats(co_resident), slots * (6 * gn.split_chunks + 2));
+  EXPECT_EQ(plan(NormSpec::parse("op=layernorm shape=4,1024"), t).workspace_floats(264), 0);
+}
+
+TEST(PlanRows, GroupNormVectorsStayInOneChannel) {
+  const Target t = Target::parse("sm_90");
+  // H = 8 * 3 = 24 is a multiple of 4, but S = 3 is not: one channel per access means scalar.
+  EXPECT_EQ(plan(NormSpec::parse("op=groupnorm shape=2,16,3 groups=2"), t).vec, 1);
+  EXPECT_EQ(plan(NormSpec::parse("op=groupnorm shape=2,16,64 groups=2"), t).vec, 4);
+  EXPECT_EQ(plan(NormSpec::parse("op=groupnorm shape=2,16,64 groups=2"), t).param_vec, 1);
+  EXPECT_EQ(plan(NormSpec::parse("op=layernorm shape=2,64"), t).param_vec, 4);
+}
+
+}  // namespace
+}  // namespace normjit

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The performance run, on the GPU machine: normjit against PyTorch eager and torch.compile
+# (tools/compare_torch.py), writing docs/performance.md, docs/performance.png and perf.json.
+#   scripts/perf.sh [compare_torch.py flags]     e.g. scripts/perf.sh --only seeds --quick
+# BUILD: the build directory with libnormjit.so and tools/normjit (default: build), relative
+# to the repository root or absolute; compare_torch.py takes the library from it (--lib
+# BUILD/libnormjit.so), and a --build or --lib among the flags overrides it.
+# OUT (the GPU machine's folder that comes back), when set: perf.log, perf.json,
+# performance.md and performance.png go there too.
+# Exit status: compare_torch.py's (0 all fine, 1 a normjit check failed or errored,
+# 2 could not start); the files are copied in every case.
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+cd "$here"
+build=${BUILD:-build}
+export PYTHONUNBUFFERED=1
+
+cmd=(python3 tools/compare_torch.py --build "$build" "$@")
+status=0
+if [ -n "${OUT:-}" ]; then
+  mkdir -p "$OUT"
+  "${cmd[@]}" 2>&1 | tee "$OUT/perf.log" || status=$?
+  for f in docs/performance.md docs/performance.png; do
+    if [ -f "$f" ]; then cp "$f" "$OUT/"; fi
+  done
+else
+  "${cmd[@]}" || status=$?
+fi
+exit "$status"

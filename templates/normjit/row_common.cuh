@@ -1,0 +1,133 @@
+// Pieces shared by the row kernels (layernorm, rmsnorm over trailing dims, groupnorm): a
+// thread's slice of a row held in registers, its statistics, and the normalize-and-store.
+//
+// A row is H contiguous elements. For groupnorm a row is one (n, g): CG channels of S
+// spatial elements, and the parameters of element e are weight[(row % G) * CG + e / S];
+// otherwise (G == 0) they are weight[e].
+#pragma once
+
+#include "normjit/params.cuh"
+#include "normjit/reduce.cuh"
+#include "normjit/vec.cuh"
+
+namespace normjit {
+
+// The shift of a row's statistics (see Slice::load): its first element; none for RMSNorm.
+template <bool kRms, class T>
+__device__ __forceinline__ float row_shift(const T* row) {
+  return kRms ? 0.f : to_float(row[0]);
+}
+
+// The rows a launch covers: batch items times groups per item.
+template <int G>
+__device__ __forceinline__ long long total_rows(const Params& p) {
+  return p.batch * (G > 0 ? G : 1);
+}
+
+// A thread's K vectors of V elements: vector k starts at element begin + (tid + k*THREADS)*V
+// of the row; elements at or past H are not loaded. H % V == 0, so a vector never straddles.
+template <class T, int K, int V, int THREADS, long long H>
+struct Slice {
+  float v[K][V];
+  int count;  // valid elements
+
+  // Loads the slice as x - shift. LayerNorm and GroupNorm shift by the row's first element:
+  // statistics of shifted data keep their precision when |mean| >> std (mean 1e4, std 1
+  // would otherwise lose 1e-3 to the rounding of the mean), and x - shift is exact for x
+  // within a factor 2 of the shift.
+  __device__ __forceinline__ void load(const T* row, long long begin, int tid, float shift) {
+    count = 0;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const long long e = begin + (long long)(tid + k * THREADS) * V;
+      if (e < H) {
+        load_vec<T, V>(row + e, v[k]);
+#pragma unroll
+        for (int j = 0; j < V; ++j) v[k][j] -= shift;
+        count += V;
+      } else {
+#pragma unroll
+        for (int j = 0; j < V; ++j) v[k][j] = 0.f;
+      }
+    }
+  }
+
+  // Exact two-pass statistics of the valid values. Valid vectors come first (k ascending),
+  // so the first `count` values in (k, j) order are the real ones.
+  __device__ __forceinline__ Stats stats() const {
+    float sum = 0.f;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) sum += v[k][j];  // invalid slots hold 0
+    }
+    const float mean = count > 0 ? sum / count : 0.f;
+    float m2 = 0.f;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const float d = v[k][j] - mean;
+        m2 += k * V + j < count ? d * d : 0.f;
+      }
+    }
+    return {float(count), mean, m2};
+  }
+
+  __device__ __forceinline__ float sum_squares() const {
+    float s = 0.f;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) s += v[k][j] * v[k][j];
+    }
+    return s;  // invalid slots hold 0
+  }
+
+  // y = (x - mean) * rstd * weight + bias, stored to the row of y; `mean` is of the shifted
+  // values, like the slice. kOneChannel: the caller
+  // knows every element of the slice lies in the channel of `begin` (groupnorm chunks that
+  // divide S), so the parameters are loaded once.
+  template <int G, long long S, int CG, bool kWeight, bool kBias, bool kOneChannel = false>
+  __device__ __forceinline__ void store(T* out, const Params& p, long long row, long long begin,
+                                        int tid, float mean, float rstd) const {
+    const T* weight = static_cast<const T*>(p.weight);
+    const T* bias = static_cast<const T*>(p.bias);
+    float w1 = 1.f, b1 = 0.f;
+    if constexpr (kOneChannel) {
+      const long long c = (row % G) * CG + begin / S;
+      if constexpr (kWeight) w1 = to_float(weight[c]);
+      if constexpr (kBias) b1 = to_float(bias[c]);
+    }
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const long long e = begin + (long long)(tid + k * THREADS) * V;
+      if (e >= H) continue;
+      float w[V], b[V];
+      if constexpr (G == 0) {
+        if constexpr (kWeight) load_vec<T, V>(weight + e, w);
+        if constexpr (kBias) load_vec<T, V>(bias + e, b);
+      } else if constexpr (kOneChannel) {
+#pragma unroll
+        for (int j = 0; j < V; ++j) w[j] = w1, b[j] = b1;
+      } else {
+        // S % V == 0: the whole vector lies in one channel.
+        const long long c = (row % G) * CG + e / S;
+        const float wc = kWeight ? to_float(weight[c]) : 1.f;
+        const float bc = kBias ? to_float(bias[c]) : 0.f;
+#pragma unroll
+        for (int j = 0; j < V; ++j) w[j] = wc, b[j] = bc;
+      }
+      float y[V];
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        y[j] = (v[k][j] - mean) * rstd;
+        if constexpr (kWeight) y[j] *= w[j];
+        if constexpr (kBias) y[j] += b[j];
+      }
+      store_vec<T, V>(out + e, y);
+    }
+  }
+};
+
+}  // namespace normjit

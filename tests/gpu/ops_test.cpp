@@ -1,0 +1,186 @@
+// Every operator x dtype x affine option on the GPU against the float64 reference: fixed
+// shapes that exercise each strategy's edges, a randomized sweep of 240 shapes (seed printed,
+// NORMJIT_TEST_SEED reproduces it), adversarial values and in-place launches.
+#include <chrono>
+#include <cstdlib>
+
+#include "harness.hpp"
+
+namespace normjit::testing {
+namespace {
+
+EngineOptions test_engine_options() {
+  EngineOptions o;
+  if (const char* dir = std::getenv("NORMJIT_TEST_CACHE_DIR")) o.cache_dir = dir;
+  else o.memory_only = true;
+  return o;
+}
+
+const Dtype kDtypes[] = {Dtype::kF32, Dtype::kF16, Dtype::kBF16};
+
+std::vector<Affine> affines(Op op) {
+  if (op == Op::kRmsNorm) return {Affine::kNone, Affine::kWeight};
+  return {Affine::kNone, Affine::kWeight, Affine::kBoth};
+}
+
+// Worst error per dtype over the whole test, printed at the end for the closing note.
+struct Worst {
+  double error[3] = {0, 0, 0};
+  int runs = 0;
+  void add(Dtype d, double e) {
+    error[int(d)] = std::max(error[int(d)], e);
+    ++runs;
+  }
+  void print(const char* what) const {
+    std::printf("[ worst    ] %s: %d runs; f32 %.2e, f16 %.2e, bf16 %.2e\n", what, runs, error[0],
+                error[1], error[2]);
+  }
+};
+
+void check(Engine& engine, const NormSpec& spec, Values values, uint64_t seed, Worst& worst,
+           bool in_place = false) {
+  const RunResult r = run_and_compare(engine, spec, values, seed, in_place);
+  // f32 statistics of data with |mean| >> std lose about 2^-24 * |mean| / std; the tolerance
+  // allows that on top of the dtype's own.
+  double tol = tolerance(spec.dtype);
+  if (values == Values::kLargeMean && spec.dtype == Dtype::kF32) tol = 1e-4;
+  EXPECT_TRUE(r.all_finite) << spec.to_string() << " values " << to_string(values);
+  EXPECT_LT(r.rel_error, tol) << spec.to_string() << " values " << to_string(values)
+                              << (in_place ? " in place" : "");
+  worst.add(spec.dtype, r.rel_error);
+}
+
+NormSpec make(Op op, std::vector<int64_t> shape, Dtype dtype, Affine affine, int k = -1,
+              int64_t groups = 0) {
+  SpecFields f;
+  f.op = op;
+  f.shape = shape;
+  f.dtype = dtype;
+  f.affine = affine;
+  if (k >= 0) f.normalized_dims = k;
+  if (op == Op::kGroupNorm) f.groups = groups;
+  return NormSpec::from_fields(f);
+}
+
+class Ops : public ::testing::Test {
+ protected:
+  void SetUp() override { NORMJIT_REQUIRE_GPU(); }
+};
+
+TEST_F(Ops, FixedShapesEveryOperatorDtypeAndAffine) {
+  device::PrimaryContext context;
+  Engine engine(test_engine_options());
+  Worst worst;
+  for (Dtype d : kDtypes) {
+    // LayerNorm and RMSNorm over trailing dims: row lengths around each strategy's edges.
+    for (Op op : {Op::kLayerNorm, Op::kRmsNorm}) {
+      for (Affine a : affines(op)) {
+        for (const auto& [shape, k] : std::vector<std::pair<std::vector<int64_t>, int>>{
+                 {{3, 1}, 1}, {{2, 3}, 1}, {{5, 7}, 1}, {{4, 31}, 1}, {{3, 64}, 1},
+                 {{2, 65}, 1}, {{2, 127}, 1}, {{3, 1000}, 1}, {{2, 4097}, 1}, {{1, 32768}, 1},
+                 {{2, 32769}, 1}, {{3, 100000}, 1}, {{2, 3, 5, 7}, 3}, {{6, 4, 4}, 2},
+                 {{1, 1}, 1}, {{300, 24}, 1}}) {
+          check(engine, make(op, shape, d, a, k), Values::kNormal, shape[0] * 31 + k, worst);
+        }
+      }
+    }
+    // GroupNorm: G in {1, 2, C}, spatial sizes odd and even, rows split over CTAs.
+    for (Affine a : affines(Op::kGroupNorm)) {
+      for (const auto& [shape, g] : std::vector<std::pair<std::vector<int64_t>, int64_t>>{
+               {{2, 4, 3, 3}, 1}, {{2, 4, 3, 3}, 2}, {{2, 4, 3, 3}, 4}, {{1, 6, 7}, 3},
+               {{3, 64, 65}, 8}, {{2, 32, 16, 16}, 32}, {{1, 2, 1}, 2}, {{2, 8, 8191}, 2},
+               {{2, 16, 64, 64}, 2}, {{1, 7, 1000}, 7}}) {
+        check(engine, make(Op::kGroupNorm, shape, d, a, -1, g), Values::kNormal, shape[1] + g,
+              worst);
+      }
+    }
+  }
+  worst.print("fixed shapes");
+}
+
+TEST_F(Ops, RandomizedSweep) {
+  device::PrimaryContext context;
+  Engine engine(test_engine_options());
+  uint64_t seed = std::chrono::system_clock::now().time_since_epoch().count();
+  if (const char* s = std::getenv("NORMJIT_TEST_SEED")) seed = std::strtoull(s, nullptr, 10);
+  std::printf("[ seed     ] NORMJIT_TEST_SEED=%llu\n", static_cast<unsigned long long>(seed));
+  std::mt19937_64 rng(seed);
+  auto pick = [&](std::initializer_list<int64_t> from) {
+    return *(from.begin() + std::uniform_int_distribution<size_t>(0, from.size() - 1)(rng));
+  };
+  auto size = [&] {
+    return rng() % 2 ? pick({1, 2, 3, 7, 31, 64, 65, 127, 1000, 4097})
+                     : int64_t(std::uniform_int_distribution<int>(1, 300)(rng));
+  };
+  Worst worst;
+  for (int i = 0; i < 240; ++i) {
+    const Op op = Op(rng() % 3);
+    const Dtype d = kDtypes[rng() % 3];
+    const auto choices = affines(op);
+    const Affine a = choices[rng() % choices.size()];
+    const int64_t batch = pick({1, 1, 2, 3, 17});
+    NormSpec spec;
+    if (op == Op::kGroupNorm || (op == Op::kRmsNorm && rng() % 2)) {
+      int64_t c = size() % 200 + 1;
+      std::vector<int64_t> shape = {batch, c, size()};
+      if (rng() % 2) shape.push_back(pick({1, 2, 3, 5, 8}));
+      const int64_t g = op == Op::kGroupNorm ? pick({1, 2, c}) : 0;
+      if (g == 2 && c % 2) shape[1] = c = c + 1;
+      spec = make(op, shape, d, a, op == Op::kRmsNorm ? 0 : -1, g);
+    } else {
+      std::vector<int64_t> shape = {batch, size()};
+      if (rng() % 2) shape.push_back(pick({1, 2, 3, 7, 64}));
+      spec = make(op, shape, d, a, int(1 + rng() % (shape.size() - 1)));
+    }
+    if (spec.elements() > (int64_t{1} << 24)) continue;  // keep the CPU reference quick
+    check(engine, spec, Values::kNormal, seed + i, worst);
+  }
+  EXPECT_GE(worst.runs, 200);
+  worst.print("randomized sweep");
+}
+
+TEST_F(Ops, AdversarialValues) {
+  device::PrimaryContext context;
+  Engine engine(test_engine_options());
+  Worst worst;
+  for (Values v : {Values::kLargeMean, Values::kTiny, Values::kConstant, Values::kNegative}) {
+    for (Dtype d : kDtypes) {
+      check(engine, make(Op::kLayerNorm, {3, 1000}, d, Affine::kBoth, 1), v, 1, worst);
+      check(engine, make(Op::kLayerNorm, {2, 100000}, d, Affine::kBoth, 1), v, 2, worst);
+      check(engine, make(Op::kRmsNorm, {3, 4096}, d, Affine::kWeight, 1), v, 3, worst);
+      check(engine, make(Op::kGroupNorm, {2, 8, 33}, d, Affine::kBoth, -1, 4), v, 4, worst);
+      check(engine, make(Op::kGroupNorm, {2, 16, 64, 64}, d, Affine::kBoth, -1, 2), v, 5, worst);
+    }
+  }
+  worst.print("adversarial values");
+}
+
+TEST_F(Ops, InPlace) {
+  device::PrimaryContext context;
+  Engine engine(test_engine_options());
+  Worst worst;
+  check(engine, make(Op::kLayerNorm, {3, 1000}, Dtype::kF32, Affine::kBoth, 1), Values::kNormal,
+        1, worst, /*in_place=*/true);
+  check(engine, make(Op::kLayerNorm, {2, 200000}, Dtype::kBF16, Affine::kBoth, 1),
+        Values::kNormal, 2, worst, /*in_place=*/true);
+  check(engine, make(Op::kGroupNorm, {2, 16, 64, 64}, Dtype::kF16, Affine::kBoth, -1, 2),
+        Values::kNormal, 3, worst, /*in_place=*/true);
+  check(engine, make(Op::kRmsNorm, {5, 333}, Dtype::kF32, Affine::kWeight, 1), Values::kNormal, 4,
+        worst, /*in_place=*/true);
+}
+
+TEST_F(Ops, SplitRowsServeEveryBatchSizeWithOneKernel) {
+  device::PrimaryContext context;
+  Engine engine(test_engine_options());
+  Worst worst;
+  // Rows of 200000 elements are split over CTAs; the batch sets how many rows run per wave.
+  for (int64_t n : {1, 2, 5, 64, 300}) {
+    check(engine, make(Op::kLayerNorm, {n, 200000}, Dtype::kF32, Affine::kBoth, 1),
+          Values::kNormal, n, worst);
+  }
+  const EngineCounters c = engine.counters();
+  EXPECT_EQ(c.nvrtc_compiles + c.disk_hits, 1u);
+}
+
+}  // namespace
+}  // namespace normjit::testing

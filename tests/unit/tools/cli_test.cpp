@@ -1,0 +1,211 @@
+// The normjit command on bad input: every mistake a user can make on the command line ends in
+// a non-zero exit and exactly one "normjit: error: " line that names what was wrong, so that a
+// script's log shows the cause at once. And every subcommand's --help carries an example.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "normjit/normjit.hpp"
+#include "runtime/compiler.hpp"
+#include "tests/unit/tools/run_tool.hpp"
+
+namespace normjit::testing {
+namespace {
+
+constexpr const char* kErrorPrefix = "normjit: error: ";
+constexpr size_t npos = std::string::npos;
+
+// Expects an error exit with exactly one error line; returns that line.
+std::string single_error(const ToolResult& r) {
+  EXPECT_NE(r.exit_code, 0) << r.describe();
+  const std::vector<std::string> lines = r.err_lines(kErrorPrefix);
+  EXPECT_EQ(lines.size(), 1u) << r.describe();
+  return lines.empty() ? "" : lines[0];
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  // The tool's default cache is a temp dir and no prewarmed layer applies: no test reads or
+  // writes ~/.cache.
+  ToolResult run(const std::vector<std::string>& args) {
+    return run_tool(args, {"NORMJIT_CACHE_DIR=" + cache_.path(), "NORMJIT_CACHE_READONLY"});
+  }
+  std::string manifest(const std::string& name, const std::string& text) {
+    const std::string path = dir_ / name;
+    write_file(path, text);
+    return path;
+  }
+
+  TempDir dir_, cache_;
+};
+
+TEST_F(Cli, UnknownOp) {
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"dump", "--op", "softmax", "--shape", "8,64,32,32", "--arch", "sm_90"},
+           {"bench", "--op", "softmax", "--shape", "8,64,32,32"}}) {
+    const std::string& command = args[0];
+    const std::string e = single_error(run(args));
+    EXPECT_NE(e.find("'softmax'"), npos) << command << ": " << e;
+    EXPECT_NE(e.find("rmsnorm"), npos) << command << ": the valid ops are listed: " << e;
+  }
+}
+
+TEST_F(Cli, UnknownDtype) {
+  const std::string e = single_error(run(
+      {"dump", "--op", "rmsnorm", "--shape", "8,64,32,32", "--dtype", "f64", "--arch", "sm_90"}));
+  EXPECT_NE(e.find("'f64'"), npos) << e;
+  EXPECT_NE(e.find("bf16"), npos) << "the valid dtypes are listed: " << e;
+}
+
+TEST_F(Cli, MalformedShape) {
+  for (const char* shape : {"8,64,abc", "8,,64", "8;64"}) {
+    const std::string e =
+        single_error(run({"dump", "--op", "rmsnorm", "--shape", shape, "--arch", "sm_90"}));
+    EXPECT_NE(e.find(std::string("'") + shape + "'"), npos) << e;
+    EXPECT_NE(e.find("shape"), npos) << e;
+  }
+}
+
+TEST_F(Cli, UnknownArchListsTheSupportedOnes) {
+  TempDir out;
+  const std::string good = manifest("good.json", R"([{"op": "rmsnorm", "shape": [2, 64, 8]}])");
+  for (const char* arch : {"sm_20", "sm_999", "compute_90", "volta"}) {
+    for (const auto& args : std::vector<std::vector<std::string>>{
+             {"dump", "--op", "rmsnorm", "--shape", "8,64,32,32", "--arch", arch},
+             {"prewarm", good, "--arch", std::string("sm_80,") + arch, "--cache-dir", out.path()},
+             {"prewarm", good, "--arch", arch, "--check", "--cache-dir", out.path()}}) {
+      const std::string e = single_error(run(args));
+      EXPECT_NE(e.find(std::string("'") + arch + "'"), npos) << args[0] << ": " << e;
+      for (const std::string& supported : supported_archs()) {
+        EXPECT_NE(e.find(supported), npos) << args[0] << ": lists " << supported << ": " << e;
+      }
+    }
+  }
+}
+
+TEST_F(Cli, DumpWithoutGpuNeedsArch) {
+  if (gpu_available()) GTEST_SKIP() << "a GPU is present: dump takes its arch";
+  const std::string e = single_error(run({"dump", "--op", "rmsnorm", "--shape", "8,64,32,32"}));
+  EXPECT_NE(e.find("--arch"), npos) << e;
+  EXPECT_NE(e.find("GPU"), npos) << "says why: " << e;
+}
+
+TEST_F(Cli, DumpNeedsASpec) {
+  const std::string e = single_error(run({"dump", "--emit", "plan", "--arch", "sm_90"}));
+  EXPECT_NE(e.find("--op"), npos) << e;
+}
+
+TEST_F(Cli, UnreadableManifest) {
+  const std::string missing = dir_ / "no-such-manifest.json";
+  for (const std::string& path : {missing, dir_.path()}) {  // absent; a directory
+    for (const char* check : {"", "--check"}) {
+      std::vector<std::string> args = {"prewarm", path,          "--arch",
+                                       "sm_90",   "--cache-dir", cache_.path()};
+      if (*check) args.push_back(check);
+      const std::string e = single_error(run(args));
+      EXPECT_NE(e.find("'" + path + "'"), npos) << e;
+    }
+  }
+}
+
+TEST_F(Cli, ManifestThatIsNotJson) {
+  const std::string path = manifest("broken.json", "[{\"op\": \"rmsnorm\",\n \"shape\": [2, 64");
+  const std::string e = single_error(run({"prewarm", path, "--arch", "sm_90"}));
+  EXPECT_NE(e.find(path), npos) << e;
+  EXPECT_NE(e.find("JSON"), npos) << e;
+}
+
+TEST_F(Cli, ManifestEntryWithBadValueNamesIndexLineAndValue) {
+  struct Case {
+    std::string text;
+    std::vector<std::string> mentions;
+  };
+  const std::vector<Case> cases = {
+      {"[\n  {\"op\": \"rmsnorm\", \"shape\": [2, 64, 8]},\n  {\"op\": \"rmsnorm\", \"shape\": "
+       "[2, 64, 8], \"dtype\": \"f64\"}\n]\n",
+       {"entry 1", "line 3", "'f64'"}},
+      {"[{\"op\": \"rmsnorm\", \"shape\": [2, 64, 8]}, {\"op\": \"rmsnorm\", \"shape\": [2, "
+       "\"64\", 8]}]",
+       {"entry 1", "\"64\""}},
+      {"[{\"op\": \"rmsnorm\", \"shape\": [2, 64, 8], \"dtyp\": \"f32\"}]", {"entry 0", "dtyp"}},
+      {"[{\"op\": \"layernorm\", \"shape\": [2, 64, 8], \"eps\": \"small\"}]",
+       {"entry 0", "\"small\""}},
+      {"[{\"op\": \"groupnorm\", \"shape\": [2, 64, 8], \"groups\": 7}]", {"entry 0", "7"}},
+      {"[{\"op\": \"rmsnorm\", \"shape\": [2, 0, 8]}]", {"entry 0", "2,0,8"}},
+      {"[{\"op\": \"rmsnorm\", \"shape\": [2, 64, 8]},\n 42]", {"entry 1", "line 2", "42"}},
+      {"{\"op\": \"rmsnorm\", \"shape\": [2, 64, 8]}", {"list"}},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const std::string path = manifest("bad" + std::to_string(i) + ".json", cases[i].text);
+    for (const char* check : {"", "--check"}) {
+      std::vector<std::string> args = {"prewarm", path, "--arch", "sm_90"};
+      if (*check) args.push_back(check);
+      const std::string e = single_error(run(args));
+      EXPECT_NE(e.find(path), npos) << e;
+      for (const std::string& m : cases[i].mentions) {
+        EXPECT_NE(e.find(m), npos) << "case " << i << " names " << m << ": " << e;
+      }
+    }
+  }
+}
+
+TEST_F(Cli, UnwritableOutput) {
+  for (const std::string& path : {dir_ / "no-such-dir/out.txt", dir_.path()}) {
+    const std::string e = single_error(
+        run({"dump", "--op", "rmsnorm", "--shape", "8,64,32,32", "--arch", "sm_90", "-o", path}));
+    EXPECT_NE(e.find("'" + path + "'"), npos) << e;
+  }
+}
+
+TEST_F(Cli, UnwritableCacheDirectoryFailsPrewarm) {
+  const std::string good = manifest("good.json", R"([{"op": "rmsnorm", "shape": [2, 64, 8]}])");
+  const std::string file = manifest("a-file", "not a directory");
+  const std::string e =
+      single_error(run({"prewarm", good, "--arch", "sm_90", "--cache-dir", file}));
+  EXPECT_NE(e.find(file), npos) << e;
+}
+
+TEST_F(Cli, DumpOfAbsentCacheEntryNamesKeyAndDirectories) {
+  const std::string key(64, '0');
+  const std::string e =
+      single_error(run({"dump", "--cache-entry", key, "--cache-dir", cache_.path()}));
+  EXPECT_NE(e.find(key), npos) << e;
+  EXPECT_NE(e.find(cache_.path()), npos) << e;
+  const std::string bad = single_error(run({"dump", "--cache-entry", "xyz"}));
+  EXPECT_NE(bad.find("'xyz'"), npos) << bad;
+}
+
+TEST_F(Cli, BenchWithoutGpuSaysSo) {
+  if (gpu_available()) GTEST_SKIP() << "a GPU is present: bench would run";
+  for (const auto& args :
+       std::vector<std::vector<std::string>>{{"bench", "--op", "rmsnorm", "--shape", "8,64,32,32"},
+                                             {"bench", "--seeds"},
+                                             {"bench", "--jit-latency"}}) {
+    const std::string e = single_error(run(args));
+    EXPECT_NE(e.find("GPU"), npos) << e;
+    EXPECT_NE(e.find(gpu_unavailable_reason()), npos) << "says why: " << e;
+  }
+}
+
+TEST_F(Cli, BenchNeedsExactlyOneThingToTime) {
+  for (const auto& args :
+       std::vector<std::vector<std::string>>{{"bench"}, {"bench", "--seeds", "--jit-latency"}}) {
+    const std::string e = single_error(run(args));
+    EXPECT_NE(e.find("--seeds"), npos) << e;
+  }
+}
+
+TEST_F(Cli, HelpOfEverySubcommandHasAnExample) {
+  for (const auto& command : std::vector<std::vector<std::string>>{
+           {}, {"demo"}, {"dump"}, {"prewarm"}, {"cache"}, {"bench"}}) {
+    std::vector<std::string> args = command;
+    args.push_back("--help");
+    const ToolResult r = run(args);
+    EXPECT_EQ(r.exit_code, 0) << r.describe();
+    EXPECT_NE(r.out.find("Example"), npos) << r.describe();
+  }
+}
+
+}  // namespace
+}  // namespace normjit::testing

@@ -1,0 +1,221 @@
+// `normjit prewarm` on a machine without a GPU: the CPU half of the deployment path of
+// docs/deployment.md. Prewarm fills a directory, --check then finds every kernel there and
+// reports what a fresh directory lacks, a failed write is a failure, and `dump --cache-entry`
+// shows what was stored. The GPU half is tests/gpu/deployment_test.cpp.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "generator/plan.hpp"
+#include "normjit/normjit.hpp"
+#include "runtime/compiler.hpp"
+#include "tests/unit/tools/run_tool.hpp"
+
+namespace normjit::testing {
+namespace {
+
+constexpr size_t npos = std::string::npos;
+
+// Channel-form rmsnorm specs (the form every build implements) of several shapes and dtypes.
+const std::vector<std::string> kSpecs = {
+    "op=rmsnorm shape=2,64,32,32 dtype=f32 affine=none",
+    "op=rmsnorm shape=3,65,100 dtype=bf16 affine=weight",
+    "op=rmsnorm shape=1,7,9 dtype=f16 affine=none",
+};
+const std::vector<std::string> kArchs = {"sm_80", "sm_90"};
+
+std::string manifest_of(const std::vector<std::string>& specs) {
+  nlohmann::json manifest = nlohmann::json::array();
+  for (const std::string& text : specs) {
+    const NormSpec spec = NormSpec::parse(text);
+    manifest.push_back({{"op", to_string(spec.op)},
+                        {"shape", spec.shape},
+                        {"dtype", to_string(spec.dtype)},
+                        {"affine", to_string(spec.affine)}});
+  }
+  return manifest.dump(2);
+}
+
+std::string joined(const std::vector<std::string>& items) {
+  std::string out;
+  for (const std::string& item : items) out += (out.empty() ? "" : ",") + item;
+  return out;
+}
+
+// The numbers of prewarm's summary line: compiled, already cached, failed.
+struct Summary {
+  int compiled = -1, cached = -1, failed = -1;
+};
+Summary summary_of(const ToolResult& r) {
+  std::smatch m;
+  Summary s;
+  const std::regex line(R"(prewarm: (\d+) compiled, (\d+) already cached, (\d+) failed)");
+  if (std::regex_search(r.out, m, line)) {
+    s.compiled = std::stoi(m[1]);
+    s.cached = std::stoi(m[2]);
+    s.failed = std::stoi(m[3]);
+  } else {
+    ADD_FAILURE() << "no summary line\n" << r.describe();
+  }
+  return s;
+}
+
+class Prewarm : public ::testing::Test {
+ protected:
+  // NORMJIT_CACHE_READONLY is cleared so that the test's result does not depend on the
+  // environment it runs in; prewarm ignores it anyway.
+  ToolResult run(const std::vector<std::string>& args, std::vector<std::string> env = {}) {
+    env.push_back("NORMJIT_CACHE_READONLY");
+    env.push_back("NORMJIT_CACHE_DIR=" + (home_ / "default-cache"));
+    return run_tool(args, env);
+  }
+  ToolResult prewarm(const std::string& dir, std::vector<std::string> env = {}) {
+    return run({"prewarm", manifest_, "--arch", joined(kArchs), "--cache-dir", dir, "-j", "2"},
+               std::move(env));
+  }
+  ToolResult check(const std::string& dir) {
+    return run({"prewarm", manifest_, "--arch", joined(kArchs), "--cache-dir", dir, "--check"});
+  }
+  void SetUp() override { write_file(manifest_, manifest_of(kSpecs)); }
+
+  TempDir home_;
+  const std::string manifest_ = home_ / "manifest.json";
+};
+
+TEST_F(Prewarm, FillsADirectoryWithoutAGpuThenCheckFindsEverything) {
+  const std::string dir = home_ / "shipped";
+  const ToolResult first = prewarm(dir);
+  ASSERT_EQ(first.exit_code, 0) << first.describe();
+  const Summary s = summary_of(first);
+  EXPECT_EQ(s.compiled, int(kSpecs.size() * kArchs.size())) << first.describe();
+  EXPECT_EQ(s.failed, 0);
+  EXPECT_TRUE(first.err_lines("normjit: warning").empty()) << first.describe();
+
+  const ToolResult again = prewarm(dir);
+  ASSERT_EQ(again.exit_code, 0) << again.describe();
+  const Summary t = summary_of(again);
+  EXPECT_EQ(t.compiled, 0) << "the second run finds everything cached\n" << again.describe();
+  EXPECT_EQ(t.cached, int(kSpecs.size() * kArchs.size()));
+
+  const ToolResult ok = check(dir);
+  EXPECT_EQ(ok.exit_code, 0) << ok.describe();
+  EXPECT_EQ(ok.out.find("missing "), npos) << ok.describe();
+  EXPECT_TRUE(ok.err_lines("normjit: error: ").empty()) << ok.describe();
+}
+
+TEST_F(Prewarm, CheckListsWhatAFreshDirectoryLacks) {
+  TempDir empty;
+  for (const std::string& dir : {empty.path(), home_ / "does-not-exist"}) {
+    const ToolResult r = check(dir);
+    EXPECT_NE(r.exit_code, 0) << r.describe();
+    EXPECT_EQ(r.err_lines("normjit: error: ").size(), 1u) << r.describe();
+    for (const std::string& text : kSpecs) {
+      const NormSpec spec = NormSpec::parse(text);
+      for (const std::string& arch : kArchs) {
+        const std::string key = key_inputs(spec, Target::parse(arch)).key();
+        EXPECT_NE(r.out.find("missing "), npos) << r.describe();
+        EXPECT_NE(r.out.find(spec.to_string() + " arch=" + arch + " key=" + key), npos)
+            << "names the spec, arch and key\n"
+            << r.describe();
+      }
+    }
+  }
+  // --check compiled nothing and created nothing.
+  EXPECT_FALSE(std::filesystem::exists(home_ / "does-not-exist"));
+}
+
+TEST_F(Prewarm, CheckNamesOnlyTheMissingKernel) {
+  const std::string dir = home_ / "shipped";
+  ASSERT_EQ(prewarm(dir).exit_code, 0);
+  // A manifest with one more spec than was prewarmed.
+  std::vector<std::string> more = kSpecs;
+  more.push_back("op=rmsnorm shape=4,48,17 dtype=f32 affine=weight");
+  write_file(manifest_, manifest_of(more));
+  const ToolResult r = check(dir);
+  EXPECT_NE(r.exit_code, 0) << r.describe();
+  const std::string missing = NormSpec::parse(more.back()).to_string();
+  for (const std::string& text : more) {
+    const std::string spec = NormSpec::parse(text).to_string();
+    EXPECT_EQ(r.out.find(spec + " arch=") != npos, spec == missing) << spec << "\n" << r.describe();
+  }
+}
+
+TEST_F(Prewarm, AFailedWriteIsAFailure) {
+  // The store falls back to memory when it cannot write; prewarm must not report that as done.
+  const ToolResult r = prewarm(home_ / "full", {"NORMJIT_CACHE_FAULT=enospc"});
+  EXPECT_NE(r.exit_code, 0) << r.describe();
+  EXPECT_EQ(r.err_lines("normjit: error: ").size(), 1u) << r.describe();
+  EXPECT_EQ(summary_of(r).failed, int(kSpecs.size() * kArchs.size())) << r.describe();
+}
+
+// Prewarm and --check agree on the seed manifest, whatever the generator supports today: each
+// kernel prewarm could not build is one --check reports missing, and the exit codes follow.
+TEST_F(Prewarm, SeedManifestPrewarmAndCheckAgree) {
+  const std::string seeds = std::string(NORMJIT_SOURCE_DIR) + "/tools/manifests/seeds.json";
+  const std::string dir = home_ / "seeds";
+  const ToolResult r = run({"prewarm", seeds, "--arch", "sm_90", "--cache-dir", dir});
+  const Summary s = summary_of(r);
+  const size_t entries = nlohmann::json::parse(read_file(seeds)).size();
+  EXPECT_EQ(size_t(s.compiled + s.cached + s.failed), entries) << r.describe();
+  EXPECT_EQ(r.exit_code == 0, s.failed == 0) << r.describe();
+  EXPECT_EQ(r.err_lines("failed: ").size(), size_t(s.failed)) << r.describe();
+
+  const ToolResult c = run({"prewarm", seeds, "--arch", "sm_90", "--cache-dir", dir, "--check"});
+  EXPECT_EQ(c.exit_code == 0, s.failed == 0) << c.describe();
+  // Kernels that cannot even be planned are reported as "cannot be checked" rather than missing.
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(c.out, m, std::regex(R"((\d+) missing(, (\d+) cannot)?)")))
+      << c.describe();
+  const int unknown = m[3].matched ? std::stoi(m[3]) : 0;
+  EXPECT_EQ(std::stoi(m[1]) + unknown, s.failed) << c.describe();
+}
+
+TEST_F(Prewarm, DumpShowsACachedEntry) {
+  const std::string dir = home_ / "shipped";
+  ASSERT_EQ(prewarm(dir).exit_code, 0);
+  const NormSpec spec = NormSpec::parse(kSpecs[1]);
+  const std::string key = key_inputs(spec, Target::parse("sm_90")).key();
+  const std::vector<std::string> flags = {"dump",
+                                          "--op",
+                                          to_string(spec.op),
+                                          "--shape",
+                                          format_shape(spec.shape),
+                                          "--dtype",
+                                          to_string(spec.dtype),
+                                          "--affine",
+                                          to_string(spec.affine),
+                                          "--arch",
+                                          "sm_90"};
+  auto from_entry = [&](const char* emit) {
+    return run({"dump", "--cache-entry", key, "--cache-dir", dir, "--emit", emit});
+  };
+  auto from_spec = [&](const char* emit) {
+    std::vector<std::string> args = flags;
+    args.insert(args.end(), {"--emit", emit});
+    return run(args);
+  };
+  for (const char* emit : {"source", "ptx"}) {
+    const ToolResult a = from_entry(emit), b = from_spec(emit);
+    ASSERT_EQ(a.exit_code, 0) << a.describe();
+    ASSERT_EQ(b.exit_code, 0) << b.describe();
+    EXPECT_EQ(a.out, b.out) << emit;
+  }
+  const ToolResult plan = from_entry("plan");
+  ASSERT_EQ(plan.exit_code, 0) << plan.describe();
+  const nlohmann::json metadata = nlohmann::json::parse(plan.out);
+  EXPECT_EQ(metadata.at("spec").get<std::string>(), spec.to_string());
+  EXPECT_EQ(metadata.at("arch").get<std::string>(), "sm_90");
+
+  const ToolResult resources = from_entry("resources");
+  ASSERT_EQ(resources.exit_code, 0) << resources.describe();
+  const ToolResult compiled = from_spec("resources");
+  // The same report as compiling the spec, plus a note that the cubin is the entry's.
+  EXPECT_EQ(resources.out.substr(0, compiled.out.size()), compiled.out) << resources.out;
+  EXPECT_NE(resources.out.find("identical"), npos) << resources.out;
+}
+
+}  // namespace
+}  // namespace normjit::testing

@@ -1,0 +1,1666 @@
+#!/usr/bin/env python3
+"""normjit against PyTorch, side by side, on the GPU machine.
+
+For every problem (the seed problems of docs/design.md plus LLM rows and Stable Diffusion
+GroupNorm shapes) this script
+  * runs normjit through its C API (libnormjit.so, by ctypes) on PyTorch tensors,
+  * checks normjit's output against a float64 reference computed by PyTorch on the device,
+  * times normjit, the PyTorch eager reference module and torch.compile of that module
+    (median of CUDA events after warm-up),
+and writes docs/performance.md (tables, device, versions, copy bandwidth, JIT latency,
+the hand-written notes of docs/performance-notes.md), docs/performance.png (% of copy
+bandwidth per problem) and the raw results as JSON.
+
+    python3 tools/compare_torch.py                      # everything
+    python3 tools/compare_torch.py --only seeds --quick  # the six seed cases, few repetitions
+    python3 tools/compare_torch.py --list                # the problems, no GPU needed
+    python3 tools/compare_torch.py --selftest            # the non-GPU parts, no torch needed
+
+Exit status: 0 when every normjit result that ran is correct (unsupported operators
+included), 1 when a normjit check failed or a normjit call errored, 2 when it could not
+start (no PyTorch, no GPU, libnormjit.so not loadable). Outputs are rewritten after every
+problem, so a run cut off by a time limit still leaves what it measured.
+
+Only the standard library is imported at module level: torch, matplotlib are imported where
+they are used, so that --list and --selftest run on the build machine (no GPU, no torch).
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import dataclasses
+import datetime
+import gc
+import json
+import math
+import os
+import secrets
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+REPO = Path(__file__).resolve().parent.parent
+
+# Tolerances of docs/../shared/gpu.md: relative L2 error against the float64 reference.
+TOLERANCE = {"f32": 1e-5, "f16": 1e-2, "bf16": 1e-2}
+ELEMENT_BYTES = {"f32": 4, "f16": 2, "bf16": 2}
+NORMJIT_DTYPE = {"f32": 0, "f16": 1, "bf16": 2}  # enum normjit_dtype
+
+# The float64 reference is computed this many elements at a time (along dim 0), so that
+# the 7.5 GB seeds stay far from the 80 GB of the device: a few float64 temporaries of
+# 256 MB each per chunk.
+REFERENCE_CHUNK_ELEMENTS = 1 << 25
+
+# Where tensors live. Only a test on a machine without a GPU changes it (to "cpu", with
+# torch.cuda stubbed), to run the whole flow there.
+DEVICE = "cuda"
+
+# Device-to-device copy used as the bandwidth yardstick (bytes of one tensor; counted
+# twice, read + write). 2 GiB, as in gpu.md.
+COPY_BYTES = 2 << 30
+
+
+# ---------------------------------------------------------------------------------------
+# Problems
+# ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class InputDist:
+    """Normal distribution of the input for one correctness check."""
+    mean: float
+    std: float
+
+    def label(self) -> str:
+        return f"N({self.mean:g}, {self.std:g})"
+
+
+# The first distribution is used for timing and for checking eager/compile too; the others
+# only re-check normjit. Large offsets stress the variance (a naive E[x^2] - mean^2 fails
+# them); tiny values stress eps handling. All include negative values.
+DISTS_RMS = (InputDist(1.0, 2.0), InputDist(0.0, 1e-3))
+DISTS_MEANVAR = (InputDist(3.0, 1.5), InputDist(100.0, 1.0))
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One normalization problem in one dtype.
+
+    op:              rmsnorm | layernorm | groupnorm
+    normalized_dims: rmsnorm: 0 = channel form (reduce dim 1 of [N, C, *spatial]),
+                     k > 0 = the last k dims; layernorm: the last k dims.
+    groups:          groupnorm only.
+    affine:          none | weight | both (weight and bias).
+    """
+    name: str
+    group: str               # seeds | llm | sd: a table of its own in the document
+    op: str
+    shape: tuple[int, ...]
+    dtype: str
+    eps: float
+    normalized_dims: int = 0
+    groups: int = 0
+    affine: str = "none"
+    quick: bool = False      # part of the --quick selection
+
+    @property
+    def key(self) -> str:
+        return f"{self.name} {self.dtype}"
+
+    @property
+    def dists(self) -> tuple[InputDist, ...]:
+        return DISTS_RMS if self.op == "rmsnorm" else DISTS_MEANVAR
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def param_shape(self) -> tuple[int, ...]:
+        """Shape of weight and bias."""
+        if self.op == "groupnorm" or (self.op == "rmsnorm" and self.normalized_dims == 0):
+            return (self.shape[1],)
+        return self.shape[len(self.shape) - self.normalized_dims:]
+
+    @property
+    def param_count(self) -> int:
+        """Number of parameter tensors (weight, bias)."""
+        return {"none": 0, "weight": 1, "both": 2}[self.affine]
+
+    @property
+    def bytes_moved(self) -> int:
+        """The floor's bytes: x read once, y written once, parameters read once."""
+        elements = 2 * self.numel + self.param_count * math.prod(self.param_shape)
+        return elements * ELEMENT_BYTES[self.dtype]
+
+    @property
+    def reduces_dim0(self) -> bool:
+        """True when dim 0 is inside a reduction, so the reference cannot chunk along it."""
+        trailing = self.op == "layernorm" or (self.op == "rmsnorm" and self.normalized_dims > 0)
+        return trailing and self.normalized_dims >= len(self.shape)
+
+    def describe(self) -> str:
+        """What is reduced and which parameters there are, for the table."""
+        if self.op == "groupnorm":
+            what = f"G={self.groups}"
+        elif self.op == "rmsnorm" and self.normalized_dims == 0:
+            what = "dim 1"
+        else:
+            what = "last dim" if self.normalized_dims == 1 else f"last {self.normalized_dims} dims"
+        params = {"none": "", "weight": ", w", "both": ", w+b"}[self.affine]
+        return what + params
+
+    def validate(self) -> None:
+        assert self.op in ("rmsnorm", "layernorm", "groupnorm"), self.op
+        assert self.dtype in ELEMENT_BYTES, self.dtype
+        assert self.affine in ("none", "weight", "both"), self.affine
+        assert all(s > 0 for s in self.shape), self.shape
+        assert self.eps > 0
+        if self.op == "rmsnorm":
+            assert self.affine != "both", "RMSNorm has no bias"
+            assert 0 <= self.normalized_dims <= len(self.shape)
+            if self.normalized_dims == 0:
+                assert len(self.shape) >= 2, "channel form needs [N, C, ...]"
+        elif self.op == "layernorm":
+            assert 1 <= self.normalized_dims <= len(self.shape)
+        else:
+            assert len(self.shape) >= 2 and self.groups > 0 and self.shape[1] % self.groups == 0
+            # torch.nn.GroupNorm has weight and bias together or neither.
+            assert self.affine in ("none", "both"), "torch.nn.GroupNorm: affine none or both"
+
+
+def default_problems() -> list[Problem]:
+    """The problem list. Add a line here to measure another shape."""
+    problems: list[Problem] = []
+    # The seed problems of docs/design.md, fp32 as in the original and bf16.
+    for dtype in ("f32", "bf16"):
+        problems += [
+            Problem("seed rmsnorm", "seeds", "rmsnorm", (112, 64, 512, 512), dtype, 1e-5,
+                    normalized_dims=0, affine="none", quick=True),
+            Problem("seed layernorm", "seeds", "layernorm", (16, 64, 256, 256), dtype, 1e-5,
+                    normalized_dims=3, affine="both", quick=True),
+            Problem("seed groupnorm", "seeds", "groupnorm", (112, 64, 512, 512), dtype, 1e-5,
+                    groups=8, affine="both", quick=True),
+        ]
+    # LLM rows: [tokens, hidden] in bf16, RMSNorm (Llama: eps 1e-6, weight) and LayerNorm.
+    tokens = 4096
+    for hidden in (4096, 8192, 16384):
+        problems += [
+            Problem(f"llm rmsnorm h{hidden}", "llm", "rmsnorm", (tokens, hidden), "bf16", 1e-6,
+                    normalized_dims=1, affine="weight", quick=hidden == 4096),
+            Problem(f"llm layernorm h{hidden}", "llm", "layernorm", (tokens, hidden), "bf16",
+                    1e-5, normalized_dims=1, affine="both", quick=hidden == 4096),
+        ]
+    # Stable Diffusion UNet GroupNorm (32 groups): SD 1.5 at 512x512 with classifier-free
+    # guidance (batch 2) on the latent resolutions of each channel count, and a batch of 8.
+    # f16 variants exist too; the default --dtypes leaves them out.
+    for n, c, h, w in ((2, 320, 64, 64), (2, 640, 32, 32), (2, 1280, 16, 16), (8, 1280, 32, 32)):
+        for dtype in ("f32", "bf16", "f16"):
+            problems.append(
+                Problem(f"sd groupnorm c{c} {h}x{w} b{n}", "sd", "groupnorm", (n, c, h, w), dtype,
+                        1e-5, groups=32, affine="both", quick=(c == 320 and dtype == "bf16")))
+    return problems
+
+
+GROUP_TITLES = {
+    "seeds": "Seed problems (docs/design.md)",
+    "llm": "LLM rows (bf16, [tokens, hidden])",
+    "sd": "Stable Diffusion GroupNorm (32 groups)",
+}
+
+
+def select_problems(problems: list[Problem], only: Optional[str], dtypes: list[str],
+                    quick: bool) -> list[Problem]:
+    """--only: comma-separated tokens, each a group (seeds, llm, sd), an op (rmsnorm, ...) or
+    a substring of the problem name; a problem is kept when any token matches."""
+    tokens = [t.strip() for t in only.split(",") if t.strip()] if only else []
+    selected = []
+    for p in problems:
+        if p.dtype not in dtypes:
+            continue
+        if quick and not p.quick:
+            continue
+        if tokens and not any(t in (p.group, p.op) or t in p.name for t in tokens):
+            continue
+        selected.append(p)
+    return selected
+
+
+# ---------------------------------------------------------------------------------------
+# Results
+# ---------------------------------------------------------------------------------------
+
+@dataclass
+class Measurement:
+    """One implementation (normjit, eager or compile) on one problem."""
+    status: str = "not run"            # ok | unsupported | failed | skipped | not run
+    message: str = ""
+    ms: Optional[float] = None          # median of times_ms
+    times_ms: list[float] = field(default_factory=list)
+    first_call_s: Optional[float] = None  # normjit: JIT compile or cache load; compile: compile
+    first_call_kind: str = ""           # normjit: nvrtc | disk hit | memory hit
+    rel_err: Optional[float] = None     # against float64, first input distribution
+    nonfinite: Optional[int] = None     # elements NaN/inf (unwritten) in the output
+
+
+@dataclass
+class Check:
+    """normjit's output against float64 for one input distribution."""
+    dist: str
+    rel_err: Optional[float]
+    max_abs_err: Optional[float]
+    nonfinite: Optional[int]
+    passed: bool
+
+
+@dataclass
+class ProblemResult:
+    problem: Problem
+    rotation: int = 1                  # input/output sets rotated through while timing
+    peak_gib: Optional[float] = None   # device memory peak of the problem
+    normjit: Measurement = field(default_factory=Measurement)
+    eager: Measurement = field(default_factory=Measurement)
+    compile: Measurement = field(default_factory=Measurement)
+    checks: list[Check] = field(default_factory=list)
+    error: str = ""                    # a problem that could not be run at all
+
+    def impl(self, name: str) -> Measurement:
+        return {"normjit": self.normjit, "eager": self.eager, "compile": self.compile}[name]
+
+    @property
+    def max_rel_err(self) -> Optional[float]:
+        errs = [c.rel_err for c in self.checks]
+        if not errs:
+            return None
+        if any(e is None or math.isnan(e) for e in errs):
+            return math.nan
+        return max(errs)
+
+    @property
+    def passed(self) -> Optional[bool]:
+        """None when normjit did not produce an output to check."""
+        return all(c.passed for c in self.checks) if self.checks else None
+
+
+@dataclass
+class JitLatency:
+    """The output of `normjit bench --jit-latency --json`, whatever its keys are."""
+    command: str
+    status: str            # ok | absent | failed
+    message: str = ""
+    data: Any = None
+
+
+@dataclass
+class Report:
+    env: dict[str, str]
+    command: str
+    date_utc: str
+    settings: dict[str, Any]
+    copy_gbps: Optional[float]
+    copy_times_ms: list[float]
+    results: list[ProblemResult]
+    planned: int           # problems selected; more than len(results) while running
+    jit: Optional[JitLatency]
+    warnings: list[str] = field(default_factory=list)
+
+    def gbps(self, r: ProblemResult, impl: str) -> Optional[float]:
+        ms = r.impl(impl).ms
+        return r.problem.bytes_moved / (ms * 1e-3) / 1e9 if ms else None
+
+    def pct_copy(self, r: ProblemResult, impl: str) -> Optional[float]:
+        g = self.gbps(r, impl)
+        return 100.0 * g / self.copy_gbps if g is not None and self.copy_gbps else None
+
+    def floor_ms(self, r: ProblemResult) -> Optional[float]:
+        return r.problem.bytes_moved / (self.copy_gbps * 1e9) * 1e3 if self.copy_gbps else None
+
+    @staticmethod
+    def speedup(r: ProblemResult, other: str) -> Optional[float]:
+        """their_ms / normjit_ms: above 1 means normjit is faster."""
+        if r.normjit.ms and r.impl(other).ms:
+            return r.impl(other).ms / r.normjit.ms
+        return None
+
+
+# ---------------------------------------------------------------------------------------
+# Markdown
+# ---------------------------------------------------------------------------------------
+
+def fmt_ms(v: Optional[float]) -> str:
+    if v is None:
+        return "—"
+    return f"{v:.3f}" if v < 10 else f"{v:.2f}"
+
+
+def fmt_num(v: Optional[float], spec: str, suffix: str = "") -> str:
+    return "—" if v is None else format(v, spec) + suffix
+
+
+def fmt_err(v: Optional[float]) -> str:
+    if v is None:
+        return "—"
+    return "NaN" if math.isnan(v) else f"{v:.1e}"
+
+
+def md_cell(value: Any) -> str:
+    """A markdown table cell: one line, pipes escaped."""
+    text = str(value).replace("\r", " ").replace("\n", " ").replace("|", "\\|")
+    return text if text else " "
+
+
+def md_table(headers: list[str], rows: list[list[Any]], right: Optional[set[int]] = None) -> list[str]:
+    """A GitHub markdown table; columns whose index is in `right` are right-aligned."""
+    right = right or set()
+    lines = ["| " + " | ".join(md_cell(h) for h in headers) + " |",
+             "|" + "|".join("---:" if i in right else "---" for i in range(len(headers))) + "|"]
+    for row in rows:
+        assert len(row) == len(headers), (headers, row)
+        lines.append("| " + " | ".join(md_cell(c) for c in row) + " |")
+    return lines
+
+
+def shape_text(shape: tuple[int, ...]) -> str:
+    return "[" + ", ".join(str(s) for s in shape) + "]"
+
+
+def impl_ms_cell(m: Measurement) -> str:
+    if m.status == "ok":
+        return fmt_ms(m.ms)
+    return m.status  # unsupported | failed | skipped | not run
+
+
+RESULT_HEADERS = ["problem", "shape", "reduced", "dtype", "normjit ms", "eager ms", "compile ms",
+                  "floor ms", "normjit GB/s", "% of copy", "vs eager", "vs compile",
+                  "rel. err", "check"]
+RESULT_RIGHT = set(range(4, 13))
+
+
+def result_row(report: Report, r: ProblemResult) -> list[str]:
+    p = r.problem
+    if r.error:
+        check = "error"
+    elif r.passed is None:
+        check = r.normjit.status if r.normjit.status != "ok" else "—"
+    else:
+        check = "pass" if r.passed else "**FAIL**"
+    return [
+        p.name, shape_text(p.shape), p.describe(), p.dtype,
+        impl_ms_cell(r.normjit), impl_ms_cell(r.eager), impl_ms_cell(r.compile),
+        fmt_ms(report.floor_ms(r)),
+        fmt_num(report.gbps(r, "normjit"), ".0f"),
+        fmt_num(report.pct_copy(r, "normjit"), ".1f", "%"),
+        fmt_num(report.speedup(r, "eager"), ".2f", "x"),
+        fmt_num(report.speedup(r, "compile"), ".2f", "x"),
+        fmt_err(r.max_rel_err),
+        check,
+    ]
+
+
+def flatten_scalars(data: dict, prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for k, v in data.items():
+        if isinstance(v, dict):
+            out.update(flatten_scalars(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v if not isinstance(v, list) else json.dumps(v)
+    return out
+
+
+def jit_value(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, (dict, list)):
+        return json.dumps(v, separators=(",", ":"))
+    return str(v)
+
+
+def records_table(records: list[dict], first_header: Optional[str] = None) -> list[str]:
+    """Rows of dicts -> one table; the columns are the union of keys in order of appearance."""
+    columns: list[str] = []
+    for rec in records:
+        for k in flatten_scalars(rec):
+            if k not in columns:
+                columns.append(k)
+    rows = []
+    for rec in records:
+        flat = flatten_scalars(rec)
+        rows.append([jit_value(flat[c]) if c in flat else "—" for c in columns])
+    if first_header and columns and columns[0] == "__name__":
+        columns[0] = first_header
+    return md_table(columns, rows)
+
+
+def render_jit(data: Any) -> list[str]:
+    """Render JSON of unknown layout as markdown tables: scalars as key | value, lists of
+    objects and objects of objects as one table each (their keys as columns)."""
+    if isinstance(data, list):
+        if data and all(isinstance(d, dict) for d in data):
+            return records_table(data)
+        return md_table(["value"], [[jit_value(v)] for v in data])
+    if not isinstance(data, dict):
+        return md_table(["value"], [[jit_value(data)]])
+    lines: list[str] = []
+    scalars: dict[str, Any] = {}
+    subtables: list[tuple[str, list[str]]] = []
+    for k, v in data.items():
+        if isinstance(v, list) and v and all(isinstance(d, dict) for d in v):
+            subtables.append((k, records_table(v)))
+        elif isinstance(v, dict) and v and all(isinstance(d, dict) for d in v.values()):
+            recs = [{"__name__": name, **inner} for name, inner in v.items()]
+            subtables.append((k, records_table(recs, first_header=k)))
+        elif isinstance(v, dict):
+            scalars.update(flatten_scalars(v, f"{k}."))
+        else:
+            scalars[k] = v
+    if scalars:
+        lines += md_table(["key", "value"], [[k, jit_value(v)] for k, v in scalars.items()])
+    for title, table in subtables:
+        lines += ["", f"**{title}**", ""] + table
+    return lines
+
+
+def render_markdown(report: Report, notes: Optional[str], plot_name: Optional[str]) -> str:
+    out: list[str] = []
+    add = out.append
+    add("# normjit performance")
+    add("")
+    add("Generated by `tools/compare_torch.py` (run on the GPU machine by `scripts/perf.sh`); "
+        "edits are overwritten. The analysis per kernel is kept in `docs/performance-notes.md` "
+        "and included at the end.")
+    add("")
+    if len(report.results) < report.planned:
+        add(f"**Incomplete run: {len(report.results)} of {report.planned} problems measured.**")
+        add("")
+    env_rows = [[k, v] for k, v in report.env.items()]
+    env_rows += [["date (UTC)", report.date_utc], ["command", f"`{report.command}`"]]
+    out += md_table(["", ""], env_rows)
+    add("")
+
+    s = report.settings
+    add("## Method")
+    add("")
+    add(f"- Times are GPU times: CUDA events around each call, median of {s.get('reps')} calls "
+        f"after {s.get('warmup')} warm-up calls. A sleep kernel is queued first so that the host enqueues "
+        "every timed call while the GPU is busy: the events bracket GPU work, not Python, "
+        "ctypes or PyTorch dispatch (host overhead per call is in the JIT latency table).")
+    add("- Problems whose x and y together are smaller than 4x L2 rotate through several "
+        "input/output sets (column `rotation` in the JSON), so no call finds its data in L2.")
+    add("- Bytes moved = x read once + y written once + parameters read once; GB/s and % of "
+        "copy use them for every implementation; `floor ms` = bytes / copy bandwidth.")
+    add("- `vs eager`, `vs compile`: their time / normjit's time (above 1: normjit faster). "
+        "Eager is the reference module of PyTorch (`torch.nn.LayerNorm`, `torch.nn.GroupNorm`, "
+        "`torch.nn.RMSNorm`; the channel RMSNorm as `x / sqrt(mean(x^2, dim=1) + eps)` in fp32 "
+        "math); compile is `torch.compile(module, dynamic=False)` in default mode, compile "
+        "time excluded.")
+    add("- `rel. err` = ||y - ref|| / ||ref|| against float64 computed by PyTorch on the device "
+        "from the same inputs and parameters, the largest over the input distributions "
+        "checked (RMSNorm: N(1, 2) and N(0, 1e-3); LayerNorm/GroupNorm: N(3, 1.5) and "
+        "N(100, 1)); the output is filled with NaN first and must be entirely written. "
+        "Pass: f32 under 1e-5, f16/bf16 under 1e-2.")
+    add(f"- Random seed {s.get('seed')}.")
+    add("")
+
+    add("## Copy bandwidth")
+    add("")
+    if report.copy_gbps:
+        lo, hi = min(report.copy_times_ms), max(report.copy_times_ms)
+        add(f"Device-to-device copy of {COPY_BYTES / 2**30:g} GiB (`dst.copy_(src)`, f32), bytes "
+            f"read + written, median of {len(report.copy_times_ms)}: **{report.copy_gbps:.0f} GB/s** "
+            f"({fmt_ms(statistics.median(report.copy_times_ms))} ms; min {fmt_ms(lo)}, "
+            f"max {fmt_ms(hi)} ms). The % of copy columns are relative to this number.")
+    else:
+        add("Not measured.")
+    add("")
+
+    add("## Results")
+    add("")
+    groups = [g for g in GROUP_TITLES if any(r.problem.group == g for r in report.results)]
+    groups += sorted({r.problem.group for r in report.results} - set(groups))
+    for g in groups:
+        add(f"### {GROUP_TITLES.get(g, g)}")
+        add("")
+        rows = [result_row(report, r) for r in report.results if r.problem.group == g]
+        out += md_table(RESULT_HEADERS, rows, RESULT_RIGHT)
+        add("")
+    if plot_name:
+        add(f"![% of copy bandwidth per problem]({plot_name})")
+        add("")
+
+    problems = [r for r in report.results if r.error or r.normjit.status not in ("ok", "unsupported")
+                or r.passed is False or r.eager.status == "failed" or r.compile.status == "failed"]
+    if problems or report.warnings:
+        add("### Failures and warnings")
+        add("")
+        for r in problems:
+            key = r.problem.key
+            if r.error:
+                add(f"- {key}: {r.error}")
+            for impl in ("normjit", "eager", "compile"):
+                m = r.impl(impl)
+                if m.status in ("failed",) or (impl == "normjit" and m.status == "error"):
+                    add(f"- {key}, {impl}: {m.message}")
+            for c in r.checks:
+                if not c.passed:
+                    add(f"- {key}, normjit on {c.dist}: rel. err {fmt_err(c.rel_err)}, "
+                        f"max abs err {fmt_err(c.max_abs_err)}, {c.nonfinite} non-finite "
+                        "(unwritten) elements")
+        for w in report.warnings:
+            add(f"- {w}")
+        add("")
+
+    add("## JIT latency")
+    add("")
+    jit = report.jit
+    if jit is None:
+        add("Not measured in this run.")
+    else:
+        add(f"`{jit.command}`")
+        add("")
+        if jit.status == "ok":
+            out += render_jit(jit.data)
+        else:
+            add(f"No numbers ({jit.status}): {jit.message}")
+    add("")
+
+    add("## Analysis per kernel")
+    add("")
+    if notes is not None:
+        add("<!-- included verbatim from docs/performance-notes.md -->")
+        add("")
+        add(notes.rstrip("\n"))
+    else:
+        add("_docs/performance-notes.md does not exist yet: the hand-written account per kernel "
+            "(what limits it, with ncu/PTX evidence) goes there and is included here._")
+    add("")
+    return "\n".join(out)
+
+
+def render_summary(report: Report) -> str:
+    """The short table printed at the end of the run."""
+    headers = ["problem", "dtype", "normjit", "eager", "compile", "%copy", "vs eager",
+               "vs compile", "rel.err", "check"]
+    rows = []
+    for r in report.results:
+        row = result_row(report, r)
+        rows.append([r.problem.name, r.problem.dtype, row[4], row[5], row[6], row[9], row[10],
+                     row[11], row[12], row[13].replace("*", "")])
+    widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h)
+              for i, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in rows]
+    if report.copy_gbps:
+        lines.append(f"copy bandwidth {report.copy_gbps:.0f} GB/s; times in ms (median)")
+    return "\n".join(lines)
+
+
+def write_plot(report: Report, path: Path) -> bool:
+    """Horizontal grouped bars: % of copy bandwidth per problem for normjit, eager, compile."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        print(f"plot: matplotlib unavailable ({e}); no {path.name}")
+        return False
+    results = [r for r in report.results if not r.error]
+    if not results or not report.copy_gbps:
+        return False
+    impls = [("normjit", "tab:green"), ("eager", "tab:gray"), ("compile", "tab:blue")]
+    height = 0.26
+    fig, ax = plt.subplots(figsize=(10, 1.2 + 0.55 * len(results)))
+    for j, (impl, color) in enumerate(impls):
+        ys = [i + (j - 1) * height for i in range(len(results))]
+        vals = [report.pct_copy(r, impl) or 0.0 for r in results]
+        ax.barh(ys, vals, height=height, color=color, label=impl)
+        for y, r, v in zip(ys, results, vals):
+            m = r.impl(impl)
+            text = f"{v:.0f}%" if m.ms else m.status
+            if impl == "normjit" and r.passed is False:
+                text += " FAIL"
+            ax.text(v + 1, y, text, va="center", fontsize=6)
+    ax.set_yticks(range(len(results)))
+    ax.set_yticklabels([f"{r.problem.name} {r.problem.dtype}" for r in results], fontsize=7)
+    ax.invert_yaxis()
+    ax.axvline(100, color="black", linewidth=0.8)
+    ax.axvline(90, color="tab:red", linewidth=0.8, linestyle="--", label="90% target")
+    ax.set_xlabel(f"% of device-to-device copy bandwidth ({report.copy_gbps:.0f} GB/s)")
+    ax.set_title(f"normjit vs PyTorch on {report.env.get('device', '?')}", fontsize=9)
+    ax.legend(loc="lower right", fontsize=7)
+    ax.set_xlim(0, max(110, *(report.pct_copy(r, i) or 0 for r in results for i, _ in impls)) + 12)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def report_json(report: Report) -> dict:
+    """Raw results plus the derived numbers of the tables."""
+    data = dataclasses.asdict(report)
+    for r, d in zip(report.results, data["results"]):
+        d["key"] = r.problem.key
+        d["bytes_moved"] = r.problem.bytes_moved
+        d["derived"] = {
+            "floor_ms": report.floor_ms(r),
+            **{f"{i}_gbps": report.gbps(r, i) for i in ("normjit", "eager", "compile")},
+            **{f"{i}_pct_copy": report.pct_copy(r, i) for i in ("normjit", "eager", "compile")},
+            "speedup_vs_eager": report.speedup(r, "eager"),
+            "speedup_vs_compile": report.speedup(r, "compile"),
+            "max_rel_err": r.max_rel_err,
+            "passed": r.passed,
+        }
+    return data
+
+
+def json_safe(value: Any) -> Any:
+    """NaN and infinities are not JSON: null instead."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def write_json(report: Report, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(json_safe(report_json(report)), indent=1, default=str, allow_nan=False)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def write_outputs(report: Report, args: argparse.Namespace, final: bool) -> None:
+    """Written after every problem, so that a run cut off by a time limit still leaves its
+    numbers; the plot only at the end."""
+    notes_path = Path(args.notes)
+    notes = notes_path.read_text() if notes_path.exists() else None
+    plot_path = Path(args.plot)
+    has_plot = final and write_plot(report, plot_path)
+    doc = Path(args.doc)
+    doc.parent.mkdir(parents=True, exist_ok=True)
+    plot_ref = os.path.relpath(plot_path, doc.parent) if has_plot else None
+    doc.write_text(render_markdown(report, notes, plot_ref))
+    write_json(report, Path(args.json_out))
+
+
+# ---------------------------------------------------------------------------------------
+# normjit through its C API
+# ---------------------------------------------------------------------------------------
+
+NORMJIT_OK = 0
+NORMJIT_ERROR_UNSUPPORTED = 2
+
+
+class EngineOptions(ctypes.Structure):
+    """struct normjit_engine_options. ctypes lays fields out with the C rules of the
+    platform: int at 0, 4 bytes of padding, pointers at 8 and 16, uint64 at 24, ints at 32
+    and 36, 40 bytes in all (checked against offsetof by --selftest's numbers)."""
+    _fields_ = [
+        ("device", ctypes.c_int),
+        ("cache_dir", ctypes.c_char_p),
+        ("readonly_dirs", ctypes.c_char_p),
+        ("cache_max_bytes", ctypes.c_uint64),
+        ("memory_only", ctypes.c_int),
+        ("jit_disabled", ctypes.c_int),
+    ]
+
+
+class NormjitError(RuntimeError):
+    def __init__(self, status: int, name: str, message: str):
+        super().__init__(f"{name} ({status}): {message}")
+        self.status = status
+        self.message = message
+
+
+class NormjitUnsupported(NormjitError):
+    pass
+
+
+class Normjit:
+    """libnormjit.so by ctypes, with every prototype declared (ctypes would otherwise pass
+    Python ints as C int and truncate pointers and int64 shapes)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.lib = lib = ctypes.CDLL(str(path))
+        vp, i32, i64, f64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_double
+        p_i64 = ctypes.POINTER(ctypes.c_int64)
+        p_u64 = ctypes.POINTER(ctypes.c_uint64)
+
+        lib.normjit_engine_options_init.argtypes = [ctypes.POINTER(EngineOptions)]
+        lib.normjit_engine_options_init.restype = None
+        lib.normjit_engine_create.argtypes = [ctypes.POINTER(EngineOptions), ctypes.POINTER(vp)]
+        lib.normjit_engine_create.restype = i32
+        lib.normjit_engine_destroy.argtypes = [vp]
+        lib.normjit_engine_destroy.restype = None
+        lib.normjit_last_error.argtypes = []
+        lib.normjit_last_error.restype = ctypes.c_char_p
+        lib.normjit_status_name.argtypes = [i32]
+        lib.normjit_status_name.restype = ctypes.c_char_p
+        lib.normjit_engine_counters.argtypes = [vp, p_u64, p_u64, p_u64]
+        lib.normjit_engine_counters.restype = i32
+        # engine, x, y, weight, shape, ndim, normalized_dims, dtype, eps, stream
+        lib.normjit_rmsnorm.argtypes = [vp, vp, vp, vp, p_i64, i32, i32, i32, f64, vp]
+        lib.normjit_rmsnorm.restype = i32
+        # engine, x, y, weight, bias, shape, ndim, normalized_dims, dtype, eps, stream
+        lib.normjit_layernorm.argtypes = [vp, vp, vp, vp, vp, p_i64, i32, i32, i32, f64, vp]
+        lib.normjit_layernorm.restype = i32
+        # engine, x, y, weight, bias, shape, ndim, groups, dtype, eps, stream
+        lib.normjit_groupnorm.argtypes = [vp, vp, vp, vp, vp, p_i64, i32, i64, i32, f64, vp]
+        lib.normjit_groupnorm.restype = i32
+        self._keep: list[Any] = []  # C strings the engine options point to
+
+    def check(self, status: int) -> None:
+        if status == NORMJIT_OK:
+            return
+        name = (self.lib.normjit_status_name(status) or b"?").decode()
+        message = (self.lib.normjit_last_error() or b"").decode(errors="replace")
+        cls = NormjitUnsupported if status == NORMJIT_ERROR_UNSUPPORTED else NormjitError
+        raise cls(status, name, message)
+
+    def create_engine(self, cache_dir: Optional[str] = None, memory_only: bool = False) -> int:
+        opts = EngineOptions()
+        self.lib.normjit_engine_options_init(ctypes.byref(opts))
+        if cache_dir:
+            encoded = cache_dir.encode()
+            self._keep.append(encoded)
+            opts.cache_dir = encoded
+        opts.memory_only = int(memory_only)
+        engine = ctypes.c_void_p()
+        self.check(self.lib.normjit_engine_create(ctypes.byref(opts), ctypes.byref(engine)))
+        return engine.value
+
+    def destroy_engine(self, engine: int) -> None:
+        self.lib.normjit_engine_destroy(engine)
+
+    def counters(self, engine: int) -> tuple[int, int, int]:
+        """(nvrtc compiles, memory hits, disk hits)"""
+        c = [ctypes.c_uint64() for _ in range(3)]
+        self.check(self.lib.normjit_engine_counters(engine, *(ctypes.byref(v) for v in c)))
+        return c[0].value, c[1].value, c[2].value
+
+    def bind(self, engine: int, p: Problem, x: int, y: int, weight: Optional[int],
+             bias: Optional[int], stream: int) -> Callable[[], None]:
+        """A call of p's operator on fixed pointers: the arguments are converted once, so
+        the timed loop pays only the ctypes call."""
+        shape = (ctypes.c_int64 * len(p.shape))(*p.shape)
+        dtype, ndim = NORMJIT_DTYPE[p.dtype], len(p.shape)
+        if p.op == "rmsnorm":
+            fn = self.lib.normjit_rmsnorm
+            args = (engine, x, y, weight, shape, ndim, p.normalized_dims, dtype, p.eps, stream)
+        elif p.op == "layernorm":
+            fn = self.lib.normjit_layernorm
+            args = (engine, x, y, weight, bias, shape, ndim, p.normalized_dims, dtype, p.eps,
+                    stream)
+        else:
+            fn = self.lib.normjit_groupnorm
+            args = (engine, x, y, weight, bias, shape, ndim, p.groups, dtype, p.eps, stream)
+        check = self.check
+
+        def call() -> None:
+            status = fn(*args)
+            if status:
+                check(status)
+        call.keepalive = shape  # type: ignore[attr-defined]
+        return call
+
+
+def nvrtc_loaded() -> str:
+    """Version and file of each libnvrtc mapped into this process: torch may have loaded its
+    own copy before libnormjit.so, and the dynamic loader then gives libnormjit that one
+    when the sonames match, so the NVRTC normjit compiles with is worth recording."""
+    paths: list[str] = []
+    try:
+        for line in Path("/proc/self/maps").read_text().splitlines():
+            path = line.split()[-1] if len(line.split()) >= 6 else ""
+            if "/libnvrtc.so" in path and path not in paths:
+                paths.append(path)
+    except OSError:
+        pass
+    found = []
+    for path in paths:
+        try:
+            lib = ctypes.CDLL(path)
+            major, minor = ctypes.c_int(), ctypes.c_int()
+            lib.nvrtcVersion(ctypes.byref(major), ctypes.byref(minor))
+            found.append(f"{major.value}.{minor.value} ({path})")
+        except (OSError, AttributeError) as e:
+            found.append(f"? ({path}: {e})")
+    return "; ".join(found) if found else "not loaded"
+
+
+# ---------------------------------------------------------------------------------------
+# PyTorch side (imported lazily)
+# ---------------------------------------------------------------------------------------
+
+def torch_dtype(dtype: str):
+    import torch
+    return {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[dtype]
+
+
+def make_channel_rmsnorm(eps: float, weight):
+    """The channel-form reference of design.md, in fp32 math for f16/bf16 inputs."""
+    import torch
+
+    class ChannelRMSNorm(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.eps = eps
+            self.weight = weight
+
+        def forward(self, x):
+            xf = x.float()
+            y = xf / torch.sqrt(xf.pow(2).mean(dim=1, keepdim=True) + self.eps)
+            if self.weight is not None:
+                y = y * self.weight.float().view(1, -1, *([1] * (x.dim() - 2)))
+            return y.to(x.dtype)
+
+    return ChannelRMSNorm()
+
+
+def make_module(p: Problem, weight, bias):
+    """The PyTorch reference module of p, with normjit's parameters copied in."""
+    import torch
+    dt = torch_dtype(p.dtype)
+    if p.op == "rmsnorm" and p.normalized_dims == 0:
+        m = make_channel_rmsnorm(p.eps, weight)
+    elif p.op == "rmsnorm":
+        m = torch.nn.RMSNorm(p.param_shape, eps=p.eps, elementwise_affine=weight is not None,
+                             device=DEVICE, dtype=dt)
+    elif p.op == "layernorm":
+        m = torch.nn.LayerNorm(p.param_shape, eps=p.eps, elementwise_affine=weight is not None,
+                               bias=bias is not None, device=DEVICE, dtype=dt)
+    else:
+        m = torch.nn.GroupNorm(p.groups, p.shape[1], eps=p.eps, affine=weight is not None,
+                               device=DEVICE, dtype=dt)
+    with torch.no_grad():
+        # The modules start at weight 1, bias 0, which would hide affine bugs.
+        if weight is not None and isinstance(getattr(m, "weight", None), torch.nn.Parameter):
+            m.weight.copy_(weight)
+        if bias is not None and isinstance(getattr(m, "bias", None), torch.nn.Parameter):
+            m.bias.copy_(bias)
+    m.requires_grad_(False)
+    return m.eval()
+
+
+def reference_f64(p: Problem, x, weight, bias):
+    """p's operator in float64 (explicit two-pass formulas, independent of PyTorch's own
+    normalization kernels); x a chunk along dim 0, weight/bias float64 or None."""
+    import torch
+    xd = x.double()
+    nd = xd.dim()
+    if p.op == "groupnorm" or (p.op == "rmsnorm" and p.normalized_dims == 0):
+        param_view = (1, -1) + (1,) * (nd - 2)      # [C] over dim 1
+    else:
+        param_view = p.param_shape                   # trailing dims
+    if p.op == "rmsnorm":
+        dims = (1,) if p.normalized_dims == 0 else tuple(range(nd - p.normalized_dims, nd))
+        y = xd / torch.sqrt(xd.pow(2).mean(dim=dims, keepdim=True) + p.eps)
+    elif p.op == "layernorm":
+        dims = tuple(range(nd - p.normalized_dims, nd))
+        xc = xd - xd.mean(dim=dims, keepdim=True)
+        y = xc / torch.sqrt(xc.pow(2).mean(dim=dims, keepdim=True) + p.eps)
+    else:
+        g = xd.reshape(xd.shape[0], p.groups, -1)
+        gc = g - g.mean(dim=-1, keepdim=True)
+        y = (gc / torch.sqrt(gc.pow(2).mean(dim=-1, keepdim=True) + p.eps)).reshape(xd.shape)
+    if weight is not None:
+        y = y * weight.reshape(param_view)
+    if bias is not None:
+        y = y + bias.reshape(param_view)
+    return y
+
+
+@dataclass
+class ErrorStats:
+    rel_err: float
+    max_abs_err: float
+    nonfinite: int
+
+
+def compare_to_reference(p: Problem, x, weight, bias, outputs: dict) -> dict[str, ErrorStats]:
+    """Relative L2 error of each output against float64, chunk by chunk along dim 0 (a few
+    rows or batch items at a time), accumulated on the device without syncing per chunk."""
+    import torch
+    w64 = weight.double() if weight is not None else None
+    b64 = bias.double() if bias is not None else None
+    rows = x.shape[0]
+    per_row = max(1, x.numel() // rows)
+    step = rows if p.reduces_dim0 else max(1, REFERENCE_CHUNK_ELEMENTS // per_row)
+    zero = lambda: torch.zeros((), dtype=torch.float64, device=x.device)  # noqa: E731
+    ref2 = zero()
+    err2 = {k: zero() for k in outputs}
+    maxabs = {k: zero() for k in outputs}
+    bad = {k: torch.zeros((), dtype=torch.int64, device=x.device) for k in outputs}
+    for start in range(0, rows, step):
+        s = slice(start, min(rows, start + step))
+        ref = reference_f64(p, x[s], w64, b64)
+        ref2 += ref.pow(2).sum()
+        for k, y in outputs.items():
+            yc = y[s]
+            bad[k] += (~torch.isfinite(yc)).sum()
+            d = yc.double() - ref
+            err2[k] += d.pow(2).sum()
+            # amax ignores nothing: a NaN in d makes it NaN, which is what we want.
+            maxabs[k] = torch.maximum(maxabs[k], d.abs().amax())
+            del d, yc
+        del ref
+    out = {}
+    for k in outputs:
+        e2, r2 = err2[k].item(), ref2.item()
+        rel = math.sqrt(e2 / r2) if r2 > 0 else (0.0 if e2 == 0 else math.inf)
+        out[k] = ErrorStats(rel, maxabs[k].item(), int(bad[k].item()))
+    return out
+
+
+def passes(p: Problem, e: ErrorStats) -> bool:
+    # NaN < tol is False, so NaN never passes.
+    return e.nonfinite == 0 and e.rel_err < TOLERANCE[p.dtype]
+
+
+def gpu_sleep(ms: float) -> None:
+    """Keeps the GPU busy for about ms (assuming ~2 GHz) so the host can run ahead."""
+    import torch
+    sleep = getattr(torch.cuda, "_sleep", None)
+    if sleep is not None:
+        sleep(int(ms * 1e-3 * 2.0e9))
+
+
+def time_cuda(fn: Callable[[int], Any], reps: int, warmup: int) -> list[float]:
+    """fn(i) for i = 0, 1, ... (i selects the rotating buffer set); returns the GPU time of
+    each timed call in ms, from CUDA events recorded around it on the current stream."""
+    import torch
+    for i in range(warmup):
+        fn(i)
+    torch.cuda.synchronize()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    # Without this the events of a short kernel would also measure the gap while Python
+    # launches it (PyTorch dispatch, dynamo guards, ctypes): ~0.25 ms of host time per call
+    # covers all three.
+    gpu_sleep(min(50.0, 1.0 + 0.25 * reps))
+    for i in range(reps):
+        starts[i].record()
+        fn(warmup + i)
+        ends[i].record()
+    torch.cuda.synchronize()
+    return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+
+
+def free_device_memory() -> None:
+    import torch
+    gc.collect()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+
+
+def short_error(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    first = text[0] if text else ""
+    return f"{type(e).__name__}: {first}"[:300]
+
+
+def measure_copy(reps: int, warmup: int) -> tuple[float, list[float]]:
+    """Device-to-device copy bandwidth (read + write) of a 2 GiB f32 tensor."""
+    import torch
+    n = COPY_BYTES // 4
+    src = torch.randn(n, device=DEVICE)
+    dst = torch.empty_like(src)
+    times = time_cuda(lambda i: dst.copy_(src), reps, warmup)
+    del src, dst
+    free_device_memory()
+    return 2 * COPY_BYTES / (statistics.median(times) * 1e-3) / 1e9, times
+
+
+class Runner:
+    """Runs the problems one by one; holds what every problem shares."""
+
+    def __init__(self, args: argparse.Namespace, nj: Normjit, engine: int, l2_bytes: int,
+                 copy_gbps: Optional[float], warnings: list[str]):
+        import torch
+        self.args = args
+        self.nj = nj
+        self.engine = engine
+        self.l2_bytes = l2_bytes
+        self.copy_gbps = copy_gbps
+        self.warnings = warnings  # the report's list: PyTorch off the float64 reference
+        self.gen = torch.Generator(device=DEVICE)
+        self.gen.manual_seed(args.seed)
+        # Set when the CUDA context is unusable (a sticky error such as an illegal address
+        # in a kernel): every later problem would fail the same way, so the run stops.
+        self.broken = ""
+
+    def log(self, text: str) -> None:
+        print(text, flush=True)
+
+    def random(self, shape, dtype: str, dist: InputDist):
+        import torch
+        t = torch.empty(shape, dtype=torch_dtype(dtype), device=DEVICE)
+        return t.normal_(dist.mean, dist.std, generator=self.gen)
+
+    def rotation(self, p: Problem) -> int:
+        """Input/output sets so that the bytes touched between two uses of one set exceed 4x
+        L2: a set is evicted before it comes round again."""
+        per_set = 2 * p.numel * ELEMENT_BYTES[p.dtype]
+        return max(1, min(256, math.ceil(4 * self.l2_bytes / per_set)))
+
+    def run(self, p: Problem) -> ProblemResult:
+        import torch
+        import torch._dynamo
+        torch.cuda.reset_peak_memory_stats()
+        r = ProblemResult(problem=p, rotation=self.rotation(p))
+        try:
+            with torch.no_grad():
+                self._run(p, r)
+        except Exception as e:  # noqa: BLE001 - one problem must not end the run
+            r.error = short_error(e)
+            self.log(f"  error: {r.error}")
+        finally:
+            try:
+                r.peak_gib = torch.cuda.max_memory_allocated() / 2**30
+                torch._dynamo.reset()
+                free_device_memory()
+            except Exception as e:  # noqa: BLE001
+                self.broken = short_error(e)
+                r.error = r.error or self.broken
+        return r
+
+    def _run(self, p: Problem, r: ProblemResult) -> None:
+        import torch
+        args = self.args
+        dist = p.dists[0]
+        n = r.rotation
+        xs = [self.random(p.shape, p.dtype, dist) for _ in range(n)]
+        ys = [torch.empty_like(xs[0]) for _ in range(n)]
+        weight = bias = None
+        if p.affine in ("weight", "both"):
+            weight = self.random(p.param_shape, p.dtype, InputDist(1.0, 0.5))
+        if p.affine == "both":
+            bias = self.random(p.param_shape, p.dtype, InputDist(0.0, 1.0))
+        stream = torch.cuda.current_stream().cuda_stream
+        ptr = lambda t: t.data_ptr() if t is not None else None  # noqa: E731
+        calls = [self.nj.bind(self.engine, p, xs[i].data_ptr(), ys[i].data_ptr(), ptr(weight),
+                              ptr(bias), stream) for i in range(n)]
+        module = make_module(p, weight, bias)
+        outputs = {}
+
+        # First calls: normjit (JIT compile or cache load), eager, torch.compile (compile).
+        ys[0].fill_(math.nan)  # poison: every element must be written
+        outputs["normjit"] = self.first_normjit_call(r.normjit, calls[0], ys[0])
+        outputs["eager"] = self.first_call(r.eager, "eager", lambda: module(xs[0]))
+        compiled = None
+        if args.skip_compile:
+            r.compile.status = "skipped"
+        else:
+            torch._dynamo.reset()  # fresh cache: no recompile limit, no dynamic shapes
+            compiled = torch.compile(module, dynamic=False)
+            outputs["compile"] = self.first_call(r.compile, "compile", lambda: compiled(xs[0]))
+            if outputs["compile"] is None:
+                compiled = None
+
+        # Correctness of all three against float64, one pass over the reference.
+        present = {k: v for k, v in outputs.items() if v is not None}
+        if present:
+            stats = compare_to_reference(p, xs[0], weight, bias, present)
+            for k, st in stats.items():
+                m = r.impl(k)
+                m.rel_err, m.nonfinite = st.rel_err, st.nonfinite
+                ok = passes(p, st)
+                if k == "normjit":
+                    r.checks.append(Check(dist.label(), st.rel_err, st.max_abs_err,
+                                          st.nonfinite, ok))
+                self.log(f"  {k:8s} rel. err {fmt_err(st.rel_err)} on {dist.label()}"
+                         f"{'' if ok else '  ** FAIL **'}"
+                         + (f" ({st.nonfinite} non-finite)" if st.nonfinite else ""))
+                if not ok and k != "normjit":
+                    self.warnings.append(f"{p.key}: PyTorch {k} is off the float64 reference "
+                                         f"by {fmt_err(st.rel_err)}")
+        outputs.clear()
+        present.clear()
+        free_device_memory()
+
+        # Timing.
+        if r.normjit.status == "ok":
+            self.timed(r, p, "normjit", lambda i: calls[i % n]())
+        if r.eager.status == "ok":
+            self.timed(r, p, "eager", lambda i: module(xs[i % n]))
+        if compiled is not None:
+            self.timed(r, p, "compile", lambda i: compiled(xs[i % n]))
+
+        # More input distributions, normjit only.
+        if r.normjit.status == "ok":
+            for d in p.dists[1:]:
+                xs[0].normal_(d.mean, d.std, generator=self.gen)
+                ys[0].fill_(math.nan)
+                calls[0]()
+                st = compare_to_reference(p, xs[0], weight, bias, {"normjit": ys[0]})["normjit"]
+                ok = passes(p, st)
+                r.checks.append(Check(d.label(), st.rel_err, st.max_abs_err, st.nonfinite, ok))
+                self.log(f"  normjit  rel. err {fmt_err(st.rel_err)} on {d.label()}"
+                         f"{'' if ok else '  ** FAIL **'}")
+
+    def first_normjit_call(self, m: Measurement, call: Callable[[], None], y):
+        import torch
+        before = self.nj.counters(self.engine)
+        t0 = time.perf_counter()
+        try:
+            call()
+            torch.cuda.synchronize()
+        except NormjitUnsupported as e:
+            m.status, m.message = "unsupported", e.message
+            self.log(f"  normjit  unsupported: {e.message}")
+            return None
+        except NormjitError as e:
+            m.status, m.message = "error", str(e)
+            self.log(f"  normjit  error: {e}")
+            return None
+        m.first_call_s = time.perf_counter() - t0
+        after = self.nj.counters(self.engine)
+        m.first_call_kind = ("nvrtc" if after[0] > before[0] else
+                             "disk hit" if after[2] > before[2] else "memory hit")
+        m.status = "ok"
+        self.log(f"  normjit  first call {m.first_call_s * 1e3:.1f} ms ({m.first_call_kind})")
+        return y
+
+    def first_call(self, m: Measurement, name: str, fn: Callable[[], Any]):
+        import torch
+        t0 = time.perf_counter()
+        try:
+            y = fn()
+            torch.cuda.synchronize()
+        except Exception as e:  # noqa: BLE001 - torch.compile may fail in many ways
+            m.status, m.message = "failed", short_error(e)
+            self.log(f"  {name:8s} failed: {m.message}")
+            free_device_memory()
+            return None
+        m.first_call_s = time.perf_counter() - t0
+        m.status = "ok"
+        what = "compiled in" if name == "compile" else "first call"
+        self.log(f"  {name:8s} {what} {m.first_call_s:.2f} s")
+        return y
+
+    def timed(self, r: ProblemResult, p: Problem, name: str, fn: Callable[[int], Any]) -> None:
+        m = r.impl(name)
+        try:
+            m.times_ms = time_cuda(fn, self.args.reps, self.args.warmup)
+        except Exception as e:  # noqa: BLE001
+            m.status, m.message, m.ms = "failed", short_error(e), None
+            self.log(f"  {name:8s} timing failed: {m.message}")
+            free_device_memory()
+            return
+        m.ms = statistics.median(m.times_ms)
+        gbps = p.bytes_moved / (m.ms * 1e-3) / 1e9
+        pct = f", {100 * gbps / self.copy_gbps:.1f}% of copy" if self.copy_gbps else ""
+        self.log(f"  {name:8s} {fmt_ms(m.ms)} ms median (min {fmt_ms(min(m.times_ms))}), "
+                 f"{gbps:.0f} GB/s{pct}")
+
+
+# ---------------------------------------------------------------------------------------
+# Environment, JIT latency
+# ---------------------------------------------------------------------------------------
+
+def command_output(cmd: list[str], cwd: Optional[Path] = None) -> Optional[str]:
+    try:
+        out = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def collect_environment(lib_path: Path) -> tuple[dict[str, str], int]:
+    """Labels and values for the head of the document; also the L2 size in bytes."""
+    import torch
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    l2 = int(getattr(props, "L2_cache_size", 0) or 50 * 2**20)
+    env: dict[str, str] = {}
+    env["device"] = (f"{props.name} ({props.multi_processor_count} SMs, "
+                     f"sm_{props.major}{props.minor}, {props.total_memory / 2**30:.1f} GiB, "
+                     f"L2 {l2 / 2**20:.0f} MiB)")
+    driver = command_output(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
+    try:
+        api = torch._C._cuda_getDriverVersion()
+        api_text = f"CUDA driver API {api // 1000}.{api % 1000 // 10}"
+    except Exception:  # noqa: BLE001 - private API, only for the record
+        api_text = ""
+    env["driver"] = ", ".join(t for t in ((driver or "").splitlines()[:1] + [api_text]) if t) or "?"
+    env["CUDA (PyTorch build)"] = str(torch.version.cuda)
+    env["NVRTC (loaded)"] = nvrtc_loaded()
+    env["PyTorch"] = torch.__version__
+    try:
+        import triton
+        env["Triton"] = triton.__version__
+    except Exception as e:  # noqa: BLE001
+        env["Triton"] = f"unavailable ({short_error(e)})"
+    env["Python"] = sys.version.split()[0]
+    commit = command_output(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO)
+    if commit:
+        dirty = command_output(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO)
+        env["normjit"] = commit + (" + local changes" if dirty else "")
+    env["libnormjit"] = str(lib_path)
+    return env, l2
+
+
+def parse_json_output(text: str) -> Any:
+    """The whole stdout as JSON, or else the last line that parses (log lines before it)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        pass
+    for line in reversed(text.strip().splitlines()):
+        line = line.strip()
+        if line.startswith(("{", "[")):
+            try:
+                return json.loads(line)
+            except json.JSONDecodeError:
+                continue
+    raise ValueError("no JSON in its output")
+
+
+def measure_jit_latency(build: Path, timeout_s: int) -> JitLatency:
+    exe = build / "tools" / "normjit"
+    cmd = [str(exe), "bench", "--jit-latency", "--json"]
+    jit = JitLatency(command=shlex.join(cmd), status="failed")
+    if not exe.exists():
+        jit.status, jit.message = "absent", f"{exe} does not exist"
+        return jit
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        jit.message = f"timed out after {timeout_s} s"
+        return jit
+    except OSError as e:
+        jit.message = short_error(e)
+        return jit
+    if out.returncode != 0:
+        tail = (out.stderr.strip() or out.stdout.strip()).splitlines()[-3:]
+        jit.message = f"exit status {out.returncode}: " + " / ".join(tail)
+        return jit
+    try:
+        jit.data = parse_json_output(out.stdout)
+    except ValueError as e:
+        jit.message = f"{e}: {out.stdout.strip()[:200]!r}"
+        return jit
+    jit.status = "ok"
+    return jit
+
+
+# ---------------------------------------------------------------------------------------
+# Main
+# ---------------------------------------------------------------------------------------
+
+def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        description="Time normjit (C API by ctypes) against PyTorch eager and torch.compile, "
+                    "check it against float64, write docs/performance.md and .png.")
+    ap.add_argument("--build", default="build",
+                    help="build directory (libnormjit.so, tools/normjit); relative to the repo root")
+    ap.add_argument("--lib", default=None, help="libnormjit.so (default: BUILD/libnormjit.so)")
+    ap.add_argument("--only", default=None,
+                    help="comma-separated groups (seeds, llm, sd), ops (rmsnorm, layernorm, "
+                         "groupnorm) or substrings of problem names")
+    ap.add_argument("--dtypes", default="f32,bf16",
+                    help="comma-separated dtypes to run (f32, f16, bf16); default f32,bf16")
+    ap.add_argument("--quick", action="store_true",
+                    help="a few problems (the seeds and one of each other kind), 5 timed runs")
+    ap.add_argument("--reps", type=int, default=None, help="timed runs per measurement (20; --quick 5)")
+    ap.add_argument("--warmup", type=int, default=None, help="warm-up calls (3; --quick 2)")
+    ap.add_argument("--seed", type=int, default=None, help="random seed (default: fresh)")
+    ap.add_argument("--skip-compile", action="store_true", help="no torch.compile")
+    ap.add_argument("--skip-jit-latency", action="store_true",
+                    help="do not run `normjit bench --jit-latency`")
+    ap.add_argument("--jit-timeout", type=int, default=180,
+                    help="seconds allowed to `normjit bench --jit-latency` (180)")
+    ap.add_argument("--cache-dir", default=None,
+                    help="normjit cache directory for the engine (default: its own default)")
+    ap.add_argument("--doc", default="docs/performance.md", help="markdown output")
+    ap.add_argument("--plot", default="docs/performance.png", help="PNG output")
+    ap.add_argument("--notes", default="docs/performance-notes.md",
+                    help="hand-written analysis included verbatim when it exists")
+    ap.add_argument("--json-out", default=None,
+                    help="raw results (default: $OUT/perf.json when OUT is set, else BUILD/perf.json)")
+    ap.add_argument("--list", action="store_true", help="list the selected problems and exit")
+    ap.add_argument("--selftest", action="store_true",
+                    help="check the non-GPU parts (no torch, no GPU) and exit")
+    args = ap.parse_args(argv)
+
+    if args.reps is None:
+        args.reps = 5 if args.quick else 20
+    if args.warmup is None:
+        args.warmup = 2 if args.quick else 3
+    if args.reps < 1 or args.warmup < 0:
+        ap.error("--reps must be >= 1 and --warmup >= 0")
+    args.dtype_list = [d.strip() for d in args.dtypes.split(",") if d.strip()]
+    for d in args.dtype_list:
+        if d not in ELEMENT_BYTES:
+            ap.error(f"--dtypes: unknown dtype {d!r} (f32, f16, bf16)")
+    # Paths relative to the repository root, wherever the script is started from.
+    root = lambda s: s if os.path.isabs(s) else str(REPO / s)  # noqa: E731
+    args.build = root(args.build)
+    args.lib = root(args.lib) if args.lib else str(Path(args.build) / "libnormjit.so")
+    args.doc, args.plot, args.notes = root(args.doc), root(args.plot), root(args.notes)
+    if args.json_out is None:
+        out_dir = os.environ.get("OUT")
+        args.json_out = str(Path(out_dir) / "perf.json") if out_dir else str(Path(args.build) / "perf.json")
+    if args.seed is None:
+        args.seed = secrets.randbelow(2**31)
+    return args
+
+
+def run_gpu(args: argparse.Namespace, problems: list[Problem], command: str) -> int:
+    try:
+        import torch
+    except ImportError as e:
+        print(f"compare_torch: PyTorch is needed for the measurements ({e}); "
+              "--list and --selftest work without it", file=sys.stderr)
+        return 2
+    if not torch.cuda.is_available():
+        print("compare_torch: no CUDA device visible to PyTorch", file=sys.stderr)
+        return 2
+    # PyTorch works in the device's primary context; normjit uses the context current on the
+    # thread, so make PyTorch create it and make it current before the first normjit call.
+    torch.cuda.init()
+    torch.zeros(1, device=DEVICE)
+    torch.cuda.synchronize()
+
+    lib_path = Path(args.lib)
+    try:
+        nj = Normjit(lib_path)
+        engine = nj.create_engine(cache_dir=args.cache_dir)
+    except (OSError, NormjitError) as e:
+        print(f"compare_torch: cannot use {lib_path}: {e}", file=sys.stderr)
+        return 2
+
+    env, l2 = collect_environment(lib_path)
+    report = Report(env=env, command=command,
+                    date_utc=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+                    settings={"reps": args.reps, "warmup": args.warmup, "seed": args.seed,
+                              "quick": args.quick, "only": args.only, "dtypes": args.dtype_list},
+                    copy_gbps=None, copy_times_ms=[], results=[], planned=len(problems), jit=None)
+    for k, v in env.items():
+        print(f"{k}: {v}")
+
+    try:
+        if not args.skip_jit_latency:
+            print("JIT latency: normjit bench --jit-latency --json", flush=True)
+            report.jit = measure_jit_latency(Path(args.build), args.jit_timeout)
+            print(f"  {report.jit.status}" + (f": {report.jit.message}" if report.jit.message else ""))
+
+        print(f"copy bandwidth: {COPY_BYTES / 2**30:g} GiB device-to-device", flush=True)
+        report.copy_gbps, report.copy_times_ms = measure_copy(args.reps, args.warmup)
+        print(f"  {report.copy_gbps:.0f} GB/s (median of {args.reps})", flush=True)
+
+        runner = Runner(args, nj, engine, l2, report.copy_gbps, report.warnings)
+        started = time.perf_counter()
+        for i, p in enumerate(problems, 1):
+            print(f"[{i}/{len(problems)}] {p.key} {shape_text(p.shape)} {p.describe()}, "
+                  f"{p.bytes_moved / 1e9:.3f} GB moved", flush=True)
+            t0 = time.perf_counter()
+            report.results.append(runner.run(p))
+            print(f"  done in {time.perf_counter() - t0:.1f} s "
+                  f"({time.perf_counter() - started:.0f} s so far)", flush=True)
+            if runner.broken:
+                report.warnings.append(f"the CUDA context became unusable during {p.key} "
+                                       f"({runner.broken}); the run stopped there")
+                print(f"stopping: {report.warnings[-1]}", flush=True)
+                break
+            write_outputs(report, args, final=False)
+        write_outputs(report, args, final=True)
+    finally:
+        nj.destroy_engine(engine)
+
+    print()
+    print(render_summary(report))
+    print(f"\nwrote {args.doc}, {args.plot}, {args.json_out}")
+    bad = [r for r in report.results
+           if r.error or r.passed is False or r.normjit.status not in ("ok", "unsupported")]
+    return 1 if bad else 0
+
+
+# ---------------------------------------------------------------------------------------
+# Self-test (no GPU, no torch)
+# ---------------------------------------------------------------------------------------
+
+def table_blocks(markdown: str) -> list[list[str]]:
+    blocks, cur = [], []
+    for line in markdown.splitlines():
+        if line.startswith("|"):
+            cur.append(line)
+        elif cur:
+            blocks.append(cur)
+            cur = []
+    if cur:
+        blocks.append(cur)
+    return blocks
+
+
+def split_row(line: str) -> list[str]:
+    """Cells of a markdown table row, honouring escaped pipes."""
+    assert line.startswith("|") and line.endswith("|"), line
+    cells, cur, i = [], "", 1
+    while i < len(line) - 1:
+        if line[i] == "\\" and line[i + 1] == "|":
+            cur += "\\|"
+            i += 2
+            continue
+        if line[i] == "|":
+            cells.append(cur.strip())
+            cur = ""
+        else:
+            cur += line[i]
+        i += 1
+    cells.append(cur.strip())
+    return cells
+
+
+def check_tables(markdown: str) -> list[list[list[str]]]:
+    """Every table: header, separator of ---/---:, rows all as wide as the header."""
+    tables = []
+    for block in table_blocks(markdown):
+        assert len(block) >= 2, block
+        header = split_row(block[0])
+        sep = split_row(block[1])
+        assert len(sep) == len(header), block[:2]
+        assert all(c in ("---", "---:") for c in sep), block[1]
+        rows = [split_row(l) for l in block[2:]]
+        for row in rows:
+            assert len(row) == len(header), (header, row)
+        tables.append([header] + rows)
+    return tables
+
+
+def fake_report() -> Report:
+    ps = {p.key: p for p in default_problems()}
+    ok = lambda ms, err=1e-7: Measurement(status="ok", ms=ms, times_ms=[ms] * 3,  # noqa: E731
+                                          rel_err=err, nonfinite=0)
+    results = []
+    # Seed RMSNorm f32 at 5.2 ms: normjit fine.
+    r = ProblemResult(ps["seed rmsnorm f32"], normjit=ok(5.2), eager=ok(14.34), compile=ok(5.49),
+                      checks=[Check("N(1, 2)", 1.1e-7, 1e-6, 0, True),
+                              Check("N(0, 0.001)", 2e-7, 1e-6, 0, True)])
+    results.append(r)
+    # LayerNorm f32: unsupported by normjit; compile failed.
+    results.append(ProblemResult(ps["seed layernorm f32"],
+                                 normjit=Measurement(status="unsupported", message="op=layernorm | x"),
+                                 eager=ok(8.26), compile=Measurement(status="failed",
+                                                                     message="BackendCompilerFailed: boom")))
+    # GroupNorm bf16: normjit wrote NaN somewhere.
+    results.append(ProblemResult(ps["seed groupnorm bf16"], normjit=ok(3.0, math.nan),
+                                 eager=ok(8.44), compile=ok(4.10),
+                                 checks=[Check("N(3, 1.5)", math.nan, math.nan, 12, False)]))
+    results.append(ProblemResult(ps["llm rmsnorm h4096 bf16"], rotation=4, normjit=ok(0.025, 3e-3),
+                                 eager=ok(0.06, 3e-3), compile=ok(0.03, 3e-3),
+                                 checks=[Check("N(1, 2)", 3e-3, 0.01, 0, True)]))
+    results.append(ProblemResult(ps["sd groupnorm c320 64x64 b2 f32"], error="OutOfMemoryError: x"))
+    return Report(env={"device": "FakeGPU (132 SMs)", "PyTorch": "2.11.0", "Triton": "3.5"},
+                  command="python3 tools/compare_torch.py --selftest", date_utc="2025-01-01 00:00 UTC",
+                  settings={"reps": 20, "warmup": 3, "seed": 1},
+                  copy_gbps=3000.0, copy_times_ms=[1.43, 1.44, 1.45], results=results, planned=6,
+                  jit=JitLatency("normjit bench --jit-latency --json", "ok",
+                                 data={"device": "H100", "cold_compile_ms": 812.5,
+                                       "hits": {"disk_ms": 1.2, "memory_us": 0.4},
+                                       "cases": [{"spec": "op=rmsnorm|x", "cold_ms": 800.0},
+                                                 {"spec": "op=layernorm", "launch_us": 3.1}]}),
+                  warnings=["seed groupnorm bf16: PyTorch eager is off the float64 reference by 2.0e-02"])
+
+
+def selftest() -> int:
+    # Problems: valid, unique, derived sizes as the floor of gpu.md says.
+    problems = default_problems()
+    for p in problems:
+        p.validate()
+    keys = [p.key for p in problems]
+    assert len(keys) == len(set(keys)), "duplicate problem names"
+    by_key = {p.key: p for p in problems}
+    rms = by_key["seed rmsnorm f32"]
+    assert rms.bytes_moved == 2 * 112 * 64 * 512 * 512 * 4
+    assert abs(rms.bytes_moved / 2991e9 * 1e3 - 5.0) < 0.05, "gpu.md: floor about 5.0 ms"
+    ln = by_key["seed layernorm f32"]
+    assert ln.param_shape == (64, 256, 256) and ln.param_count == 2
+    # gpu.md: floor about 0.19 ms for the f32 LayerNorm seed.
+    assert abs(ln.bytes_moved / 2991e9 * 1e3 - 0.19) < 0.015, ln.bytes_moved / 2991e9 * 1e3
+    gn = by_key["seed groupnorm f32"]
+    assert gn.param_shape == (64,) and gn.describe() == "G=8, w+b"
+    assert by_key["llm rmsnorm h8192 bf16"].param_shape == (8192,)
+    assert rms.describe() == "dim 1" and not rms.reduces_dim0
+    assert Problem("x", "t", "layernorm", (4, 8), "f32", 1e-5, normalized_dims=2).reduces_dim0
+
+    # Argument parsing and selection.
+    a = parse_args(["--only", "seeds", "--quick"])
+    sel = select_problems(problems, a.only, a.dtype_list, a.quick)
+    assert [p.key for p in sel] == [p.key for p in problems if p.group == "seeds"], sel
+    assert len(sel) == 6 and a.reps == 5 and a.warmup == 2
+    a = parse_args([])
+    assert a.reps == 20 and a.warmup == 3 and a.lib.endswith("build/libnormjit.so")
+    assert os.path.isabs(a.doc) and a.doc.endswith("docs/performance.md")
+    assert all(p.dtype != "f16" for p in select_problems(problems, None, a.dtype_list, False))
+    sel = select_problems(problems, "layernorm,c640", ["bf16"], False)
+    assert {p.op for p in sel} == {"layernorm", "groupnorm"} and all(p.dtype == "bf16" for p in sel)
+    a = parse_args(["--dtypes", "f16", "--only", "sd", "--reps", "7"])
+    assert a.reps == 7 and all(p.dtype == "f16" and p.group == "sd"
+                               for p in select_problems(problems, a.only, a.dtype_list, a.quick))
+    old_out = os.environ.get("OUT")
+    os.environ["OUT"] = "/tmp/out-x"
+    try:
+        assert parse_args([]).json_out == "/tmp/out-x/perf.json"
+    finally:
+        if old_out is None:
+            del os.environ["OUT"]
+        else:
+            os.environ["OUT"] = old_out
+
+    # The C struct layout (offsetof from a C compiler on x86-64: 0, 8, 16, 24, 32, 36; 40).
+    offs = [getattr(EngineOptions, f).offset for f, _ in EngineOptions._fields_]
+    assert offs == [0, 8, 16, 24, 32, 36] and ctypes.sizeof(EngineOptions) == 40, offs
+
+    # Markdown of a fake run.
+    report = fake_report()
+    notes = "## RMSNorm channel\n\nLimited by bytes | see ncu.\n"
+    md = render_markdown(report, notes, "performance.png")
+    tables = check_tables(md)
+    results = [t for t in tables if t[0] == RESULT_HEADERS]
+    assert len(results) == 3, "one table per group (seeds, llm, sd)"
+    seeds = {(row[0], row[3]): row for row in results[0][1:]}
+    row = seeds[("seed rmsnorm", "f32")]
+    col = {h: i for i, h in enumerate(RESULT_HEADERS)}
+    assert row[col["normjit ms"]] == "5.200" and row[col["eager ms"]] == "14.34"
+    assert row[col["vs eager"]] == "2.76x" and row[col["vs compile"]] == "1.06x", row
+    assert row[col["% of copy"]] == f"{100 * rms.bytes_moved / 5.2e-3 / 1e9 / 3000:.1f}%"
+    assert row[col["rel. err"]] == "2.0e-07" and row[col["check"]] == "pass"
+    assert row[col["shape"]] == "[112, 64, 512, 512]"
+    row = seeds[("seed layernorm", "f32")]
+    assert row[col["normjit ms"]] == "unsupported" and row[col["compile ms"]] == "failed"
+    assert row[col["vs eager"]] == "—" and row[col["check"]] == "unsupported"
+    assert row[col["eager ms"]] == "8.260"
+    row = seeds[("seed groupnorm", "bf16")]
+    assert row[col["rel. err"]] == "NaN" and row[col["check"]] == "**FAIL**"
+    assert results[2][1][col["check"]] == "error"
+    for needle in ("# normjit performance", "FakeGPU", "3000 GB/s", "## JIT latency",
+                   "## Analysis per kernel", "Limited by bytes | see ncu.", "![% of copy",
+                   "Incomplete run: 5 of 6", "BackendCompilerFailed: boom", "12 non-finite",
+                   "off the float64 reference", "`python3 tools/compare_torch.py --selftest`",
+                   "cold_compile_ms", "hits.disk_ms", "launch_us"):
+        assert needle in md, needle
+    assert "performance-notes.md does not exist" in render_markdown(report, None, None)
+
+    # JIT latency of unknown layouts, and its absence.
+    for data in ({"a": 1, "b": 2.5}, [{"x": 1}, {"y": 2}], {"k": {"p": {"ms": 1}, "q": {"us": 2}}},
+                 [1, 2], "text", {}):
+        lines = render_jit(data)
+        check_tables("\n".join(lines))
+    t = check_tables("\n".join(render_jit({"k": {"p": {"ms": 1}, "q": {"us": 2}}})))[0]
+    assert t[0] == ["k", "ms", "us"] and t[1] == ["p", "1", "—"], t
+    report.jit = JitLatency("normjit bench", "absent", "build/tools/normjit does not exist")
+    assert "No numbers (absent)" in render_markdown(report, None, None)
+    assert parse_json_output('log line\n{"a": 1}\n') == {"a": 1}
+    missing = measure_jit_latency(Path("/nonexistent"), 5)
+    assert missing.status == "absent", missing
+
+    # Outputs on disk: markdown, JSON (NaN as null), plot when matplotlib is there.
+    with tempfile.TemporaryDirectory() as tmp:
+        args = argparse.Namespace(notes=str(Path(tmp) / "notes.md"), plot=str(Path(tmp) / "p.png"),
+                                  doc=str(Path(tmp) / "docs" / "performance.md"),
+                                  json_out=str(Path(tmp) / "perf.json"))
+        Path(args.notes).write_text(notes)
+        write_outputs(fake_report(), args, final=True)
+        data = json.loads(Path(args.json_out).read_text())
+        assert data["results"][2]["derived"]["max_rel_err"] is None
+        assert abs(data["results"][0]["derived"]["speedup_vs_eager"] - 14.34 / 5.2) < 1e-9
+        doc = Path(args.doc).read_text()
+        assert "Limited by bytes" in doc
+        if Path(args.plot).exists():
+            assert "](../p.png)" in doc and Path(args.plot).stat().st_size > 1000
+            print("selftest: plot written")
+        else:
+            print("selftest: matplotlib not available here, plot not checked")
+
+    print(render_summary(fake_report()))
+
+    # libnormjit.so, when built: prototypes load and a call with NULL pointers fails with a
+    # readable status instead of crashing (no GPU needed).
+    lib = Path(parse_args([]).lib)
+    if lib.exists():
+        nj = Normjit(lib)
+        engine = nj.create_engine(memory_only=True)
+        for p in (rms, ln, gn, by_key["llm rmsnorm h4096 bf16"]):
+            bound = nj.bind(engine, p, 0, 0, None, None, 0)
+            try:
+                bound()
+                raise AssertionError("a NULL x must not succeed")
+            except NormjitError as e:
+                assert e.message, e
+                print(f"selftest: libnormjit answers {p.op} with a NULL x: {e}")
+        nj.destroy_engine(engine)
+    else:
+        print(f"selftest: {lib} not built, C API not exercised")
+    print("selftest: ok")
+    return 0
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = parse_args(argv)
+    if args.selftest:
+        return selftest()
+    problems = select_problems(default_problems(), args.only, args.dtype_list, args.quick)
+    for p in problems:
+        p.validate()
+    if args.list:
+        for p in problems:
+            print(f"{p.key:40s} {shape_text(p.shape):22s} {p.describe():16s} "
+                  f"{p.bytes_moved / 1e9:8.3f} GB")
+        return 0
+    if not problems:
+        print("compare_torch: no problem selected", file=sys.stderr)
+        return 2
+    command = shlex.join(["python3", *(sys.argv if argv is None else ["tools/compare_torch.py", *argv])])
+    return run_gpu(args, problems, command)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,27 @@
+// Helpers shared by several subcommands: the seed problems, device buffers filled with random
+// data, and --arch validation against what this NVRTC can build.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "generator/plan.hpp"
+#include "normjit/spec.hpp"
+#include "runtime/device.hpp"
+
+namespace normjit::tools {
+
+// The seed problems of docs/design.md, each in f32 and bf16 (tools/manifests/seeds.json lists
+// the same specs for `normjit prewarm`).
+std::vector<NormSpec> seed_specs();
+
+// Fills a device buffer with normally distributed values (mean 0.5, std 2) of dtype: a pattern
+// of 16 Mi elements repeated, so that multi-GB tensors fill in a second.
+void fill_random(device::Buffer& buffer, Dtype dtype, uint64_t seed);
+
+// The target an --arch value names, refused unless this NVRTC builds for it; the message names
+// `flag` and lists the architectures it supports.
+Target parse_arch(const std::string& flag, const std::string& arch);
+
+}  // namespace normjit::tools
