@@ -132,7 +132,14 @@ KernelPlan plan_rows(const NormSpec& spec, const Target& target) {
     }
   }
   for (const std::string& arg : tail) p.template_args.push_back(arg);
-  if (p.strategy == Strategy::kRowSplit) p.template_args.push_back(std::to_string(kSplitBlocksPerSm));
+  if (p.strategy == Strategy::kRowSplit) {
+    // Stage the next row in shared memory when cp.async can move the vectors (4-16 bytes).
+    const int access = p.vec * size_of(spec.dtype);
+    const bool staged = access >= 4 && target.sm >= 80;  // cp.async: sm_80+
+    p.smem_bytes = staged ? kSplitThreads * kSplitValues * size_of(spec.dtype) : 0;
+    p.template_args.push_back(std::to_string(kSplitBlocksPerSm));
+    p.template_args.push_back(staged ? "true" : "false");
+  }
   p.why = why.str();
   return p;
 }

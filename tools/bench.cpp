@@ -77,7 +77,7 @@ struct Spread {
   }
 };
 
-double gb_per_s(double bytes, double ms) { return bytes / (ms * 1e-3) * 1e-9; }
+double gb_per_s(uint64_t bytes, double ms) { return double(bytes) / (ms * 1e-3) * 1e-9; }
 
 // The device-to-device copy baseline. Its buffers stay alive: before each timed sample a copy
 // evicts x from L2 and keeps the GPU busy while the host enqueues the sample's launches, so
@@ -100,7 +100,7 @@ class CopyBaseline {
   }
   // Asynchronous for the host: device-to-device copies take no host-side synchronization.
   void copy() { NORMJIT_CU(driver::api().cuMemcpyDtoD(dst_.ptr(), src_.ptr(), kCopyBytes)); }
-  double bytes() const { return 2.0 * kCopyBytes; }  // read + write
+  uint64_t bytes() const { return 2 * uint64_t{kCopyBytes}; }  // read + write
   double gbps() const { return gb_per_s(bytes(), time_.median); }
   double median_ms() const { return time_.median; }
   Json to_json() const {
@@ -127,7 +127,7 @@ device::Buffer random_params(const NormSpec& spec, float mean, uint64_t seed) {
 
 struct KernelTiming {
   Spread ms;             // per launch
-  double bytes = 0;      // x + y + parameters, each once
+  uint64_t bytes = 0;    // x + y + parameters, each once
   int buffer_pairs = 1;  // x/y pairs rotated over
   Source source = Source::kMemory;
 };
@@ -152,7 +152,7 @@ KernelTiming time_kernel(Engine& engine, const NormSpec& spec, const DeviceInfo&
   device::Buffer weight, bias;
   if (spec.affine != Affine::kNone) weight = random_params(spec, 1.0f, 2);
   if (spec.affine == Affine::kBoth) bias = random_params(spec, 0.0f, 3);
-  timing.bytes = 2.0 * double(x_bytes) + double(weight.bytes() + bias.bytes());
+  timing.bytes = 2 * uint64_t{x_bytes} + weight.bytes() + bias.bytes();
 
   auto launch = [&](int pair) {
     const LaunchArgs args{reinterpret_cast<const void*>(xs.ptr() + pair * slot),
@@ -227,7 +227,7 @@ void run_kernels(const BenchOptions& o, const std::vector<NormSpec>& specs) {
                 device.name.c_str(), device.arch.c_str(), device.sms,
                 double(device.l2_bytes) / (1 << 20), o.repeat, o.warmup);
     std::printf("device-to-device copy: %.1f GB/s (%.0f MiB read + written, median %.3f ms)\n",
-                copy.gbps(), copy.bytes() / (1 << 20), copy.median_ms());
+                copy.gbps(), double(copy.bytes()) / (1 << 20), copy.median_ms());
     std::fflush(stdout);
   }
   Json results = Json::array();
@@ -249,7 +249,7 @@ void run_kernels(const BenchOptions& o, const std::vector<NormSpec>& specs) {
         std::printf(
             "%s\n  %9.4f ms median (min %.4f, max %.4f)  %8.2f MB  %8.1f GB/s  %5.1f%% "
             "of copy  [%s, %d buffer pair%s]\n",
-            spec.to_string().c_str(), t.ms.median, t.ms.min, t.ms.max, t.bytes * 1e-6, gbps,
+            spec.to_string().c_str(), t.ms.median, t.ms.min, t.ms.max, double(t.bytes) * 1e-6, gbps,
             100.0 * gbps / copy.gbps(), to_string(t.source), t.buffer_pairs,
             t.buffer_pairs == 1 ? "" : "s");
       }

@@ -14,6 +14,7 @@
 #include "generator/plan.hpp"
 #include "normjit/normjit.hpp"
 #include "runtime/compiler.hpp"
+#include "runtime/device.hpp"
 #include "runtime/driver.hpp"
 #include "tools/commands.hpp"
 #include "tools/util.hpp"
@@ -42,6 +43,33 @@ std::string device_arch() {
   return "sm_" + std::to_string(major * 10 + minor);
 }
 
+// ptxas's report from the NVRTC log. Where a driver is installed NVRTC 13.0 leaves that report
+// out of its log; then, if this GPU runs the target, the driver reports what it loaded.
+std::string resource_report(const CompiledKernel& compiled, const Target& target) {
+  std::string out = "kernel: " + compiled.lowered_name + "\narch: " + target.name() + "\n";
+  const Resources r = parse_resources(compiled.log);
+  if (r.registers >= 0 || !gpu_available() || device_arch() != target.name()) {
+    return out + r.to_string();
+  }
+  const driver::Api& cu = driver::api();
+  device::PrimaryContext context(0);
+  CUmodule module = nullptr;
+  NORMJIT_CU(cu.cuModuleLoadData(&module, compiled.cubin.data()));
+  CUfunction function = nullptr;
+  int registers = 0, smem = 0, local = 0;
+  const CUresult got = cu.cuModuleGetFunction(&function, module, compiled.lowered_name.c_str());
+  if (got == CUDA_SUCCESS) {
+    cu.cuFuncGetAttribute(&registers, CU_FUNC_ATTRIBUTE_NUM_REGS, function);
+    cu.cuFuncGetAttribute(&smem, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, function);
+    cu.cuFuncGetAttribute(&local, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, function);
+  }
+  cu.cuModuleUnload(module);
+  NORMJIT_CU(got);
+  return out + "registers: " + std::to_string(registers) + "\n" + "shared memory: " +
+         std::to_string(smem) + " bytes static\n" + "local memory: " + std::to_string(local) +
+         " bytes per thread (stack and spills; from the driver, NVRTC gave no ptxas report)\n";
+}
+
 std::string dump_spec(const DumpOptions& o) {
   if (o.spec.op.empty() || o.spec.shape.empty()) {
     throw_invalid_argument(o.spec.op.empty() ? "--op" : "--shape", "(missing)",
@@ -62,8 +90,7 @@ std::string dump_spec(const DumpOptions& o) {
   if (o.emit == "source") return emitted.source;
   const CompiledKernel compiled = compile(emitted, target);
   if (o.emit == "ptx") return compiled.ptx;
-  return "kernel: " + compiled.lowered_name + "\narch: " + target.name() + "\n" +
-         parse_resources(compiled.log).to_string();
+  return resource_report(compiled, target);
 }
 
 bool is_directory(const std::string& path) {
@@ -110,8 +137,7 @@ std::string entry_resources(const cache::Entry& entry) {
     note = "recompiled the entry's source: cubin differs from the entry's (entry built by " +
            stored + ", this is " + nvrtc_version() + ")";
   }
-  return "kernel: " + compiled.lowered_name + "\narch: " + target.name() + "\n" +
-         parse_resources(compiled.log).to_string() + "note: " + note + "\n";
+  return resource_report(compiled, target) + "note: " + note + "\n";
 }
 
 std::string dump_entry(const DumpOptions& o) {

@@ -52,6 +52,54 @@ struct Slice {
     }
   }
 
+  // Starts asynchronous copies of this thread's vectors of the chunk at `begin` of `row` into
+  // the same offsets of `stage` (shared memory), to be picked up by load_staged(). Each
+  // thread copies and later reads only its own vectors, so no barrier is needed between.
+  __device__ __forceinline__ void prefetch(const T* row, long long begin, int tid, T* stage) const {
+    constexpr int kBytes = sizeof(T) * V;
+    static_assert(kBytes == 4 || kBytes == 8 || kBytes == 16, "cp.async moves 4, 8 or 16 bytes");
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const long long local = (long long)(tid + k * THREADS) * V;
+      if (begin + local < H) {
+        const unsigned int dst = static_cast<unsigned int>(__cvta_generic_to_shared(stage + local));
+        if constexpr (kBytes == 16) {
+          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(row + begin + local)
+                       : "memory");
+        } else {
+          asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(dst),
+                       "l"(row + begin + local), "n"(kBytes)
+                       : "memory");
+        }
+      }
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+  }
+
+  // Waits for this thread's prefetch() and loads the slice from `stage`, as load() would.
+  __device__ __forceinline__ void load_staged(const T* stage, long long begin, int tid, float shift) {
+    asm volatile("cp.async.wait_all;" ::: "memory");
+    count = 0;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const long long local = (long long)(tid + k * THREADS) * V;
+      if (begin + local < H) {
+        load_shared_vec(stage + local, v[k]);
+#pragma unroll
+        for (int j = 0; j < V; ++j) v[k][j] -= shift;
+        count += V;
+      } else {
+#pragma unroll
+        for (int j = 0; j < V; ++j) v[k][j] = 0.f;
+      }
+    }
+  }
+
+  __device__ __forceinline__ static void load_shared_vec(const T* p, float (&out)[V]) {
+#pragma unroll
+    for (int j = 0; j < V; ++j) out[j] = to_float(p[j]);
+  }
+
   // Exact two-pass statistics of the valid values. Valid vectors come first (k ascending),
   // so the first `count` values in (k, j) order are the real ones.
   __device__ __forceinline__ Stats stats() const {

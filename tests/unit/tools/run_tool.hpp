@@ -78,9 +78,10 @@ struct ToolResult {
   }
 };
 
+// NORMJIT_TOOL (ctest sets it), else the binary this test was built with.
 inline std::string tool_path() {
   const char* tool = std::getenv("NORMJIT_TOOL");
-  return tool ? tool : "";
+  return tool && *tool ? tool : NORMJIT_TOOL_PATH;
 }
 
 // Runs `normjit args...`. env: "NAME=value" sets a variable, "NAME" removes it.
