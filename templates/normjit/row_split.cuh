@@ -4,15 +4,22 @@
 //
 // The grid holds `slots` groups of P co-resident CTAs (launched cooperatively, so all are
 // resident at once); slot s works on rows s, s + slots, ... For each row a CTA publishes its
-// chunk's (count, mean, M2), arrives on the slot's counter, waits for the other P-1 CTAs,
+// chunk's (count, mean, M2), arrives on a counter of the slot, waits for the other P-1 CTAs,
 // merges the P partials with Chan's formula and normalizes its chunk from registers.
 //
-// Workspace: one region of 6P+2 floats per slot, the same whatever the launch's slot count:
-// a u64 arrival counter, then partials[2][P][3]. Counters only
-// grow, across launches too: the arrivals of one row are generation g = counter / P; the
-// partials are double-buffered by g's parity, so a fast CTA writing row g+1 never overwrites
-// what a slow CTA is still reading for row g. Launches sharing a workspace must be ordered
-// (the engine keeps one workspace per stream).
+// kStaged (sm_80+, 4-16 byte vectors; the plan gives kChunk * sizeof(T) bytes of dynamic
+// shared memory): the next row's chunk streams into shared memory (cp.async) while this row
+// is in registers, and its partial is published *before* this row's barrier is awaited, so
+// each row's barrier latency overlaps the previous row's normalize and store and the next
+// row's load, instead of adding to them.
+//
+// Workspace: one region of 12P+4 floats per slot, the same whatever the launch's slot count:
+// two u64 arrival counters (by generation parity), then partials[4][P][3] (by generation
+// mod 4). Row i of a slot is generation g; its arrivals go to counters[g & 1], complete at
+// (g/2 + 1) * P. A CTA publishes g+1 before awaiting g but never g+2 before g completed, so
+// the two counters never mix generations, and a partial slot is rewritten (g+4) only after
+// every CTA has read it. Counters only grow, across launches too; launches sharing a
+// workspace must be ordered (the engine keeps one workspace per stream).
 #pragma once
 
 #include "normjit/row_common.cuh"
@@ -31,91 +38,120 @@ __device__ __forceinline__ float load_cg(const float* p) {
   return v;
 }
 
-// kStaged: the next row's chunk streams into shared memory (cp.async) while this row waits
-// for its barrier, normalizes and stores, so memory stays busy through the barrier. The
-// plan gives kChunk * sizeof(T) bytes of dynamic shared memory then, and only on sm_80+
-// (cp.async).
 template <class T, bool kRms, long long H, int THREADS, int V, int K, long long P, int G,
           long long S, int CG, bool kWeight, bool kBias, int kMinBlocks, bool kStaged>
 __global__ void __launch_bounds__(THREADS, kMinBlocks) row_split(Params p) {
+  using Chunk = Slice<T, K, V, THREADS, H>;
   constexpr long long kChunk = (long long)THREADS * K * V;
+  constexpr int kWarps = THREADS / 32;
   extern __shared__ __align__(16) unsigned char dynamic_smem[];
   T* stage = reinterpret_cast<T*>(dynamic_smem);
-  constexpr int kWarps = THREADS / 32;
   __shared__ Stats scratch[kWarps];
-  __shared__ unsigned long long generation;
+  __shared__ unsigned long long base_generation;
 
   const long long slots = gridDim.x / P;
   const long long slot = blockIdx.x / P;
   const long long chunk = blockIdx.x - slot * P;
   const long long begin = chunk * kChunk;
-  float* region = p.workspace + slot * (6 * P + 2);
-  unsigned long long* counter = reinterpret_cast<unsigned long long*>(region);
-  float* partials = region + 2;  // [2][P][3]
+  float* region = p.workspace + slot * (12 * P + 4);
+  unsigned long long* counters = reinterpret_cast<unsigned long long*>(region);
+  float* partials = region + 4;
   const long long rows = total_rows<G>(p);
+  const int tid = threadIdx.x;
 
-  // The slot's generation at launch: counters only grow by whole generations per launch, and
-  // no generation completes without this CTA, so this read is exact; later rows add one each.
-  // Reading it here keeps the round trip off every row's critical path.
-  if (threadIdx.x == 0) generation = load_acquire(counter) / P;
+  // The slot's first generation of this launch. Counters grow by whole generations per
+  // launch, and the generations in progress cannot complete without this CTA, so
+  // floor(count / P) of each counter is exact. Visible after the first team reduction.
+  if (tid == 0) base_generation = load_acquire(&counters[0]) / P + load_acquire(&counters[1]) / P;
 
-  const T* x0 = static_cast<const T*>(p.x);
-  float next_shift = 0.f;  // the shift of the row staged next, loaded with its prefetch
-  if constexpr (kStaged) {
-    if (slot < rows) {
-      Slice<T, K, V, THREADS, H>().prefetch(x0 + slot * H, begin, threadIdx.x, stage);
-      next_shift = row_shift<kRms>(x0 + slot * H);
-    }
-  }
-  for (long long row = slot, iteration = 0; row < rows; row += slots, ++iteration) {
-    Slice<T, K, V, THREADS, H> slice;
-    const T* x = x0 + row * H;
-    if constexpr (kStaged) {
-      slice.load_staged(stage, begin, threadIdx.x, next_shift);
-      if (row + slots < rows) {
-        slice.prefetch(x + slots * H, begin, threadIdx.x, stage);
-        next_shift = row_shift<kRms>(x + slots * H);
-      }
-    } else {
-      slice.load(x, begin, threadIdx.x, row_shift<kRms>(x));
-    }
-    Stats mine;
+  // A CTA's partial: block-reduced from each thread's, then published by thread 0.
+  auto publish = [&](Stats mine, unsigned long long g) {
     if constexpr (kRms) {
-      mine = {0.f, 0.f, team_reduce<THREADS, 1>(slice.sum_squares(), reinterpret_cast<float*>(scratch))};
+      mine = {0.f, 0.f, team_reduce<THREADS, 1>(mine.m2, reinterpret_cast<float*>(scratch))};
     } else {
-      mine = team_reduce<THREADS, 1>(slice.stats(), scratch);
+      mine = team_reduce<THREADS, 1>(mine, scratch);
     }
-    const unsigned long long g = generation + iteration;  // set before the first barrier
-    if (threadIdx.x == 0) {
-      float* out = partials + ((g & 1) * P + chunk) * 3;
+    if (tid == 0) {
+      float* out = partials + ((g & 3) * P + chunk) * 3;
       out[0] = mine.n, out[1] = mine.mean, out[2] = mine.m2;
       // Release: the partial is visible to whoever sees the arrival.
-      asm volatile("red.release.gpu.global.add.u64 [%0], 1;" ::"l"(counter) : "memory");
-      const unsigned long long target = (g + 1) * P;
+      asm volatile("red.release.gpu.global.add.u64 [%0], 1;" ::"l"(&counters[g & 1]) : "memory");
+    }
+  };
+  // Waits for generation g's P partials and merges them.
+  auto combine = [&](unsigned long long g, float& mean, float& rstd) {
+    if (tid == 0) {
+      const unsigned long long target = (g / 2 + 1) * P;
       // A short sleep between polls: hundreds of CTAs spinning flat out on L2 slow the
-      // memory traffic of the CTAs still loading (GroupNorm seeds ran slower without it).
-      while (load_acquire(counter) < target) __nanosleep(64);
+      // memory traffic of the CTAs still loading.
+      while (load_acquire(&counters[g & 1]) < target) __nanosleep(64);
     }
     __syncthreads();
-    const float* in = partials + (g & 1) * P * 3;
-    // Merge the P partials: each thread takes every THREADS-th, then the block merges.
+    const float* in = partials + (g & 3) * P * 3;
     Stats total = {0.f, 0.f, 0.f};
-    for (long long c = threadIdx.x; c < P; c += THREADS) {
+    for (long long c = tid; c < P; c += THREADS) {
       const Stats s = {load_cg(in + c * 3), load_cg(in + c * 3 + 1), load_cg(in + c * 3 + 2)};
       total = kRms ? Stats{0.f, 0.f, total.m2 + s.m2} : merge(total, s);
     }
-    float mean = 0.f, rstd;
     if constexpr (kRms) {
-      const float sum = team_reduce<THREADS, 1>(total.m2, reinterpret_cast<float*>(scratch));
-      rstd = rsqrtf(sum * (1.0f / H) + p.eps);
+      mean = 0.f;
+      rstd = rsqrtf(team_reduce<THREADS, 1>(total.m2, reinterpret_cast<float*>(scratch)) *
+                        (1.0f / H) + p.eps);
     } else {
       const Stats s = team_reduce<THREADS, 1>(total, scratch);
       mean = s.mean;
       rstd = rsqrtf(s.m2 * (1.0f / H) + p.eps);
     }
+  };
+  auto stats_of = [&](const Chunk& c) {
+    return kRms ? Stats{0.f, 0.f, c.sum_squares()} : c.stats();
+  };
+
+  long long row = slot;
+  if (row >= rows) return;  // the whole CTA: no rows for this slot in this launch
+  const T* x0 = static_cast<const T*>(p.x);
+  T* y0 = static_cast<T*>(p.y);
+  Chunk slice;
+  float next_shift = 0.f;  // the shift of the staged row, loaded with its prefetch
+  if constexpr (kStaged) {
+    slice.prefetch(x0 + row * H, begin, tid, stage);
+    slice.load_staged(stage, begin, tid, row_shift<kRms>(x0 + row * H));
+    if (row + slots < rows) {
+      slice.prefetch(x0 + (row + slots) * H, begin, tid, stage);
+      next_shift = row_shift<kRms>(x0 + (row + slots) * H);
+    }
+  } else {
+    slice.load(x0 + row * H, begin, tid, row_shift<kRms>(x0 + row * H));
+  }
+  // Only thread 0 uses the generation inside publish(), and it wrote base_generation itself;
+  // the block reduction inside makes it visible to every thread afterwards.
+  publish(stats_of(slice), base_generation);
+  for (unsigned long long g = base_generation;; row += slots, ++g) {
+    const long long next = row + slots;
+    const bool has_next = next < rows;
+    if constexpr (kStaged) {
+      if (has_next) {
+        publish(kRms ? Stats{0.f, 0.f, Chunk::staged_sum_squares(stage, begin, tid)}
+                     : Chunk::staged_stats(stage, begin, tid, next_shift),
+                g + 1);
+      }
+    }
+    float mean, rstd;
+    combine(g, mean, rstd);
     constexpr bool kOneChannel = G > 0 && S % kChunk == 0;
-    slice.template store<G, S, CG, kWeight, kBias, kOneChannel>(static_cast<T*>(p.y) + row * H, p,
-                                                                row, begin, threadIdx.x, mean, rstd);
+    slice.template store<G, S, CG, kWeight, kBias, kOneChannel>(y0 + row * H, p, row, begin, tid,
+                                                                mean, rstd);
+    if (!has_next) break;
+    if constexpr (kStaged) {
+      slice.load_staged(stage, begin, tid, next_shift);
+      if (next + slots < rows) {
+        slice.prefetch(x0 + (next + slots) * H, begin, tid, stage);
+        next_shift = row_shift<kRms>(x0 + (next + slots) * H);
+      }
+    } else {
+      slice.load(x0 + next * H, begin, tid, row_shift<kRms>(x0 + next * H));
+      publish(stats_of(slice), g + 1);
+    }
   }
 }
 

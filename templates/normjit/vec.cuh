@@ -26,6 +26,37 @@ __device__ __forceinline__ bf16_t from_bits<bf16_t>(unsigned int bits) {
   return bf16_t{static_cast<unsigned short>(bits)};
 }
 
+// Two elements converted and packed into one word, lo in the low half. On sm_80+ one
+// cvt.rn.{bf16,f16}x2.f32 (round to nearest even, NaN kept, as from_float).
+template <class T>
+__device__ __forceinline__ unsigned int pack_pair(float lo, float hi) {
+  return bits_of(from_float<T>(lo)) | bits_of(from_float<T>(hi)) << 16;
+}
+#if __CUDA_ARCH__ >= 800
+template <>
+__device__ __forceinline__ unsigned int pack_pair<bf16_t>(float lo, float hi) {
+  unsigned int w;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(w) : "f"(hi), "f"(lo));
+  return w;
+}
+template <>
+__device__ __forceinline__ unsigned int pack_pair<half_t>(float lo, float hi) {
+  unsigned int w;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(w) : "f"(hi), "f"(lo));
+  return w;
+}
+#endif
+
+// Word i of a vector of V elements.
+template <class T, int V>
+__device__ __forceinline__ unsigned int pack_word(const float (&in)[V], int i) {
+  if constexpr (sizeof(T) == 4) {
+    return bits_of(from_float<T>(in[i]));
+  } else {
+    return pack_pair<T>(in[2 * i], in[2 * i + 1]);
+  }
+}
+
 // Loads V elements at p (aligned to V*sizeof(T)) into out[0..V).
 template <class T, int V>
 __device__ __forceinline__ void load_vec(const T* p, float (&out)[V]) {
@@ -63,16 +94,10 @@ __device__ __forceinline__ void store_vec(T* p, const float (&in)[V]) {
 #pragma unroll
     for (int j = 0; j < V; ++j) p[j] = from_float<T>(in[j]);
   } else {
-    constexpr int kWords = kBytes / 4, kPerWord = 4 / sizeof(T), kShift = 32 / kPerWord;
+    constexpr int kWords = kBytes / 4;
     unsigned int w[kWords];
 #pragma unroll
-    for (int i = 0; i < kWords; ++i) {
-      w[i] = 0;
-#pragma unroll
-      for (int k = 0; k < kPerWord; ++k) {
-        w[i] |= bits_of(from_float<T>(in[i * kPerWord + k])) << (k * kShift);
-      }
-    }
+    for (int i = 0; i < kWords; ++i) w[i] = pack_word<T>(in, i);
     // Written in PTX: NVVM otherwise splits a uint4 store of converted floats into scalar stores.
     if constexpr (kWords == 4) {
       asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(w[0]), "r"(w[1]),
