@@ -49,13 +49,24 @@ __device__ __forceinline__ V team_reduce(V v, V* scratch) {
   if constexpr (TEAM <= 32) {
     return shfl_first(v, kWidth);
   } else {
+    // Lane 0 of each warp leaves its value in scratch; the team's first warp merges them
+    // with shuffles (log2 steps, not one sequential merge per warp in every thread) and
+    // leaves the total in scratch for everyone.
     constexpr int kWarps = TEAM / 32;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (lane == 0) scratch[threadIdx.y * kWarps + warp] = v;
+    V* row_scratch = scratch + threadIdx.y * kWarps;
+    if (lane == 0) row_scratch[warp] = v;
     __syncthreads();
-    V total = scratch[threadIdx.y * kWarps];
+    if (warp == 0) {
+      V total = lane < kWarps ? row_scratch[lane] : V{};
 #pragma unroll
-    for (int w = 1; w < kWarps; ++w) total = merge(total, scratch[threadIdx.y * kWarps + w]);
+      for (int offset = kWarps / 2; offset > 0; offset /= 2) {
+        total = merge(total, shfl_down(total, offset, 32));
+      }
+      if (lane == 0) row_scratch[0] = total;
+    }
+    __syncthreads();
+    const V total = row_scratch[0];
     __syncthreads();  // scratch may be reused by the caller
     return total;
   }
