@@ -25,8 +25,8 @@ int vector_width(int64_t n, int max_vec) {
   return v;
 }
 
-constexpr int kAccessBytes = 16;         // widest global access per thread
-constexpr int kRegisterValues = 64;      // f32 values a thread keeps between the two phases
+constexpr int kAccessBytes = 16;     // widest global access per thread
+constexpr int kRegisterValues = 64;  // f32 values a thread keeps between the two phases
 
 KernelPlan plan_channels(const NormSpec& spec) {
   const int64_t c = spec.channels();
@@ -59,13 +59,13 @@ KernelPlan plan_channels(const NormSpec& spec) {
   return p;
 }
 
-constexpr int kTeamValues = 16;         // values per thread a row team aims for
-constexpr int kMaxTeamValues = 32;      // values per thread a row team may hold
-constexpr int kMaxTeam = 1024;          // threads per row team
-constexpr int kSplitThreads = 512;      // CTA of the split kernel
-constexpr int kSplitValues = 32;        // values per thread of the split kernel
-constexpr int kSplitBlocksPerSm = 2;    // split CTAs resident per SM (__launch_bounds__)
-constexpr int kStreamThreads = 1024;    // CTA of the streaming fallback
+constexpr int kTeamValues = 16;       // values per thread a row team aims for
+constexpr int kMaxTeamValues = 32;    // values per thread a row team may hold
+constexpr int kMaxTeam = 1024;        // threads per row team
+constexpr int kSplitThreads = 512;    // CTA of the split kernel
+constexpr int kSplitValues = 32;      // values per thread of the split kernel
+constexpr int kSplitBlocksPerSm = 2;  // split CTAs resident per SM (__launch_bounds__)
+constexpr int kStreamThreads = 1024;  // CTA of the streaming fallback
 
 KernelPlan plan_rows(const NormSpec& spec, const Target& target) {
   const bool group = spec.op == Op::kGroupNorm;
@@ -90,7 +90,8 @@ KernelPlan plan_rows(const NormSpec& spec, const Target& target) {
                               bias};
   std::ostringstream why;
   if (h <= int64_t{kMaxTeam} * kMaxTeamValues) {
-    const int team = std::min<int64_t>(kMaxTeam, pow2_ceil(ceil_div(vectors, std::max(1, kTeamValues / p.vec))));
+    const int team =
+        std::min<int64_t>(kMaxTeam, pow2_ceil(ceil_div(vectors, std::max(1, kTeamValues / p.vec))));
     const int64_t k = ceil_div(vectors, team);
     p.strategy = Strategy::kRowRegisters;
     p.header = "normjit/row_norm.cuh";
@@ -98,8 +99,13 @@ KernelPlan plan_rows(const NormSpec& spec, const Target& target) {
     p.block_x = team;
     p.rows_per_block = std::max(1, 256 / team);
     p.block_y = p.rows_per_block;
-    p.template_args = {type, rms, std::to_string(h), std::to_string(team),
-                       std::to_string(p.rows_per_block), std::to_string(p.vec), std::to_string(k)};
+    p.template_args = {type,
+                       rms,
+                       std::to_string(h),
+                       std::to_string(team),
+                       std::to_string(p.rows_per_block),
+                       std::to_string(p.vec),
+                       std::to_string(k)};
     why << "rows of " << h << " elements fit in the registers of " << team << " threads ("
         << k * p.vec << " values each, " << p.vec * size_of(spec.dtype) << "-byte accesses); "
         << p.rows_per_block << " rows per CTA; x is read once";
@@ -115,8 +121,13 @@ KernelPlan plan_rows(const NormSpec& spec, const Target& target) {
       p.block_x = kSplitThreads;
       p.split_chunks = chunks;
       p.split_blocks_per_sm = kSplitBlocksPerSm;
-      p.template_args = {type, rms, std::to_string(h), std::to_string(kSplitThreads),
-                         std::to_string(p.vec), std::to_string(k), std::to_string(chunks)};
+      p.template_args = {type,
+                         rms,
+                         std::to_string(h),
+                         std::to_string(kSplitThreads),
+                         std::to_string(p.vec),
+                         std::to_string(k),
+                         std::to_string(chunks)};
       why << "rows of " << h << " elements split over " << chunks << " co-resident CTAs of "
           << chunk << " elements each, kept in registers; partial (count, mean, M2) merged "
           << "with Chan's formula; x is read once";
@@ -149,10 +160,14 @@ KernelPlan plan_rows(const NormSpec& spec, const Target& target) {
 int64_t KernelPlan::grid(int64_t batch, int64_t co_resident) const {
   const int64_t rows = batch * rows_per_item;
   switch (strategy) {
-    case Strategy::kChannels: return blocks_per_item * batch;
-    case Strategy::kRowRegisters: return ceil_div(rows, rows_per_block);
-    case Strategy::kRowStream: return rows;
-    case Strategy::kRowSplit: return std::min(co_resident / split_chunks, rows) * split_chunks;
+    case Strategy::kChannels:
+      return blocks_per_item * batch;
+    case Strategy::kRowRegisters:
+      return ceil_div(rows, rows_per_block);
+    case Strategy::kRowStream:
+      return rows;
+    case Strategy::kRowSplit:
+      return std::min(co_resident / split_chunks, rows) * split_chunks;
   }
   return 0;
 }
@@ -162,15 +177,14 @@ int64_t KernelPlan::workspace_floats(int64_t co_resident) const {
   return co_resident / split_chunks * (12 * split_chunks + 4);  // see row_split.cuh
 }
 
-std::string Target::name() const {
-  return "sm_" + std::to_string(sm) + (arch_specific ? "a" : "");
-}
+std::string Target::name() const { return "sm_" + std::to_string(sm) + (arch_specific ? "a" : ""); }
 
 Target Target::parse(std::string_view arch) {
   Target t;
   std::string_view digits = arch;
   const std::string why = "expected a real GPU architecture such as sm_80, sm_90 or sm_90a";
-  if (digits.substr(0, 3) != "sm_") throw_invalid_argument("arch", "'" + std::string(arch) + "'", why);
+  if (digits.substr(0, 3) != "sm_")
+    throw_invalid_argument("arch", "'" + std::string(arch) + "'", why);
   digits.remove_prefix(3);
   if (!digits.empty() && (digits.back() == 'a' || digits.back() == 'f')) {
     t.arch_specific = true;
@@ -184,31 +198,50 @@ Target Target::parse(std::string_view arch) {
   t.sm = sm;
   // The full-size part of each arch, for plans made without a device.
   switch (sm) {
-    case 80: t.sm_count = 108; break;   // A100
-    case 86: t.sm_count = 84; break;    // A40 / RTX 3090
-    case 89: t.sm_count = 142; break;   // L40S
-    case 90: t.sm_count = 132; break;   // H100 SXM
-    case 100: t.sm_count = 148; break;  // B200
-    default: t.sm_count = 80; break;
+    case 80:
+      t.sm_count = 108;
+      break;  // A100
+    case 86:
+      t.sm_count = 84;
+      break;  // A40 / RTX 3090
+    case 89:
+      t.sm_count = 142;
+      break;  // L40S
+    case 90:
+      t.sm_count = 132;
+      break;  // H100 SXM
+    case 100:
+      t.sm_count = 148;
+      break;  // B200
+    default:
+      t.sm_count = 80;
+      break;
   }
   return t;
 }
 
 const char* to_string(Strategy strategy) {
   switch (strategy) {
-    case Strategy::kChannels: return "channels";
-    case Strategy::kRowRegisters: return "row-registers";
-    case Strategy::kRowSplit: return "row-split";
-    case Strategy::kRowStream: return "row-stream";
+    case Strategy::kChannels:
+      return "channels";
+    case Strategy::kRowRegisters:
+      return "row-registers";
+    case Strategy::kRowSplit:
+      return "row-split";
+    case Strategy::kRowStream:
+      return "row-stream";
   }
   return "?";
 }
 
 const char* template_type(Dtype dtype) {
   switch (dtype) {
-    case Dtype::kF32: return "float";
-    case Dtype::kF16: return "normjit::half_t";
-    case Dtype::kBF16: return "normjit::bf16_t";
+    case Dtype::kF32:
+      return "float";
+    case Dtype::kF16:
+      return "normjit::half_t";
+    case Dtype::kBF16:
+      return "normjit::bf16_t";
   }
   return "?";
 }
@@ -224,14 +257,18 @@ std::string KernelPlan::name_expression() const {
 
 std::string KernelPlan::grid_text() const {
   switch (strategy) {
-    case Strategy::kChannels: return std::to_string(blocks_per_item) + " x batch CTAs";
+    case Strategy::kChannels:
+      return std::to_string(blocks_per_item) + " x batch CTAs";
     case Strategy::kRowRegisters:
       return "batch x " + std::to_string(rows_per_item) + " rows / " +
              std::to_string(rows_per_block) + " rows per CTA";
-    case Strategy::kRowStream: return "batch x " + std::to_string(rows_per_item) + " CTAs";
+    case Strategy::kRowStream:
+      return "batch x " + std::to_string(rows_per_item) + " CTAs";
     case Strategy::kRowSplit:
-      return std::to_string(split_chunks) + " CTAs per row x as many rows as stay co-resident "
-             "(cooperative launch, " + std::to_string(split_blocks_per_sm) + " CTAs per SM)";
+      return std::to_string(split_chunks) +
+             " CTAs per row x as many rows as stay co-resident "
+             "(cooperative launch, " +
+             std::to_string(split_blocks_per_sm) + " CTAs per SM)";
   }
   return "?";
 }
@@ -257,7 +294,8 @@ int batch_class(const NormSpec& spec) {
 KernelPlan plan(const NormSpec& spec, const Target& target) {
   spec.validate();
   KernelPlan p;
-  p = spec.op == Op::kRmsNorm && spec.channel_form() ? plan_channels(spec) : plan_rows(spec, target);
+  p = spec.op == Op::kRmsNorm && spec.channel_form() ? plan_channels(spec)
+                                                     : plan_rows(spec, target);
   p.arch = target.name();
   return p;
 }

@@ -18,7 +18,7 @@ struct Target {
   // full-size part of the arch (sm_90: 132, an H100 SXM). Plans use it only to decide
   // whether a long row can be split over co-resident CTAs.
   int sm_count = 132;
-  std::string name() const;    // "sm_90", "sm_90a"
+  std::string name() const;  // "sm_90", "sm_90a"
   // "sm_80", "sm_90a", "compute_90" is refused (we always build a cubin).
   static Target parse(std::string_view arch);
   bool operator==(const Target& o) const {
@@ -58,9 +58,9 @@ struct KernelPlan {
   // Workspace floats a launch needs (kRowSplit), for `co_resident` as above.
   int64_t workspace_floats(int64_t co_resident) const;
 
-  std::string name_expression() const;     // "&normjit::rmsnorm_channels<float, 64, ...>"
-  std::string grid_text() const;           // the grid as a formula of the batch
-  std::string to_string() const;           // multi-line, for `normjit dump --emit plan`
+  std::string name_expression() const;  // "&normjit::rmsnorm_channels<float, 64, ...>"
+  std::string grid_text() const;        // the grid as a formula of the batch
+  std::string to_string() const;        // multi-line, for `normjit dump --emit plan`
 };
 
 KernelPlan plan(const NormSpec& spec, const Target& target);

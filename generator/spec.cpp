@@ -28,13 +28,20 @@ int64_t product(const std::vector<int64_t>& shape, size_t begin, size_t end) {
 
 const char* to_string(ErrorCode code) {
   switch (code) {
-    case ErrorCode::kInvalidArgument: return "invalid argument";
-    case ErrorCode::kUnsupported: return "unsupported";
-    case ErrorCode::kCompile: return "compile error";
-    case ErrorCode::kDriver: return "driver error";
-    case ErrorCode::kNoDevice: return "no device";
-    case ErrorCode::kCacheMiss: return "cache miss";
-    case ErrorCode::kInternal: return "internal error";
+    case ErrorCode::kInvalidArgument:
+      return "invalid argument";
+    case ErrorCode::kUnsupported:
+      return "unsupported";
+    case ErrorCode::kCompile:
+      return "compile error";
+    case ErrorCode::kDriver:
+      return "driver error";
+    case ErrorCode::kNoDevice:
+      return "no device";
+    case ErrorCode::kCacheMiss:
+      return "cache miss";
+    case ErrorCode::kInternal:
+      return "internal error";
   }
   return "unknown error";
 }
@@ -44,8 +51,7 @@ void throw_invalid_argument(const std::string& name, const std::string& value,
   throw Error(ErrorCode::kInvalidArgument, "invalid " + name + " " + value + ": " + why);
 }
 
-void throw_internal(const char* condition, const char* file, int line,
-                    const std::string& message) {
+void throw_internal(const char* condition, const char* file, int line, const std::string& message) {
   std::ostringstream os;
   os << "internal error (" << file << ":" << line << ", " << condition << "): " << message;
   throw Error(ErrorCode::kInternal, os.str());
@@ -53,27 +59,36 @@ void throw_internal(const char* condition, const char* file, int line,
 
 const char* to_string(Op op) {
   switch (op) {
-    case Op::kRmsNorm: return "rmsnorm";
-    case Op::kLayerNorm: return "layernorm";
-    case Op::kGroupNorm: return "groupnorm";
+    case Op::kRmsNorm:
+      return "rmsnorm";
+    case Op::kLayerNorm:
+      return "layernorm";
+    case Op::kGroupNorm:
+      return "groupnorm";
   }
   return "?";
 }
 
 const char* to_string(Dtype dtype) {
   switch (dtype) {
-    case Dtype::kF32: return "f32";
-    case Dtype::kF16: return "f16";
-    case Dtype::kBF16: return "bf16";
+    case Dtype::kF32:
+      return "f32";
+    case Dtype::kF16:
+      return "f16";
+    case Dtype::kBF16:
+      return "bf16";
   }
   return "?";
 }
 
 const char* to_string(Affine affine) {
   switch (affine) {
-    case Affine::kNone: return "none";
-    case Affine::kWeight: return "weight";
-    case Affine::kBoth: return "both";
+    case Affine::kNone:
+      return "none";
+    case Affine::kWeight:
+      return "weight";
+    case Affine::kBoth:
+      return "both";
   }
   return "?";
 }
@@ -112,8 +127,9 @@ std::vector<int64_t> parse_shape(std::string_view text, const std::string& argum
     int64_t value = 0;
     auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), value);
     if (item.empty() || ec != std::errc() || end != item.data() + item.size()) {
-      throw_invalid_argument(argument, quote(text),
-                             "size " + quote(item) + " is not an integer (expected e.g. 8,64,32,32)");
+      throw_invalid_argument(
+          argument, quote(text),
+          "size " + quote(item) + " is not an integer (expected e.g. 8,64,32,32)");
     }
     shape.push_back(value);
     pos = comma + 1;
@@ -138,7 +154,8 @@ std::string format_double(double value) {
 }
 
 NormSpec NormSpec::from_fields(const SpecFields& f) {
-  if (!f.op) throw_invalid_argument("op", "(missing)", "expected one of rmsnorm, layernorm, groupnorm");
+  if (!f.op)
+    throw_invalid_argument("op", "(missing)", "expected one of rmsnorm, layernorm, groupnorm");
   if (!f.shape) throw_invalid_argument("shape", "(missing)", "expected sizes like 8,64,32,32");
   NormSpec s;
   s.op = *f.op;
@@ -162,11 +179,14 @@ NormSpec NormSpec::from_fields(const SpecFields& f) {
   }
   if (f.groups) {
     if (s.op != Op::kGroupNorm && *f.groups != 0) {
-      throw_invalid_argument("groups", std::to_string(*f.groups), std::string("only groupnorm takes groups, not ") + normjit::to_string(s.op));
+      throw_invalid_argument(
+          "groups", std::to_string(*f.groups),
+          std::string("only groupnorm takes groups, not ") + normjit::to_string(s.op));
     }
     s.groups = *f.groups;
   } else if (s.op == Op::kGroupNorm) {
-    throw_invalid_argument("groups", "(missing)", "groupnorm needs a group count that divides the channels");
+    throw_invalid_argument("groups", "(missing)",
+                           "groupnorm needs a group count that divides the channels");
   }
   s.validate();
   return s;
@@ -178,9 +198,9 @@ void NormSpec::validate() const {
   auto shape_text = [this] { return "'" + format_shape(shape) + "'"; };
   if (rank == 0) throw_invalid_argument("shape", "''", "needs at least one dimension");
   if (rank > kMaxRank) {
-    throw_invalid_argument("shape", shape_text(), "has rank " + std::to_string(rank) +
-                                                      "; at most " + std::to_string(kMaxRank) +
-                                                      " dimensions are supported");
+    throw_invalid_argument("shape", shape_text(),
+                           "has rank " + std::to_string(rank) + "; at most " +
+                               std::to_string(kMaxRank) + " dimensions are supported");
   }
   int64_t total = 1;
   for (int i = 0; i < rank; ++i) {
@@ -209,26 +229,30 @@ void NormSpec::validate() const {
                                "give normalized_dims for the trailing form");
       }
       if (affine == Affine::kBoth) {
-        throw_invalid_argument("affine", "'both'", "rmsnorm has a weight but no bias (use weight or none)");
+        throw_invalid_argument("affine", "'both'",
+                               "rmsnorm has a weight but no bias (use weight or none)");
       }
       break;
     case Op::kLayerNorm:
       if (normalized_dims == 0) {
-        throw_invalid_argument("normalized_dims", "0", "layernorm normalizes at least one trailing dim");
+        throw_invalid_argument("normalized_dims", "0",
+                               "layernorm normalizes at least one trailing dim");
       }
       break;
     case Op::kGroupNorm:
       if (normalized_dims != 0) {
-        throw_invalid_argument("normalized_dims", std::to_string(normalized_dims),
-                               "groupnorm always normalizes [N, C, *spatial] per group; leave it out");
+        throw_invalid_argument(
+            "normalized_dims", std::to_string(normalized_dims),
+            "groupnorm always normalizes [N, C, *spatial] per group; leave it out");
       }
       if (rank < 2) {
-        throw_invalid_argument("shape", shape_text(), "groupnorm needs [N, C, *spatial] (rank >= 2)");
+        throw_invalid_argument("shape", shape_text(),
+                               "groupnorm needs [N, C, *spatial] (rank >= 2)");
       }
       if (groups < 1 || shape[1] % groups != 0) {
-        throw_invalid_argument("groups", std::to_string(groups),
-                               "must be at least 1 and divide the channel count " +
-                                   std::to_string(shape[1]));
+        throw_invalid_argument(
+            "groups", std::to_string(groups),
+            "must be at least 1 and divide the channel count " + std::to_string(shape[1]));
       }
       break;
   }
@@ -324,9 +348,10 @@ NormSpec NormSpec::parse(std::string_view text) {
       }
       f.eps = eps;
     } else {
-      throw_invalid_argument("spec", quote(text),
-                             "unknown key " + quote(key) +
-                                 " (known: op, shape, dtype, normalized_dims, groups, affine, eps)");
+      throw_invalid_argument(
+          "spec", quote(text),
+          "unknown key " + quote(key) +
+              " (known: op, shape, dtype, normalized_dims, groups, affine, eps)");
     }
   }
   return from_fields(f);

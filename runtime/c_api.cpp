@@ -1,9 +1,8 @@
 // The C ABI: every entry point catches everything, stores a readable message for the
 // calling thread and returns a status.
-#include "normjit/normjit.h"
-
 #include <string>
 
+#include "normjit/normjit.h"
 #include "normjit/normjit.hpp"
 
 struct normjit_engine {
@@ -35,9 +34,12 @@ normjit_status guarded(F&& body) {
 
 normjit::Dtype to_dtype(normjit_dtype dtype) {
   switch (dtype) {
-    case NORMJIT_F32: return normjit::Dtype::kF32;
-    case NORMJIT_F16: return normjit::Dtype::kF16;
-    case NORMJIT_BF16: return normjit::Dtype::kBF16;
+    case NORMJIT_F32:
+      return normjit::Dtype::kF32;
+    case NORMJIT_F16:
+      return normjit::Dtype::kF16;
+    case NORMJIT_BF16:
+      return normjit::Dtype::kBF16;
   }
   normjit::throw_invalid_argument("dtype", std::to_string(int(dtype)),
                                   "expected NORMJIT_F32 (0), NORMJIT_F16 (1) or NORMJIT_BF16 (2)");
@@ -52,7 +54,8 @@ std::vector<int64_t> to_shape(const int64_t* shape, int ndim) {
 }
 
 void check_engine(const normjit_engine* engine) {
-  if (!engine) normjit::throw_invalid_argument("engine", "NULL", "create one with normjit_engine_create");
+  if (!engine)
+    normjit::throw_invalid_argument("engine", "NULL", "create one with normjit_engine_create");
 }
 
 normjit::Affine affine_of(const void* weight, const void* bias) {
@@ -114,14 +117,22 @@ const char* normjit_last_error(void) { return last_error.c_str(); }
 
 const char* normjit_status_name(normjit_status status) {
   switch (status) {
-    case NORMJIT_OK: return "ok";
-    case NORMJIT_ERROR_INVALID_ARGUMENT: return "invalid argument";
-    case NORMJIT_ERROR_UNSUPPORTED: return "unsupported";
-    case NORMJIT_ERROR_COMPILE: return "compile error";
-    case NORMJIT_ERROR_DRIVER: return "driver error";
-    case NORMJIT_ERROR_NO_DEVICE: return "no device";
-    case NORMJIT_ERROR_CACHE_MISS: return "cache miss";
-    case NORMJIT_ERROR_INTERNAL: return "internal error";
+    case NORMJIT_OK:
+      return "ok";
+    case NORMJIT_ERROR_INVALID_ARGUMENT:
+      return "invalid argument";
+    case NORMJIT_ERROR_UNSUPPORTED:
+      return "unsupported";
+    case NORMJIT_ERROR_COMPILE:
+      return "compile error";
+    case NORMJIT_ERROR_DRIVER:
+      return "driver error";
+    case NORMJIT_ERROR_NO_DEVICE:
+      return "no device";
+    case NORMJIT_ERROR_CACHE_MISS:
+      return "cache miss";
+    case NORMJIT_ERROR_INTERNAL:
+      return "internal error";
   }
   return "unknown status";
 }
@@ -141,9 +152,9 @@ normjit_status normjit_rmsnorm(normjit_engine* engine, const void* x, void* y, c
   return status != NORMJIT_OK ? status : run(engine, f, x, y, weight, nullptr, stream);
 }
 
-normjit_status normjit_layernorm(normjit_engine* engine, const void* x, void* y,
-                                 const void* weight, const void* bias, const int64_t* shape,
-                                 int ndim, int normalized_dims, normjit_dtype dtype, double eps,
+normjit_status normjit_layernorm(normjit_engine* engine, const void* x, void* y, const void* weight,
+                                 const void* bias, const int64_t* shape, int ndim,
+                                 int normalized_dims, normjit_dtype dtype, double eps,
                                  struct CUstream_st* stream) {
   normjit::SpecFields f;
   normjit_status status = guarded([&] {
@@ -157,10 +168,9 @@ normjit_status normjit_layernorm(normjit_engine* engine, const void* x, void* y,
   return status != NORMJIT_OK ? status : run(engine, f, x, y, weight, bias, stream);
 }
 
-normjit_status normjit_groupnorm(normjit_engine* engine, const void* x, void* y,
-                                 const void* weight, const void* bias, const int64_t* shape,
-                                 int ndim, int64_t groups, normjit_dtype dtype, double eps,
-                                 struct CUstream_st* stream) {
+normjit_status normjit_groupnorm(normjit_engine* engine, const void* x, void* y, const void* weight,
+                                 const void* bias, const int64_t* shape, int ndim, int64_t groups,
+                                 normjit_dtype dtype, double eps, struct CUstream_st* stream) {
   normjit::SpecFields f;
   normjit_status status = guarded([&] {
     f.op = normjit::Op::kGroupNorm;
@@ -177,7 +187,9 @@ normjit_status normjit_precompile(normjit_engine* engine, const char* spec, cons
                                   int* compiled) {
   return guarded([&] {
     check_engine(engine);
-    if (!spec) normjit::throw_invalid_argument("spec", "NULL", "expected e.g. \"op=rmsnorm shape=8,64,32,32\"");
+    if (!spec)
+      normjit::throw_invalid_argument("spec", "NULL",
+                                      "expected e.g. \"op=rmsnorm shape=8,64,32,32\"");
     if (!arch) normjit::throw_invalid_argument("arch", "NULL", "expected e.g. \"sm_90\"");
     const bool did = engine->engine.precompile(normjit::NormSpec::parse(spec), arch);
     if (compiled) *compiled = did ? 1 : 0;

@@ -19,9 +19,9 @@ struct CompiledKernel {
 
 // ptxas's resource report for the kernel, read from the NVRTC log.
 struct Resources {
-  int registers = -1;        // per thread
-  int smem_bytes = 0;        // static shared memory per CTA
-  int stack_bytes = 0;       // stack frame per thread
+  int registers = -1;   // per thread
+  int smem_bytes = 0;   // static shared memory per CTA
+  int stack_bytes = 0;  // stack frame per thread
   int spill_store_bytes = 0;
   int spill_load_bytes = 0;
   std::string to_string() const;

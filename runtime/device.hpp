@@ -62,7 +62,9 @@ class Buffer {
   void download(void* host, size_t bytes, size_t offset = 0) const {
     NORMJIT_CU(driver::api().cuMemcpyDtoH(host, ptr_ + offset, bytes));
   }
-  void fill_bytes(unsigned char value) { NORMJIT_CU(driver::api().cuMemsetD8(ptr_, value, bytes_)); }
+  void fill_bytes(unsigned char value) {
+    NORMJIT_CU(driver::api().cuMemsetD8(ptr_, value, bytes_));
+  }
 
  private:
   CUdeviceptr ptr_ = 0;
@@ -75,7 +77,9 @@ class Event {
   ~Event() { driver::api().cuEventDestroy(event_); }
   Event(const Event&) = delete;
   Event& operator=(const Event&) = delete;
-  void record(CUstream stream = nullptr) { NORMJIT_CU(driver::api().cuEventRecord(event_, stream)); }
+  void record(CUstream stream = nullptr) {
+    NORMJIT_CU(driver::api().cuEventRecord(event_, stream));
+  }
   // Milliseconds from start to this event (synchronizes on this event).
   float since(const Event& start) const {
     NORMJIT_CU(driver::api().cuEventSynchronize(event_));

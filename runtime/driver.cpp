@@ -22,24 +22,24 @@ Loaded load() {
     return out;
   }
   // Deliberately never dlclose'd: modules and contexts may outlive any owner of ours.
-  using GetProc = CUresult (*)(const char*, void**, int, cuuint64_t,
-                               CUdriverProcAddressQueryResult*);
+  using GetProc =
+      CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
   auto get_proc = reinterpret_cast<GetProc>(dlsym(lib, "cuGetProcAddress_v2"));
   if (!get_proc) {
     out.error = "the CUDA driver is too old (no cuGetProcAddress_v2; CUDA 12.0 or newer needed)";
     return out;
   }
   Api api;
-#define NORMJIT_LOAD_MEMBER(name, version)                                                \
-  {                                                                                       \
-    void* fn = nullptr;                                                                   \
-    CUdriverProcAddressQueryResult status{};                                              \
+#define NORMJIT_LOAD_MEMBER(name, version)                                                     \
+  {                                                                                            \
+    void* fn = nullptr;                                                                        \
+    CUdriverProcAddressQueryResult status{};                                                   \
     if (get_proc(#name, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &status) != CUDA_SUCCESS || \
-        !fn) {                                                                            \
-      out.error = "the CUDA driver lacks " #name " (version " #version ")";              \
-      return out;                                                                         \
-    }                                                                                     \
-    api.name = reinterpret_cast<decltype(api.name)>(fn);                                  \
+        !fn) {                                                                                 \
+      out.error = "the CUDA driver lacks " #name " (version " #version ")";                    \
+      return out;                                                                              \
+    }                                                                                          \
+    api.name = reinterpret_cast<decltype(api.name)>(fn);                                       \
   }
   NORMJIT_FOR_EACH_DRIVER_FUNCTION(NORMJIT_LOAD_MEMBER)
 #undef NORMJIT_LOAD_MEMBER

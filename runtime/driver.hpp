@@ -10,43 +10,43 @@ namespace normjit::driver {
 
 // Every driver function normjit uses, once, with the lowest API version whose signature
 // matches the declaration in <cuda.h> that we compile against.
-#define NORMJIT_FOR_EACH_DRIVER_FUNCTION(X)          \
-  X(cuInit, 2000)                                    \
-  X(cuDriverGetVersion, 2020)                        \
-  X(cuGetErrorName, 6000)                            \
-  X(cuGetErrorString, 6000)                          \
-  X(cuDeviceGet, 2000)                               \
-  X(cuDeviceGetCount, 2000)                          \
-  X(cuDeviceGetName, 2000)                           \
-  X(cuDeviceGetAttribute, 2000)                      \
-  X(cuDevicePrimaryCtxRetain, 7000)                  \
-  X(cuDevicePrimaryCtxRelease, 11000)                \
-  X(cuCtxGetCurrent, 4000)                           \
-  X(cuCtxSetCurrent, 4000)                           \
-  X(cuCtxGetDevice, 2000)                            \
-  X(cuCtxSynchronize, 2000)                          \
-  X(cuCtxPushCurrent, 4000)                          \
-  X(cuCtxPopCurrent, 4000)                           \
-  X(cuModuleLoadData, 2000)                          \
-  X(cuModuleUnload, 2000)                            \
-  X(cuModuleGetFunction, 2000)                       \
-  X(cuFuncGetAttribute, 2020)                        \
-  X(cuFuncSetAttribute, 9000)                        \
-  X(cuLaunchKernel, 4000)                            \
-  X(cuLaunchCooperativeKernel, 9000)                 \
+#define NORMJIT_FOR_EACH_DRIVER_FUNCTION(X)            \
+  X(cuInit, 2000)                                      \
+  X(cuDriverGetVersion, 2020)                          \
+  X(cuGetErrorName, 6000)                              \
+  X(cuGetErrorString, 6000)                            \
+  X(cuDeviceGet, 2000)                                 \
+  X(cuDeviceGetCount, 2000)                            \
+  X(cuDeviceGetName, 2000)                             \
+  X(cuDeviceGetAttribute, 2000)                        \
+  X(cuDevicePrimaryCtxRetain, 7000)                    \
+  X(cuDevicePrimaryCtxRelease, 11000)                  \
+  X(cuCtxGetCurrent, 4000)                             \
+  X(cuCtxSetCurrent, 4000)                             \
+  X(cuCtxGetDevice, 2000)                              \
+  X(cuCtxSynchronize, 2000)                            \
+  X(cuCtxPushCurrent, 4000)                            \
+  X(cuCtxPopCurrent, 4000)                             \
+  X(cuModuleLoadData, 2000)                            \
+  X(cuModuleUnload, 2000)                              \
+  X(cuModuleGetFunction, 2000)                         \
+  X(cuFuncGetAttribute, 2020)                          \
+  X(cuFuncSetAttribute, 9000)                          \
+  X(cuLaunchKernel, 4000)                              \
+  X(cuLaunchCooperativeKernel, 9000)                   \
   X(cuOccupancyMaxActiveBlocksPerMultiprocessor, 6050) \
-  X(cuMemAlloc, 3020)                                \
-  X(cuMemFree, 3020)                                 \
-  X(cuMemcpyHtoD, 3020)                              \
-  X(cuMemcpyDtoH, 3020)                              \
-  X(cuMemcpyDtoD, 3020)                              \
-  X(cuMemsetD8, 3020)                                \
-  X(cuMemGetAddressRange, 3020)                      \
-  X(cuEventCreate, 2000)                             \
-  X(cuEventRecord, 2000)                             \
-  X(cuEventSynchronize, 2000)                        \
-  X(cuEventElapsedTime, 2000)                        \
-  X(cuEventDestroy, 4000)                            \
+  X(cuMemAlloc, 3020)                                  \
+  X(cuMemFree, 3020)                                   \
+  X(cuMemcpyHtoD, 3020)                                \
+  X(cuMemcpyDtoH, 3020)                                \
+  X(cuMemcpyDtoD, 3020)                                \
+  X(cuMemsetD8, 3020)                                  \
+  X(cuMemGetAddressRange, 3020)                        \
+  X(cuEventCreate, 2000)                               \
+  X(cuEventRecord, 2000)                               \
+  X(cuEventSynchronize, 2000)                          \
+  X(cuEventElapsedTime, 2000)                          \
+  X(cuEventDestroy, 4000)                              \
   X(cuStreamSynchronize, 2000)
 
 struct Api {
@@ -70,9 +70,9 @@ std::string describe(CUresult result);
 }  // namespace normjit::driver
 
 // Every driver call goes through this: it records the call text, the error name and where.
-#define NORMJIT_CU(call)                                                               \
-  do {                                                                                 \
-    const CUresult normjit_cu_result_ = (call);                                        \
-    if (normjit_cu_result_ != CUDA_SUCCESS)                                            \
+#define NORMJIT_CU(call)                                                                    \
+  do {                                                                                      \
+    const CUresult normjit_cu_result_ = (call);                                             \
+    if (normjit_cu_result_ != CUDA_SUCCESS)                                                 \
       ::normjit::driver::throw_driver_error(normjit_cu_result_, #call, __FILE__, __LINE__); \
   } while (0)

@@ -1,6 +1,6 @@
 #include <algorithm>
-#include <cmath>
 #include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <future>
@@ -44,9 +44,8 @@ struct ClassKey {
   }
   bool operator==(const ClassKey& o) const {
     return context == o.context && op == o.op && dtype == o.dtype && affine == o.affine &&
-           normalized_dims == o.normalized_dims && rank == o.rank &&
-           batch_class == o.batch_class && groups == o.groups &&
-           std::equal(dims, dims + rank, o.dims);
+           normalized_dims == o.normalized_dims && rank == o.rank && batch_class == o.batch_class &&
+           groups == o.groups && std::equal(dims, dims + rank, o.dims);
   }
 };
 
@@ -234,7 +233,8 @@ Target EngineImpl::device_target(CUcontext context) {
   NORMJIT_CU(cu.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device));
   Target t;
   t.sm = major * 10 + minor;
-  NORMJIT_CU(cu.cuDeviceGetAttribute(&t.sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device));
+  NORMJIT_CU(
+      cu.cuDeviceGetAttribute(&t.sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device));
   return t;
 }
 
@@ -274,7 +274,8 @@ std::shared_ptr<const LoadedKernel> EngineImpl::build(const NormSpec& spec, CUco
     } catch (const std::exception&) {
       lowered.clear();
     }
-    const CUresult r = lowered.empty() ? CUDA_ERROR_INVALID_IMAGE : load_module(entry->cubin, lowered);
+    const CUresult r =
+        lowered.empty() ? CUDA_ERROR_INVALID_IMAGE : load_module(entry->cubin, lowered);
     if (r == CUDA_SUCCESS) {
       disk_hits_++;
       *source = Source::kDisk;
@@ -289,9 +290,10 @@ std::shared_ptr<const LoadedKernel> EngineImpl::build(const NormSpec& spec, CUco
   }
   if (!kernel->function) {
     if (options_.jit_disabled) {
-      throw Error(ErrorCode::kCacheMiss, "kernel not in any cache layer and JIT is off "
-                                         "(NORMJIT_JIT=off): " + spec.to_string() + " for " +
-                                             target.name() + ", key " + kernel->key);
+      throw Error(ErrorCode::kCacheMiss,
+                  "kernel not in any cache layer and JIT is off "
+                  "(NORMJIT_JIT=off): " +
+                      spec.to_string() + " for " + target.name() + ", key " + kernel->key);
     }
     nvrtc_compiles_++;
     const CompiledKernel compiled = compile(emitted, target);
@@ -312,10 +314,10 @@ std::shared_ptr<const LoadedKernel> EngineImpl::build(const NormSpec& spec, CUco
       kernel->plan.smem_bytes));
   kernel->co_resident = int64_t{per_sm} * target.sm_count;
   if (kernel->plan.cooperative() && kernel->co_resident < kernel->plan.split_chunks) {
-    throw Error(ErrorCode::kInternal,
-                "the split kernel for " + spec.to_string() + " needs " +
-                    std::to_string(kernel->plan.split_chunks) + " co-resident CTAs; the device holds " +
-                    std::to_string(kernel->co_resident));
+    throw Error(ErrorCode::kInternal, "the split kernel for " + spec.to_string() + " needs " +
+                                          std::to_string(kernel->plan.split_chunks) +
+                                          " co-resident CTAs; the device holds " +
+                                          std::to_string(kernel->co_resident));
   }
   return kernel;
 }
@@ -391,8 +393,8 @@ bool EngineImpl::precompile(const NormSpec& spec, const std::string& arch) {
   if (store_->load(key)) return false;
   nvrtc_compiles_++;
   const CompiledKernel compiled = compile(emitted, target);
-  store_->save({key, inputs.preimage(), entry_metadata(spec, p, compiled), compiled.cubin,
-                compiled.ptx});
+  store_->save(
+      {key, inputs.preimage(), entry_metadata(spec, p, compiled), compiled.cubin, compiled.ptx});
   return true;
 }
 
@@ -411,8 +413,8 @@ std::string pointer_text(const void* p) {
 
 void check_pointer(const void* p, const char* name, bool wanted, int align, const NormSpec& spec) {
   if (wanted && !p) {
-    throw_invalid_argument(name, "nullptr", std::string("the spec (") + spec.to_string() +
-                                                ") needs it");
+    throw_invalid_argument(name, "nullptr",
+                           std::string("the spec (") + spec.to_string() + ") needs it");
   }
   if (!wanted && p) {
     throw_invalid_argument(name, pointer_text(p),
@@ -420,9 +422,9 @@ void check_pointer(const void* p, const char* name, bool wanted, int align, cons
                                to_string(spec.affine) + "; pass nullptr or change affine");
   }
   if (p && reinterpret_cast<uintptr_t>(p) % align != 0) {
-    throw_invalid_argument(name, pointer_text(p),
-                           "must be aligned to " + std::to_string(align) +
-                               " bytes for the plan's vector width");
+    throw_invalid_argument(
+        name, pointer_text(p),
+        "must be aligned to " + std::to_string(align) + " bytes for the plan's vector width");
   }
 }
 
@@ -430,9 +432,12 @@ void check_pointer(const void* p, const char* name, bool wanted, int align, cons
 
 const char* to_string(Source source) {
   switch (source) {
-    case Source::kCompiled: return "compiled";
-    case Source::kDisk: return "disk";
-    case Source::kMemory: return "memory";
+    case Source::kCompiled:
+      return "compiled";
+    case Source::kDisk:
+      return "disk";
+    case Source::kMemory:
+      return "memory";
   }
   return "?";
 }
@@ -446,13 +451,15 @@ void Kernel::launch(const LaunchArgs& args, CUstream_st* stream) const {
   const int align = element * plan.vec;
   check_pointer(args.x, "x", true, align, spec);
   check_pointer(args.y, "y", true, align, spec);
-  check_pointer(args.weight, "weight", spec.affine != Affine::kNone, element * plan.param_vec, spec);
+  check_pointer(args.weight, "weight", spec.affine != Affine::kNone, element * plan.param_vec,
+                spec);
   check_pointer(args.bias, "bias", spec.affine == Affine::kBoth, element * plan.param_vec, spec);
   if (args.batch < 1) {
     throw_invalid_argument("batch", std::to_string(args.batch), "must be at least 1");
   }
   if (!(args.eps > 0.0f) || !std::isfinite(args.eps)) {
-    throw_invalid_argument("eps", format_double(args.eps), "must be a finite number greater than 0");
+    throw_invalid_argument("eps", format_double(args.eps),
+                           "must be a finite number greater than 0");
   }
   const int64_t per_item = spec.elements() / spec.batch();
   int64_t elements = 0;
@@ -511,8 +518,8 @@ Engine::~Engine() = default;
 
 Kernel Engine::prepare(const NormSpec& spec) { return impl_->prepare(spec); }
 
-void Engine::run(const NormSpec& spec, const void* x, void* y, const void* weight,
-                 const void* bias, CUstream_st* stream) {
+void Engine::run(const NormSpec& spec, const void* x, void* y, const void* weight, const void* bias,
+                 CUstream_st* stream) {
   prepare(spec).launch({x, y, weight, bias, spec.batch(), float(spec.eps)}, stream);
 }
 

@@ -11,7 +11,7 @@ struct Header {
   const char* text;
 };
 
-const Header* headers();     // the bundle, header_count() entries
+const Header* headers();  // the bundle, header_count() entries
 size_t header_count();
 const char* bundle_digest();  // SHA-256 (hex) of every name and text: part of each cache key
 

@@ -14,10 +14,14 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "generator/emit.hpp"
+#include "generator/plan.hpp"
 #include "normjit/error.hpp"
 #include "normjit/normjit.hpp"
+#include "runtime/compiler.hpp"
 #include "runtime/device.hpp"
 #include "runtime/driver.hpp"
 #include "tools/commands.hpp"
@@ -39,6 +43,8 @@ struct BenchOptions {
   SpecFlags spec;
   bool seeds = false;
   bool jit_latency = false;
+  bool compile_only = false;  // --compile: NVRTC time per kernel, no GPU needed
+  std::string arch = "sm_90";
   bool json = false;
   int repeat = 20;
   int warmup = 3;
@@ -197,6 +203,11 @@ std::vector<NormSpec> requested_specs(const BenchOptions& o) {
     throw Error(ErrorCode::kInvalidArgument,
                 "bench needs exactly one of: spec flags (--op ... --shape ...), --seeds, "
                 "--jit-latency");
+  }
+  if (o.compile_only && o.jit_latency) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "--compile times kernels of spec flags or --seeds, "
+                "not --jit-latency");
   }
   if (o.seeds) return seed_specs();
   if (spec_flags) return {o.spec.resolve()};
@@ -412,8 +423,51 @@ void run_jit_latency(const BenchOptions& o) {
   std::printf("  Engine::run (prepare + launch)               %10.3f us\n", run_us);
 }
 
+// NVRTC alone: plan, emit and compile each spec for --arch, --repeat times, on this machine's
+// CPU (no GPU, no cache). The first compile of the process also pays NVRTC's start-up.
+void run_compile(const BenchOptions& o, const std::vector<NormSpec>& specs) {
+  const Target target = parse_arch("--arch", o.arch);
+  Json results = Json::array();
+  bool first = true;
+  for (const NormSpec& spec : specs) {
+    const KernelPlan p = plan(spec, target);
+    const EmittedKernel emitted = emit(p);
+    std::vector<double> times;
+    double first_ms = 0;
+    for (int i = 0; i < o.repeat; ++i) {
+      const Clock::time_point t0 = Clock::now();
+      compile(emitted, target);
+      const double ms = ms_since(t0);
+      if (first) first_ms = ms, first = false;
+      times.push_back(ms);
+    }
+    const Spread s = Spread::of(times);
+    if (o.json) {
+      results.push_back({{"spec", spec.to_string()},
+                         {"strategy", to_string(p.strategy)},
+                         {"median_ms", s.median},
+                         {"min_ms", s.min},
+                         {"max_ms", s.max},
+                         {"process_first_ms", first_ms},
+                         {"repeat", o.repeat}});
+    } else {
+      std::printf("%s\n  %s: NVRTC to cubin %8.1f ms median (min %.1f, max %.1f) of %d\n",
+                  spec.to_string().c_str(), to_string(p.strategy), s.median, s.min, s.max,
+                  o.repeat);
+    }
+  }
+  if (o.json) {
+    const Json doc = {{"arch", target.name()},
+                      {"compiler", nvrtc_version()},
+                      {"hardware_threads", std::thread::hardware_concurrency()},
+                      {"kernels", results}};
+    std::printf("%s\n", doc.dump(2).c_str());
+  }
+}
+
 void run_bench(const BenchOptions& o) {
   const std::vector<NormSpec> specs = requested_specs(o);  // bad flags first, GPU or not
+  if (o.compile_only) return run_compile(o, specs);
   require_gpu();
   if (o.jit_latency) {
     run_jit_latency(o);
@@ -437,6 +491,11 @@ void add_bench_command(CLI::App& app) {
   bench->add_flag("--seeds", options->seeds, "time the seed problems of the design");
   bench->add_flag("--jit-latency", options->jit_latency,
                   "measure compile, cache-hit and launch latencies instead of bandwidth");
+  bench->add_flag("--compile", options->compile_only,
+                  "time NVRTC compiles (plan, emit, compile to cubin) on this machine's CPU for "
+                  "--arch; needs no GPU");
+  bench->add_option("--arch", options->arch, "--compile: target architecture")
+      ->capture_default_str();
   bench->add_option("--repeat", options->repeat, "timed samples per kernel (median reported)")
       ->capture_default_str()
       ->check(CLI::Range(1, 100000));
@@ -453,7 +512,8 @@ void add_bench_command(CLI::App& app) {
       "Example:\n"
       "  normjit bench --op rmsnorm --shape 112,64,512,512 --dtype bf16 --repeat 50\n"
       "  normjit bench --seeds --json > seeds.json\n"
-      "  normjit bench --jit-latency");
+      "  normjit bench --jit-latency\n"
+      "  normjit bench --compile --seeds --arch sm_90 --repeat 5");
   bench->callback([options] { run_bench(*options); });
 }
 

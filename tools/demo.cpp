@@ -81,13 +81,15 @@ void run_on_gpu(Engine& engine, const NormSpec& spec, const DemoOptions& o) {
     auto encoded = reference::encode(spec.dtype, values);
     w = device::Buffer(encoded.size());
     w.upload(encoded.data(), encoded.size());
-    for (float v : reference::decode(spec.dtype, encoded.data(), values.size())) weight.push_back(v);
+    for (float v : reference::decode(spec.dtype, encoded.data(), values.size()))
+      weight.push_back(v);
     if (spec.affine == Affine::kBoth) {
       for (float& v : values) v = normal(rng) - 1.0f;
       encoded = reference::encode(spec.dtype, values);
       b = device::Buffer(encoded.size());
       b.upload(encoded.data(), encoded.size());
-      for (float v : reference::decode(spec.dtype, encoded.data(), values.size())) bias.push_back(v);
+      for (float v : reference::decode(spec.dtype, encoded.data(), values.size()))
+        bias.push_back(v);
     }
   }
   const LaunchArgs args{x.get(), y.get(), w.get(), b.get(), spec.batch(), float(spec.eps)};
@@ -134,9 +136,10 @@ void run_demo(const DemoOptions& o) {
     }
     return;
   }
-  std::printf("normjit demo: no GPU here (%s); planning and compiling the seed kernels for %s "
-              "without launching them\n",
-              gpu_unavailable_reason().c_str(), o.arch.c_str());
+  std::printf(
+      "normjit demo: no GPU here (%s); planning and compiling the seed kernels for %s "
+      "without launching them\n",
+      gpu_unavailable_reason().c_str(), o.arch.c_str());
   const Target target = Target::parse(o.arch);
   for (const NormSpec& spec : seed_specs()) {
     std::printf("\n%s\n", spec.to_string().c_str());
@@ -165,8 +168,9 @@ void add_demo_command(CLI::App& app) {
       "Example: normjit demo --repeat 20");
   demo->add_option("--arch", options->arch, "target to compile for when there is no GPU")
       ->capture_default_str();
-  demo->add_option("--cache-dir", options->cache_dir, "cache directory (default: NORMJIT_CACHE_DIR "
-                                                      "or ~/.cache/normjit)");
+  demo->add_option("--cache-dir", options->cache_dir,
+                   "cache directory (default: NORMJIT_CACHE_DIR "
+                   "or ~/.cache/normjit)");
   demo->add_option("--repeat", options->repeat, "timed launches per kernel (median reported)")
       ->capture_default_str()
       ->check(CLI::Range(1, 100000));

@@ -65,8 +65,9 @@ std::string resource_report(const CompiledKernel& compiled, const Target& target
   }
   cu.cuModuleUnload(module);
   NORMJIT_CU(got);
-  return out + "registers: " + std::to_string(registers) + "\n" + "shared memory: " +
-         std::to_string(smem) + " bytes static\n" + "local memory: " + std::to_string(local) +
+  return out + "registers: " + std::to_string(registers) + "\n" +
+         "shared memory: " + std::to_string(smem) + " bytes static\n" +
+         "local memory: " + std::to_string(local) +
          " bytes per thread (stack and spills; from the driver, NVRTC gave no ptxas report)\n";
 }
 

@@ -10,10 +10,10 @@ uint16_t float_to_half(float v) {
   std::memcpy(&x, &v, 4);
   const uint32_t sign = (x >> 16) & 0x8000u;
   const uint32_t abs = x & 0x7fffffffu;
-  if (abs > 0x7f800000u) return uint16_t(sign | 0x7e00u);            // NaN
-  if (abs >= 0x477ff000u) return uint16_t(sign | 0x7c00u);           // overflow -> inf
-  if (abs < 0x38800000u) {                                           // subnormal or zero
-    if (abs < 0x33000000u) return uint16_t(sign);                    // below half the min
+  if (abs > 0x7f800000u) return uint16_t(sign | 0x7e00u);   // NaN
+  if (abs >= 0x477ff000u) return uint16_t(sign | 0x7c00u);  // overflow -> inf
+  if (abs < 0x38800000u) {                                  // subnormal or zero
+    if (abs < 0x33000000u) return uint16_t(sign);           // below half the min
     const uint32_t mant = (abs & 0x7fffffu) | 0x800000u;
     const int shift = 126 - int(abs >> 23);  // value = mant * 2^(e-150) = h * 2^-24
     uint32_t h = mant >> shift;

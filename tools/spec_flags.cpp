@@ -12,8 +12,9 @@ void SpecFlags::add_to(CLI::App& app, bool required) {
     shape_flag->required();
   }
   app.add_option("--dtype", dtype, "f32 | f16 | bf16 (default f32)");
-  app.add_option("--normalized-dims", normalized_dims,
-                 "reduce over the last K dims (default: rmsnorm dim 1, layernorm all but the first)");
+  app.add_option(
+      "--normalized-dims", normalized_dims,
+      "reduce over the last K dims (default: rmsnorm dim 1, layernorm all but the first)");
   app.add_option("--groups", groups, "groupnorm: number of groups, dividing C");
   app.add_option("--affine", affine,
                  "none | weight | both (default: rmsnorm none, layernorm and groupnorm both)");

@@ -6,9 +6,9 @@
 namespace normjit {
 
 struct Stats {
-  float n;     // elements
+  float n;  // elements
   float mean;
-  float m2;    // sum of squared deviations from mean
+  float m2;  // sum of squared deviations from mean
 };
 
 // Chan et al.: the statistics of the union of two disjoint sets.

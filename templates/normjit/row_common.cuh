@@ -64,7 +64,8 @@ struct Slice {
       if (begin + local < H) {
         const unsigned int dst = static_cast<unsigned int>(__cvta_generic_to_shared(stage + local));
         if constexpr (kBytes == 16) {
-          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(row + begin + local)
+          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst),
+                       "l"(row + begin + local)
                        : "memory");
         } else {
           asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(dst),
@@ -77,7 +78,8 @@ struct Slice {
   }
 
   // Waits for this thread's prefetch() and loads the slice from `stage`, as load() would.
-  __device__ __forceinline__ void load_staged(const T* stage, long long begin, int tid, float shift) {
+  __device__ __forceinline__ void load_staged(const T* stage, long long begin, int tid,
+                                              float shift) {
     asm volatile("cp.async.wait_all;" ::: "memory");
     count = 0;
 #pragma unroll

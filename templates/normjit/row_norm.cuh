@@ -23,7 +23,8 @@ __global__ void __launch_bounds__(TEAM* ROWS) row_norm(Params p) {
   slice.load(x, active ? 0 : H, threadIdx.x, active ? row_shift<kRms>(x) : 0.f);
   float mean = 0.f, rstd;
   if constexpr (kRms) {
-    const float total = team_reduce<TEAM, ROWS>(slice.sum_squares(), reinterpret_cast<float*>(scratch));
+    const float total =
+        team_reduce<TEAM, ROWS>(slice.sum_squares(), reinterpret_cast<float*>(scratch));
     rstd = rsqrtf(total * (1.0f / H) + p.eps);
   } else {
     const Stats s = team_reduce<TEAM, ROWS>(slice.stats(), scratch);

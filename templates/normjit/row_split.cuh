@@ -95,8 +95,9 @@ __global__ void __launch_bounds__(THREADS, kMinBlocks) row_split(Params p) {
     }
     if constexpr (kRms) {
       mean = 0.f;
-      rstd = rsqrtf(team_reduce<THREADS, 1>(total.m2, reinterpret_cast<float*>(scratch)) *
-                        (1.0f / H) + p.eps);
+      rstd =
+          rsqrtf(team_reduce<THREADS, 1>(total.m2, reinterpret_cast<float*>(scratch)) * (1.0f / H) +
+                 p.eps);
     } else {
       const Stats s = team_reduce<THREADS, 1>(total, scratch);
       mean = s.mean;

@@ -16,10 +16,10 @@
 namespace normjit::testing {
 
 // Skips the test with a visible message when there is no GPU.
-#define NORMJIT_REQUIRE_GPU()                                                    \
-  do {                                                                           \
-    if (!::normjit::gpu_available())                                             \
-      GTEST_SKIP() << "no GPU: " << ::normjit::gpu_unavailable_reason();         \
+#define NORMJIT_REQUIRE_GPU()                                            \
+  do {                                                                   \
+    if (!::normjit::gpu_available())                                     \
+      GTEST_SKIP() << "no GPU: " << ::normjit::gpu_unavailable_reason(); \
   } while (0)
 
 enum class Values {
@@ -32,11 +32,16 @@ enum class Values {
 
 inline const char* to_string(Values v) {
   switch (v) {
-    case Values::kNormal: return "normal";
-    case Values::kLargeMean: return "large-mean";
-    case Values::kTiny: return "tiny";
-    case Values::kConstant: return "constant";
-    case Values::kNegative: return "negative";
+    case Values::kNormal:
+      return "normal";
+    case Values::kLargeMean:
+      return "large-mean";
+    case Values::kTiny:
+      return "tiny";
+    case Values::kConstant:
+      return "constant";
+    case Values::kNegative:
+      return "negative";
   }
   return "?";
 }
@@ -48,11 +53,21 @@ inline std::vector<float> random_values(size_t n, Values kind, uint64_t seed) {
   for (float& v : out) {
     const float z = normal(rng);
     switch (kind) {
-      case Values::kNormal: v = 0.5f + 2.0f * z; break;
-      case Values::kLargeMean: v = 1e4f + z; break;
-      case Values::kTiny: v = 1e-6f * z; break;
-      case Values::kConstant: v = 3.25f; break;
-      case Values::kNegative: v = -3.0f - std::fabs(z); break;
+      case Values::kNormal:
+        v = 0.5f + 2.0f * z;
+        break;
+      case Values::kLargeMean:
+        v = 1e4f + z;
+        break;
+      case Values::kTiny:
+        v = 1e-6f * z;
+        break;
+      case Values::kConstant:
+        v = 3.25f;
+        break;
+      case Values::kNegative:
+        v = -3.0f - std::fabs(z);
+        break;
     }
   }
   return out;
@@ -61,16 +76,17 @@ inline std::vector<float> random_values(size_t n, Values kind, uint64_t seed) {
 inline double tolerance(Dtype dtype) { return dtype == Dtype::kF32 ? 1e-5 : 1e-2; }
 
 struct RunResult {
-  double rel_error = 0;     // ||y - ref|| / ||ref|| over every element
-  bool all_finite = true;   // no element left poisoned (NaN) or overflowing
+  double rel_error = 0;    // ||y - ref|| / ||ref|| over every element
+  bool all_finite = true;  // no element left poisoned (NaN) or overflowing
 };
 
 // Runs spec through engine on fresh random inputs (seeded) and compares every element.
-inline RunResult run_and_compare(Engine& engine, const NormSpec& spec, Values values,
-                                 uint64_t seed, bool in_place = false) {
+inline RunResult run_and_compare(Engine& engine, const NormSpec& spec, Values values, uint64_t seed,
+                                 bool in_place = false) {
   const Dtype dtype = spec.dtype;
   const size_t n = size_t(spec.elements()), element = size_of(dtype);
-  const std::vector<unsigned char> x_host = reference::encode(dtype, random_values(n, values, seed));
+  const std::vector<unsigned char> x_host =
+      reference::encode(dtype, random_values(n, values, seed));
   const std::vector<float> x_rounded = reference::decode(dtype, x_host.data(), n);
   device::Buffer x(n * element), y(n * element);
   x.upload(x_host.data(), x_host.size());

@@ -11,8 +11,10 @@ namespace {
 
 EngineOptions test_engine_options() {
   EngineOptions o;
-  if (const char* dir = std::getenv("NORMJIT_TEST_CACHE_DIR")) o.cache_dir = dir;
-  else o.memory_only = true;
+  if (const char* dir = std::getenv("NORMJIT_TEST_CACHE_DIR"))
+    o.cache_dir = dir;
+  else
+    o.memory_only = true;
   return o;
 }
 
@@ -75,21 +77,40 @@ TEST_F(Ops, FixedShapesEveryOperatorDtypeAndAffine) {
     // LayerNorm and RMSNorm over trailing dims: row lengths around each strategy's edges.
     for (Op op : {Op::kLayerNorm, Op::kRmsNorm}) {
       for (Affine a : affines(op)) {
-        for (const auto& [shape, k] : std::vector<std::pair<std::vector<int64_t>, int>>{
-                 {{3, 1}, 1}, {{2, 3}, 1}, {{5, 7}, 1}, {{4, 31}, 1}, {{3, 64}, 1},
-                 {{2, 65}, 1}, {{2, 127}, 1}, {{3, 1000}, 1}, {{2, 4097}, 1}, {{1, 32768}, 1},
-                 {{2, 32769}, 1}, {{3, 100000}, 1}, {{2, 3, 5, 7}, 3}, {{6, 4, 4}, 2},
-                 {{1, 1}, 1}, {{300, 24}, 1}}) {
+        for (const auto& [shape, k] :
+             std::vector<std::pair<std::vector<int64_t>, int>>{{{3, 1}, 1},
+                                                               {{2, 3}, 1},
+                                                               {{5, 7}, 1},
+                                                               {{4, 31}, 1},
+                                                               {{3, 64}, 1},
+                                                               {{2, 65}, 1},
+                                                               {{2, 127}, 1},
+                                                               {{3, 1000}, 1},
+                                                               {{2, 4097}, 1},
+                                                               {{1, 32768}, 1},
+                                                               {{2, 32769}, 1},
+                                                               {{3, 100000}, 1},
+                                                               {{2, 3, 5, 7}, 3},
+                                                               {{6, 4, 4}, 2},
+                                                               {{1, 1}, 1},
+                                                               {{300, 24}, 1}}) {
           check(engine, make(op, shape, d, a, k), Values::kNormal, shape[0] * 31 + k, worst);
         }
       }
     }
     // GroupNorm: G in {1, 2, C}, spatial sizes odd and even, rows split over CTAs.
     for (Affine a : affines(Op::kGroupNorm)) {
-      for (const auto& [shape, g] : std::vector<std::pair<std::vector<int64_t>, int64_t>>{
-               {{2, 4, 3, 3}, 1}, {{2, 4, 3, 3}, 2}, {{2, 4, 3, 3}, 4}, {{1, 6, 7}, 3},
-               {{3, 64, 65}, 8}, {{2, 32, 16, 16}, 32}, {{1, 2, 1}, 2}, {{2, 8, 8191}, 2},
-               {{2, 16, 64, 64}, 2}, {{1, 7, 1000}, 7}}) {
+      for (const auto& [shape, g] :
+           std::vector<std::pair<std::vector<int64_t>, int64_t>>{{{2, 4, 3, 3}, 1},
+                                                                 {{2, 4, 3, 3}, 2},
+                                                                 {{2, 4, 3, 3}, 4},
+                                                                 {{1, 6, 7}, 3},
+                                                                 {{3, 64, 65}, 8},
+                                                                 {{2, 32, 16, 16}, 32},
+                                                                 {{1, 2, 1}, 2},
+                                                                 {{2, 8, 8191}, 2},
+                                                                 {{2, 16, 64, 64}, 2},
+                                                                 {{1, 7, 1000}, 7}}) {
         check(engine, make(Op::kGroupNorm, shape, d, a, -1, g), Values::kNormal, shape[1] + g,
               worst);
       }
@@ -159,10 +180,10 @@ TEST_F(Ops, InPlace) {
   device::PrimaryContext context;
   Engine engine(test_engine_options());
   Worst worst;
-  check(engine, make(Op::kLayerNorm, {3, 1000}, Dtype::kF32, Affine::kBoth, 1), Values::kNormal,
-        1, worst, /*in_place=*/true);
-  check(engine, make(Op::kLayerNorm, {2, 200000}, Dtype::kBF16, Affine::kBoth, 1),
-        Values::kNormal, 2, worst, /*in_place=*/true);
+  check(engine, make(Op::kLayerNorm, {3, 1000}, Dtype::kF32, Affine::kBoth, 1), Values::kNormal, 1,
+        worst, /*in_place=*/true);
+  check(engine, make(Op::kLayerNorm, {2, 200000}, Dtype::kBF16, Affine::kBoth, 1), Values::kNormal,
+        2, worst, /*in_place=*/true);
   check(engine, make(Op::kGroupNorm, {2, 16, 64, 64}, Dtype::kF16, Affine::kBoth, -1, 2),
         Values::kNormal, 3, worst, /*in_place=*/true);
   check(engine, make(Op::kRmsNorm, {5, 333}, Dtype::kF32, Affine::kWeight, 1), Values::kNormal, 4,
@@ -175,8 +196,8 @@ TEST_F(Ops, SplitRowsServeEveryBatchSizeWithOneKernel) {
   Worst worst;
   // Rows of 200000 elements are split over CTAs; the batch sets how many rows run per wave.
   for (int64_t n : {1, 2, 5, 64, 300}) {
-    check(engine, make(Op::kLayerNorm, {n, 200000}, Dtype::kF32, Affine::kBoth, 1),
-          Values::kNormal, n, worst);
+    check(engine, make(Op::kLayerNorm, {n, 200000}, Dtype::kF32, Affine::kBoth, 1), Values::kNormal,
+          n, worst);
   }
   const EngineCounters c = engine.counters();
   EXPECT_EQ(c.nvrtc_compiles + c.disk_hits, 1u);

@@ -10,8 +10,10 @@ namespace {
 
 EngineOptions test_engine_options() {
   EngineOptions o;
-  if (const char* dir = std::getenv("NORMJIT_TEST_CACHE_DIR")) o.cache_dir = dir;
-  else o.memory_only = true;
+  if (const char* dir = std::getenv("NORMJIT_TEST_CACHE_DIR"))
+    o.cache_dir = dir;
+  else
+    o.memory_only = true;
   return o;
 }
 
@@ -35,9 +37,9 @@ TEST_F(RmsNormChannels, MatchesFloat64OnManyShapes) {
   device::PrimaryContext context;
   Engine engine(test_engine_options());
   const std::vector<std::vector<int64_t>> shapes = {
-      {1, 1, 1},       {3, 1, 7},        {2, 3, 1},       {1, 7, 65},     {2, 64, 32, 32},
-      {3, 65, 1000},   {1, 1000, 3},     {2, 31, 4097},   {5, 2, 127},    {1, 64, 8, 8, 8},
-      {4, 127, 1, 31}, {2, 4099, 4},     {7, 16, 2, 3},   {1, 256, 1024}, {9, 3, 64},
+      {1, 1, 1},       {3, 1, 7},    {2, 3, 1},     {1, 7, 65},     {2, 64, 32, 32},
+      {3, 65, 1000},   {1, 1000, 3}, {2, 31, 4097}, {5, 2, 127},    {1, 64, 8, 8, 8},
+      {4, 127, 1, 31}, {2, 4099, 4}, {7, 16, 2, 3}, {1, 256, 1024}, {9, 3, 64},
   };
   for (const auto& shape : shapes) {
     for (Dtype dtype : {Dtype::kF32, Dtype::kF16, Dtype::kBF16}) {

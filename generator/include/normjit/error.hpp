@@ -37,12 +37,12 @@ class Error : public std::runtime_error {
 
 }  // namespace normjit
 
-#define NORMJIT_CHECK_ARG(cond, name, value, why)                                   \
-  do {                                                                              \
-    if (!(cond)) ::normjit::throw_invalid_argument((name), (value), (why));         \
+#define NORMJIT_CHECK_ARG(cond, name, value, why)                           \
+  do {                                                                      \
+    if (!(cond)) ::normjit::throw_invalid_argument((name), (value), (why)); \
   } while (0)
 
-#define NORMJIT_ASSERT(cond, message)                                               \
-  do {                                                                              \
-    if (!(cond)) ::normjit::throw_internal(#cond, __FILE__, __LINE__, (message));   \
+#define NORMJIT_ASSERT(cond, message)                                             \
+  do {                                                                            \
+    if (!(cond)) ::normjit::throw_internal(#cond, __FILE__, __LINE__, (message)); \
   } while (0)

@@ -63,11 +63,11 @@ struct NormSpec {
 
   // Derived sizes.
   bool channel_form() const { return normalized_dims == 0; }  // reduce over dim 1 (rms/group)
-  int64_t batch() const;        // N for channel/group forms, product of leading dims otherwise
-  int64_t channels() const;     // shape[1] (channel and group forms)
-  int64_t spatial() const;      // product of shape[2:] (channel and group forms)
-  int64_t row_length() const;   // elements reduced together (per row or per (n, g))
-  int64_t elements() const;     // product of the shape
+  int64_t batch() const;           // N for channel/group forms, product of leading dims otherwise
+  int64_t channels() const;        // shape[1] (channel and group forms)
+  int64_t spatial() const;         // product of shape[2:] (channel and group forms)
+  int64_t row_length() const;      // elements reduced together (per row or per (n, g))
+  int64_t elements() const;        // product of the shape
   int64_t param_elements() const;  // elements of the weight (and of the bias)
 
   bool operator==(const NormSpec& other) const;
@@ -75,6 +75,6 @@ struct NormSpec {
 };
 
 std::string format_shape(const std::vector<int64_t>& shape);  // "112,64,512,512"
-std::string format_double(double value);                       // shortest round-trip text
+std::string format_double(double value);                      // shortest round-trip text
 
 }  // namespace normjit

@@ -34,12 +34,12 @@ typedef enum normjit_status {
 typedef enum normjit_dtype { NORMJIT_F32 = 0, NORMJIT_F16 = 1, NORMJIT_BF16 = 2 } normjit_dtype;
 
 typedef struct normjit_engine_options {
-  int device;                   /* used when no context is current; default 0 */
-  const char* cache_dir;        /* NULL: NORMJIT_CACHE_DIR or the default */
-  const char* readonly_dirs;    /* colon-separated; NULL: NORMJIT_CACHE_READONLY */
-  uint64_t cache_max_bytes;     /* 0: NORMJIT_CACHE_MAX_BYTES or the default */
-  int memory_only;              /* nonzero: no disk cache */
-  int jit_disabled;             /* nonzero: a cache miss is an error (NORMJIT_JIT=off) */
+  int device;                /* used when no context is current; default 0 */
+  const char* cache_dir;     /* NULL: NORMJIT_CACHE_DIR or the default */
+  const char* readonly_dirs; /* colon-separated; NULL: NORMJIT_CACHE_READONLY */
+  uint64_t cache_max_bytes;  /* 0: NORMJIT_CACHE_MAX_BYTES or the default */
+  int memory_only;           /* nonzero: no disk cache */
+  int jit_disabled;          /* nonzero: a cache miss is an error (NORMJIT_JIT=off) */
 } normjit_engine_options;
 
 typedef struct normjit_engine normjit_engine;
@@ -61,16 +61,15 @@ normjit_status normjit_rmsnorm(normjit_engine* engine, const void* x, void* y, c
                                normjit_dtype dtype, double eps, struct CUstream_st* stream);
 
 /* LayerNorm over the last normalized_dims dims; weight and bias of that shape, or NULL. */
-normjit_status normjit_layernorm(normjit_engine* engine, const void* x, void* y,
-                                 const void* weight, const void* bias, const int64_t* shape,
-                                 int ndim, int normalized_dims, normjit_dtype dtype, double eps,
+normjit_status normjit_layernorm(normjit_engine* engine, const void* x, void* y, const void* weight,
+                                 const void* bias, const int64_t* shape, int ndim,
+                                 int normalized_dims, normjit_dtype dtype, double eps,
                                  struct CUstream_st* stream);
 
 /* GroupNorm of x [N, C, *spatial] with groups dividing C; weight and bias [C], or NULL. */
-normjit_status normjit_groupnorm(normjit_engine* engine, const void* x, void* y,
-                                 const void* weight, const void* bias, const int64_t* shape,
-                                 int ndim, int64_t groups, normjit_dtype dtype, double eps,
-                                 struct CUstream_st* stream);
+normjit_status normjit_groupnorm(normjit_engine* engine, const void* x, void* y, const void* weight,
+                                 const void* bias, const int64_t* shape, int ndim, int64_t groups,
+                                 normjit_dtype dtype, double eps, struct CUstream_st* stream);
 
 /* Compile (or find in the cache) without a GPU, for arch such as "sm_90". *compiled is set to
  * 1 when NVRTC ran, 0 when the kernel was already cached (compiled may be NULL).

@@ -44,8 +44,8 @@ class Kernel {
   // (null or misaligned pointers, partial overlap, batch) first; launches nothing on error.
   void launch(const LaunchArgs& args, CUstream_st* stream) const;
 
-  const NormSpec& spec() const;  // the spec it was prepared for (batch as given then)
-  Source source() const;         // how prepare() obtained it
+  const NormSpec& spec() const;   // the spec it was prepared for (batch as given then)
+  Source source() const;          // how prepare() obtained it
   std::string plan_text() const;  // the plan, as `normjit dump --emit plan` prints it
   std::string key() const;        // cache key
   explicit operator bool() const { return impl_ != nullptr; }
@@ -63,15 +63,15 @@ struct EngineOptions {
   std::string cache_dir;
   std::vector<std::string> readonly_cache_dirs;
   uint64_t cache_max_bytes = 0;
-  bool memory_only = false;     // no disk cache at all
-  bool jit_disabled = false;    // a miss is an error (as NORMJIT_JIT=off)
+  bool memory_only = false;   // no disk cache at all
+  bool jit_disabled = false;  // a miss is an error (as NORMJIT_JIT=off)
 };
 
 struct EngineCounters {
   uint64_t nvrtc_compiles = 0;  // NVRTC invocations
   uint64_t memory_hits = 0;
   uint64_t disk_hits = 0;
-  uint64_t bad_entries = 0;     // disk entries rejected (corrupt, or a cubin the driver refused)
+  uint64_t bad_entries = 0;  // disk entries rejected (corrupt, or a cubin the driver refused)
 };
 
 // Thread-safe. One in-memory table per CUDA context; compiles each key once (single flight).

@@ -84,8 +84,9 @@ TEST(Spec, BadInputNamesTheArgumentAndValue) {
             std::string::npos);
   EXPECT_NE(error_of([] { NormSpec::parse("op=groupnorm shape=2,6,4"); }).find("groups"),
             std::string::npos);
-  EXPECT_NE(error_of([] { NormSpec::parse("op=layernorm shape=2,6 normalized_dims=3"); })
-                .find("normalized_dims 3"),
+  EXPECT_NE(error_of([] {
+              NormSpec::parse("op=layernorm shape=2,6 normalized_dims=3");
+            }).find("normalized_dims 3"),
             std::string::npos);
   EXPECT_NE(error_of([] { NormSpec::parse("op=rmsnorm shape=8 affine=none"); }).find("rank"),
             std::string::npos);
@@ -95,9 +96,9 @@ TEST(Spec, BadInputNamesTheArgumentAndValue) {
             std::string::npos);
   EXPECT_NE(error_of([] { NormSpec::parse("op=rmsnorm shape=1,1,1,1,1,1,1,1,1"); }).find("rank 9"),
             std::string::npos);
-  EXPECT_NE(error_of([] { NormSpec::parse("op=rmsnorm shape=4294967296,4294967296"); })
-                .find("2^62"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([] { NormSpec::parse("op=rmsnorm shape=4294967296,4294967296"); }).find("2^62"),
+      std::string::npos);
 }
 
 }  // namespace

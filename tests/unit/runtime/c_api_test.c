@@ -10,12 +10,12 @@
 
 static int failures = 0;
 
-#define EXPECT(cond)                                                   \
-  do {                                                                 \
-    if (!(cond)) {                                                     \
+#define EXPECT(cond)                                                      \
+  do {                                                                    \
+    if (!(cond)) {                                                        \
       fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #cond); \
-      failures++;                                                      \
-    }                                                                  \
+      failures++;                                                         \
+    }                                                                     \
   } while (0)
 
 static int mentions(const char* needle) { return strstr(normjit_last_error(), needle) != NULL; }
@@ -67,7 +67,9 @@ int main(void) {
     snprintf(command, sizeof(command), "rm -rf %s", dir);
     if (system(command) != 0) failures++;
   }
-  if (failures) fprintf(stderr, "%d expectation(s) failed\n", failures);
-  else printf("c api: all expectations held\n");
+  if (failures)
+    fprintf(stderr, "%d expectation(s) failed\n", failures);
+  else
+    printf("c api: all expectations held\n");
   return failures ? 1 : 0;
 }

@@ -17,7 +17,9 @@ TEST(Compiler, CompilesTheSeedRmsNormToCubinAndPtx) {
   const KernelPlan p = plan(spec, kSm90);
   const CompiledKernel k = compile(emit(p), kSm90);
   EXPECT_GT(k.cubin.size(), 1000u);
-  EXPECT_EQ(k.cubin.substr(0, 4), std::string("\x7f" "ELF", 4));
+  EXPECT_EQ(k.cubin.substr(0, 4), std::string("\x7f"
+                                              "ELF",
+                                              4));
   EXPECT_NE(k.ptx.find(".target sm_90"), std::string::npos);
   EXPECT_NE(k.ptx.find(k.lowered_name), std::string::npos);
   const Resources r = parse_resources(k.log);
@@ -52,7 +54,8 @@ TEST(Compiler, AnUnsupportedArchIsRefusedWithTheListOfSupportedOnes) {
 
 TEST(Compiler, ACompileErrorCarriesLogOptionsAndSource) {
   EmittedKernel bad;
-  bad.source = "#include \"normjit/params.cuh\"\n__global__ void k(normjit::Params p) { undeclared(); }\n";
+  bad.source =
+      "#include \"normjit/params.cuh\"\n__global__ void k(normjit::Params p) { undeclared(); }\n";
   bad.name_expression = "&k";
   try {
     compile(bad, kSm90);
@@ -60,16 +63,17 @@ TEST(Compiler, ACompileErrorCarriesLogOptionsAndSource) {
   } catch (const Error& e) {
     const std::string m = e.what();
     EXPECT_EQ(e.code(), ErrorCode::kCompile);
-    EXPECT_NE(m.find("undeclared"), std::string::npos) << m;              // the log
+    EXPECT_NE(m.find("undeclared"), std::string::npos) << m;                // the log
     EXPECT_NE(m.find("--gpu-architecture=sm_90"), std::string::npos) << m;  // the options
-    EXPECT_NE(m.find("__global__ void k"), std::string::npos) << m;        // the source
+    EXPECT_NE(m.find("__global__ void k"), std::string::npos) << m;         // the source
   }
 }
 
 TEST(Compiler, KeyIgnoresBatchAndDependsOnTarget) {
   const auto a = key_inputs(NormSpec::parse("op=rmsnorm shape=1,64,32,32"), kSm90);
   const auto b = key_inputs(NormSpec::parse("op=rmsnorm shape=50,64,32,32 eps=0.1"), kSm90);
-  const auto c = key_inputs(NormSpec::parse("op=rmsnorm shape=1,64,32,32"), Target::parse("sm_90a"));
+  const auto c =
+      key_inputs(NormSpec::parse("op=rmsnorm shape=1,64,32,32"), Target::parse("sm_90a"));
   EXPECT_EQ(a.key(), b.key());
   EXPECT_NE(a.key(), c.key());
   EXPECT_NE(a.compiler.find("nvrtc"), std::string::npos);
