@@ -73,6 +73,18 @@ inline std::vector<float> random_values(size_t n, Values kind, uint64_t seed) {
   return out;
 }
 
+// GPU tests share one engine set-up: memory-only unless NORMJIT_TEST_CACHE_DIR names a cache
+// (which makes re-runs skip NVRTC).
+inline EngineOptions test_engine_options() {
+  EngineOptions o;
+  if (const char* dir = std::getenv("NORMJIT_TEST_CACHE_DIR")) {
+    o.cache_dir = dir;
+  } else {
+    o.memory_only = true;
+  }
+  return o;
+}
+
 inline double tolerance(Dtype dtype) { return dtype == Dtype::kF32 ? 1e-5 : 1e-2; }
 
 struct RunResult {

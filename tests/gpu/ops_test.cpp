@@ -9,15 +9,6 @@
 namespace normjit::testing {
 namespace {
 
-EngineOptions test_engine_options() {
-  EngineOptions o;
-  if (const char* dir = std::getenv("NORMJIT_TEST_CACHE_DIR"))
-    o.cache_dir = dir;
-  else
-    o.memory_only = true;
-  return o;
-}
-
 const Dtype kDtypes[] = {Dtype::kF32, Dtype::kF16, Dtype::kBF16};
 
 std::vector<Affine> affines(Op op) {
@@ -188,6 +179,20 @@ TEST_F(Ops, InPlace) {
         Values::kNormal, 3, worst, /*in_place=*/true);
   check(engine, make(Op::kRmsNorm, {5, 333}, Dtype::kF32, Affine::kWeight, 1), Values::kNormal, 4,
         worst, /*in_place=*/true);
+}
+
+TEST_F(Ops, RowsLongerThanTheChipHolds) {
+  // Past what the co-resident CTAs hold (the streaming fallback), up to 2^28 elements.
+  device::PrimaryContext context;
+  Engine engine(test_engine_options());
+  Worst worst;
+  check(engine, make(Op::kLayerNorm, {2, 5000011}, Dtype::kF32, Affine::kBoth, 1),
+        Values::kLargeMean, 1, worst);
+  check(engine, make(Op::kRmsNorm, {1, 7000003}, Dtype::kF16, Affine::kWeight, 1),
+        Values::kNormal, 2, worst);
+  check(engine, make(Op::kLayerNorm, {1, int64_t{1} << 28}, Dtype::kBF16, Affine::kNone, 1),
+        Values::kNormal, 3, worst);
+  worst.print("rows past the chip");
 }
 
 TEST_F(Ops, SplitRowsServeEveryBatchSizeWithOneKernel) {

@@ -8,15 +8,6 @@
 namespace normjit::testing {
 namespace {
 
-EngineOptions test_engine_options() {
-  EngineOptions o;
-  if (const char* dir = std::getenv("NORMJIT_TEST_CACHE_DIR"))
-    o.cache_dir = dir;
-  else
-    o.memory_only = true;
-  return o;
-}
-
 struct Case {
   std::vector<int64_t> shape;
   Dtype dtype;
