@@ -86,23 +86,28 @@ __global__ void __launch_bounds__(THREADS, kMinBlocks) row_split(Params p) {
       // memory traffic of the CTAs still loading.
       while (load_acquire(&counters[g & 1]) < target) __nanosleep(64);
     }
+    // Warp 0 merges the P partials (the other warps would only wait) and leaves the row's
+    // statistics in scratch[0].
+    if (tid < 32) {
+      __syncwarp();  // lanes 1-31 wait here until lane 0 has seen the row complete
+      const float* in = partials + (g & 3) * P * 3;
+      Stats total = {0.f, 0.f, 0.f};
+      for (long long c = tid; c < P; c += 32) {
+        const Stats s = {load_cg(in + c * 3), load_cg(in + c * 3 + 1), load_cg(in + c * 3 + 2)};
+        total = kRms ? Stats{0.f, 0.f, total.m2 + s.m2} : merge(total, s);
+      }
+#pragma unroll
+      for (int offset = 16; offset > 0; offset /= 2) {
+        const Stats other = shfl_down(total, offset, 32);
+        total = kRms ? Stats{0.f, 0.f, total.m2 + other.m2} : merge(total, other);
+      }
+      if (tid == 0) scratch[0] = total;
+    }
     __syncthreads();
-    const float* in = partials + (g & 3) * P * 3;
-    Stats total = {0.f, 0.f, 0.f};
-    for (long long c = tid; c < P; c += THREADS) {
-      const Stats s = {load_cg(in + c * 3), load_cg(in + c * 3 + 1), load_cg(in + c * 3 + 2)};
-      total = kRms ? Stats{0.f, 0.f, total.m2 + s.m2} : merge(total, s);
-    }
-    if constexpr (kRms) {
-      mean = 0.f;
-      rstd =
-          rsqrtf(team_reduce<THREADS, 1>(total.m2, reinterpret_cast<float*>(scratch)) * (1.0f / H) +
-                 p.eps);
-    } else {
-      const Stats s = team_reduce<THREADS, 1>(total, scratch);
-      mean = s.mean;
-      rstd = rsqrtf(s.m2 * (1.0f / H) + p.eps);
-    }
+    const Stats s = scratch[0];
+    __syncthreads();  // scratch is reused by the next reduction
+    mean = kRms ? 0.f : s.mean;
+    rstd = rsqrtf(s.m2 * (1.0f / H) + p.eps);
   };
   auto stats_of = [&](const Chunk& c) {
     return kRms ? Stats{0.f, 0.f, c.sum_squares()} : c.stats();
