@@ -196,37 +196,43 @@ struct Slice {
                                         int tid, float mean, float rstd) const {
     const T* weight = static_cast<const T*>(p.weight);
     const T* bias = static_cast<const T*>(p.bias);
-    float w1 = 1.f, b1 = 0.f;
+    // y = (v - mean) * rstd * w + b. With per-channel parameters (groupnorm) that folds into
+    // one FMA per element: scale = rstd * w, offset = b - mean * scale.
+    float scale1 = rstd, offset1 = -mean * rstd;  // the whole slice's, when it has one channel
     if constexpr (kOneChannel) {
       const long long c = (row % G) * CG + begin / S;
-      if constexpr (kWeight) w1 = to_float(weight[c]);
-      if constexpr (kBias) b1 = to_float(bias[c]);
+      const float w1 = kWeight ? to_float(weight[c]) : 1.f;
+      const float b1 = kBias ? to_float(bias[c]) : 0.f;
+      scale1 = rstd * w1;
+      offset1 = fmaf(-mean, scale1, b1);
     }
 #pragma unroll
     for (int k = 0; k < K; ++k) {
       const long long e = begin + (long long)(tid + k * THREADS) * V;
       if (e >= H) continue;
-      float w[V], b[V];
+      float y[V];
       if constexpr (G == 0) {
+        float w[V], b[V];
         if constexpr (kWeight) load_vec<T, V>(weight + e, w);
         if constexpr (kBias) load_vec<T, V>(bias + e, b);
-      } else if constexpr (kOneChannel) {
 #pragma unroll
-        for (int j = 0; j < V; ++j) w[j] = w1, b[j] = b1;
+        for (int j = 0; j < V; ++j) {
+          y[j] = (v[k][j] - mean) * rstd;
+          if constexpr (kWeight) y[j] *= w[j];
+          if constexpr (kBias) y[j] += b[j];
+        }
       } else {
-        // S % V == 0: the whole vector lies in one channel.
-        const long long c = (row % G) * CG + e / S;
-        const float wc = kWeight ? to_float(weight[c]) : 1.f;
-        const float bc = kBias ? to_float(bias[c]) : 0.f;
+        float scale = scale1, offset = offset1;
+        if constexpr (!kOneChannel) {
+          // S % V == 0: the whole vector lies in one channel.
+          const long long c = (row % G) * CG + e / S;
+          const float wc = kWeight ? to_float(weight[c]) : 1.f;
+          const float bc = kBias ? to_float(bias[c]) : 0.f;
+          scale = rstd * wc;
+          offset = fmaf(-mean, scale, bc);
+        }
 #pragma unroll
-        for (int j = 0; j < V; ++j) w[j] = wc, b[j] = bc;
-      }
-      float y[V];
-#pragma unroll
-      for (int j = 0; j < V; ++j) {
-        y[j] = (v[k][j] - mean) * rstd;
-        if constexpr (kWeight) y[j] *= w[j];
-        if constexpr (kBias) y[j] += b[j];
+        for (int j = 0; j < V; ++j) y[j] = fmaf(v[k][j], scale, offset);
       }
       store_vec<T, V>(out + e, y);
     }
