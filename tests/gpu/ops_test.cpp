@@ -188,8 +188,8 @@ TEST_F(Ops, RowsLongerThanTheChipHolds) {
   Worst worst;
   check(engine, make(Op::kLayerNorm, {2, 5000011}, Dtype::kF32, Affine::kBoth, 1),
         Values::kLargeMean, 1, worst);
-  check(engine, make(Op::kRmsNorm, {1, 7000003}, Dtype::kF16, Affine::kWeight, 1),
-        Values::kNormal, 2, worst);
+  check(engine, make(Op::kRmsNorm, {1, 7000003}, Dtype::kF16, Affine::kWeight, 1), Values::kNormal,
+        2, worst);
   check(engine, make(Op::kLayerNorm, {1, int64_t{1} << 28}, Dtype::kBF16, Affine::kNone, 1),
         Values::kNormal, 3, worst);
   worst.print("rows past the chip");
