@@ -59,11 +59,16 @@ KernelPlan plan_channels(const NormSpec& spec) {
   return p;
 }
 
-constexpr int kTeamValues = 16;       // values per thread a row team aims for
-constexpr int kMaxTeamValues = 32;    // values per thread a row team may hold
-constexpr int kMaxTeam = 1024;        // threads per row team
-constexpr int kSplitThreads = 512;    // CTA of the split kernel
-constexpr int kSplitValues = 32;      // values per thread of the split kernel
+constexpr int kTeamValues = 16;     // values per thread a row team aims for
+constexpr int kMaxTeamValues = 32;  // values per thread a row team may hold
+constexpr int kMaxTeam = 1024;      // threads per row team
+constexpr int kSplitThreads = 512;  // CTA of the split kernel
+constexpr int kSplitValues = 32;    // f32 values per thread of the split kernel
+// 16-bit values are held packed two to a register (row_common.cuh), so the same registers
+// hold twice as many: fewer CTAs per row, more rows in flight.
+int split_values(Dtype dtype, int vec) {
+  return size_of(dtype) == 2 && vec >= 2 ? 64 : kSplitValues;
+}
 constexpr int kSplitBlocksPerSm = 2;  // split CTAs resident per SM (__launch_bounds__)
 constexpr int kStreamThreads = 1024;  // CTA of the streaming fallback
 
@@ -110,7 +115,8 @@ KernelPlan plan_rows(const NormSpec& spec, const Target& target) {
         << k * p.vec << " values each, " << p.vec * size_of(spec.dtype) << "-byte accesses); "
         << p.rows_per_block << " rows per CTA; x is read once";
   } else {
-    const int k = std::max(1, kSplitValues / p.vec);
+    const int values = split_values(spec.dtype, p.vec);
+    const int k = std::max(1, values / p.vec);
     const int64_t chunk = int64_t{kSplitThreads} * k * p.vec;
     const int64_t chunks = ceil_div(h, chunk);
     const int64_t capacity = int64_t{kSplitBlocksPerSm} * target.sm_count;
@@ -147,7 +153,8 @@ KernelPlan plan_rows(const NormSpec& spec, const Target& target) {
     // Stage the next row in shared memory when cp.async can move the vectors (4-16 bytes).
     const int access = p.vec * size_of(spec.dtype);
     const bool staged = access >= 4 && target.sm >= 80;  // cp.async: sm_80+
-    p.smem_bytes = staged ? kSplitThreads * kSplitValues * size_of(spec.dtype) : 0;
+    p.smem_bytes =
+        staged ? kSplitThreads * split_values(spec.dtype, p.vec) * size_of(spec.dtype) : 0;
     p.template_args.push_back(std::to_string(kSplitBlocksPerSm));
     p.template_args.push_back(staged ? "true" : "false");
   }

@@ -28,27 +28,57 @@ __device__ __forceinline__ long long total_rows(const Params& p) {
 // of the row; elements at or past H are not loaded. H % V == 0, so a vector never straddles.
 template <class T, int K, int V, int THREADS, long long H>
 struct Slice {
-  float v[K][V];
+  // 16-bit types keep their raw bits, two to a register: half the registers of f32 values,
+  // so a split CTA can hold twice the elements. The shift is applied on use (value()); a
+  // vector past the row's end holds the shift itself, so its values are exactly 0.
+  static constexpr bool kPacked = sizeof(T) == 2 && V % 2 == 0;
+  float fv[kPacked ? 1 : K][kPacked ? 1 : V];
+  unsigned int pv[kPacked ? K : 1][kPacked ? V / 2 : 1];
+  float shift_ = 0.f;
   int count;  // valid elements
+
+  // x - shift of element j of vector k.
+  __device__ __forceinline__ float value(int k, int j) const {
+    if constexpr (kPacked) {
+      const unsigned int w = pv[k][j / 2];
+      return to_float(from_bits<T>(j % 2 ? w >> 16 : w & 0xffffu)) - shift_;
+    } else {
+      return fv[k][j];
+    }
+  }
+
+  // Vector k from V elements at p (global or shared memory), or the shift when !valid.
+  __device__ __forceinline__ void fill(int k, const T* p, bool valid, float shift) {
+    if constexpr (kPacked) {
+      if (valid) {
+        load_words<T, V>(p, pv[k]);
+      } else {
+        const unsigned int bits = bits_of(from_float<T>(shift));  // exact: shift is a T
+#pragma unroll
+        for (int i = 0; i < V / 2; ++i) pv[k][i] = bits | bits << 16;
+      }
+    } else if (valid) {
+      load_vec<T, V>(p, fv[k]);
+#pragma unroll
+      for (int j = 0; j < V; ++j) fv[k][j] -= shift;
+    } else {
+#pragma unroll
+      for (int j = 0; j < V; ++j) fv[k][j] = 0.f;
+    }
+  }
 
   // Loads the slice as x - shift. LayerNorm and GroupNorm shift by the row's first element:
   // statistics of shifted data keep their precision when |mean| >> std (mean 1e4, std 1
   // would otherwise lose 1e-3 to the rounding of the mean), and x - shift is exact for x
   // within a factor 2 of the shift.
   __device__ __forceinline__ void load(const T* row, long long begin, int tid, float shift) {
+    shift_ = shift;
     count = 0;
 #pragma unroll
     for (int k = 0; k < K; ++k) {
       const long long e = begin + (long long)(tid + k * THREADS) * V;
-      if (e < H) {
-        load_vec<T, V>(row + e, v[k]);
-#pragma unroll
-        for (int j = 0; j < V; ++j) v[k][j] -= shift;
-        count += V;
-      } else {
-#pragma unroll
-        for (int j = 0; j < V; ++j) v[k][j] = 0.f;
-      }
+      fill(k, row + e, e < H, shift);
+      count += e < H ? V : 0;
     }
   }
 
@@ -81,19 +111,13 @@ struct Slice {
   __device__ __forceinline__ void load_staged(const T* stage, long long begin, int tid,
                                               float shift) {
     asm volatile("cp.async.wait_all;" ::: "memory");
+    shift_ = shift;
     count = 0;
 #pragma unroll
     for (int k = 0; k < K; ++k) {
       const long long local = (long long)(tid + k * THREADS) * V;
-      if (begin + local < H) {
-        load_shared_vec(stage + local, v[k]);
-#pragma unroll
-        for (int j = 0; j < V; ++j) v[k][j] -= shift;
-        count += V;
-      } else {
-#pragma unroll
-        for (int j = 0; j < V; ++j) v[k][j] = 0.f;
-      }
+      fill(k, stage + local, begin + local < H, shift);
+      count += begin + local < H ? V : 0;
     }
   }
 
@@ -162,7 +186,7 @@ struct Slice {
 #pragma unroll
     for (int k = 0; k < K; ++k) {
 #pragma unroll
-      for (int j = 0; j < V; ++j) sum += v[k][j];  // invalid slots hold 0
+      for (int j = 0; j < V; ++j) sum += value(k, j);  // invalid slots hold 0
     }
     const float mean = count > 0 ? sum / count : 0.f;
     float m2 = 0.f;
@@ -170,7 +194,7 @@ struct Slice {
     for (int k = 0; k < K; ++k) {
 #pragma unroll
       for (int j = 0; j < V; ++j) {
-        const float d = v[k][j] - mean;
+        const float d = value(k, j) - mean;
         m2 += k * V + j < count ? d * d : 0.f;
       }
     }
@@ -182,7 +206,7 @@ struct Slice {
 #pragma unroll
     for (int k = 0; k < K; ++k) {
 #pragma unroll
-      for (int j = 0; j < V; ++j) s += v[k][j] * v[k][j];
+      for (int j = 0; j < V; ++j) s += value(k, j) * value(k, j);
     }
     return s;  // invalid slots hold 0
   }
@@ -217,7 +241,7 @@ struct Slice {
         if constexpr (kBias) load_vec<T, V>(bias + e, b);
 #pragma unroll
         for (int j = 0; j < V; ++j) {
-          y[j] = (v[k][j] - mean) * rstd;
+          y[j] = (value(k, j) - mean) * rstd;
           if constexpr (kWeight) y[j] *= w[j];
           if constexpr (kBias) y[j] += b[j];
         }
@@ -232,7 +256,7 @@ struct Slice {
           offset = fmaf(-mean, scale, bc);
         }
 #pragma unroll
-        for (int j = 0; j < V; ++j) y[j] = fmaf(v[k][j], scale, offset);
+        for (int j = 0; j < V; ++j) y[j] = fmaf(value(k, j), scale, offset);
       }
       store_vec<T, V>(out + e, y);
     }

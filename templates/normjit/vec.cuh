@@ -86,6 +86,21 @@ __device__ __forceinline__ void load_vec(const T* p, float (&out)[V]) {
   }
 }
 
+// The raw bits of V 16-bit elements at p (aligned to V*sizeof(T)), two per word.
+template <class T, int V>
+__device__ __forceinline__ void load_words(const T* p, unsigned int (&w)[V / 2]) {
+  static_assert(sizeof(T) == 2 && V % 2 == 0, "pairs of 16-bit elements");
+  if constexpr (V == 8) {
+    const uint4 u = *reinterpret_cast<const uint4*>(p);
+    w[0] = u.x, w[1] = u.y, w[2] = u.z, w[3] = u.w;
+  } else if constexpr (V == 4) {
+    const uint2 u = *reinterpret_cast<const uint2*>(p);
+    w[0] = u.x, w[1] = u.y;
+  } else {
+    w[0] = *reinterpret_cast<const unsigned int*>(p);
+  }
+}
+
 // Stores in[0..V) as V elements at p (aligned to V*sizeof(T)).
 template <class T, int V>
 __device__ __forceinline__ void store_vec(T* p, const float (&in)[V]) {
