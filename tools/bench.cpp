@@ -186,17 +186,6 @@ KernelTiming time_kernel(Engine& engine, const NormSpec& spec, const DeviceInfo&
   return timing;
 }
 
-// Indents every line after the first (an NVRTC log) under the item it belongs to.
-std::string indent(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    out += c;
-    if (c == '\n') out += "    ";
-  }
-  while (!out.empty() && (out.back() == ' ' || out.back() == '\n')) out.pop_back();
-  return out;
-}
-
 std::vector<NormSpec> requested_specs(const BenchOptions& o) {
   const bool spec_flags = !o.spec.op.empty() || !o.spec.shape.empty();
   if (int(spec_flags) + int(o.seeds) + int(o.jit_latency) != 1) {

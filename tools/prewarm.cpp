@@ -331,18 +331,6 @@ std::string duration_text(double seconds) {
   return text;
 }
 
-// Indents every line after the first, so that a multi-line message (an NVRTC log) reads as
-// part of the item it belongs to.
-std::string indent(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    out += c;
-    if (c == '\n') out += "    ";
-  }
-  while (!out.empty() && (out.back() == ' ' || out.back() == '\n')) out.pop_back();
-  return out;
-}
-
 // ---------------------------------------------------------------------------------------
 // --check
 

@@ -57,4 +57,14 @@ Target parse_arch(const std::string& flag, const std::string& arch) {
   return target;
 }
 
+std::string indent(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    out += c;
+    if (c == '\n') out += "    ";
+  }
+  while (!out.empty() && (out.back() == ' ' || out.back() == '\n')) out.pop_back();
+  return out;
+}
+
 }  // namespace normjit::tools

@@ -24,4 +24,8 @@ void fill_random(device::Buffer& buffer, Dtype dtype, uint64_t seed);
 // `flag` and lists the architectures it supports.
 Target parse_arch(const std::string& flag, const std::string& arch);
 
+// Indents every line after the first, so that a multi-line message (an NVRTC log) reads as
+// part of the item it belongs to.
+std::string indent(const std::string& text);
+
 }  // namespace normjit::tools
