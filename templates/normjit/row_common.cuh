@@ -24,6 +24,15 @@ __device__ __forceinline__ long long total_rows(const Params& p) {
   return p.batch * (G > 0 ? G : 1);
 }
 
+// The L2 hints of a row kernel's accesses (vec.cuh): `stream` for x and y, `keep` for the
+// parameters.
+struct NoHints {
+  NoHint stream, keep;
+};
+struct L2Hints {
+  L2Hint stream, keep;
+};
+
 // A thread's K vectors of V elements: vector k starts at element begin + (tid + k*THREADS)*V
 // of the row; elements at or past H are not loaded. H % V == 0, so a vector never straddles.
 template <class T, int K, int V, int THREADS, long long H>
@@ -48,17 +57,18 @@ struct Slice {
   }
 
   // Vector k from V elements at p (global or shared memory), or the shift when !valid.
-  __device__ __forceinline__ void fill(int k, const T* p, bool valid, float shift) {
+  template <class Hint>
+  __device__ __forceinline__ void fill(int k, const T* p, bool valid, float shift, Hint hint) {
     if constexpr (kPacked) {
       if (valid) {
-        load_words<T, V>(p, pv[k]);
+        load_words<T, V>(p, pv[k], hint);
       } else {
         const unsigned int bits = bits_of(from_float<T>(shift));  // exact: shift is a T
 #pragma unroll
         for (int i = 0; i < V / 2; ++i) pv[k][i] = bits | bits << 16;
       }
     } else if (valid) {
-      load_vec<T, V>(p, fv[k]);
+      load_vec<T, V>(p, fv[k], hint);
 #pragma unroll
       for (int j = 0; j < V; ++j) fv[k][j] -= shift;
     } else {
@@ -71,13 +81,15 @@ struct Slice {
   // statistics of shifted data keep their precision when |mean| >> std (mean 1e4, std 1
   // would otherwise lose 1e-3 to the rounding of the mean), and x - shift is exact for x
   // within a factor 2 of the shift.
-  __device__ __forceinline__ void load(const T* row, long long begin, int tid, float shift) {
+  template <class Hint = NoHint>
+  __device__ __forceinline__ void load(const T* row, long long begin, int tid, float shift,
+                                       Hint hint = {}) {
     shift_ = shift;
     count = 0;
 #pragma unroll
     for (int k = 0; k < K; ++k) {
       const long long e = begin + (long long)(tid + k * THREADS) * V;
-      fill(k, row + e, e < H, shift);
+      fill(k, row + e, e < H, shift, hint);
       count += e < H ? V : 0;
     }
   }
@@ -85,6 +97,8 @@ struct Slice {
   // Starts asynchronous copies of this thread's vectors of the chunk at `begin` of `row` into
   // the same offsets of `stage` (shared memory), to be picked up by load_staged(). Each
   // thread copies and later reads only its own vectors, so no barrier is needed between.
+  // No L2 hint: ptxas before 13.4 miscompiles cp.async with a cache policy (the kernel dies
+  // with an illegal instruction; triton-lang/triton#11660 and #11848).
   __device__ __forceinline__ void prefetch(const T* row, long long begin, int tid, T* stage) const {
     constexpr int kBytes = sizeof(T) * V;
     static_assert(kBytes == 4 || kBytes == 8 || kBytes == 16, "cp.async moves 4, 8 or 16 bytes");
@@ -116,7 +130,7 @@ struct Slice {
 #pragma unroll
     for (int k = 0; k < K; ++k) {
       const long long local = (long long)(tid + k * THREADS) * V;
-      fill(k, stage + local, begin + local < H, shift);
+      fill(k, stage + local, begin + local < H, shift, NoHint{});
       count += begin + local < H ? V : 0;
     }
   }
@@ -215,9 +229,11 @@ struct Slice {
   // values, like the slice. kOneChannel: the caller
   // knows every element of the slice lies in the channel of `begin` (groupnorm chunks that
   // divide S), so the parameters are loaded once.
-  template <int G, long long S, int CG, bool kWeight, bool kBias, bool kOneChannel = false>
+  // `hints`: NoHints, or L2Hints (y and the parameters as their names say).
+  template <int G, long long S, int CG, bool kWeight, bool kBias, bool kOneChannel = false,
+            class Hints = NoHints>
   __device__ __forceinline__ void store(T* out, const Params& p, long long row, long long begin,
-                                        int tid, float mean, float rstd) const {
+                                        int tid, float mean, float rstd, Hints hints = {}) const {
     const T* weight = static_cast<const T*>(p.weight);
     const T* bias = static_cast<const T*>(p.bias);
     // y = (v - mean) * rstd * w + b. With per-channel parameters (groupnorm) that folds into
@@ -237,8 +253,8 @@ struct Slice {
       float y[V];
       if constexpr (G == 0) {
         float w[V], b[V];
-        if constexpr (kWeight) load_vec<T, V>(weight + e, w);
-        if constexpr (kBias) load_vec<T, V>(bias + e, b);
+        if constexpr (kWeight) load_vec<T, V>(weight + e, w, hints.keep);
+        if constexpr (kBias) load_vec<T, V>(bias + e, b, hints.keep);
 #pragma unroll
         for (int j = 0; j < V; ++j) {
           y[j] = (value(k, j) - mean) * rstd;
@@ -258,7 +274,7 @@ struct Slice {
 #pragma unroll
         for (int j = 0; j < V; ++j) y[j] = fmaf(value(k, j), scale, offset);
       }
-      store_vec<T, V>(out + e, y);
+      store_vec<T, V>(out + e, y, hints.stream);
     }
   }
 };

@@ -13,6 +13,10 @@
 // each row's barrier latency overlaps the previous row's normalize and store and the next
 // row's load, instead of adding to them.
 //
+// L2 hints (sm_80+, vec.cuh): y is stored evict-first and LayerNorm's parameters, read again
+// for every row, are loaded evict-last, so fewer of them are evicted by the streaming rows.
+// x is not hinted where cp.async moves it (see Slice::prefetch).
+//
 // Workspace: one region of 12P+4 floats per slot, the same whatever the launch's slot count:
 // two u64 arrival counters (by generation parity), then partials[4][P][3] (by generation
 // mod 4). Row i of a slot is generation g; its arrivals go to counters[g & 1], complete at
@@ -115,6 +119,11 @@ __global__ void __launch_bounds__(THREADS, kMinBlocks) row_split(Params p) {
 
   long long row = slot;
   if (row >= rows) return;  // the whole CTA: no rows for this slot in this launch
+#if __CUDA_ARCH__ >= 800
+  const L2Hints hints = {l2_evict_first(), l2_evict_last()};
+#else
+  const NoHints hints;
+#endif
   const T* x0 = static_cast<const T*>(p.x);
   T* y0 = static_cast<T*>(p.y);
   Chunk slice;
@@ -127,7 +136,7 @@ __global__ void __launch_bounds__(THREADS, kMinBlocks) row_split(Params p) {
       next_shift = row_shift<kRms>(x0 + (row + slots) * H);
     }
   } else {
-    slice.load(x0 + row * H, begin, tid, row_shift<kRms>(x0 + row * H));
+    slice.load(x0 + row * H, begin, tid, row_shift<kRms>(x0 + row * H), hints.stream);
   }
   // Only thread 0 uses the generation inside publish(), and it wrote base_generation itself;
   // the block reduction inside makes it visible to every thread afterwards.
@@ -146,7 +155,7 @@ __global__ void __launch_bounds__(THREADS, kMinBlocks) row_split(Params p) {
     combine(g, mean, rstd);
     constexpr bool kOneChannel = G > 0 && S % kChunk == 0;
     slice.template store<G, S, CG, kWeight, kBias, kOneChannel>(y0 + row * H, p, row, begin, tid,
-                                                                mean, rstd);
+                                                                mean, rstd, hints);
     if (!has_next) break;
     if constexpr (kStaged) {
       slice.load_staged(stage, begin, tid, next_shift);
@@ -155,7 +164,7 @@ __global__ void __launch_bounds__(THREADS, kMinBlocks) row_split(Params p) {
         next_shift = row_shift<kRms>(x0 + (next + slots) * H);
       }
     } else {
-      slice.load(x0 + next * H, begin, tid, row_shift<kRms>(x0 + next * H));
+      slice.load(x0 + next * H, begin, tid, row_shift<kRms>(x0 + next * H), hints.stream);
       publish(stats_of(slice), g + 1);
     }
   }
