@@ -126,23 +126,20 @@ __global__ void __launch_bounds__(THREADS, kMinBlocks) row_split(Params p) {
 #endif
   const T* x0 = static_cast<const T*>(p.x);
   T* y0 = static_cast<T*>(p.y);
+  // Every thread reads the generation below; thread 0 wrote it.
+  __syncthreads();
+
+  // One loop body serves every row, the first included, so that NVRTC compiles each part
+  // once. A step publishes the partial of row `next` (staged: from the stage, before awaiting
+  // the row in registers), awaits and stores the row in registers (generation g), then moves
+  // `next` into registers and starts staging the row after it.
   Chunk slice;
-  float next_shift = 0.f;  // the shift of the staged row, loaded with its prefetch
-  if constexpr (kStaged) {
-    slice.prefetch(x0 + row * H, begin, tid, stage);
-    slice.load_staged(stage, begin, tid, row_shift<kRms>(x0 + row * H));
-    if (row + slots < rows) {
-      slice.prefetch(x0 + (row + slots) * H, begin, tid, stage);
-      next_shift = row_shift<kRms>(x0 + (row + slots) * H);
-    }
-  } else {
-    slice.load(x0 + row * H, begin, tid, row_shift<kRms>(x0 + row * H), hints.stream);
-  }
-  // Only thread 0 uses the generation inside publish(), and it wrote base_generation itself;
-  // the block reduction inside makes it visible to every thread afterwards.
-  publish(stats_of(slice), base_generation);
-  for (unsigned long long g = base_generation;; row += slots, ++g) {
-    const long long next = row + slots;
+  bool holding = false;  // the registers hold row `row`, generation g
+  long long next = row;
+  unsigned long long g = base_generation - 1;  // g + 1 is next's generation
+  float next_shift = row_shift<kRms>(x0 + next * H);
+  if constexpr (kStaged) slice.prefetch(x0 + next * H, begin, tid, stage);
+  for (;;) {
     const bool has_next = next < rows;
     if constexpr (kStaged) {
       if (has_next) {
@@ -151,11 +148,13 @@ __global__ void __launch_bounds__(THREADS, kMinBlocks) row_split(Params p) {
                 g + 1);
       }
     }
-    float mean, rstd;
-    combine(g, mean, rstd);
-    constexpr bool kOneChannel = G > 0 && S % kChunk == 0;
-    slice.template store<G, S, CG, kWeight, kBias, kOneChannel>(y0 + row * H, p, row, begin, tid,
-                                                                mean, rstd, hints);
+    if (holding) {
+      float mean, rstd;
+      combine(g, mean, rstd);
+      constexpr bool kOneChannel = G > 0 && S % kChunk == 0;
+      slice.template store<G, S, CG, kWeight, kBias, kOneChannel>(y0 + row * H, p, row, begin, tid,
+                                                                  mean, rstd, hints);
+    }
     if (!has_next) break;
     if constexpr (kStaged) {
       slice.load_staged(stage, begin, tid, next_shift);
@@ -164,9 +163,14 @@ __global__ void __launch_bounds__(THREADS, kMinBlocks) row_split(Params p) {
         next_shift = row_shift<kRms>(x0 + (next + slots) * H);
       }
     } else {
-      slice.load(x0 + next * H, begin, tid, row_shift<kRms>(x0 + next * H), hints.stream);
+      slice.load(x0 + next * H, begin, tid, next_shift, hints.stream);
       publish(stats_of(slice), g + 1);
+      if (next + slots < rows) next_shift = row_shift<kRms>(x0 + (next + slots) * H);
     }
+    holding = true;
+    row = next;
+    next += slots;
+    ++g;
   }
 }
 
