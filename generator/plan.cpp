@@ -181,7 +181,7 @@ int64_t KernelPlan::grid(int64_t batch, int64_t co_resident) const {
 
 int64_t KernelPlan::workspace_floats(int64_t co_resident) const {
   if (strategy != Strategy::kRowSplit) return 0;
-  return co_resident / split_chunks * (12 * split_chunks + 4);  // see row_split.cuh
+  return co_resident / split_chunks * (16 * split_chunks + 4);  // see row_split.cuh
 }
 
 std::string Target::name() const { return "sm_" + std::to_string(sm) + (arch_specific ? "a" : ""); }

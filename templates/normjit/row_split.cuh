@@ -17,8 +17,9 @@
 // for every row, are loaded evict-last, so fewer of them are evicted by the streaming rows.
 // x is not hinted where cp.async moves it (see Slice::prefetch).
 //
-// Workspace: one region of 12P+4 floats per slot, the same whatever the launch's slot count:
-// two u64 arrival counters (by generation parity), then partials[4][P][3] (by generation
+// Workspace: one region of 16P+4 floats per slot, the same whatever the launch's slot count:
+// two u64 arrival counters (by generation parity), then partials[4][P] of (n, mean, M2, -)
+// as one 16-byte vector each, so a merge reads a partial in one access (by generation
 // mod 4). Row i of a slot is generation g; its arrivals go to counters[g & 1], complete at
 // (g/2 + 1) * P. A CTA publishes g+1 before awaiting g but never g+2 before g completed, so
 // the two counters never mix generations, and a partial slot is rewritten (g+4) only after
@@ -36,10 +37,19 @@ __device__ __forceinline__ unsigned long long load_acquire(const unsigned long l
   return v;
 }
 
-__device__ __forceinline__ float load_cg(const float* p) {
-  float v;
-  asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p));
-  return v;
+// A CTA's partial statistics in the workspace: one 16-byte access each way, through L2
+// (.cg: other CTAs wrote it; L1 could hold a stale copy).
+__device__ __forceinline__ Stats load_partial(const float4* p) {
+  float n, mean, m2, unused;
+  asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(n), "=f"(mean), "=f"(m2), "=f"(unused)
+               : "l"(p));
+  return {n, mean, m2};
+}
+__device__ __forceinline__ void store_partial(float4* p, Stats s) {
+  asm volatile("st.global.cg.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(s.n), "f"(s.mean),
+               "f"(s.m2), "f"(0.f)
+               : "memory");
 }
 
 template <class T, bool kRms, long long H, int THREADS, int V, int K, long long P, int G,
@@ -57,9 +67,9 @@ __global__ void __launch_bounds__(THREADS, kMinBlocks) row_split(Params p) {
   const long long slot = blockIdx.x / P;
   const long long chunk = blockIdx.x - slot * P;
   const long long begin = chunk * kChunk;
-  float* region = p.workspace + slot * (12 * P + 4);
+  float* region = p.workspace + slot * (16 * P + 4);  // 16-byte aligned
   unsigned long long* counters = reinterpret_cast<unsigned long long*>(region);
-  float* partials = region + 4;
+  float4* partials = reinterpret_cast<float4*>(region + 4);
   const long long rows = total_rows<G>(p);
   const int tid = threadIdx.x;
 
@@ -76,8 +86,7 @@ __global__ void __launch_bounds__(THREADS, kMinBlocks) row_split(Params p) {
       mine = team_reduce<THREADS, 1>(mine, scratch);
     }
     if (tid == 0) {
-      float* out = partials + ((g & 3) * P + chunk) * 3;
-      out[0] = mine.n, out[1] = mine.mean, out[2] = mine.m2;
+      store_partial(partials + (g & 3) * P + chunk, mine);
       // Release: the partial is visible to whoever sees the arrival.
       asm volatile("red.release.gpu.global.add.u64 [%0], 1;" ::"l"(&counters[g & 1]) : "memory");
     }
@@ -94,11 +103,16 @@ __global__ void __launch_bounds__(THREADS, kMinBlocks) row_split(Params p) {
     // statistics in scratch[0].
     if (tid < 32) {
       __syncwarp();  // lanes 1-31 wait here until lane 0 has seen the row complete
-      const float* in = partials + (g & 3) * P * 3;
+      const float4* in = partials + (g & 3) * P;
       Stats total = {0.f, 0.f, 0.f};
-      for (long long c = tid; c < P; c += 32) {
-        const Stats s = {load_cg(in + c * 3), load_cg(in + c * 3 + 1), load_cg(in + c * 3 + 2)};
-        total = kRms ? Stats{0.f, 0.f, total.m2 + s.m2} : merge(total, s);
+      // P is a constant: unrolled, the P/32 loads of a lane are all in flight at once.
+#pragma unroll
+      for (int i = 0; i < (P + 31) / 32; ++i) {
+        const long long c = tid + i * 32;
+        if (c < P) {
+          const Stats s = load_partial(in + c);
+          total = kRms ? Stats{0.f, 0.f, total.m2 + s.m2} : merge(total, s);
+        }
       }
 #pragma unroll
       for (int offset = 16; offset > 0; offset /= 2) {

@@ -101,7 +101,7 @@ TEST(PlanRows, GridsAndWorkspaceFollowTheBatch) {
   const int64_t slots = co_resident / gn.split_chunks;
   EXPECT_EQ(gn.grid(112, co_resident), slots * gn.split_chunks);  // every slot busy
   EXPECT_EQ(gn.grid(1, co_resident) / gn.split_chunks, std::min<int64_t>(slots, 8));
-  EXPECT_EQ(gn.workspace_floats(co_resident), slots * (12 * gn.split_chunks + 4));
+  EXPECT_EQ(gn.workspace_floats(co_resident), slots * (16 * gn.split_chunks + 4));
   EXPECT_EQ(plan(NormSpec::parse("op=layernorm shape=4,1024"), t).workspace_floats(264), 0);
 }
 
