@@ -72,6 +72,32 @@ int split_values(Dtype dtype, int vec) {
 constexpr int kSplitBlocksPerSm = 2;  // split CTAs resident per SM (__launch_bounds__)
 constexpr int kStreamThreads = 1024;  // CTA of the streaming fallback
 
+// Shared memory per SM of an arch (KiB; the CUDA programming guide's table), for a part we
+// do not know the smaller common value.
+int smem_per_sm_kib(int sm) {
+  switch (sm) {
+    case 70:
+    case 72:
+      return 96;
+    case 75:
+      return 64;
+    case 80:
+    case 87:
+      return 164;
+    case 90:
+    case 100:
+    case 103:
+      return 228;
+    default:
+      return sm >= 80 ? 100 : 64;
+  }
+}
+// Dynamic shared memory one split CTA may use with kSplitBlocksPerSm of them per SM: the
+// SM's share less 1 KiB the driver reserves per CTA and 1 KiB for the kernel's static arrays.
+int64_t split_smem_budget(const Target& target) {
+  return int64_t{smem_per_sm_kib(target.sm)} * 1024 / kSplitBlocksPerSm - 2048;
+}
+
 KernelPlan plan_rows(const NormSpec& spec, const Target& target) {
   const bool group = spec.op == Op::kGroupNorm;
   const int64_t h = spec.row_length();
@@ -150,13 +176,34 @@ KernelPlan plan_rows(const NormSpec& spec, const Target& target) {
   }
   for (const std::string& arg : tail) p.template_args.push_back(arg);
   if (p.strategy == Strategy::kRowSplit) {
-    // Stage the next row in shared memory when cp.async can move the vectors (4-16 bytes).
+    // Stage the next row in shared memory when cp.async can move the vectors (4-16 bytes)
+    // and kSplitBlocksPerSm CTAs still fit the SM's shared memory.
+    const int64_t budget = split_smem_budget(target);
     const int access = p.vec * size_of(spec.dtype);
-    const bool staged = access >= 4 && target.sm >= 80;  // cp.async: sm_80+
-    p.smem_bytes =
-        staged ? kSplitThreads * split_values(spec.dtype, p.vec) * size_of(spec.dtype) : 0;
+    const int64_t stage_bytes =
+        int64_t{kSplitThreads} * split_values(spec.dtype, p.vec) * size_of(spec.dtype);
+    const bool staged = access >= 4 && target.sm >= 80 && stage_bytes <= budget;  // cp.async
+    // Rows with per-element parameters (LayerNorm, RMSNorm with weight): the parameters of
+    // each thread's first `resident` vectors stay in the rest of the shared memory for the
+    // whole launch, so each row reads only the others' from memory.
+    const int params = (spec.affine != Affine::kNone) + (spec.affine == Affine::kBoth);
+    int resident = 0;
+    if (staged && !group && params > 0) {
+      const int64_t per_vector = int64_t{kSplitThreads} * p.vec * size_of(spec.dtype) * params;
+      const int k = std::max(1, split_values(spec.dtype, p.vec) / p.vec);
+      resident = int(std::min<int64_t>(k, (budget - stage_bytes) / per_vector));
+    }
+    p.smem_bytes = staged ? stage_bytes + int64_t{resident} * kSplitThreads * p.vec *
+                                              size_of(spec.dtype) * params
+                          : 0;
     p.template_args.push_back(std::to_string(kSplitBlocksPerSm));
     p.template_args.push_back(staged ? "true" : "false");
+    p.template_args.push_back(std::to_string(resident));
+    if (resident > 0) {
+      why << "; the parameters of " << resident << " of each thread's "
+          << std::max(1, split_values(spec.dtype, p.vec) / p.vec)
+          << " vectors stay in shared memory";
+    }
   }
   p.why = why.str();
   return p;

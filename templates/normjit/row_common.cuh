@@ -100,25 +100,24 @@ struct Slice {
   // No L2 hint: ptxas before 13.4 miscompiles cp.async with a cache policy (the kernel dies
   // with an illegal instruction; triton-lang/triton#11660 and #11848).
   __device__ __forceinline__ void prefetch(const T* row, long long begin, int tid, T* stage) const {
-    constexpr int kBytes = sizeof(T) * V;
-    static_assert(kBytes == 4 || kBytes == 8 || kBytes == 16, "cp.async moves 4, 8 or 16 bytes");
 #pragma unroll
     for (int k = 0; k < K; ++k) {
       const long long local = (long long)(tid + k * THREADS) * V;
-      if (begin + local < H) {
-        const unsigned int dst = static_cast<unsigned int>(__cvta_generic_to_shared(stage + local));
-        if constexpr (kBytes == 16) {
-          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst),
-                       "l"(row + begin + local)
-                       : "memory");
-        } else {
-          asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(dst),
-                       "l"(row + begin + local), "n"(kBytes)
-                       : "memory");
-        }
-      }
+      if (begin + local < H) copy_async(stage + local, row + begin + local);
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
+  }
+  // One vector from global to shared memory, asynchronously (joins the next commit_group).
+  __device__ __forceinline__ static void copy_async(T* shared_dst, const T* src) {
+    constexpr int kBytes = sizeof(T) * V;
+    static_assert(kBytes == 4 || kBytes == 8 || kBytes == 16, "cp.async moves 4, 8 or 16 bytes");
+    const unsigned int dst = static_cast<unsigned int>(__cvta_generic_to_shared(shared_dst));
+    if constexpr (kBytes == 16) {
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+    } else {
+      asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(dst), "l"(src), "n"(kBytes)
+                   : "memory");
+    }
   }
 
   // Waits for this thread's prefetch() and loads the slice from `stage`, as load() would.
@@ -230,10 +229,13 @@ struct Slice {
   // knows every element of the slice lies in the channel of `begin` (groupnorm chunks that
   // divide S), so the parameters are loaded once.
   // `hints`: NoHints, or L2Hints (y and the parameters as their names say).
+  // KR > 0 (G == 0): the parameters of the slice's first KR vectors are in shared memory,
+  // `resident` (weight, then bias, each KR * THREADS * V elements at the chunk's offsets).
   template <int G, long long S, int CG, bool kWeight, bool kBias, bool kOneChannel = false,
-            class Hints = NoHints>
+            int KR = 0, class Hints = NoHints>
   __device__ __forceinline__ void store(T* out, const Params& p, long long row, long long begin,
-                                        int tid, float mean, float rstd, Hints hints = {}) const {
+                                        int tid, float mean, float rstd, Hints hints = {},
+                                        const T* resident = nullptr) const {
     const T* weight = static_cast<const T*>(p.weight);
     const T* bias = static_cast<const T*>(p.bias);
     // y = (v - mean) * rstd * w + b. With per-channel parameters (groupnorm) that folds into
@@ -253,8 +255,15 @@ struct Slice {
       float y[V];
       if constexpr (G == 0) {
         float w[V], b[V];
-        if constexpr (kWeight) load_vec<T, V>(weight + e, w, hints.keep);
-        if constexpr (kBias) load_vec<T, V>(bias + e, b, hints.keep);
+        constexpr long long kResident = (long long)KR * THREADS * V;
+        if (k < KR) {  // k is a constant of the unrolled loop: no branch
+          if constexpr (kWeight) load_vec<T, V>(resident + (e - begin), w);
+          if constexpr (kBias)
+            load_vec<T, V>(resident + (kWeight ? kResident : 0) + (e - begin), b);
+        } else {
+          if constexpr (kWeight) load_vec<T, V>(weight + e, w, hints.keep);
+          if constexpr (kBias) load_vec<T, V>(bias + e, b, hints.keep);
+        }
 #pragma unroll
         for (int j = 0; j < V; ++j) {
           y[j] = (value(k, j) - mean) * rstd;

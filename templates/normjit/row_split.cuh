@@ -53,13 +53,18 @@ __device__ __forceinline__ void store_partial(float4* p, Stats s) {
 }
 
 template <class T, bool kRms, long long H, int THREADS, int V, int K, long long P, int G,
-          long long S, int CG, bool kWeight, bool kBias, int kMinBlocks, bool kStaged>
+          long long S, int CG, bool kWeight, bool kBias, int kMinBlocks, bool kStaged, int KR>
 __global__ void __launch_bounds__(THREADS, kMinBlocks) row_split(Params p) {
   using Chunk = Slice<T, K, V, THREADS, H>;
   constexpr long long kChunk = (long long)THREADS * K * V;
   constexpr int kWarps = THREADS / 32;
   extern __shared__ __align__(16) unsigned char dynamic_smem[];
   T* stage = reinterpret_cast<T*>(dynamic_smem);
+  // KR > 0 (LayerNorm-like rows, G == 0): the weight and bias of the first KR vectors of each
+  // thread stay in shared memory after the stage for the whole launch, so every row reads
+  // that part of its parameters from chip instead of from memory.
+  T* resident = stage + (kStaged ? kChunk : 0);
+  static_assert(KR == 0 || (G == 0 && kStaged && (kWeight || kBias)), "resident parameters");
   __shared__ Stats scratch[kWarps];
   __shared__ unsigned long long base_generation;
 
@@ -147,6 +152,23 @@ __global__ void __launch_bounds__(THREADS, kMinBlocks) row_split(Params p) {
   // once. A step publishes the partial of row `next` (staged: from the stage, before awaiting
   // the row in registers), awaits and stores the row in registers (generation g), then moves
   // `next` into registers and starts staging the row after it.
+  if constexpr (KR > 0) {
+    // Each thread copies, and later reads, only its own vectors: no block barrier needed.
+    constexpr long long kResident = (long long)KR * THREADS * V;
+    const T* params[2] = {static_cast<const T*>(kWeight ? p.weight : p.bias),
+                          static_cast<const T*>(p.bias)};
+#pragma unroll
+    for (int i = 0; i < (kWeight && kBias ? 2 : 1); ++i) {
+#pragma unroll
+      for (int k = 0; k < KR; ++k) {
+        const long long local = (long long)(tid + k * THREADS) * V;
+        if (begin + local < H) {
+          Chunk::copy_async(resident + i * kResident + local, params[i] + begin + local);
+        }
+      }
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+  }
   Chunk slice;
   bool holding = false;  // the registers hold row `row`, generation g
   long long next = row;
@@ -166,8 +188,8 @@ __global__ void __launch_bounds__(THREADS, kMinBlocks) row_split(Params p) {
       float mean, rstd;
       combine(g, mean, rstd);
       constexpr bool kOneChannel = G > 0 && S % kChunk == 0;
-      slice.template store<G, S, CG, kWeight, kBias, kOneChannel>(y0 + row * H, p, row, begin, tid,
-                                                                  mean, rstd, hints);
+      slice.template store<G, S, CG, kWeight, kBias, kOneChannel, KR>(
+          y0 + row * H, p, row, begin, tid, mean, rstd, hints, resident);
     }
     if (!has_next) break;
     if constexpr (kStaged) {
