@@ -105,6 +105,38 @@ TEST(PlanRows, GridsAndWorkspaceFollowTheBatch) {
   EXPECT_EQ(plan(NormSpec::parse("op=layernorm shape=4,1024"), t).workspace_floats(264), 0);
 }
 
+// Two split CTAs per SM must fit the arch's shared memory: the stage and the resident
+// parameters (LayerNorm) are sized from it.
+TEST(PlanRows, SplitSharedMemoryFitsTwoCtasPerSm) {
+  const auto args = [](const KernelPlan& p) { return p.template_args; };
+  const KernelPlan ln =
+      plan(NormSpec::parse("op=layernorm shape=16,64,256,256"), Target::parse("sm_90"));
+  ASSERT_EQ(ln.strategy, Strategy::kRowSplit);
+  // sm_90: 228 KiB per SM; 2 x (stage 64 KiB + 3 resident vectors of weight and bias 48 KiB
+  // + 1 KiB reserved) <= 228 KiB.
+  EXPECT_EQ(args(ln).back(), "3");
+  EXPECT_EQ(ln.smem_bytes, 64 * 1024 + 3 * 512 * 4 * 4 * 2);
+  EXPECT_LE(2 * (ln.smem_bytes + 2048), 228 * 1024);
+  // No parameters per element (GroupNorm's are per channel), or none at all: nothing resident.
+  EXPECT_EQ(args(plan(NormSpec::parse("op=groupnorm shape=112,64,512,512 groups=8"),
+                      Target::parse("sm_90")))
+                .back(),
+            "0");
+  EXPECT_EQ(args(plan(NormSpec::parse("op=layernorm shape=16,64,256,256 affine=none"),
+                      Target::parse("sm_90")))
+                .back(),
+            "0");
+  // sm_86 (100 KiB per SM): a 64 KiB stage per CTA would leave one CTA per SM, so the split
+  // kernel runs unstaged there, with no dynamic shared memory.
+  Target ampere_small = Target::parse("sm_86");
+  ampere_small.sm_count = 132;
+  const KernelPlan gn =
+      plan(NormSpec::parse("op=groupnorm shape=112,64,512,512 groups=8"), ampere_small);
+  ASSERT_EQ(gn.strategy, Strategy::kRowSplit);
+  EXPECT_EQ(gn.smem_bytes, 0);
+  EXPECT_EQ(args(gn)[args(gn).size() - 2], "false");
+}
+
 TEST(PlanRows, GroupNormVectorsStayInOneChannel) {
   const Target t = Target::parse("sm_90");
   // H = 8 * 3 = 24 is a multiple of 4, but S = 3 is not: one channel per access means scalar.
