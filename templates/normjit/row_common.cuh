@@ -134,62 +134,54 @@ struct Slice {
     }
   }
 
+  // Calls f(v) with each of this thread's valid prefetched vectors, read from `stage` (one
+  // shared-memory access each) after this thread's copies completed.
+  template <class F>
+  __device__ __forceinline__ static void for_each_staged(const T* stage, long long begin, int tid,
+                                                         F f) {
+    asm volatile("cp.async.wait_all;" ::: "memory");
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const long long local = (long long)(tid + k * THREADS) * V;
+      if (begin + local < H) {
+        float v[V];
+        load_vec<T, V>(stage + local, v);
+        f(v);
+      }
+    }
+  }
+
   // Statistics of this thread's prefetched values, read from `stage` without keeping them
   // (the registers hold the row before): the same values load_staged() will load.
   __device__ __forceinline__ static Stats staged_stats(const T* stage, long long begin, int tid,
                                                        float shift) {
-    asm volatile("cp.async.wait_all;" ::: "memory");
     float sum = 0.f;
     int count = 0;
+    for_each_staged(stage, begin, tid, [&](const float(&v)[V]) {
 #pragma unroll
-    for (int k = 0; k < K; ++k) {
-      const long long local = (long long)(tid + k * THREADS) * V;
-      if (begin + local < H) {
-        float v[V];
-        load_shared_vec(stage + local, v);
-#pragma unroll
-        for (int j = 0; j < V; ++j) sum += v[j] - shift;
-        count += V;
-      }
-    }
+      for (int j = 0; j < V; ++j) sum += v[j] - shift;
+      count += V;
+    });
     const float mean = count > 0 ? sum / count : 0.f;
     float m2 = 0.f;
+    for_each_staged(stage, begin, tid, [&](const float(&v)[V]) {
 #pragma unroll
-    for (int k = 0; k < K; ++k) {
-      const long long local = (long long)(tid + k * THREADS) * V;
-      if (begin + local < H) {
-        float v[V];
-        load_shared_vec(stage + local, v);
-#pragma unroll
-        for (int j = 0; j < V; ++j) {
-          const float d = v[j] - shift - mean;
-          m2 += d * d;
-        }
+      for (int j = 0; j < V; ++j) {
+        const float d = v[j] - shift - mean;
+        m2 += d * d;
       }
-    }
+    });
     return {float(count), mean, m2};
   }
 
   __device__ __forceinline__ static float staged_sum_squares(const T* stage, long long begin,
                                                              int tid) {
-    asm volatile("cp.async.wait_all;" ::: "memory");
     float s = 0.f;
+    for_each_staged(stage, begin, tid, [&](const float(&v)[V]) {
 #pragma unroll
-    for (int k = 0; k < K; ++k) {
-      const long long local = (long long)(tid + k * THREADS) * V;
-      if (begin + local < H) {
-        float v[V];
-        load_shared_vec(stage + local, v);
-#pragma unroll
-        for (int j = 0; j < V; ++j) s += v[j] * v[j];
-      }
-    }
+      for (int j = 0; j < V; ++j) s += v[j] * v[j];
+    });
     return s;
-  }
-
-  // One shared-memory access per vector (p is in the stage, aligned like the global vector).
-  __device__ __forceinline__ static void load_shared_vec(const T* p, float (&out)[V]) {
-    load_vec<T, V>(p, out);
   }
 
   // Exact two-pass statistics of the valid values. Valid vectors come first (k ascending),

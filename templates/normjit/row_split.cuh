@@ -8,10 +8,10 @@
 // merges the P partials with Chan's formula and normalizes its chunk from registers.
 //
 // kStaged (sm_80+, 4-16 byte vectors; the plan gives kChunk * sizeof(T) bytes of dynamic
-// shared memory, then the resident parameters of KR below): the next row's chunk streams into shared memory (cp.async) while this row
-// is in registers, and its partial is published *before* this row's barrier is awaited, so
-// each row's barrier latency overlaps the previous row's normalize and store and the next
-// row's load, instead of adding to them.
+// shared memory, then the resident parameters of KR below): the next row's chunk streams into
+// shared memory (cp.async) while this row is in registers, and its partial is published *before*
+// this row's barrier is awaited, so each row's barrier latency overlaps the previous row's
+// normalize and store and the next row's load, instead of adding to them.
 //
 // L2 hints (sm_80+, vec.cuh): y is stored evict-first and LayerNorm's parameters, read again
 // for every row, are loaded evict-last, so fewer of them are evicted by the streaming rows.
