@@ -187,21 +187,17 @@ KernelPlan plan_rows(const NormSpec& spec, const Target& target) {
     // each thread's first `resident` vectors stay in the rest of the shared memory for the
     // whole launch, so each row reads only the others' from memory.
     const int params = (spec.affine != Affine::kNone) + (spec.affine == Affine::kBoth);
-    int resident = 0;
-    if (staged && !group && params > 0) {
-      const int64_t per_vector = int64_t{kSplitThreads} * p.vec * size_of(spec.dtype) * params;
-      const int k = std::max(1, split_values(spec.dtype, p.vec) / p.vec);
-      resident = int(std::min<int64_t>(k, (budget - stage_bytes) / per_vector));
-    }
-    p.smem_bytes = staged ? stage_bytes + int64_t{resident} * kSplitThreads * p.vec *
-                                              size_of(spec.dtype) * params
-                          : 0;
+    const int vectors = std::max(1, split_values(spec.dtype, p.vec) / p.vec);  // per thread
+    const int64_t per_vector = int64_t{kSplitThreads} * p.vec * size_of(spec.dtype) * params;
+    const int64_t resident = staged && !group && params > 0
+                                 ? std::min<int64_t>(vectors, (budget - stage_bytes) / per_vector)
+                                 : 0;
+    p.smem_bytes = staged ? stage_bytes + resident * per_vector : 0;
     p.template_args.push_back(std::to_string(kSplitBlocksPerSm));
     p.template_args.push_back(staged ? "true" : "false");
     p.template_args.push_back(std::to_string(resident));
     if (resident > 0) {
-      why << "; the parameters of " << resident << " of each thread's "
-          << std::max(1, split_values(spec.dtype, p.vec) / p.vec)
+      why << "; the parameters of " << resident << " of each thread's " << vectors
           << " vectors stay in shared memory";
     }
   }
