@@ -62,14 +62,18 @@ KernelPlan plan_channels(const NormSpec& spec) {
 constexpr int kTeamValues = 16;     // values per thread a row team aims for
 constexpr int kMaxTeamValues = 32;  // values per thread a row team may hold
 constexpr int kMaxTeam = 1024;      // threads per row team
-constexpr int kSplitThreads = 512;  // CTA of the split kernel
-constexpr int kSplitValues = 32;    // f32 values per thread of the split kernel
+// CTA of the split kernel: one of 1024 threads per SM. Its chunk is the most one SM's
+// registers hold, so a row needs the fewest CTAs (P): each row's exchange costs about the
+// same whatever the chunk, and on the H100 two CTAs of 512 per SM (twice the CTAs per row)
+// ran the seeds slower (normjit bench; docs/performance-notes.md).
+constexpr int kSplitThreads = 1024;
+constexpr int kSplitValues = 32;  // f32 values per thread of the split kernel
 // 16-bit values are held packed two to a register (row_common.cuh), so the same registers
-// hold twice as many: fewer CTAs per row, more rows in flight.
+// hold twice as many: half the CTAs per row, twice the rows in flight.
 int split_values(Dtype dtype, int vec) {
   return size_of(dtype) == 2 && vec >= 2 ? 64 : kSplitValues;
 }
-constexpr int kSplitBlocksPerSm = 2;  // split CTAs resident per SM (__launch_bounds__)
+constexpr int kSplitBlocksPerSm = 1;  // split CTAs resident per SM (__launch_bounds__)
 constexpr int kStreamThreads = 1024;  // CTA of the streaming fallback
 
 // Shared memory per SM of an arch (KiB; the CUDA programming guide's table), for a part we
@@ -182,23 +186,42 @@ KernelPlan plan_rows(const NormSpec& spec, const Target& target) {
     const int access = p.vec * size_of(spec.dtype);
     const int64_t stage_bytes =
         int64_t{kSplitThreads} * split_values(spec.dtype, p.vec) * size_of(spec.dtype);
-    const bool staged = access >= 4 && target.sm >= 80 && stage_bytes <= budget;  // cp.async
+    const bool copy_async = access >= 4 && target.sm >= 80;  // what cp.async can move
+    const bool can_stage = copy_async && stage_bytes <= budget;
     // Rows with per-element parameters (LayerNorm, RMSNorm with weight): the parameters of
     // each thread's first `resident` vectors stay in the rest of the shared memory for the
     // whole launch, so each row reads only the others' from memory.
     const int params = (spec.affine != Affine::kNone) + (spec.affine == Affine::kBoth);
     const int vectors = std::max(1, split_values(spec.dtype, p.vec) / p.vec);  // per thread
     const int64_t per_vector = int64_t{kSplitThreads} * p.vec * size_of(spec.dtype) * params;
-    const int64_t resident = staged && !group && params > 0
-                                 ? std::min<int64_t>(vectors, (budget - stage_bytes) / per_vector)
-                                 : 0;
-    p.smem_bytes = staged ? stage_bytes + resident * per_vector : 0;
+    const auto resident_in = [&](int64_t smem) {
+      return copy_async && !group && params > 0 ? std::min<int64_t>(vectors, smem / per_vector) : 0;
+    };
+    // Bytes a row moves: x, y and the parameters that are not resident.
+    const auto row_bytes = [&](int64_t resident) {
+      return 2 * h * size_of(spec.dtype) + (vectors - resident) * per_vector * p.split_chunks;
+    };
+    const int64_t staged_resident = can_stage ? resident_in(budget - stage_bytes) : 0;
+    const int64_t unstaged_resident = resident_in(budget);
+    // Staging hides each row's exchange behind the next row's load, but its shared memory is
+    // then not free for parameters. When one row fills the chip (a single slot) and staging
+    // would leave a row moving over a quarter more bytes (LayerNorm f32: most of its 32 MB of
+    // parameters streamed again for every row), going without the stage is faster (measured
+    // on the H100 with normjit bench; docs/performance-notes.md).
+    const bool one_slot = int64_t{kSplitBlocksPerSm} * target.sm_count / p.split_chunks == 1;
+    const bool staged = can_stage && !(one_slot && 4 * row_bytes(staged_resident) >
+                                                       5 * row_bytes(unstaged_resident));
+    const int64_t resident = staged ? staged_resident : unstaged_resident;
+    p.smem_bytes = (staged ? stage_bytes : 0) + resident * per_vector;
     p.template_args.push_back(std::to_string(kSplitBlocksPerSm));
     p.template_args.push_back(staged ? "true" : "false");
     p.template_args.push_back(std::to_string(resident));
     if (resident > 0) {
       why << "; the parameters of " << resident << " of each thread's " << vectors
           << " vectors stay in shared memory";
+    }
+    if (can_stage && !staged) {
+      why << " (the next row is not staged: that shared memory holds parameters instead)";
     }
   }
   p.why = why.str();

@@ -61,10 +61,10 @@ __global__ void __launch_bounds__(THREADS, kMinBlocks) row_split(Params p) {
   extern __shared__ __align__(16) unsigned char dynamic_smem[];
   T* stage = reinterpret_cast<T*>(dynamic_smem);
   // KR > 0 (LayerNorm-like rows, G == 0): the weight and bias of the first KR vectors of each
-  // thread stay in shared memory after the stage for the whole launch, so every row reads
-  // that part of its parameters from chip instead of from memory.
+  // thread stay in shared memory (after the stage, if any) for the whole launch, so every row
+  // reads that part of its parameters from chip instead of from memory.
   T* resident = stage + (kStaged ? kChunk : 0);
-  static_assert(KR == 0 || (G == 0 && kStaged && (kWeight || kBias)), "resident parameters");
+  static_assert(KR == 0 || (G == 0 && (kWeight || kBias)), "resident parameters");
   __shared__ Stats scratch[kWarps];
   __shared__ unsigned long long base_generation;
 
@@ -168,6 +168,8 @@ __global__ void __launch_bounds__(THREADS, kMinBlocks) row_split(Params p) {
       }
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
+    // Staged, the first load_staged() waits for these copies too; unstaged, nothing else would.
+    if constexpr (!kStaged) asm volatile("cp.async.wait_all;" ::: "memory");
   }
   Chunk slice;
   bool holding = false;  // the registers hold row `row`, generation g

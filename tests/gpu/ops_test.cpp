@@ -195,6 +195,27 @@ TEST_F(Ops, RowsLongerThanTheChipHolds) {
   worst.print("rows past the chip");
 }
 
+TEST_F(Ops, OneRowFillsTheChip) {
+  // Rows split over more than half of the SMs, so one row at a time: with per-element
+  // parameters the plan then keeps them in the shared memory a stage would take (LayerNorm),
+  // or stages and keeps fewer (RMSNorm with a weight); against float64, with large means in
+  // f32 (bf16 would round mean 1e4, std 1 to one constant) and all-negative values in bf16.
+  device::PrimaryContext context;
+  Engine engine(test_engine_options());
+  Worst worst;
+  check(engine, make(Op::kLayerNorm, {3, 3000017}, Dtype::kF32, Affine::kBoth, 1),
+        Values::kLargeMean, 1, worst);
+  check(engine, make(Op::kLayerNorm, {2, 4194304}, Dtype::kF32, Affine::kBoth, 1),
+        Values::kLargeMean, 2, worst);
+  check(engine, make(Op::kLayerNorm, {3, 6000000}, Dtype::kBF16, Affine::kBoth, 1),
+        Values::kNegative, 3, worst);
+  check(engine, make(Op::kLayerNorm, {2, 4000000}, Dtype::kF16, Affine::kWeight, 1),
+        Values::kNormal, 4, worst);
+  check(engine, make(Op::kRmsNorm, {3, 4000000}, Dtype::kF32, Affine::kWeight, 1), Values::kNormal,
+        5, worst);
+  worst.print("one row fills the chip");
+}
+
 TEST_F(Ops, SplitRowsServeEveryBatchSizeWithOneKernel) {
   device::PrimaryContext context;
   Engine engine(test_engine_options());

@@ -105,18 +105,37 @@ TEST(PlanRows, GridsAndWorkspaceFollowTheBatch) {
   EXPECT_EQ(plan(NormSpec::parse("op=layernorm shape=4,1024"), t).workspace_floats(264), 0);
 }
 
-// Two split CTAs per SM must fit the arch's shared memory: the stage and the resident
+// The split CTA (one per SM) must fit the arch's shared memory: the stage and the resident
 // parameters (LayerNorm) are sized from it.
-TEST(PlanRows, SplitSharedMemoryFitsTwoCtasPerSm) {
+TEST(PlanRows, SplitSharedMemoryFitsTheSm) {
   const auto args = [](const KernelPlan& p) { return p.template_args; };
-  const KernelPlan ln =
-      plan(NormSpec::parse("op=layernorm shape=16,64,256,256"), Target::parse("sm_90"));
+  const auto staged = [&](const KernelPlan& p) { return args(p)[args(p).size() - 2]; };
+  const Target hopper = Target::parse("sm_90");
+  // LayerNorm bf16: 64 CTAs per row, two rows in flight: staged (128 KiB), and the weight and
+  // bias of 3 of each thread's 8 vectors (32 KiB each) in the rest of 228 KiB less 2 KiB.
+  const KernelPlan ln16 =
+      plan(NormSpec::parse("op=layernorm shape=16,64,256,256 dtype=bf16"), hopper);
+  ASSERT_EQ(ln16.strategy, Strategy::kRowSplit);
+  EXPECT_EQ(ln16.split_chunks, 64);
+  EXPECT_EQ(staged(ln16), "true");
+  EXPECT_EQ(args(ln16).back(), "3");
+  EXPECT_EQ(ln16.smem_bytes, 128 * 1024 + 3 * 1024 * 8 * 2 * 2);
+  // LayerNorm f32: one row fills the chip (128 CTAs), and staging would leave 5 of 8 vectors'
+  // parameters streaming for every row (52 MB a row instead of 36): unstaged, 7 of 8 resident.
+  const KernelPlan ln = plan(NormSpec::parse("op=layernorm shape=16,64,256,256"), hopper);
   ASSERT_EQ(ln.strategy, Strategy::kRowSplit);
-  // sm_90: 228 KiB per SM; 2 x (stage 64 KiB + 3 resident vectors of weight and bias 48 KiB
-  // + 1 KiB reserved) <= 228 KiB.
-  EXPECT_EQ(args(ln).back(), "3");
-  EXPECT_EQ(ln.smem_bytes, 64 * 1024 + 3 * 512 * 4 * 4 * 2);
-  EXPECT_LE(2 * (ln.smem_bytes + 2048), 228 * 1024);
+  EXPECT_EQ(ln.split_chunks, 128);
+  EXPECT_EQ(staged(ln), "false");
+  EXPECT_EQ(args(ln).back(), "7");
+  EXPECT_EQ(ln.smem_bytes, 7 * 1024 * 4 * 4 * 2);
+  // RMSNorm f32 rows with a weight: staged, 6 of 8 resident; without the stage all 8 would
+  // be, but that saves a row only a ninth of its bytes: staged.
+  const KernelPlan rms =
+      plan(NormSpec::parse("op=rmsnorm shape=16,4194304 normalized_dims=1 affine=weight"), hopper);
+  ASSERT_EQ(rms.strategy, Strategy::kRowSplit);
+  EXPECT_EQ(staged(rms), "true");
+  EXPECT_EQ(args(rms).back(), "6");
+  for (const KernelPlan* p : {&ln16, &ln, &rms}) EXPECT_LE(p->smem_bytes + 2048, 228 * 1024);
   // No parameters per element (GroupNorm's are per channel), or none at all: nothing resident.
   EXPECT_EQ(args(plan(NormSpec::parse("op=groupnorm shape=112,64,512,512 groups=8"),
                       Target::parse("sm_90")))
@@ -126,8 +145,8 @@ TEST(PlanRows, SplitSharedMemoryFitsTwoCtasPerSm) {
                       Target::parse("sm_90")))
                 .back(),
             "0");
-  // sm_86 (100 KiB per SM): a 64 KiB stage per CTA would leave one CTA per SM, so the split
-  // kernel runs unstaged there, with no dynamic shared memory.
+  // sm_86 (100 KiB per SM): a 128 KiB stage does not fit, so the split kernel runs unstaged
+  // there, with no dynamic shared memory.
   Target ampere_small = Target::parse("sm_86");
   ampere_small.sm_count = 132;
   const KernelPlan gn =
