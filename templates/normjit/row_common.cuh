@@ -134,8 +134,8 @@ struct Slice {
     }
   }
 
-  // Calls f(v) with each of this thread's valid prefetched vectors, read from `stage` (one
-  // shared-memory access each) after this thread's copies completed.
+  // Calls f(v, k) with each of this thread's valid prefetched vectors v (its k-th), read from
+  // `stage` (one shared-memory access each) after this thread's copies completed.
   template <class F>
   __device__ __forceinline__ static void for_each_staged(const T* stage, long long begin, int tid,
                                                          F f) {
@@ -146,38 +146,66 @@ struct Slice {
       if (begin + local < H) {
         float v[V];
         load_vec<T, V>(stage + local, v);
-        f(v);
+        f(v, k);
       }
     }
   }
 
   // Statistics of this thread's prefetched values, read from `stage` without keeping them
   // (the registers hold the row before): the same values load_staged() will load.
+  // 16-bit values: one pass over shared memory, each vector's exact two-pass (mean, M2) merged
+  // into the running ones with Chan's formula, whose weights are constants here (valid vectors
+  // come first, so before vector k there are k*V values). f32: two passes, the thread's
+  // exact two-pass statistics. On the H100 the single pass ran the bf16 GroupNorm seed faster
+  // and the f32 one slower (its 4-element vectors spend more arithmetic per element on the
+  // merges than a second pass over shared memory costs).
   __device__ __forceinline__ static Stats staged_stats(const T* stage, long long begin, int tid,
                                                        float shift) {
-    float sum = 0.f;
-    int count = 0;
-    for_each_staged(stage, begin, tid, [&](const float(&v)[V]) {
+    if constexpr (sizeof(T) == 2) {
+      Stats total = {0.f, 0.f, 0.f};
+      // k: a constant of each step of the unrolled loop, and the vectors merged before this.
+      for_each_staged(stage, begin, tid, [&](const float(&v)[V], int k) {
+        float sum = 0.f;
 #pragma unroll
-      for (int j = 0; j < V; ++j) sum += v[j] - shift;
-      count += V;
-    });
-    const float mean = count > 0 ? sum / count : 0.f;
-    float m2 = 0.f;
-    for_each_staged(stage, begin, tid, [&](const float(&v)[V]) {
+        for (int j = 0; j < V; ++j) sum += v[j] - shift;
+        const float mean = sum * (1.0f / V);
+        float m2 = 0.f;
 #pragma unroll
-      for (int j = 0; j < V; ++j) {
-        const float d = v[j] - shift - mean;
-        m2 += d * d;
-      }
-    });
-    return {float(count), mean, m2};
+        for (int j = 0; j < V; ++j) {
+          const float d = v[j] - shift - mean;
+          m2 += d * d;
+        }
+        const float delta = mean - total.mean;
+        const float weight = 1.0f / (k + 1);  // this vector's share of the (k+1)*V values
+        total = {float((k + 1) * V), total.mean + delta * weight,
+                 total.m2 + m2 + delta * delta * (k * V) * weight};
+      });
+      return total;
+    } else {
+      float sum = 0.f;
+      int count = 0;
+      for_each_staged(stage, begin, tid, [&](const float(&v)[V], int) {
+#pragma unroll
+        for (int j = 0; j < V; ++j) sum += v[j] - shift;
+        count += V;
+      });
+      const float mean = count > 0 ? sum / count : 0.f;
+      float m2 = 0.f;
+      for_each_staged(stage, begin, tid, [&](const float(&v)[V], int) {
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          const float d = v[j] - shift - mean;
+          m2 += d * d;
+        }
+      });
+      return {float(count), mean, m2};
+    }
   }
 
   __device__ __forceinline__ static float staged_sum_squares(const T* stage, long long begin,
                                                              int tid) {
     float s = 0.f;
-    for_each_staged(stage, begin, tid, [&](const float(&v)[V]) {
+    for_each_staged(stage, begin, tid, [&](const float(&v)[V], int) {
 #pragma unroll
       for (int j = 0; j < V; ++j) s += v[j] * v[j];
     });
