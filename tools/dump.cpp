@@ -43,8 +43,10 @@ std::string device_arch() {
   return "sm_" + std::to_string(major * 10 + minor);
 }
 
-// ptxas's report from the NVRTC log. Where a driver is installed NVRTC 13.0 leaves that report
-// out of its log; then, if this GPU runs the target, the driver reports what it loaded.
+// ptxas's report from the NVRTC log. Where a driver is installed, NVRTC 13.0 can take the cubin
+// from the driver's compute cache (~/.nv/ComputeCache; CUDA_CACHE_DISABLE=1 turns it off) and
+// then leaves that report out of its log; if this GPU runs the target, the driver then reports
+// what it loaded.
 std::string resource_report(const CompiledKernel& compiled, const Target& target) {
   std::string out = "kernel: " + compiled.lowered_name + "\narch: " + target.name() + "\n";
   const Resources r = parse_resources(compiled.log);
