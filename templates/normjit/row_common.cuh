@@ -260,14 +260,16 @@ struct Slice {
     const T* bias = static_cast<const T*>(p.bias);
     // y = (v - mean) * rstd * w + b. With per-channel parameters (groupnorm) that folds into
     // one FMA per element: scale = rstd * w, offset = b - mean * scale.
+    // The (scale, offset) of the channel of element e (groupnorm).
+    const auto fold = [&](long long e, float& scale, float& offset) {
+      const long long c = (row % G) * CG + e / S;
+      const float w = kWeight ? to_float(weight[c]) : 1.f;
+      const float b = kBias ? to_float(bias[c]) : 0.f;
+      scale = rstd * w;
+      offset = fmaf(-mean, scale, b);
+    };
     float scale1 = rstd, offset1 = -mean * rstd;  // the whole slice's, when it has one channel
-    if constexpr (kOneChannel) {
-      const long long c = (row % G) * CG + begin / S;
-      const float w1 = kWeight ? to_float(weight[c]) : 1.f;
-      const float b1 = kBias ? to_float(bias[c]) : 0.f;
-      scale1 = rstd * w1;
-      offset1 = fmaf(-mean, scale1, b1);
-    }
+    if constexpr (kOneChannel) fold(begin, scale1, offset1);
 #pragma unroll
     for (int k = 0; k < K; ++k) {
       const long long e = begin + (long long)(tid + k * THREADS) * V;
@@ -292,14 +294,8 @@ struct Slice {
         }
       } else {
         float scale = scale1, offset = offset1;
-        if constexpr (!kOneChannel) {
-          // S % V == 0: the whole vector lies in one channel.
-          const long long c = (row % G) * CG + e / S;
-          const float wc = kWeight ? to_float(weight[c]) : 1.f;
-          const float bc = kBias ? to_float(bias[c]) : 0.f;
-          scale = rstd * wc;
-          offset = fmaf(-mean, scale, bc);
-        }
+        // S % V == 0: the whole vector lies in one channel.
+        if constexpr (!kOneChannel) fold(e, scale, offset);
 #pragma unroll
         for (int j = 0; j < V; ++j) y[j] = fmaf(value(k, j), scale, offset);
       }
