@@ -223,10 +223,19 @@ KernelPlan plan_rows(const NormSpec& spec, const Target& target) {
     p.template_args.push_back(std::to_string(kSplitBlocksPerSm));
     p.template_args.push_back(staged ? "true" : "false");
     p.template_args.push_back(std::to_string(resident));
+    // Prefetching the row after the staged one into L2 keeps DRAM busy through each row's
+    // exchange (sm_90: one bulk prefetch per chunk). Only where no parameters are read again
+    // for every row: LayerNorm's streaming weight and bias need that L2, and the prefetched
+    // rows evicted them (both LayerNorm seeds ran slower; measured on the H100 with normjit
+    // bench, docs/performance-notes.md).
+    const bool prefetch =
+        staged && target.sm >= 90 && (group || resident == vectors || params == 0);
+    p.template_args.push_back(prefetch ? "true" : "false");
     if (resident > 0) {
       why << "; the parameters of " << resident << " of each thread's " << vectors
           << " vectors stay in shared memory";
     }
+    if (prefetch) why << "; the row after the staged one is prefetched into L2";
     if (can_stage && !staged) {
       why << " (the next row is not staged: that shared memory holds parameters instead)";
     }

@@ -13,6 +13,13 @@
 // this row's barrier is awaited, so each row's barrier latency overlaps the previous row's
 // normalize and store and the next row's load, instead of adding to them.
 //
+// kPrefetch (sm_90+, staged, rows with no parameters read again for every row): as soon as
+// the stage holds the next row, thread 0 starts pulling the chunk of the row after it into L2
+// with one bulk prefetch, so DRAM keeps reading while the row's partials are exchanged and its
+// chunk normalized; the stage's copy of that row later finds it in L2. Where LayerNorm's
+// parameters stream from L2 for every row, the prefetched rows evicted them instead and the
+// seeds ran slower (docs/performance-notes.md).
+//
 // L2 hints (sm_80+, vec.cuh): y is stored evict-first and LayerNorm's parameters, read again
 // for every row, are loaded evict-last, so fewer of them are evicted by the streaming rows.
 // x is not hinted where cp.async moves it (see Slice::prefetch).
@@ -52,8 +59,26 @@ __device__ __forceinline__ void store_partial(float4* p, Stats s) {
                : "memory");
 }
 
+// Starts pulling this CTA's chunk of `row` (the one at `begin`) into L2: one bulk prefetch
+// (sm_90+) of the chunk's 16-byte-aligned bytes, issued by one thread. A hint: nothing waits.
+template <class T, long long H, long long kChunk>
+__device__ __forceinline__ void prefetch_chunk(const T* row, long long begin) {
+#if __CUDA_ARCH__ >= 900
+  const long long end = begin + kChunk < H ? begin + kChunk : H;
+  const unsigned long long first =
+      (reinterpret_cast<unsigned long long>(row + begin) + 15) & ~15ull;
+  const unsigned long long last = reinterpret_cast<unsigned long long>(row + end) & ~15ull;
+  if (last > first) {
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(first),
+                 "r"(static_cast<unsigned int>(last - first))
+                 : "memory");
+  }
+#endif
+}
+
 template <class T, bool kRms, long long H, int THREADS, int V, int K, long long P, int G,
-          long long S, int CG, bool kWeight, bool kBias, int kMinBlocks, bool kStaged, int KR>
+          long long S, int CG, bool kWeight, bool kBias, int kMinBlocks, bool kStaged, int KR,
+          bool kPrefetch>
 __global__ void __launch_bounds__(THREADS, kMinBlocks) row_split(Params p) {
   using Chunk = Slice<T, K, V, THREADS, H>;
   constexpr long long kChunk = (long long)THREADS * K * V;
@@ -65,6 +90,7 @@ __global__ void __launch_bounds__(THREADS, kMinBlocks) row_split(Params p) {
   // reads that part of its parameters from chip instead of from memory.
   T* resident = stage + (kStaged ? kChunk : 0);
   static_assert(KR == 0 || (G == 0 && (kWeight || kBias)), "resident parameters");
+  static_assert(!kPrefetch || kStaged, "the prefetch runs one row ahead of the stage");
   __shared__ Stats scratch[kWarps];
   __shared__ unsigned long long base_generation;
 
@@ -184,6 +210,10 @@ __global__ void __launch_bounds__(THREADS, kMinBlocks) row_split(Params p) {
         publish(kRms ? Stats{0.f, 0.f, Chunk::staged_sum_squares(stage, begin, tid)}
                      : Chunk::staged_stats(stage, begin, tid, next_shift),
                 g + 1);
+        // The stage has landed (publish read it): start the row after it towards L2.
+        if (kPrefetch && tid == 0 && next + slots < rows) {
+          prefetch_chunk<T, H, kChunk>(x0 + (next + slots) * H, begin);
+        }
       }
     }
     if (holding) {

@@ -112,7 +112,10 @@ TEST(PlanRows, GridsAndWorkspaceFollowTheBatch) {
 // parameters (LayerNorm) are sized from it.
 TEST(PlanRows, SplitSharedMemoryFitsTheSm) {
   const auto args = [](const KernelPlan& p) { return p.template_args; };
-  const auto staged = [&](const KernelPlan& p) { return args(p)[args(p).size() - 2]; };
+  // The split kernel's template arguments end with staged, resident vectors, prefetch.
+  const auto staged = [&](const KernelPlan& p) { return args(p)[args(p).size() - 3]; };
+  const auto resident = [&](const KernelPlan& p) { return args(p)[args(p).size() - 2]; };
+  const auto prefetch = [&](const KernelPlan& p) { return args(p).back(); };
   const Target hopper = Target::parse("sm_90");
   // LayerNorm bf16: 64 CTAs per row, two rows in flight: staged (128 KiB), and the weight and
   // bias of 3 of each thread's 8 vectors (32 KiB each) in the rest of 228 KiB less 2 KiB.
@@ -121,7 +124,7 @@ TEST(PlanRows, SplitSharedMemoryFitsTheSm) {
   ASSERT_EQ(ln16.strategy, Strategy::kRowSplit);
   EXPECT_EQ(ln16.split_chunks, 64);
   EXPECT_EQ(staged(ln16), "true");
-  EXPECT_EQ(args(ln16).back(), "3");
+  EXPECT_EQ(resident(ln16), "3");
   EXPECT_EQ(ln16.smem_bytes, 128 * 1024 + 3 * 1024 * 8 * 2 * 2);
   // LayerNorm f32: one row fills the chip (128 CTAs), and staging would leave 5 of 8 vectors'
   // parameters streaming for every row (52 MB a row instead of 36): unstaged, 7 of 8 resident.
@@ -129,7 +132,7 @@ TEST(PlanRows, SplitSharedMemoryFitsTheSm) {
   ASSERT_EQ(ln.strategy, Strategy::kRowSplit);
   EXPECT_EQ(ln.split_chunks, 128);
   EXPECT_EQ(staged(ln), "false");
-  EXPECT_EQ(args(ln).back(), "7");
+  EXPECT_EQ(resident(ln), "7");
   EXPECT_EQ(ln.smem_bytes, 7 * 1024 * 4 * 4 * 2);
   // RMSNorm f32 rows with a weight: staged, 6 of 8 resident; without the stage all 8 would
   // be, but that saves a row only a ninth of its bytes: staged.
@@ -137,17 +140,24 @@ TEST(PlanRows, SplitSharedMemoryFitsTheSm) {
       plan(NormSpec::parse("op=rmsnorm shape=16,4194304 normalized_dims=1 affine=weight"), hopper);
   ASSERT_EQ(rms.strategy, Strategy::kRowSplit);
   EXPECT_EQ(staged(rms), "true");
-  EXPECT_EQ(args(rms).back(), "6");
+  EXPECT_EQ(resident(rms), "6");
   for (const KernelPlan* p : {&ln16, &ln, &rms}) EXPECT_LE(p->smem_bytes + 2048, 228 * 1024);
-  // No parameters per element (GroupNorm's are per channel), or none at all: nothing resident.
-  EXPECT_EQ(args(plan(NormSpec::parse("op=groupnorm shape=112,64,512,512 groups=8"),
-                      Target::parse("sm_90")))
-                .back(),
-            "0");
-  EXPECT_EQ(args(plan(NormSpec::parse("op=layernorm shape=16,64,256,256 affine=none"),
-                      Target::parse("sm_90")))
-                .back(),
-            "0");
+  // No parameters per element (GroupNorm's are per channel), or none at all: nothing resident,
+  // and on sm_90 the row after the staged one is prefetched into L2. Rows whose parameters
+  // stream for every row are not prefetched (the prefetched rows would take their L2).
+  const KernelPlan gn90 =
+      plan(NormSpec::parse("op=groupnorm shape=112,64,512,512 groups=8"), hopper);
+  EXPECT_EQ(resident(gn90), "0");
+  EXPECT_EQ(prefetch(gn90), "true");
+  const KernelPlan bare =
+      plan(NormSpec::parse("op=layernorm shape=16,64,256,256 affine=none"), hopper);
+  EXPECT_EQ(resident(bare), "0");
+  EXPECT_EQ(prefetch(bare), "true");
+  for (const KernelPlan* p : {&ln16, &ln, &rms}) EXPECT_EQ(prefetch(*p), "false");
+  // sm_80 has no bulk prefetch.
+  EXPECT_EQ(prefetch(plan(NormSpec::parse("op=groupnorm shape=112,64,512,512 groups=8"),
+                          Target::parse("sm_80"))),
+            "false");
   // sm_86 (100 KiB per SM): a 128 KiB stage does not fit, so the split kernel runs unstaged
   // there, with no dynamic shared memory.
   Target ampere_small = Target::parse("sm_86");
@@ -156,7 +166,8 @@ TEST(PlanRows, SplitSharedMemoryFitsTheSm) {
       plan(NormSpec::parse("op=groupnorm shape=112,64,512,512 groups=8"), ampere_small);
   ASSERT_EQ(gn.strategy, Strategy::kRowSplit);
   EXPECT_EQ(gn.smem_bytes, 0);
-  EXPECT_EQ(args(gn)[args(gn).size() - 2], "false");
+  EXPECT_EQ(staged(gn), "false");
+  EXPECT_EQ(prefetch(gn), "false");
 }
 
 TEST(PlanRows, GroupNormVectorsStayInOneChannel) {
