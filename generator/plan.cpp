@@ -226,11 +226,12 @@ KernelPlan plan_rows(const NormSpec& spec, const Target& target) {
     // Prefetching the row after the staged one into L2 keeps DRAM busy through each row's
     // exchange (sm_90: one bulk prefetch per chunk). Only where no parameters are read again
     // for every row: LayerNorm's streaming weight and bias need that L2, and the prefetched
-    // rows evicted them (both LayerNorm seeds ran slower; measured on the H100 with normjit
-    // bench, docs/performance-notes.md).
+    // rows evicted them (both LayerNorm seeds ran slower). GroupNorm prefetches after each
+    // row's barrier, the others once the staged row's partial is out: each ran faster so
+    // (measured on the H100 with normjit bench, docs/performance-notes.md).
     const bool prefetch =
         staged && target.sm >= 90 && (group || resident == vectors || params == 0);
-    p.template_args.push_back(prefetch ? "true" : "false");
+    p.template_args.push_back(!prefetch ? "0" : group ? "2" : "1");
     if (resident > 0) {
       why << "; the parameters of " << resident << " of each thread's " << vectors
           << " vectors stay in shared memory";

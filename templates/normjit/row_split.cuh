@@ -13,12 +13,14 @@
 // this row's barrier is awaited, so each row's barrier latency overlaps the previous row's
 // normalize and store and the next row's load, instead of adding to them.
 //
-// kPrefetch (sm_90+, staged, rows with no parameters read again for every row): as soon as
-// the stage holds the next row, thread 0 starts pulling the chunk of the row after it into L2
-// with one bulk prefetch, so DRAM keeps reading while the row's partials are exchanged and its
-// chunk normalized; the stage's copy of that row later finds it in L2. Where LayerNorm's
-// parameters stream from L2 for every row, the prefetched rows evicted them instead and the
-// seeds ran slower (docs/performance-notes.md).
+// kPrefetch (sm_90+, staged, rows with no parameters read again for every row): once the
+// stage holds the next row, thread 0 starts pulling the chunk of the row after it into L2 with
+// one bulk prefetch, so DRAM keeps reading while partials are exchanged and chunks normalized;
+// the stage's copy of that row later finds it in L2. 1: right after the staged row's partial
+// is published; 2: after this row's barrier, just before its store (GroupNorm: fewer of the
+// prefetched lines evicted before use). Where LayerNorm's parameters stream from L2 for every
+// row, the prefetched rows evicted them instead and the seeds ran slower
+// (docs/performance-notes.md).
 //
 // L2 hints (sm_80+, vec.cuh): y is stored evict-first and LayerNorm's parameters, read again
 // for every row, are loaded evict-last, so fewer of them are evicted by the streaming rows.
@@ -78,7 +80,7 @@ __device__ __forceinline__ void prefetch_chunk(const T* row, long long begin) {
 
 template <class T, bool kRms, long long H, int THREADS, int V, int K, long long P, int G,
           long long S, int CG, bool kWeight, bool kBias, int kMinBlocks, bool kStaged, int KR,
-          bool kPrefetch>
+          int kPrefetch>
 __global__ void __launch_bounds__(THREADS, kMinBlocks) row_split(Params p) {
   using Chunk = Slice<T, K, V, THREADS, H>;
   constexpr long long kChunk = (long long)THREADS * K * V;
@@ -90,7 +92,7 @@ __global__ void __launch_bounds__(THREADS, kMinBlocks) row_split(Params p) {
   // reads that part of its parameters from chip instead of from memory.
   T* resident = stage + (kStaged ? kChunk : 0);
   static_assert(KR == 0 || (G == 0 && (kWeight || kBias)), "resident parameters");
-  static_assert(!kPrefetch || kStaged, "the prefetch runs one row ahead of the stage");
+  static_assert(kPrefetch == 0 || (kStaged && kPrefetch <= 2), "prefetch point");
   __shared__ Stats scratch[kWarps];
   __shared__ unsigned long long base_generation;
 
@@ -211,7 +213,7 @@ __global__ void __launch_bounds__(THREADS, kMinBlocks) row_split(Params p) {
                      : Chunk::staged_stats(stage, begin, tid, next_shift),
                 g + 1);
         // The stage has landed (publish read it): start the row after it towards L2.
-        if (kPrefetch && tid == 0 && next + slots < rows) {
+        if (kPrefetch == 1 && tid == 0 && next + slots < rows) {
           prefetch_chunk<T, H, kChunk>(x0 + (next + slots) * H, begin);
         }
       }
@@ -219,6 +221,9 @@ __global__ void __launch_bounds__(THREADS, kMinBlocks) row_split(Params p) {
     if (holding) {
       float mean, rstd;
       combine(g, mean, rstd);
+      if (kPrefetch == 2 && tid == 0 && has_next && next + slots < rows) {
+        prefetch_chunk<T, H, kChunk>(x0 + (next + slots) * H, begin);
+      }
       constexpr bool kOneChannel = G > 0 && S % kChunk == 0;
       slice.template store<G, S, CG, kWeight, kBias, kOneChannel, KR>(
           y0 + row * H, p, row, begin, tid, mean, rstd, hints, resident);

@@ -148,16 +148,16 @@ TEST(PlanRows, SplitSharedMemoryFitsTheSm) {
   const KernelPlan gn90 =
       plan(NormSpec::parse("op=groupnorm shape=112,64,512,512 groups=8"), hopper);
   EXPECT_EQ(resident(gn90), "0");
-  EXPECT_EQ(prefetch(gn90), "true");
+  EXPECT_EQ(prefetch(gn90), "2");  // after each row's barrier
   const KernelPlan bare =
       plan(NormSpec::parse("op=layernorm shape=16,64,256,256 affine=none"), hopper);
   EXPECT_EQ(resident(bare), "0");
-  EXPECT_EQ(prefetch(bare), "true");
-  for (const KernelPlan* p : {&ln16, &ln, &rms}) EXPECT_EQ(prefetch(*p), "false");
+  EXPECT_EQ(prefetch(bare), "1");  // once the staged row's partial is out
+  for (const KernelPlan* p : {&ln16, &ln, &rms}) EXPECT_EQ(prefetch(*p), "0");
   // sm_80 has no bulk prefetch.
   EXPECT_EQ(prefetch(plan(NormSpec::parse("op=groupnorm shape=112,64,512,512 groups=8"),
                           Target::parse("sm_80"))),
-            "false");
+            "0");
   // sm_86 (100 KiB per SM): a 128 KiB stage does not fit, so the split kernel runs unstaged
   // there, with no dynamic shared memory.
   Target ampere_small = Target::parse("sm_86");
@@ -167,7 +167,7 @@ TEST(PlanRows, SplitSharedMemoryFitsTheSm) {
   ASSERT_EQ(gn.strategy, Strategy::kRowSplit);
   EXPECT_EQ(gn.smem_bytes, 0);
   EXPECT_EQ(staged(gn), "false");
-  EXPECT_EQ(prefetch(gn), "false");
+  EXPECT_EQ(prefetch(gn), "0");
 }
 
 TEST(PlanRows, GroupNormVectorsStayInOneChannel) {
