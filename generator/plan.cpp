@@ -25,8 +25,12 @@ int vector_width(int64_t n, int max_vec) {
   return v;
 }
 
-constexpr int kAccessBytes = 16;     // widest global access per thread
-constexpr int kRegisterValues = 64;  // f32 values a thread keeps between the two phases
+constexpr int kAccessBytes = 16;  // widest global access per thread
+// f32 values a thread keeps between the two phases: the channels are split over up to 32
+// threads so that each holds kChannelValues, smaller unrolled kernels that compile faster; up to
+// kRegisterValues where the channels need it (more than 256 f32 or 128 16-bit channels).
+constexpr int kChannelValues = 32;
+constexpr int kRegisterValues = 64;
 
 KernelPlan plan_channels(const NormSpec& spec) {
   const int64_t c = spec.channels();
@@ -36,8 +40,8 @@ KernelPlan plan_channels(const NormSpec& spec) {
   p.header = "normjit/rmsnorm_channels.cuh";
   p.function = "normjit::rmsnorm_channels";
   p.vec = vector_width(s, kAccessBytes / size_of(spec.dtype));
-  // Split the channels over block_y threads so each keeps at most kRegisterValues values.
-  p.block_y = std::min(32, pow2_ceil(ceil_div(c * p.vec, kRegisterValues)));
+  // Split the channels over block_y threads so each keeps at most kChannelValues values.
+  p.block_y = std::min(32, pow2_ceil(ceil_div(c * p.vec, kChannelValues)));
   p.block_x = std::clamp(256 / p.block_y, 32, 256);
   const bool cached = ceil_div(c, p.block_y) * p.vec <= kRegisterValues;
   p.blocks_per_item = ceil_div(s, int64_t{p.block_x} * p.vec);

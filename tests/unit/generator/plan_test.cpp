@@ -49,6 +49,22 @@ TEST(Plan, EveryThreadKeepsABoundedNumberOfValues) {
     EXPECT_GE(p.block_x, 32) << spec.to_string();
     EXPECT_EQ(p.blocks_per_item, (256 + p.block_x * p.vec - 1) / (p.block_x * p.vec));
   }
+  // The channels are split so a thread keeps 32 values where 32 threads can share a position
+  // (a smaller unrolled kernel, faster to compile), and up to 64 before x is read twice.
+  const auto per_thread = [&](const std::string& spec) {
+    const KernelPlan p = plan(NormSpec::parse(spec), t);
+    const int64_t channels = NormSpec::parse(spec).channels();
+    return (channels + p.block_y - 1) / p.block_y * p.vec;
+  };
+  const auto cached = [&](const std::string& spec) {
+    return plan(NormSpec::parse(spec), t).template_args.back();
+  };
+  EXPECT_EQ(per_thread("op=rmsnorm shape=112,64,512,512"), 32);
+  EXPECT_EQ(per_thread("op=rmsnorm shape=112,64,512,512 dtype=bf16"), 32);
+  EXPECT_EQ(per_thread("op=rmsnorm shape=2,512,64,64"), 64);
+  EXPECT_EQ(cached("op=rmsnorm shape=2,512,64,64"), "true");
+  EXPECT_EQ(cached("op=rmsnorm shape=2,256,64,64 dtype=bf16"), "true");
+  EXPECT_EQ(cached("op=rmsnorm shape=2,1024,64,64"), "false");
 }
 
 TEST(Emit, IsDeterministicAndNamesTheFullySpecializedTemplate) {
@@ -57,7 +73,7 @@ TEST(Emit, IsDeterministicAndNamesTheFullySpecializedTemplate) {
   const EmittedKernel a = emit(p), b = emit(p);
   EXPECT_EQ(a.source, b.source);
   EXPECT_EQ(a.name_expression,
-            "&normjit::rmsnorm_channels<normjit::half_t, 64, 1024, 32, 8, 8, false, true>");
+            "&normjit::rmsnorm_channels<normjit::half_t, 64, 1024, 32, 16, 8, false, true>");
   EXPECT_NE(a.source.find("#include \"normjit/rmsnorm_channels.cuh\""), std::string::npos);
 }
 
