@@ -112,6 +112,59 @@ int64_t split_smem_budget(const Target& target) {
   return int64_t{smem_per_sm_kib(target.sm)} * 1024 / kSplitBlocksPerSm - 2048;
 }
 
+// How the split kernel holds a row: `values` per thread over P = `chunks` CTAs, whether the
+// next row is staged in shared memory, and how many of each thread's vectors keep their
+// parameters (LayerNorm, RMSNorm with weight) in the rest of it for the whole launch, so
+// each row reads only the others' from memory.
+struct SplitLayout {
+  int values = 0;
+  int64_t vectors = 0;  // per thread
+  int64_t chunks = 0;
+  bool can_stage = false;
+  bool staged = false;
+  int64_t resident = 0;
+  int64_t smem_bytes = 0;
+  int64_t row_bytes = 0;  // a row moves x, y and the parameters that are not resident
+};
+
+SplitLayout split_layout(const NormSpec& spec, const Target& target, int vec, int values) {
+  const int64_t h = spec.row_length();
+  const int size = size_of(spec.dtype);
+  SplitLayout l;
+  l.values = values;
+  l.vectors = std::max(1, values / vec);
+  l.chunks = ceil_div(h, int64_t{kSplitThreads} * l.vectors * vec);
+  // Stage the next row in shared memory when cp.async can move the vectors (4-16 bytes)
+  // and kSplitBlocksPerSm CTAs still fit the SM's shared memory.
+  const int64_t budget = split_smem_budget(target);
+  const int64_t stage_bytes = int64_t{kSplitThreads} * values * size;
+  const bool copy_async = vec * size >= 4 && target.sm >= 80;  // what cp.async can move
+  l.can_stage = copy_async && stage_bytes <= budget;
+  const int params = (spec.affine != Affine::kNone) + (spec.affine == Affine::kBoth);
+  const int64_t per_vector = int64_t{kSplitThreads} * vec * size * params;
+  const bool group = spec.op == Op::kGroupNorm;
+  const auto resident_in = [&](int64_t smem) {
+    return copy_async && !group && params > 0 ? std::min(l.vectors, smem / per_vector) : 0;
+  };
+  const auto row_bytes = [&](int64_t resident) {
+    return 2 * h * size + (l.vectors - resident) * per_vector * l.chunks;
+  };
+  const int64_t staged_resident = l.can_stage ? resident_in(budget - stage_bytes) : 0;
+  const int64_t unstaged_resident = resident_in(budget);
+  // Staging hides each row's exchange behind the next row's load, but its shared memory is
+  // then not free for parameters. When one row fills the chip (a single slot) and staging
+  // would leave a row moving over a quarter more bytes (LayerNorm f32: most of its 32 MB of
+  // parameters streamed again for every row), going without the stage is faster (measured
+  // on the H100 with normjit bench; docs/performance-notes.md).
+  const bool one_slot = int64_t{kSplitBlocksPerSm} * target.sm_count / l.chunks == 1;
+  l.staged = l.can_stage &&
+             !(one_slot && 4 * row_bytes(staged_resident) > 5 * row_bytes(unstaged_resident));
+  l.resident = l.staged ? staged_resident : unstaged_resident;
+  l.smem_bytes = (l.staged ? stage_bytes : 0) + l.resident * per_vector;
+  l.row_bytes = row_bytes(l.resident);
+  return l;
+}
+
 KernelPlan plan_rows(const NormSpec& spec, const Target& target) {
   const bool group = spec.op == Op::kGroupNorm;
   const int64_t h = spec.row_length();
@@ -134,6 +187,7 @@ KernelPlan plan_rows(const NormSpec& spec, const Target& target) {
   const std::string tail[] = {std::to_string(g), std::to_string(s), std::to_string(cg), weight,
                               bias};
   std::ostringstream why;
+  SplitLayout layout;  // the split kernel's, if it is chosen
   if (h <= int64_t{kMaxTeam} * kMaxTeamValues) {
     const int team = std::min<int64_t>(
         kMaxTeam,
@@ -156,11 +210,23 @@ KernelPlan plan_rows(const NormSpec& spec, const Target& target) {
         << k * p.vec << " values each, " << p.vec * size_of(spec.dtype) << "-byte accesses); "
         << p.rows_per_block << " rows per CTA; x is read once";
   } else {
-    const int values = split_values(spec.dtype, p.vec);
-    const int k = std::max(1, values / p.vec);
-    const int64_t chunk = int64_t{kSplitThreads} * k * p.vec;
-    const int64_t chunks = ceil_div(h, chunk);
     const int64_t capacity = int64_t{kSplitBlocksPerSm} * target.sm_count;
+    layout = split_layout(spec, target, p.vec, split_values(spec.dtype, p.vec));
+    // 16-bit rows with parameters per element (LayerNorm): half the values per thread, twice
+    // the CTAs per row, when that keeps all the parameters on chip and the full chunk would
+    // leave a row moving over a quarter more bytes. On the H100 that ran the bf16 LayerNorm
+    // seed and bf16/f16 LayerNorm rows of 64 Ki to 4 Mi elements faster, and RMSNorm with a
+    // weight (a quarter of its parameters streamed) slower (normjit bench; performance-notes).
+    if (layout.values > kSplitValues && spec.affine != Affine::kNone && !group) {
+      const SplitLayout half = split_layout(spec, target, p.vec, layout.values / 2);
+      if (half.chunks <= capacity && half.resident == half.vectors &&
+          4 * layout.row_bytes > 5 * half.row_bytes) {
+        layout = half;
+      }
+    }
+    const int64_t k = layout.vectors;
+    const int64_t chunk = int64_t{kSplitThreads} * k * p.vec;
+    const int64_t chunks = layout.chunks;
     if (chunks <= capacity) {
       p.strategy = Strategy::kRowSplit;
       p.header = "normjit/row_split.cuh";
@@ -191,57 +257,27 @@ KernelPlan plan_rows(const NormSpec& spec, const Target& target) {
   }
   for (const std::string& arg : tail) p.template_args.push_back(arg);
   if (p.strategy == Strategy::kRowSplit) {
-    // Stage the next row in shared memory when cp.async can move the vectors (4-16 bytes)
-    // and kSplitBlocksPerSm CTAs still fit the SM's shared memory.
-    const int64_t budget = split_smem_budget(target);
-    const int access = p.vec * size_of(spec.dtype);
-    const int64_t stage_bytes =
-        int64_t{kSplitThreads} * split_values(spec.dtype, p.vec) * size_of(spec.dtype);
-    const bool copy_async = access >= 4 && target.sm >= 80;  // what cp.async can move
-    const bool can_stage = copy_async && stage_bytes <= budget;
-    // Rows with per-element parameters (LayerNorm, RMSNorm with weight): the parameters of
-    // each thread's first `resident` vectors stay in the rest of the shared memory for the
-    // whole launch, so each row reads only the others' from memory.
-    const int params = (spec.affine != Affine::kNone) + (spec.affine == Affine::kBoth);
-    const int vectors = std::max(1, split_values(spec.dtype, p.vec) / p.vec);  // per thread
-    const int64_t per_vector = int64_t{kSplitThreads} * p.vec * size_of(spec.dtype) * params;
-    const auto resident_in = [&](int64_t smem) {
-      return copy_async && !group && params > 0 ? std::min<int64_t>(vectors, smem / per_vector) : 0;
-    };
-    // Bytes a row moves: x, y and the parameters that are not resident.
-    const auto row_bytes = [&](int64_t resident) {
-      return 2 * h * size_of(spec.dtype) + (vectors - resident) * per_vector * p.split_chunks;
-    };
-    const int64_t staged_resident = can_stage ? resident_in(budget - stage_bytes) : 0;
-    const int64_t unstaged_resident = resident_in(budget);
-    // Staging hides each row's exchange behind the next row's load, but its shared memory is
-    // then not free for parameters. When one row fills the chip (a single slot) and staging
-    // would leave a row moving over a quarter more bytes (LayerNorm f32: most of its 32 MB of
-    // parameters streamed again for every row), going without the stage is faster (measured
-    // on the H100 with normjit bench; docs/performance-notes.md).
-    const bool one_slot = int64_t{kSplitBlocksPerSm} * target.sm_count / p.split_chunks == 1;
-    const bool staged = can_stage && !(one_slot && 4 * row_bytes(staged_resident) >
-                                                       5 * row_bytes(unstaged_resident));
-    const int64_t resident = staged ? staged_resident : unstaged_resident;
-    p.smem_bytes = (staged ? stage_bytes : 0) + resident * per_vector;
+    const SplitLayout& l = layout;
+    p.smem_bytes = l.smem_bytes;
     p.template_args.push_back(std::to_string(kSplitBlocksPerSm));
-    p.template_args.push_back(staged ? "true" : "false");
-    p.template_args.push_back(std::to_string(resident));
+    p.template_args.push_back(l.staged ? "true" : "false");
+    p.template_args.push_back(std::to_string(l.resident));
     // Prefetching the row after the staged one into L2 keeps DRAM busy through each row's
     // exchange (sm_90: one bulk prefetch per chunk). Only where no parameters are read again
-    // for every row: LayerNorm's streaming weight and bias need that L2, and the prefetched
-    // rows evicted them (both LayerNorm seeds ran slower). GroupNorm prefetches after each
-    // row's barrier, the others once the staged row's partial is out: each ran faster so
-    // (measured on the H100 with normjit bench, docs/performance-notes.md).
-    const bool prefetch =
-        staged && target.sm >= 90 && (group || resident == vectors || params == 0);
+    // for every row (GroupNorm, none, or all resident): streaming weight and bias need that
+    // L2, and the prefetched rows evicted them (the LayerNorm seeds ran slower while theirs
+    // streamed). GroupNorm prefetches after each row's barrier, the others once the staged
+    // row's partial is out: each ran faster so (measured on the H100 with normjit bench,
+    // docs/performance-notes.md).
+    const bool prefetch = l.staged && target.sm >= 90 &&
+                          (group || l.resident == l.vectors || spec.affine == Affine::kNone);
     p.template_args.push_back(!prefetch ? "0" : group ? "2" : "1");
-    if (resident > 0) {
-      why << "; the parameters of " << resident << " of each thread's " << vectors
+    if (l.resident > 0) {
+      why << "; the parameters of " << l.resident << " of each thread's " << l.vectors
           << " vectors stay in shared memory";
     }
     if (prefetch) why << "; the row after the staged one is prefetched into L2";
-    if (can_stage && !staged) {
+    if (l.can_stage && !l.staged) {
       why << " (the next row is not staged: that shared memory holds parameters instead)";
     }
   }

@@ -94,6 +94,7 @@ __global__ void __launch_bounds__(THREADS, kMinBlocks) row_split(Params p) {
   static_assert(KR == 0 || (G == 0 && (kWeight || kBias)), "resident parameters");
   static_assert(kPrefetch == 0 || (kStaged && kPrefetch <= 2), "prefetch point");
   __shared__ Stats scratch[kWarps];
+  __shared__ Stats row_stats[2];  // a row's merged statistics, by generation parity
   __shared__ unsigned long long base_generation;
 
   const long long slots = gridDim.x / P;
@@ -108,7 +109,7 @@ __global__ void __launch_bounds__(THREADS, kMinBlocks) row_split(Params p) {
 
   // The slot's first generation of this launch. Counters grow by whole generations per
   // launch, and the generations in progress cannot complete without this CTA, so
-  // floor(count / P) of each counter is exact. Visible after the first team reduction.
+  // floor(count / P) of each counter is exact. Read by all after the barrier below.
   if (tid == 0) base_generation = load_acquire(&counters[0]) / P + load_acquire(&counters[1]) / P;
 
   // A CTA's partial: block-reduced from each thread's, then published by thread 0.
@@ -133,7 +134,9 @@ __global__ void __launch_bounds__(THREADS, kMinBlocks) row_split(Params p) {
       while (load_acquire(&counters[g & 1]) < target) __nanosleep(64);
     }
     // Warp 0 merges the P partials (the other warps would only wait) and leaves the row's
-    // statistics in scratch[0].
+    // statistics in row_stats[g & 1]. Alternating slots need no second barrier before the
+    // next combine writes one: the combine in between has its barrier after every thread
+    // read this one. (On the H100 dropping that barrier ran every split seed faster.)
     if (tid < 32) {
       __syncwarp();  // lanes 1-31 wait here until lane 0 has seen the row complete
       const float4* in = partials + (g & 3) * P;
@@ -152,11 +155,10 @@ __global__ void __launch_bounds__(THREADS, kMinBlocks) row_split(Params p) {
         const Stats other = shfl_down(total, offset, 32);
         total = kRms ? Stats{0.f, 0.f, total.m2 + other.m2} : merge(total, other);
       }
-      if (tid == 0) scratch[0] = total;
+      if (tid == 0) row_stats[g & 1] = total;
     }
     __syncthreads();
-    const Stats s = scratch[0];
-    __syncthreads();  // scratch is reused by the next reduction
+    const Stats s = row_stats[g & 1];
     mean = kRms ? 0.f : s.mean;
     rstd = rsqrtf(s.m2 * (1.0f / H) + p.eps);
   };
