@@ -223,7 +223,7 @@ __global__ void __launch_bounds__(THREADS, kMinBlocks) row_split(Params p) {
     if (holding) {
       float mean, rstd;
       combine(g, mean, rstd);
-      if (kPrefetch == 2 && tid == 0 && has_next && next + slots < rows) {
+      if (kPrefetch == 2 && tid == 0 && next + slots < rows) {  // implies has_next
         prefetch_chunk<T, H, kChunk>(x0 + (next + slots) * H, begin);
       }
       constexpr bool kOneChannel = G > 0 && S % kChunk == 0;
