@@ -308,8 +308,8 @@ class Report:
     planned: int           # problems selected; more than len(results) while running
     jit: Optional[JitLatency]
     warnings: list[str] = field(default_factory=list)
-    # Copies moving each seed problem's bytes (read + written): (bytes moved, GB/s).
-    size_copies: list[tuple[int, float]] = field(default_factory=list)
+    # Copies moving the bytes of seed problems (read + written): (problems, bytes moved, GB/s).
+    size_copies: list[tuple[str, int, float]] = field(default_factory=list)
 
     def gbps(self, r: ProblemResult, impl: str) -> Optional[float]:
         ms = r.impl(impl).ms
@@ -522,11 +522,11 @@ def render_markdown(report: Report, notes: Optional[str], plot_name: Optional[st
                 "and end weigh more): copies moving the bytes of each seed problem (half read, half "
                 "written; same method), for comparison with the seeds' % of copy:")
             add("")
-            add("| bytes moved (MB) | copy ms | copy GB/s | % of the large copy |")
-            add("|---:|---:|---:|---:|")
-            for nbytes, gbps in report.size_copies:
-                add(f"| {nbytes / 1e6:.1f} | {fmt_ms(nbytes / (gbps * 1e9) * 1e3)} | {gbps:.0f} | "
-                    f"{100 * gbps / report.copy_gbps:.1f}% |")
+            add("| seed problems | bytes moved (MB) | copy ms | copy GB/s | % of the large copy |")
+            add("|---|---:|---:|---:|---:|")
+            for label, nbytes, gbps in report.size_copies:
+                add(f"| {label} | {nbytes / 1e6:.1f} | {fmt_ms(nbytes / (gbps * 1e9) * 1e3)} | "
+                    f"{gbps:.0f} | {100 * gbps / report.copy_gbps:.1f}% |")
     else:
         add("Not measured.")
     add("")
@@ -1020,6 +1020,17 @@ def short_error(e: BaseException) -> str:
     return f"{type(e).__name__}: {first}"[:300]
 
 
+def seed_sizes(problems: list[Problem]) -> list[tuple[str, int]]:
+    """The seed problems by bytes moved, those within 0.1 MB of each other as one size:
+    (their names, the largest of their bytes), smallest first."""
+    sizes: dict[int, list[Problem]] = {}
+    for p in problems:
+        if p.group == "seeds":
+            sizes.setdefault(round(p.bytes_moved / 1e5), []).append(p)
+    return [(", ".join(f"{p.name} {p.dtype}" for p in ps), max(p.bytes_moved for p in ps))
+            for _, ps in sorted(sizes.items())]
+
+
 def measure_copy(reps: int, warmup: int, nbytes: int = COPY_BYTES) -> tuple[float, list[float]]:
     """Device-to-device copy bandwidth (read + write) of an f32 tensor of nbytes (2 GiB)."""
     import torch
@@ -1408,10 +1419,10 @@ def run_gpu(args: argparse.Namespace, problems: list[Problem], command: str) -> 
         print(f"copy bandwidth: {COPY_BYTES / 2**30:g} GiB device-to-device", flush=True)
         report.copy_gbps, report.copy_times_ms = measure_copy(args.reps, args.warmup)
         print(f"  {report.copy_gbps:.0f} GB/s (median of {args.reps})", flush=True)
-        for nbytes in sorted({p.bytes_moved for p in problems if p.group == "seeds"}):
+        for label, nbytes in seed_sizes(problems):
             gbps, _ = measure_copy(args.reps, args.warmup, nbytes // 2)
-            report.size_copies.append((nbytes, gbps))
-            print(f"  a copy moving {nbytes / 1e6:.1f} MB: {gbps:.0f} GB/s", flush=True)
+            report.size_copies.append((label, nbytes, gbps))
+            print(f"  a copy moving {nbytes / 1e6:.1f} MB ({label}): {gbps:.0f} GB/s", flush=True)
 
         runner = Runner(args, nj, engine, l2, report.copy_gbps, report.warnings)
         started = time.perf_counter()
@@ -1519,7 +1530,7 @@ def fake_report() -> Report:
                   command="python3 tools/compare_torch.py --selftest", date_utc="2025-01-01 00:00 UTC",
                   settings={"reps": 20, "warmup": 3, "seed": 1},
                   copy_gbps=3000.0, copy_times_ms=[1.43, 1.44, 1.45], results=results, planned=6,
-                  size_copies=[(285_000_000, 2850.0)],
+                  size_copies=[("seed layernorm bf16", 285_000_000, 2850.0)],
                   jit=JitLatency("normjit bench --jit-latency --json", "ok",
                                  data={"device": "H100", "cold_compile_ms": 812.5,
                                        "hits": {"disk_ms": 1.2, "memory_us": 0.4},
@@ -1599,8 +1610,11 @@ def selftest() -> int:
     row = seeds[("seed groupnorm", "bf16")]
     assert row[col["rel. err"]] == "NaN" and row[col["check"]] == "**FAIL**"
     assert results[2][1][col["check"]] == "error"
-    copies = [t for t in tables if t[0][0] == "bytes moved (MB)"]
-    assert copies and copies[0][1] == ["285.0", "0.100", "2850", "95.0%"], copies
+    copies = [t for t in tables if t[0][0] == "seed problems"]
+    assert copies and copies[0][1] == ["seed layernorm bf16", "285.0", "0.100", "2850", "95.0%"]
+    sizes = seed_sizes(default_problems())
+    assert len(sizes) == 4, sizes  # layernorm bf16, f32; rmsnorm and groupnorm bf16, f32
+    assert "seed rmsnorm bf16" in sizes[2][0] and "seed groupnorm bf16" in sizes[2][0], sizes
     for needle in ("# normjit performance", "FakeGPU", "3000 GB/s", "## JIT latency",
                    "## Analysis per kernel", "Limited by bytes | see ncu.", "![% of copy",
                    "Incomplete run: 5 of 6", "BackendCompilerFailed: boom", "12 non-finite",
