@@ -7,6 +7,8 @@
 # BUILD/libnormjit.so), and a --build or --lib among the flags overrides it.
 # OUT (the GPU machine's folder that comes back), when set: perf.log, perf.json,
 # performance.md and performance.png go there too.
+# NORMJIT_REVISION, when set, is reported as the revision measured instead of the checkout's
+# git HEAD (for a copy of the tree whose .git is stale, e.g. the GPU machine's).
 # Exit status: compare_torch.py's (0 all fine, 1 a normjit check failed or errored,
 # 2 could not start); the files are copied in every case.
 set -euo pipefail

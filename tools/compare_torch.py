@@ -1264,7 +1264,11 @@ def collect_environment(lib_path: Path) -> tuple[dict[str, str], int]:
         env["Triton"] = f"unavailable ({short_error(e)})"
     env["Python"] = sys.version.split()[0]
     commit = command_output(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO)
-    if commit:
+    if os.environ.get("NORMJIT_REVISION"):
+        # A copy of the tree whose .git is not the source's (a GPU machine given the working
+        # tree): the caller names the revision.
+        env["normjit"] = os.environ["NORMJIT_REVISION"] + " (NORMJIT_REVISION, named by the caller)"
+    elif commit:
         dirty = command_output(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO)
         env["normjit"] = commit + (" + local changes" if dirty else "")
     env["libnormjit"] = str(lib_path)
