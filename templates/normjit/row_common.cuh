@@ -212,16 +212,19 @@ struct Slice {
     return s;
   }
 
-  // Exact two-pass statistics of the valid values. Valid vectors come first (k ascending),
-  // so the first `count` values in (k, j) order are the real ones.
-  __device__ __forceinline__ Stats stats() const {
-    float sum = 0.f;
+  // Sum of the valid values (invalid slots hold 0).
+  __device__ __forceinline__ float sum() const {
+    float s = 0.f;
 #pragma unroll
     for (int k = 0; k < K; ++k) {
 #pragma unroll
-      for (int j = 0; j < V; ++j) sum += value(k, j);  // invalid slots hold 0
+      for (int j = 0; j < V; ++j) s += value(k, j);
     }
-    const float mean = count > 0 ? sum / count : 0.f;
+    return s;
+  }
+  // Sum of the squared deviations of the valid values from `mean`. Valid vectors come first
+  // (k ascending), so the first `count` values in (k, j) order are the real ones.
+  __device__ __forceinline__ float squared_deviations(float mean) const {
     float m2 = 0.f;
 #pragma unroll
     for (int k = 0; k < K; ++k) {
@@ -231,7 +234,12 @@ struct Slice {
         m2 += k * V + j < count ? d * d : 0.f;
       }
     }
-    return {float(count), mean, m2};
+    return m2;
+  }
+  // Exact two-pass statistics of the valid values.
+  __device__ __forceinline__ Stats stats() const {
+    const float mean = count > 0 ? sum() / count : 0.f;
+    return {float(count), mean, squared_deviations(mean)};
   }
 
   __device__ __forceinline__ float sum_squares() const {
