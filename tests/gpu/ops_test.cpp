@@ -198,8 +198,10 @@ TEST_F(Ops, RowsLongerThanTheChipHolds) {
 TEST_F(Ops, OneRowFillsTheChip) {
   // Rows split over more than half of the SMs, so one row at a time: with per-element
   // parameters the plan then keeps them in the shared memory a stage would take (LayerNorm),
-  // or stages and keeps fewer (RMSNorm with a weight); against float64, with large means in
-  // f32 (bf16 would round mean 1e4, std 1 to one constant) and all-negative values in bf16.
+  // or stages and keeps fewer (RMSNorm with a weight), or (16-bit LayerNorm) halves each CTA's
+  // chunk to keep them all beside a smaller stage (123 CTAs, the last chunk partial); against
+  // float64, with large means in f32 (bf16 would round mean 1e4, std 1 to one constant) and
+  // all-negative values in bf16.
   device::PrimaryContext context;
   Engine engine(test_engine_options());
   Worst worst;
@@ -213,6 +215,8 @@ TEST_F(Ops, OneRowFillsTheChip) {
         Values::kNormal, 4, worst);
   check(engine, make(Op::kRmsNorm, {3, 4000000}, Dtype::kF32, Affine::kWeight, 1), Values::kNormal,
         5, worst);
+  check(engine, make(Op::kLayerNorm, {3, 4000000}, Dtype::kBF16, Affine::kBoth, 1),
+        Values::kNegative, 6, worst);
   worst.print("one row fills the chip");
 }
 

@@ -132,6 +132,14 @@ TEST(PlanRows, SplitSharedMemoryFitsTheSm) {
   const auto staged = [&](const KernelPlan& p) { return args(p)[args(p).size() - 3]; };
   const auto resident = [&](const KernelPlan& p) { return args(p)[args(p).size() - 2]; };
   const auto prefetch = [&](const KernelPlan& p) { return args(p).back(); };
+  // A split plan: CTAs per row, whether the next row is staged, resident vectors.
+  const auto expect_split = [&](const KernelPlan& p, int64_t chunks, const char* is_staged,
+                                const char* vectors) {
+    ASSERT_EQ(p.strategy, Strategy::kRowSplit);
+    EXPECT_EQ(p.split_chunks, chunks);
+    EXPECT_EQ(staged(p), is_staged);
+    EXPECT_EQ(resident(p), vectors);
+  };
   const Target hopper = Target::parse("sm_90");
   // LayerNorm bf16: with 64 values per thread (64 CTAs per row, two rows in flight) the
   // 128 KiB stage would leave room for the weight and bias of 3 of each thread's 8 vectors
@@ -139,48 +147,35 @@ TEST(PlanRows, SplitSharedMemoryFitsTheSm) {
   // row): a 64 KiB stage and all 4 vectors' parameters resident, prefetched into L2.
   const KernelPlan ln16 =
       plan(NormSpec::parse("op=layernorm shape=16,64,256,256 dtype=bf16"), hopper);
-  ASSERT_EQ(ln16.strategy, Strategy::kRowSplit);
-  EXPECT_EQ(ln16.split_chunks, 128);
-  EXPECT_EQ(staged(ln16), "true");
-  EXPECT_EQ(resident(ln16), "4");
+  expect_split(ln16, 128, "true", "4");
   EXPECT_EQ(ln16.smem_bytes, 64 * 1024 + 4 * 1024 * 8 * 2 * 2);
   EXPECT_EQ(prefetch(ln16), "1");
   // f16 rows of 64 Ki elements: the same choice (2 CTAs of 32 Ki instead of one of 64 Ki).
   const KernelPlan ln16_short =
       plan(NormSpec::parse("op=layernorm shape=512,65536 dtype=f16"), hopper);
-  EXPECT_EQ(ln16_short.split_chunks, 2);
-  EXPECT_EQ(resident(ln16_short), "4");
+  expect_split(ln16_short, 2, "true", "4");
   // bf16 rows of 8 Mi elements: 256 CTAs of 32 Ki would not be co-resident on 132 SMs, so
   // 128 of 64 Ki: unstaged (one row fills the chip), 7 of 8 vectors resident.
   const KernelPlan ln16_long =
       plan(NormSpec::parse("op=layernorm shape=8,8388608 dtype=bf16"), hopper);
-  ASSERT_EQ(ln16_long.strategy, Strategy::kRowSplit);
-  EXPECT_EQ(ln16_long.split_chunks, 128);
-  EXPECT_EQ(staged(ln16_long), "false");
-  EXPECT_EQ(resident(ln16_long), "7");
+  expect_split(ln16_long, 128, "false", "7");
   // RMSNorm bf16 with a weight (16 KiB per vector): 6 of 8 resident beside the 128 KiB stage,
   // a row moves an eighth more than x and y: the full chunk stays.
   const KernelPlan rms16 = plan(
       NormSpec::parse("op=rmsnorm shape=16,4194304 normalized_dims=1 affine=weight dtype=bf16"),
       hopper);
-  EXPECT_EQ(rms16.split_chunks, 64);
-  EXPECT_EQ(resident(rms16), "6");
+  expect_split(rms16, 64, "true", "6");
   EXPECT_EQ(prefetch(rms16), "0");
   // LayerNorm f32: one row fills the chip (128 CTAs), and staging would leave 5 of 8 vectors'
   // parameters streaming for every row (52 MB a row instead of 36): unstaged, 7 of 8 resident.
   const KernelPlan ln = plan(NormSpec::parse("op=layernorm shape=16,64,256,256"), hopper);
-  ASSERT_EQ(ln.strategy, Strategy::kRowSplit);
-  EXPECT_EQ(ln.split_chunks, 128);
-  EXPECT_EQ(staged(ln), "false");
-  EXPECT_EQ(resident(ln), "7");
+  expect_split(ln, 128, "false", "7");
   EXPECT_EQ(ln.smem_bytes, 7 * 1024 * 4 * 4 * 2);
   // RMSNorm f32 rows with a weight: staged, 6 of 8 resident; without the stage all 8 would
   // be, but that saves a row only a ninth of its bytes: staged.
   const KernelPlan rms =
       plan(NormSpec::parse("op=rmsnorm shape=16,4194304 normalized_dims=1 affine=weight"), hopper);
-  ASSERT_EQ(rms.strategy, Strategy::kRowSplit);
-  EXPECT_EQ(staged(rms), "true");
-  EXPECT_EQ(resident(rms), "6");
+  expect_split(rms, 128, "true", "6");
   for (const KernelPlan* p : {&ln16, &ln16_short, &ln16_long, &rms16, &ln, &rms}) {
     EXPECT_LE(p->smem_bytes + 2048, 228 * 1024);
   }
