@@ -242,7 +242,7 @@ KernelPlan plan_rows(const NormSpec& spec, const Target& target) {
                          std::to_string(k),
                          std::to_string(chunks)};
       why << "rows of " << h << " elements split over " << chunks << " co-resident CTAs of "
-          << chunk << " elements each, kept in registers; partial (count, mean, M2) merged "
+          << chunk << " elements each, kept in registers; each chunk's (mean, M2) merged "
           << "with Chan's formula; x is read once";
     } else {
       p.strategy = Strategy::kRowStream;
@@ -262,21 +262,27 @@ KernelPlan plan_rows(const NormSpec& spec, const Target& target) {
     p.template_args.push_back(std::to_string(kSplitBlocksPerSm));
     p.template_args.push_back(l.staged ? "true" : "false");
     p.template_args.push_back(std::to_string(l.resident));
-    // Prefetching the row after the staged one into L2 keeps DRAM busy through each row's
-    // exchange (sm_90: one bulk prefetch per chunk). Only where no parameters are read again
-    // for every row (GroupNorm, none, or all resident): streaming weight and bias need that
-    // L2, and the prefetched rows evicted them (the LayerNorm seeds ran slower while theirs
-    // streamed). GroupNorm prefetches after each row's barrier, the others once the staged
-    // row's partial is out: each ran faster so (measured on the H100 with normjit bench,
-    // docs/performance-notes.md).
-    const bool prefetch = l.staged && target.sm >= 90 &&
-                          (group || l.resident == l.vectors || spec.affine == Affine::kNone);
+    // Prefetching a later row into L2 keeps DRAM busy through each row's exchange (sm_90: one
+    // bulk prefetch per chunk). Staged, only where no parameters are read again for every row
+    // (GroupNorm, none, or all resident): streaming weight and bias need that L2, and the
+    // prefetched rows evicted them (the LayerNorm seeds ran slower while theirs streamed).
+    // Unstaged (one row fills the chip), the next row is prefetched where at most an eighth
+    // of the parameters stream (the f32 LayerNorm seed ran faster so). GroupNorm prefetches
+    // after each row's barrier, the others once the row's partial is out: each ran faster so
+    // (measured on the H100 with normjit bench, docs/performance-notes.md).
+    const bool prefetch =
+        target.sm >= 90 &&
+        (l.staged ? group || l.resident == l.vectors || spec.affine == Affine::kNone
+                  : !group && (spec.affine == Affine::kNone || 8 * l.resident >= 7 * l.vectors));
     p.template_args.push_back(!prefetch ? "0" : group ? "2" : "1");
     if (l.resident > 0) {
       why << "; the parameters of " << l.resident << " of each thread's " << l.vectors
           << " vectors stay in shared memory";
     }
-    if (prefetch) why << "; the row after the staged one is prefetched into L2";
+    if (prefetch) {
+      why << "; the " << (l.staged ? "row after the staged one" : "next row")
+          << " is prefetched into L2";
+    }
     if (l.can_stage && !l.staged) {
       why << " (the next row is not staged: that shared memory holds parameters instead)";
     }

@@ -190,7 +190,20 @@ TEST(PlanRows, SplitSharedMemoryFitsTheSm) {
       plan(NormSpec::parse("op=layernorm shape=16,64,256,256 affine=none"), hopper);
   EXPECT_EQ(resident(bare), "0");
   EXPECT_EQ(prefetch(bare), "1");  // once the staged row's partial is out
-  for (const KernelPlan* p : {&ln, &rms}) EXPECT_EQ(prefetch(*p), "0");
+  // Staged, RMSNorm rows with a weight stream a quarter of it for every row: no prefetch.
+  // Unstaged, the f32 LayerNorm seed streams an eighth: the next row is prefetched.
+  EXPECT_EQ(prefetch(rms), "0");
+  EXPECT_EQ(prefetch(ln), "1");
+  // f16 rows of odd length: 2-byte vectors, which cp.async cannot move, so unstaged with no
+  // parameters resident. With weight and bias all of them stream: no prefetch; without them
+  // the next row is prefetched.
+  const KernelPlan odd = plan(NormSpec::parse("op=layernorm shape=4,1000001 dtype=f16"), hopper);
+  expect_split(odd, 31, "false", "0");
+  EXPECT_EQ(prefetch(odd), "0");
+  const KernelPlan odd_bare =
+      plan(NormSpec::parse("op=layernorm shape=4,1000001 dtype=f16 affine=none"), hopper);
+  EXPECT_EQ(staged(odd_bare), "false");
+  EXPECT_EQ(prefetch(odd_bare), "1");
   // sm_80 has no bulk prefetch.
   EXPECT_EQ(prefetch(plan(NormSpec::parse("op=groupnorm shape=112,64,512,512 groups=8"),
                           Target::parse("sm_80"))),
