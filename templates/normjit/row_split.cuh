@@ -128,7 +128,7 @@ __global__ void __launch_bounds__(THREADS, kMinBlocks) row_split(Params p) {
   const long long slot = blockIdx.x / P;
   const long long chunk = blockIdx.x - slot * P;
   const long long begin = chunk * kChunk;
-  float* region = p.workspace + slot * (4 * kPartialWords * P + 4);  // 16-byte aligned
+  float* region = p.workspace + slot * (8 * kPartialWords * P + 4);  // 16-byte aligned
   unsigned long long* counters = reinterpret_cast<unsigned long long*>(region);
   unsigned long long* partials = reinterpret_cast<unsigned long long*>(region + 4);
   const long long rows = total_rows<G>(p);
