@@ -313,12 +313,43 @@ int64_t KernelPlan::workspace_floats(int64_t co_resident) const {
   return co_resident / split_chunks * (16 * split_chunks + 4);  // see row_split.cuh
 }
 
+namespace {
+
+// The multiprocessors of each arch's full-size part, for plans made without a device.
+int full_size_sm_count(int sm) {
+  switch (sm) {
+    case 80:
+      return 108;  // A100
+    case 86:
+      return 84;  // A40 / RTX 3090
+    case 89:
+      return 142;  // L40S
+    case 90:
+      return 132;  // H100 SXM
+    case 100:
+      return 148;  // B200
+    default:
+      return 80;
+  }
+}
+
+}  // namespace
+
 std::string Target::name() const { return "sm_" + std::to_string(sm) + (arch_specific ? "a" : ""); }
+
+std::string Target::text() const {
+  return sm_count == full_size_sm_count(sm) ? name() : name() + ":" + std::to_string(sm_count);
+}
 
 Target Target::parse(std::string_view arch) {
   Target t;
   std::string_view digits = arch;
-  const std::string why = "expected a real GPU architecture such as sm_80, sm_90 or sm_90a";
+  const std::string why =
+      "expected a real GPU architecture such as sm_80, sm_90 or sm_90a, optionally with a "
+      "multiprocessor count as in sm_90:114";
+  const size_t colon = digits.find(':');
+  std::string_view count = colon == std::string_view::npos ? "" : digits.substr(colon + 1);
+  if (colon != std::string_view::npos) digits = digits.substr(0, colon);
   if (digits.substr(0, 3) != "sm_")
     throw_invalid_argument("arch", "'" + std::string(arch) + "'", why);
   digits.remove_prefix(3);
@@ -332,26 +363,17 @@ Target Target::parse(std::string_view arch) {
     throw_invalid_argument("arch", "'" + std::string(arch) + "'", why);
   }
   t.sm = sm;
-  // The full-size part of each arch, for plans made without a device.
-  switch (sm) {
-    case 80:
-      t.sm_count = 108;
-      break;  // A100
-    case 86:
-      t.sm_count = 84;
-      break;  // A40 / RTX 3090
-    case 89:
-      t.sm_count = 142;
-      break;  // L40S
-    case 90:
-      t.sm_count = 132;
-      break;  // H100 SXM
-    case 100:
-      t.sm_count = 148;
-      break;  // B200
-    default:
-      t.sm_count = 80;
-      break;
+  t.sm_count = full_size_sm_count(sm);
+  if (colon != std::string_view::npos) {
+    int n = 0;
+    auto [count_end, count_ec] = std::from_chars(count.data(), count.data() + count.size(), n);
+    if (count.empty() || count_ec != std::errc() || count_end != count.data() + count.size() ||
+        n < 1 || n > kMaxSmCount) {
+      throw_invalid_argument("arch", "'" + std::string(arch) + "'",
+                             "the multiprocessor count after ':' must be an integer from 1 to " +
+                                 std::to_string(kMaxSmCount));
+    }
+    t.sm_count = n;
   }
   return t;
 }

@@ -15,11 +15,16 @@ struct Target {
   int sm = 90;                 // compute capability, major * 10 + minor
   bool arch_specific = false;  // sm_90a rather than sm_90
   // Multiprocessors: from the device at run time; for an offline compile (prewarm) the
-  // full-size part of the arch (sm_90: 132, an H100 SXM). Plans use it only to decide
-  // whether a long row can be split over co-resident CTAs.
+  // full-size part of the arch (sm_90: 132, an H100 SXM) unless the spelling names another
+  // count. Plans use it only to decide whether a long row can be split over co-resident CTAs.
   int sm_count = 132;
-  std::string name() const;  // "sm_90", "sm_90a"
-  // "sm_80", "sm_90a", "compute_90" is refused (we always build a cubin).
+  static constexpr int kMaxSmCount = 1024;  // bound of a spelled count: far above any GPU's
+  std::string name() const;                 // the NVRTC target: "sm_90", "sm_90a"
+  // name(), plus ":N" when sm_count is not the full-size part's: "sm_90:114" (an H100 PCIe).
+  // parse(text()) gives back this target.
+  std::string text() const;
+  // "sm_80", "sm_90a", "sm_90:114" (114 multiprocessors, e.g. an H100 PCIe or a MIG slice's
+  // count); "compute_90" is refused (we always build a cubin).
   static Target parse(std::string_view arch);
   bool operator==(const Target& o) const {
     return sm == o.sm && arch_specific == o.arch_specific && sm_count == o.sm_count;

@@ -5,9 +5,23 @@
 #include <cstddef>
 #include <string>
 
+#include "generator/plan.hpp"
 #include "runtime/driver.hpp"
 
 namespace normjit::device {
+
+// The target of `device`, its multiprocessor count included: what an engine there plans for.
+inline Target target_of(CUdevice device) {
+  const driver::Api& cu = driver::api();
+  int major = 0, minor = 0;
+  Target t;
+  NORMJIT_CU(cu.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device));
+  NORMJIT_CU(cu.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device));
+  NORMJIT_CU(
+      cu.cuDeviceGetAttribute(&t.sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device));
+  t.sm = major * 10 + minor;
+  return t;
+}
 
 // Makes the primary context of `ordinal` current on this thread for its lifetime.
 class PrimaryContext {

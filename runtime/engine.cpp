@@ -11,6 +11,7 @@
 #include "cache/cache.hpp"
 #include "normjit/normjit.hpp"
 #include "runtime/compiler.hpp"
+#include "runtime/device.hpp"
 #include "runtime/driver.hpp"
 #include "templates/normjit/params.cuh"  // plain C++: the host uses the same struct
 
@@ -228,14 +229,7 @@ Target EngineImpl::device_target(CUcontext context) {
   const driver::Api& cu = driver::api();
   CUdevice device;
   NORMJIT_CU(cu.cuCtxGetDevice(&device));
-  int major = 0, minor = 0;
-  NORMJIT_CU(cu.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device));
-  NORMJIT_CU(cu.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device));
-  Target t;
-  t.sm = major * 10 + minor;
-  NORMJIT_CU(
-      cu.cuDeviceGetAttribute(&t.sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device));
-  return t;
+  return device::target_of(device);
 }
 
 void EngineImpl::publish(const ClassKey& key, std::shared_ptr<const LoadedKernel> kernel) {

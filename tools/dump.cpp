@@ -31,16 +31,11 @@ struct DumpOptions {
   std::string cache_dir;
 };
 
-// The arch of GPU 0 when there is one.
-std::string device_arch() {
-  if (!gpu_available()) return "";
-  const driver::Api& cu = driver::api();
+// GPU 0's target (the caller checks gpu_available()).
+Target device_target() {
   CUdevice device;
-  int major = 0, minor = 0;
-  NORMJIT_CU(cu.cuDeviceGet(&device, 0));
-  NORMJIT_CU(cu.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device));
-  NORMJIT_CU(cu.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device));
-  return "sm_" + std::to_string(major * 10 + minor);
+  NORMJIT_CU(driver::api().cuDeviceGet(&device, 0));
+  return device::target_of(device);
 }
 
 // ptxas's report from the NVRTC log. Where a driver is installed, NVRTC 13.0 can take the cubin
@@ -50,7 +45,7 @@ std::string device_arch() {
 std::string resource_report(const CompiledKernel& compiled, const Target& target) {
   std::string out = "kernel: " + compiled.lowered_name + "\narch: " + target.name() + "\n";
   const Resources r = parse_resources(compiled.log);
-  if (r.registers >= 0 || !gpu_available() || device_arch() != target.name()) {
+  if (r.registers >= 0 || !gpu_available() || device_target().name() != target.name()) {
     return out + r.to_string();
   }
   const driver::Api& cu = driver::api();
@@ -79,14 +74,12 @@ std::string dump_spec(const DumpOptions& o) {
                            "dump needs a spec (--op and --shape) or --cache-entry KEY");
   }
   const NormSpec spec = o.spec.resolve();
-  std::string arch = o.arch;
-  if (arch.empty()) arch = device_arch();
-  if (arch.empty()) {
+  if (o.arch.empty() && !gpu_available()) {
     throw_invalid_argument(
         "--arch", "(missing)",
         "no GPU here (" + gpu_unavailable_reason() + "); name the target, e.g. --arch sm_90");
   }
-  const Target target = parse_arch("--arch", arch);
+  const Target target = o.arch.empty() ? device_target() : parse_arch("--arch", o.arch);
   const KernelPlan p = plan(spec, target);
   const EmittedKernel emitted = emit(p);
   if (o.emit == "plan") return "spec: " + spec.to_string() + "\n" + p.to_string();
@@ -222,7 +215,9 @@ void add_dump_command(CLI::App& app) {
   options->spec.add_to(*dump, /*required=*/false);
   dump->add_option("--emit", options->emit, "plan | source | ptx | resources (default plan)")
       ->check(CLI::IsMember({"plan", "source", "ptx", "resources"}));
-  dump->add_option("--arch", options->arch, "target such as sm_80, sm_90, sm_90a (default: GPU 0)");
+  dump->add_option("--arch", options->arch,
+                   "target such as sm_80, sm_90, sm_90a; sm_90:114 plans for 114 multiprocessors "
+                   "(default: GPU 0, its count included; offline: the arch's full-size part)");
   dump->add_option("-o,--output", options->output, "write to FILE instead of stdout");
   dump->add_option("--cache-entry", options->cache_entry,
                    "dump the cached kernel with this key (from 'normjit cache ls') instead");

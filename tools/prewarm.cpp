@@ -312,7 +312,7 @@ std::vector<Task> make_tasks(const std::vector<ManifestEntry>& entries,
 }
 
 std::string describe(const std::vector<ManifestEntry>& entries, const Task& t) {
-  return entries[t.entry].spec.to_string() + " arch=" + t.target.name();
+  return entries[t.entry].spec.to_string() + " arch=" + t.target.text();
 }
 
 std::string plural(size_t n, const char* one, const char* many) {
@@ -490,7 +490,7 @@ void run_prewarm(const PrewarmOptions& o, const std::vector<ManifestEntry>& entr
       const Clock::time_point t0 = Clock::now();
       if (t.result != Task::Result::kFailed) {
         try {
-          const bool compiled = engine.precompile(entries[t.entry].spec, t.target.name());
+          const bool compiled = engine.precompile(entries[t.entry].spec, t.target.text());
           t.result = compiled ? Task::Result::kCompiled : Task::Result::kCached;
         } catch (const std::exception& e) {
           t.result = Task::Result::kFailed;
@@ -571,7 +571,8 @@ void add_prewarm_command(CLI::App& app) {
   prewarm
       ->add_option("--arch", options->archs,
                    "targets, comma-separated: sm_80,sm_90,sm_90a (must match the GPUs that run "
-                   "the kernels)")
+                   "the kernels); sm_90:114 plans for a part with 114 multiprocessors (H100 "
+                   "PCIe; default: the arch's full-size part, which long rows' kernels depend on)")
       ->delimiter(',')
       ->required();
   prewarm->add_option("--cache-dir", options->cache_dir,
@@ -588,6 +589,8 @@ void add_prewarm_command(CLI::App& app) {
       "/opt/app/normjit-cache -j 8\n"
       "  normjit prewarm tools/manifests/seeds.json --arch sm_80,sm_90 --cache-dir "
       "/opt/app/normjit-cache --check\n"
+      "  normjit prewarm models.json --arch sm_90,sm_90:114 --cache-dir /opt/app/normjit-cache\n"
+      "      (H100 SXM and PCIe: kernels that do not depend on the count are compiled once)\n"
       "Manifest:\n"
       "  [{\"op\": \"groupnorm\", \"shape\": [112, 64, 512, 512], \"groups\": 8, \"dtype\": "
       "\"f32\"},\n"

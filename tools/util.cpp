@@ -44,10 +44,18 @@ Target parse_arch(const std::string& flag, const std::string& arch) {
   const std::string why = "this NVRTC (" + nvrtc_version() + ") builds for " + list +
                           " (an 'a' suffix, as in sm_90a, selects arch-specific features)";
   Target target;
+  const std::string base_arch = arch.substr(0, arch.find(':'));
+  try {
+    Target::parse(base_arch);
+  } catch (const Error&) {
+    throw_invalid_argument(flag, "'" + arch + "'", "not a GPU architecture; " + why);
+  }
   try {
     target = Target::parse(arch);
   } catch (const Error&) {
-    throw_invalid_argument(flag, "'" + arch + "'", "not a GPU architecture; " + why);
+    throw_invalid_argument(flag, "'" + arch + "'",
+                           "the multiprocessor count after ':' must be an integer from 1 to " +
+                               std::to_string(Target::kMaxSmCount));
   }
   Target base = target;
   base.arch_specific = false;

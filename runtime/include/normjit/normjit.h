@@ -71,7 +71,8 @@ normjit_status normjit_groupnorm(normjit_engine* engine, const void* x, void* y,
                                  const void* bias, const int64_t* shape, int ndim, int64_t groups,
                                  normjit_dtype dtype, double eps, struct CUstream_st* stream);
 
-/* Compile (or find in the cache) without a GPU, for arch such as "sm_90". *compiled is set to
+/* Compile (or find in the cache) without a GPU, for arch such as "sm_90" (its full-size part)
+ * or "sm_90:114" (a part with 114 multiprocessors, e.g. an H100 PCIe). *compiled is set to
  * 1 when NVRTC ran, 0 when the kernel was already cached (compiled may be NULL).
  * spec is the canonical text form, e.g. "op=rmsnorm shape=8,64,32,32 dtype=f32". */
 normjit_status normjit_precompile(normjit_engine* engine, const char* spec, const char* arch,

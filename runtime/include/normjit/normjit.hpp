@@ -88,8 +88,9 @@ class Engine {
   void run(const NormSpec& spec, const void* x, void* y, const void* weight, const void* bias,
            CUstream_st* stream);
 
-  // No GPU needed: plan, compile for arch ("sm_90") and store in the cache. Returns whether
-  // the binary was compiled (false: it was already cached).
+  // No GPU needed: plan, compile for arch ("sm_90", its full-size part; "sm_90:114", a part
+  // with 114 multiprocessors) and store in the cache. Returns whether the binary was compiled
+  // (false: it was already cached).
   bool precompile(const NormSpec& spec, const std::string& arch);
 
   EngineCounters counters() const;

@@ -18,6 +18,46 @@ TEST(Target, ParsesRealArchitecturesOnly) {
   EXPECT_THROW(Target::parse("90"), Error);
 }
 
+TEST(Target, SpellsAMultiprocessorCountAfterAColon) {
+  // Offline, a target is the arch's full-size part unless its spelling names a count: the
+  // deployment of an H100 PCIe (114 SMs) or a MIG slice prewarms the kernels it will run.
+  const Target sxm = Target::parse("sm_90");
+  EXPECT_EQ(sxm.sm_count, 132);
+  EXPECT_EQ(sxm.text(), "sm_90");
+  const Target pcie = Target::parse("sm_90:114");
+  EXPECT_EQ(pcie.sm, 90);
+  EXPECT_EQ(pcie.sm_count, 114);
+  EXPECT_EQ(pcie.name(), "sm_90");  // what NVRTC builds for
+  EXPECT_EQ(pcie.text(), "sm_90:114");
+  EXPECT_EQ(Target::parse(pcie.text()), pcie);
+  EXPECT_EQ(Target::parse("sm_90a:16").text(), "sm_90a:16");
+  EXPECT_EQ(Target::parse("sm_90:132"), sxm);  // the full-size count spelled out
+  EXPECT_EQ(Target::parse("sm_90:132").text(), "sm_90");
+  EXPECT_EQ(Target::parse("sm_80:132").text(), "sm_80:132");
+  for (const char* bad : {"sm_90:", "sm_90:0", "sm_90:-4", "sm_90:x", "sm_90:114:2", "sm_90:1025",
+                          ":114", "sm_9x:114"}) {
+    EXPECT_THROW(Target::parse(bad), Error) << bad;
+  }
+}
+
+TEST(Plan, LongRowsDependOnTheMultiprocessorCountShortOnesDoNot) {
+  const NormSpec seed = NormSpec::parse("op=layernorm shape=16,64,256,256 dtype=f32");
+  const KernelPlan sxm = plan(seed, Target::parse("sm_90"));
+  const KernelPlan pcie = plan(seed, Target::parse("sm_90:114"));
+  EXPECT_EQ(sxm.strategy, Strategy::kRowSplit);
+  EXPECT_EQ(sxm.split_chunks, 128);
+  // 128 chunks of the seed's row do not fit 114 SMs at once.
+  EXPECT_NE(pcie.strategy, Strategy::kRowSplit);
+  EXPECT_NE(emit(sxm).source, emit(pcie).source);
+  const NormSpec rows =
+      NormSpec::parse("op=layernorm shape=4096,4096 normalized_dims=1 dtype=bf16");
+  EXPECT_EQ(emit(plan(rows, Target::parse("sm_90"))).source,
+            emit(plan(rows, Target::parse("sm_90:114"))).source);
+  const NormSpec channels = NormSpec::parse("op=rmsnorm shape=112,64,512,512 dtype=bf16");
+  EXPECT_EQ(emit(plan(channels, Target::parse("sm_90"))).source,
+            emit(plan(channels, Target::parse("sm_90:16"))).source);
+}
+
 TEST(Plan, ChannelFormUsesSixteenByteAccessesWhenTheSpatialSizeAllows) {
   const Target t = Target::parse("sm_90");
   const KernelPlan f32 = plan(NormSpec::parse("op=rmsnorm shape=112,64,512,512 dtype=f32"), t);

@@ -151,6 +151,49 @@ TEST_F(Prewarm, AFailedWriteIsAFailure) {
   EXPECT_EQ(summary_of(r).failed, int(kSpecs.size() * kArchs.size())) << r.describe();
 }
 
+// A part with fewer multiprocessors than the arch's full-size one plans long rows differently;
+// `--arch sm_90:114` prewarms what an engine on such a GPU (an H100 PCIe) looks up. Kernels
+// that do not depend on the count are the same key and compiled once.
+TEST_F(Prewarm, AMultiprocessorCountPrewarmsThatPartsLongRowKernels) {
+  const std::vector<std::string> specs = {
+      "op=layernorm shape=2,64,256,256 dtype=f32 normalized_dims=3 affine=both",
+      "op=rmsnorm shape=2,64,32,32 dtype=f32 affine=none"};
+  write_file(manifest_, manifest_of(specs));
+  const NormSpec long_rows = NormSpec::parse(specs[0]);
+  const std::string dir = home_ / "sxm";
+  const ToolResult sxm = run({"prewarm", manifest_, "--arch", "sm_90", "--cache-dir", dir});
+  ASSERT_EQ(sxm.exit_code, 0) << sxm.describe();
+
+  // The SXM directory lacks exactly the PCIe plan of the long rows.
+  const ToolResult lacks =
+      run({"prewarm", manifest_, "--arch", "sm_90:114", "--cache-dir", dir, "--check"});
+  EXPECT_NE(lacks.exit_code, 0) << lacks.describe();
+  const std::string pcie_key = key_inputs(long_rows, Target::parse("sm_90:114")).key();
+  EXPECT_NE(lacks.out.find(long_rows.to_string() + " arch=sm_90:114 key=" + pcie_key), npos)
+      << lacks.describe();
+  EXPECT_EQ(lacks.out.find(NormSpec::parse(specs[1]).to_string() + " arch="), npos)
+      << "the channel kernel is the same for every count\n"
+      << lacks.describe();
+
+  const std::string both = home_ / "both";
+  const ToolResult r =
+      run({"prewarm", manifest_, "--arch", "sm_90,sm_90:114", "--cache-dir", both, "-j", "2"});
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  EXPECT_EQ(summary_of(r).compiled, 3) << "two long-row plans, one channel kernel\n"
+                                       << r.describe();
+  for (const char* arch : {"sm_90", "sm_90:114"}) {
+    const ToolResult ok =
+        run({"prewarm", manifest_, "--arch", arch, "--cache-dir", both, "--check"});
+    EXPECT_EQ(ok.exit_code, 0) << arch << "\n" << ok.describe();
+  }
+  const ToolResult bad = run({"prewarm", manifest_, "--arch", "sm_90:0", "--cache-dir", both});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_EQ(
+      bad.err_lines("normjit: error: invalid --arch 'sm_90:0': the multiprocessor count").size(),
+      1u)
+      << bad.describe();
+}
+
 // Prewarm and --check agree on the seed manifest, whatever the generator supports today: each
 // kernel prewarm could not build is one --check reports missing, and the exit codes follow.
 TEST_F(Prewarm, SeedManifestPrewarmAndCheckAgree) {
