@@ -85,6 +85,7 @@ int team_values(Dtype dtype, int vec) {
 }
 constexpr int kSplitBlocksPerSm = 1;  // split CTAs resident per SM (__launch_bounds__)
 constexpr int kStreamThreads = 1024;  // CTA of the streaming fallback
+constexpr int kStreamVectors = 4;     // vectors per thread in flight in each of its passes
 
 // Shared memory per SM of an arch (KiB; the CUDA programming guide's table), for a part we
 // do not know the smaller common value.
@@ -245,14 +246,36 @@ KernelPlan plan_rows(const NormSpec& spec, const Target& target) {
           << chunk << " elements each, kept in registers; each chunk's (mean, M2) merged "
           << "with Chan's formula; x is read once";
     } else {
+      // Each row over every co-resident CTA (one per SM), each streaming a part twice in
+      // pieces of `vectors` vectors per thread: up to kStreamVectors, as many as divide the
+      // part's length in vectors (rounded up to a multiple of kStreamVectors where that moves
+      // little), so that the parts stay even and every SM gets one.
+      const int64_t unit = int64_t{kStreamThreads} * p.vec;  // one vector per thread
+      int64_t units = ceil_div(h, capacity * unit);
+      if (units >= 4 * kStreamVectors) units = ceil_div(units, kStreamVectors) * kStreamVectors;
+      int vectors = kStreamVectors;
+      while (units % vectors != 0) --vectors;
+      const int64_t seg = units * unit;
+      const int64_t parts = ceil_div(h, seg);
       p.strategy = Strategy::kRowStream;
       p.header = "normjit/row_stream.cuh";
       p.function = "normjit::row_stream";
       p.block_x = kStreamThreads;
-      p.template_args = {type, rms, std::to_string(h), std::to_string(kStreamThreads),
-                         std::to_string(p.vec)};
+      p.split_chunks = parts;
+      p.split_blocks_per_sm = kSplitBlocksPerSm;
+      p.template_args = {type,
+                         rms,
+                         std::to_string(h),
+                         std::to_string(kStreamThreads),
+                         std::to_string(p.vec),
+                         std::to_string(vectors),
+                         std::to_string(parts),
+                         std::to_string(seg)};
       why << "rows of " << h << " elements exceed what " << capacity
-          << " co-resident CTAs hold: one CTA streams each row twice (x is read twice)";
+          << " co-resident CTAs hold in registers: each row is split over " << parts
+          << " co-resident CTAs of " << seg
+          << " elements, each streaming its part twice (statistics, then normalize: x is "
+             "read twice); the parts' (mean, M2) merged with Chan's formula";
     }
   }
   for (const std::string& arg : tail) p.template_args.push_back(arg);
@@ -301,7 +324,6 @@ int64_t KernelPlan::grid(int64_t batch, int64_t co_resident) const {
     case Strategy::kRowRegisters:
       return ceil_div(rows, rows_per_block);
     case Strategy::kRowStream:
-      return rows;
     case Strategy::kRowSplit:
       return std::min(co_resident / split_chunks, rows) * split_chunks;
   }
@@ -309,8 +331,8 @@ int64_t KernelPlan::grid(int64_t batch, int64_t co_resident) const {
 }
 
 int64_t KernelPlan::workspace_floats(int64_t co_resident) const {
-  if (strategy != Strategy::kRowSplit) return 0;
-  return co_resident / split_chunks * (16 * split_chunks + 4);  // see row_split.cuh
+  if (!cooperative()) return 0;
+  return co_resident / split_chunks * (16 * split_chunks + 4);  // see exchange.cuh
 }
 
 namespace {
@@ -421,7 +443,6 @@ std::string KernelPlan::grid_text() const {
       return "batch x " + std::to_string(rows_per_item) + " rows / " +
              std::to_string(rows_per_block) + " rows per CTA";
     case Strategy::kRowStream:
-      return "batch x " + std::to_string(rows_per_item) + " CTAs";
     case Strategy::kRowSplit:
       return std::to_string(split_chunks) +
              " CTAs per row x as many rows as stay co-resident "

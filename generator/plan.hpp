@@ -35,7 +35,7 @@ enum class Strategy {
   kChannels,      // rmsnorm over dim 1: a thread owns spatial positions, loops over C
   kRowRegisters,  // a team of threads per row, the row in registers (read once)
   kRowSplit,      // a row over P co-resident CTAs, chunks in registers (read once)
-  kRowStream,     // fallback for rows longer than the chip holds: one CTA streams it twice
+  kRowStream,     // rows longer than the chip holds: a row over P co-resident CTAs, read twice
 };
 const char* to_string(Strategy strategy);
 
@@ -49,16 +49,19 @@ struct KernelPlan {
   int64_t blocks_per_item = 1;             // kChannels: CTAs per batch item
   int64_t rows_per_item = 1;               // row strategies: rows per batch item (groups)
   int rows_per_block = 1;                  // kRowRegisters: rows per CTA
-  int64_t split_chunks = 0;                // kRowSplit: CTAs per row (P)
-  int split_blocks_per_sm = 0;             // kRowSplit: residency the kernel is built for
+  int64_t split_chunks = 0;                // kRowSplit, kRowStream: CTAs per row (P)
+  int split_blocks_per_sm = 0;             // kRowSplit, kRowStream: residency built for
   int vec = 1;                             // elements per global access of x and y
   int param_vec = 1;                       // elements per access of weight and bias
   int smem_bytes = 0;                      // dynamic shared memory per CTA
   std::string why;                         // one line: why this strategy and shape
 
-  bool cooperative() const { return strategy == Strategy::kRowSplit; }
-  // CTAs of a launch over `batch` items; for kRowSplit, `co_resident` is how many CTAs of
-  // this kernel the device holds at once.
+  // CTAs of a row exchange partials: launched cooperatively, with a workspace.
+  bool cooperative() const {
+    return strategy == Strategy::kRowSplit || strategy == Strategy::kRowStream;
+  }
+  // CTAs of a launch over `batch` items; for cooperative kernels, `co_resident` is how many
+  // CTAs of this kernel the device holds at once.
   int64_t grid(int64_t batch, int64_t co_resident) const;
   // Workspace floats a launch needs (kRowSplit), for `co_resident` as above.
   int64_t workspace_floats(int64_t co_resident) const;

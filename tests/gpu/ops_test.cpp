@@ -192,6 +192,15 @@ TEST_F(Ops, RowsLongerThanTheChipHolds) {
         2, worst);
   check(engine, make(Op::kLayerNorm, {1, int64_t{1} << 28}, Dtype::kBF16, Affine::kNone, 1),
         Values::kNormal, 3, worst);
+  // Each row over every SM, several rows one after another (generations of the exchange),
+  // parts whose last one is short: GroupNorm rows of 16 channels x 360000, odd lengths
+  // (scalar accesses), five rows.
+  check(engine, make(Op::kGroupNorm, {3, 32, 600, 600}, Dtype::kF32, Affine::kBoth, -1, 2),
+        Values::kLargeMean, 4, worst);
+  check(engine, make(Op::kLayerNorm, {3, 9000001}, Dtype::kBF16, Affine::kBoth, 1),
+        Values::kNegative, 5, worst);
+  check(engine, make(Op::kLayerNorm, {5, 8388609}, Dtype::kF32, Affine::kWeight, 1),
+        Values::kLargeMean, 6, worst);
   worst.print("rows past the chip");
 }
 

@@ -164,6 +164,49 @@ TEST(PlanRows, GridsAndWorkspaceFollowTheBatch) {
   EXPECT_EQ(plan(NormSpec::parse("op=layernorm shape=4,1024"), t).workspace_floats(264), 0);
 }
 
+// Rows longer than the split kernel holds stream over every SM: P co-resident CTAs per row,
+// each a part of kSeg elements in pieces of whole vectors, together covering the row, their
+// number close to the SM count however few the rows.
+TEST(PlanRows, StreamingRowsSpreadOverEverySm) {
+  struct Case {
+    const char* spec;
+    const char* arch;
+  };
+  for (const Case& c :
+       {Case{"op=layernorm shape=2,268435456 normalized_dims=1", "sm_90"},
+        Case{"op=layernorm shape=16,64,256,256", "sm_90:114"},
+        Case{"op=layernorm shape=16,64,256,256", "sm_80"},
+        Case{"op=layernorm shape=5,8388609 normalized_dims=1 affine=weight", "sm_90"},
+        Case{"op=rmsnorm shape=2,268435456 normalized_dims=1 dtype=bf16", "sm_90"},
+        Case{"op=groupnorm shape=3,32,600,600 groups=2", "sm_90"},
+        Case{"op=groupnorm shape=4,96,333,333 groups=3 dtype=bf16", "sm_80"}}) {
+    SCOPED_TRACE(std::string(c.spec) + " " + c.arch);
+    const NormSpec spec = NormSpec::parse(c.spec);
+    const Target t = Target::parse(c.arch);
+    const KernelPlan p = plan(spec, t);
+    ASSERT_EQ(p.strategy, Strategy::kRowStream);
+    EXPECT_TRUE(p.cooperative());
+    // <T, rms, H, THREADS, V, K, P, kSeg, G, S, CG, weight, bias>
+    ASSERT_EQ(p.template_args.size(), 13u);
+    const int64_t h = spec.row_length();
+    const int64_t vectors = std::stoll(p.template_args[5]);
+    const int64_t parts = std::stoll(p.template_args[6]);
+    const int64_t seg = std::stoll(p.template_args[7]);
+    EXPECT_EQ(parts, p.split_chunks);
+    EXPECT_LE(parts, t.sm_count);
+    EXPECT_GE(parts * 10, t.sm_count * 8) << "most SMs take a part";
+    EXPECT_LT((parts - 1) * seg, h);
+    EXPECT_GE(parts * seg, h);
+    EXPECT_EQ(seg % (int64_t{p.block_x} * p.vec * vectors), 0) << "whole pieces";
+    EXPECT_GE(vectors, 1);
+    EXPECT_LE(vectors, 4);
+    const int64_t rows = 3 * p.rows_per_item;
+    EXPECT_EQ(p.grid(3, t.sm_count), parts);  // one slot: the rows one after another
+    EXPECT_EQ(p.grid(3, 2 * t.sm_count), std::min<int64_t>(2 * t.sm_count / parts, rows) * parts);
+    EXPECT_EQ(p.workspace_floats(t.sm_count), 16 * parts + 4);
+  }
+}
+
 // The split CTA (one per SM) must fit the arch's shared memory: the stage and the resident
 // parameters (LayerNorm) are sized from it.
 TEST(PlanRows, SplitSharedMemoryFitsTheSm) {
