@@ -204,6 +204,15 @@ def default_problems() -> list[Problem]:
             problems.append(
                 Problem(f"sd groupnorm c{c} {h}x{w} b{n}", "sd", "groupnorm", (n, c, h, w), dtype,
                         1e-5, groups=32, affine="both", quick=(c == 320 and dtype == "bf16")))
+    # Rows longer than the split kernel keeps in registers on the whole chip (f32: over 4 Mi
+    # elements on 132 SMs): each row streams over every SM and x is read twice.
+    for dtype in ("f32", "bf16"):
+        problems += [
+            Problem("long layernorm 16Mi", "long", "layernorm", (4, 16777216), dtype, 1e-5,
+                    normalized_dims=1, affine="both"),
+            Problem("long rmsnorm 64Mi", "long", "rmsnorm", (2, 67108864), dtype, 1e-6,
+                    normalized_dims=1, affine="weight"),
+        ]
     return problems
 
 
@@ -211,6 +220,7 @@ GROUP_TITLES = {
     "seeds": "Seed problems (docs/design.md)",
     "llm": "LLM rows (bf16, [tokens, hidden])",
     "sd": "Stable Diffusion GroupNorm (32 groups)",
+    "long": "Rows past what the chip holds in registers (streamed: x read twice)",
 }
 
 
@@ -1331,7 +1341,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
                     help="build directory (libnormjit.so, tools/normjit); relative to the repo root")
     ap.add_argument("--lib", default=None, help="libnormjit.so (default: BUILD/libnormjit.so)")
     ap.add_argument("--only", default=None,
-                    help="comma-separated groups (seeds, llm, sd), ops (rmsnorm, layernorm, "
+                    help="comma-separated groups (seeds, llm, sd, long), ops (rmsnorm, layernorm, "
                          "groupnorm) or substrings of problem names")
     ap.add_argument("--dtypes", default="f32,bf16",
                     help="comma-separated dtypes to run (f32, f16, bf16); default f32,bf16")
