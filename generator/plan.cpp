@@ -69,7 +69,8 @@ constexpr int kMaxTeam = 1024;      // threads per row team
 // CTA of the split kernel: one of 1024 threads per SM. Its chunk is the most one SM's
 // registers hold, so a row needs the fewest CTAs (P): each row's exchange costs about the
 // same whatever the chunk, and on the H100 two CTAs of 512 per SM (twice the CTAs per row)
-// ran the seeds slower (normjit bench; docs/performance-notes.md).
+// ran the seeds slower (normjit bench; docs/performance-notes.md). The streaming kernel for
+// longer rows takes the same CTA, one per SM.
 constexpr int kSplitThreads = 1024;
 constexpr int kSplitValues = 32;  // f32 values per thread of the split kernel
 // 16-bit values are held packed two to a register (row_common.cuh), so the same registers
@@ -84,7 +85,6 @@ int team_values(Dtype dtype, int vec) {
   return size_of(dtype) == 2 && vec >= 2 ? 2 * kTeamValues : kTeamValues;
 }
 constexpr int kSplitBlocksPerSm = 1;  // split CTAs resident per SM (__launch_bounds__)
-constexpr int kStreamThreads = 1024;  // CTA of the streaming fallback
 constexpr int kStreamVectors = 4;     // vectors per thread in flight in each of its passes
 
 // Shared memory per SM of an arch (KiB; the CUDA programming guide's table), for a part we
@@ -228,20 +228,26 @@ KernelPlan plan_rows(const NormSpec& spec, const Target& target) {
     const int64_t k = layout.vectors;
     const int64_t chunk = int64_t{kSplitThreads} * k * p.vec;
     const int64_t chunks = layout.chunks;
-    if (chunks <= capacity) {
-      p.strategy = Strategy::kRowSplit;
-      p.header = "normjit/row_split.cuh";
-      p.function = "normjit::row_split";
+    // Both kernels that split a row over co-resident CTAs (one per SM) begin their template
+    // arguments with <T, rms, H, THREADS, V, vectors per thread, CTAs per row>.
+    const auto cooperative = [&](Strategy strategy, const char* name, int64_t vectors,
+                                 int64_t parts) {
+      p.strategy = strategy;
+      p.header = std::string("normjit/") + name + ".cuh";
+      p.function = std::string("normjit::") + name;
       p.block_x = kSplitThreads;
-      p.split_chunks = chunks;
+      p.split_chunks = parts;
       p.split_blocks_per_sm = kSplitBlocksPerSm;
       p.template_args = {type,
                          rms,
                          std::to_string(h),
                          std::to_string(kSplitThreads),
                          std::to_string(p.vec),
-                         std::to_string(k),
-                         std::to_string(chunks)};
+                         std::to_string(vectors),
+                         std::to_string(parts)};
+    };
+    if (chunks <= capacity) {
+      cooperative(Strategy::kRowSplit, "row_split", k, chunks);
       why << "rows of " << h << " elements split over " << chunks << " co-resident CTAs of "
           << chunk << " elements each, kept in registers; each chunk's (mean, M2) merged "
           << "with Chan's formula; x is read once";
@@ -250,27 +256,15 @@ KernelPlan plan_rows(const NormSpec& spec, const Target& target) {
       // pieces of `vectors` vectors per thread: up to kStreamVectors, as many as divide the
       // part's length in vectors (rounded up to a multiple of kStreamVectors where that moves
       // little), so that the parts stay even and every SM gets one.
-      const int64_t unit = int64_t{kStreamThreads} * p.vec;  // one vector per thread
+      const int64_t unit = int64_t{kSplitThreads} * p.vec;  // one vector per thread
       int64_t units = ceil_div(h, capacity * unit);
       if (units >= 4 * kStreamVectors) units = ceil_div(units, kStreamVectors) * kStreamVectors;
       int vectors = kStreamVectors;
       while (units % vectors != 0) --vectors;
       const int64_t seg = units * unit;
       const int64_t parts = ceil_div(h, seg);
-      p.strategy = Strategy::kRowStream;
-      p.header = "normjit/row_stream.cuh";
-      p.function = "normjit::row_stream";
-      p.block_x = kStreamThreads;
-      p.split_chunks = parts;
-      p.split_blocks_per_sm = kSplitBlocksPerSm;
-      p.template_args = {type,
-                         rms,
-                         std::to_string(h),
-                         std::to_string(kStreamThreads),
-                         std::to_string(p.vec),
-                         std::to_string(vectors),
-                         std::to_string(parts),
-                         std::to_string(seg)};
+      cooperative(Strategy::kRowStream, "row_stream", vectors, parts);
+      p.template_args.push_back(std::to_string(seg));
       why << "rows of " << h << " elements exceed what " << capacity
           << " co-resident CTAs hold in registers: each row is split over " << parts
           << " co-resident CTAs of " << seg
