@@ -253,13 +253,15 @@ KernelPlan plan_rows(const NormSpec& spec, const Target& target) {
           << "with Chan's formula; x is read once";
     } else {
       // Each row over every co-resident CTA (one per SM), each streaming a part twice in
-      // pieces of `vectors` vectors per thread: up to kStreamVectors, as many as divide the
-      // part's length in vectors (rounded up to a multiple of kStreamVectors where that moves
-      // little), so that the parts stay even and every SM gets one.
+      // pieces of `vectors` vectors per thread: up to kStreamVectors in flight per thread (half
+      // as many per row where parameters per element make the kernel normalize two rows per
+      // pass), as many as divide the part's length in vectors (rounded up to a multiple where
+      // that moves little), so that the parts stay even and every SM gets one.
+      const int most = !group && spec.affine != Affine::kNone ? kStreamVectors / 2 : kStreamVectors;
       const int64_t unit = int64_t{kSplitThreads} * p.vec;  // one vector per thread
       int64_t units = ceil_div(h, capacity * unit);
-      if (units >= 4 * kStreamVectors) units = ceil_div(units, kStreamVectors) * kStreamVectors;
-      int vectors = kStreamVectors;
+      if (units >= 4 * most) units = ceil_div(units, most) * most;
+      int vectors = most;
       while (units % vectors != 0) --vectors;
       const int64_t seg = units * unit;
       const int64_t parts = ceil_div(h, seg);

@@ -3,8 +3,9 @@
 // co-resident CTAs (cooperative launch, as row_split), and each streams its part of kSeg
 // elements twice: statistics, the exchange of partials with the row's other CTAs
 // (exchange.cuh), then normalize. Correct for any length; x is read twice, but every SM
-// streams it, however few the rows. Each pass over a part is a loop with a constant trip count
-// of pieces of K vectors per thread (K vectors in flight per thread).
+// streams it, however few the rows; parameters as long as a row are read once per two rows. Each
+// pass over a part is a loop with a constant trip count of pieces of K vectors per thread (K
+// vectors in flight per thread).
 #pragma once
 
 #include "normjit/exchange.cuh"
@@ -37,28 +38,53 @@ __global__ void __launch_bounds__(THREADS, 1) row_stream(Params p) {
   // Every thread reads the generation below; thread 0 wrote it.
   __syncthreads();
   unsigned long long g = exchange.base_generation();
-  for (long long row = slot; row < rows; row += slots, ++g) {
-    const T* x = x0 + row * H;
-    const float shift = row_shift<kRms>(x);
-    Stats acc = {0.f, 0.f, 0.f};
+  // Where the parameters are as long as the row (LayerNorm, RMSNorm with a weight), two rows
+  // of the slot are normalized in one pass over them, so they are read once per two rows: both
+  // rows' partials are published (generations g and g+1) before either is awaited, which also
+  // hides the first row's exchange behind the second's statistics.
+  constexpr int kRowsPerPass = G == 0 && (kWeight || kBias) ? 2 : 1;
+  for (long long row = slot; row < rows; row += kRowsPerPass * slots) {
+    const int n = kRowsPerPass == 2 && row + slots < rows ? 2 : 1;  // the same in every CTA
+    float shift[kRowsPerPass], mean[kRowsPerPass], rstd[kRowsPerPass];
+#pragma unroll
+    for (int r = 0; r < kRowsPerPass; ++r) {
+      if (r >= n) break;
+      const T* x = x0 + (row + r * slots) * H;
+      shift[r] = row_shift<kRms>(x);
+      Stats acc = {0.f, 0.f, 0.f};
+      for (long long i = 0; i < kPieces; ++i) {
+        Piece piece;
+        piece.load(x, begin + i * kPiece, tid, shift[r]);
+        if constexpr (kRms) {
+          acc.m2 += piece.sum_squares();
+        } else {
+          acc = merge(acc, piece.stats());
+        }
+      }
+      exchange.publish(acc, g + r);
+    }
+#pragma unroll
+    for (int r = 0; r < kRowsPerPass; ++r) {
+      if (r < n) exchange.combine(g + r, p.eps, mean[r], rstd[r]);
+    }
     for (long long i = 0; i < kPieces; ++i) {
-      Piece piece;
-      piece.load(x, begin + i * kPiece, tid, shift);
-      if constexpr (kRms) {
-        acc.m2 += piece.sum_squares();
-      } else {
-        acc = merge(acc, piece.stats());
+      const long long piece_begin = begin + i * kPiece;
+      Piece piece[kRowsPerPass];
+#pragma unroll
+      for (int r = 0; r < kRowsPerPass; ++r) {
+        if (r < n) piece[r].load(x0 + (row + r * slots) * H, piece_begin, tid, shift[r]);
+      }
+      // The second row's store finds the parameters the first one just read in L1 or L2.
+#pragma unroll
+      for (int r = 0; r < kRowsPerPass; ++r) {
+        if (r < n) {
+          const long long row_r = row + r * slots;
+          piece[r].template store<G, S, CG, kWeight, kBias>(y0 + row_r * H, p, row_r, piece_begin,
+                                                            tid, mean[r], rstd[r]);
+        }
       }
     }
-    exchange.publish(acc, g);
-    float mean, rstd;
-    exchange.combine(g, p.eps, mean, rstd);
-    for (long long i = 0; i < kPieces; ++i) {
-      Piece piece;
-      piece.load(x, begin + i * kPiece, tid, shift);
-      piece.template store<G, S, CG, kWeight, kBias>(y0 + row * H, p, row, begin + i * kPiece, tid,
-                                                     mean, rstd);
-    }
+    g += n;
   }
 }
 
