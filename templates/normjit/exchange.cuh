@@ -62,7 +62,8 @@ __device__ __forceinline__ void store_relaxed(unsigned long long* p, unsigned lo
 
 // One slot's exchange for rows of H elements split over P CTAs of kSeg elements each (the last
 // one what remains). The kernel declares one `__shared__ Exchange::Shared` and constructs the
-// exchange of its CTA; every thread then calls start(), publish() and combine() alike.
+// exchange of its CTA, which also says where the CTA works; every thread then calls start(),
+// publish() and combine() alike.
 template <int THREADS, long long P, long long kSeg, long long H, bool kRms>
 struct Exchange {
   static constexpr int kWarps = THREADS / 32;
@@ -79,17 +80,19 @@ struct Exchange {
     unsigned long long base_generation;
   };
 
+  // This CTA's place in the launch: `slots` groups of P CTAs; slot s works on rows s,
+  // s + slots, ...; `chunk` is this CTA's part of each of them, 0..P-1.
+  const long long slots = gridDim.x / P;
+  const long long slot = blockIdx.x / P;
+  const long long chunk = blockIdx.x - slot * P;
   Shared& sh;
-  unsigned long long* counters;
-  unsigned long long* partials;
-  long long chunk;  // this CTA's part of the row, 0..P-1
+  unsigned long long* const counters;
+  unsigned long long* const partials;
 
-  __device__ __forceinline__ Exchange(Shared& shared, float* workspace, long long slot,
-                                      long long chunk_)
+  __device__ __forceinline__ Exchange(Shared& shared, float* workspace)
       : sh(shared),
         counters(reinterpret_cast<unsigned long long*>(workspace + slot * kSlotFloats)),
-        partials(reinterpret_cast<unsigned long long*>(workspace + slot * kSlotFloats + 4)),
-        chunk(chunk_) {}
+        partials(reinterpret_cast<unsigned long long*>(workspace + slot * kSlotFloats + 4)) {}
 
   // The slot's first generation of this launch. Counters grow by whole generations per
   // launch, and the generations in progress cannot complete without this CTA, so

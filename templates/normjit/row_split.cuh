@@ -68,11 +68,9 @@ __global__ void __launch_bounds__(THREADS, kMinBlocks) row_split(Params p) {
   using RowExchange = Exchange<THREADS, P, kChunk, H, kRms>;
   __shared__ typename RowExchange::Shared exchange_shared;
 
-  const long long slots = gridDim.x / P;
-  const long long slot = blockIdx.x / P;
-  const long long chunk = blockIdx.x - slot * P;
-  const long long begin = chunk * kChunk;
-  RowExchange exchange(exchange_shared, p.workspace, slot, chunk);
+  RowExchange exchange(exchange_shared, p.workspace);
+  const long long slots = exchange.slots, slot = exchange.slot;
+  const long long begin = exchange.chunk * kChunk;
   const long long rows = total_rows<G>(p);
   const int tid = threadIdx.x;
   exchange.start();

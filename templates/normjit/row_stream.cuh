@@ -24,11 +24,9 @@ __global__ void __launch_bounds__(THREADS, 1) row_stream(Params p) {
   using RowExchange = Exchange<THREADS, P, kSeg, H, kRms>;
   __shared__ typename RowExchange::Shared exchange_shared;
 
-  const long long slots = gridDim.x / P;
-  const long long slot = blockIdx.x / P;
-  const long long chunk = blockIdx.x - slot * P;
-  const long long begin = chunk * kSeg;
-  RowExchange exchange(exchange_shared, p.workspace, slot, chunk);
+  RowExchange exchange(exchange_shared, p.workspace);
+  const long long slots = exchange.slots, slot = exchange.slot;
+  const long long begin = exchange.chunk * kSeg;
   const long long rows = total_rows<G>(p);
   const int tid = threadIdx.x;
   exchange.start();
