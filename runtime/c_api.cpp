@@ -1,5 +1,6 @@
 // The C ABI: every entry point catches everything, stores a readable message for the
 // calling thread and returns a status.
+#include <cstring>
 #include <string>
 
 #include "normjit/normjit.h"
@@ -32,8 +33,13 @@ normjit_status guarded(F&& body) {
   }
 }
 
-normjit::Dtype to_dtype(normjit_dtype dtype) {
-  switch (dtype) {
+// A C caller may pass any int as a normjit_dtype (C enums are ints), but in C++ a value outside
+// the enumerators' range must not even be loaded as the enum type: its bits are read as an int.
+normjit::Dtype to_dtype(const normjit_dtype& dtype) {
+  static_assert(sizeof(normjit_dtype) == sizeof(int), "a C enum is an int");
+  int value = 0;
+  std::memcpy(&value, &dtype, sizeof value);
+  switch (value) {
     case NORMJIT_F32:
       return normjit::Dtype::kF32;
     case NORMJIT_F16:
@@ -41,7 +47,7 @@ normjit::Dtype to_dtype(normjit_dtype dtype) {
     case NORMJIT_BF16:
       return normjit::Dtype::kBF16;
   }
-  normjit::throw_invalid_argument("dtype", std::to_string(int(dtype)),
+  normjit::throw_invalid_argument("dtype", std::to_string(value),
                                   "expected NORMJIT_F32 (0), NORMJIT_F16 (1) or NORMJIT_BF16 (2)");
 }
 
@@ -116,7 +122,10 @@ void normjit_engine_destroy(normjit_engine* engine) { delete engine; }
 const char* normjit_last_error(void) { return last_error.c_str(); }
 
 const char* normjit_status_name(normjit_status status) {
-  switch (status) {
+  int value = 0;  // any int from C: read as one (see to_dtype)
+  static_assert(sizeof(normjit_status) == sizeof(int), "a C enum is an int");
+  std::memcpy(&value, &status, sizeof value);
+  switch (value) {
     case NORMJIT_OK:
       return "ok";
     case NORMJIT_ERROR_INVALID_ARGUMENT:
