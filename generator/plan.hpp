@@ -63,7 +63,7 @@ struct KernelPlan {
   // CTAs of a launch over `batch` items; for cooperative kernels, `co_resident` is how many
   // CTAs of this kernel the device holds at once.
   int64_t grid(int64_t batch, int64_t co_resident) const;
-  // Workspace floats a launch needs (kRowSplit), for `co_resident` as above.
+  // Workspace floats a launch of a cooperative kernel needs, for `co_resident` as above.
   int64_t workspace_floats(int64_t co_resident) const;
 
   std::string name_expression() const;  // "&normjit::rmsnorm_channels<float, 64, ...>"
