@@ -133,12 +133,18 @@ SplitLayout split_layout(const NormSpec& spec, const Target& target, int vec, in
   const int size = size_of(spec.dtype);
   SplitLayout l;
   l.values = values;
-  l.vectors = std::max(1, values / vec);
-  l.chunks = ceil_div(h, int64_t{kSplitThreads} * l.vectors * vec);
+  // P: the fewest CTAs whose threads hold the row at `values` each; then the fewest vectors
+  // per thread that still fit the row in P CTAs, so that the chunks are even. (A row a little
+  // longer than one chunk would otherwise leave a full CTA and a sliver, and each row's
+  // exchange waits for the full one.)
+  const int64_t row_vectors = ceil_div(h, int64_t{vec});
+  l.chunks = ceil_div(row_vectors, int64_t{kSplitThreads} * std::max(1, values / vec));
+  l.vectors = ceil_div(row_vectors, l.chunks * kSplitThreads);
+  l.chunks = ceil_div(row_vectors, l.vectors * kSplitThreads);
   // Stage the next row in shared memory when cp.async can move the vectors (4-16 bytes)
   // and kSplitBlocksPerSm CTAs still fit the SM's shared memory.
   const int64_t budget = split_smem_budget(target);
-  const int64_t stage_bytes = int64_t{kSplitThreads} * values * size;
+  const int64_t stage_bytes = int64_t{kSplitThreads} * l.vectors * vec * size;
   const bool copy_async = vec * size >= 4 && target.sm >= 80;  // what cp.async can move
   l.can_stage = copy_async && stage_bytes <= budget;
   const int params = (spec.affine != Affine::kNone) + (spec.affine == Affine::kBoth);

@@ -209,6 +209,41 @@ TEST(PlanRows, StreamingRowsSpreadOverEverySm) {
   }
 }
 
+// A split row is shared evenly by its P CTAs: each chunk holds the fewest whole vectors per
+// thread that cover the row, so under one vector per thread more than an exact P-th, and the
+// last is not empty. (With full chunks, a row a little longer than one chunk left a full CTA
+// and a sliver, and every row waited for the full one: the Stable Diffusion GroupNorm rows
+// of 40960 elements.)
+TEST(PlanRows, SplitChunksAreEven) {
+  const Target t = Target::parse("sm_90");
+  for (const char* text : {"op=groupnorm shape=8,1280,32,32 groups=32",
+                           "op=groupnorm shape=8,1280,32,32 groups=32 dtype=bf16",
+                           "op=layernorm shape=3,65537 normalized_dims=1",
+                           "op=layernorm shape=2,100002 normalized_dims=1",
+                           "op=layernorm shape=5,32771 normalized_dims=1 dtype=f16",
+                           "op=rmsnorm shape=4,1000003 normalized_dims=1 affine=weight",
+                           "op=layernorm shape=16,64,256,256",
+                           "op=groupnorm shape=112,64,512,512 groups=8 dtype=bf16"}) {
+    SCOPED_TRACE(text);
+    const NormSpec spec = NormSpec::parse(text);
+    const KernelPlan p = plan(spec, t);
+    ASSERT_EQ(p.strategy, Strategy::kRowSplit);
+    // <T, rms, H, THREADS, V, K, P, ...>
+    const int64_t h = spec.row_length();
+    const int64_t piece = int64_t{p.block_x} * p.vec;  // one vector per thread
+    const int64_t chunk = piece * std::stoll(p.template_args[5]);
+    const int64_t parts = std::stoll(p.template_args[6]);
+    EXPECT_EQ(parts, p.split_chunks);
+    EXPECT_GE(parts * chunk, h);
+    EXPECT_LT((parts - 1) * chunk, h) << "the last chunk is not empty";
+    EXPECT_LT((chunk - piece) * parts, h) << "under one vector per thread above a P-th";
+  }
+  // 40960 = 2 x 20480: two equal chunks, not 32768 + 8192.
+  const KernelPlan sd = plan(NormSpec::parse("op=groupnorm shape=8,1280,32,32 groups=32"), t);
+  EXPECT_EQ(sd.split_chunks, 2);
+  EXPECT_EQ(std::stoll(sd.template_args[5]) * sd.vec * sd.block_x, 20480);
+}
+
 // The split CTA (one per SM) must fit the arch's shared memory: the stage and the resident
 // parameters (LayerNorm) are sized from it.
 TEST(PlanRows, SplitSharedMemoryFitsTheSm) {
