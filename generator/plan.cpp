@@ -180,8 +180,13 @@ KernelPlan plan_rows(const NormSpec& spec, const Target& target) {
   const int64_t cg = group ? spec.channels() / spec.groups : 0;
   const int max_vec = kAccessBytes / size_of(spec.dtype);
   KernelPlan p;
-  // Groupnorm: a vector must stay within one channel, so that it has one weight and bias.
-  p.vec = vector_width(group ? s : h, max_vec);
+  // The widest access that divides the row, so every row starts aligned. A groupnorm vector
+  // stays within one channel (one weight and bias) where S allows more than one element;
+  // where S is odd it may span channels (the group, CG channels of S, may still be a
+  // multiple), and the kernel takes each element's parameters past a channel's end
+  // (row_common.cuh). On the H100 that ran GroupNorm on 7x7, 3x3 and 1001x1001 maps faster
+  // than scalar accesses, and on 25x38 maps (S = 950) slower than pairs within a channel.
+  p.vec = vector_width(group && s % 2 == 0 ? s : h, max_vec);
   p.param_vec = group ? 1 : p.vec;
   p.rows_per_item = group ? g : 1;
   const int64_t vectors = ceil_div(h, p.vec);

@@ -89,7 +89,9 @@ TEST_F(Ops, FixedShapesEveryOperatorDtypeAndAffine) {
         }
       }
     }
-    // GroupNorm: G in {1, 2, C}, spatial sizes odd and even, rows split over CTAs.
+    // GroupNorm: G in {1, 2, C}, spatial sizes odd and even, rows split over CTAs; vectors
+    // that span two channels (S odd, the group a multiple of the vector: 7x7 maps; split rows
+    // of 49146) or several (S = 3 or 1 under a vector of 4 or 8).
     for (Affine a : affines(Op::kGroupNorm)) {
       for (const auto& [shape, g] :
            std::vector<std::pair<std::vector<int64_t>, int64_t>>{{{2, 4, 3, 3}, 1},
@@ -101,7 +103,11 @@ TEST_F(Ops, FixedShapesEveryOperatorDtypeAndAffine) {
                                                                  {{1, 2, 1}, 2},
                                                                  {{2, 8, 8191}, 2},
                                                                  {{2, 16, 64, 64}, 2},
-                                                                 {{1, 7, 1000}, 7}}) {
+                                                                 {{1, 7, 1000}, 7},
+                                                                 {{2, 64, 7, 7}, 8},
+                                                                 {{2, 16, 3}, 2},
+                                                                 {{3, 32, 1}, 4},
+                                                                 {{2, 12, 8191}, 2}}) {
         check(engine, make(Op::kGroupNorm, shape, d, a, -1, g), Values::kNormal, shape[1] + g,
               worst);
       }
@@ -201,6 +207,9 @@ TEST_F(Ops, RowsLongerThanTheChipHolds) {
         Values::kNegative, 5, worst);
   check(engine, make(Op::kLayerNorm, {5, 8388609}, Dtype::kF32, Affine::kWeight, 1),
         Values::kLargeMean, 6, worst);
+  // 16-byte bf16 vectors spanning two channels of an odd spatial size (1001 x 1001).
+  check(engine, make(Op::kGroupNorm, {1, 64, 1001, 1001}, Dtype::kBF16, Affine::kBoth, -1, 4),
+        Values::kNormal, 7, worst);
   worst.print("rows past the chip");
 }
 

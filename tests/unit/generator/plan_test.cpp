@@ -179,7 +179,7 @@ TEST(PlanRows, StreamingRowsSpreadOverEverySm) {
         Case{"op=layernorm shape=5,8388609 normalized_dims=1 affine=weight", "sm_90"},
         Case{"op=rmsnorm shape=2,268435456 normalized_dims=1 dtype=bf16", "sm_90"},
         Case{"op=groupnorm shape=3,32,600,600 groups=2", "sm_90"},
-        Case{"op=groupnorm shape=4,96,333,333 groups=3 dtype=bf16", "sm_80"}}) {
+        Case{"op=groupnorm shape=4,99,333,333 groups=3 dtype=bf16", "sm_80"}}) {
     SCOPED_TRACE(std::string(c.spec) + " " + c.arch);
     const NormSpec spec = NormSpec::parse(c.spec);
     const Target t = Target::parse(c.arch);
@@ -340,10 +340,18 @@ TEST(PlanRows, SplitSharedMemoryFitsTheSm) {
   EXPECT_EQ(prefetch(gn), "0");
 }
 
-TEST(PlanRows, GroupNormVectorsStayInOneChannel) {
+TEST(PlanRows, GroupNormVectorsDivideTheGroup) {
   const Target t = Target::parse("sm_90");
-  // H = 8 * 3 = 24 is a multiple of 4, but S = 3 is not: one channel per access means scalar.
-  EXPECT_EQ(plan(NormSpec::parse("op=groupnorm shape=2,16,3 groups=2"), t).vec, 1);
+  // H = 8 * 3 = 24 is a multiple of 4, S = 3 is not: vectors of 4 span channels.
+  EXPECT_EQ(plan(NormSpec::parse("op=groupnorm shape=2,16,3 groups=2"), t).vec, 4);
+  // 7x7 maps, 64 channels per group: H = 3136.
+  EXPECT_EQ(plan(NormSpec::parse("op=groupnorm shape=32,2048,7,7 groups=32"), t).vec, 4);
+  EXPECT_EQ(plan(NormSpec::parse("op=groupnorm shape=32,2048,7,7 groups=32 dtype=bf16"), t).vec,
+            8);
+  // S even: vectors stay within a channel (S = 950: pairs, though H = 15200 allows 4).
+  EXPECT_EQ(plan(NormSpec::parse("op=groupnorm shape=8,512,25,38 groups=32"), t).vec, 2);
+  // One channel of 7x7 per group: H = 49, odd, so scalar.
+  EXPECT_EQ(plan(NormSpec::parse("op=groupnorm shape=2,32,7,7 groups=32"), t).vec, 1);
   EXPECT_EQ(plan(NormSpec::parse("op=groupnorm shape=2,16,64 groups=2"), t).vec, 4);
   EXPECT_EQ(plan(NormSpec::parse("op=groupnorm shape=2,16,64 groups=2"), t).param_vec, 1);
   EXPECT_EQ(plan(NormSpec::parse("op=layernorm shape=2,64"), t).param_vec, 4);
