@@ -98,7 +98,7 @@ class Problem:
     affine:          none | weight | both (weight and bias).
     """
     name: str
-    group: str               # seeds | llm | sd: a table of its own in the document
+    group: str               # seeds | llm | sd | long | odd: a table of its own in the document
     op: str
     shape: tuple[int, ...]
     dtype: str
@@ -213,6 +213,21 @@ def default_problems() -> list[Problem]:
             Problem("long rmsnorm 64Mi", "long", "rmsnorm", (2, 67108864), dtype, 1e-6,
                     normalized_dims=1, affine="weight"),
         ]
+    # Shapes off the aligned path, so the tables show them too: GroupNorm on 7x7 maps (a
+    # ResNet-50 last stage with 32 groups: odd S, vectors span channels), an odd hidden size
+    # (scalar accesses), rows of 65537 (split over CTAs, scalar) and rows of 7 elements.
+    problems += [
+        Problem("groupnorm 7x7", "odd", "groupnorm", (32, 2048, 7, 7), "f32", 1e-5, groups=32,
+                affine="both"),
+        Problem("groupnorm 7x7", "odd", "groupnorm", (32, 2048, 7, 7), "bf16", 1e-5, groups=32,
+                affine="both"),
+        Problem("layernorm h4097", "odd", "layernorm", (4096, 4097), "bf16", 1e-5,
+                normalized_dims=1, affine="both"),
+        Problem("layernorm 65537", "odd", "layernorm", (96, 65537), "f32", 1e-5,
+                normalized_dims=1, affine="both"),
+        Problem("layernorm 7", "odd", "layernorm", (65536, 7), "f32", 1e-5, normalized_dims=1,
+                affine="both"),
+    ]
     return problems
 
 
@@ -221,6 +236,7 @@ GROUP_TITLES = {
     "llm": "LLM rows (bf16, [tokens, hidden])",
     "sd": "Stable Diffusion GroupNorm (32 groups)",
     "long": "Rows past what the chip holds in registers (streamed: x read twice)",
+    "odd": "Odd sizes (ResNet GroupNorm on 7x7 maps, odd and tiny rows)",
 }
 
 
