@@ -73,6 +73,16 @@ constexpr int kMaxTeam = 1024;      // threads per row team
 // longer rows takes the same CTA, one per SM.
 constexpr int kSplitThreads = 1024;
 constexpr int kSplitValues = 32;  // f32 values per thread of the split kernel
+// Vectors per thread of the split kernel, at most: each costs registers beyond its values (its
+// address and bounds, its parameters), and with narrow vectors (odd or 2-aligned rows: 32 of
+// them at 32 values) ptxas spilled hundreds of bytes to local memory, which the shared memory
+// leaves little L1 for (`normjit dump --emit resources`). GroupNorm vectors that may span two
+// channels cost more (two channels' parameters), so half as many. On the H100 (`normjit
+// bench`, the cap switched by a throwaway environment variable: 32, 16, 12, 8) LayerNorm rows
+// of 65537 and 1000001 f32 elements and RMSNorm rows of 1000003 ran about twice as fast at 16
+// as at 32, rows of 100002 the same, and GroupNorm groups of 6 x 8191 fastest at 8.
+constexpr int kSplitMaxVectors = 16;
+constexpr int kSplitMaxSpanningVectors = 8;
 // 16-bit values are held packed two to a register (row_common.cuh), so the same registers
 // hold twice as many: half the CTAs per row, twice the rows in flight.
 int split_values(Dtype dtype, int vec) {
@@ -138,7 +148,9 @@ SplitLayout split_layout(const NormSpec& spec, const Target& target, int vec, in
   // longer than one chunk would otherwise leave a full CTA and a sliver, and each row's
   // exchange waits for the full one.)
   const int64_t row_vectors = ceil_div(h, int64_t{vec});
-  l.chunks = ceil_div(row_vectors, int64_t{kSplitThreads} * std::max(1, values / vec));
+  const bool spanning = spec.op == Op::kGroupNorm && spec.spatial() % vec != 0;
+  const int most = spanning ? kSplitMaxSpanningVectors : kSplitMaxVectors;
+  l.chunks = ceil_div(row_vectors, int64_t{kSplitThreads} * std::clamp(values / vec, 1, most));
   l.vectors = ceil_div(row_vectors, l.chunks * kSplitThreads);
   l.chunks = ceil_div(row_vectors, l.vectors * kSplitThreads);
   // Stage the next row in shared memory when cp.async can move the vectors (4-16 bytes)

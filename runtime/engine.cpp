@@ -297,7 +297,10 @@ std::shared_ptr<const LoadedKernel> EngineImpl::build(const NormSpec& spec, CUco
     NORMJIT_CU(load_module(compiled.cubin, compiled.lowered_name));
     *source = Source::kCompiled;
   }
-  if (kernel->plan.smem_bytes > 48 * 1024) {
+  // The default limit (48 KiB) counts the static shared memory too: a plan of 48 KiB of
+  // dynamic shared memory beside a few static bytes needs the attribute as well, so it is set
+  // for every kernel that takes any (harmless below the limit).
+  if (kernel->plan.smem_bytes > 0) {
     NORMJIT_CU(cu.cuFuncSetAttribute(kernel->function,
                                      CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                      kernel->plan.smem_bytes));

@@ -238,6 +238,23 @@ TEST_F(Ops, OneRowFillsTheChip) {
   worst.print("one row fills the chip");
 }
 
+TEST_F(Ops, DynamicSharedMemoryOfExactlyTheDefaultLimit) {
+  // 48 KiB of dynamic shared memory beside a few static bytes is over the default limit,
+  // which counts both: the engine must raise the kernel's limit for it as well (it used to
+  // only above 48 KiB of dynamic memory, and the launch then found no co-resident CTAs).
+  device::PrimaryContext context;
+  Engine engine(test_engine_options());
+  const NormSpec spec = make(Op::kRmsNorm, {3, 35001}, Dtype::kF32, Affine::kNone, 1);
+  const KernelPlan p = plan(spec, device::target_of(context.device()));
+  ASSERT_EQ(p.strategy, Strategy::kRowSplit);
+  ASSERT_EQ(p.smem_bytes, 48 * 1024) << p.to_string();
+  Worst worst;
+  check(engine, spec, Values::kNormal, 1, worst);
+  check(engine, spec, Values::kLargeMean, 2, worst);
+  EXPECT_EQ(worst.runs, 2);
+  worst.print("48 KiB of dynamic shared memory");
+}
+
 TEST_F(Ops, SplitRowsServeEveryBatchSizeWithOneKernel) {
   device::PrimaryContext context;
   Engine engine(test_engine_options());

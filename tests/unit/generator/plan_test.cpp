@@ -316,9 +316,9 @@ TEST(PlanRows, SplitSharedMemoryFitsTheSm) {
   EXPECT_EQ(prefetch(ln), "1");
   // f16 rows of odd length: 2-byte vectors, which cp.async cannot move, so unstaged with no
   // parameters resident. With weight and bias all of them stream: no prefetch; without them
-  // the next row is prefetched.
+  // the next row is prefetched. 16 such vectors per thread at most (kSplitMaxVectors): 62 CTAs.
   const KernelPlan odd = plan(NormSpec::parse("op=layernorm shape=4,1000001 dtype=f16"), hopper);
-  expect_split(odd, 31, "false", "0");
+  expect_split(odd, 62, "false", "0");
   EXPECT_EQ(prefetch(odd), "0");
   const KernelPlan odd_bare =
       plan(NormSpec::parse("op=layernorm shape=4,1000001 dtype=f16 affine=none"), hopper);
