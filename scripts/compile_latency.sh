@@ -21,12 +21,17 @@ print(f"| target | {doc['arch']} |")
 print(f"| date (UTC) | {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} |")
 print(f"| command | `normjit bench --compile --seeds --arch {doc['arch']} --repeat {repeat} --json` |\n")
 print("Time of plan + emit + NVRTC compile to cubin (PTX and cubin of one kernel), no cache, "
-      "median of the repeats; the first compile of the process also pays NVRTC's start-up.\n")
-print("| kernel | strategy | median ms | min ms | max ms | first of process ms |")
-print("|---|---|---:|---:|---:|---:|")
+      "median of the repeats; the first compile of the process also pays NVRTC's start-up. "
+      "The last row, for scale, is an empty kernel compiled the same way (same options and "
+      "target): what NVRTC costs on this machine before any code of ours.\n")
+print("| kernel | strategy | median ms | min ms | max ms | first of process ms | cubin KiB |")
+print("|---|---|---:|---:|---:|---:|---:|")
 for k in doc["kernels"]:
     first = f"{k['process_first_ms']:.1f}" if k["process_first_ms"] else ""
     print(f"| `{k['spec']}` | {k['strategy']} | {k['median_ms']:.1f} | {k['min_ms']:.1f} | "
-          f"{k['max_ms']:.1f} | {first} |")
+          f"{k['max_ms']:.1f} | {first} | {k['cubin_bytes'] / 1024:.1f} |")
+e = doc["empty_kernel"]
+print(f"| empty kernel (`extern \"C\" __global__ void f() {{}}`) | - | {e['median_ms']:.1f} | "
+      f"{e['min_ms']:.1f} | {e['max_ms']:.1f} | | {e['cubin_bytes'] / 1024:.1f} |")
 PY
 echo "wrote docs/compile-latency.md"

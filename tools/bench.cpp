@@ -413,24 +413,30 @@ void run_jit_latency(const BenchOptions& o) {
 }
 
 // NVRTC alone: plan, emit and compile each spec for --arch, --repeat times, on this machine's
-// CPU (no GPU, no cache). The first compile of the process also pays NVRTC's start-up.
+// CPU (no GPU, no cache). The first compile of the process also pays NVRTC's start-up. For
+// scale, an empty kernel is compiled the same way after them (NVRTC's own cost with our
+// options), and each kernel's cubin size is reported (compile time grows with it).
 void run_compile(const BenchOptions& o, const std::vector<NormSpec>& specs) {
   const Target target = parse_arch("--arch", o.arch);
   Json results = Json::array();
   bool first = true;
-  for (const NormSpec& spec : specs) {
-    const KernelPlan p = plan(spec, target);
-    const EmittedKernel emitted = emit(p);
+  // Times --repeat compiles of `emitted`; the cubin size of the last.
+  const auto time_compiles = [&](const EmittedKernel& emitted, double& first_ms, size_t& bytes) {
     std::vector<double> times;
-    double first_ms = 0;
     for (int i = 0; i < o.repeat; ++i) {
       const Clock::time_point t0 = Clock::now();
-      compile(emitted, target);
+      bytes = compile(emitted, target).cubin.size();
       const double ms = ms_since(t0);
       if (first) first_ms = ms, first = false;
       times.push_back(ms);
     }
-    const Spread s = Spread::of(times);
+    return Spread::of(times);
+  };
+  for (const NormSpec& spec : specs) {
+    const KernelPlan p = plan(spec, target);
+    double first_ms = 0;
+    size_t bytes = 0;
+    const Spread s = time_compiles(emit(p), first_ms, bytes);
     if (o.json) {
       results.push_back({{"spec", spec.to_string()},
                          {"strategy", to_string(p.strategy)},
@@ -438,18 +444,36 @@ void run_compile(const BenchOptions& o, const std::vector<NormSpec>& specs) {
                          {"min_ms", s.min},
                          {"max_ms", s.max},
                          {"process_first_ms", first_ms},
+                         {"cubin_bytes", bytes},
                          {"repeat", o.repeat}});
     } else {
-      std::printf("%s\n  %s: NVRTC to cubin %8.1f ms median (min %.1f, max %.1f) of %d\n",
-                  spec.to_string().c_str(), to_string(p.strategy), s.median, s.min, s.max,
-                  o.repeat);
+      std::printf(
+          "%s\n  %s: NVRTC to cubin %8.1f ms median (min %.1f, max %.1f) of %d; cubin %zu bytes\n",
+          spec.to_string().c_str(), to_string(p.strategy), s.median, s.min, s.max, o.repeat, bytes);
     }
+  }
+  double unused = 0;
+  size_t empty_bytes = 0;
+  const EmittedKernel empty = {"extern \"C\" __global__ void normjit_empty_kernel() {}\n",
+                               "normjit_empty_kernel"};
+  const Spread e = time_compiles(empty, unused, empty_bytes);
+  if (!o.json) {
+    std::printf(
+        "an empty kernel, for scale\n  NVRTC to cubin %8.1f ms median (min %.1f, max %.1f) "
+        "of %d; cubin %zu bytes\n",
+        e.median, e.min, e.max, o.repeat, empty_bytes);
   }
   if (o.json) {
     const Json doc = {{"arch", target.name()},
                       {"compiler", nvrtc_version()},
                       {"hardware_threads", std::thread::hardware_concurrency()},
-                      {"kernels", results}};
+                      {"kernels", results},
+                      {"empty_kernel",
+                       {{"median_ms", e.median},
+                        {"min_ms", e.min},
+                        {"max_ms", e.max},
+                        {"cubin_bytes", empty_bytes},
+                        {"repeat", o.repeat}}}};
     std::printf("%s\n", doc.dump(2).c_str());
   }
 }
