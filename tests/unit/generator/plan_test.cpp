@@ -346,8 +346,7 @@ TEST(PlanRows, GroupNormVectorsDivideTheGroup) {
   EXPECT_EQ(plan(NormSpec::parse("op=groupnorm shape=2,16,3 groups=2"), t).vec, 4);
   // 7x7 maps, 64 channels per group: H = 3136.
   EXPECT_EQ(plan(NormSpec::parse("op=groupnorm shape=32,2048,7,7 groups=32"), t).vec, 4);
-  EXPECT_EQ(plan(NormSpec::parse("op=groupnorm shape=32,2048,7,7 groups=32 dtype=bf16"), t).vec,
-            8);
+  EXPECT_EQ(plan(NormSpec::parse("op=groupnorm shape=32,2048,7,7 groups=32 dtype=bf16"), t).vec, 8);
   // S even: vectors stay within a channel (S = 950: pairs, though H = 15200 allows 4).
   EXPECT_EQ(plan(NormSpec::parse("op=groupnorm shape=8,512,25,38 groups=32"), t).vec, 2);
   // One channel of 7x7 per group: H = 49, odd, so scalar.
