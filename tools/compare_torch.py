@@ -15,6 +15,7 @@ bandwidth per problem) and the raw results as JSON.
     python3 tools/compare_torch.py --only seeds --quick  # the six seed cases, few repetitions
     python3 tools/compare_torch.py --list                # the problems, no GPU needed
     python3 tools/compare_torch.py --selftest            # the non-GPU parts, no torch needed
+    python3 tools/compare_torch.py --refresh-notes       # re-include the notes, no GPU needed
 
 Exit status: 0 when every normjit result that ran is correct (unsupported operators
 included), 1 when a normjit check failed or a normjit call errored, 2 when it could not
@@ -610,7 +611,7 @@ def render_markdown(report: Report, notes: Optional[str], plot_name: Optional[st
     add("## Analysis per kernel")
     add("")
     if notes is not None:
-        add("<!-- included verbatim from docs/performance-notes.md -->")
+        add(NOTES_MARKER)
         add("")
         add(notes.rstrip("\n"))
     else:
@@ -1382,6 +1383,9 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     ap.add_argument("--list", action="store_true", help="list the selected problems and exit")
     ap.add_argument("--selftest", action="store_true",
                     help="check the non-GPU parts (no torch, no GPU) and exit")
+    ap.add_argument("--refresh-notes", action="store_true",
+                    help="measure nothing: replace the notes included at the end of --doc by the "
+                         "current --notes (after an edit of the notes alone) and exit")
     args = ap.parse_args(argv)
 
     if args.reps is None:
@@ -1652,6 +1656,16 @@ def selftest() -> int:
                    "cold_compile_ms", "hits.disk_ms", "launch_us"):
         assert needle in md, needle
     assert "performance-notes.md does not exist" in render_markdown(report, None, None)
+    # --refresh-notes keeps the measured part and swaps the notes.
+    rendered = render_markdown(report, "old notes\n", None)
+    refreshed = refresh_notes(rendered, "new notes\n")
+    assert refreshed.startswith(rendered[:rendered.index(NOTES_MARKER)])
+    assert refreshed.endswith(NOTES_MARKER + "\n\nnew notes\n") and "old notes" not in refreshed
+    try:
+        refresh_notes("# no marker\n", "x")
+        raise AssertionError("a document without the marker was accepted")
+    except ValueError:
+        pass
 
     # JIT latency of unknown layouts, and its absence.
     for data in ({"a": 1, "b": 2.5}, [{"x": 1}, {"y": 2}], {"k": {"p": {"ms": 1}, "q": {"us": 2}}},
@@ -1707,10 +1721,31 @@ def selftest() -> int:
     return 0
 
 
+NOTES_MARKER = "<!-- included verbatim from docs/performance-notes.md -->"
+
+
+def refresh_notes(doc: str, notes: str) -> str:
+    """`doc` (a generated performance.md) with the notes after NOTES_MARKER replaced by `notes`;
+    the measured part above stays as it was. ValueError when `doc` has no such marker."""
+    at = doc.find(NOTES_MARKER)
+    if at < 0:
+        raise ValueError(f"no '{NOTES_MARKER}' line: not a document this script wrote with notes")
+    return doc[:at] + NOTES_MARKER + "\n\n" + notes.rstrip("\n") + "\n"
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     args = parse_args(argv)
     if args.selftest:
         return selftest()
+    if args.refresh_notes:
+        try:
+            doc = Path(args.doc).read_text()
+            Path(args.doc).write_text(refresh_notes(doc, Path(args.notes).read_text()))
+        except (OSError, ValueError) as e:
+            print(f"compare_torch: --refresh-notes: {e}", file=sys.stderr)
+            return 2
+        print(f"wrote {args.doc} (notes from {args.notes}; measurements unchanged)")
+        return 0
     problems = select_problems(default_problems(), args.only, args.dtype_list, args.quick)
     for p in problems:
         p.validate()
