@@ -2,7 +2,9 @@
 // shapes that exercise each strategy's edges, a randomized sweep of 240 shapes (seed printed,
 // NORMJIT_TEST_SEED reproduces it), adversarial values and in-place launches.
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include "harness.hpp"
 
@@ -19,14 +21,23 @@ std::vector<Affine> affines(Op op) {
 // Worst error per dtype over the whole test, printed at the end for the closing note.
 struct Worst {
   double error[3] = {0, 0, 0};
+  int dtype_runs[3] = {0, 0, 0};
   int runs = 0;
   void add(Dtype d, double e) {
     error[int(d)] = std::max(error[int(d)], e);
+    ++dtype_runs[int(d)];
     ++runs;
   }
+  // A dtype that did not run shows "-", not an error of 0.
   void print(const char* what) const {
-    std::printf("[ worst    ] %s: %d runs; f32 %.2e, f16 %.2e, bf16 %.2e\n", what, runs, error[0],
-                error[1], error[2]);
+    std::string line = "[ worst    ] " + std::string(what) + ": " + std::to_string(runs) + " runs";
+    const char* names[3] = {"f32", "f16", "bf16"};
+    for (int d = 0; d < 3; ++d) {
+      char value[32] = "-";
+      if (dtype_runs[d] > 0) std::snprintf(value, sizeof value, "%.2e", error[d]);
+      line += std::string(d == 0 ? "; " : ", ") + names[d] + " " + value;
+    }
+    std::printf("%s\n", line.c_str());
   }
 };
 
