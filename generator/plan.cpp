@@ -297,6 +297,10 @@ KernelPlan plan_rows(const NormSpec& spec, const Target& target) {
              "read twice); the parts' (mean, M2) merged with Chan's formula";
     }
   }
+  if (group && p.vec > 1 && s % p.vec != 0) {
+    why << "; " << p.vec * size_of(spec.dtype) << "-byte vectors may span channels (S = " << s
+        << " is odd), each element taking its own channel's weight and bias";
+  }
   for (const std::string& arg : tail) p.template_args.push_back(arg);
   if (p.strategy == Strategy::kRowSplit) {
     const SplitLayout& l = layout;

@@ -349,6 +349,12 @@ TEST(PlanRows, GroupNormVectorsDivideTheGroup) {
   EXPECT_EQ(plan(NormSpec::parse("op=groupnorm shape=32,2048,7,7 groups=32 dtype=bf16"), t).vec, 8);
   // S even: vectors stay within a channel (S = 950: pairs, though H = 15200 allows 4).
   EXPECT_EQ(plan(NormSpec::parse("op=groupnorm shape=8,512,25,38 groups=32"), t).vec, 2);
+  // The plan says so.
+  EXPECT_NE(plan(NormSpec::parse("op=groupnorm shape=32,2048,7,7 groups=32"), t)
+                .why.find("16-byte vectors may span channels (S = 49 is odd)"),
+            std::string::npos);
+  EXPECT_EQ(plan(NormSpec::parse("op=groupnorm shape=8,512,25,38 groups=32"), t).why.find("span"),
+            std::string::npos);
   // One channel of 7x7 per group: H = 49, odd, so scalar.
   EXPECT_EQ(plan(NormSpec::parse("op=groupnorm shape=2,32,7,7 groups=32"), t).vec, 1);
   EXPECT_EQ(plan(NormSpec::parse("op=groupnorm shape=2,16,64 groups=2"), t).vec, 4);
