@@ -1,0 +1,180 @@
+"""The binding of the C API (runtime/include/normjit/normjit.h) by ctypes: the one copy.
+
+Everything of the header that Python uses is declared here once: the enums, the options
+struct and every function's prototype (ctypes would otherwise pass Python ints as C int and
+truncate pointers and int64 values). tests/python/test_binding.py parses the header and
+compares it with these declarations, so the two cannot drift apart.
+"""
+from __future__ import annotations
+
+import ctypes
+import enum
+import os
+from pathlib import Path
+from typing import Optional
+
+
+class Status(enum.IntEnum):
+    """enum normjit_status"""
+    OK = 0
+    ERROR_INVALID_ARGUMENT = 1
+    ERROR_UNSUPPORTED = 2
+    ERROR_COMPILE = 3
+    ERROR_DRIVER = 4
+    ERROR_NO_DEVICE = 5
+    ERROR_CACHE_MISS = 6
+    ERROR_INTERNAL = 7
+
+
+class Dtype(enum.IntEnum):
+    """enum normjit_dtype"""
+    F32 = 0
+    F16 = 1
+    BF16 = 2
+
+
+# C enum name -> (Python enum, prefix of its enumerators in C).
+ENUMS = {
+    "normjit_status": (Status, "NORMJIT_"),
+    "normjit_dtype": (Dtype, "NORMJIT_"),
+}
+
+
+class EngineOptions(ctypes.Structure):
+    """struct normjit_engine_options"""
+    _fields_ = [
+        ("device", ctypes.c_int),
+        ("cache_dir", ctypes.c_char_p),
+        ("readonly_dirs", ctypes.c_char_p),
+        ("cache_max_bytes", ctypes.c_uint64),
+        ("memory_only", ctypes.c_int),
+        ("jit_disabled", ctypes.c_int),
+    ]
+
+
+_vp = ctypes.c_void_p
+_int = ctypes.c_int
+_i64 = ctypes.c_int64
+_f64 = ctypes.c_double
+_str = ctypes.c_char_p
+_p_vp = ctypes.POINTER(ctypes.c_void_p)  # normjit_engine**, normjit_kernel**
+_p_int = ctypes.POINTER(ctypes.c_int)
+_p_i64 = ctypes.POINTER(ctypes.c_int64)
+_p_u64 = ctypes.POINTER(ctypes.c_uint64)
+_p_opts = ctypes.POINTER(EngineOptions)
+
+# Every function of normjit.h: name -> (restype, argtypes). Opaque handles (normjit_engine*,
+# normjit_kernel*, CUstream) are void pointers; enums are C ints.
+PROTOTYPES = {
+    "normjit_engine_options_init": (None, [_p_opts]),
+    "normjit_engine_create": (_int, [_p_opts, _p_vp]),
+    "normjit_engine_destroy": (None, [_vp]),
+    "normjit_last_error": (_str, []),
+    "normjit_status_name": (_str, [_int]),
+    # engine, x, y, weight, shape, ndim, normalized_dims, dtype, eps, stream
+    "normjit_rmsnorm": (_int, [_vp, _vp, _vp, _vp, _p_i64, _int, _int, _int, _f64, _vp]),
+    # engine, x, y, weight, bias, shape, ndim, normalized_dims, dtype, eps, stream
+    "normjit_layernorm": (_int, [_vp, _vp, _vp, _vp, _vp, _p_i64, _int, _int, _int, _f64, _vp]),
+    # engine, x, y, weight, bias, shape, ndim, groups, dtype, eps, stream
+    "normjit_groupnorm": (_int, [_vp, _vp, _vp, _vp, _vp, _p_i64, _int, _i64, _int, _f64, _vp]),
+    # engine, spec, out
+    "normjit_prepare": (_int, [_vp, _str, _p_vp]),
+    # kernel, x, y, weight, bias, batch, eps, stream
+    "normjit_launch": (_int, [_vp, _vp, _vp, _vp, _vp, _i64, _f64, _vp]),
+    # engine, spec, arch, compiled
+    "normjit_precompile": (_int, [_vp, _str, _str, _p_int]),
+    # engine, nvrtc_compiles, memory_hits, disk_hits
+    "normjit_engine_counters": (_int, [_vp, _p_u64, _p_u64, _p_u64]),
+}
+
+
+class NormjitError(RuntimeError):
+    """A failed normjit call: `status` (a Status), `status_name` (as the C API names it) and
+    `message` (normjit's own, e.g. "invalid argument 'groups' = 3: must divide ...")."""
+
+    def __init__(self, status: int, status_name: str, message: str):
+        super().__init__(f"{message} [{status_name}]" if message else status_name)
+        try:
+            self.status = Status(status)
+        except ValueError:
+            self.status = status
+        self.status_name = status_name
+        self.message = message
+
+
+class InvalidArgumentError(NormjitError, ValueError):
+    """NORMJIT_ERROR_INVALID_ARGUMENT: the message names the argument and its value."""
+
+
+class UnsupportedError(NormjitError):
+    """NORMJIT_ERROR_UNSUPPORTED"""
+
+
+class CompileError(NormjitError):
+    """NORMJIT_ERROR_COMPILE: the message carries the NVRTC log, options and source."""
+
+
+class DriverError(NormjitError):
+    """NORMJIT_ERROR_DRIVER"""
+
+
+class NoDeviceError(NormjitError):
+    """NORMJIT_ERROR_NO_DEVICE"""
+
+
+class CacheMissError(NormjitError):
+    """NORMJIT_ERROR_CACHE_MISS (NORMJIT_JIT=off and the kernel is in no cache layer)"""
+
+
+ERRORS = {
+    Status.ERROR_INVALID_ARGUMENT: InvalidArgumentError,
+    Status.ERROR_UNSUPPORTED: UnsupportedError,
+    Status.ERROR_COMPILE: CompileError,
+    Status.ERROR_DRIVER: DriverError,
+    Status.ERROR_NO_DEVICE: NoDeviceError,
+    Status.ERROR_CACHE_MISS: CacheMissError,
+}
+
+
+def library_path() -> Path:
+    """libnormjit.so: $NORMJIT_LIBRARY when set (a build tree's, for development), else the
+    one installed inside this package."""
+    override = os.environ.get("NORMJIT_LIBRARY")
+    return Path(override) if override else Path(__file__).resolve().parent / "libnormjit.so"
+
+
+class Library:
+    """libnormjit.so with every prototype of PROTOTYPES declared."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        try:
+            self.lib = ctypes.CDLL(str(path))
+        except OSError as e:
+            raise ImportError(f"normjit: cannot load {path}: {e}") from e
+        for name, (restype, argtypes) in PROTOTYPES.items():
+            fn = getattr(self.lib, name)
+            fn.restype = restype
+            fn.argtypes = argtypes
+            setattr(self, name, fn)
+
+    def error(self, status: int) -> NormjitError:
+        """The exception of a failed call (status != OK), with the calling thread's message."""
+        name = (self.normjit_status_name(status) or b"?").decode()
+        message = (self.normjit_last_error() or b"").decode(errors="replace")
+        return ERRORS.get(status, NormjitError)(status, name, message)
+
+    def check(self, status: int) -> None:
+        if status != Status.OK:
+            raise self.error(status)
+
+
+_library: Optional[Library] = None
+
+
+def library() -> Library:
+    """The process's libnormjit.so, loaded on first use."""
+    global _library
+    if _library is None:
+        _library = Library(library_path())
+    return _library

@@ -1,0 +1,134 @@
+"""The installed package without a GPU and without PyTorch: import, precompile into a cache,
+errors that carry normjit's message and status."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import normjit
+from normjit import _capi
+
+SPEC = "op=rmsnorm shape=8,64,32,32 dtype=f32"
+
+
+def run_python(code: str, **env) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, **env}, timeout=300)
+
+
+def test_import_needs_neither_torch_nor_a_gpu():
+    # CUDA_VISIBLE_DEVICES="" hides any GPU; torch must not be imported by `import normjit`.
+    r = run_python("import sys, normjit; print(normjit.__version__, normjit.library_path(), "
+                   "'torch' in sys.modules)", CUDA_VISIBLE_DEVICES="")
+    assert r.returncode == 0, r.stderr
+    version, lib, torch_loaded = r.stdout.split()
+    assert version == normjit.__version__ and torch_loaded == "False"
+    assert Path(lib).is_file()
+
+
+def test_installed_package_carries_the_library():
+    """The package comes from an install (pip install .), not from the source tree, and
+    holds libnormjit.so next to its sources."""
+    package = Path(normjit.__file__).resolve().parent
+    source_tree = Path(__file__).resolve().parents[2] / "python" / "normjit"
+    assert package != source_tree.resolve(), "tests must run against the installed package"
+    if "NORMJIT_LIBRARY" not in os.environ:
+        assert normjit.library_path() == package / "libnormjit.so"
+    assert (package / "libnormjit.so").is_file()
+    assert (package / "torch" / "__init__.py").is_file()
+
+
+def test_precompile_compiles_once_then_hits_the_cache(tmp_path):
+    # A fresh process with a fresh cache: NVRTC runs, then the same spec is a cache hit, also
+    # in a second process (the disk cache).
+    code = ("import json, normjit; "
+            f"a = normjit.precompile({SPEC!r}, arch='sm_90'); "
+            f"b = normjit.precompile({SPEC!r}, arch='sm_90'); "
+            "print(json.dumps([a, b, list(normjit.engine().counters())]))")
+    env = {"NORMJIT_CACHE_DIR": str(tmp_path / "cache"), "CUDA_VISIBLE_DEVICES": ""}
+    first = run_python(code, **env)
+    assert first.returncode == 0, first.stderr
+    a, b, counters = json.loads(first.stdout)
+    assert (a, b) == (True, False) and counters[0] == 1
+    second = run_python(code, **env)
+    assert second.returncode == 0, second.stderr
+    assert json.loads(second.stdout)[:2] == [False, False]
+    assert any((tmp_path / "cache").rglob("*")), "nothing written to NORMJIT_CACHE_DIR"
+
+
+def test_engine_options_reach_the_library(tmp_path):
+    with normjit.Engine(cache_dir=str(tmp_path / "c")) as engine:
+        assert engine.precompile("op=layernorm shape=4,1000 dtype=bf16 normalized_dims=1",
+                                 arch="sm_80") is True
+        assert engine.counters().nvrtc_compiles == 1
+    assert any((tmp_path / "c").rglob("*"))
+    # jit_disabled: a miss is an error naming the spec.
+    with normjit.Engine(cache_dir=str(tmp_path / "empty"), jit_disabled=True) as engine:
+        with pytest.raises(normjit.CacheMissError) as e:
+            engine.precompile("op=groupnorm shape=2,64,7,7 dtype=f32 groups=8", arch="sm_90")
+        assert e.value.status == normjit.Status.ERROR_CACHE_MISS
+        assert "groupnorm" in e.value.message
+
+
+@pytest.mark.parametrize("spec, argument, value", [
+    ("op=softmax shape=8,64", "op", "softmax"),
+    ("op=rmsnorm shape=8,x,3", "shape", "8,x,3"),
+    ("op=rmsnorm shape=8,64 dtype=f64", "dtype", "f64"),
+    ("op=groupnorm shape=2,64,7,7 groups=7", "groups", "7"),
+    ("op=layernorm shape=4,64 normalized_dims=3", "normalized_dims", "3"),
+    ("op=rmsnorm shape=8,64 eps=-1", "eps", "-1"),
+    ("op=rmsnorm shape=8,64 colour=red", "spec", "colour"),
+    ("op=rmsnorm shape=8,64 affine=both", "affine", "both"),
+])
+def test_spec_errors_name_the_argument_and_value(spec, argument, value, tmp_path):
+    engine = normjit.Engine(memory_only=True)
+    with pytest.raises(normjit.InvalidArgumentError) as e:
+        engine.precompile(spec, arch="sm_90")
+    err = e.value
+    assert err.status == normjit.Status.ERROR_INVALID_ARGUMENT == 1
+    assert err.status_name and err.status_name in str(err)
+    assert argument in err.message and value in err.message, err.message
+    assert isinstance(err, ValueError) and isinstance(err, normjit.NormjitError)
+    engine.close()
+
+
+def test_bad_arch_and_wrong_types():
+    with pytest.raises(normjit.NormjitError) as e:
+        normjit.precompile(SPEC, arch="sm_1")
+    assert "sm_1" in e.value.message
+    with pytest.raises(TypeError, match="spec must be a str"):
+        normjit.precompile(b"op=rmsnorm")  # type: ignore[arg-type]
+
+
+def test_prepare_without_a_gpu_raises_with_the_status():
+    r = run_python(f"import normjit\ntry:\n    normjit.engine().prepare({SPEC!r})\n"
+                   "except normjit.NormjitError as e:\n"
+                   "    print(type(e).__name__, int(e.status), e.status_name, sep='|')\n"
+                   "    print(e.message)\nelse:\n    print('ok')",
+                   CUDA_VISIBLE_DEVICES="")
+    assert r.returncode == 0, r.stderr
+    first = r.stdout.splitlines()[0]
+    if first == "ok":
+        pytest.skip("a GPU is visible: prepare succeeded")
+    name, status, status_name = first.split('|')
+    assert int(status) in (_capi.Status.ERROR_NO_DEVICE, _capi.Status.ERROR_DRIVER), r.stdout
+    assert name in ("NoDeviceError", "DriverError") and status_name
+    assert r.stdout.splitlines()[1].strip(), "no message"
+
+
+def test_engine_after_close_is_an_error():
+    engine = normjit.Engine(memory_only=True)
+    engine.close()
+    engine.close()  # twice is fine
+    with pytest.raises(ValueError, match="after close"):
+        engine.counters()
+
+
+def test_library_path_override(monkeypatch, tmp_path):
+    monkeypatch.setenv("NORMJIT_LIBRARY", str(tmp_path / "nope.so"))
+    assert _capi.library_path() == tmp_path / "nope.so"
+    with pytest.raises(ImportError, match="nope.so"):
+        _capi.Library(_capi.library_path())
