@@ -1,0 +1,23 @@
+"""normjit for PyTorch.
+
+    import normjit.torch as njt
+    y = njt.rms_norm(x, (4096,), weight, eps=1e-6)   # torch.nn.functional's signature
+    norm = njt.LayerNorm(768)                        # torch.nn.LayerNorm's constructor
+    report = njt.patch(model)                        # model's norm layers, in place
+
+Functions: rms_norm, rms_norm_channels (x [N, C, *spatial] reduced over dim 1), layer_norm,
+group_norm; custom ops torch.ops.normjit.* with fake implementations, so that
+torch.compile(fullgraph=True) traces them. A call normjit cannot serve runs PyTorch's own
+implementation with one NormjitFallbackWarning per reason. warmup() prepares the kernels of a
+function's shapes before a CUDA-graph capture.
+"""
+from ._ops import (NormjitFallbackWarning, group_norm, layer_norm, prepared_kernels, rms_norm,
+                   rms_norm_channels, warmup)
+from ._patch import PatchReport, patch, unpatch
+from .modules import GroupNorm, LayerNorm, RMSNorm
+
+__all__ = [
+    "rms_norm", "rms_norm_channels", "layer_norm", "group_norm", "RMSNorm", "LayerNorm",
+    "GroupNorm", "patch", "unpatch", "PatchReport", "warmup", "prepared_kernels",
+    "NormjitFallbackWarning",
+]

@@ -1,0 +1,484 @@
+"""normjit's kernels as PyTorch functions and torch.library custom ops.
+
+Eager calls take the short path: a dict lookup for the prepared kernel (prepared once per
+shape class: everything but the batch), torch.empty_like, one ctypes call of
+normjit_launch on the current stream. Under torch.compile the same functions call the custom
+ops torch.ops.normjit.*, whose fake implementations give the output's shape, so that a model
+traces without graph breaks.
+
+A call normjit cannot serve runs PyTorch's own implementation, with one warning per reason
+(NormjitFallbackWarning): a CPU tensor, a dtype other than float32/float16/bfloat16, a
+non-contiguous input, an input that requires grad while grad mode is on (no backward yet),
+weight/bias of another dtype than the input, an empty input, a view not 16-byte aligned, a
+problem the library does not take. Arguments that are wrong for PyTorch too (a weight of the
+wrong shape or on another device, groups that do not divide the channels, a normalized_shape
+that is not the input's trailing shape) raise ValueError naming the argument and its value.
+"""
+import ctypes
+import threading
+import warnings
+from typing import Callable, List, Optional, Sequence, Tuple, Union
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+import normjit
+from normjit._capi import InvalidArgumentError, UnsupportedError
+
+__all__ = ["rms_norm", "rms_norm_channels", "layer_norm", "group_norm", "warmup",
+           "NormjitFallbackWarning"]
+
+
+class NormjitFallbackWarning(UserWarning):
+    """A normjit.torch call ran PyTorch's implementation instead; the message says why."""
+
+
+_DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
+_AFFINE = {(False, False): "none", (True, False): "weight", (True, True): "both"}
+
+# (op, shape class, dtype, weight?, bias?, device index) -> (normjit_kernel*, elements per
+# batch item); or (None, reason) when normjit does not take that problem.
+_kernels: dict = {}
+_prepare_lock = threading.Lock()
+_launch = None  # normjit_launch, bound on first use (loads libnormjit.so)
+
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+if _raw_stream is None:  # older PyTorch
+    def _raw_stream(device: int) -> int:
+        return torch.cuda.current_stream(device).cuda_stream
+
+
+# ---------------------------------------------------------------------------------------
+# Fallback
+# ---------------------------------------------------------------------------------------
+
+_warned: set = set()
+
+
+def _reason_text(code: str, x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],
+                 eps: float) -> str:
+    if code == "device":
+        return f"input on {x.device} (normjit runs on CUDA devices)"
+    if code == "dtype":
+        return f"input dtype {x.dtype} (normjit takes float32, float16, bfloat16)"
+    if code == "layout":
+        return (f"non-contiguous input (shape {list(x.shape)}, strides {list(x.stride())}; "
+                "normjit takes contiguous row-major tensors)")
+    if code == "grad":
+        return ("an input requires grad and normjit has no backward yet (run inference under "
+                "torch.no_grad() or torch.inference_mode())")
+    if code == "param_dtype":
+        p = weight if weight is not None and weight.dtype != x.dtype else bias
+        return f"weight/bias dtype {p.dtype} differs from the input's {x.dtype}"
+    if code == "param_layout":
+        return "non-contiguous weight or bias"
+    if code == "bias_only":
+        return "a bias without a weight (normjit's affine is none, weight or both)"
+    if code == "empty":
+        return f"empty input (shape {list(x.shape)})"
+    if code == "eps":
+        return f"eps {eps!r} (normjit needs eps > 0)"
+    if code == "align":
+        return "a data pointer not 16-byte aligned (a view with a storage offset)"
+    return code  # normjit's own message (a problem the library does not take)
+
+
+def _fallback_warn(op: str, code: str, x: Tensor, weight: Optional[Tensor],
+                   bias: Optional[Tensor], eps: float) -> None:
+    if torch.compiler.is_compiling():
+        return
+    key = (op, code)
+    if key in _warned:
+        return
+    _warned.add(key)
+    warnings.warn(f"normjit.torch.{op}: {_reason_text(code, x, weight, bias, eps)}; "
+                  "running PyTorch's implementation", NormjitFallbackWarning, stacklevel=4)
+
+
+def _why_not(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],
+             eps: float) -> Optional[str]:
+    """None when normjit can serve the call, else a reason code. Traceable by dynamo."""
+    if not x.is_cuda:
+        return "device"
+    if x.dtype not in _DTYPES:
+        return "dtype"
+    if not x.is_contiguous():
+        return "layout"
+    if torch.is_grad_enabled() and (x.requires_grad
+                                    or (weight is not None and weight.requires_grad)
+                                    or (bias is not None and bias.requires_grad)):
+        return "grad"
+    if weight is not None:
+        if weight.dtype != x.dtype or (bias is not None and bias.dtype != x.dtype):
+            return "param_dtype"
+        if not weight.is_contiguous() or (bias is not None and not bias.is_contiguous()):
+            return "param_layout"
+    elif bias is not None:
+        return "bias_only"
+    if x.numel() == 0:
+        return "empty"
+    if not eps > 0:
+        return "eps"
+    return None
+
+
+# ---------------------------------------------------------------------------------------
+# Argument checks (the errors PyTorch would raise too, but naming argument and value)
+# ---------------------------------------------------------------------------------------
+
+def _as_shape(op: str, normalized_shape: Union[int, Sequence[int]]) -> Tuple[int, ...]:
+    if isinstance(normalized_shape, int):
+        return (normalized_shape,)
+    if isinstance(normalized_shape, tuple):
+        return normalized_shape
+    try:
+        return tuple(int(s) for s in normalized_shape)
+    except TypeError:
+        raise TypeError(f"normjit.torch.{op}: normalized_shape must be an int or a sequence of "
+                        f"ints, not {normalized_shape!r}") from None
+
+
+def _check_tensor(op: str, name: str, t, x: Optional[Tensor] = None) -> None:
+    if not isinstance(t, Tensor):
+        raise TypeError(f"normjit.torch.{op}: {name} must be a torch.Tensor, not "
+                        f"{type(t).__name__}")
+    if x is not None and t.device != x.device:
+        raise ValueError(f"normjit.torch.{op}: {name} is on {t.device}, the input on {x.device}")
+
+
+def _check_param(op: str, name: str, p: Optional[Tensor], x: Tensor, expected: Tuple[int, ...],
+                 what: str) -> None:
+    if p is None:
+        return
+    _check_tensor(op, name, p, x)
+    if p.shape != expected:
+        raise ValueError(f"normjit.torch.{op}: {name} has shape {list(p.shape)}; expected "
+                         f"{list(expected)} ({what})")
+
+
+def _check_rows(op: str, x: Tensor, shape: Tuple[int, ...], weight: Optional[Tensor],
+                bias: Optional[Tensor]) -> None:
+    _check_tensor(op, "input", x)
+    n = len(shape)
+    if n == 0 or n > x.dim() or x.shape[x.dim() - n:] != shape:
+        raise ValueError(f"normjit.torch.{op}: normalized_shape {list(shape)} is not the "
+                         f"trailing shape of the input, {list(x.shape)}")
+    _check_param(op, "weight", weight, x, shape, "normalized_shape")
+    _check_param(op, "bias", bias, x, shape, "normalized_shape")
+
+
+def _check_channels(op: str, x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],
+                    groups: int = 0) -> None:
+    _check_tensor(op, "input", x)
+    if x.dim() < 2:
+        raise ValueError(f"normjit.torch.{op}: input of shape {list(x.shape)}; expected "
+                         "[N, C, *spatial] (at least 2 dims)")
+    channels = x.shape[1]
+    if groups:
+        if not isinstance(groups, int) or groups < 1 or channels % groups != 0:
+            raise ValueError(f"normjit.torch.{op}: num_groups {groups!r} does not divide the "
+                             f"input's {channels} channels (input {list(x.shape)})")
+    _check_param(op, "weight", weight, x, (channels,), "the input's channels")
+    _check_param(op, "bias", bias, x, (channels,), "the input's channels")
+
+
+# ---------------------------------------------------------------------------------------
+# Prepare and launch
+# ---------------------------------------------------------------------------------------
+
+def _rows_spec(op: str, shape: Tuple[int, ...], normalized_dims: int, dtype: torch.dtype,
+               has_weight: bool, has_bias: bool, eps: float) -> str:
+    """The canonical spec text of a trailing-dims problem (rmsnorm, layernorm)."""
+    return (f"op={op} shape={','.join(map(str, shape))} dtype={_DTYPES[dtype]} "
+            f"normalized_dims={normalized_dims} affine={_AFFINE[has_weight, has_bias]} "
+            f"eps={float(eps)!r}")
+
+
+def _channels_spec(op: str, shape: Tuple[int, ...], groups: int, dtype: torch.dtype,
+                   has_weight: bool, has_bias: bool, eps: float) -> str:
+    """The canonical spec text of x [N, C, *spatial]: rmsnorm's channel form or groupnorm."""
+    return (f"op={op} shape={','.join(map(str, shape))} dtype={_DTYPES[dtype]}"
+            + (f" groups={groups}" if op == "groupnorm" else " normalized_dims=0")
+            + f" affine={_AFFINE[has_weight, has_bias]} eps={float(eps)!r}")
+
+
+def _prepare(key: tuple, spec: str, per_item: int) -> tuple:
+    global _launch
+    with _prepare_lock:
+        entry = _kernels.get(key)
+        if entry is not None:
+            return entry
+        device = key[-1]
+        try:
+            with torch.cuda.device(device):
+                kernel = normjit.engine().prepare(spec)
+            entry = (kernel, per_item)
+        except (UnsupportedError, InvalidArgumentError) as e:
+            # Arguments were checked above: what the library refuses here is a problem it
+            # does not take (too many elements in a row, ...), which PyTorch still computes.
+            entry = (None, e.message)
+        if _launch is None:
+            _launch = normjit._capi.library().normjit_launch
+        _kernels[key] = entry
+        return entry
+
+
+def _launch_kernel(entry: tuple, x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],
+                   eps: float, device: int) -> Union[Tensor, str]:
+    """y, or a reason code/message when the call must fall back."""
+    kernel, per_item = entry
+    if kernel is None:
+        return per_item  # the library's message
+    xp = x.data_ptr()
+    wp = weight.data_ptr() if weight is not None else None
+    bp = bias.data_ptr() if bias is not None else None
+    if (xp | (wp or 0) | (bp or 0)) & 15:
+        return "align"
+    y = torch.empty_like(x)
+    if _multi_device and torch.cuda.current_device() != device:
+        with torch.cuda.device(device):
+            status = _launch(kernel, xp, y.data_ptr(), wp, bp, x.numel() // per_item, eps,
+                             _raw_stream(device))
+    else:
+        status = _launch(kernel, xp, y.data_ptr(), wp, bp, x.numel() // per_item, eps,
+                         _raw_stream(device))
+    if status:
+        raise normjit._capi.library().error(status)
+    return y
+
+
+_multi_device = False
+try:
+    _multi_device = torch.cuda.is_available() and torch.cuda.device_count() > 1
+except Exception:  # noqa: BLE001 - no driver: single device or none
+    pass
+
+
+def _rows(op: str, x: Tensor, shape: Tuple[int, ...], weight: Optional[Tensor],
+          bias: Optional[Tensor], eps: float) -> Union[Tensor, str]:
+    """rmsnorm / layernorm over the trailing `shape` of x."""
+    device = x.device.index
+    key = (op, shape, x.dtype, weight is not None, bias is not None, device)
+    entry = _kernels.get(key)
+    if entry is None:
+        per_item = 1
+        for s in shape:
+            per_item *= s
+        spec = _rows_spec(op, (x.numel() // per_item,) + shape, len(shape), x.dtype,
+                          weight is not None, bias is not None, eps)
+        entry = _prepare(key, spec, per_item)
+    return _launch_kernel(entry, x, weight, bias, eps, device)
+
+
+def _channels(op: str, x: Tensor, groups: int, weight: Optional[Tensor],
+              bias: Optional[Tensor], eps: float) -> Union[Tensor, str]:
+    """rmsnorm's channel form (groups 0) or groupnorm of x [N, C, *spatial]."""
+    device = x.device.index
+    key = (op, tuple(x.shape[1:]), groups, x.dtype, weight is not None, bias is not None,
+           device)
+    entry = _kernels.get(key)
+    if entry is None:
+        spec = _channels_spec(op, tuple(x.shape), groups, x.dtype, weight is not None,
+                              bias is not None, eps)
+        entry = _prepare(key, spec, x.numel() // x.shape[0])
+    return _launch_kernel(entry, x, weight, bias, eps, device)
+
+
+# ---------------------------------------------------------------------------------------
+# PyTorch's implementations (the fallback)
+# ---------------------------------------------------------------------------------------
+
+def _torch_rms_norm_channels(x: Tensor, weight: Optional[Tensor], eps: float) -> Tensor:
+    """x / sqrt(mean(x^2, dim=1) + eps) * weight, with statistics in float32 (or wider)."""
+    acc = torch.promote_types(x.dtype, torch.float32) if x.is_floating_point() else x.dtype
+    xf = x.to(acc)
+    y = xf * torch.rsqrt(xf.pow(2).mean(dim=1, keepdim=True) + eps)
+    if weight is not None:
+        y = y * weight.to(acc).view(1, -1, *([1] * (x.dim() - 2)))
+    return y.to(x.dtype)
+
+
+# ---------------------------------------------------------------------------------------
+# Custom ops (what torch.compile sees) and their fake implementations
+# ---------------------------------------------------------------------------------------
+
+def _op_result(y: Union[Tensor, str], op: str, x: Tensor, weight: Optional[Tensor],
+               bias: Optional[Tensor], eps: float, torch_impl: Callable[[], Tensor]) -> Tensor:
+    if isinstance(y, Tensor):
+        return y
+    _fallback_warn(op, y, x, weight, bias, eps)
+    # The fake implementation promised a fresh contiguous tensor of the input's dtype.
+    return torch_impl().to(x.dtype).contiguous()
+
+
+@torch.library.custom_op("normjit::rms_norm", mutates_args=())
+def _rms_norm_op(input: Tensor, normalized_shape: List[int], weight: Optional[Tensor],
+                 eps: float) -> Tensor:
+    shape = tuple(normalized_shape)
+    _check_rows("rms_norm", input, shape, weight, None)
+    why = _why_not(input, weight, None, eps)
+    y = why if why else _rows("rmsnorm", input, shape, weight, None, eps)
+    return _op_result(y, "rms_norm", input, weight, None, eps,
+                      lambda: F.rms_norm(input, shape, weight, eps))
+
+
+@torch.library.custom_op("normjit::rms_norm_channels", mutates_args=())
+def _rms_norm_channels_op(input: Tensor, weight: Optional[Tensor], eps: float) -> Tensor:
+    _check_channels("rms_norm_channels", input, weight, None)
+    why = _why_not(input, weight, None, eps)
+    y = why if why else _channels("rmsnorm", input, 0, weight, None, eps)
+    return _op_result(y, "rms_norm_channels", input, weight, None, eps,
+                      lambda: _torch_rms_norm_channels(input, weight, eps))
+
+
+@torch.library.custom_op("normjit::layer_norm", mutates_args=())
+def _layer_norm_op(input: Tensor, normalized_shape: List[int], weight: Optional[Tensor],
+                   bias: Optional[Tensor], eps: float) -> Tensor:
+    shape = tuple(normalized_shape)
+    _check_rows("layer_norm", input, shape, weight, bias)
+    why = _why_not(input, weight, bias, eps)
+    y = why if why else _rows("layernorm", input, shape, weight, bias, eps)
+    return _op_result(y, "layer_norm", input, weight, bias, eps,
+                      lambda: F.layer_norm(input, shape, weight, bias, eps))
+
+
+@torch.library.custom_op("normjit::group_norm", mutates_args=())
+def _group_norm_op(input: Tensor, num_groups: int, weight: Optional[Tensor],
+                   bias: Optional[Tensor], eps: float) -> Tensor:
+    _check_channels("group_norm", input, weight, bias, num_groups)
+    why = _why_not(input, weight, bias, eps)
+    y = why if why else _channels("groupnorm", input, num_groups, weight, bias, eps)
+    return _op_result(y, "group_norm", input, weight, bias, eps,
+                      lambda: F.group_norm(input, num_groups, weight, bias, eps))
+
+
+def _fake(input: Tensor, *args) -> Tensor:
+    return input.new_empty(input.shape)
+
+
+for _op in (_rms_norm_op, _rms_norm_channels_op, _layer_norm_op, _group_norm_op):
+    _op.register_fake(_fake)
+
+
+# ---------------------------------------------------------------------------------------
+# The public functions: torch.nn.functional's signatures
+# ---------------------------------------------------------------------------------------
+# Each runs `fallback` (PyTorch's implementation; a patched module passes its own forward)
+# when normjit cannot serve the call.
+
+def _rms_norm(x: Tensor, shape: Tuple[int, ...], weight: Optional[Tensor], eps: Optional[float],
+              fallback: Optional[Callable[[], Tensor]]) -> Tensor:
+    _check_rows("rms_norm", x, shape, weight, None)
+    if eps is None:  # PyTorch's default
+        eps = torch.finfo(x.dtype).eps if x.is_floating_point() else 1e-6
+    why = _why_not(x, weight, None, eps)
+    if why is None:
+        if torch.compiler.is_compiling():
+            return torch.ops.normjit.rms_norm(x, list(shape), weight, eps)
+        y = _rows("rmsnorm", x, shape, weight, None, eps)
+        if y.__class__ is not str:
+            return y
+        why = y
+    _fallback_warn("rms_norm", why, x, weight, None, eps)
+    return fallback() if fallback else F.rms_norm(x, shape, weight, eps)
+
+
+def _rms_norm_channels(x: Tensor, weight: Optional[Tensor], eps: float,
+                       fallback: Optional[Callable[[], Tensor]]) -> Tensor:
+    _check_channels("rms_norm_channels", x, weight, None)
+    why = _why_not(x, weight, None, eps)
+    if why is None:
+        if torch.compiler.is_compiling():
+            return torch.ops.normjit.rms_norm_channels(x, weight, eps)
+        y = _channels("rmsnorm", x, 0, weight, None, eps)
+        if y.__class__ is not str:
+            return y
+        why = y
+    _fallback_warn("rms_norm_channels", why, x, weight, None, eps)
+    return fallback() if fallback else _torch_rms_norm_channels(x, weight, eps)
+
+
+def _layer_norm(x: Tensor, shape: Tuple[int, ...], weight: Optional[Tensor],
+                bias: Optional[Tensor], eps: float,
+                fallback: Optional[Callable[[], Tensor]]) -> Tensor:
+    _check_rows("layer_norm", x, shape, weight, bias)
+    why = _why_not(x, weight, bias, eps)
+    if why is None:
+        if torch.compiler.is_compiling():
+            return torch.ops.normjit.layer_norm(x, list(shape), weight, bias, eps)
+        y = _rows("layernorm", x, shape, weight, bias, eps)
+        if y.__class__ is not str:
+            return y
+        why = y
+    _fallback_warn("layer_norm", why, x, weight, bias, eps)
+    return fallback() if fallback else F.layer_norm(x, shape, weight, bias, eps)
+
+
+def _group_norm(x: Tensor, num_groups: int, weight: Optional[Tensor], bias: Optional[Tensor],
+                eps: float, fallback: Optional[Callable[[], Tensor]]) -> Tensor:
+    _check_channels("group_norm", x, weight, bias, num_groups)
+    why = _why_not(x, weight, bias, eps)
+    if why is None:
+        if torch.compiler.is_compiling():
+            return torch.ops.normjit.group_norm(x, num_groups, weight, bias, eps)
+        y = _channels("groupnorm", x, num_groups, weight, bias, eps)
+        if y.__class__ is not str:
+            return y
+        why = y
+    _fallback_warn("group_norm", why, x, weight, bias, eps)
+    return fallback() if fallback else F.group_norm(x, num_groups, weight, bias, eps)
+
+
+def rms_norm(input: Tensor, normalized_shape: Union[int, Sequence[int]],
+             weight: Optional[Tensor] = None, eps: Optional[float] = None) -> Tensor:
+    """torch.nn.functional.rms_norm: RMSNorm over the trailing `normalized_shape` of input,
+    statistics in float32; eps None means torch.finfo(input.dtype).eps, as in PyTorch."""
+    return _rms_norm(input, _as_shape("rms_norm", normalized_shape), weight, eps, None)
+
+
+def rms_norm_channels(input: Tensor, weight: Optional[Tensor] = None,
+                      eps: float = 1e-5) -> Tensor:
+    """RMSNorm's channel form: input [N, C, *spatial] reduced over dim 1,
+    x / sqrt(mean(x^2, dim=1, keepdim=True) + eps), times weight [C] when given."""
+    return _rms_norm_channels(input, weight, eps, None)
+
+
+def layer_norm(input: Tensor, normalized_shape: Union[int, Sequence[int]],
+               weight: Optional[Tensor] = None, bias: Optional[Tensor] = None,
+               eps: float = 1e-5) -> Tensor:
+    """torch.nn.functional.layer_norm: over the trailing `normalized_shape`, biased variance,
+    statistics in float32."""
+    return _layer_norm(input, _as_shape("layer_norm", normalized_shape), weight, bias, eps, None)
+
+
+def group_norm(input: Tensor, num_groups: int, weight: Optional[Tensor] = None,
+               bias: Optional[Tensor] = None, eps: float = 1e-5) -> Tensor:
+    """torch.nn.functional.group_norm: input [N, C, *spatial], num_groups dividing C, weight
+    and bias [C]."""
+    return _group_norm(input, num_groups, weight, bias, eps, None)
+
+
+# ---------------------------------------------------------------------------------------
+# Before a CUDA-graph capture
+# ---------------------------------------------------------------------------------------
+
+def prepared_kernels() -> int:
+    """How many kernels (shape classes) this process has prepared."""
+    return sum(1 for kernel, _ in _kernels.values() if kernel is not None)
+
+
+def warmup(fn: Callable, *args, stream: Optional["torch.cuda.Stream"] = None, **kwargs) -> int:
+    """Runs fn(*args, **kwargs) once under torch.no_grad() on `stream` (default: a new side
+    stream) and waits for it, so that every normjit kernel of those shapes is prepared
+    (compiled or loaded from the cache) before torch.cuda.graph captures fn: preparing is
+    not something a capture can record. Pass the stream the capture will use, if known.
+    Returns how many kernels were newly prepared."""
+    before = prepared_kernels()
+    stream = stream if stream is not None else torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.no_grad(), torch.cuda.stream(stream):
+        fn(*args, **kwargs)
+    torch.cuda.current_stream().wait_stream(stream)
+    stream.synchronize()
+    return prepared_kernels() - before

@@ -1,0 +1,206 @@
+"""patch(model): the norm layers of a model written by others, computed by normjit.
+
+Each layer that computes a function normjit has is patched in place by swapping its class for
+a subclass whose forward calls normjit: the module object, its parameters, buffers, hooks,
+attribute names and state_dict keys stay as they were, and isinstance() still holds. When a
+call cannot be served (see normjit.torch), the layer's own forward runs, so a patched model
+never computes anything its original would not. unpatch(model) restores the classes.
+
+Recognised layers:
+  * torch.nn.LayerNorm, torch.nn.GroupNorm, torch.nn.RMSNorm and subclasses that keep their
+    forward;
+  * Hugging Face transformers' *RMSNorm classes whose forward is LlamaRMSNorm's (weight *
+    normalized x, not Gemma's (1 + weight));
+  * timm's LayerNorm, GroupNorm, GroupNorm1, RmsNorm (trailing dims) and RmsNorm2d (channels).
+Other layers whose class name has "Norm" in it are reported as skipped, with the reason.
+"""
+import ast
+import inspect
+import textwrap
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Tuple, Union
+
+import torch
+
+from ._ops import _group_norm, _layer_norm, _rms_norm, _rms_norm_channels
+
+__all__ = ["patch", "unpatch", "PatchReport"]
+
+
+@dataclass
+class PatchReport:
+    """What patch() did: (module name, class) replaced; (module name, class, reason) skipped."""
+    replaced: List[Tuple[str, str]] = field(default_factory=list)
+    skipped: List[Tuple[str, str, str]] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        lines = [f"normjit.torch.patch: {len(self.replaced)} replaced, "
+                 f"{len(self.skipped)} skipped"]
+        lines += [f"  replaced {name or '(root)'}: {cls}" for name, cls in self.replaced]
+        lines += [f"  skipped {name or '(root)'}: {cls}: {why}" for name, cls, why in self.skipped]
+        return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------
+# The forwards of patched layers. `orig` is the layer class's own forward (the fallback).
+# ---------------------------------------------------------------------------------------
+
+def _layer_norm_forward(orig: Callable) -> Callable:
+    def forward(self, input):
+        return _layer_norm(input, tuple(self.normalized_shape), self.weight, self.bias, self.eps,
+                           lambda: orig(self, input))
+    return forward
+
+
+def _group_norm_forward(orig: Callable) -> Callable:
+    def forward(self, input):
+        return _group_norm(input, self.num_groups, self.weight, self.bias, self.eps,
+                           lambda: orig(self, input))
+    return forward
+
+
+def _rms_norm_forward(orig: Callable) -> Callable:
+    def forward(self, input):
+        return _rms_norm(input, tuple(self.normalized_shape), self.weight, self.eps,
+                         lambda: orig(self, input))
+    return forward
+
+
+def _rms_norm_channels_forward(orig: Callable) -> Callable:
+    def forward(self, input):
+        return _rms_norm_channels(input, self.weight, self.eps, lambda: orig(self, input))
+    return forward
+
+
+def _hf_rms_norm_forward(orig: Callable) -> Callable:
+    """LlamaRMSNorm: weight * (x_f32 * rsqrt(mean(x_f32^2, -1) + eps)).to(x.dtype); normjit
+    rounds once instead of twice (same function, at most one rounding apart)."""
+    def forward(self, hidden_states):
+        eps = getattr(self, "variance_epsilon", None)
+        if eps is None:
+            eps = self.eps
+        return _rms_norm(hidden_states, tuple(self.weight.shape), self.weight, eps,
+                         lambda: orig(self, hidden_states))
+    return forward
+
+
+# ---------------------------------------------------------------------------------------
+# Which layers
+# ---------------------------------------------------------------------------------------
+
+def _body(fn: Callable) -> str:
+    """The AST of a function's body, docstring and formatting left out (compares code)."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    body = tree.body[0].body
+    if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None),
+                                                            ast.Constant):
+        body = body[1:]
+    return "\n".join(ast.dump(node) for node in body)
+
+
+_llama_body: Optional[str] = None
+
+
+def _is_llama_rms_norm(cls: type) -> Union[bool, str]:
+    global _llama_body
+    try:
+        if _llama_body is None:
+            from transformers.models.llama.modeling_llama import LlamaRMSNorm
+            _llama_body = _body(LlamaRMSNorm.forward)
+        return _body(cls.forward) == _llama_body
+    except (ImportError, OSError, TypeError, SyntaxError) as e:
+        return f"cannot compare its forward with LlamaRMSNorm's ({type(e).__name__}: {e})"
+
+
+_TIMM = {
+    "LayerNorm": _layer_norm_forward,
+    "GroupNorm": _group_norm_forward,
+    "GroupNorm1": _group_norm_forward,
+    "RmsNorm": _rms_norm_forward,
+    "RmsNorm2d": _rms_norm_channels_forward,
+}
+_TIMM_SKIP = {
+    "LayerNorm2d": "LayerNorm over the channels of NCHW: LayerNorm's channel form is not in "
+                   "normjit's C API yet",
+    "LayerNormExp2d": "LayerNorm over the channels of NCHW: LayerNorm's channel form is not in "
+                      "normjit's C API yet",
+}
+
+
+def _choose(module: torch.nn.Module) -> Union[Callable[[Callable], Callable], str]:
+    """The forward factory that serves module, or why none does."""
+    cls = type(module)
+    where = f"{cls.__module__}.{cls.__qualname__}"
+    if cls.__module__.startswith("timm."):
+        if cls.__name__ in _TIMM:
+            return _TIMM[cls.__name__]
+        if cls.__name__ in _TIMM_SKIP:
+            return _TIMM_SKIP[cls.__name__]
+    for base, factory in ((torch.nn.LayerNorm, _layer_norm_forward),
+                          (torch.nn.GroupNorm, _group_norm_forward),
+                          (torch.nn.RMSNorm, _rms_norm_forward)):
+        if isinstance(module, base):
+            if cls.forward is base.forward:
+                return factory
+            return (f"{where} overrides {base.__name__}.forward, so normjit cannot tell that it "
+                    "computes the same function")
+    if cls.__module__.startswith("transformers.") and cls.__name__.endswith("RMSNorm"):
+        same = _is_llama_rms_norm(cls)
+        if same is True:
+            if not isinstance(getattr(module, "weight", None), torch.Tensor):
+                return "has no weight tensor"
+            return _hf_rms_norm_forward
+        if same is False:
+            return ("its forward is not LlamaRMSNorm's (e.g. Gemma's (1 + weight), or an offset "
+                    "or cast normjit does not do)")
+        return same
+    if "Norm" in cls.__name__:
+        return f"{where} is not one of the layers normjit computes"
+    return ""
+
+
+_patched_classes: Dict[type, type] = {}
+
+
+def _patched_class(cls: type, factory: Callable[[Callable], Callable]) -> type:
+    patched = _patched_classes.get(cls)
+    if patched is None:
+        patched = type("Normjit" + cls.__name__, (cls,), {
+            "forward": factory(cls.forward),
+            "_normjit_original_class": cls,
+            "__module__": __name__,
+            "__doc__": f"{cls.__module__}.{cls.__qualname__}, computed by normjit "
+                       "(normjit.torch.patch); its own forward when normjit cannot serve a call.",
+        })
+        _patched_classes[cls] = patched
+    return patched
+
+
+def patch(model: torch.nn.Module) -> PatchReport:
+    """Makes the norm layers of `model` (and model itself, if it is one) compute with normjit,
+    in place; returns what was replaced and what was skipped, and why. Idempotent: a layer
+    patched before is reported as skipped ("already patched")."""
+    report = PatchReport()
+    for name, module in model.named_modules():
+        cls = type(module)
+        if "_normjit_original_class" in cls.__dict__:
+            report.skipped.append((name, cls._normjit_original_class.__name__, "already patched"))
+            continue
+        choice = _choose(module)
+        if callable(choice):
+            module.__class__ = _patched_class(cls, choice)
+            report.replaced.append((name, f"{cls.__module__}.{cls.__qualname__}"))
+        elif choice:
+            report.skipped.append((name, f"{cls.__module__}.{cls.__qualname__}", choice))
+    return report
+
+
+def unpatch(model: torch.nn.Module) -> int:
+    """Undoes patch(model): every patched layer gets its class back. Returns how many."""
+    count = 0
+    for module in model.modules():
+        original = type(module).__dict__.get("_normjit_original_class")
+        if original is not None:
+            module.__class__ = original
+            count += 1
+    return count

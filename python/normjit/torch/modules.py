@@ -1,0 +1,33 @@
+"""torch.nn's normalization modules computed by normjit: same constructor arguments,
+parameters, buffers and state_dict keys (they subclass torch.nn's), so a checkpoint of either
+loads into the other; only forward differs."""
+import torch
+from torch import Tensor
+
+from ._ops import _group_norm, _layer_norm, _rms_norm
+
+__all__ = ["RMSNorm", "LayerNorm", "GroupNorm"]
+
+
+class RMSNorm(torch.nn.RMSNorm):
+    """torch.nn.RMSNorm(normalized_shape, eps=None, elementwise_affine=True, device=None,
+    dtype=None), computed by normjit."""
+
+    def forward(self, input: Tensor) -> Tensor:
+        return _rms_norm(input, self.normalized_shape, self.weight, self.eps, None)
+
+
+class LayerNorm(torch.nn.LayerNorm):
+    """torch.nn.LayerNorm(normalized_shape, eps=1e-05, elementwise_affine=True, bias=True,
+    device=None, dtype=None), computed by normjit."""
+
+    def forward(self, input: Tensor) -> Tensor:
+        return _layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps, None)
+
+
+class GroupNorm(torch.nn.GroupNorm):
+    """torch.nn.GroupNorm(num_groups, num_channels, eps=1e-05, affine=True, device=None,
+    dtype=None), computed by normjit."""
+
+    def forward(self, input: Tensor) -> Tensor:
+        return _group_norm(input, self.num_groups, self.weight, self.bias, self.eps, None)

@@ -1,0 +1,194 @@
+"""normjit.torch where there is no GPU to run on (CPU tensors): the fallback to PyTorch with
+one warning per reason, argument errors naming argument and value, the modules' constructor
+and state_dict compatibility with torch.nn, patch()'s choices, and the custom ops' fake
+implementations. Needs PyTorch; no GPU."""
+import inspect
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed (CI installs none: the "
+                                            "PyPI wheel brings several GB of CUDA libraries)")
+import torch.nn.functional as F  # noqa: E402
+
+import normjit.torch as njt  # noqa: E402
+from normjit.torch import _ops  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def fresh_warnings():
+    _ops._warned.clear()
+    yield
+    _ops._warned.clear()
+
+
+def test_cpu_tensors_fall_back_with_one_warning():
+    x = torch.randn(4, 3, 16)
+    w = torch.randn(16)
+    with pytest.warns(njt.NormjitFallbackWarning, match=r"rms_norm: input on cpu"):
+        y = njt.rms_norm(x, (16,), w, eps=1e-6)
+    assert torch.equal(y, F.rms_norm(x, (16,), w, eps=1e-6))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the same reason warns once
+        y = njt.rms_norm(x, 16, w, 1e-6)
+    assert torch.equal(y, F.rms_norm(x, (16,), w, eps=1e-6))
+    b = torch.randn(16)
+    with pytest.warns(njt.NormjitFallbackWarning, match="layer_norm: input on cpu"):
+        assert torch.equal(njt.layer_norm(x, (16,), w, b), F.layer_norm(x, (16,), w, b))
+    x4 = torch.randn(2, 6, 5, 5)
+    with pytest.warns(njt.NormjitFallbackWarning, match="group_norm: input on cpu"):
+        assert torch.equal(njt.group_norm(x4, 3), F.group_norm(x4, 3))
+    with pytest.warns(njt.NormjitFallbackWarning, match="rms_norm_channels: input on cpu"):
+        y = njt.rms_norm_channels(x4, torch.randn(6), eps=1e-5)
+    assert y.shape == x4.shape
+
+
+def test_channel_rmsnorm_fallback_is_the_reference():
+    x = torch.randn(3, 7, 4, 5, dtype=torch.float64)
+    w = torch.randn(7, dtype=torch.float64)
+    with pytest.warns(njt.NormjitFallbackWarning):
+        y = njt.rms_norm_channels(x, w, eps=1e-5)
+    ref = x / torch.sqrt(x.pow(2).mean(dim=1, keepdim=True) + 1e-5) * w.view(1, 7, 1, 1)
+    torch.testing.assert_close(y, ref)
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: njt.rms_norm(torch.randn(2, 8), (8,), torch.randn(7)),
+     r"weight has shape \[7\]; expected \[8\]"),
+    (lambda: njt.layer_norm(torch.randn(2, 8), (8,), torch.randn(8), torch.randn(2, 4)),
+     r"bias has shape \[2, 4\]; expected \[8\]"),
+    (lambda: njt.layer_norm(torch.randn(2, 8), (9,)),
+     r"normalized_shape \[9\] is not the trailing shape of the input, \[2, 8\]"),
+    (lambda: njt.group_norm(torch.randn(2, 6, 3), 4), r"num_groups 4 does not divide the "
+                                                      r"input's 6 channels"),
+    (lambda: njt.group_norm(torch.randn(6), 2), r"input of shape \[6\]"),
+    (lambda: njt.group_norm(torch.randn(2, 6, 3), 3, torch.randn(5)), r"weight has shape \[5\]"),
+    (lambda: njt.rms_norm_channels(torch.randn(2, 6, 3), torch.randn(3)),
+     r"weight has shape \[3\]; expected \[6\]"),
+])
+def test_bad_arguments_name_argument_and_value(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_wrong_types():
+    with pytest.raises(TypeError, match="input must be a torch.Tensor"):
+        njt.rms_norm([1.0, 2.0], (2,))
+    with pytest.raises(TypeError, match="weight must be a torch.Tensor, not list"):
+        njt.layer_norm(torch.randn(2, 2), (2,), [1.0, 1.0])
+    with pytest.raises(TypeError, match="normalized_shape"):
+        njt.layer_norm(torch.randn(2, 2), None)
+
+
+@pytest.mark.parametrize("ours, theirs, args", [
+    (njt.RMSNorm, torch.nn.RMSNorm, ((4, 6),)),
+    (njt.LayerNorm, torch.nn.LayerNorm, ((4, 6),)),
+    (njt.GroupNorm, torch.nn.GroupNorm, (2, 6)),
+])
+def test_modules_are_torch_nn_compatible(ours, theirs, args):
+    assert inspect.signature(ours.__init__) == inspect.signature(theirs.__init__)
+    a, b = ours(*args), theirs(*args)
+    assert isinstance(a, theirs)
+    with torch.no_grad():
+        for p in b.parameters():
+            p.normal_()
+    assert list(a.state_dict()) == list(b.state_dict())
+    a.load_state_dict(b.state_dict())
+    b2 = theirs(*args)
+    b2.load_state_dict(a.state_dict())
+    for (ka, va), (kb, vb) in zip(a.state_dict().items(), b2.state_dict().items()):
+        assert ka == kb and torch.equal(va, vb)
+    assert repr(a).replace(ours.__name__, theirs.__name__) == repr(b)
+
+
+def test_modules_on_cpu_compute_what_torch_nn_does():
+    x = torch.randn(3, 6, 4, 6)
+    for ours, theirs in ((njt.RMSNorm((4, 6), eps=1e-6), torch.nn.RMSNorm((4, 6), eps=1e-6)),
+                         (njt.LayerNorm((4, 6), bias=False), torch.nn.LayerNorm((4, 6), bias=False)),
+                         (njt.GroupNorm(3, 6), torch.nn.GroupNorm(3, 6))):
+        ours.load_state_dict(theirs.state_dict())
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", njt.NormjitFallbackWarning)
+            assert torch.equal(ours(x), theirs(x))
+
+
+class Toy(torch.nn.Module):
+    class ScaledLayerNorm(torch.nn.LayerNorm):
+        def forward(self, x):
+            return 2 * super().forward(x)
+
+    class PlainSubclass(torch.nn.GroupNorm):
+        pass
+
+    def __init__(self):
+        super().__init__()
+        self.ln = torch.nn.LayerNorm(8)
+        self.rms = torch.nn.RMSNorm(8, elementwise_affine=False)
+        self.gn = torch.nn.GroupNorm(2, 4)
+        self.sub = Toy.PlainSubclass(4, 4)
+        self.scaled = Toy.ScaledLayerNorm(8)
+        self.bn = torch.nn.BatchNorm1d(4)
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = self.scaled(self.rms(self.ln(self.lin(x))))
+        g = self.sub(self.gn(h.view(2, 4, 32)))
+        return self.bn(g).view(2, 128)
+
+
+def test_patch_reports_and_keeps_the_function():
+    torch.manual_seed(0)
+    model = Toy().eval()
+    x = torch.randn(2, 4, 4, 8)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_()
+        before = model(x)
+    keys = list(model.state_dict())
+    params = {n: p for n, p in model.named_parameters()}
+    report = njt.patch(model)
+    assert sorted(n for n, _ in report.replaced) == ["gn", "ln", "rms", "sub"]
+    skipped = {n: why for n, _, why in report.skipped}
+    assert set(skipped) == {"scaled", "bn"}
+    assert "overrides LayerNorm.forward" in skipped["scaled"]
+    assert "not one of the layers" in skipped["bn"]
+    assert "4 replaced, 2 skipped" in str(report)
+    assert isinstance(model.ln, torch.nn.LayerNorm) and type(model.ln).__name__ == "NormjitLayerNorm"
+    assert list(model.state_dict()) == keys
+    assert all(p is params[n] for n, p in model.named_parameters())
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", njt.NormjitFallbackWarning)
+        assert torch.equal(model(x), before)  # CPU: each layer's own forward
+    again = njt.patch(model)
+    assert not again.replaced and {why for _, _, why in again.skipped} >= {"already patched"}
+    assert njt.unpatch(model) == 4 and type(model.ln) is torch.nn.LayerNorm
+
+
+@pytest.mark.parametrize("op, args", [
+    ("rms_norm", lambda: (torch.randn(3, 8), [8], torch.randn(8), 1e-6)),
+    ("rms_norm_channels", lambda: (torch.randn(2, 4, 3), torch.randn(4), 1e-5)),
+    ("layer_norm", lambda: (torch.randn(3, 2, 8), [2, 8], torch.randn(2, 8), None, 1e-5)),
+    ("group_norm", lambda: (torch.randn(2, 6, 5), 3, torch.randn(6), torch.randn(6), 1e-5)),
+])
+def test_custom_ops_and_fake_implementations(op, args):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", njt.NormjitFallbackWarning)
+        torch.library.opcheck(getattr(torch.ops.normjit, op).default, args(),
+                              test_utils=("test_schema", "test_faketensor"))
+
+
+@pytest.mark.parametrize("spec", [
+    _ops._rows_spec("rmsnorm", (1, 4096), 1, torch.bfloat16, True, False, 1e-6),
+    _ops._rows_spec("rmsnorm", (6, 3, 7), 2, torch.float32, False, False, 1.1920928955078125e-07),
+    _ops._rows_spec("layernorm", (5, 1000), 1, torch.float16, True, True, 1e-5),
+    _ops._rows_spec("layernorm", (2, 64, 31), 2, torch.float32, True, False, 1e-5),
+    _ops._channels_spec("rmsnorm", (4, 64, 32, 32), 0, torch.float32, False, False, 1e-5),
+    _ops._channels_spec("rmsnorm", (1, 3, 5), 0, torch.bfloat16, True, False, 1e-5),
+    _ops._channels_spec("groupnorm", (2, 64, 7, 7), 8, torch.float16, True, True, 1e-5),
+    _ops._channels_spec("groupnorm", (3, 6), 3, torch.float32, False, False, 1e-6),
+], ids=lambda s: s.split(" dtype")[0])
+def test_the_spec_texts_it_prepares_compile(spec, tmp_path):
+    """What normjit.torch hands to normjit_prepare is a valid spec: compiled for sm_90 here."""
+    import normjit
+    with normjit.Engine(cache_dir=str(tmp_path)) as engine:
+        assert engine.precompile(spec, arch="sm_90") is True
