@@ -3,7 +3,8 @@
 
 For every problem (the seed problems of docs/design.md plus LLM rows and Stable Diffusion
 GroupNorm shapes) this script
-  * runs normjit through its C API (libnormjit.so, by ctypes) on PyTorch tensors,
+  * runs normjit through its C API (libnormjit.so, by the normjit package's ctypes binding,
+    python/normjit/_capi.py) on PyTorch tensors,
   * checks normjit's output against a float64 reference computed by PyTorch on the device,
   * times normjit, the PyTorch eager reference module and torch.compile of that module
     (median of CUDA events after warm-up),
@@ -51,7 +52,6 @@ REPO = Path(__file__).resolve().parent.parent
 # Tolerances of docs/../shared/gpu.md: relative L2 error against the float64 reference.
 TOLERANCE = {"f32": 1e-5, "f16": 1e-2, "bf16": 1e-2}
 ELEMENT_BYTES = {"f32": 4, "f16": 2, "bf16": 2}
-NORMJIT_DTYPE = {"f32": 0, "f16": 1, "bf16": 2}  # enum normjit_dtype
 
 # The float64 reference is computed this many elements at a time (along dim 0), so that
 # the 7.5 GB seeds stay far from the 80 GB of the device: a few float64 temporaries of
@@ -494,7 +494,8 @@ def render_jit(data: Any) -> list[str]:
     return lines
 
 
-def render_markdown(report: Report, notes: Optional[str], plot_name: Optional[str]) -> str:
+def render_markdown(report: Report, notes: Optional[str], plot_name: Optional[str],
+                    host_cost: Optional[str] = None) -> str:
     out: list[str] = []
     add = out.append
     add("# normjit performance")
@@ -607,6 +608,10 @@ def render_markdown(report: Report, notes: Optional[str], plot_name: Optional[st
         else:
             add(f"No numbers ({jit.status}): {jit.message}")
     add("")
+
+    if host_cost is not None:
+        out += host_cost_block(host_cost)
+        add("")
 
     add("## Analysis per kernel")
     add("")
@@ -726,7 +731,9 @@ def write_outputs(report: Report, args: argparse.Namespace, final: bool) -> None
     doc = Path(args.doc)
     doc.parent.mkdir(parents=True, exist_ok=True)
     plot_ref = os.path.relpath(plot_path, doc.parent) if has_plot else None
-    doc.write_text(render_markdown(report, notes, plot_ref))
+    host_cost_path = Path(args.host_cost)
+    host_cost = host_cost_path.read_text() if host_cost_path.exists() else None
+    doc.write_text(render_markdown(report, notes, plot_ref, host_cost))
     write_json(report, Path(args.json_out))
 
 
@@ -734,76 +741,30 @@ def write_outputs(report: Report, args: argparse.Namespace, final: bool) -> None
 # normjit through its C API
 # ---------------------------------------------------------------------------------------
 
-NORMJIT_OK = 0
-NORMJIT_ERROR_UNSUPPORTED = 2
+# The one binding of the C API is the Python package's (python/normjit/_capi.py, checked against
+# normjit.h by tests/python/test_binding.py): the installed package, or else this checkout's
+# python/ (stdlib only: it loads no library until asked).
+try:
+    from normjit import _capi
+except ImportError:
+    sys.path.insert(0, str(REPO / "python"))
+    from normjit import _capi
 
-
-class EngineOptions(ctypes.Structure):
-    """struct normjit_engine_options. ctypes lays fields out with the C rules of the
-    platform: int at 0, 4 bytes of padding, pointers at 8 and 16, uint64 at 24, ints at 32
-    and 36, 40 bytes in all (checked against offsetof by --selftest's numbers)."""
-    _fields_ = [
-        ("device", ctypes.c_int),
-        ("cache_dir", ctypes.c_char_p),
-        ("readonly_dirs", ctypes.c_char_p),
-        ("cache_max_bytes", ctypes.c_uint64),
-        ("memory_only", ctypes.c_int),
-        ("jit_disabled", ctypes.c_int),
-    ]
-
-
-class NormjitError(RuntimeError):
-    def __init__(self, status: int, name: str, message: str):
-        super().__init__(f"{name} ({status}): {message}")
-        self.status = status
-        self.message = message
-
-
-class NormjitUnsupported(NormjitError):
-    pass
+EngineOptions = _capi.EngineOptions
+NormjitError = _capi.NormjitError
+NormjitUnsupported = _capi.UnsupportedError
 
 
 class Normjit:
-    """libnormjit.so by ctypes, with every prototype declared (ctypes would otherwise pass
-    Python ints as C int and truncate pointers and int64 shapes)."""
+    """The C API of one libnormjit.so (--lib), through the package's binding."""
 
     def __init__(self, path: Path):
         self.path = path
-        self.lib = lib = ctypes.CDLL(str(path))
-        vp, i32, i64, f64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_double
-        p_i64 = ctypes.POINTER(ctypes.c_int64)
-        p_u64 = ctypes.POINTER(ctypes.c_uint64)
-
-        lib.normjit_engine_options_init.argtypes = [ctypes.POINTER(EngineOptions)]
-        lib.normjit_engine_options_init.restype = None
-        lib.normjit_engine_create.argtypes = [ctypes.POINTER(EngineOptions), ctypes.POINTER(vp)]
-        lib.normjit_engine_create.restype = i32
-        lib.normjit_engine_destroy.argtypes = [vp]
-        lib.normjit_engine_destroy.restype = None
-        lib.normjit_last_error.argtypes = []
-        lib.normjit_last_error.restype = ctypes.c_char_p
-        lib.normjit_status_name.argtypes = [i32]
-        lib.normjit_status_name.restype = ctypes.c_char_p
-        lib.normjit_engine_counters.argtypes = [vp, p_u64, p_u64, p_u64]
-        lib.normjit_engine_counters.restype = i32
-        # engine, x, y, weight, shape, ndim, normalized_dims, dtype, eps, stream
-        lib.normjit_rmsnorm.argtypes = [vp, vp, vp, vp, p_i64, i32, i32, i32, f64, vp]
-        lib.normjit_rmsnorm.restype = i32
-        # engine, x, y, weight, bias, shape, ndim, normalized_dims, dtype, eps, stream
-        lib.normjit_layernorm.argtypes = [vp, vp, vp, vp, vp, p_i64, i32, i32, i32, f64, vp]
-        lib.normjit_layernorm.restype = i32
-        # engine, x, y, weight, bias, shape, ndim, groups, dtype, eps, stream
-        lib.normjit_groupnorm.argtypes = [vp, vp, vp, vp, vp, p_i64, i32, i64, i32, f64, vp]
-        lib.normjit_groupnorm.restype = i32
+        self.lib = _capi.Library(path)
         self._keep: list[Any] = []  # C strings the engine options point to
 
     def check(self, status: int) -> None:
-        if status == NORMJIT_OK:
-            return
-        name = (self.lib.normjit_status_name(status) or b"?").decode()
-        message = (self.lib.normjit_last_error() or b"").decode(errors="replace")
-        cls = NormjitUnsupported if status == NORMJIT_ERROR_UNSUPPORTED else NormjitError
-        raise cls(status, name, message)
+        self.lib.check(status)
 
     def create_engine(self, cache_dir: Optional[str] = None, memory_only: bool = False) -> int:
         opts = EngineOptions()
@@ -831,7 +792,7 @@ class Normjit:
         """A call of p's operator on fixed pointers: the arguments are converted once, so
         the timed loop pays only the ctypes call."""
         shape = (ctypes.c_int64 * len(p.shape))(*p.shape)
-        dtype, ndim = NORMJIT_DTYPE[p.dtype], len(p.shape)
+        dtype, ndim = int(_capi.Dtype[p.dtype.upper()]), len(p.shape)
         if p.op == "rmsnorm":
             fn = self.lib.normjit_rmsnorm
             args = (engine, x, y, weight, shape, ndim, p.normalized_dims, dtype, p.eps, stream)
@@ -1378,6 +1339,9 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     ap.add_argument("--plot", default="docs/performance.png", help="PNG output")
     ap.add_argument("--notes", default="docs/performance-notes.md",
                     help="hand-written analysis included verbatim when it exists")
+    ap.add_argument("--host-cost", default="docs/host-cost.md",
+                    help="per-call host cost from Python (scripts/host_cost.py), included when it "
+                         "exists")
     ap.add_argument("--json-out", default=None,
                     help="raw results (default: $OUT/perf.json when OUT is set, else BUILD/perf.json)")
     ap.add_argument("--list", action="store_true", help="list the selected problems and exit")
@@ -1403,6 +1367,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     args.build = root(args.build)
     args.lib = root(args.lib) if args.lib else str(Path(args.build) / "libnormjit.so")
     args.doc, args.plot, args.notes = root(args.doc), root(args.plot), root(args.notes)
+    args.host_cost = root(args.host_cost)
     if args.json_out is None:
         out_dir = os.environ.get("OUT")
         args.json_out = str(Path(out_dir) / "perf.json") if out_dir else str(Path(args.build) / "perf.json")
@@ -1431,7 +1396,7 @@ def run_gpu(args: argparse.Namespace, problems: list[Problem], command: str) -> 
     try:
         nj = Normjit(lib_path)
         engine = nj.create_engine(cache_dir=args.cache_dir)
-    except (OSError, NormjitError) as e:
+    except (OSError, ImportError, NormjitError) as e:
         print(f"compare_torch: cannot use {lib_path}: {e}", file=sys.stderr)
         return 2
 
@@ -1667,6 +1632,17 @@ def selftest() -> int:
     except ValueError:
         pass
 
+    # The host-cost block: included, replaced in place, inserted where absent.
+    with_cost = render_markdown(report, notes, None, "## Host cost\n\n| a | b |\n|---|---|\n| 1 | 2 |\n")
+    assert with_cost.index(HOST_COST_BEGIN) < with_cost.index("## Analysis per kernel")
+    check_tables(with_cost)
+    swapped = splice_host_cost(with_cost, "## Host cost\n\nnew\n")
+    assert "new" in swapped and "| 1 | 2 |" not in swapped and swapped.count(HOST_COST_BEGIN) == 1
+    assert swapped.endswith(with_cost[with_cost.index(HOST_COST_END) + len(HOST_COST_END):])
+    inserted = splice_host_cost(rendered, "x")
+    assert inserted.index(HOST_COST_BEGIN) < inserted.index("## Analysis per kernel")
+    assert splice_host_cost("# doc\n", "x").endswith(HOST_COST_END + "\n")
+
     # JIT latency of unknown layouts, and its absence.
     for data in ({"a": 1, "b": 2.5}, [{"x": 1}, {"y": 2}], {"k": {"p": {"ms": 1}, "q": {"us": 2}}},
                  [1, 2], "text", {}):
@@ -1684,7 +1660,8 @@ def selftest() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         args = argparse.Namespace(notes=str(Path(tmp) / "notes.md"), plot=str(Path(tmp) / "p.png"),
                                   doc=str(Path(tmp) / "docs" / "performance.md"),
-                                  json_out=str(Path(tmp) / "perf.json"))
+                                  json_out=str(Path(tmp) / "perf.json"),
+                                  host_cost=str(Path(tmp) / "host-cost.md"))
         Path(args.notes).write_text(notes)
         write_outputs(fake_report(), args, final=True)
         data = json.loads(Path(args.json_out).read_text())
@@ -1722,6 +1699,26 @@ def selftest() -> int:
 
 
 NOTES_MARKER = "<!-- included verbatim from docs/performance-notes.md -->"
+HOST_COST_BEGIN = "<!-- host cost: included from docs/host-cost.md (scripts/host_cost.py) -->"
+HOST_COST_END = "<!-- host cost: end -->"
+
+
+def host_cost_block(text: str) -> list[str]:
+    """The lines of docs/host-cost.md (written by scripts/host_cost.py) between the markers."""
+    return [HOST_COST_BEGIN, "", text.strip("\n"), "", HOST_COST_END]
+
+
+def splice_host_cost(doc: str, text: str) -> str:
+    """`doc` (a generated performance.md) with its host-cost block replaced by `text`, or the
+    block inserted before the analysis per kernel (or at the end) when it has none."""
+    block = "\n".join(host_cost_block(text))
+    begin, end = doc.find(HOST_COST_BEGIN), doc.find(HOST_COST_END)
+    if begin >= 0 and end > begin:
+        return doc[:begin] + block + doc[end + len(HOST_COST_END):]
+    at = doc.find("## Analysis per kernel")
+    if at < 0:
+        return doc.rstrip("\n") + "\n\n" + block + "\n"
+    return doc[:at] + block + "\n\n" + doc[at:]
 
 
 def refresh_notes(doc: str, notes: str) -> str:

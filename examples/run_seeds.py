@@ -1,0 +1,59 @@
+#!/usr/bin/env python3
+"""Runs each seed example's ModelNew against its reference Model on the GPU (the state_dict
+of Model loaded into ModelNew), in float32 and bfloat16, against float64:
+
+    python3 examples/run_seeds.py            # the seeds' own shapes (7.5 GB inputs)
+    python3 examples/run_seeds.py --small    # the same problems, batch 2
+"""
+import argparse
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+
+
+def load(name):
+    spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--small", action="store_true", help="batch 2 instead of the seeds' batch")
+    args = ap.parse_args()
+    failed = 0
+    for name in ("rmsnorm_channels", "layernorm", "groupnorm"):
+        m = load(name)
+        for dtype, tol in ((torch.float32, 1e-5), (torch.bfloat16, 1e-2)):
+            torch.manual_seed(0)
+            ref_model = m.Model(*m.get_init_inputs()).cuda()
+            with torch.no_grad():
+                for p in ref_model.parameters():
+                    p.copy_(1 + 0.3 * torch.randn_like(p))
+            new = m.ModelNew(*m.get_init_inputs()).cuda()
+            new.load_state_dict(ref_model.state_dict())
+            (x,) = m.get_inputs()
+            if args.small:
+                x = x[:2]
+            x = x.cuda().to(dtype)
+            with torch.inference_mode():
+                y = new.to(dtype)(x)
+                ref = ref_model.double()(x.double())
+                err = ((y.double() - ref).norm() / ref.norm()).item()
+            ok = math.isfinite(err) and err < tol
+            failed += not ok
+            print(f"{name:17s} {str(dtype):15s} x {list(x.shape)}: rel. err {err:.2e} "
+                  f"{'ok' if ok else 'FAIL'}", flush=True)
+            del x, y, ref
+            torch.cuda.empty_cache()
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
