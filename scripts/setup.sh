@@ -31,6 +31,13 @@ if [ ! -x "$here/.venv/bin/lit" ]; then
   python3 -m venv "$here/.venv"
   "$here/.venv/bin/pip" install -q --disable-pip-version-check lit==18.1.8
 fi
+# The Python package's build backend and test runner (PyPI), in the same .venv: test.sh installs
+# the package with `pip install --no-build-isolation .` and runs pytest.
+if ! "$here/.venv/bin/python" -c "import pytest, scikit_build_core" 2>/dev/null; then
+  echo "setup: installing scikit-build-core and pytest into .venv"
+  "$here/.venv/bin/pip" install -q --disable-pip-version-check "scikit-build-core>=0.10,<1" \
+    "pytest>=7,<10"
+fi
 
 export CUDAToolkit_ROOT=/usr/local/cuda
 cmake -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
