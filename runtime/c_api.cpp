@@ -1,13 +1,25 @@
 // The C ABI: every entry point catches everything, stores a readable message for the
 // calling thread and returns a status.
+#include <cmath>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 
 #include "normjit/normjit.h"
 #include "normjit/normjit.hpp"
 
+struct normjit_kernel {
+  normjit::Kernel kernel;
+};
+
 struct normjit_engine {
   normjit::Engine engine;
+  // The handles normjit_prepare gave out, one per loaded kernel (a kernel is loaded once per
+  // context), so a caller that prepares per call does not grow this.
+  std::mutex kernels_mutex;
+  std::unordered_map<const void*, std::unique_ptr<normjit_kernel>> kernels;
   explicit normjit_engine(normjit::EngineOptions options) : engine(std::move(options)) {}
 };
 
@@ -190,6 +202,38 @@ normjit_status normjit_groupnorm(normjit_engine* engine, const void* x, void* y,
     f.eps = eps;
   });
   return status != NORMJIT_OK ? status : run(engine, f, x, y, weight, bias, stream);
+}
+
+normjit_status normjit_prepare(normjit_engine* engine, const char* spec, normjit_kernel** out) {
+  return guarded([&] {
+    check_engine(engine);
+    if (!out) normjit::throw_invalid_argument("out", "NULL", "needs somewhere to put the kernel");
+    *out = nullptr;
+    if (!spec)
+      normjit::throw_invalid_argument("spec", "NULL",
+                                      "expected e.g. \"op=rmsnorm shape=8,64,32,32\"");
+    normjit::Kernel kernel = engine->engine.prepare(normjit::NormSpec::parse(spec));
+    std::lock_guard<std::mutex> lock(engine->kernels_mutex);
+    std::unique_ptr<normjit_kernel>& handle = engine->kernels[normjit::detail::identity(kernel)];
+    if (!handle) handle = std::make_unique<normjit_kernel>(normjit_kernel{std::move(kernel)});
+    *out = handle.get();
+  });
+}
+
+normjit_status normjit_launch(const normjit_kernel* kernel, const void* x, void* y,
+                              const void* weight, const void* bias, int64_t batch, double eps,
+                              struct CUstream_st* stream) {
+  return guarded([&] {
+    if (!kernel)
+      normjit::throw_invalid_argument("kernel", "NULL", "prepare one with normjit_prepare");
+    // The kernel computes in float: an eps that is no positive float is refused as given.
+    const float as_float = float(eps);
+    if (!(as_float > 0.0f) || !std::isfinite(as_float)) {
+      normjit::throw_invalid_argument("eps", normjit::format_double(eps),
+                                      "must be a finite number greater than 0 as a float");
+    }
+    kernel->kernel.launch({x, y, weight, bias, batch, as_float}, stream);
+  });
 }
 
 normjit_status normjit_precompile(normjit_engine* engine, const char* spec, const char* arch,

@@ -85,6 +85,21 @@ class Buffer {
   size_t bytes_ = 0;
 };
 
+// A stream of its own (non-blocking: no implicit ordering with the legacy default stream).
+class Stream {
+ public:
+  Stream() { NORMJIT_CU(driver::api().cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING)); }
+  ~Stream() { driver::api().cuStreamDestroy(stream_); }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  CUstream get() const { return stream_; }
+  CUstream_st* handle() const { return stream_; }
+  void synchronize() const { NORMJIT_CU(driver::api().cuStreamSynchronize(stream_)); }
+
+ private:
+  CUstream stream_ = nullptr;
+};
+
 class Event {
  public:
   Event() { NORMJIT_CU(driver::api().cuEventCreate(&event_, CU_EVENT_DEFAULT)); }

@@ -47,7 +47,19 @@ namespace normjit::driver {
   X(cuEventSynchronize, 2000)                          \
   X(cuEventElapsedTime, 2000)                          \
   X(cuEventDestroy, 4000)                              \
-  X(cuStreamSynchronize, 2000)
+  X(cuStreamSynchronize, 2000)                         \
+  X(cuStreamCreate, 2000)                              \
+  X(cuStreamDestroy, 4000)                             \
+  X(cuMemsetD8Async, 3020)                             \
+  X(cuMemcpyHtoDAsync, 3020)                           \
+  X(cuStreamGetCaptureInfo, 12030)                     \
+  X(cuThreadExchangeStreamCaptureMode, 10010)          \
+  X(cuStreamBeginCapture, 10010)                       \
+  X(cuStreamEndCapture, 10000)                         \
+  X(cuGraphInstantiate, 11040)                         \
+  X(cuGraphLaunch, 10000)                              \
+  X(cuGraphDestroy, 10000)                             \
+  X(cuGraphExecDestroy, 10000)
 
 struct Api {
 #define NORMJIT_DECLARE_MEMBER(name, version) decltype(&::name) name = nullptr;

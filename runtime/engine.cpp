@@ -107,6 +107,14 @@ class Allocation {
   CUcontext context_;
 };
 
+[[noreturn]] void throw_jit_disabled(const NormSpec& spec, const Target& target,
+                                     const std::string& key) {
+  throw Error(ErrorCode::kCacheMiss,
+              "kernel not in any cache layer and JIT is off "
+              "(NORMJIT_JIT=off): " +
+                  spec.to_string() + " for " + target.name() + ", key " + key);
+}
+
 }  // namespace
 
 struct LoadedKernel {
@@ -119,22 +127,58 @@ struct LoadedKernel {
   int64_t co_resident = 0;  // CTAs of this kernel the device holds at once
 
   // Split kernels keep arrival counters in a workspace, so launches sharing one must be
-  // ordered: one workspace per stream. Taken under a mutex on split launches only.
-  float* workspace(CUstream stream) const {
-    std::lock_guard<std::mutex> lock(workspace_mutex);
-    for (const auto& [s, allocation] : workspaces) {
-      if (s == stream) return reinterpret_cast<float*>(allocation->get());
-    }
-    const size_t bytes = size_t(plan.workspace_floats(co_resident)) * sizeof(float);
-    auto allocation = std::make_unique<Allocation>(bytes, context);
-    NORMJIT_CU(driver::api().cuMemsetD8(allocation->get(), 0, bytes));  // counters start at 0
-    float* out = reinterpret_cast<float*>(allocation->get());
-    workspaces.emplace_back(stream, std::move(allocation));
-    return out;
-  }
+  // ordered: one workspace per stream, and one per (capture, stream) for launches recorded
+  // into a CUDA graph, whose replays run apart from the stream's other work (a graph's
+  // replays are ordered among themselves). Taken under a mutex on split launches only.
+  float* workspace(CUstream stream) const;
+
+  struct WorkspaceOwner {
+    CUstream stream;
+    unsigned long long capture;  // the capture sequence's id; 0: not capturing
+    bool operator==(const WorkspaceOwner&) const = default;
+  };
   mutable std::mutex workspace_mutex;
-  mutable std::vector<std::pair<CUstream, std::unique_ptr<Allocation>>> workspaces;
+  mutable std::vector<std::pair<WorkspaceOwner, std::unique_ptr<Allocation>>> workspaces;
 };
+
+// Lets this thread make calls that a capture in global mode forbids (cuMemAlloc, loading a
+// module) while a stream is being captured, for as long as it lives; they are not recorded
+// into the graph, and none of them touches the capturing stream.
+class RelaxedCaptureMode {
+ public:
+  RelaxedCaptureMode() { NORMJIT_CU(driver::api().cuThreadExchangeStreamCaptureMode(&mode_)); }
+  ~RelaxedCaptureMode() { driver::api().cuThreadExchangeStreamCaptureMode(&mode_); }
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+ private:
+  CUstreamCaptureMode mode_ = CU_STREAM_CAPTURE_MODE_RELAXED;
+};
+
+float* LoadedKernel::workspace(CUstream stream) const {
+  const driver::Api& cu = driver::api();
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  cuuint64_t capture = 0;
+  NORMJIT_CU(
+      cu.cuStreamGetCaptureInfo(stream, &status, &capture, nullptr, nullptr, nullptr, nullptr));
+  const WorkspaceOwner owner{stream, status == CU_STREAM_CAPTURE_STATUS_ACTIVE ? capture : 0};
+  std::lock_guard<std::mutex> lock(workspace_mutex);
+  for (const auto& [o, allocation] : workspaces) {
+    if (o == owner) return reinterpret_cast<float*>(allocation->get());
+  }
+  const size_t bytes = size_t(plan.workspace_floats(co_resident)) * sizeof(float);
+  std::unique_ptr<Allocation> allocation;
+  {
+    const RelaxedCaptureMode relaxed;  // the stream may be capturing
+    allocation = std::make_unique<Allocation>(bytes, context);
+  }
+  // Counters start at 0, zeroed in the stream's order: before the first launch that uses
+  // them, and in a capture as a node of the graph, so each replay starts from 0 as well.
+  NORMJIT_CU(cu.cuMemsetD8Async(allocation->get(), 0, bytes, stream));
+  float* out = reinterpret_cast<float*>(allocation->get());
+  workspaces.emplace_back(owner, std::move(allocation));
+  return out;
+}
 
 class EngineImpl {
  public:
@@ -244,6 +288,9 @@ void EngineImpl::publish(const ClassKey& key, std::shared_ptr<const LoadedKernel
 std::shared_ptr<const LoadedKernel> EngineImpl::build(const NormSpec& spec, CUcontext context,
                                                       Source* source) {
   const driver::Api& cu = driver::api();
+  // A kernel first asked for inside a capture (say, by a model captured before it ran once)
+  // loads its module there: allowed, and nothing of it is recorded into the graph.
+  const RelaxedCaptureMode relaxed;
   const Target target = device_target(context);
   auto kernel = std::make_shared<LoadedKernel>();
   kernel->spec = spec;
@@ -283,12 +330,7 @@ std::shared_ptr<const LoadedKernel> EngineImpl::build(const NormSpec& spec, CUco
     }
   }
   if (!kernel->function) {
-    if (options_.jit_disabled) {
-      throw Error(ErrorCode::kCacheMiss,
-                  "kernel not in any cache layer and JIT is off "
-                  "(NORMJIT_JIT=off): " +
-                      spec.to_string() + " for " + target.name() + ", key " + kernel->key);
-    }
+    if (options_.jit_disabled) throw_jit_disabled(spec, target, kernel->key);
     nvrtc_compiles_++;
     const CompiledKernel compiled = compile(emitted, target);
     cache::Entry entry{kernel->key, inputs.preimage(), entry_metadata(spec, kernel->plan, compiled),
@@ -388,6 +430,7 @@ bool EngineImpl::precompile(const NormSpec& spec, const std::string& arch) {
   const cache::KeyInputs inputs = key_inputs(p, emitted, target);
   const std::string key = inputs.key();
   if (store_->load(key)) return false;
+  if (options_.jit_disabled) throw_jit_disabled(spec, target, key);
   nvrtc_compiles_++;
   const CompiledKernel compiled = compile(emitted, target);
   store_->save(
@@ -408,7 +451,7 @@ std::string pointer_text(const void* p) {
   return buffer;
 }
 
-void check_pointer(const void* p, const char* name, bool wanted, int align, const NormSpec& spec) {
+void check_present(const void* p, const char* name, bool wanted, const NormSpec& spec) {
   if (wanted && !p) {
     throw_invalid_argument(name, "nullptr",
                            std::string("the spec (") + spec.to_string() + ") needs it");
@@ -418,10 +461,29 @@ void check_pointer(const void* p, const char* name, bool wanted, int align, cons
                            std::string("the spec (") + spec.to_string() + ") has affine=" +
                                to_string(spec.affine) + "; pass nullptr or change affine");
   }
+}
+
+void check_aligned(const void* p, const char* name, int align) {
   if (p && reinterpret_cast<uintptr_t>(p) % align != 0) {
     throw_invalid_argument(
         name, pointer_text(p),
         "must be aligned to " + std::to_string(align) + " bytes for the plan's vector width");
+  }
+}
+
+// What the spec alone decides about the arguments: checked before anything needs a device, so
+// a bad argument is named as such on a machine without one too.
+void check_arguments(const NormSpec& spec, const LaunchArgs& args) {
+  check_present(args.x, "x", true, spec);
+  check_present(args.y, "y", true, spec);
+  check_present(args.weight, "weight", spec.affine != Affine::kNone, spec);
+  check_present(args.bias, "bias", spec.affine == Affine::kBoth, spec);
+  if (args.batch < 1) {
+    throw_invalid_argument("batch", std::to_string(args.batch), "must be at least 1");
+  }
+  if (!(args.eps > 0.0f) || !std::isfinite(args.eps)) {
+    throw_invalid_argument("eps", format_double(args.eps),
+                           "must be a finite number greater than 0");
   }
 }
 
@@ -446,18 +508,11 @@ void Kernel::launch(const LaunchArgs& args, CUstream_st* stream) const {
   const KernelPlan& plan = k.plan;
   const int element = size_of(spec.dtype);
   const int align = element * plan.vec;
-  check_pointer(args.x, "x", true, align, spec);
-  check_pointer(args.y, "y", true, align, spec);
-  check_pointer(args.weight, "weight", spec.affine != Affine::kNone, element * plan.param_vec,
-                spec);
-  check_pointer(args.bias, "bias", spec.affine == Affine::kBoth, element * plan.param_vec, spec);
-  if (args.batch < 1) {
-    throw_invalid_argument("batch", std::to_string(args.batch), "must be at least 1");
-  }
-  if (!(args.eps > 0.0f) || !std::isfinite(args.eps)) {
-    throw_invalid_argument("eps", format_double(args.eps),
-                           "must be a finite number greater than 0");
-  }
+  check_arguments(spec, args);
+  check_aligned(args.x, "x", align);
+  check_aligned(args.y, "y", align);
+  check_aligned(args.weight, "weight", element * plan.param_vec);
+  check_aligned(args.bias, "bias", element * plan.param_vec);
   const int64_t per_item = spec.elements() / spec.batch();
   int64_t elements = 0;
   if (__builtin_mul_overflow(per_item, args.batch, &elements) || elements >= (int64_t{1} << 62) ||
@@ -503,6 +558,7 @@ void Kernel::launch(const LaunchArgs& args, CUstream_st* stream) const {
 
 const NormSpec& Kernel::spec() const { return impl_->spec; }
 Source Kernel::source() const { return source_; }
+const void* detail::identity(const Kernel& kernel) { return kernel.impl_.get(); }
 std::string Kernel::plan_text() const { return impl_->plan.to_string(); }
 std::string Kernel::key() const { return impl_->key; }
 
@@ -517,7 +573,10 @@ Kernel Engine::prepare(const NormSpec& spec) { return impl_->prepare(spec); }
 
 void Engine::run(const NormSpec& spec, const void* x, void* y, const void* weight, const void* bias,
                  CUstream_st* stream) {
-  prepare(spec).launch({x, y, weight, bias, spec.batch(), float(spec.eps)}, stream);
+  const LaunchArgs args{x, y, weight, bias, spec.batch(), float(spec.eps)};
+  spec.validate();
+  check_arguments(spec, args);
+  prepare(spec).launch(args, stream);
 }
 
 bool Engine::precompile(const NormSpec& spec, const std::string& arch) {

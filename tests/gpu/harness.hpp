@@ -92,55 +92,76 @@ struct RunResult {
   bool all_finite = true;  // no element left poisoned (NaN) or overflowing
 };
 
+// One problem on the device: x (random, seeded), parameters, a poisoned output, and the
+// host values of x and the parameters as the dtype rounds them, for the float64 reference.
+struct Problem {
+  NormSpec spec;
+  std::vector<float> x_rounded;
+  std::vector<double> weight, bias;
+  device::Buffer x, y, w, b;
+
+  Problem(const NormSpec& s, Values values, uint64_t seed)
+      : spec(s), x(size_t(s.elements()) * size_of(s.dtype)), y(x.bytes()) {
+    new_x(values, seed);
+    poison();
+    std::mt19937_64 rng(seed + 1);
+    std::normal_distribution<float> normal(1.0f, 0.5f);
+    auto make_param = [&](device::Buffer& buffer, std::vector<double>& rounded, float shift) {
+      std::vector<float> v(spec.param_elements());
+      for (float& e : v) e = normal(rng) + shift;
+      const auto bytes = reference::encode(spec.dtype, v);
+      buffer = device::Buffer(bytes.size());
+      buffer.upload(bytes.data(), bytes.size());
+      for (float e : reference::decode(spec.dtype, bytes.data(), v.size())) rounded.push_back(e);
+    };
+    if (spec.affine != Affine::kNone) make_param(w, weight, 0.0f);
+    if (spec.affine == Affine::kBoth) make_param(b, bias, -1.0f);
+  }
+
+  // Fresh values into the same x buffer (a captured graph reads them on replay).
+  void new_x(Values values, uint64_t seed) {
+    const size_t n = size_t(spec.elements());
+    const std::vector<unsigned char> host =
+        reference::encode(spec.dtype, random_values(n, values, seed));
+    x_rounded = reference::decode(spec.dtype, host.data(), n);
+    x.upload(host.data(), host.size());
+  }
+  void poison() { y.fill_bytes(0xff); }  // NaN in every dtype: an unwritten element cannot pass
+
+  // Every element of out against the float64 reference of the current x.
+  RunResult compare(const device::Buffer& out) const {
+    const size_t n = size_t(spec.elements());
+    std::vector<unsigned char> y_host(n * size_of(spec.dtype));
+    out.download(y_host.data(), y_host.size());
+    const std::vector<float> got = reference::decode(spec.dtype, y_host.data(), n);
+    RunResult r;
+    double err2 = 0, ref2 = 0;
+    const int64_t units = reference::units(spec);
+    for (int64_t u = 0; u < units; ++u) {
+      const reference::Unit unit = reference::unit(spec, u);
+      std::vector<double> xu;
+      for (int64_t o : unit.offsets) xu.push_back(x_rounded[o]);
+      const std::vector<double> ref = reference::normalize(spec, unit, xu, weight, bias);
+      for (size_t i = 0; i < ref.size(); ++i) {
+        const double g = got[unit.offsets[i]];
+        if (!std::isfinite(g)) r.all_finite = false;
+        err2 += (g - ref[i]) * (g - ref[i]);
+        ref2 += ref[i] * ref[i];
+      }
+    }
+    r.rel_error = r.all_finite ? std::sqrt(err2 / std::max(ref2, 1e-300)) : INFINITY;
+    return r;
+  }
+};
+
 // Runs spec through engine on fresh random inputs (seeded) and compares every element.
 inline RunResult run_and_compare(Engine& engine, const NormSpec& spec, Values values, uint64_t seed,
                                  bool in_place = false) {
-  const Dtype dtype = spec.dtype;
-  const size_t n = size_t(spec.elements()), element = size_of(dtype);
-  const std::vector<unsigned char> x_host =
-      reference::encode(dtype, random_values(n, values, seed));
-  const std::vector<float> x_rounded = reference::decode(dtype, x_host.data(), n);
-  device::Buffer x(n * element), y(n * element);
-  x.upload(x_host.data(), x_host.size());
-  y.fill_bytes(0xff);  // NaN in every dtype: an unwritten element cannot pass
-  std::vector<double> weight, bias;
-  device::Buffer w, b;
-  std::mt19937_64 rng(seed + 1);
-  std::normal_distribution<float> normal(1.0f, 0.5f);
-  auto make_param = [&](device::Buffer& buffer, std::vector<double>& rounded, float shift) {
-    std::vector<float> v(spec.param_elements());
-    for (float& e : v) e = normal(rng) + shift;
-    const auto bytes = reference::encode(dtype, v);
-    buffer = device::Buffer(bytes.size());
-    buffer.upload(bytes.data(), bytes.size());
-    for (float e : reference::decode(dtype, bytes.data(), v.size())) rounded.push_back(e);
-  };
-  if (spec.affine != Affine::kNone) make_param(w, weight, 0.0f);
-  if (spec.affine == Affine::kBoth) make_param(b, bias, -1.0f);
-  void* out = in_place ? x.get() : y.get();
-  engine.run(spec, x.get(), out, w.get(), b.get(), nullptr);
+  Problem p(spec, values, seed);
+  const device::Buffer& out = in_place ? p.x : p.y;
+  engine.run(spec, p.x.get(), out.get(), p.w.get(), p.b.get(), nullptr);
   NORMJIT_CU(driver::api().cuCtxSynchronize());
-  std::vector<unsigned char> y_host(n * element);
-  (in_place ? x : y).download(y_host.data(), y_host.size());
-  const std::vector<float> got = reference::decode(dtype, y_host.data(), n);
-
-  RunResult r;
-  double err2 = 0, ref2 = 0;
-  const int64_t units = reference::units(spec);
-  for (int64_t u = 0; u < units; ++u) {
-    const reference::Unit unit = reference::unit(spec, u);
-    std::vector<double> xu;
-    for (int64_t o : unit.offsets) xu.push_back(x_rounded[o]);
-    const std::vector<double> ref = reference::normalize(spec, unit, xu, weight, bias);
-    for (size_t i = 0; i < ref.size(); ++i) {
-      const double g = got[unit.offsets[i]];
-      if (!std::isfinite(g)) r.all_finite = false;
-      err2 += (g - ref[i]) * (g - ref[i]);
-      ref2 += ref[i] * ref[i];
-    }
-  }
-  r.rel_error = r.all_finite ? std::sqrt(err2 / std::max(ref2, 1e-300)) : INFINITY;
-  return r;
+  return p.compare(out);
 }
 
 }  // namespace normjit::testing

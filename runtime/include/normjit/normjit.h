@@ -71,6 +71,25 @@ normjit_status normjit_groupnorm(normjit_engine* engine, const void* x, void* y,
                                  const void* bias, const int64_t* shape, int ndim, int64_t groups,
                                  normjit_dtype dtype, double eps, struct CUstream_st* stream);
 
+/* A kernel prepared once and launched many times: the path for callers that launch the same
+ * shape class often (the Python package, inference engines). The batch is not part of the
+ * kernel: one kernel serves every batch size of its spec's other dims. */
+typedef struct normjit_kernel normjit_kernel;
+
+/* Compiles or loads the kernel of spec (the canonical text form, e.g.
+ * "op=rmsnorm shape=1,4096 dtype=bf16 normalized_dims=1 affine=weight") for the current CUDA
+ * context (or the primary context of options.device). *out is owned by the engine and stays
+ * valid until normjit_engine_destroy; preparing the same spec again returns the same handle. */
+normjit_status normjit_prepare(normjit_engine* engine, const char* spec, normjit_kernel** out);
+
+/* Enqueues a prepared kernel on stream: batch is N (channel and group forms) or the number of
+ * rows (trailing forms); weight and bias as the spec's affine says (NULL otherwise). Checks
+ * the arguments, then launches: no allocation, no synchronisation, nothing a CUDA-graph
+ * capture cannot record, so it may be captured on any stream. */
+normjit_status normjit_launch(const normjit_kernel* kernel, const void* x, void* y,
+                              const void* weight, const void* bias, int64_t batch, double eps,
+                              struct CUstream_st* stream);
+
 /* Compile (or find in the cache) without a GPU, for arch such as "sm_90" (its full-size part)
  * or "sm_90:114" (a part with 114 multiprocessors, e.g. an H100 PCIe). *compiled is set to
  * 1 when NVRTC ran, 0 when the kernel was already cached (compiled may be NULL).

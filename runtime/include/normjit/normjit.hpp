@@ -31,9 +31,11 @@ struct LaunchArgs {
 enum class Source { kCompiled, kDisk, kMemory };
 const char* to_string(Source source);
 
+class Kernel;
 namespace detail {
 struct LoadedKernel;
 class EngineImpl;
+const void* identity(const Kernel& kernel);  // the same for every copy of one loaded kernel
 }  // namespace detail
 
 // A kernel ready to launch in the context it was prepared in. Cheap to copy.
@@ -52,6 +54,7 @@ class Kernel {
 
  private:
   friend class detail::EngineImpl;
+  friend const void* detail::identity(const Kernel& kernel);
   std::shared_ptr<const detail::LoadedKernel> impl_;
   Source source_ = Source::kMemory;
 };

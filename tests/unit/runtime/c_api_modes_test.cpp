@@ -1,0 +1,135 @@
+// The C API honours its modes and names bad arguments before anything needs a device: on a
+// machine without a GPU, a NULL x is "invalid argument: x", not "no device"; with the JIT
+// off, precompile refuses to compile; the prepared-kernel calls check their arguments.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "normjit/normjit.h"
+#include "normjit/normjit.hpp"
+#include "tests/unit/temp_dir.hpp"
+
+namespace normjit {
+namespace {
+
+bool mentions(const char* needle) {
+  return std::string(normjit_last_error()).find(needle) != std::string::npos;
+}
+
+class CApiModes : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    normjit_engine_options o;
+    normjit_engine_options_init(&o);
+    o.cache_dir = dir_.path().c_str();
+    o.jit_disabled = jit_disabled_;
+    ASSERT_EQ(normjit_engine_create(&o, &engine_), NORMJIT_OK) << normjit_last_error();
+  }
+  void TearDown() override { normjit_engine_destroy(engine_); }
+
+  testing::TempDir dir_;
+  bool jit_disabled_ = false;
+  normjit_engine* engine_ = nullptr;
+};
+
+class CApiJitOff : public CApiModes {
+ protected:
+  CApiJitOff() { jit_disabled_ = true; }
+};
+
+TEST_F(CApiModes, NullPointersAreNamedBeforeADeviceIsNeeded) {
+  const int64_t shape[] = {8, 64, 32, 32};
+  char fake[64];
+  normjit_status s =
+      normjit_rmsnorm(engine_, nullptr, fake, nullptr, shape, 4, 0, NORMJIT_F32, 1e-5, nullptr);
+  EXPECT_EQ(s, NORMJIT_ERROR_INVALID_ARGUMENT) << normjit_last_error();
+  EXPECT_TRUE(mentions("invalid x ")) << normjit_last_error();
+  s = normjit_layernorm(engine_, fake, nullptr, fake, fake, shape, 4, 3, NORMJIT_BF16, 1e-5,
+                        nullptr);
+  EXPECT_EQ(s, NORMJIT_ERROR_INVALID_ARGUMENT) << normjit_last_error();
+  EXPECT_TRUE(mentions("invalid y")) << normjit_last_error();
+  // A bias without a weight, and an eps that is no float, are named too.
+  s = normjit_groupnorm(engine_, fake, fake, nullptr, fake, shape, 4, 8, NORMJIT_F16, 1e-5,
+                        nullptr);
+  EXPECT_EQ(s, NORMJIT_ERROR_INVALID_ARGUMENT) << normjit_last_error();
+  EXPECT_TRUE(mentions("invalid weight ")) << normjit_last_error();
+}
+
+TEST_F(CApiModes, PreparedKernelCallsCheckTheirArguments) {
+  normjit_kernel* kernel = nullptr;
+  EXPECT_EQ(normjit_prepare(engine_, nullptr, &kernel), NORMJIT_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(mentions("spec")) << normjit_last_error();
+  EXPECT_EQ(normjit_prepare(engine_, "op=rmsnorm shape=8,64", nullptr),
+            NORMJIT_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(mentions("out")) << normjit_last_error();
+  EXPECT_EQ(normjit_prepare(nullptr, "op=rmsnorm shape=8,64", &kernel),
+            NORMJIT_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(mentions("engine")) << normjit_last_error();
+  EXPECT_EQ(normjit_prepare(engine_, "op=rmsnorm shape=8,64 dtype=f64", &kernel),
+            NORMJIT_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(mentions("f64")) << normjit_last_error();
+  EXPECT_EQ(kernel, nullptr);
+  char fake[64];
+  EXPECT_EQ(normjit_launch(nullptr, fake, fake, nullptr, nullptr, 1, 1e-5, nullptr),
+            NORMJIT_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(mentions("invalid kernel ")) << normjit_last_error();
+  if (!gpu_available()) {
+    EXPECT_EQ(normjit_prepare(engine_, "op=rmsnorm shape=8,64 normalized_dims=1", &kernel),
+              NORMJIT_ERROR_NO_DEVICE);
+    return;
+  }
+  ASSERT_EQ(normjit_prepare(engine_, "op=rmsnorm shape=8,64 normalized_dims=1", &kernel),
+            NORMJIT_OK)
+      << normjit_last_error();
+  normjit_kernel* again = nullptr;
+  ASSERT_EQ(normjit_prepare(engine_, "op=rmsnorm shape=3,64 normalized_dims=1", &again),
+            NORMJIT_OK);
+  EXPECT_EQ(again, kernel) << "one handle per loaded kernel, whatever the batch";
+  EXPECT_EQ(normjit_launch(kernel, fake, fake, nullptr, nullptr, 1, 1e-300, nullptr),
+            NORMJIT_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(mentions("invalid eps ")) << normjit_last_error();
+  EXPECT_EQ(normjit_launch(kernel, nullptr, fake, nullptr, nullptr, 1, 1e-5, nullptr),
+            NORMJIT_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(mentions("invalid x ")) << normjit_last_error();
+}
+
+TEST_F(CApiJitOff, PrecompileRefusesToCompileAndNamesTheSpec) {
+  int compiled = -1;
+  const normjit_status s =
+      normjit_precompile(engine_, "op=rmsnorm shape=8,64,32,32 dtype=f32", "sm_90", &compiled);
+  EXPECT_EQ(s, NORMJIT_ERROR_CACHE_MISS) << normjit_last_error();
+  EXPECT_TRUE(mentions("op=rmsnorm shape=8,64,32,32")) << normjit_last_error();
+  EXPECT_TRUE(mentions("NORMJIT_JIT=off")) << normjit_last_error();
+  EXPECT_EQ(compiled, -1) << "nothing reported as compiled";
+  uint64_t compiles = 99;
+  ASSERT_EQ(normjit_engine_counters(engine_, &compiles, nullptr, nullptr), NORMJIT_OK);
+  EXPECT_EQ(compiles, 0u);
+}
+
+TEST(CApiJitOffAfterPrewarm, PrecompileOfACachedKernelSucceedsWithoutCompiling) {
+  // The same engine settings find what an earlier (JIT on) run compiled: JIT off forbids
+  // compiling only, not cache hits.
+  testing::TempDir dir;
+  normjit_engine_options o;
+  normjit_engine_options_init(&o);
+  o.cache_dir = dir.path().c_str();
+  normjit_engine* on = nullptr;
+  ASSERT_EQ(normjit_engine_create(&o, &on), NORMJIT_OK);
+  int compiled = 0;
+  ASSERT_EQ(normjit_precompile(on, "op=rmsnorm shape=8,64 normalized_dims=1", "sm_90", &compiled),
+            NORMJIT_OK)
+      << normjit_last_error();
+  EXPECT_EQ(compiled, 1);
+  normjit_engine_destroy(on);
+  o.jit_disabled = 1;
+  normjit_engine* off = nullptr;
+  ASSERT_EQ(normjit_engine_create(&o, &off), NORMJIT_OK);
+  EXPECT_EQ(normjit_precompile(off, "op=rmsnorm shape=8,64 normalized_dims=1", "sm_90", &compiled),
+            NORMJIT_OK)
+      << normjit_last_error();
+  EXPECT_EQ(compiled, 0);
+  normjit_engine_destroy(off);
+}
+
+}  // namespace
+}  // namespace normjit
