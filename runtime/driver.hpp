@@ -56,7 +56,7 @@ namespace normjit::driver {
   X(cuThreadExchangeStreamCaptureMode, 10010)          \
   X(cuStreamBeginCapture, 10010)                       \
   X(cuStreamEndCapture, 10000)                         \
-  X(cuGraphInstantiate, 12000)                         \
+  X(cuGraphInstantiateWithFlags, 11040)                \
   X(cuGraphLaunch, 10000)                              \
   X(cuGraphDestroy, 10000)                             \
   X(cuGraphExecDestroy, 10000)

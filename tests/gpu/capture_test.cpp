@@ -27,7 +27,7 @@ class CapturedGraph {
       throw;
     }
     NORMJIT_CU(cu.cuStreamEndCapture(stream, &graph_));
-    NORMJIT_CU(cu.cuGraphInstantiate(&exec_, graph_, 0));
+    NORMJIT_CU(cu.cuGraphInstantiateWithFlags(&exec_, graph_, 0));
   }
   ~CapturedGraph() {
     if (exec_) driver::api().cuGraphExecDestroy(exec_);
