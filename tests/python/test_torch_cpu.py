@@ -71,6 +71,44 @@ def test_bad_arguments_name_argument_and_value(call, match):
         call()
 
 
+def test_group_norm_of_one_value_per_group_raises_as_torch_does():
+    """F.group_norm (and torch.nn.GroupNorm, in eval too) refuses groups of one value with
+    this ValueError; a drop-in does the same, before any fallback."""
+    for shape, groups in (((1, 1, 1), 1), ((1, 4), 4), ((1, 3, 1, 1), 3)):
+        x = torch.randn(shape)
+        with pytest.raises(ValueError) as theirs:
+            F.group_norm(x, groups)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # raised before a fallback could warn
+            with pytest.raises(ValueError) as ours:
+                njt.group_norm(x, groups)
+            with pytest.raises(ValueError) as module:
+                njt.GroupNorm(groups, shape[1]).eval()(x)
+        assert str(ours.value) == str(module.value) == str(theirs.value)
+    with pytest.warns(njt.NormjitFallbackWarning):  # two values per group: computed
+        assert torch.equal(njt.group_norm(torch.ones(2, 1, 1), 1),
+                           F.group_norm(torch.ones(2, 1, 1), 1))
+
+
+def test_a_cached_call_still_checks_what_changed():
+    """Eager calls cache their checks under a key of the arguments; what a key does not
+    hold is checked each time, and a changed weight is a new key."""
+    x = torch.randn(2, 8)
+    w = torch.nn.Parameter(torch.randn(8), requires_grad=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", njt.NormjitFallbackWarning)
+        for _ in range(2):
+            assert torch.equal(njt.rms_norm(x, (8,), w, 1e-6), F.rms_norm(x, (8,), w, 1e-6))
+        w.data = torch.randn(7)  # the same Parameter object, another shape
+        with pytest.raises(ValueError, match=r"weight has shape \[7\]; expected \[8\]"):
+            njt.rms_norm(x, (8,), w, 1e-6)
+        with pytest.raises(ValueError, match="weight is on meta, the input on cpu"):
+            njt.rms_norm(x, (8,), torch.randn(8, device="meta"), 1e-6)  # get_device() -1 too
+        with pytest.raises(TypeError, match="weight must be a torch.Tensor"):
+            njt.rms_norm(x, (8,), [1.0] * 8, 1e-6)
+        assert torch.equal(njt.rms_norm(x, [8], None, None), F.rms_norm(x, [8], None, None))
+
+
 def test_wrong_types():
     with pytest.raises(TypeError, match="input must be a torch.Tensor"):
         njt.rms_norm([1.0, 2.0], (2,))

@@ -143,6 +143,18 @@ def test_group_norm_module_against_float64(shape, groups, dtype, affine):
             ours.bias.copy_(randn(shape[1:2], dtype, 0.0, 1.0))
     w64 = ours.weight.double() if affine else None
     b64 = ours.bias.double() if affine else None
+    if math.prod(shape) == groups:  # one value per group: F.group_norm refuses, and so do we
+        theirs = torch.nn.GroupNorm(groups, shape[1], eps=1e-5, affine=affine, device=DEV,
+                                    dtype=dtype)
+        x = randn(shape, dtype)
+        match = "Expected more than 1 value per channel"
+        with torch.no_grad(), pytest.raises(ValueError, match=match):
+            theirs(x)
+        with torch.no_grad(), pytest.raises(ValueError, match=match):
+            ours(x)
+        with pytest.raises(ValueError, match=match):
+            njt.group_norm(x, groups)
+        return
     for mean, std in DISTS:
         x = randn(shape, dtype, mean, std)
         with torch.no_grad():
@@ -228,17 +240,35 @@ def test_on_a_side_stream_and_another_thread():
     (lambda: (randn((0, 32), torch.float32), None), "empty input"),
 ])
 def test_fallbacks_warn_once_and_compute_what_torch_does(make, reason):
+    """A fallback is PyTorch's implementation: the same result, or the same exception where
+    PyTorch raises (F.layer_norm on CUDA refuses a bf16 input with a float32 weight); the
+    warning comes first, once per reason."""
     x, w = make()
     n = x.shape[-1]
+    try:
+        with torch.no_grad():
+            expected = F.layer_norm(x, (n,), w)
+    except Exception as e:  # noqa: BLE001 - whatever PyTorch raises, normjit must raise too
+        expected = e
+    results = []
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", njt.NormjitFallbackWarning)
-        y = njt.layer_norm(x, (n,), w)
-        y2 = njt.layer_norm(x, (n,), w)
+        for _ in range(2):
+            try:
+                results.append(njt.layer_norm(x, (n,), w))
+            except Exception as e:  # noqa: BLE001 - compared with PyTorch's below
+                results.append(e)
     fallbacks = [w_ for w_ in caught if issubclass(w_.category, njt.NormjitFallbackWarning)]
     assert len(fallbacks) == 1 and reason in str(fallbacks[0].message), \
         [str(w_.message) for w_ in fallbacks]
-    with torch.no_grad():
-        assert torch.equal(y, F.layer_norm(x, (n,), w)) and torch.equal(y, y2)
+    for got in results:
+        if isinstance(expected, Exception):
+            assert type(got) is type(expected), (got, expected)
+            assert str(got) == str(expected)
+        else:
+            assert isinstance(got, torch.Tensor), got
+            with torch.no_grad():
+                assert torch.equal(got, expected)
 
 
 def test_requires_grad_falls_back_and_keeps_the_graph():

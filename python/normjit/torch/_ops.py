@@ -1,20 +1,27 @@
 """normjit's kernels as PyTorch functions and torch.library custom ops.
 
-Eager calls take the short path: a dict lookup for the prepared kernel (prepared once per
-shape class: everything but the batch), torch.empty_like, one ctypes call of
-normjit_launch on the current stream. Under torch.compile the same functions call the custom
-ops torch.ops.normjit.*, whose fake implementations give the output's shape, so that a model
-traces without graph breaks.
+An eager call costs one dict lookup before its launch: the decision for a call (launch this
+prepared kernel, or fall back for this reason) is cached under a key of everything the
+argument checks and the fallback reasons read (op, normalized_shape or groups, eps, grad mode,
+and each tensor's class, shape, dtype, device, contiguity and requires_grad), so the checks
+run once per kind of call and what follows a hit is torch.empty_like and one ctypes call of
+normjit_launch on the current stream. The data pointers' alignment is checked every call.
+Kernels are prepared once per shape class (everything but the batch). Under torch.compile the
+same functions call the custom ops torch.ops.normjit.*, whose fake implementations give the
+output's shape, so that a model traces without graph breaks.
 
 A call normjit cannot serve runs PyTorch's own implementation, with one warning per reason
 (NormjitFallbackWarning): a CPU tensor, a dtype other than float32/float16/bfloat16, a
 non-contiguous input, an input that requires grad while grad mode is on (no backward yet),
-weight/bias of another dtype than the input, an empty input, a view not 16-byte aligned, a
-problem the library does not take. Arguments that are wrong for PyTorch too (a weight of the
-wrong shape or on another device, groups that do not divide the channels, a normalized_shape
-that is not the input's trailing shape) raise ValueError naming the argument and its value.
+weight/bias of another dtype than the input, an empty input, an eps that is no positive
+float32, a view not 16-byte aligned, a problem the library does not take. The warning comes
+first; where PyTorch's implementation then raises (e.g. F.layer_norm on CUDA with a bf16
+input and a float32 weight), its exception propagates unchanged, as with PyTorch alone.
+Arguments that are wrong for PyTorch too (a weight of the wrong shape or on another device,
+groups that do not divide the channels, a normalized_shape that is not the input's trailing
+shape) raise ValueError naming the argument and its value; group_norm raises PyTorch's own
+ValueError where a group has one value (F.group_norm's check).
 """
-import ctypes
 import threading
 import warnings
 from typing import Callable, List, Optional, Sequence, Tuple, Union
@@ -37,16 +44,27 @@ class NormjitFallbackWarning(UserWarning):
 _DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
 _AFFINE = {(False, False): "none", (True, False): "weight", (True, True): "both"}
 
-# (op, shape class, dtype, weight?, bias?, device index) -> (normjit_kernel*, elements per
-# batch item); or (None, reason) when normjit does not take that problem.
+# (library op, shape class, dtype, weight?, bias?, device index) -> (normjit_kernel*, elements
+# per batch item); or (None, message) when normjit does not take that problem.
 _kernels: dict = {}
 _prepare_lock = threading.Lock()
 _launch = None  # normjit_launch, bound on first use (loads libnormjit.so)
 
+# Eager calls: _call_key(...) -> a launch (kernel, batch, eps, device index) or why the call
+# falls back. Cleared when full: a key per input shape (the batch is in it), and prefill
+# lengths vary.
+_calls: dict = {}
+_CALLS_MAX = 4096
+
+_is_compiling = torch.compiler.is_compiling  # dynamo folds it to True while tracing
+_grad_enabled = torch.is_grad_enabled
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 if _raw_stream is None:  # older PyTorch
     def _raw_stream(device: int) -> int:
         return torch.cuda.current_stream(device).cuda_stream
+
+_FLOAT32_MAX = 3.4028234663852886e38
+_FLOAT32_ROUNDS_TO_ZERO = 2.0 ** -150  # half the smallest subnormal: float(eps) would be 0
 
 
 # ---------------------------------------------------------------------------------------
@@ -78,7 +96,7 @@ def _reason_text(code: str, x: Tensor, weight: Optional[Tensor], bias: Optional[
     if code == "empty":
         return f"empty input (shape {list(x.shape)})"
     if code == "eps":
-        return f"eps {eps!r} (normjit needs eps > 0)"
+        return f"eps {eps!r} (normjit computes in float32 and needs a finite eps > 0 there)"
     if code == "align":
         return "a data pointer not 16-byte aligned (a view with a storage offset)"
     return code  # normjit's own message (a problem the library does not take)
@@ -86,19 +104,20 @@ def _reason_text(code: str, x: Tensor, weight: Optional[Tensor], bias: Optional[
 
 def _fallback_warn(op: str, code: str, x: Tensor, weight: Optional[Tensor],
                    bias: Optional[Tensor], eps: float) -> None:
-    if torch.compiler.is_compiling():
+    if _is_compiling():
         return
     key = (op, code)
     if key in _warned:
         return
     _warned.add(key)
     warnings.warn(f"normjit.torch.{op}: {_reason_text(code, x, weight, bias, eps)}; "
-                  "running PyTorch's implementation", NormjitFallbackWarning, stacklevel=4)
+                  "running PyTorch's implementation", NormjitFallbackWarning, stacklevel=5)
 
 
 def _why_not(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],
              eps: float) -> Optional[str]:
-    """None when normjit can serve the call, else a reason code. Traceable by dynamo."""
+    """None when normjit can serve the call, else a reason code. Traceable by dynamo. The
+    alignment of the data pointers is checked at each launch instead."""
     if not x.is_cuda:
         return "device"
     if x.dtype not in _DTYPES:
@@ -118,7 +137,7 @@ def _why_not(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],
         return "bias_only"
     if x.numel() == 0:
         return "empty"
-    if not eps > 0:
+    if not _FLOAT32_ROUNDS_TO_ZERO < eps <= _FLOAT32_MAX:  # what normjit_launch takes
         return "eps"
     return None
 
@@ -179,12 +198,15 @@ def _check_channels(op: str, x: Tensor, weight: Optional[Tensor], bias: Optional
         if not isinstance(groups, int) or groups < 1 or channels % groups != 0:
             raise ValueError(f"normjit.torch.{op}: num_groups {groups!r} does not divide the "
                              f"input's {channels} channels (input {list(x.shape)})")
+        # F.group_norm's own check (ValueError "Expected more than 1 value per channel when
+        # training"), which it makes in eval too: a group of one value.
+        F._verify_batch_size([x.shape[0] * channels // groups, groups] + list(x.shape[2:]))
     _check_param(op, "weight", weight, x, (channels,), "the input's channels")
     _check_param(op, "bias", bias, x, (channels,), "the input's channels")
 
 
 # ---------------------------------------------------------------------------------------
-# Prepare and launch
+# Prepare
 # ---------------------------------------------------------------------------------------
 
 def _rows_spec(op: str, shape: Tuple[int, ...], normalized_dims: int, dtype: torch.dtype,
@@ -224,30 +246,6 @@ def _prepare(key: tuple, spec: str, per_item: int) -> tuple:
         return entry
 
 
-def _launch_kernel(entry: tuple, x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],
-                   eps: float, device: int) -> Union[Tensor, str]:
-    """y, or a reason code/message when the call must fall back."""
-    kernel, per_item = entry
-    if kernel is None:
-        return per_item  # the library's message
-    xp = x.data_ptr()
-    wp = weight.data_ptr() if weight is not None else None
-    bp = bias.data_ptr() if bias is not None else None
-    if (xp | (wp or 0) | (bp or 0)) & 15:
-        return "align"
-    y = torch.empty_like(x)
-    if _multi_device and torch.cuda.current_device() != device:
-        with torch.cuda.device(device):
-            status = _launch(kernel, xp, y.data_ptr(), wp, bp, x.numel() // per_item, eps,
-                             _raw_stream(device))
-    else:
-        status = _launch(kernel, xp, y.data_ptr(), wp, bp, x.numel() // per_item, eps,
-                         _raw_stream(device))
-    if status:
-        raise normjit._capi.library().error(status)
-    return y
-
-
 _multi_device = False
 try:
     _multi_device = torch.cuda.is_available() and torch.cuda.device_count() > 1
@@ -255,34 +253,122 @@ except Exception:  # noqa: BLE001 - no driver: single device or none
     pass
 
 
-def _rows(op: str, x: Tensor, shape: Tuple[int, ...], weight: Optional[Tensor],
-          bias: Optional[Tensor], eps: float) -> Union[Tensor, str]:
-    """rmsnorm / layernorm over the trailing `shape` of x."""
+# ---------------------------------------------------------------------------------------
+# Eager calls: the cached decision, then the launch
+# ---------------------------------------------------------------------------------------
+# `op` is the public name; `arg` its non-tensor argument: normalized_shape (a tuple) for
+# rms_norm and layer_norm, num_groups for group_norm, 0 for rms_norm_channels.
+
+def _check(op: str, arg, x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor]) -> None:
+    if op == "rms_norm" or op == "layer_norm":
+        _check_rows(op, x, arg, weight, bias)
+    else:
+        _check_channels(op, x, weight, bias, arg)
+
+
+def _eps(x: Tensor, eps: Optional[float]) -> float:
+    """eps None (rms_norm's default) is torch.finfo(dtype).eps, as in PyTorch."""
+    if eps is not None:
+        return eps
+    return torch.finfo(x.dtype).eps if x.is_floating_point() else 1e-6
+
+
+def _decide(op: str, arg, x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],
+            eps: Optional[float]) -> Union[tuple, str]:
+    """Checks the arguments (raising what the checks raise), then: a launch (kernel, batch,
+    eps, device index), or why normjit cannot serve the call (a reason code, or the library's
+    message for a problem it does not take)."""
+    _check(op, arg, x, weight, bias)
+    eps = _eps(x, eps)
+    why = _why_not(x, weight, bias, eps)
+    if why:
+        return why
     device = x.device.index
-    key = (op, shape, x.dtype, weight is not None, bias is not None, device)
-    entry = _kernels.get(key)
-    if entry is None:
+    has_weight, has_bias = weight is not None, bias is not None
+    if op == "rms_norm" or op == "layer_norm":
+        library_op = "rmsnorm" if op == "rms_norm" else "layernorm"
         per_item = 1
-        for s in shape:
+        for s in arg:
             per_item *= s
-        spec = _rows_spec(op, (x.numel() // per_item,) + shape, len(shape), x.dtype,
-                          weight is not None, bias is not None, eps)
-        entry = _prepare(key, spec, per_item)
-    return _launch_kernel(entry, x, weight, bias, eps, device)
+        key = (library_op, arg, x.dtype, has_weight, has_bias, device)
+        spec = _rows_spec(library_op, (x.numel() // per_item,) + arg, len(arg), x.dtype,
+                          has_weight, has_bias, eps)
+    else:
+        library_op = "groupnorm" if op == "group_norm" else "rmsnorm"
+        per_item = x.numel() // x.shape[0]
+        key = (library_op, tuple(x.shape[1:]), arg, x.dtype, has_weight, has_bias, device)
+        spec = _channels_spec(library_op, tuple(x.shape), arg, x.dtype, has_weight, has_bias,
+                              eps)
+    kernel, per_item = _prepare(key, spec, per_item)
+    if kernel is None:
+        return per_item  # the library's message
+    return (kernel, x.numel() // per_item, float(eps), device)
 
 
-def _channels(op: str, x: Tensor, groups: int, weight: Optional[Tensor],
-              bias: Optional[Tensor], eps: float) -> Union[Tensor, str]:
-    """rmsnorm's channel form (groups 0) or groupnorm of x [N, C, *spatial]."""
-    device = x.device.index
-    key = (op, tuple(x.shape[1:]), groups, x.dtype, weight is not None, bias is not None,
-           device)
-    entry = _kernels.get(key)
-    if entry is None:
-        spec = _channels_spec(op, tuple(x.shape), groups, x.dtype, weight is not None,
-                              bias is not None, eps)
-        entry = _prepare(key, spec, x.numel() // x.shape[0])
-    return _launch_kernel(entry, x, weight, bias, eps, device)
+def _tensor_key(t: Tensor) -> tuple:
+    """What the argument checks and _why_not read of a tensor (all but its data pointer)."""
+    return (t.__class__, t.shape, t.dtype, t.device, t.is_contiguous(), t.requires_grad)
+
+
+_NO_TENSOR = (None,)
+
+
+def _decision(op: str, arg, x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],
+              eps: Optional[float]) -> Union[tuple, str]:
+    """_decide's answer, cached for calls of the same key."""
+    key = None
+    if eps is None or eps.__class__ is float:
+        try:
+            # One flat tuple (nested ones are hashed and compared one level deeper); a tensor
+            # key starts with a class, so None marks an absent weight or bias unambiguously.
+            key = ((op, arg, eps, _grad_enabled()) + _tensor_key(x)
+                   + (_NO_TENSOR if weight is None else _tensor_key(weight))
+                   + (_NO_TENSOR if bias is None else _tensor_key(bias)))
+            return _calls[key]
+        except KeyError:
+            pass
+        except (AttributeError, TypeError):  # an argument that is no tensor, or unhashable
+            key = None
+    decision = _decide(op, arg, x, weight, bias, eps)
+    if key is not None:
+        if len(_calls) >= _CALLS_MAX:
+            _calls.clear()
+        _calls[key] = decision
+    return decision
+
+
+def _eager(op: str, arg, x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],
+           eps: Optional[float]) -> Optional[Tensor]:
+    """normjit's y; or None, after the fallback warning, when PyTorch's implementation must
+    compute this call."""
+    decision = _decision(op, arg, x, weight, bias, eps)
+    if decision.__class__ is tuple:
+        kernel, batch, eps_f, device = decision
+        xp = x.data_ptr()
+        wp = weight.data_ptr() if weight is not None else None
+        bp = bias.data_ptr() if bias is not None else None
+        if not (xp | (wp or 0) | (bp or 0)) & 15:
+            y = torch.empty_like(x)
+            if _multi_device and torch.cuda.current_device() != device:
+                with torch.cuda.device(device):
+                    status = _launch(kernel, xp, y.data_ptr(), wp, bp, batch, eps_f,
+                                     _raw_stream(device))
+            else:
+                status = _launch(kernel, xp, y.data_ptr(), wp, bp, batch, eps_f,
+                                 _raw_stream(device))
+            if status:
+                raise normjit._capi.library().error(status)
+            return y
+        decision = "align"
+    _fallback_warn(op, decision, x, weight, bias, eps)
+    return None
+
+
+def _traced_why_not(op: str, arg, x: Tensor, weight: Optional[Tensor],
+                    bias: Optional[Tensor], eps: float) -> Optional[str]:
+    """Under torch.compile: the checks and the fallback reason, traced by dynamo."""
+    _check(op, arg, x, weight, bias)
+    return _why_not(x, weight, bias, eps)
 
 
 # ---------------------------------------------------------------------------------------
@@ -303,54 +389,39 @@ def _torch_rms_norm_channels(x: Tensor, weight: Optional[Tensor], eps: float) ->
 # Custom ops (what torch.compile sees) and their fake implementations
 # ---------------------------------------------------------------------------------------
 
-def _op_result(y: Union[Tensor, str], op: str, x: Tensor, weight: Optional[Tensor],
-               bias: Optional[Tensor], eps: float, torch_impl: Callable[[], Tensor]) -> Tensor:
-    if isinstance(y, Tensor):
-        return y
-    _fallback_warn(op, y, x, weight, bias, eps)
-    # The fake implementation promised a fresh contiguous tensor of the input's dtype.
-    return torch_impl().to(x.dtype).contiguous()
+def _fresh(y: Tensor, x: Tensor) -> Tensor:
+    """The fake implementation promised a fresh contiguous tensor of the input's dtype."""
+    return y.to(x.dtype).contiguous()
 
 
 @torch.library.custom_op("normjit::rms_norm", mutates_args=())
 def _rms_norm_op(input: Tensor, normalized_shape: List[int], weight: Optional[Tensor],
                  eps: float) -> Tensor:
     shape = tuple(normalized_shape)
-    _check_rows("rms_norm", input, shape, weight, None)
-    why = _why_not(input, weight, None, eps)
-    y = why if why else _rows("rmsnorm", input, shape, weight, None, eps)
-    return _op_result(y, "rms_norm", input, weight, None, eps,
-                      lambda: F.rms_norm(input, shape, weight, eps))
+    y = _eager("rms_norm", shape, input, weight, None, eps)
+    return y if y is not None else _fresh(F.rms_norm(input, shape, weight, eps), input)
 
 
 @torch.library.custom_op("normjit::rms_norm_channels", mutates_args=())
 def _rms_norm_channels_op(input: Tensor, weight: Optional[Tensor], eps: float) -> Tensor:
-    _check_channels("rms_norm_channels", input, weight, None)
-    why = _why_not(input, weight, None, eps)
-    y = why if why else _channels("rmsnorm", input, 0, weight, None, eps)
-    return _op_result(y, "rms_norm_channels", input, weight, None, eps,
-                      lambda: _torch_rms_norm_channels(input, weight, eps))
+    y = _eager("rms_norm_channels", 0, input, weight, None, eps)
+    return y if y is not None else _fresh(_torch_rms_norm_channels(input, weight, eps), input)
 
 
 @torch.library.custom_op("normjit::layer_norm", mutates_args=())
 def _layer_norm_op(input: Tensor, normalized_shape: List[int], weight: Optional[Tensor],
                    bias: Optional[Tensor], eps: float) -> Tensor:
     shape = tuple(normalized_shape)
-    _check_rows("layer_norm", input, shape, weight, bias)
-    why = _why_not(input, weight, bias, eps)
-    y = why if why else _rows("layernorm", input, shape, weight, bias, eps)
-    return _op_result(y, "layer_norm", input, weight, bias, eps,
-                      lambda: F.layer_norm(input, shape, weight, bias, eps))
+    y = _eager("layer_norm", shape, input, weight, bias, eps)
+    return y if y is not None else _fresh(F.layer_norm(input, shape, weight, bias, eps), input)
 
 
 @torch.library.custom_op("normjit::group_norm", mutates_args=())
 def _group_norm_op(input: Tensor, num_groups: int, weight: Optional[Tensor],
                    bias: Optional[Tensor], eps: float) -> Tensor:
-    _check_channels("group_norm", input, weight, bias, num_groups)
-    why = _why_not(input, weight, bias, eps)
-    y = why if why else _channels("groupnorm", input, num_groups, weight, bias, eps)
-    return _op_result(y, "group_norm", input, weight, bias, eps,
-                      lambda: F.group_norm(input, num_groups, weight, bias, eps))
+    y = _eager("group_norm", num_groups, input, weight, bias, eps)
+    return y if y is not None else _fresh(F.group_norm(input, num_groups, weight, bias, eps),
+                                          input)
 
 
 def _fake(input: Tensor, *args) -> Tensor:
@@ -364,84 +435,78 @@ for _op in (_rms_norm_op, _rms_norm_channels_op, _layer_norm_op, _group_norm_op)
 # ---------------------------------------------------------------------------------------
 # The public functions: torch.nn.functional's signatures
 # ---------------------------------------------------------------------------------------
-# Each runs `fallback` (PyTorch's implementation; a patched module passes its own forward)
-# when normjit cannot serve the call.
+# Each runs PyTorch's implementation when normjit cannot serve the call; a patched layer
+# passes its class's own forward and itself (fallback(module, x)) to run instead.
 
-def _rms_norm(x: Tensor, shape: Tuple[int, ...], weight: Optional[Tensor], eps: Optional[float],
-              fallback: Optional[Callable[[], Tensor]]) -> Tensor:
-    _check_rows("rms_norm", x, shape, weight, None)
-    if eps is None:  # PyTorch's default
-        eps = torch.finfo(x.dtype).eps if x.is_floating_point() else 1e-6
-    why = _why_not(x, weight, None, eps)
-    if why is None:
-        if torch.compiler.is_compiling():
-            return torch.ops.normjit.rms_norm(x, list(shape), weight, eps)
-        y = _rows("rmsnorm", x, shape, weight, None, eps)
-        if y.__class__ is not str:
+def _rms_norm(x: Tensor, shape: Union[int, Sequence[int]], weight: Optional[Tensor],
+              eps: Optional[float], fallback: Optional[Callable] = None,
+              module: Optional[torch.nn.Module] = None) -> Tensor:
+    if shape.__class__ is not tuple:
+        shape = _as_shape("rms_norm", shape)
+    if _is_compiling():
+        eps_f = _eps(x, eps)
+        if _traced_why_not("rms_norm", shape, x, weight, None, eps_f) is None:
+            return torch.ops.normjit.rms_norm(x, list(shape), weight, eps_f)
+    else:
+        y = _eager("rms_norm", shape, x, weight, None, eps)
+        if y is not None:
             return y
-        why = y
-    _fallback_warn("rms_norm", why, x, weight, None, eps)
-    return fallback() if fallback else F.rms_norm(x, shape, weight, eps)
+    return fallback(module, x) if fallback else F.rms_norm(x, shape, weight, eps)
 
 
 def _rms_norm_channels(x: Tensor, weight: Optional[Tensor], eps: float,
-                       fallback: Optional[Callable[[], Tensor]]) -> Tensor:
-    _check_channels("rms_norm_channels", x, weight, None)
-    why = _why_not(x, weight, None, eps)
-    if why is None:
-        if torch.compiler.is_compiling():
+                       fallback: Optional[Callable] = None,
+                       module: Optional[torch.nn.Module] = None) -> Tensor:
+    if _is_compiling():
+        if _traced_why_not("rms_norm_channels", 0, x, weight, None, eps) is None:
             return torch.ops.normjit.rms_norm_channels(x, weight, eps)
-        y = _channels("rmsnorm", x, 0, weight, None, eps)
-        if y.__class__ is not str:
+    else:
+        y = _eager("rms_norm_channels", 0, x, weight, None, eps)
+        if y is not None:
             return y
-        why = y
-    _fallback_warn("rms_norm_channels", why, x, weight, None, eps)
-    return fallback() if fallback else _torch_rms_norm_channels(x, weight, eps)
+    return fallback(module, x) if fallback else _torch_rms_norm_channels(x, weight, eps)
 
 
-def _layer_norm(x: Tensor, shape: Tuple[int, ...], weight: Optional[Tensor],
-                bias: Optional[Tensor], eps: float,
-                fallback: Optional[Callable[[], Tensor]]) -> Tensor:
-    _check_rows("layer_norm", x, shape, weight, bias)
-    why = _why_not(x, weight, bias, eps)
-    if why is None:
-        if torch.compiler.is_compiling():
+def _layer_norm(x: Tensor, shape: Union[int, Sequence[int]], weight: Optional[Tensor],
+                bias: Optional[Tensor], eps: float, fallback: Optional[Callable] = None,
+                module: Optional[torch.nn.Module] = None) -> Tensor:
+    if shape.__class__ is not tuple:
+        shape = _as_shape("layer_norm", shape)
+    if _is_compiling():
+        if _traced_why_not("layer_norm", shape, x, weight, bias, eps) is None:
             return torch.ops.normjit.layer_norm(x, list(shape), weight, bias, eps)
-        y = _rows("layernorm", x, shape, weight, bias, eps)
-        if y.__class__ is not str:
+    else:
+        y = _eager("layer_norm", shape, x, weight, bias, eps)
+        if y is not None:
             return y
-        why = y
-    _fallback_warn("layer_norm", why, x, weight, bias, eps)
-    return fallback() if fallback else F.layer_norm(x, shape, weight, bias, eps)
+    return fallback(module, x) if fallback else F.layer_norm(x, shape, weight, bias, eps)
 
 
 def _group_norm(x: Tensor, num_groups: int, weight: Optional[Tensor], bias: Optional[Tensor],
-                eps: float, fallback: Optional[Callable[[], Tensor]]) -> Tensor:
-    _check_channels("group_norm", x, weight, bias, num_groups)
-    why = _why_not(x, weight, bias, eps)
-    if why is None:
-        if torch.compiler.is_compiling():
+                eps: float, fallback: Optional[Callable] = None,
+                module: Optional[torch.nn.Module] = None) -> Tensor:
+    if _is_compiling():
+        if _traced_why_not("group_norm", num_groups, x, weight, bias, eps) is None:
             return torch.ops.normjit.group_norm(x, num_groups, weight, bias, eps)
-        y = _channels("groupnorm", x, num_groups, weight, bias, eps)
-        if y.__class__ is not str:
+    else:
+        y = _eager("group_norm", num_groups, x, weight, bias, eps)
+        if y is not None:
             return y
-        why = y
-    _fallback_warn("group_norm", why, x, weight, bias, eps)
-    return fallback() if fallback else F.group_norm(x, num_groups, weight, bias, eps)
+    return fallback(module, x) if fallback else F.group_norm(x, num_groups, weight, bias, eps)
 
 
 def rms_norm(input: Tensor, normalized_shape: Union[int, Sequence[int]],
              weight: Optional[Tensor] = None, eps: Optional[float] = None) -> Tensor:
     """torch.nn.functional.rms_norm: RMSNorm over the trailing `normalized_shape` of input,
     statistics in float32; eps None means torch.finfo(input.dtype).eps, as in PyTorch."""
-    return _rms_norm(input, _as_shape("rms_norm", normalized_shape), weight, eps, None)
+    return _rms_norm(input, normalized_shape, weight, eps)
 
 
 def rms_norm_channels(input: Tensor, weight: Optional[Tensor] = None,
                       eps: float = 1e-5) -> Tensor:
     """RMSNorm's channel form: input [N, C, *spatial] reduced over dim 1,
     x / sqrt(mean(x^2, dim=1, keepdim=True) + eps), times weight [C] when given."""
-    return _rms_norm_channels(input, weight, eps, None)
+    return _rms_norm_channels(input, weight, eps)
 
 
 def layer_norm(input: Tensor, normalized_shape: Union[int, Sequence[int]],
@@ -449,14 +514,22 @@ def layer_norm(input: Tensor, normalized_shape: Union[int, Sequence[int]],
                eps: float = 1e-5) -> Tensor:
     """torch.nn.functional.layer_norm: over the trailing `normalized_shape`, biased variance,
     statistics in float32."""
-    return _layer_norm(input, _as_shape("layer_norm", normalized_shape), weight, bias, eps, None)
+    return _layer_norm(input, normalized_shape, weight, bias, eps)
 
 
 def group_norm(input: Tensor, num_groups: int, weight: Optional[Tensor] = None,
                bias: Optional[Tensor] = None, eps: float = 1e-5) -> Tensor:
     """torch.nn.functional.group_norm: input [N, C, *spatial], num_groups dividing C, weight
     and bias [C]."""
-    return _group_norm(input, num_groups, weight, bias, eps, None)
+    return _group_norm(input, num_groups, weight, bias, eps)
+
+
+def _param(module: torch.nn.Module, name: str) -> Optional[Tensor]:
+    """module.<name>, without nn.Module.__getattr__ (reached only after a failed attribute
+    lookup: about a microsecond) when it is a registered parameter (or None); any other
+    attribute (a parametrization's property, a buffer) through getattr."""
+    params = module._parameters
+    return params[name] if name in params else getattr(module, name)
 
 
 # ---------------------------------------------------------------------------------------

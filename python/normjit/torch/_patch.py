@@ -22,7 +22,7 @@ from typing import Callable, Dict, List, Optional, Tuple, Union
 
 import torch
 
-from ._ops import _group_norm, _layer_norm, _rms_norm, _rms_norm_channels
+from ._ops import _group_norm, _layer_norm, _param, _rms_norm, _rms_norm_channels
 
 __all__ = ["patch", "unpatch", "PatchReport"]
 
@@ -42,33 +42,34 @@ class PatchReport:
 
 
 # ---------------------------------------------------------------------------------------
-# The forwards of patched layers. `orig` is the layer class's own forward (the fallback).
+# The forwards of patched layers. `orig` is the layer class's own forward: the fallback,
+# called as orig(self, input) (no closure per call).
 # ---------------------------------------------------------------------------------------
 
 def _layer_norm_forward(orig: Callable) -> Callable:
     def forward(self, input):
-        return _layer_norm(input, tuple(self.normalized_shape), self.weight, self.bias, self.eps,
-                           lambda: orig(self, input))
+        return _layer_norm(input, self.normalized_shape, _param(self, "weight"),
+                           _param(self, "bias"), self.eps, orig, self)
     return forward
 
 
 def _group_norm_forward(orig: Callable) -> Callable:
     def forward(self, input):
-        return _group_norm(input, self.num_groups, self.weight, self.bias, self.eps,
-                           lambda: orig(self, input))
+        return _group_norm(input, self.num_groups, _param(self, "weight"), _param(self, "bias"),
+                           self.eps, orig, self)
     return forward
 
 
 def _rms_norm_forward(orig: Callable) -> Callable:
     def forward(self, input):
-        return _rms_norm(input, tuple(self.normalized_shape), self.weight, self.eps,
-                         lambda: orig(self, input))
+        return _rms_norm(input, self.normalized_shape, _param(self, "weight"), self.eps, orig,
+                         self)
     return forward
 
 
 def _rms_norm_channels_forward(orig: Callable) -> Callable:
     def forward(self, input):
-        return _rms_norm_channels(input, self.weight, self.eps, lambda: orig(self, input))
+        return _rms_norm_channels(input, _param(self, "weight"), self.eps, orig, self)
     return forward
 
 
@@ -79,8 +80,8 @@ def _hf_rms_norm_forward(orig: Callable) -> Callable:
         eps = getattr(self, "variance_epsilon", None)
         if eps is None:
             eps = self.eps
-        return _rms_norm(hidden_states, tuple(self.weight.shape), self.weight, eps,
-                         lambda: orig(self, hidden_states))
+        weight = _param(self, "weight")
+        return _rms_norm(hidden_states, weight.shape, weight, eps, orig, self)
     return forward
 
 

@@ -1,10 +1,12 @@
 """torch.nn's normalization modules computed by normjit: same constructor arguments,
 parameters, buffers and state_dict keys (they subclass torch.nn's), so a checkpoint of either
-loads into the other; only forward differs."""
+loads into the other; only forward differs. The forwards read their parameters with _param
+(nn.Module.__getattr__ costs about a microsecond) and call the same function as the
+functional form, once: its checks are the only ones."""
 import torch
 from torch import Tensor
 
-from ._ops import _group_norm, _layer_norm, _rms_norm
+from ._ops import _group_norm, _layer_norm, _param, _rms_norm
 
 __all__ = ["RMSNorm", "LayerNorm", "GroupNorm"]
 
@@ -14,7 +16,7 @@ class RMSNorm(torch.nn.RMSNorm):
     dtype=None), computed by normjit."""
 
     def forward(self, input: Tensor) -> Tensor:
-        return _rms_norm(input, self.normalized_shape, self.weight, self.eps, None)
+        return _rms_norm(input, self.normalized_shape, _param(self, "weight"), self.eps)
 
 
 class LayerNorm(torch.nn.LayerNorm):
@@ -22,7 +24,8 @@ class LayerNorm(torch.nn.LayerNorm):
     device=None, dtype=None), computed by normjit."""
 
     def forward(self, input: Tensor) -> Tensor:
-        return _layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps, None)
+        return _layer_norm(input, self.normalized_shape, _param(self, "weight"),
+                           _param(self, "bias"), self.eps)
 
 
 class GroupNorm(torch.nn.GroupNorm):
@@ -30,4 +33,5 @@ class GroupNorm(torch.nn.GroupNorm):
     dtype=None), computed by normjit."""
 
     def forward(self, input: Tensor) -> Tensor:
-        return _group_norm(input, self.num_groups, self.weight, self.bias, self.eps, None)
+        return _group_norm(input, self.num_groups, _param(self, "weight"), _param(self, "bias"),
+                           self.eps)
