@@ -480,7 +480,11 @@ void run_prewarm(const PrewarmOptions& o, const std::vector<ManifestEntry>& entr
                plural(jobs, "thread", "threads").c_str());
   Progress progress(work.size(), terminal);
   SinkGuard restore;
-  cache::set_warning_sink([&progress](const std::string& w) { progress.warning(w); });
+  std::atomic<size_t> warnings{0};  // printed by the cache; the read-back below cites them
+  cache::set_warning_sink([&progress, &warnings](const std::string& w) {
+    ++warnings;
+    progress.warning(w);
+  });
 
   const Clock::time_point start = Clock::now();
   std::atomic<size_t> next{0};
@@ -515,7 +519,14 @@ void run_prewarm(const PrewarmOptions& o, const std::vector<ManifestEntry>& entr
     Task& t = tasks[i];
     if (t.result == Task::Result::kFailed || check->load(t.key)) continue;
     t.result = Task::Result::kFailed;
-    t.error = "compiled, but not found in " + dir + " afterwards (see the warnings above)";
+    // Cite warnings only when some were printed. With none, every write succeeded, so the
+    // entry was removed since by another process ('normjit cache clear' or 'gc' meanwhile).
+    t.error = warnings > 0 ? "compiled, but not found in " + dir +
+                                 " afterwards: its write failed (see the warnings above) or "
+                                 "another process removed it"
+                           : "compiled and written, but " + dir +
+                                 " no longer holds it: another process removed it meanwhile "
+                                 "('normjit cache clear' or 'gc'?); run prewarm again";
   }
 
   size_t compiled = 0, cached = 0, failed = 0;
