@@ -85,7 +85,9 @@ struct EntryInfo {
   std::string path;
   std::string layer;      // directory of the layer holding it
   bool readonly = false;  // in a read-only layer
-  uint64_t bytes = 0;
+  uint64_t bytes = 0;     // the file's size; 0 when the name is not a regular file
+  uint64_t disk_bytes =
+      0;                 // what it occupies on disk (less for a sparse file): what the cap counts
   int64_t last_use = 0;  // unix seconds, from the entry's last-use stamp
   std::string metadata;  // the entry's metadata JSON (empty when unreadable)
   bool valid = false;    // passed every check
@@ -106,6 +108,14 @@ struct Explanation {
   std::string source_difference;     // the first differing source line, when sources differ
 };
 Explanation explain(const std::vector<EntryInfo>& entries, const std::string& preimage);
+
+// What clear() and gc() did. Maintenance reports what it removed and what it could not, so that
+// a command never claims more than happened.
+struct Removal {
+  uint64_t entries = 0;               // entry names removed
+  uint64_t bytes = 0;                 // disk bytes freed (gc: swept temporaries included)
+  std::vector<std::string> failures;  // "<path>: <why>" for each name that should have gone
+};
 
 class Store {
  public:
@@ -138,10 +148,21 @@ class Store {
   // Every entry of every layer, in layer order. Without verify, valid means the header and the
   // preimage check out (no cubin is read); verify also checks the payload checksum.
   std::vector<EntryInfo> list(bool verify) const;
-  // Evicts LRU down to max_bytes and sweeps temporaries older than kStaleTemporarySeconds;
-  // returns the bytes freed.
-  uint64_t gc(uint64_t max_bytes);
-  uint64_t clear();  // remove every entry of the writable layer; returns the bytes freed
+  // Evicts LRU down to max_bytes and sweeps temporaries older than kStaleTemporarySeconds.
+  // Sizes are counted as they are on disk; files that cannot be entries (implausible sizes) go
+  // before any entry, and names that are not regular files are neither counted nor removed.
+  Removal gc(uint64_t max_bytes);
+  // Removes every name of the writable layer that has an entry's name: files, and empty
+  // directories and other non-regular files squatting on such a name.
+  Removal clear();
+  // Removes the name of key from the writable layer, whatever it holds (`cache verify
+  // --remove`); true when it is gone, else false and *problem says why it stays.
+  bool remove(const std::string& key, std::string* problem);
+  // Why the writable directory is not read at all (refused, cannot be opened or created): the
+  // warning given at construction. Empty when it is read or none was configured.
+  const std::string& directory_problem() const;
+  // The same for each read-only layer that is skipped, one line each.
+  std::vector<std::string> readonly_problems() const;
   // Removes temporary files of the writable layer older than that (left by killed writers);
   // returns the bytes freed.
   uint64_t sweep_temporaries(int64_t older_than_seconds);

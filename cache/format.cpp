@@ -63,6 +63,10 @@ bool parse_header(std::string_view bytes, uint64_t file_size, const std::string&
     return fail("truncated: " + std::to_string(file_size) + " bytes, shorter than the " +
                 std::to_string(kHeaderBytes) + "-byte header");
   }
+  if (file_size > kMaxEntryBytes) {
+    return fail("implausibly large (" + std::to_string(file_size) + " bytes, entries are at most " +
+                std::to_string(kMaxEntryBytes) + ")");
+  }
   if (bytes.substr(0, kMagic.size()) != kMagic)
     return fail("not a normjit cache entry (bad magic)");
   header->version = static_cast<uint32_t>(get_le(bytes, 8, 4));

@@ -14,6 +14,9 @@ namespace normjit::cache::detail {
 // translation, ^Z stops DOS `type` (the PNG trick).
 constexpr std::string_view kMagic{"\x89NJC\r\n\x1a\n", 8};
 constexpr size_t kHeaderBytes = 140;  // magic 8, version 4, key 64, 4 lengths 32, checksum 32
+// Larger files are not entries (a cubin is kilobytes to a few megabytes). Every reader checks a
+// file's size against this before allocating for it: a sparse file's header can claim any size.
+constexpr uint64_t kMaxEntryBytes = uint64_t{1} << 30;
 
 struct Header {
   uint32_t version = 0;
@@ -26,7 +29,8 @@ struct Header {
 };
 
 // Parses the first kHeaderBytes of bytes and checks magic, version, key and that the lengths
-// add up to file_size exactly. False (with *problem) when anything is off.
+// add up to file_size exactly, which is at most kMaxEntryBytes. False (with *problem) when anything
+// is off.
 bool parse_header(std::string_view bytes, uint64_t file_size, const std::string& expected_key,
                   Header* header, std::string* problem);
 

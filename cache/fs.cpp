@@ -7,6 +7,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 namespace normjit::cache::detail {
 
 UniqueFd& UniqueFd::operator=(UniqueFd&& other) noexcept {
@@ -69,6 +71,63 @@ int make_directories(const std::string& path, mode_t mode) {
     }
     if (slash == std::string::npos) return 0;
   }
+}
+
+int open_regular(int dirfd, const std::string& name, int flags, bool follow, UniqueFd* fd,
+                 struct stat* st, bool* have_stat) {
+  fd->reset();
+  *have_stat = ::fstatat(dirfd, name.c_str(), st, follow ? 0 : AT_SYMLINK_NOFOLLOW) == 0;
+  if (*have_stat) {
+    if (S_ISLNK(st->st_mode)) return ELOOP;  // only seen when !follow
+    if (!S_ISREG(st->st_mode)) return kNotRegular;
+  } else if (errno != ENOENT || (flags & O_CREAT) == 0) {
+    return errno;
+  }
+  // O_NONBLOCK matters only if the name became a FIFO since the fstatat (a regular file ignores
+  // it), O_NOCTTY only if it became a terminal.
+  fd->reset(::openat(dirfd, name.c_str(),
+                     flags | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | (follow ? 0 : O_NOFOLLOW), 0644));
+  if (!fd->valid()) return errno;
+  *have_stat = ::fstat(fd->get(), st) == 0;
+  if (!*have_stat) {
+    const int error = errno;
+    fd->reset();
+    return error;
+  }
+  if (!S_ISREG(st->st_mode)) {
+    fd->reset();
+    return kNotRegular;
+  }
+  return 0;
+}
+
+std::string file_type_text(mode_t mode) {
+  switch (mode & S_IFMT) {
+    case S_IFREG:
+      return "a regular file";
+    case S_IFDIR:
+      return "a directory";
+    case S_IFIFO:
+      return "a FIFO";
+    case S_IFLNK:
+      return "a symbolic link";
+    case S_IFSOCK:
+      return "a socket";
+    case S_IFCHR:
+      return "a character device";
+    case S_IFBLK:
+      return "a block device";
+    default:
+      return "not a regular file";
+  }
+}
+
+uint64_t disk_bytes(const struct stat& st) {
+  const uint64_t size = st.st_size > 0 ? static_cast<uint64_t>(st.st_size) : 0;
+  // st_blocks counts 512-byte units whatever st_blksize is. Some FUSE and network file systems
+  // report 0 for every file; their sizes are taken as they are.
+  const uint64_t allocated = static_cast<uint64_t>(st.st_blocks) * 512;
+  return st.st_blocks > 0 ? std::min(size, allocated) : size;
 }
 
 std::vector<std::string> list_directory(int dirfd) {

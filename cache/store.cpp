@@ -40,8 +40,7 @@ constexpr const char* kStatsFile = "stats.json";
 constexpr int64_t kStampIntervalSeconds = 60;
 // Loads between best-effort flushes of the persisted counters.
 constexpr uint64_t kLoadsPerStatsFlush = 64;
-// Larger files are not entries (a cubin is kilobytes to a few megabytes); refuse to slurp them.
-constexpr uint64_t kMaxEntryBytes = uint64_t{1} << 30;
+using detail::kMaxEntryBytes;
 
 std::mutex& sink_mutex() {
   static std::mutex mutex;
@@ -141,10 +140,48 @@ StoreStats stats_from_json(const std::string& text) {
 }
 
 struct Layer {
-  std::string path;  // as configured, for messages and EntryInfo
-  UniqueFd dir;      // invalid: the layer is unusable (missing, refused, unreadable)
+  std::string path;     // as configured, for messages and EntryInfo
+  UniqueFd dir;         // invalid: the layer is unusable (missing, refused, unreadable)
+  std::string problem;  // why dir is invalid (the warning given), for maintenance commands
   bool readonly = false;
 };
+
+// A size no entry can have. Such a file is bad whatever its bytes say, so eviction removes it
+// before any entry and never lets the size it claims push out valid ones.
+bool implausible_size(const struct stat& st) {
+  return st.st_size < static_cast<off_t>(detail::kHeaderBytes) ||
+         static_cast<uint64_t>(st.st_size) > kMaxEntryBytes;
+}
+
+// Opens the entry file name of layer l for reading. Every reader of entries goes through here:
+// only a regular file is opened (a FIFO would block the open, a device has side effects, a
+// directory cannot be read), and one of a plausible size, checked before anything is allocated
+// for it. Returns 0 with *fd open, ENOENT when the name does not exist, or -1 with *problem;
+// *have_stat says whether *st describes the name.
+int open_entry(const Layer& l, const std::string& name, UniqueFd* fd, struct stat* st,
+               bool* have_stat, std::string* problem) {
+  // In the writable layer an entry is never a symbolic link (we only rename regular files in);
+  // read-only layers may be assembled from links.
+  const int error =
+      detail::open_regular(l.dir.get(), name, O_RDONLY, /*follow=*/l.readonly, fd, st, have_stat);
+  if (error == ENOENT) return ENOENT;
+  if (error == detail::kNotRegular) {
+    *problem = "is " + detail::file_type_text(st->st_mode) + ", not a regular file";
+  } else if (error == ELOOP) {
+    *problem = "is a symbolic link";
+  } else if (error != 0) {
+    *problem = "cannot be opened (" + detail::errno_text(error) + ")";
+  } else if (!l.readonly && st->st_uid != ::geteuid()) {
+    *problem = "belongs to uid " + std::to_string(st->st_uid) + ", not to us";
+  } else if (static_cast<uint64_t>(st->st_size) > kMaxEntryBytes) {
+    *problem = "is implausibly large (" + std::to_string(st->st_size) +
+               " bytes, entries are at most " + std::to_string(kMaxEntryBytes) + ")";
+  } else {
+    return 0;
+  }
+  fd->reset();
+  return -1;
+}
 
 // What one layer holds for a key.
 enum class Lookup { kAbsent, kBad, kHit };
@@ -172,6 +209,8 @@ struct Store::Impl {
   }
   std::mutex bad_mutex;
   std::set<FileId> known_bad;
+  std::set<std::string> blocked_warned;   // keys whose name a directory blocks: warned once
+  std::atomic<bool> stats_warned{false};  // stats.json is not a regular file: warned once
 
   // Memory layer: holds what save() could not write to disk, LRU-bounded by max_bytes.
   std::mutex memory_mutex;
@@ -197,9 +236,11 @@ struct Store::Impl {
   Lookup lookup(size_t index, const std::string& key, Entry* entry);
   void reject(size_t index, const std::string& key, const struct stat* judged,
               const std::string& problem);
-  int write_entry(const std::string& key, const std::string& bytes, std::string* step);
+  int write_entry(const std::string& key, const std::string& bytes, std::string* step,
+                  bool* blocked);
   void degrade(const std::string& step, int error);
-  uint64_t evict(uint64_t max_bytes, const std::string& keep);
+  Removal evict(uint64_t max_bytes, const std::string& keep);
+  bool remove_name(const std::string& name, uint64_t* freed, std::string* problem);
   void evict_after_save(const std::string& key, uint64_t bytes);
   uint64_t sweep(int64_t older_than_seconds);
   void remember(const Entry& entry);
@@ -216,25 +257,27 @@ void Store::Impl::open_primary() {
   const std::string& dir = options.dir;
   primary.path = dir;
   const auto memory_only = "; kernels are cached in memory only";
+  // Remembered for maintenance commands, which must fail where they could not look.
+  auto refuse = [&](const std::string& why) {
+    primary.problem = why;
+    warn(why + memory_only);
+  };
   UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!fd.valid() && errno == ENOENT) {
     // Created 0700, parents too: cached kernels are code this user will run.
     if (const int error = detail::make_directories(dir, 0700); error != 0) {
-      warn("cannot create cache directory " + dir + " (" + detail::errno_text(error) + ")" +
-           memory_only);
+      refuse("cannot create cache directory " + dir + " (" + detail::errno_text(error) + ")");
       return;
     }
     fd.reset(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   }
   if (!fd.valid()) {
-    warn("cannot open cache directory " + dir + " (" + detail::errno_text(errno) + ")" +
-         memory_only);
+    refuse("cannot open cache directory " + dir + " (" + detail::errno_text(errno) + ")");
     return;
   }
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) {
-    warn("cannot stat cache directory " + dir + " (" + detail::errno_text(errno) + ")" +
-         memory_only);
+    refuse("cannot stat cache directory " + dir + " (" + detail::errno_text(errno) + ")");
     return;
   }
   // Anyone who can write into the directory can plant a kernel under a valid key that this
@@ -242,17 +285,16 @@ void Store::Impl::open_primary() {
   // exception is a sticky directory of ours (others can add files but not replace ours), where
   // each entry's owner is checked on load.
   if (st.st_uid != ::geteuid()) {
-    warn("refusing cache directory " + dir + ": it belongs to uid " + std::to_string(st.st_uid) +
-         ", not to uid " + std::to_string(::geteuid()) +
-         " running normjit, so its owner could plant kernels; set NORMJIT_CACHE_DIR to a "
-         "directory of your own" +
-         memory_only);
+    refuse("refusing cache directory " + dir + ": it belongs to uid " + std::to_string(st.st_uid) +
+           ", not to uid " + std::to_string(::geteuid()) +
+           " running normjit, so its owner could plant kernels; set NORMJIT_CACHE_DIR to a "
+           "directory of your own");
     return;
   }
   if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (st.st_mode & S_ISVTX) == 0) {
-    warn("refusing cache directory " + dir + ": its mode " + octal_mode(st.st_mode) +
-         " lets other users write into it and plant kernels; run 'chmod go-w " + dir +
-         "' or set NORMJIT_CACHE_DIR to a private directory" + memory_only);
+    refuse("refusing cache directory " + dir + ": its mode " + octal_mode(st.st_mode) +
+           " lets other users write into it and plant kernels; run 'chmod go-w " + dir +
+           "' or set NORMJIT_CACHE_DIR to a private directory");
     return;
   }
   primary.dir = std::move(fd);
@@ -273,8 +315,9 @@ void Store::Impl::open_readonly(const std::string& path) {
   layer.readonly = true;
   layer.dir.reset(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!layer.dir.valid()) {
-    warn("read-only cache layer " + path + " is unusable (" + detail::errno_text(errno) +
-         "); skipped");
+    layer.problem =
+        "read-only cache layer " + path + " is unusable (" + detail::errno_text(errno) + ")";
+    warn(layer.problem + "; skipped");
   }
   readonly.push_back(std::move(layer));
 }
@@ -283,35 +326,19 @@ Lookup Store::Impl::lookup(size_t index, const std::string& key, Entry* entry) {
   Layer& l = layer(index);
   if (!l.dir.valid()) return Lookup::kAbsent;
   const std::string name = entry_name(key);
-  // In the writable layer an entry is never a symbolic link (we only rename regular files in).
-  const int flags = O_RDONLY | O_CLOEXEC | (l.readonly ? 0 : O_NOFOLLOW);
-  UniqueFd fd(::openat(l.dir.get(), name.c_str(), flags));
-  const int open_error = fd.valid() ? 0 : errno;
-  if (open_error == ENOENT) return Lookup::kAbsent;
+  UniqueFd fd;
   struct stat st {};
-  const bool have_stat = fd.valid()
-                             ? ::fstat(fd.get(), &st) == 0
-                             : ::fstatat(l.dir.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
-  if (!have_stat && errno == ENOENT) return Lookup::kAbsent;  // removed since the open
+  bool have_stat = false;
+  std::string problem;
+  if (open_entry(l, name, &fd, &st, &have_stat, &problem) == ENOENT) return Lookup::kAbsent;
   if (have_stat) {
     std::lock_guard lock(bad_mutex);
     if (known_bad.count(file_id(index, key, st)) != 0) return Lookup::kBad;  // warned already
   }
-  std::string problem;
-  if (!fd.valid()) {
-    problem = open_error == ELOOP ? "is a symbolic link"
-                                  : "cannot be opened (" + detail::errno_text(open_error) + ")";
-  } else if (!have_stat) {
-    problem = "cannot be examined (" + detail::errno_text(errno) + ")";
-  } else if (!S_ISREG(st.st_mode)) {
-    problem = "is not a regular file";
-  } else if (!l.readonly && st.st_uid != ::geteuid()) {
-    problem = "belongs to uid " + std::to_string(st.st_uid) + ", not to us";
-  } else if (static_cast<uint64_t>(st.st_size) > kMaxEntryBytes) {
-    problem = "is implausibly large (" + std::to_string(st.st_size) + " bytes)";
-  } else {
+  if (fd.valid()) {
     // One open fd, the whole file read into memory: a concurrent eviction unlinks the name,
-    // never the bytes behind this fd, and entries are never modified in place.
+    // never the bytes behind this fd, and entries are never modified in place. open_entry
+    // bounded the size, so this allocation is what the file holds, at most kMaxEntryBytes.
     std::string bytes;
     const int error = detail::read_at(fd.get(), 0, static_cast<size_t>(st.st_size), &bytes);
     if (error != 0) {
@@ -338,24 +365,34 @@ void Store::Impl::reject(size_t index, const std::string& key, const struct stat
   const std::string name = entry_name(key);
   ++bad_entries;
   bool removed = false;
+  int remove_error = 0;
   if (!l.readonly && judged != nullptr) {
     // Unlink only the file we judged: a writer may have renamed a fresh entry onto the name
-    // since we opened it, and that one must survive.
+    // since we opened it, and that one must survive. A directory goes only if it is empty:
+    // what is inside is not ours to judge.
     struct stat now {};
     if (::fstatat(l.dir.get(), name.c_str(), &now, AT_SYMLINK_NOFOLLOW) == 0 &&
         now.st_ino == judged->st_ino && now.st_dev == judged->st_dev) {
       removed = ::unlinkat(l.dir.get(), name.c_str(), S_ISDIR(now.st_mode) ? AT_REMOVEDIR : 0) == 0;
+      if (!removed) remove_error = errno;
     }
   }
   if (!removed && judged != nullptr) {
     std::lock_guard lock(bad_mutex);
     known_bad.insert(file_id(index, key, *judged));
   }
-  warn("ignoring bad cache entry " + join_path(l.path, name) + ": " + problem +
-       (removed ? "; removed, it will be rebuilt" : "; it will be rebuilt"));
+  std::string outcome = "; it will be rebuilt";
+  if (removed) {
+    outcome = "; removed, it will be rebuilt";
+  } else if (remove_error != 0) {
+    outcome = "; cannot remove it (" + detail::errno_text(remove_error) + ")";
+  }
+  warn("ignoring bad cache entry " + join_path(l.path, name) + ": " + problem + outcome);
 }
 
-int Store::Impl::write_entry(const std::string& key, const std::string& bytes, std::string* step) {
+int Store::Impl::write_entry(const std::string& key, const std::string& bytes, std::string* step,
+                             bool* blocked) {
+  *blocked = false;
   const Fault fault = fault_from_env();
   const int dir = primary.dir.get();
   if (fault == Fault::kAccess) {
@@ -400,8 +437,22 @@ int Store::Impl::write_entry(const std::string& key, const std::string& bytes, s
   if (::fsync(fd.get()) != 0) return fail("syncing a temporary file", errno);
   // close() can report delayed write errors (NFS).
   if (::close(fd.release()) != 0) return fail("closing a temporary file", errno);
-  if (::renameat(dir, temp.c_str(), dir, entry_name(key).c_str()) != 0) {
-    return fail("renaming a temporary file into place", errno);
+  const std::string name = entry_name(key);
+  if (::renameat(dir, temp.c_str(), dir, name.c_str()) != 0) {
+    int error = errno;
+    // A directory holds the entry's name (EISDIR; ENOTEMPTY or EEXIST when it has files): a
+    // problem of this one key, not of the cache directory, which other keys keep using. An
+    // empty one is nobody's data and goes; one with files in it stays.
+    if (error == EISDIR || error == ENOTEMPTY || error == EEXIST) {
+      if (::unlinkat(dir, name.c_str(), AT_REMOVEDIR) == 0 &&
+          ::renameat(dir, temp.c_str(), dir, name.c_str()) == 0) {
+        ::fsync(dir);
+        return 0;
+      }
+      error = errno;
+      *blocked = error == EISDIR || error == ENOTEMPTY || error == EEXIST;
+    }
+    return fail("renaming a temporary file into place", error);
   }
   // Make the rename durable. Some file systems refuse fsync on a directory (EINVAL); the entry
   // is already published and valid, so that is no reason to give up on the directory.
@@ -428,13 +479,15 @@ void Store::Impl::evict_after_save(const std::string& key, uint64_t bytes) {
   evict(options.max_bytes, key);
 }
 
-uint64_t Store::Impl::evict(uint64_t max_bytes, const std::string& keep) {
-  if (!primary.dir.valid()) return 0;
+Removal Store::Impl::evict(uint64_t max_bytes, const std::string& keep) {
+  Removal removal;
+  if (!primary.dir.valid()) return removal;
   std::lock_guard lock(evict_mutex);
   struct Candidate {
+    bool implausible;  // cannot be an entry: goes first
     struct timespec last_use;
     std::string name;
-    uint64_t bytes;
+    uint64_t bytes;  // on disk
   };
   std::vector<Candidate> candidates;
   uint64_t total = 0;
@@ -442,35 +495,70 @@ uint64_t Store::Impl::evict(uint64_t max_bytes, const std::string& keep) {
     if (key_of_entry_name(name).empty()) continue;
     struct stat st;
     if (::fstatat(primary.dir.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
-    total += static_cast<uint64_t>(st.st_size);
-    candidates.push_back({st.st_mtim, std::move(name), static_cast<uint64_t>(st.st_size)});
+    // Only regular files are entries. A directory or FIFO that took an entry's name is reported
+    // by the loads that meet it; it is not counted and eviction does not stop at it.
+    if (!S_ISREG(st.st_mode)) continue;
+    // What the file occupies, not what its size claims: a sparse file claiming 100 GiB must
+    // not push valid entries out.
+    const uint64_t bytes = detail::disk_bytes(st);
+    total += bytes;
+    candidates.push_back({implausible_size(st), st.st_mtim, std::move(name), bytes});
   }
   scanned = true;
   scanned_at = now_seconds();
   saves_since_scan = 0;
   estimated_bytes = total;
-  if (total <= max_bytes) return 0;
-  // Least recently used first; names break ties so that every process agrees on the order.
+  if (total <= max_bytes) return removal;
+  // Files no entry could be first, then least recently used first; names break ties so that
+  // every process agrees on the order.
   std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
-    return std::tie(a.last_use.tv_sec, a.last_use.tv_nsec, a.name) <
-           std::tie(b.last_use.tv_sec, b.last_use.tv_nsec, b.name);
+    return std::make_tuple(!a.implausible, a.last_use.tv_sec, a.last_use.tv_nsec,
+                           std::cref(a.name)) < std::make_tuple(!b.implausible, b.last_use.tv_sec,
+                                                                b.last_use.tv_nsec,
+                                                                std::cref(b.name));
   });
   const std::string keep_name = keep.empty() ? "" : entry_name(keep);
-  uint64_t freed = 0;
   for (const Candidate& c : candidates) {
     if (total <= max_bytes) break;
     if (c.name == keep_name) continue;
     // Unlinking is safe against readers: they hold an fd and read the whole file through it.
     if (::unlinkat(primary.dir.get(), c.name.c_str(), 0) == 0) {
       ++evictions;
-      freed += c.bytes;
+      ++removal.entries;
+      removal.bytes += c.bytes;
     } else if (errno != ENOENT) {
-      break;  // read-only or not ours: no other entry will go either
+      const int error = errno;
+      removal.failures.push_back(join_path(primary.path, c.name) + ": " +
+                                 detail::errno_text(error));
+      // A read-only or foreign directory: no other entry will go either.
+      if (error == EACCES || error == EPERM || error == EROFS) break;
+      continue;
     }
     total -= c.bytes;  // gone: removed by us or by a concurrent evictor
   }
   estimated_bytes = total;
-  return freed;
+  return removal;
+}
+
+bool Store::Impl::remove_name(const std::string& name, uint64_t* freed, std::string* problem) {
+  *freed = 0;
+  struct stat st;
+  if (::fstatat(primary.dir.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    if (errno == ENOENT) return true;  // gone already: another process removed it
+    *problem = detail::errno_text(errno);
+    return false;
+  }
+  // A directory on an entry's name goes only when empty: its files are not ours to judge. Any
+  // other non-regular file (a FIFO, a link) is only a name, removed without being opened.
+  if (::unlinkat(primary.dir.get(), name.c_str(), S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0) != 0) {
+    if (errno == ENOENT) return true;
+    *problem = S_ISDIR(st.st_mode) && (errno == ENOTEMPTY || errno == EEXIST)
+                   ? "a directory with files in it, not an entry; remove it by hand"
+                   : detail::errno_text(errno);
+    return false;
+  }
+  if (S_ISREG(st.st_mode)) *freed = detail::disk_bytes(st);
+  return true;
 }
 
 uint64_t Store::Impl::sweep(int64_t older_than_seconds) {
@@ -482,8 +570,7 @@ uint64_t Store::Impl::sweep(int64_t older_than_seconds) {
     struct stat st;
     if (::fstatat(primary.dir.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
     if (!S_ISREG(st.st_mode) || now - st.st_mtime < older_than_seconds) continue;
-    if (::unlinkat(primary.dir.get(), name.c_str(), 0) == 0)
-      freed += static_cast<uint64_t>(st.st_size);
+    if (::unlinkat(primary.dir.get(), name.c_str(), 0) == 0) freed += detail::disk_bytes(st);
   }
   return freed;
 }
@@ -536,14 +623,25 @@ void Store::Impl::flush_stats() {
                          now.bad_entries - flushed.bad_entries, now.writes - flushed.writes,
                          now.evictions - flushed.evictions};
   if (delta.hits + delta.misses + delta.bad_entries + delta.writes + delta.evictions == 0) return;
-  UniqueFd fd(
-      ::openat(primary.dir.get(), kStatsFile, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644));
-  if (!fd.valid()) return;
+  UniqueFd fd;
+  struct stat st;
+  bool have_stat = false;
+  const int error = detail::open_regular(primary.dir.get(), kStatsFile, O_RDWR | O_CREAT,
+                                         /*follow=*/false, &fd, &st, &have_stat);
+  if (error != 0) {
+    // A FIFO (which would block a reader), a directory or a link in its place: counters are
+    // best effort, so say it once and carry on without them.
+    if ((error == detail::kNotRegular || error == ELOOP) && !stats_warned.exchange(true)) {
+      warn("ignoring " + join_path(primary.path, kStatsFile) + ": it is " +
+           (error == ELOOP ? std::string("a symbolic link") : detail::file_type_text(st.st_mode)) +
+           ", not a regular file; counters are not persisted until it is removed");
+    }
+    return;
+  }
   // flock serialises the read-modify-write between processes; the file is rewritten in place
   // (not renamed) so that the lock stays on the one inode everybody opens. Best effort: a
   // crash mid-write leaves JSON that fails to parse, and the counters restart from zero.
   if (::flock(fd.get(), LOCK_EX) != 0) return;
-  struct stat st;
   std::string text;
   if (::fstat(fd.get(), &st) == 0 && st.st_size > 0 && st.st_size < 4096) {
     detail::read_at(fd.get(), 0, static_cast<size_t>(st.st_size), &text);
@@ -569,23 +667,19 @@ EntryInfo Store::Impl::describe(size_t index, const std::string& name, bool veri
   info.path = join_path(l.path, name);
   info.layer = l.path;
   info.readonly = l.readonly;
-  UniqueFd fd(
-      ::openat(l.dir.get(), name.c_str(), O_RDONLY | O_CLOEXEC | (l.readonly ? 0 : O_NOFOLLOW)));
+  UniqueFd fd;
   struct stat st;
-  if (!fd.valid() || ::fstat(fd.get(), &st) != 0) {
-    info.problem = "cannot be opened (" + detail::errno_text(errno) + ")";
-    return info;
+  bool have_stat = false;
+  const int opened = open_entry(l, name, &fd, &st, &have_stat, &info.problem);
+  if (have_stat) {
+    info.last_use = st.st_mtime;
+    if (S_ISREG(st.st_mode)) {
+      info.bytes = static_cast<uint64_t>(st.st_size);
+      info.disk_bytes = detail::disk_bytes(st);
+    }
   }
-  info.bytes = static_cast<uint64_t>(st.st_size);
-  info.last_use = st.st_mtime;
-  if (!S_ISREG(st.st_mode)) {
-    info.problem = "is not a regular file";
-    return info;
-  }
-  if (!l.readonly && st.st_uid != ::geteuid()) {
-    info.problem = "belongs to uid " + std::to_string(st.st_uid) + ", not to us";
-    return info;
-  }
+  if (opened == ENOENT) info.problem = "removed while listing";
+  if (opened != 0) return info;
   // Header, metadata and preimage come first in the file, so listing never reads a cubin.
   std::string head;
   detail::Header header;
@@ -610,8 +704,7 @@ EntryInfo Store::Impl::describe(size_t index, const std::string& name, bool veri
   }
   if (verify) {
     std::string bytes;
-    if (info.bytes > kMaxEntryBytes ||
-        detail::read_at(fd.get(), 0, static_cast<size_t>(info.bytes), &bytes) != 0) {
+    if (detail::read_at(fd.get(), 0, static_cast<size_t>(info.bytes), &bytes) != 0) {
       info.problem = "unreadable";
       return info;
     }
@@ -667,9 +760,24 @@ void Store::save(const Entry& entry) {
     return;
   }
   std::string step;
+  bool blocked = false;
   const std::string bytes = encode_entry(entry);
-  if (const int error = impl_->write_entry(entry.key, bytes, &step); error != 0) {
-    impl_->degrade(step, error);
+  if (const int error = impl_->write_entry(entry.key, bytes, &step, &blocked); error != 0) {
+    if (blocked) {
+      // Only this key's name is taken; the directory stays writable for every other kernel.
+      bool first = false;
+      {
+        std::lock_guard lock(impl_->bad_mutex);
+        first = impl_->blocked_warned.insert(entry.key).second;
+      }
+      if (first) {
+        warn("cannot publish cache entry " + join_path(impl_->options.dir, entry_name(entry.key)) +
+             ": a directory with files in it has its name (" + detail::errno_text(error) +
+             "); this kernel is cached in memory only until it is removed");
+      }
+    } else {
+      impl_->degrade(step, error);
+    }
     impl_->remember(entry);
     return;
   }
@@ -701,9 +809,17 @@ StoreStats Store::stats() const { return impl_->current(); }
 
 StoreStats Store::persisted_stats() const {
   if (!impl_->primary.dir.valid()) return {};
-  UniqueFd fd(::openat(impl_->primary.dir.get(), kStatsFile, O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
-  if (!fd.valid() || ::flock(fd.get(), LOCK_SH) != 0) return {};
+  UniqueFd fd;
   struct stat st;
+  bool have_stat = false;
+  const int error = detail::open_regular(impl_->primary.dir.get(), kStatsFile, O_RDONLY,
+                                         /*follow=*/false, &fd, &st, &have_stat);
+  if (error == detail::kNotRegular || error == ELOOP) {
+    warn("ignoring " + join_path(impl_->primary.path, kStatsFile) + ": it is " +
+         (error == ELOOP ? std::string("a symbolic link") : detail::file_type_text(st.st_mode)) +
+         ", not a regular file; no counters are read from it");
+  }
+  if (error != 0 || ::flock(fd.get(), LOCK_SH) != 0) return {};
   std::string text;
   if (::fstat(fd.get(), &st) != 0 || st.st_size <= 0 || st.st_size >= 4096 ||
       detail::read_at(fd.get(), 0, static_cast<size_t>(st.st_size), &text) != 0) {
@@ -726,22 +842,53 @@ std::vector<EntryInfo> Store::list(bool verify) const {
   return infos;
 }
 
-uint64_t Store::gc(uint64_t max_bytes) {
-  return impl_->sweep(kStaleTemporarySeconds) + impl_->evict(max_bytes, /*keep=*/"");
+Removal Store::gc(uint64_t max_bytes) {
+  const uint64_t swept = impl_->sweep(kStaleTemporarySeconds);
+  Removal removal = impl_->evict(max_bytes, /*keep=*/"");
+  removal.bytes += swept;
+  return removal;
 }
 
-uint64_t Store::clear() {
-  if (!impl_->primary.dir.valid()) return 0;
-  uint64_t freed = 0;
+Removal Store::clear() {
+  Removal removal;
+  if (!impl_->primary.dir.valid()) return removal;
   for (const std::string& name : detail::list_directory(impl_->primary.dir.get())) {
     if (key_of_entry_name(name).empty()) continue;  // stats.json, temporaries, other files
-    struct stat st;
-    if (::fstatat(impl_->primary.dir.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-        ::unlinkat(impl_->primary.dir.get(), name.c_str(), 0) == 0) {
-      freed += static_cast<uint64_t>(st.st_size);
+    uint64_t freed = 0;
+    std::string problem;
+    if (impl_->remove_name(name, &freed, &problem)) {
+      ++removal.entries;
+      removal.bytes += freed;
+    } else {
+      removal.failures.push_back(join_path(impl_->primary.path, name) + ": " + problem);
     }
   }
-  return freed;
+  return removal;
+}
+
+bool Store::remove(const std::string& key, std::string* problem) {
+  if (!detail::is_key(key)) {
+    *problem = "not a key";
+    return false;
+  }
+  impl_->forget(key);
+  if (!impl_->primary.dir.valid()) {
+    *problem =
+        impl_->primary.problem.empty() ? "no writable cache directory" : impl_->primary.problem;
+    return false;
+  }
+  uint64_t freed = 0;
+  return impl_->remove_name(entry_name(key), &freed, problem);
+}
+
+const std::string& Store::directory_problem() const { return impl_->primary.problem; }
+
+std::vector<std::string> Store::readonly_problems() const {
+  std::vector<std::string> problems;
+  for (const Layer& l : impl_->readonly) {
+    if (!l.problem.empty()) problems.push_back(l.problem);
+  }
+  return problems;
 }
 
 uint64_t Store::sweep_temporaries(int64_t older_than_seconds) {

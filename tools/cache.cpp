@@ -1,9 +1,12 @@
 // normjit cache ls | stats | verify | gc | clear | explain: thin wrappers over cache::Store.
 #include "cache/cache.hpp"
 
+#include <errno.h>
+#include <string.h>
 #include <sys/stat.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -33,18 +36,66 @@ std::string resolve_dir(const CacheFlags& flags) {
   return flags.cache_dir.empty() ? default_cache_dir() : flags.cache_dir;
 }
 
-bool is_directory(const std::string& path) {
-  struct stat st;
-  return !path.empty() && ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+// What named the directory, for error messages.
+std::string dir_source(const CacheFlags& flags) {
+  if (!flags.cache_dir.empty()) return "--cache-dir";
+  const char* env = std::getenv("NORMJIT_CACHE_DIR");
+  return env != nullptr && *env ? "NORMJIT_CACHE_DIR" : "the default cache directory";
 }
 
-// The store over --cache-dir plus the read-only layers of the environment. Commands that only
-// look (create=false) do not create a missing directory; they see it as empty.
-std::unique_ptr<cache::Store> open_store(const std::string& dir, bool create) {
+const char* file_type(mode_t mode) {
+  switch (mode & S_IFMT) {
+    case S_IFREG:
+      return "a regular file";
+    case S_IFIFO:
+      return "a FIFO";
+    case S_IFSOCK:
+      return "a socket";
+    case S_IFCHR:
+      return "a character device";
+    case S_IFBLK:
+      return "a block device";
+    default:
+      return "not a directory";
+  }
+}
+
+// Restores the default warning sink however the command ends.
+struct SinkGuard {
+  ~SinkGuard() { cache::set_warning_sink(nullptr); }
+};
+
+// The store over the cache directory plus the read-only layers of the environment. These
+// commands only look or remove: a missing directory is not created, it is an empty cache. A
+// directory that exists but is not read (refused as unsafe, unreadable) or a path that is not a
+// directory is an error: an empty listing, "0 bad" or "removed 0" would not be true.
+std::unique_ptr<cache::Store> open_store(const CacheFlags& flags) {
+  const std::string dir = resolve_dir(flags);
   cache::StoreOptions options = cache::StoreOptions::from_env();
   options.dir = dir;
-  if (!create && !is_directory(dir)) options.dir.clear();
-  return std::make_unique<cache::Store>(options);
+  struct stat st;
+  if (!dir.empty() && ::stat(dir.c_str(), &st) == 0) {
+    if (!S_ISDIR(st.st_mode)) {
+      throw_invalid_argument(dir_source(flags), "'" + dir + "'",
+                             std::string("is ") + file_type(st.st_mode) + ", not a directory");
+    }
+  } else if (errno == ENOENT) {
+    options.dir.clear();
+  }
+  // The store's own warning ends in "kernels are cached in memory only", which is about
+  // running kernels; here the refusal is the error itself, so warnings are held until then.
+  std::vector<std::string> warnings;
+  std::unique_ptr<cache::Store> store;
+  {
+    SinkGuard restore;
+    cache::set_warning_sink([&](const std::string& w) { warnings.push_back(w); });
+    store = std::make_unique<cache::Store>(options);
+  }
+  if (!store->directory_problem().empty()) {
+    throw_invalid_argument(dir_source(flags), "'" + dir + "'", store->directory_problem());
+  }
+  for (const std::string& w : warnings) cache::warn(w);
+  return store;
 }
 
 std::string human_bytes(uint64_t bytes) {
@@ -97,6 +148,11 @@ std::string shorten(const std::string& line) {
   return line.substr(0, kMax) + "... (" + std::to_string(line.size()) + " chars)";
 }
 
+// Each failure of a maintenance command on its own line, before the one-line error.
+void print_failures(const std::vector<std::string>& failures) {
+  for (const std::string& failure : failures) std::printf("NOT REMOVED %s\n", failure.c_str());
+}
+
 void print_layers(const cache::Store& store, const std::string& dir) {
   if (store.options().dir.empty()) {
     std::printf("writable layer: %s (missing)\n", dir.empty() ? "(none)" : dir.c_str());
@@ -111,7 +167,7 @@ void print_layers(const cache::Store& store, const std::string& dir) {
 
 void run_ls(const CacheFlags& flags) {
   const std::string dir = resolve_dir(flags);
-  const auto store = open_store(dir, /*create=*/false);
+  const auto store = open_store(flags);
   print_layers(*store, dir);
   const auto infos = store->list(/*verify=*/false);
   uint64_t bytes = 0;
@@ -119,31 +175,39 @@ void run_ls(const CacheFlags& flags) {
     std::printf("%-64s  %10s  %-16s  %-9s  %s\n", "KEY", "SIZE", "LAST USE", "LAYER", "SPEC");
   }
   for (const cache::EntryInfo& info : infos) {
-    bytes += info.bytes;
+    bytes += info.disk_bytes;
     std::printf("%-64s  %10s  %-16s  %-9s  %s\n", info.key.c_str(), human_bytes(info.bytes).c_str(),
                 local_time(info.last_use).c_str(), info.readonly ? "read-only" : "writable",
                 info.valid ? spec_of(info).c_str() : ("BAD: " + info.problem).c_str());
   }
-  std::printf("%s, %s\n", count(infos.size(), "entry", "entries").c_str(),
+  std::printf("%s, %s on disk\n", count(infos.size(), "entry", "entries").c_str(),
               human_bytes(bytes).c_str());
 }
 
 void run_stats(const CacheFlags& flags) {
   const std::string dir = resolve_dir(flags);
-  const auto store = open_store(dir, /*create=*/false);
+  const auto store = open_store(flags);
   print_layers(*store, dir);
-  uint64_t entries[2] = {0, 0}, bytes[2] = {0, 0};
+  uint64_t entries[2] = {0, 0}, bytes[2] = {0, 0}, bad[2] = {0, 0};
   for (const cache::EntryInfo& info : store->list(/*verify=*/false)) {
     ++entries[info.readonly];
-    bytes[info.readonly] += info.bytes;
+    // What the files occupy, as the cap counts them: a sparse file's claimed size is not used.
+    bytes[info.readonly] += info.disk_bytes;
+    bad[info.readonly] += !info.valid;
   }
+  auto bad_text = [&](int layer) {
+    return bad[layer] == 0 ? std::string()
+                           : ", " + std::to_string(bad[layer]) +
+                                 " of them bad ('normjit cache verify' says why)";
+  };
   const uint64_t max = store->options().max_bytes;
-  std::printf("entries:    %llu in the writable layer, %s of %s (NORMJIT_CACHE_MAX_BYTES)\n",
+  std::printf("entries:    %llu in the writable layer, %s of %s (NORMJIT_CACHE_MAX_BYTES)%s\n",
               static_cast<unsigned long long>(entries[0]), human_bytes(bytes[0]).c_str(),
-              human_bytes(max).c_str());
+              human_bytes(max).c_str(), bad_text(0).c_str());
   if (!store->options().readonly.empty()) {
-    std::printf("            %llu in read-only layers, %s\n",
-                static_cast<unsigned long long>(entries[1]), human_bytes(bytes[1]).c_str());
+    std::printf("            %llu in read-only layers, %s%s\n",
+                static_cast<unsigned long long>(entries[1]), human_bytes(bytes[1]).c_str(),
+                bad_text(1).c_str());
   }
   // Counters every process added to DIR/stats.json (best effort; see docs/cache-format.md).
   const cache::StoreStats s = store->persisted_stats();
@@ -159,35 +223,50 @@ void run_stats(const CacheFlags& flags) {
 }
 
 void run_verify(const CacheFlags& flags, bool remove) {
-  const std::string dir = resolve_dir(flags);
-  const auto store = open_store(dir, /*create=*/false);
+  const auto store = open_store(flags);
   const auto infos = store->list(/*verify=*/true);
-  size_t bad = 0, removed = 0;
+  size_t bad = 0, kept = 0;
   for (const cache::EntryInfo& info : infos) {
     if (info.valid) continue;
     ++bad;
-    const bool can_remove = remove && !info.readonly;
-    if (can_remove) {
-      store->discard(info.key);
-      ++removed;
+    std::string outcome = info.readonly ? " (read-only layer)" : "";
+    if (remove && !info.readonly) {
+      std::string why;
+      if (store->remove(info.key, &why)) {
+        outcome = " (removed)";
+      } else {
+        outcome = " (not removed: " + why + ")";
+        ++kept;
+      }
+    } else if (remove) {
+      ++kept;
     }
-    std::printf("BAD %s: %s%s\n", info.path.c_str(), info.problem.c_str(),
-                can_remove ? " (removed)" : (info.readonly ? " (read-only layer)" : ""));
+    std::printf("BAD %s: %s%s\n", info.path.c_str(), info.problem.c_str(), outcome.c_str());
   }
+  // A layer that could not be read was not verified.
+  const std::vector<std::string> skipped = store->readonly_problems();
+  for (const std::string& problem : skipped) std::printf("NOT CHECKED %s\n", problem.c_str());
   std::printf("%zu entries checked, %zu bad\n", infos.size(), bad);
-  if (bad > removed) {
-    throw Error(ErrorCode::kInvalidArgument,
-                std::to_string(bad - removed) + " of " + std::to_string(infos.size()) +
-                    " cache entries are bad" +
-                    (remove ? " and in read-only layers"
-                            : "; 'normjit cache verify --remove' deletes those of the writable "
-                              "layer (they are rebuilt on demand)"));
+  std::string failure;
+  if (remove && kept > 0) {
+    failure = std::to_string(kept) + " of " + std::to_string(infos.size()) +
+              " cache entries are bad and were not removed (listed above)";
+  } else if (!remove && bad > 0) {
+    failure = std::to_string(bad) + " of " + std::to_string(infos.size()) +
+              " cache entries are bad; 'normjit cache verify --remove' deletes those of the "
+              "writable layer (they are rebuilt on demand)";
   }
+  if (!skipped.empty()) {
+    failure += (failure.empty() ? "" : "; ") +
+               count(skipped.size(), "read-only layer", "read-only layers") +
+               " could not be read (NORMJIT_CACHE_READONLY)";
+  }
+  if (!failure.empty()) throw Error(ErrorCode::kInvalidArgument, failure);
 }
 
 void run_gc(const CacheFlags& flags, const std::string& max_text, int64_t temp_age) {
   const std::string dir = resolve_dir(flags);
-  const auto store = open_store(dir, /*create=*/false);
+  const auto store = open_store(flags);
   uint64_t max = store->options().max_bytes;
   if (!max_text.empty()) {
     const auto parsed = cache::parse_byte_size(max_text);
@@ -199,34 +278,48 @@ void run_gc(const CacheFlags& flags, const std::string& max_text, int64_t temp_a
     std::printf("no cache directory at %s: nothing to collect\n", dir.c_str());
     return;
   }
-  uint64_t freed = store->gc(max);
-  if (temp_age >= 0) freed += store->sweep_temporaries(temp_age);
+  cache::Removal removal = store->gc(max);
+  if (temp_age >= 0) removal.bytes += store->sweep_temporaries(temp_age);
   uint64_t left = 0;
   size_t entries = 0;
   for (const cache::EntryInfo& info : store->list(/*verify=*/false)) {
     if (!info.readonly) {
-      left += info.bytes;
+      left += info.disk_bytes;  // as eviction counted it
       ++entries;
     }
   }
-  std::printf("evicted %s, freed %s; %s now holds %s, %s (limit %s)\n",
-              count(store->stats().evictions, "entry", "entries").c_str(),
-              human_bytes(freed).c_str(), dir.c_str(), count(entries, "entry", "entries").c_str(),
-              human_bytes(left).c_str(), human_bytes(max).c_str());
+  print_failures(removal.failures);
+  std::printf("evicted %s, freed %s; %s now holds %s, %s on disk (limit %s)\n",
+              count(removal.entries, "entry", "entries").c_str(),
+              human_bytes(removal.bytes).c_str(), dir.c_str(),
+              count(entries, "entry", "entries").c_str(), human_bytes(left).c_str(),
+              human_bytes(max).c_str());
+  if (!removal.failures.empty()) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "cannot shrink " + dir + " to " + human_bytes(max) + ": " +
+                    count(removal.failures.size(), "entry", "entries") +
+                    " could not be removed (listed above); " + human_bytes(left) + " remain");
+  }
 }
 
 void run_clear(const CacheFlags& flags) {
   const std::string dir = resolve_dir(flags);
-  const auto store = open_store(dir, /*create=*/false);
+  const auto store = open_store(flags);
   if (store->options().dir.empty()) {
     std::printf("no cache directory at %s: nothing to clear\n", dir.c_str());
     return;
   }
-  size_t entries = 0;
-  for (const cache::EntryInfo& info : store->list(/*verify=*/false)) entries += !info.readonly;
-  const uint64_t freed = store->clear();
-  std::printf("removed %s (%s) from %s\n", count(entries, "entry", "entries").c_str(),
-              human_bytes(freed).c_str(), dir.c_str());
+  // What was removed, counted as it went, not what was there before.
+  const cache::Removal removal = store->clear();
+  print_failures(removal.failures);
+  std::printf("removed %s (%s) from %s\n", count(removal.entries, "entry", "entries").c_str(),
+              human_bytes(removal.bytes).c_str(), dir.c_str());
+  if (!removal.failures.empty()) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "cannot clear " + dir + ": " + std::to_string(removal.failures.size()) + " of " +
+                    count(removal.entries + removal.failures.size(), "entry", "entries") +
+                    " could not be removed (listed above)");
+  }
 }
 
 void print_explanation(const cache::Explanation& e) {
@@ -254,8 +347,7 @@ void run_explain(const CacheFlags& flags, const std::vector<std::string>& words,
                  const std::string& arch) {
   std::string request;
   for (const std::string& word : words) request += (request.empty() ? "" : " ") + word;
-  const std::string dir = resolve_dir(flags);
-  const auto store = open_store(dir, /*create=*/false);
+  const auto store = open_store(flags);
   const auto infos = store->list(/*verify=*/false);
 
   const bool is_key =

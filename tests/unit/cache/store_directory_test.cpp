@@ -162,8 +162,8 @@ TEST(StoreDirectory, UncreatableDirectoryWarnsOnce) {
   EXPECT_NE(warnings.messages()[0].find(tmp / "file/cache"), std::string::npos) << warnings.all();
   EXPECT_NE(warnings.messages()[0].find("Not a directory"), std::string::npos) << warnings.all();
   EXPECT_TRUE(store.list(false).empty());
-  EXPECT_EQ(store.gc(0), 0u);
-  EXPECT_EQ(store.clear(), 0u);
+  EXPECT_EQ(store.gc(0).bytes, 0u);
+  EXPECT_EQ(store.clear().entries, 0u);
 }
 
 // Another user who can write into the directory could plant a kernel under a valid key:

@@ -401,14 +401,14 @@ TEST(Store, GcAndClearTouchOnlyEntries) {
     bytes.push_back(encode_entry(sample_entry(i)).size());
   }
   write_file(tmp / "notes.txt", "not ours");
-  EXPECT_EQ(store.gc(bytes[2] + bytes[3]), bytes[0] + bytes[1]);
+  EXPECT_EQ(store.gc(bytes[2] + bytes[3]).bytes, bytes[0] + bytes[1]);
   EXPECT_FALSE(exists(entry_path(tmp.path(), sample_entry(0).key)));
   EXPECT_FALSE(exists(entry_path(tmp.path(), sample_entry(1).key)));
   EXPECT_TRUE(exists(entry_path(tmp.path(), sample_entry(2).key)));
   EXPECT_TRUE(exists(entry_path(tmp.path(), sample_entry(3).key)));
   EXPECT_EQ(store.stats().evictions, 2u);
-  EXPECT_EQ(store.gc(bytes[2] + bytes[3]), 0u) << "already under the cap";
-  EXPECT_EQ(store.clear(), bytes[2] + bytes[3]);
+  EXPECT_EQ(store.gc(bytes[2] + bytes[3]).bytes, 0u) << "already under the cap";
+  EXPECT_EQ(store.clear().bytes, bytes[2] + bytes[3]);
   EXPECT_TRUE(store.list(false).empty());
   EXPECT_TRUE(exists(tmp / "notes.txt"));
   EXPECT_TRUE(exists(tmp / "stats.json")) << "clear() removes entries, not the counters";
