@@ -1,7 +1,10 @@
 #include "normjit/spec.hpp"
 
+#include <algorithm>
 #include <charconv>
+#include <climits>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <sstream>
 
@@ -11,12 +14,94 @@ namespace normjit {
 namespace {
 
 constexpr int64_t kMaxElements = int64_t{1} << 62;
+// Spec text quoted in an error: a canonical spec (about 80 bytes) is shown whole.
+constexpr size_t kSpecExcerpt = 160;
 
 bool checked_mul(int64_t a, int64_t b, int64_t* out) {
   return !__builtin_mul_overflow(a, b, out) && *out < kMaxElements;
 }
 
-std::string quote(std::string_view text) { return "'" + std::string(text) + "'"; }
+// Appends c as an error message shows it: printable bytes (UTF-8 included) as they are,
+// control characters escaped, so that a message stays on one line.
+void append_shown(std::string& out, char c) {
+  switch (c) {
+    case '\n':
+      out += "\\n";
+      return;
+    case '\r':
+      out += "\\r";
+      return;
+    case '\t':
+      out += "\\t";
+      return;
+    default:
+      break;
+  }
+  const auto byte = static_cast<unsigned char>(c);
+  if (byte < 0x20 || byte == 0x7f) {
+    char escaped[8];
+    std::snprintf(escaped, sizeof(escaped), "\\x%02x", byte);
+    out += escaped;
+  } else {
+    out += c;
+  }
+}
+
+std::string one_line(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char c : text) append_shown(out, c);
+  return out;
+}
+
+// The first bytes of text that excerpt() shows: at most max_bytes, never ending inside a UTF-8
+// sequence (a cut backs up over at most 3 continuation bytes).
+size_t shown_bytes(std::string_view text, size_t max_bytes) {
+  if (text.size() <= max_bytes) return text.size();
+  size_t keep = max_bytes;
+  for (int i = 0; i < 3 && keep > 0 && (static_cast<unsigned char>(text[keep]) & 0xC0) == 0x80;
+       ++i) {
+    --keep;
+  }
+  return keep;
+}
+
+// The kernel takes eps as a float: a value that a float rounds to 0, a denormal or inf would
+// silently be another eps (or none), so only normal float magnitudes pass. NaN fails too.
+void check_eps(double eps, const std::string& argument, const std::string& shown) {
+  constexpr double kMinEps = std::numeric_limits<float>::min();
+  constexpr double kMaxEps = std::numeric_limits<float>::max();
+  if (!(eps >= kMinEps && eps <= kMaxEps)) {
+    throw_invalid_argument(argument, shown,
+                           "must be a finite number greater than 0 that a float holds, from " +
+                               format_float(float(kMinEps)) + " to " +
+                               format_float(float(kMaxEps)));
+  }
+}
+
+std::string cut_note(std::string_view text, size_t keep) {
+  return keep < text.size() ? " (" + std::to_string(text.size()) + " bytes)" : "";
+}
+
+// Why text is not a decimal integer in [min, max] ("is out of range; ..."), or "" and *value.
+std::string integer_problem(std::string_view text, int64_t min, int64_t max, int64_t* value) {
+  const bool any =
+      min == std::numeric_limits<int64_t>::min() && max == std::numeric_limits<int64_t>::max();
+  const std::string range =
+      "expected an integer from " + std::to_string(min) + " to " + std::to_string(max);
+  // from_chars takes exactly an optional '-' and decimal digits: no '+', spaces, 0x or 1e3.
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), *value);
+  if (text.empty() || end != text.data() + text.size() ||
+      (ec != std::errc() && ec != std::errc::result_out_of_range)) {
+    return any ? "is not a decimal integer" : "is not an integer; " + range;
+  }
+  // Past int64 is out of range too, never "not an integer" nor a clamped value.
+  if (ec == std::errc::result_out_of_range) {
+    return any ? "is past the 64-bit integer range" : "is out of range; " + range;
+  }
+  if (*value < min || *value > max) return "is out of range; " + range;
+  return "";
+}
 
 int64_t product(const std::vector<int64_t>& shape, size_t begin, size_t end) {
   int64_t p = 1;
@@ -48,7 +133,48 @@ const char* to_string(ErrorCode code) {
 
 void throw_invalid_argument(const std::string& name, const std::string& value,
                             const std::string& why) {
-  throw Error(ErrorCode::kInvalidArgument, "invalid " + name + " " + value + ": " + why);
+  // one_line: a caller that quoted a value without quoted_excerpt() still cannot split the message.
+  throw Error(ErrorCode::kInvalidArgument, one_line("invalid " + name + " " + value + ": " + why));
+}
+
+std::string excerpt(std::string_view text, size_t max_bytes) {
+  const size_t keep = shown_bytes(text, max_bytes);
+  return one_line(text.substr(0, keep)) + (keep < text.size() ? "..." : "") + cut_note(text, keep);
+}
+
+std::string quoted_excerpt(std::string_view text, size_t max_bytes) {
+  const size_t keep = shown_bytes(text, max_bytes);
+  return "'" + one_line(text.substr(0, keep)) + (keep < text.size() ? "...'" : "'") +
+         cut_note(text, keep);
+}
+
+int64_t parse_integer(std::string_view text, const std::string& argument, int64_t min,
+                      int64_t max) {
+  int64_t value = 0;
+  if (const std::string why = integer_problem(text, min, max, &value); !why.empty()) {
+    throw_invalid_argument(argument, quoted_excerpt(text), why);
+  }
+  return value;
+}
+
+double parse_number(std::string_view text, const std::string& argument) {
+  constexpr const char* kExpected = "expected a decimal number such as 1e-5 or 0.001";
+  // Digits, sign, point and exponent only: from_chars would also take nan, inf and infinity.
+  if (text.empty() || text.find_first_not_of("0123456789+-.eE") != std::string_view::npos) {
+    throw_invalid_argument(argument, quoted_excerpt(text),
+                           std::string("is not a number; ") + kExpected);
+  }
+  double value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (end != text.data() + text.size() ||
+      (ec != std::errc() && ec != std::errc::result_out_of_range)) {
+    throw_invalid_argument(argument, quoted_excerpt(text),
+                           std::string("is not a number; ") + kExpected);
+  }
+  if (ec == std::errc::result_out_of_range) {
+    throw_invalid_argument(argument, quoted_excerpt(text), "is out of the range of a double");
+  }
+  return value;
 }
 
 void throw_internal(const char* condition, const char* file, int line, const std::string& message) {
@@ -99,39 +225,49 @@ Op parse_op(std::string_view text, const std::string& argument) {
   for (Op op : {Op::kRmsNorm, Op::kLayerNorm, Op::kGroupNorm}) {
     if (text == to_string(op)) return op;
   }
-  throw_invalid_argument(argument, quote(text), "expected one of rmsnorm, layernorm, groupnorm");
+  throw_invalid_argument(argument, quoted_excerpt(text),
+                         "expected one of rmsnorm, layernorm, groupnorm");
 }
 
 Dtype parse_dtype(std::string_view text, const std::string& argument) {
   for (Dtype dtype : {Dtype::kF32, Dtype::kF16, Dtype::kBF16}) {
     if (text == to_string(dtype)) return dtype;
   }
-  throw_invalid_argument(argument, quote(text), "expected one of f32, f16, bf16");
+  throw_invalid_argument(argument, quoted_excerpt(text), "expected one of f32, f16, bf16");
 }
 
 Affine parse_affine(std::string_view text, const std::string& argument) {
   for (Affine affine : {Affine::kNone, Affine::kWeight, Affine::kBoth}) {
     if (text == to_string(affine)) return affine;
   }
-  throw_invalid_argument(argument, quote(text), "expected one of none, weight, both");
+  throw_invalid_argument(argument, quoted_excerpt(text), "expected one of none, weight, both");
 }
 
 std::vector<int64_t> parse_shape(std::string_view text, const std::string& argument) {
   std::vector<int64_t> shape;
   if (text.empty()) throw_invalid_argument(argument, "''", "expected sizes like 8,64,32,32");
+  // The rank first, from the commas: a value of a million sizes is refused without storing them.
+  const int64_t rank = std::count(text.begin(), text.end(), ',') + 1;
+  if (rank > kMaxRank) {
+    throw_invalid_argument(argument, quoted_excerpt(text),
+                           "has rank " + std::to_string(rank) + "; at most " +
+                               std::to_string(kMaxRank) + " dimensions are supported");
+  }
   size_t pos = 0;
   while (pos <= text.size()) {
-    size_t comma = text.find_first_of(",x", pos);
+    // Commas only: the one separator the canonical text form writes.
+    size_t comma = text.find(',', pos);
     if (comma == std::string_view::npos) comma = text.size();
-    std::string_view item = text.substr(pos, comma - pos);
-    int64_t value = 0;
-    auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), value);
-    if (item.empty() || ec != std::errc() || end != item.data() + item.size()) {
+    const std::string_view item = text.substr(pos, comma - pos);
+    int64_t size = 0;
+    const std::string why = integer_problem(item, std::numeric_limits<int64_t>::min(),
+                                            std::numeric_limits<int64_t>::max(), &size);
+    if (!why.empty()) {
       throw_invalid_argument(
-          argument, quote(text),
-          "size " + quote(item) + " is not an integer (expected e.g. 8,64,32,32)");
+          argument, quoted_excerpt(text),
+          "size " + quoted_excerpt(item) + " " + why + " (expected e.g. 8,64,32,32)");
     }
-    shape.push_back(value);
+    shape.push_back(size);
     pos = comma + 1;
   }
   return shape;
@@ -144,6 +280,29 @@ std::string format_shape(const std::vector<int64_t>& shape) {
     out += std::to_string(shape[i]);
   }
   return out;
+}
+
+double parse_eps(std::string_view text, const std::string& argument) {
+  const double eps = parse_number(text, argument);
+  check_eps(eps, argument, quoted_excerpt(text));  // named as given: 1e300, not 1e+300
+  return eps;
+}
+
+int parse_normalized_dims(std::string_view text, const std::string& argument) {
+  return int(parse_integer(text, argument, 0, kMaxRank));
+}
+
+int64_t parse_groups(std::string_view text, const std::string& argument) {
+  // Any int64: validate() says why a negative count or one that does not divide C is wrong.
+  return parse_integer(text, argument, std::numeric_limits<int64_t>::min(),
+                       std::numeric_limits<int64_t>::max());
+}
+
+std::string format_float(float value) {
+  char buffer[64];
+  auto [end, ec] = std::to_chars(buffer, buffer + sizeof(buffer), value);
+  NORMJIT_ASSERT(ec == std::errc(), "to_chars failed");
+  return std::string(buffer, end);
 }
 
 std::string format_double(double value) {
@@ -195,7 +354,7 @@ NormSpec NormSpec::from_fields(const SpecFields& f) {
 void NormSpec::validate() const {
   const int rank = int(shape.size());
   // Built only on error: validate() runs on every Engine::run.
-  auto shape_text = [this] { return "'" + format_shape(shape) + "'"; };
+  auto shape_text = [this] { return quoted_excerpt(format_shape(shape)); };
   if (rank == 0) throw_invalid_argument("shape", "''", "needs at least one dimension");
   if (rank > kMaxRank) {
     throw_invalid_argument("shape", shape_text(),
@@ -213,9 +372,7 @@ void NormSpec::validate() const {
       throw_invalid_argument("shape", shape_text(), "more than 2^62 elements");
     }
   }
-  if (!(eps > 0.0) || !std::isfinite(eps)) {
-    throw_invalid_argument("eps", format_double(eps), "must be a finite number greater than 0");
-  }
+  check_eps(eps, "eps", format_double(eps));
   if (normalized_dims < 0 || normalized_dims > rank) {
     throw_invalid_argument("normalized_dims", std::to_string(normalized_dims),
                            "must be between 1 and the rank of shape " + shape_text() + " (" +
@@ -306,6 +463,7 @@ std::string NormSpec::to_string() const {
 
 NormSpec NormSpec::parse(std::string_view text) {
   SpecFields f;
+  std::vector<std::string> seen;  // keys given so far: a repeated key is an error, not a choice
   size_t pos = 0;
   while (pos < text.size()) {
     size_t start = text.find_first_not_of(" \t\n", pos);
@@ -316,18 +474,16 @@ NormSpec NormSpec::parse(std::string_view text) {
     pos = end;
     size_t eq = word.find('=');
     if (eq == std::string_view::npos) {
-      throw_invalid_argument("spec", quote(text), "word " + quote(word) + " is not key=value");
+      throw_invalid_argument("spec", quoted_excerpt(text, kSpecExcerpt),
+                             "word " + quoted_excerpt(word) + " is not key=value");
     }
     std::string key(word.substr(0, eq));
     std::string_view value = word.substr(eq + 1);
-    auto to_int = [&](std::string_view v) {
-      int64_t out = 0;
-      auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
-      if (v.empty() || ec != std::errc() || p != v.data() + v.size()) {
-        throw_invalid_argument(key, quote(v), "is not an integer");
-      }
-      return out;
-    };
+    if (std::find(seen.begin(), seen.end(), key) != seen.end()) {
+      throw_invalid_argument("spec", quoted_excerpt(text, kSpecExcerpt),
+                             "key " + quoted_excerpt(key) + " is given twice");
+    }
+    seen.push_back(key);
     if (key == "op") {
       f.op = parse_op(value);
     } else if (key == "shape") {
@@ -335,22 +491,17 @@ NormSpec NormSpec::parse(std::string_view text) {
     } else if (key == "dtype") {
       f.dtype = parse_dtype(value);
     } else if (key == "normalized_dims") {
-      f.normalized_dims = int(to_int(value));
+      f.normalized_dims = parse_normalized_dims(value, key);
     } else if (key == "groups") {
-      f.groups = to_int(value);
+      f.groups = parse_groups(value, key);
     } else if (key == "affine") {
       f.affine = parse_affine(value);
     } else if (key == "eps") {
-      double eps = 0;
-      auto [p, ec] = std::from_chars(value.data(), value.data() + value.size(), eps);
-      if (value.empty() || ec != std::errc() || p != value.data() + value.size()) {
-        throw_invalid_argument("eps", quote(value), "is not a number");
-      }
-      f.eps = eps;
+      f.eps = parse_number(value, key);  // validate() checks the range
     } else {
       throw_invalid_argument(
-          "spec", quote(text),
-          "unknown key " + quote(key) +
+          "spec", quoted_excerpt(text, kSpecExcerpt),
+          "unknown key " + quoted_excerpt(key) +
               " (known: op, shape, dtype, normalized_dims, groups, affine, eps)");
     }
   }

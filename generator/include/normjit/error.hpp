@@ -3,6 +3,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace normjit {
 
@@ -27,9 +28,18 @@ class Error : public std::runtime_error {
   ErrorCode code_;
 };
 
-// Bad input from the caller: "argument 'NAME' = VALUE: WHY".
+// Bad input from the caller: "invalid NAME VALUE: WHY", on one line (a control character in
+// any part is shown escaped). The caller quotes VALUE, with quoted_excerpt() where it was given.
 [[noreturn]] void throw_invalid_argument(const std::string& name, const std::string& value,
                                          const std::string& why);
+
+// Text from a caller as an error message shows it: on one line (control characters escaped as
+// \n, \t, \xNN) and at most about `max_bytes` long; a cut is marked with "..." and the full
+// length, so that no input, however long or whatever it holds, makes an error long or splits it
+// over lines. The one helper for quoting input in errors (spec text, flags, manifests, paths).
+std::string excerpt(std::string_view text, size_t max_bytes = 64);
+// excerpt() in single quotes: 'sm_90f', or 'aaaa...' (104857600 bytes).
+std::string quoted_excerpt(std::string_view text, size_t max_bytes = 64);
 
 // A broken invariant inside normjit.
 [[noreturn]] void throw_internal(const char* condition, const char* file, int line,

@@ -28,7 +28,23 @@ int size_of(Dtype dtype);  // bytes per element
 Op parse_op(std::string_view text, const std::string& argument = "op");
 Dtype parse_dtype(std::string_view text, const std::string& argument = "dtype");
 Affine parse_affine(std::string_view text, const std::string& argument = "affine");
+// Commas only ("8,64,32,32"); every size a decimal integer within 64 bits (validate() checks
+// that each is at least 1), at most kMaxRank of them.
 std::vector<int64_t> parse_shape(std::string_view text, const std::string& argument = "shape");
+// 0 (channel form) to kMaxRank.
+int parse_normalized_dims(std::string_view text, const std::string& argument = "normalized_dims");
+int64_t parse_groups(std::string_view text, const std::string& argument = "groups");
+// A number that a float holds as a normal value (the kernel takes eps as a float).
+double parse_eps(std::string_view text, const std::string& argument = "eps");
+
+// The one parser of numbers given as text (spec text, CLI flags): the whole text must be a
+// decimal integer (an optional '-' and digits: no '+', spaces, 0x, 1e3 or trailing text) in
+// [min, max]; overflow is "out of range", never a wrapped or clamped value. The error names
+// `argument` and quotes the text.
+int64_t parse_integer(std::string_view text, const std::string& argument, int64_t min, int64_t max);
+// A whole decimal number such as 1e-5 or 0.001 (nan, inf, hex and trailing text are refused);
+// overflow and underflow of a double are "out of range".
+double parse_number(std::string_view text, const std::string& argument);
 
 // The fields as a user gives them; omitted ones take the defaults of the PyTorch modules:
 // rmsnorm: channel form (reduce dim 1), no weight; layernorm: every dim after the first,
@@ -76,5 +92,6 @@ struct NormSpec {
 
 std::string format_shape(const std::vector<int64_t>& shape);  // "112,64,512,512"
 std::string format_double(double value);                      // shortest round-trip text
+std::string format_float(float value);                        // shortest round-trip text
 
 }  // namespace normjit
