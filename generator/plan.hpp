@@ -12,22 +12,30 @@
 namespace normjit {
 
 struct Target {
-  int sm = 90;                 // compute capability, major * 10 + minor
-  bool arch_specific = false;  // sm_90a rather than sm_90
+  // The suffix of the NVRTC target: sm_90 runs on sm_90 and later GPUs, sm_90a only on sm_90
+  // (arch-specific features such as wgmma), sm_100f on the sm_100 family (sm_100, sm_103).
+  enum class Variant { kPortable, kArchSpecific, kFamilySpecific };
+  int sm = 90;                           // compute capability, major * 10 + minor
+  Variant variant = Variant::kPortable;  // sm_90a: kArchSpecific; sm_100f: kFamilySpecific
   // Multiprocessors: from the device at run time; for an offline compile (prewarm) the
   // full-size part of the arch (sm_90: 132, an H100 SXM) unless the spelling names another
   // count. Plans use it only to decide whether a long row can be split over co-resident CTAs.
   int sm_count = 132;
   static constexpr int kMaxSmCount = 1024;  // bound of a spelled count: far above any GPU's
-  std::string name() const;                 // the NVRTC target: "sm_90", "sm_90a"
+  std::string name() const;                 // the NVRTC target: "sm_90", "sm_90a", "sm_100f"
+  std::string base_name() const;            // name() without the suffix: "sm_90"
   // name(), plus ":N" when sm_count is not the full-size part's: "sm_90:114" (an H100 PCIe).
   // parse(text()) gives back this target.
   std::string text() const;
-  // "sm_80", "sm_90a", "sm_90:114" (114 multiprocessors, e.g. an H100 PCIe or a MIG slice's
-  // count); "compute_90" is refused (we always build a cubin).
+  // "sm_80", "sm_90a", "sm_100f", "sm_90:114" (114 multiprocessors, e.g. an H100 PCIe or a MIG
+  // slice's count); "compute_90" is refused (we always build a cubin), and so is a suffix the
+  // arch does not have (sm_90f, sm_80a): a target is compiled exactly as named or not at all.
   static Target parse(std::string_view arch);
+  // The targets of arch `sm` that exist, from the same table parse() checks suffixes against:
+  // {"sm_100", "sm_100a", "sm_100f"}, {"sm_90", "sm_90a"}, {"sm_80"}.
+  static std::vector<std::string> names_of(int sm);
   bool operator==(const Target& o) const {
-    return sm == o.sm && arch_specific == o.arch_specific && sm_count == o.sm_count;
+    return sm == o.sm && variant == o.variant && sm_count == o.sm_count;
   }
 };
 

@@ -138,15 +138,24 @@ std::vector<std::string> compile_options(const Target& target) {
           "-minimal"};
 }
 
-void check_target_supported(const Target& target) {
-  Target base = target;
-  base.arch_specific = false;
-  const auto archs = supported_archs();
-  for (const auto& a : archs) {
-    if (a == base.name()) return;
+std::vector<std::string> supported_targets() {
+  std::vector<std::string> out;
+  for (const std::string& arch : supported_archs()) {
+    for (const std::string& name : Target::names_of(std::stoi(arch.substr(3)))) {
+      out.push_back(name);
+    }
   }
-  throw_invalid_argument("arch", "'" + target.name() + "'",
-                         "this NVRTC (" + nvrtc_version() + ") builds for " + join(archs, ", "));
+  return out;
+}
+
+void check_target_supported(const Target& target) {
+  // Target::parse admits only suffixes the arch has; the arch itself must be one of NVRTC's.
+  for (const auto& a : supported_archs()) {
+    if (a == target.base_name()) return;
+  }
+  throw_invalid_argument(
+      "arch", "'" + target.name() + "'",
+      "this NVRTC (" + nvrtc_version() + ") builds for " + join(supported_targets(), ", "));
 }
 
 cache::KeyInputs key_inputs(const KernelPlan& plan, const EmittedKernel& emitted,

@@ -32,6 +32,9 @@ Resources parse_resources(const std::string& log);
 std::string nvrtc_version();
 // Architectures this NVRTC can build for, e.g. {"sm_75", ..., "sm_90", ...}.
 std::vector<std::string> supported_archs();
+// Every target this NVRTC builds: supported_archs() with the 'a' and 'f' variants each arch has
+// (Target::names_of), e.g. {..., "sm_90", "sm_90a", "sm_100", "sm_100a", "sm_100f", ...}.
+std::vector<std::string> supported_targets();
 // The canonical NVRTC options for a target (no paths).
 std::vector<std::string> compile_options(const Target& target);
 // What decides the cache key of (plan, emitted) compiled for target.

@@ -38,31 +38,47 @@ void fill_random(device::Buffer& buffer, Dtype dtype, uint64_t seed) {
 }
 
 Target parse_arch(const std::string& flag, const std::string& arch) {
-  const std::vector<std::string> supported = supported_archs();
+  const std::vector<std::string> targets = supported_targets();
   std::string list;
-  for (const std::string& a : supported) list += (list.empty() ? "" : ", ") + a;
+  for (const std::string& a : targets) list += (list.empty() ? "" : ", ") + a;
   const std::string why = "this NVRTC (" + nvrtc_version() + ") builds for " + list +
-                          " (an 'a' suffix, as in sm_90a, selects arch-specific features)";
+                          " (an 'a' suffix selects arch-specific features, an 'f' suffix "
+                          "family-specific ones)";
+  const std::string shown = quoted_excerpt(arch);
   Target target;
   const std::string base_arch = arch.substr(0, arch.find(':'));
   try {
     Target::parse(base_arch);
   } catch (const Error&) {
-    throw_invalid_argument(flag, "'" + arch + "'", "not a GPU architecture; " + why);
+    throw_invalid_argument(flag, shown, "is not a GPU target; " + why);
   }
   try {
     target = Target::parse(arch);
   } catch (const Error&) {
-    throw_invalid_argument(flag, "'" + arch + "'",
+    throw_invalid_argument(flag, shown,
                            "the multiprocessor count after ':' must be an integer from 1 to " +
                                std::to_string(Target::kMaxSmCount));
   }
-  Target base = target;
-  base.arch_specific = false;
-  if (std::find(supported.begin(), supported.end(), base.name()) == supported.end()) {
-    throw_invalid_argument(flag, "'" + arch + "'", why);
+  // Exactly the target named: sm_100f is built as sm_100f, and an arch or suffix this NVRTC
+  // lacks is refused rather than replaced.
+  if (std::find(targets.begin(), targets.end(), target.name()) == targets.end()) {
+    throw_invalid_argument(flag, shown, why);
   }
   return target;
+}
+
+CLI::Option* add_integer_option(CLI::App& app, const std::string& name, int& value, int min,
+                                int max, const std::string& help) {
+  // The long name ("--jobs" of "-j,--jobs") is what the error names.
+  const std::string flag = name.substr(name.find_last_of(',') + 1);
+  return app
+      .add_option_function<std::string>(
+          name,
+          [&value, flag, min, max](const std::string& text) {
+            value = int(parse_integer(text, flag, min, max));
+          },
+          help)
+      ->type_name("INT");
 }
 
 std::string indent(const std::string& text) {

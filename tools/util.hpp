@@ -2,6 +2,7 @@
 // data, and --arch validation against what this NVRTC can build.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -20,9 +21,14 @@ std::vector<NormSpec> seed_specs();
 // of 16 Mi elements repeated, so that multi-GB tensors fill in a second.
 void fill_random(device::Buffer& buffer, Dtype dtype, uint64_t seed);
 
-// The target an --arch value names, refused unless this NVRTC builds for it; the message names
-// `flag` and lists the architectures it supports.
+// The target an --arch value names, exactly (sm_100f is built as sm_100f), refused unless this
+// NVRTC builds for it; the message names `flag` and lists every target it builds.
 Target parse_arch(const std::string& flag, const std::string& arch);
+
+// An integer flag read by parse_integer: the whole text a decimal integer in [min, max], the
+// flag and its value named in the error (CLI11's own conversion takes 0x10, " 3" and 010).
+CLI::Option* add_integer_option(CLI::App& app, const std::string& name, int& value, int min,
+                                int max, const std::string& help);
 
 // Indents every line after the first, so that a multi-line message (an NVRTC log) reads as
 // part of the item it belongs to.

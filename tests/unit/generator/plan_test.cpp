@@ -10,12 +10,44 @@ namespace {
 
 TEST(Target, ParsesRealArchitecturesOnly) {
   EXPECT_EQ(Target::parse("sm_90").name(), "sm_90");
-  EXPECT_TRUE(Target::parse("sm_90a").arch_specific);
+  EXPECT_EQ(Target::parse("sm_90a").variant, Target::Variant::kArchSpecific);
   EXPECT_EQ(Target::parse("sm_80").sm, 80);
   EXPECT_THROW(Target::parse("compute_90"), Error);
   EXPECT_THROW(Target::parse("sm_"), Error);
   EXPECT_THROW(Target::parse("sm_9x"), Error);
   EXPECT_THROW(Target::parse("90"), Error);
+}
+
+TEST(Target, IsExactlyTheNamedVariantOrRefused) {
+  // sm_100f used to be built as sm_100a, and sm_90f (which does not exist) as sm_90a.
+  const Target family = Target::parse("sm_100f");
+  EXPECT_EQ(family.variant, Target::Variant::kFamilySpecific);
+  EXPECT_EQ(family.name(), "sm_100f");
+  EXPECT_EQ(family.base_name(), "sm_100");
+  EXPECT_EQ(Target::parse("sm_100a").name(), "sm_100a");
+  EXPECT_NE(Target::parse("sm_100a"), family);
+  EXPECT_EQ(Target::parse("sm_120f:84").text(), "sm_120f:84");
+  EXPECT_EQ(Target::parse(family.text()), family);
+  EXPECT_EQ(Target::names_of(100), (std::vector<std::string>{"sm_100", "sm_100a", "sm_100f"}));
+  EXPECT_EQ(Target::names_of(90), (std::vector<std::string>{"sm_90", "sm_90a"}));
+  EXPECT_EQ(Target::names_of(80), (std::vector<std::string>{"sm_80"}));
+  for (const char* bad : {"sm_90f", "sm_80a", "sm_86f", "sm_90af", "sm_090", "sm_+90", "sm_90 "}) {
+    try {
+      Target::parse(bad);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const Error& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find(std::string("'") + bad + "'"), std::string::npos) << message;
+    }
+  }
+  try {
+    Target::parse("sm_90f");
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    for (const char* valid : {"sm_90a", "sm_100a", "sm_100f"}) {
+      EXPECT_NE(message.find(valid), std::string::npos) << "lists " << valid << ": " << message;
+    }
+  }
 }
 
 TEST(Target, SpellsAMultiprocessorCountAfterAColon) {
