@@ -187,7 +187,7 @@ KernelTiming time_kernel(Engine& engine, const NormSpec& spec, const DeviceInfo&
 }
 
 std::vector<NormSpec> requested_specs(const BenchOptions& o) {
-  const bool spec_flags = !o.spec.op.empty() || !o.spec.shape.empty();
+  const bool spec_flags = o.spec.op || o.spec.shape;
   if (int(spec_flags) + int(o.seeds) + int(o.jit_latency) != 1) {
     throw Error(ErrorCode::kInvalidArgument,
                 "bench needs exactly one of: spec flags (--op ... --shape ...), --seeds, "
@@ -509,15 +509,12 @@ void add_bench_command(CLI::App& app) {
                   "--arch; needs no GPU");
   bench->add_option("--arch", options->arch, "--compile: target architecture")
       ->capture_default_str();
-  bench->add_option("--repeat", options->repeat, "timed samples per kernel (median reported)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 100000));
-  bench->add_option("--warmup", options->warmup, "untimed launches first")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 100000));
-  bench->add_option("--calls", options->calls, "--jit-latency: calls per host-overhead figure")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 10000000));
+  add_integer_option(*bench, "--repeat", options->repeat, 1, 100000,
+                     "timed samples per kernel, median reported (default 20)");
+  add_integer_option(*bench, "--warmup", options->warmup, 0, 100000,
+                     "untimed launches first (default 3)");
+  add_integer_option(*bench, "--calls", options->calls, 1, 10000000,
+                     "--jit-latency: calls per host-overhead figure (default 10000)");
   bench->add_flag("--json", options->json, "print one JSON document (for scripts)");
   bench->add_option("--cache-dir", options->cache_dir,
                     "cache directory (default: NORMJIT_CACHE_DIR or ~/.cache/normjit)");

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <optional>
 #include <string>
 
 #include "normjit/spec.hpp"
@@ -16,14 +17,12 @@ void add_bench_command(CLI::App& app);
 
 // The spec flags shared by dump, bench and the manifest's field names:
 // --op --shape --dtype --normalized-dims --groups --affine --eps.
+// Each holds the text as given, or nothing when the flag is left out: every value given is
+// parsed and validated by resolve(), none ("", -1, nan) stands for "not given".
 struct SpecFlags {
-  std::string op, shape, dtype, affine;
-  int normalized_dims = -1;  // -1: not given
-  int64_t groups = -1;       // -1: not given
-  double eps = -1;           // < 0: not given
+  std::optional<std::string> op, shape, dtype, normalized_dims, groups, affine, eps;
   void add_to(CLI::App& app, bool required);
-  bool given() const { return !op.empty(); }
-  NormSpec resolve() const;  // throws normjit::Error naming the flag
+  NormSpec resolve() const;  // throws normjit::Error naming the flag and its value
 };
 
 // Where `normjit` keeps its cache unless --cache-dir says otherwise.

@@ -25,7 +25,7 @@ namespace {
 struct DumpOptions {
   SpecFlags spec;
   std::string emit = "plan";
-  std::string arch;
+  std::optional<std::string> arch;  // absent: GPU 0's target ("" given is refused, not ignored)
   std::string output;
   std::string cache_entry;  // a key: dump the cached entry instead of a spec
   std::string cache_dir;
@@ -69,17 +69,17 @@ std::string resource_report(const CompiledKernel& compiled, const Target& target
 }
 
 std::string dump_spec(const DumpOptions& o) {
-  if (o.spec.op.empty() || o.spec.shape.empty()) {
-    throw_invalid_argument(o.spec.op.empty() ? "--op" : "--shape", "(missing)",
+  if (!o.spec.op || !o.spec.shape) {
+    throw_invalid_argument(!o.spec.op ? "--op" : "--shape", "(missing)",
                            "dump needs a spec (--op and --shape) or --cache-entry KEY");
   }
   const NormSpec spec = o.spec.resolve();
-  if (o.arch.empty() && !gpu_available()) {
+  if (!o.arch && !gpu_available()) {
     throw_invalid_argument(
         "--arch", "(missing)",
         "no GPU here (" + gpu_unavailable_reason() + "); name the target, e.g. --arch sm_90");
   }
-  const Target target = o.arch.empty() ? device_target() : parse_arch("--arch", o.arch);
+  const Target target = o.arch ? parse_arch("--arch", *o.arch) : device_target();
   const KernelPlan p = plan(spec, target);
   const EmittedKernel emitted = emit(p);
   if (o.emit == "plan") return "spec: " + spec.to_string() + "\n" + p.to_string();
@@ -143,7 +143,7 @@ std::string dump_entry(const DumpOptions& o) {
                            "expected a key of 64 lowercase hex digits, as 'normjit cache ls' "
                            "prints");
   }
-  if (!o.spec.op.empty() || !o.spec.shape.empty() || !o.arch.empty()) {
+  if (o.spec.op || o.spec.shape || o.arch) {
     throw_invalid_argument("--cache-entry", "'" + key + "'",
                            "names a compiled kernel; leave out the spec flags and --arch");
   }
@@ -215,9 +215,10 @@ void add_dump_command(CLI::App& app) {
   options->spec.add_to(*dump, /*required=*/false);
   dump->add_option("--emit", options->emit, "plan | source | ptx | resources (default plan)")
       ->check(CLI::IsMember({"plan", "source", "ptx", "resources"}));
-  dump->add_option("--arch", options->arch,
-                   "target such as sm_80, sm_90, sm_90a; sm_90:114 plans for 114 multiprocessors "
-                   "(default: GPU 0, its count included; offline: the arch's full-size part)");
+  dump->add_option_function<std::string>(
+      "--arch", [options](const std::string& arch) { options->arch = arch; },
+      "target such as sm_80, sm_90, sm_90a, sm_100f; sm_90:114 plans for 114 multiprocessors "
+      "(default: GPU 0, its count included; offline: the arch's full-size part)");
   dump->add_option("-o,--output", options->output, "write to FILE instead of stdout");
   dump->add_option("--cache-entry", options->cache_entry,
                    "dump the cached kernel with this key (from 'normjit cache ls') instead");

@@ -5,6 +5,43 @@
 #include "normjit/error.hpp"
 #include "tools/commands.hpp"
 
+namespace {
+
+// Errors are one line of bounded length whatever the arguments held: CLI11 quotes values (a
+// stray argument, a bad --jobs) as they were given.
+constexpr size_t kMaxMessageBytes = 1000;
+
+// The error and usage lines for the first word that is not an option and names no subcommand
+// where one is expected ("normjit frobnicate", "normjit cache frobnicate"); empty when there is
+// none. CLI11 would say only "A subcommand is required", not which word it did not know.
+std::string unknown_subcommand(const CLI::App& app, int argc, char** argv) {
+  const CLI::App* level = &app;
+  for (int i = 1; i < argc; ++i) {
+    const std::string word = argv[i];
+    if (word.empty() || word[0] == '-') return "";  // options: CLI11 explains those
+    const std::vector<const CLI::App*> subcommands =
+        level->get_subcommands([](const CLI::App*) { return true; });
+    if (subcommands.empty()) return "";
+    const CLI::App* next = nullptr;
+    for (const CLI::App* sub : subcommands) {
+      if (sub->check_name(word)) next = sub;
+    }
+    if (!next) {
+      std::string known;
+      for (const CLI::App* sub : subcommands)
+        known += (known.empty() ? "" : ", ") + sub->get_name();
+      const std::string command = level == &app ? "normjit" : "normjit " + level->get_name();
+      return "unknown " + (level == &app ? std::string() : level->get_name() + " ") +
+             "subcommand " + normjit::quoted_excerpt(word) + " (expected one of " + known +
+             ")\nrun '" + command + " --help' for usage";
+    }
+    level = next;
+  }
+  return "";
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{
       "normjit: CUDA normalization kernels (RMSNorm, LayerNorm, GroupNorm) generated for the\n"
@@ -13,7 +50,7 @@ int main(int argc, char** argv) {
       "normjit"};
   app.require_subcommand(1);
   app.failure_message([](const CLI::App* command, const CLI::Error& e) {
-    std::string out = "normjit: error: " + std::string(e.what()) + "\n";
+    std::string out = "normjit: error: " + normjit::excerpt(e.what(), kMaxMessageBytes) + "\n";
     out += "run '" + command->get_name() + " --help' for usage\n";
     return out;
   });
@@ -25,6 +62,12 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() != 0) {  // not --help
+      if (const std::string unknown = unknown_subcommand(app, argc, argv); !unknown.empty()) {
+        std::fprintf(stderr, "normjit: error: %s\n", unknown.c_str());
+        return e.get_exit_code();
+      }
+    }
     return app.exit(e);
   } catch (const normjit::Error& e) {
     std::fprintf(stderr, "normjit: error: %s\n", e.what());

@@ -51,9 +51,18 @@ struct ManifestEntry {
 // ---------------------------------------------------------------------------------------
 // The manifest
 
+// A manifest lists specs of about a hundred bytes each: 16 MiB holds over a hundred thousand.
+// A larger file, or one that never ends (/dev/zero, a pipe), is refused before it fills memory.
+constexpr size_t kMaxManifestBytes = size_t{16} << 20;
+// Nesting a manifest may have: it needs 3 ([{"shape": [...]}]); printing or destroying a JSON
+// value recurses on its depth, so a deeper one is refused while it is read.
+constexpr int kMaxManifestDepth = 32;
+// A path quoted in an error: whole unless absurdly long.
+constexpr size_t kPathExcerpt = 256;
+
 std::string read_manifest(const std::string& path) {
   const auto unreadable = [&](int error) {
-    throw_invalid_argument("manifest", "'" + path + "'",
+    throw_invalid_argument("manifest", quoted_excerpt(path, kPathExcerpt),
                            std::string("cannot be read (") + std::strerror(error) + ")");
   };
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -69,15 +78,154 @@ std::string read_manifest(const std::string& path) {
       ::close(fd);
       unreadable(error);
     }
+    if (text.size() + size_t(n) > kMaxManifestBytes) {
+      ::close(fd);
+      throw_invalid_argument("manifest", quoted_excerpt(path, kPathExcerpt),
+                             "is larger than " + std::to_string(kMaxManifestBytes >> 20) +
+                                 " MiB; split it into several manifests");
+    }
     text.append(buffer, size_t(n));
   }
   ::close(fd);
   return text;
 }
 
+// The manifest's JSON value, built from nlohmann's SAX events (as its own DOM parser does, a
+// heap stack and no recursion), refusing on the way what that parser accepts but a manifest
+// must not hold: nesting deeper than kMaxManifestDepth, a key given twice in one object (the
+// DOM keeps the last one silently), and integers past 64 bits (the DOM turns them into doubles,
+// later reported as "not an integer"). Parsing stops at the first problem: error() says what,
+// entry() in which top-level element.
+class ManifestReader {
+ public:
+  using Json = nlohmann::json;
+  explicit ManifestReader(Json& root) : root_(root) {}
+
+  bool null() { return add(nullptr); }
+  bool boolean(bool v) { return add(v); }
+  bool number_integer(Json::number_integer_t v) { return add(v); }
+  bool number_unsigned(Json::number_unsigned_t v) { return add(v); }
+  bool number_float(Json::number_float_t v, const std::string& text) {
+    if (text.find_first_of(".eE") == std::string::npos) {  // an integer too long for 64 bits
+      value();
+      return fail("invalid " + (field_.empty() ? std::string("number") : field_) + " " +
+                  excerpt(text) + ": is past the 64-bit integer range");
+    }
+    return add(v);
+  }
+  bool string(std::string& v) { return add(std::move(v)); }
+  bool binary(Json::binary_t& v) { return add(Json::binary(std::move(v))); }
+  bool start_object(size_t /*size*/) { return open(Json::object()); }
+  bool start_array(size_t /*size*/) { return open(Json::array()); }
+  bool end_object() { return close(); }
+  bool end_array() { return close(); }
+  bool key(std::string& k) {
+    if (!frames_.back().keys.insert(k).second) {
+      return fail("invalid field " + json_key(k) + ": is given twice; give each field once");
+    }
+    if (frames_.size() == 2 && !frames_[0].value->is_object()) field_ = k;  // an entry's field
+    key_ = std::move(k);
+    return true;
+  }
+  bool parse_error(size_t /*position*/, const std::string& last_token,
+                   const nlohmann::json::exception& e) {
+    if (dynamic_cast<const nlohmann::json::out_of_range*>(&e) != nullptr) {
+      // A number no double holds (1e400, or an integer of 400 digits): a bad value of an entry
+      // rather than bad JSON.
+      value();
+      const bool integer = last_token.find_first_of(".eE") == std::string::npos;
+      return fail(
+          "invalid " + (field_.empty() ? std::string("number") : field_) + " " +
+          excerpt(last_token) +
+          (integer ? ": is past the 64-bit integer range" : ": is out of the range of a double"));
+    }
+    // "[json.exception.parse_error.101] parse error at line 3, column 5: ...; last read: 'TOKEN'"
+    // without the tag, the token (a whole unterminated string, maybe) excerpted.
+    std::string message = e.what();
+    if (const size_t tag = message.find("] "); tag != std::string::npos) {
+      message = message.substr(tag + 2);
+    }
+    const std::string token = "'" + last_token + "'";
+    if (const size_t at = message.rfind(token); !last_token.empty() && at != std::string::npos) {
+      message.replace(at, token.size(), quoted_excerpt(last_token));
+    }
+    syntax_error_ = true;
+    return fail(excerpt(message, 400));
+  }
+
+  const std::string& error() const { return error_; }
+  bool syntax_error() const { return syntax_error_; }
+  int64_t entry() const { return entry_; }  // -1: not inside a top-level element
+
+ private:
+  struct Frame {
+    Json* value;                 // the open list or object
+    std::set<std::string> keys;  // of an object: the keys seen so far
+  };
+
+  static std::string json_key(const std::string& k) {
+    return excerpt(Json(k).dump(-1, ' ', /*ensure_ascii=*/true, Json::error_handler_t::replace));
+  }
+
+  // Every value starts here: one directly inside the top-level list is the next entry.
+  void value() {
+    if (frames_.size() == 1 && frames_[0].value->is_array()) {
+      ++entry_;
+      field_.clear();
+    }
+  }
+  // Places v in the open list or object (or as the root) and returns where it now lives: a list
+  // grows only after its last element is closed, so the pointer stays valid while it is open.
+  Json* place(Json v) {
+    value();
+    if (frames_.empty()) {
+      root_ = std::move(v);
+      return &root_;
+    }
+    Json& parent = *frames_.back().value;
+    if (parent.is_array()) {
+      parent.push_back(std::move(v));
+      return &parent.back();
+    }
+    Json& slot = parent[key_];
+    slot = std::move(v);
+    return &slot;
+  }
+  bool add(Json v) {
+    place(std::move(v));
+    return true;
+  }
+  bool open(Json container) {
+    if (frames_.size() >= size_t{kMaxManifestDepth}) {
+      value();
+      return fail("nests lists and objects deeper than " + std::to_string(kMaxManifestDepth) +
+                  " levels; a manifest needs 3");
+    }
+    frames_.push_back({place(std::move(container)), {}});
+    return true;
+  }
+  bool close() {
+    frames_.pop_back();
+    return true;
+  }
+  bool fail(std::string why) {
+    error_ = std::move(why);
+    return false;
+  }
+
+  Json& root_;
+  std::vector<Frame> frames_;
+  std::string key_;  // the key of the next value of the open object
+  int64_t entry_ = -1;
+  std::string field_;  // the entry's field whose value is being read
+  std::string error_;
+  bool syntax_error_ = false;
+};
+
 // The line (1-based) on which each element of the top-level JSON array starts. The parser
 // does not report positions of values, and a scan that only tracks strings and nesting is
-// enough to point a person at the entry an error is about. Only used on text that parsed.
+// enough to point a person at the entry an error is about; it needs no well-formed text, so it
+// also serves a manifest that ManifestReader stopped in.
 std::vector<int> element_lines(std::string_view text) {
   std::vector<int> lines;
   int line = 1, depth = 0;
@@ -121,11 +269,11 @@ std::vector<int> element_lines(std::string_view text) {
   return lines;
 }
 
-// A JSON value as it appears in an error message: compact, one line, bounded.
+// A JSON value as it appears in an error message: compact, one line, bounded. Only the values
+// of a manifest that ManifestReader let through, so dump() recurses at most kMaxManifestDepth.
 std::string json_text(const nlohmann::json& value) {
-  std::string text = value.dump(-1, ' ', /*ensure_ascii=*/true);
-  if (text.size() > 60) text = text.substr(0, 57) + "...";
-  return text;
+  return excerpt(
+      value.dump(-1, ' ', /*ensure_ascii=*/true, nlohmann::json::error_handler_t::replace), 60);
 }
 
 [[noreturn]] void wrong_type(const std::string& field, const nlohmann::json& value,
@@ -146,7 +294,11 @@ int64_t integer_field(const std::string& field, const nlohmann::json& value, int
   const bool fits = value.is_number_unsigned()
                         ? value.get<uint64_t>() <= static_cast<uint64_t>(max)
                         : value.get<int64_t>() >= min && value.get<int64_t>() <= max;
-  if (!fits) throw_invalid_argument(field, json_text(value), "is out of range");
+  if (!fits) {
+    throw_invalid_argument(field, json_text(value),
+                           "is out of range; expected an integer from " + std::to_string(min) +
+                               " to " + std::to_string(max));
+  }
   return value.get<int64_t>();
 }
 
@@ -184,7 +336,7 @@ NormSpec entry_spec(const nlohmann::json& entry) {
     } else if (name == "dtype") {
       f.dtype = parse_dtype(string_field(name, value, "\"bf16\""), name);
     } else if (name == "normalized_dims") {
-      f.normalized_dims = int(integer_field(name, value, INT_MIN, INT_MAX));
+      f.normalized_dims = int(integer_field(name, value, 0, kMaxRank));
     } else if (name == "groups") {
       f.groups = integer_field(name, value, std::numeric_limits<int64_t>::min(),
                                std::numeric_limits<int64_t>::max());
@@ -194,7 +346,7 @@ NormSpec entry_spec(const nlohmann::json& entry) {
       if (!value.is_number()) wrong_type(name, value, "a number such as 1e-5");
       f.eps = value.get<double>();
     } else {
-      throw_invalid_argument("field", "\"" + name + "\"",
+      throw_invalid_argument("field", json_text(nlohmann::json(name)),
                              "unknown; the fields are op, shape, dtype, normalized_dims, groups, "
                              "affine, eps");
     }
@@ -206,20 +358,22 @@ NormSpec entry_spec(const nlohmann::json& entry) {
 // entry (index and line) and the offending value.
 std::vector<ManifestEntry> parse_manifest(const std::string& path) {
   const std::string text = read_manifest(path);
-  const std::string what = "manifest '" + path + "'";
+  const std::string what = "manifest " + quoted_excerpt(path, kPathExcerpt);
+  const auto where_of = [](size_t i, const std::vector<int>& lines) {
+    std::string where = "entry " + std::to_string(i);
+    if (i < lines.size()) where += " (line " + std::to_string(lines[i]) + ")";
+    return where;
+  };
   nlohmann::json manifest;
-  try {
-    manifest = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    // "[json.exception.parse_error.101] parse error at line 3, column 5: ..." without the tag.
-    std::string message = e.what();
-    if (const size_t tag = message.find("] "); tag != std::string::npos) {
-      message = message.substr(tag + 2);
+  ManifestReader reader(manifest);
+  if (!nlohmann::json::sax_parse(text, &reader)) {
+    if (reader.syntax_error()) {
+      throw Error(ErrorCode::kInvalidArgument, what + " is not valid JSON: " + reader.error());
     }
-    for (char& c : message) {
-      if (c == '\n' || c == '\r') c = ' ';
-    }
-    throw Error(ErrorCode::kInvalidArgument, what + " is not valid JSON: " + message);
+    if (reader.entry() < 0) throw Error(ErrorCode::kInvalidArgument, what + ": " + reader.error());
+    throw Error(ErrorCode::kInvalidArgument,
+                what + ", " + where_of(size_t(reader.entry()), element_lines(text)) + ": " +
+                    reader.error());
   }
   if (!manifest.is_array()) {
     throw Error(ErrorCode::kInvalidArgument,
@@ -230,8 +384,7 @@ std::vector<ManifestEntry> parse_manifest(const std::string& path) {
   const std::vector<int> lines = element_lines(text);
   std::vector<ManifestEntry> entries;
   for (size_t i = 0; i < manifest.size(); ++i) {
-    std::string where = "entry " + std::to_string(i);
-    if (i < lines.size()) where += " (line " + std::to_string(lines[i]) + ")";
+    const std::string where = where_of(i, lines);
     try {
       entries.push_back({entry_spec(manifest[i]), where});
     } catch (const Error& e) {
@@ -244,12 +397,25 @@ std::vector<ManifestEntry> parse_manifest(const std::string& path) {
 // ---------------------------------------------------------------------------------------
 // Shared pieces of prewarm and --check
 
+// Each --arch value is a comma-separated list, split here rather than by CLI11: its delimiter
+// turned ",," into no values and then took the next argument ("--check") as a target.
 std::vector<Target> parse_archs(const std::vector<std::string>& archs) {
   std::vector<Target> targets;
-  for (const std::string& arch : archs) {
-    const Target target = parse_arch("--arch", arch);
-    if (std::find(targets.begin(), targets.end(), target) == targets.end()) {
-      targets.push_back(target);
+  for (const std::string& list : archs) {
+    size_t begin = 0;
+    for (;;) {
+      const size_t comma = std::min(list.find(',', begin), list.size());
+      const std::string arch = list.substr(begin, comma - begin);
+      if (arch.empty()) {
+        throw_invalid_argument("--arch", quoted_excerpt(list),
+                               "names an empty target; list targets like sm_80,sm_90");
+      }
+      const Target target = parse_arch("--arch", arch);
+      if (std::find(targets.begin(), targets.end(), target) == targets.end()) {
+        targets.push_back(target);
+      }
+      if (comma == list.size()) break;
+      begin = comma + 1;
     }
   }
   if (targets.empty()) {
@@ -576,22 +742,21 @@ void add_prewarm_command(CLI::App& app) {
       "the directory and point NORMJIT_CACHE_READONLY at it (docs/deployment.md).\n"
       "The manifest is a JSON list of specs whose fields are the spec flags' names: op, shape\n"
       "(list of ints), dtype, normalized_dims, groups, affine, eps; omitted fields take the\n"
-      "flags' defaults. Exits non-zero if any kernel fails. --check compiles nothing and fails\n"
-      "if any kernel is missing from the directory (CI of deployment images).");
+      "flags' defaults, a field given twice is an error; at most 16 MiB. Exits non-zero if any\n"
+      "kernel fails. --check compiles nothing and fails if any kernel is missing from the\n"
+      "directory (CI of deployment images).");
   prewarm->add_option("manifest", options->manifest, "JSON manifest of specs")->required();
   prewarm
       ->add_option("--arch", options->archs,
                    "targets, comma-separated: sm_80,sm_90,sm_90a (must match the GPUs that run "
                    "the kernels); sm_90:114 plans for a part with 114 multiprocessors (H100 "
                    "PCIe; default: the arch's full-size part, which long rows' kernels depend on)")
-      ->delimiter(',')
       ->required();
   prewarm->add_option("--cache-dir", options->cache_dir,
                       "directory to fill (default: $NORMJIT_CACHE_DIR, else "
                       "$XDG_CACHE_HOME/normjit, else ~/.cache/normjit)");
-  prewarm
-      ->add_option("-j,--jobs", options->jobs, "parallel compilations (default: hardware threads)")
-      ->check(CLI::Range(1, 1024));
+  add_integer_option(*prewarm, "-j,--jobs", options->jobs, 1, 1024,
+                     "parallel compilations, 1 to 1024 (default: one per hardware thread)");
   prewarm->add_flag("--check", options->check,
                     "compile nothing; list the kernels missing from the directory and fail if any");
   prewarm->footer(
