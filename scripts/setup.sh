@@ -8,6 +8,13 @@ build=${1:-$here/build}
 
 packages=(cmake ninja-build g++ libgtest-dev libcli11-dev nlohmann-json3-dev libssl-dev
           llvm-14-tools python3-venv)
+# The Python package's extension module (normjit._launch) needs Python.h of the interpreter
+# that builds it, .venv's: a pyenv build carries its own, Debian's python3 has it in python3-dev.
+venv_python=$here/.venv/bin/python
+[ -x "$venv_python" ] || venv_python=python3
+"$venv_python" -c 'import os, sys, sysconfig
+sys.exit(not os.path.isfile(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+  2>/dev/null || packages+=(python3-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -3,9 +3,11 @@ stubbed, so what is timed is everything normjit.torch does around normjit_launch
 
 CPU tensors stand in for CUDA ones: the device check of the first (uncached) call is made to
 pass, normjit.engine().prepare returns a dummy handle, and normjit_launch is replaced by a C
-function of the same prototype that returns 0 (compiled here with cc, so the ctypes
-conversions are real; `--python-stub` uses a Python function instead). The stream query is a
-Python function returning 0. A decode-size RMSNorm ([1, 4096] bf16 with weight, eps 1e-6) is
+function of the same prototype that returns 0 (compiled here with cc), called the way
+normjit.torch calls the library's: through the extension module normjit._launch bound to it
+(`--launch extension`, the default where it is installed), through ctypes (`--launch ctypes`,
+the fallback), so the argument conversions are real; or a Python function (`--launch
+python`). The stream query is a Python function returning 0. A decode-size RMSNorm ([1, 4096] bf16 with weight, eps 1e-6) is
 called back to back under torch.inference_mode(); the table gives the median and minimum
 of the repeats in ns of this thread's CPU time per call (the machine may be shared), next
 to the floor: torch.empty_like plus the stubbed launch.
@@ -41,8 +43,8 @@ int normjit_launch(const void* kernel, const void* x, void* y, const void* weigh
 """
 
 
-def noop_launch(python_stub: bool):
-    if python_stub:
+def noop_launch(how: str):
+    if how == "python":
         return lambda *args: 0
     folder = tempfile.mkdtemp(prefix="normjit-bench-")
     src, lib = os.path.join(folder, "noop.c"), os.path.join(folder, "libnoop.so")
@@ -51,7 +53,11 @@ def noop_launch(python_stub: bool):
     subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", lib, src], check=True)
     fn = ctypes.CDLL(lib).normjit_launch
     fn.restype, fn.argtypes = normjit._capi.PROTOTYPES["normjit_launch"]
-    return fn
+    if how == "ctypes":
+        return fn
+    from normjit import _launch  # what _capi.launch_function() gives, bound to the no-op
+    _launch.bind(ctypes.cast(fn, ctypes.c_void_p).value)
+    return _launch.launch
 
 
 class _FakeEngine:
@@ -59,7 +65,7 @@ class _FakeEngine:
         return 0x7F0000001000
 
 
-def stub(python_stub: bool) -> None:
+def stub(how: str) -> None:
     """Makes CPU tensors take the launch path, with nothing real launched."""
     real_why_not = _ops._why_not
 
@@ -71,9 +77,9 @@ def stub(python_stub: bool) -> None:
     normjit.engine = lambda: _FakeEngine()
     torch.cuda.device = lambda device: contextlib.nullcontext()  # prepare's device guard
     _ops._raw_stream = lambda device: 0
-    launch = noop_launch(python_stub)
+    launch = noop_launch(how)
     normjit._capi.library()  # loaded first, so that the binding below is not overwritten
-    for name in ("_launch", "_launch_fn"):  # the ctypes function's name in _ops
+    for name in ("_launch", "_launch_fn"):  # the launch function's name in _ops
         if hasattr(_ops, name):
             setattr(_ops, name, launch)
     _ops._stubbed_launch = launch
@@ -97,9 +103,16 @@ def main() -> int:
     ap.add_argument("--calls", type=int, default=20000)
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--hidden", type=int, default=4096)
-    ap.add_argument("--python-stub", action="store_true")
+    try:
+        import normjit._launch  # noqa: F401
+        default = "extension"
+    except ImportError:
+        default = "ctypes"
+    ap.add_argument("--launch", choices=("extension", "ctypes", "python"), default=default,
+                    help="how the no-op stand-in of normjit_launch is called (default: as "
+                    f"normjit.torch would here, {default})")
     args = ap.parse_args()
-    launch = stub(args.python_stub)
+    launch = stub(args.launch)
 
     h = args.hidden
     x = torch.randn(1, h, dtype=torch.bfloat16)
@@ -117,7 +130,7 @@ def main() -> int:
         "F.rms_norm, CPU compute": lambda: F.rms_norm(x, (h,), w, 1e-6),
     }
     print(f"torch {torch.__version__}, Python {sys.version.split()[0]}, "
-          f"{'Python' if args.python_stub else 'ctypes'} launch stub, {args.calls} calls x "
+          f"launch stub through {args.launch}, {args.calls} calls x "
           f"{args.repeats} repeats")
     with torch.inference_mode(), warnings.catch_warnings():
         warnings.simplefilter("error", njt.NormjitFallbackWarning)

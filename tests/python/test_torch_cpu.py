@@ -230,3 +230,28 @@ def test_the_spec_texts_it_prepares_compile(spec, tmp_path):
     import normjit
     with normjit.Engine(cache_dir=str(tmp_path)) as engine:
         assert engine.precompile(spec, arch="sm_90") is True
+
+
+@pytest.mark.parametrize("hidden", [False, True], ids=["extension", "ctypes"])
+def test_eager_calls_launch_through_the_extension_or_ctypes(hidden):
+    """normjit.torch binds normjit_launch through normjit._launch where it is importable, and
+    through ctypes where it is not (a fresh process in which the import fails)."""
+    import subprocess
+    import sys
+    code = ("import contextlib, sys\n"
+            + ("sys.modules['normjit._launch'] = None\n" if hidden else "")
+            + "import torch, normjit\n"
+            "from normjit.torch import _ops\n"
+            "class Engine:\n"
+            "    def prepare(self, spec): return 0x7F0000001000\n"
+            "normjit.engine = Engine\n"
+            "torch.cuda.device = lambda device: contextlib.nullcontext()\n"
+            "_ops._prepare(('rmsnorm', (8,), torch.float32, False, False, 0), "
+            "'op=rmsnorm shape=1,8 dtype=f32', 8)\n"
+            "ctypes_fn = normjit._capi.library().normjit_launch\n"
+            "print('ctypes' if _ops._launch is ctypes_fn else\n"
+            "      'extension' if _ops._launch is sys.modules['normjit._launch'].launch else\n"
+            "      repr(_ops._launch))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["ctypes" if hidden else "extension"]

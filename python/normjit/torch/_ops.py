@@ -4,8 +4,10 @@ An eager call costs one dict lookup before its launch: the decision for a call (
 prepared kernel, or fall back for this reason) is cached under a key of everything the
 argument checks and the fallback reasons read (op, normalized_shape or groups, eps, grad mode,
 and each tensor's class, shape, dtype, device, contiguity and requires_grad), so the checks
-run once per kind of call and what follows a hit is torch.empty_like and one ctypes call of
-normjit_launch on the current stream. The data pointers' alignment is checked every call.
+run once per kind of call and what follows a hit is torch.empty_like and one call of
+normjit_launch on the current stream (through the extension module normjit._launch, or ctypes
+where it is missing: normjit._capi.launch_function). The data pointers' alignment is checked
+every call.
 Kernels are prepared once per shape class (everything but the batch). Under torch.compile the
 same functions call the custom ops torch.ops.normjit.*, whose fake implementations give the
 output's shape, so that a model traces without graph breaks.
@@ -48,7 +50,7 @@ _AFFINE = {(False, False): "none", (True, False): "weight", (True, True): "both"
 # per batch item); or (None, message) when normjit does not take that problem.
 _kernels: dict = {}
 _prepare_lock = threading.Lock()
-_launch = None  # normjit_launch, bound on first use (loads libnormjit.so)
+_launch = None  # normjit_launch (_capi.launch_function()), bound on first use
 
 # Eager calls: _call_key(...) -> a launch (kernel, batch, eps, device index) or why the call
 # falls back. Cleared when full: a key per input shape (the batch is in it), and prefill
@@ -241,7 +243,7 @@ def _prepare(key: tuple, spec: str, per_item: int) -> tuple:
             # does not take (too many elements in a row, ...), which PyTorch still computes.
             entry = (None, e.message)
         if _launch is None:
-            _launch = normjit._capi.library().normjit_launch
+            _launch = normjit._capi.launch_function()
         _kernels[key] = entry
         return entry
 
