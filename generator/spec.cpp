@@ -14,8 +14,9 @@ namespace normjit {
 namespace {
 
 constexpr int64_t kMaxElements = int64_t{1} << 62;
-// Spec text quoted in an error: a canonical spec (about 80 bytes) is shown whole.
-constexpr size_t kSpecExcerpt = 160;
+// Spec text or a shape quoted in an error: a canonical spec (about 80 bytes) and any valid
+// shape (at most 8 sizes of 19 digits) are shown whole.
+constexpr size_t kSpecExcerpt = 200;
 
 bool checked_mul(int64_t a, int64_t b, int64_t* out) {
   return !__builtin_mul_overflow(a, b, out) && *out < kMaxElements;
@@ -249,7 +250,7 @@ std::vector<int64_t> parse_shape(std::string_view text, const std::string& argum
   // The rank first, from the commas: a value of a million sizes is refused without storing them.
   const int64_t rank = std::count(text.begin(), text.end(), ',') + 1;
   if (rank > kMaxRank) {
-    throw_invalid_argument(argument, quoted_excerpt(text),
+    throw_invalid_argument(argument, quoted_excerpt(text, kSpecExcerpt),
                            "has rank " + std::to_string(rank) + "; at most " +
                                std::to_string(kMaxRank) + " dimensions are supported");
   }
@@ -264,7 +265,7 @@ std::vector<int64_t> parse_shape(std::string_view text, const std::string& argum
                                             std::numeric_limits<int64_t>::max(), &size);
     if (!why.empty()) {
       throw_invalid_argument(
-          argument, quoted_excerpt(text),
+          argument, quoted_excerpt(text, kSpecExcerpt),
           "size " + quoted_excerpt(item) + " " + why + " (expected e.g. 8,64,32,32)");
     }
     shape.push_back(size);
@@ -354,7 +355,7 @@ NormSpec NormSpec::from_fields(const SpecFields& f) {
 void NormSpec::validate() const {
   const int rank = int(shape.size());
   // Built only on error: validate() runs on every Engine::run.
-  auto shape_text = [this] { return quoted_excerpt(format_shape(shape)); };
+  auto shape_text = [this] { return quoted_excerpt(format_shape(shape), kSpecExcerpt); };
   if (rank == 0) throw_invalid_argument("shape", "''", "needs at least one dimension");
   if (rank > kMaxRank) {
     throw_invalid_argument("shape", shape_text(),
