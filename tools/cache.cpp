@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "cache/fs.hpp"
 #include "generator/plan.hpp"
 #include "normjit/error.hpp"
 #include "normjit/spec.hpp"
@@ -43,23 +44,6 @@ std::string dir_source(const CacheFlags& flags) {
   return env != nullptr && *env ? "NORMJIT_CACHE_DIR" : "the default cache directory";
 }
 
-const char* file_type(mode_t mode) {
-  switch (mode & S_IFMT) {
-    case S_IFREG:
-      return "a regular file";
-    case S_IFIFO:
-      return "a FIFO";
-    case S_IFSOCK:
-      return "a socket";
-    case S_IFCHR:
-      return "a character device";
-    case S_IFBLK:
-      return "a block device";
-    default:
-      return "not a directory";
-  }
-}
-
 // Restores the default warning sink however the command ends.
 struct SinkGuard {
   ~SinkGuard() { cache::set_warning_sink(nullptr); }
@@ -76,8 +60,9 @@ std::unique_ptr<cache::Store> open_store(const CacheFlags& flags) {
   struct stat st;
   if (!dir.empty() && ::stat(dir.c_str(), &st) == 0) {
     if (!S_ISDIR(st.st_mode)) {
-      throw_invalid_argument(dir_source(flags), "'" + dir + "'",
-                             std::string("is ") + file_type(st.st_mode) + ", not a directory");
+      throw_invalid_argument(
+          dir_source(flags), "'" + dir + "'",
+          "is " + cache::detail::file_type_text(st.st_mode) + ", not a directory");
     }
   } else if (errno == ENOENT) {
     options.dir.clear();

@@ -42,18 +42,6 @@ class CapturedGraph {
   CUgraphExec exec_ = nullptr;
 };
 
-NormSpec make(Op op, std::vector<int64_t> shape, Dtype dtype, Affine affine, int k = -1,
-              int64_t groups = 0) {
-  SpecFields f;
-  f.op = op;
-  f.shape = shape;
-  f.dtype = dtype;
-  f.affine = affine;
-  if (k >= 0) f.normalized_dims = k;
-  if (op == Op::kGroupNorm) f.groups = groups;
-  return NormSpec::from_fields(f);
-}
-
 struct Case {
   NormSpec spec;
   Strategy strategy;  // what the plan must pick, so each strategy is covered

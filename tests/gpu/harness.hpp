@@ -85,6 +85,19 @@ inline EngineOptions test_engine_options() {
   return o;
 }
 
+// A spec from its fields; k < 0 keeps the op's default normalized dims.
+inline NormSpec make(Op op, std::vector<int64_t> shape, Dtype dtype, Affine affine, int k = -1,
+                     int64_t groups = 0) {
+  SpecFields f;
+  f.op = op;
+  f.shape = shape;
+  f.dtype = dtype;
+  f.affine = affine;
+  if (k >= 0) f.normalized_dims = k;
+  if (op == Op::kGroupNorm) f.groups = groups;
+  return NormSpec::from_fields(f);
+}
+
 inline double tolerance(Dtype dtype) { return dtype == Dtype::kF32 ? 1e-5 : 1e-2; }
 
 struct RunResult {

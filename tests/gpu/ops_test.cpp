@@ -54,18 +54,6 @@ void check(Engine& engine, const NormSpec& spec, Values values, uint64_t seed, W
   worst.add(spec.dtype, r.rel_error);
 }
 
-NormSpec make(Op op, std::vector<int64_t> shape, Dtype dtype, Affine affine, int k = -1,
-              int64_t groups = 0) {
-  SpecFields f;
-  f.op = op;
-  f.shape = shape;
-  f.dtype = dtype;
-  f.affine = affine;
-  if (k >= 0) f.normalized_dims = k;
-  if (op == Op::kGroupNorm) f.groups = groups;
-  return NormSpec::from_fields(f);
-}
-
 class Ops : public ::testing::Test {
  protected:
   void SetUp() override { NORMJIT_REQUIRE_GPU(); }
