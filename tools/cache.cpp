@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -19,6 +20,7 @@
 #include "normjit/spec.hpp"
 #include "runtime/compiler.hpp"
 #include "tools/commands.hpp"
+#include "tools/util.hpp"
 
 namespace normjit::tools {
 namespace {
@@ -401,16 +403,16 @@ void add_cache_command(CLI::App& app) {
   {
     auto flags = std::make_shared<CacheFlags>();
     auto max = std::make_shared<std::string>();
-    auto temp_age = std::make_shared<int64_t>(-1);
+    auto temp_age = std::make_shared<int>(-1);  // -1: not given (a value given is >= 0)
     CLI::App* gc = cache->add_subcommand(
         "gc", "Evict least recently used entries down to a size; sweep stale temporary files");
     add_cache_dir_flag(*gc, *flags);
     gc->add_option("--max-bytes", *max,
                    "size to shrink the writable layer to, e.g. 512M or 2G "
                    "(default: NORMJIT_CACHE_MAX_BYTES, else 2G)");
-    gc->add_option("--temp-age", *temp_age,
-                   "also remove temporary files older than this many seconds (default: 3600, "
-                   "so that writers still running keep theirs)");
+    add_integer_option(*gc, "--temp-age", *temp_age, 0, std::numeric_limits<int>::max(),
+                       "also remove temporary files older than this many seconds (default: "
+                       "3600, so that writers still running keep theirs)");
     gc->footer("Example:\n  normjit cache gc --cache-dir ~/.cache/normjit --max-bytes 512M");
     gc->callback([flags, max, temp_age] { run_gc(*flags, *max, *temp_age); });
   }

@@ -162,12 +162,10 @@ void add_demo_command(CLI::App& app) {
   demo->add_option("--cache-dir", options->cache_dir,
                    "cache directory (default: NORMJIT_CACHE_DIR "
                    "or ~/.cache/normjit)");
-  demo->add_option("--repeat", options->repeat, "timed launches per kernel (median reported)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 100000));
-  demo->add_option("--samples", options->samples, "reduction units checked against the reference")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 100000));
+  add_integer_option(*demo, "--repeat", options->repeat, 1, 100000,
+                     "timed launches per kernel, median reported (default 10)");
+  add_integer_option(*demo, "--samples", options->samples, 1, 100000,
+                     "reduction units checked against the reference (default 64)");
   demo->callback([options] { run_demo(*options); });
 }
 

@@ -195,6 +195,14 @@ TEST_F(Hostile, IntegerFlagsTakeDecimalIntegersOnly) {
   }
   const std::string e = one_line_error(run({"bench", "--compile", "--seeds", "--repeat", "0x0"}));
   EXPECT_NE(e.find("--repeat '0x0'"), npos) << e;
+  // demo and cache gc too: CLI11's own conversion took 0x10 and clamped or wrapped the rest.
+  for (const char* bad : {"0x10", "-1", "99999999999999999999"}) {
+    const std::string d = one_line_error(run({"demo", "--samples", bad}));
+    EXPECT_NE(d.find(std::string("--samples '") + bad + "'"), npos) << d;
+    const std::string g =
+        one_line_error(run({"cache", "gc", "--cache-dir", cache_.path(), "--temp-age", bad}));
+    EXPECT_NE(g.find(std::string("--temp-age '") + bad + "'"), npos) << g;
+  }
 }
 
 TEST_F(Hostile, ManifestValuesAreValidatedAsGiven) {
