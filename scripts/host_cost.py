@@ -6,9 +6,9 @@ bare normjit_launch of a prepared kernel through ctypes and through the extensio
 normjit._launch (the floors of the two bindings).
 
 Each is called N times back to back under torch.inference_mode(), then the stream is
-synchronised; the wall time divided by N is one repeat's per-call time; the table gives the
-median and the minimum of the repeats. The kernels themselves take a few microseconds of GPU
-time, so these numbers are host (Python, dispatch, launch) time.
+synchronised; the wall time divided by N is one repeat's per-call time, the candidates' repeats
+taking turns; the table gives the median and the minimum of the repeats. A note gives the GPU's
+own time per call (a CUDA graph of the calls, replayed), under which no row can go.
 
     python3 scripts/host_cost.py                 # writes docs/host-cost.md and splices it
                                                  # into docs/performance.md
@@ -30,19 +30,45 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tools"))
 
 
-def per_call_us(fn, calls: int, repeats: int, warmup: int):
+def per_call_us(fns: dict, calls: int, repeats: int, warmup: int) -> dict:
+    """{name: [us per call, one per repeat]}. The repeats take turns (every candidate's first
+    repeat, then every second one, ...), so that a drift of the machine (clocks, other load)
+    falls on all of them alike instead of on whichever ran at the time."""
     import torch
-    for _ in range(warmup):
-        fn()
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
     torch.cuda.synchronize()
-    times = []
+    times = {name: [] for name in fns}
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            torch.cuda.synchronize()
+            times[name].append((time.perf_counter() - t0) / calls * 1e6)
+    return times
+
+
+def gpu_us_per_call(fn, calls: int = 100, replays: int = 20) -> float:
+    import torch
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
         for _ in range(calls):
             fn()
-        torch.cuda.synchronize()
-        times.append((time.perf_counter() - t0) / calls * 1e6)
-    return times
+    graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(replays):
+        graph.replay()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1e3 / (calls * replays)
 
 
 def main() -> int:
@@ -109,26 +135,36 @@ def main() -> int:
     rows = []
     results = {}
     with torch.inference_mode():
+        errors = {}
         for name, fn in candidates.items():
             try:
                 out = fn()
                 torch.cuda.synchronize()
                 if isinstance(out, torch.Tensor):
-                    err = ((out.double() - ref).norm() / ref.norm()).item()
+                    errors[name] = ((out.double() - ref).norm() / ref.norm()).item()
                 elif name.endswith("(floor)"):  # wrote y
-                    err = ((y.double() - ref).norm() / ref.norm()).item()
+                    errors[name] = ((y.double() - ref).norm() / ref.norm()).item()
                 else:
-                    err = float("nan")
-                times = per_call_us(fn, args.calls, args.repeats, warmup=200)
+                    errors[name] = float("nan")
             except Exception as e:  # noqa: BLE001 - one failure must not hide the rest
                 notes.append(f"{name}: failed: {type(e).__name__}: {e}")
-                continue
-            med = statistics.median(times)
-            results[name] = {"median_us": med, "min_us": min(times), "rel_err": err,
-                             "times_us": times}
-            rows.append((name, med, min(times), err))
-            print(f"{name:34s} {med:7.2f} us median, {min(times):7.2f} min, rel. err {err:.1e}",
-                  flush=True)
+        timed = per_call_us({name: candidates[name] for name in errors}, args.calls,
+                            args.repeats, warmup=200)
+        # The GPU's own time per call, without the host: 100 calls captured in a CUDA graph,
+        # replayed. A host row near this is bound by the GPU, not by the host.
+        for name in ("normjit.torch.rms_norm", "torch.nn.functional.rms_norm"):
+            try:
+                notes.append(f"GPU time per call of {name} (100 calls in a CUDA graph, replayed "
+                             f"20 times): {gpu_us_per_call(candidates[name]):.2f} us")
+            except Exception as e:  # noqa: BLE001 - a note, not a result
+                notes.append(f"GPU time of {name} not measured: {type(e).__name__}: {e}")
+    for name, times in timed.items():
+        med, err = statistics.median(times), errors[name]
+        results[name] = {"median_us": med, "min_us": min(times), "rel_err": err,
+                         "times_us": times}
+        rows.append((name, med, min(times), err))
+        print(f"{name:34s} {med:7.2f} us median, {min(times):7.2f} min, rel. err {err:.1e}",
+              flush=True)
 
     base = results.get("torch.nn.functional.rms_norm", {}).get("median_us")
     props = torch.cuda.get_device_properties(0)
@@ -142,8 +178,9 @@ def main() -> int:
         f"Python {sys.version.split()[0]}" + (f", normjit {revision}" if revision else "") + ".",
         f"x [1, {h}] bf16, weight [{h}] bf16, eps {eps:g}, under torch.inference_mode(): "
         f"{args.calls} calls back to back then one synchronize, per-call wall time, median and "
-        f"minimum of {args.repeats} repeats after 200 warm-up calls. The kernels take a few "
-        "microseconds of GPU time each, so this is host time: Python, dispatch, launch.",
+        f"minimum of {args.repeats} repeats (the candidates' repeats taking turns) after 200 "
+        "warm-up calls: host time (Python, dispatch, launch) unless it falls to the GPU time "
+        "per call noted below.",
         "",
         "| call | median us/call | min us/call | vs F.rms_norm | rel. err vs float64 |",
         "|---|---:|---:|---:|---:|",
