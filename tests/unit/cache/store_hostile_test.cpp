@@ -24,14 +24,6 @@
 #include "cache/cache.hpp"
 #include "test_util.hpp"
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define NORMJIT_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define NORMJIT_SANITIZED 1
-#endif
-#endif
-
 namespace normjit::cache {
 namespace {
 

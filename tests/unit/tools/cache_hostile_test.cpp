@@ -31,14 +31,6 @@
 #include "tests/unit/cache/test_util.hpp"
 #include "tests/unit/tools/run_tool.hpp"
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define NORMJIT_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define NORMJIT_SANITIZED 1
-#endif
-#endif
-
 extern char** environ;
 
 namespace normjit::testing {

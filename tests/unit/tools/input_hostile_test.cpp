@@ -45,7 +45,7 @@ std::string one_line_error(const ToolResult& r) {
 // A sanitizer's runtime maps terabytes of shadow memory at start, which a data limit refuses:
 // sanitizer builds (the tool is built with the same flags) run the tool under the deadline
 // alone, and the plain build keeps the memory bound.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#ifdef NORMJIT_SANITIZED
 constexpr const char* kDataLimit = "";
 #else
 constexpr const char* kDataLimit = "ulimit -d 1048576 && ";
