@@ -8,16 +8,15 @@
  * that library's normjit_launch with bind(); calls go through a pointer of the header's own
  * prototype, so the compiler checks them against normjit.h. Errors stay Python's: launch
  * returns the status and normjit._capi builds the exception from it. */
-#include <stdint.h>
-
 #include <normjit/normjit.h>
+#include <stdint.h>
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
 typedef __typeof__(normjit_launch) launch_fn;
 
-static launch_fn* bound;  /* the normjit_launch of the library normjit._capi loaded */
+static launch_fn* bound; /* the normjit_launch of the library normjit._capi loaded */
 
 /* A pointer argument: an int (a data pointer, a handle), or None for NULL where allowed. */
 static int as_pointer(PyObject* arg, const char* name, int none_ok, void** out) {
@@ -26,8 +25,8 @@ static int as_pointer(PyObject* arg, const char* name, int none_ok, void** out) 
     return 1;
   }
   if (!PyLong_Check(arg)) {
-    PyErr_Format(PyExc_TypeError, "normjit._launch.launch: %s must be an int%s, not %R",
-                 name, none_ok ? " or None" : "", (PyObject*)Py_TYPE(arg));
+    PyErr_Format(PyExc_TypeError, "normjit._launch.launch: %s must be an int%s, not %R", name,
+                 none_ok ? " or None" : "", (PyObject*)Py_TYPE(arg));
     return 0;
   }
   *out = PyLong_AsVoidPtr(arg);
@@ -55,13 +54,13 @@ static PyObject* launch(PyObject* self, PyObject* argt) {
   if (nargs != 8) {
     PyErr_Format(PyExc_TypeError,
                  "normjit._launch.launch takes 8 arguments (kernel, x, y, weight, bias, batch, "
-                 "eps, stream), not %zd", nargs);
+                 "eps, stream), not %zd",
+                 nargs);
     return NULL;
   }
   void *kernel, *x, *y, *weight, *bias, *stream;
   if (!as_pointer(ARG(0), "kernel", /*none_ok=*/0, &kernel) ||
-      !as_pointer(ARG(1), "x", /*none_ok=*/0, &x) ||
-      !as_pointer(ARG(2), "y", /*none_ok=*/0, &y) ||
+      !as_pointer(ARG(1), "x", /*none_ok=*/0, &x) || !as_pointer(ARG(2), "y", /*none_ok=*/0, &y) ||
       !as_pointer(ARG(3), "weight", /*none_ok=*/1, &weight) ||
       !as_pointer(ARG(4), "bias", /*none_ok=*/1, &bias) ||
       !as_pointer(ARG(7), "stream", /*none_ok=*/1, &stream)) {
@@ -88,10 +87,10 @@ static PyObject* launch(PyObject* self, PyObject* argt) {
   }
   normjit_status status;
   /* As ctypes does: other Python threads run while the launch is enqueued. */
-  Py_BEGIN_ALLOW_THREADS
+  PyThreadState* thread = PyEval_SaveThread(); /* Py_BEGIN_ALLOW_THREADS, spelled out */
   status = bound((const normjit_kernel*)kernel, x, y, weight, bias, (int64_t)batch, eps,
                  (struct CUstream_st*)stream);
-  Py_END_ALLOW_THREADS
+  PyEval_RestoreThread(thread);
   return PyLong_FromLong((long)status);
 }
 
@@ -106,9 +105,15 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "normjit._launch",
+    PyModuleDef_HEAD_INIT,
+    "normjit._launch",
     "normjit_launch without ctypes' argument conversion (see normjit._capi.launch_function).",
-    -1, methods, NULL, NULL, NULL, NULL,
+    -1,
+    methods,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
 };
 
 PyMODINIT_FUNC PyInit__launch(void) { return PyModule_Create(&module); }
