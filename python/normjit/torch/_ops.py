@@ -323,9 +323,12 @@ def _decision(op: str, arg, x: Tensor, weight: Optional[Tensor], bias: Optional[
         try:
             # One flat tuple (nested ones are hashed and compared one level deeper); a tensor
             # key starts with a class, so None marks an absent weight or bias unambiguously.
-            key = ((op, arg, eps, _grad_enabled()) + _tensor_key(x)
-                   + (_NO_TENSOR if weight is None else _tensor_key(weight))
-                   + (_NO_TENSOR if bias is None else _tensor_key(bias)))
+            # x's fields are spelled out (the common call's tuple built in one go); weight
+            # and bias take _tensor_key's, which reads the same fields.
+            key = (op, arg, eps, _grad_enabled(), x.__class__, x.shape, x.dtype, x.device,
+                   x.is_contiguous(), x.requires_grad,
+                   *(_NO_TENSOR if weight is None else _tensor_key(weight)),
+                   *(_NO_TENSOR if bias is None else _tensor_key(bias)))
             return _calls[key]
         except KeyError:
             pass
