@@ -29,6 +29,7 @@
 #include "normjit/normjit.hpp"
 #include "runtime/compiler.hpp"
 #include "tests/unit/cache/test_util.hpp"
+#include "tests/unit/tools/manifest.hpp"
 #include "tests/unit/tools/run_tool.hpp"
 
 extern char** environ;
@@ -201,18 +202,6 @@ void write_sparse_entry(const std::string& dir, const std::string& key, uint64_t
   const std::string path = entry_path(dir, key);
   write_file(path, header);
   ASSERT_EQ(::truncate(path.c_str(), static_cast<off_t>(bytes)), 0) << std::strerror(errno);
-}
-
-std::string manifest_of(const std::vector<std::string>& specs) {
-  nlohmann::json manifest = nlohmann::json::array();
-  for (const std::string& text : specs) {
-    const NormSpec spec = NormSpec::parse(text);
-    manifest.push_back({{"op", to_string(spec.op)},
-                        {"shape", spec.shape},
-                        {"dtype", to_string(spec.dtype)},
-                        {"affine", to_string(spec.affine)}});
-  }
-  return manifest.dump(2);
 }
 
 const std::vector<std::string> kSpecs = {"op=rmsnorm shape=2,64,32,32 dtype=f32 affine=none",

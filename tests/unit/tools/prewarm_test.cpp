@@ -12,6 +12,7 @@
 #include "generator/plan.hpp"
 #include "normjit/normjit.hpp"
 #include "runtime/compiler.hpp"
+#include "tests/unit/tools/manifest.hpp"
 #include "tests/unit/tools/run_tool.hpp"
 
 namespace normjit::testing {
@@ -26,18 +27,6 @@ const std::vector<std::string> kSpecs = {
     "op=rmsnorm shape=1,7,9 dtype=f16 affine=none",
 };
 const std::vector<std::string> kArchs = {"sm_80", "sm_90"};
-
-std::string manifest_of(const std::vector<std::string>& specs) {
-  nlohmann::json manifest = nlohmann::json::array();
-  for (const std::string& text : specs) {
-    const NormSpec spec = NormSpec::parse(text);
-    manifest.push_back({{"op", to_string(spec.op)},
-                        {"shape", spec.shape},
-                        {"dtype", to_string(spec.dtype)},
-                        {"affine", to_string(spec.affine)}});
-  }
-  return manifest.dump(2);
-}
 
 std::string joined(const std::vector<std::string>& items) {
   std::string out;
