@@ -510,6 +510,10 @@ const char* template_type(Dtype dtype) {
       return "normjit::half_t";
     case Dtype::kBF16:
       return "normjit::bf16_t";
+    case Dtype::kE4M3:
+      return "normjit::e4m3_t";
+    case Dtype::kE5M2:
+      return "normjit::e5m2_t";
   }
   return "?";
 }

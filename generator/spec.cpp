@@ -204,6 +204,10 @@ const char* to_string(Dtype dtype) {
       return "f16";
     case Dtype::kBF16:
       return "bf16";
+    case Dtype::kE4M3:
+      return "e4m3";
+    case Dtype::kE5M2:
+      return "e5m2";
   }
   return "?";
 }
@@ -220,7 +224,21 @@ const char* to_string(Affine affine) {
   return "?";
 }
 
-int size_of(Dtype dtype) { return dtype == Dtype::kF32 ? 4 : 2; }
+int size_of(Dtype dtype) {
+  switch (dtype) {
+    case Dtype::kF32:
+      return 4;
+    case Dtype::kF16:
+    case Dtype::kBF16:
+      return 2;
+    case Dtype::kE4M3:
+    case Dtype::kE5M2:
+      return 1;
+  }
+  return 0;
+}
+
+bool is_fp8(Dtype dtype) { return dtype == Dtype::kE4M3 || dtype == Dtype::kE5M2; }
 
 Op parse_op(std::string_view text, const std::string& argument) {
   for (Op op : {Op::kRmsNorm, Op::kLayerNorm, Op::kGroupNorm}) {

@@ -543,7 +543,13 @@ void Kernel::launch(const LaunchArgs& args, CUstream_st* stream) const {
     NORMJIT_CU(cu.cuCtxSetCurrent(k.context));
   }
   const CUstream cu_stream = reinterpret_cast<CUstream>(stream);
-  Params params{args.x, args.y, args.weight, args.bias, nullptr, args.batch, args.eps};
+  Params params{};
+  params.x = args.x;
+  params.y = args.y;
+  params.weight = args.weight;
+  params.bias = args.bias;
+  params.batch = args.batch;
+  params.eps = args.eps;
   void* kernel_args[] = {&params};
   if (plan.cooperative()) {
     params.workspace = k.workspace(cu_stream);

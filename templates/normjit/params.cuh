@@ -1,17 +1,34 @@
 // The one kernel parameter every normjit kernel takes, passed by value.
-// The host side mirrors this layout in runtime/launch.hpp (static_asserts check it).
+// The host fills the same struct (runtime/engine.cpp includes this file).
 #pragma once
 
 namespace normjit {
 
+// Where row r of a trailing-form tensor starts, in elements (the host's RowStrides, resolved):
+//   (r / inner_rows) * outer + (r % inner_rows) * inner
+// (one level, inner_rows == 1: r * outer). The host resolves "contiguous" to real strides.
+struct RowPitch {
+  long long outer;  // between rows, or between groups of inner_rows rows
+  long long inner;  // between the rows of a group (inner_rows > 1)
+};
+
 struct Params {
-  const void* x;       // input, contiguous
-  void* y;             // output, contiguous; may equal x
+  const void* x;       // input
+  void* y;             // output; may equal x
   const void* weight;  // nullptr when the plan has no weight
   const void* bias;    // nullptr when the plan has no bias
   float* workspace;    // per-launch scratch of split plans; nullptr otherwise
   long long batch;     // N (channel and group forms) or rows (trailing forms)
   float eps;
+  // The variant axes' arguments: nullptr unless the spec asks for them.
+  const void* residual;  // residual input, in the spec's residual dtype
+  void* residual_out;    // h = x + residual written here; may equal residual
+  const float* scale;    // fp8 output: one f32 that y is multiplied by before conversion
+  float* mean;           // save_stats: per row (layernorm, groupnorm: per (n, g))
+  float* rstd;           // save_stats: per row (rmsnorm channel form: per (n, position))
+  // Trailing forms: the two-level row layout of x, y, residual and residual_out.
+  long long inner_rows;  // rows per group; 1: one level
+  RowPitch x_rows, y_rows, residual_rows, residual_out_rows;
 };
 
 }  // namespace normjit

@@ -16,13 +16,15 @@ namespace normjit {
 constexpr int kMaxRank = 8;  // dimensions of a tensor
 
 enum class Op { kRmsNorm, kLayerNorm, kGroupNorm };
-enum class Dtype { kF32, kF16, kBF16 };
+// e4m3 and e5m2 (the OCP fp8 formats, saturating) are output dtypes only.
+enum class Dtype { kF32, kF16, kBF16, kE4M3, kE5M2 };
 enum class Affine { kNone, kWeight, kBoth };
 
 const char* to_string(Op op);
 const char* to_string(Dtype dtype);
 const char* to_string(Affine affine);
 int size_of(Dtype dtype);  // bytes per element
+bool is_fp8(Dtype dtype);  // e4m3 or e5m2
 
 // Parse one name; `argument` names the flag or field in the error message.
 Op parse_op(std::string_view text, const std::string& argument = "op");
@@ -57,6 +59,12 @@ struct SpecFields {
   std::optional<int64_t> groups;
   std::optional<Affine> affine;
   std::optional<double> eps;
+  // Variant axes (see NormSpec).
+  std::optional<Dtype> param_dtype;
+  std::optional<Dtype> out_dtype;
+  std::optional<Dtype> residual;  // the residual's dtype: x's or f32
+  std::optional<double> weight_offset;
+  std::optional<bool> save_stats;
 };
 
 struct NormSpec {
@@ -68,6 +76,20 @@ struct NormSpec {
   Affine affine = Affine::kNone;
   double eps = 1e-5;  // a run-time argument of the kernel, not part of its specialization
 
+  // Variant axes. Their defaults give the plain kernel, its canonical text and its cache key.
+  // Weight and bias in their own dtype (f32 parameters with f16/bf16 x); nullopt: dtype.
+  std::optional<Dtype> param_dtype;
+  // y in its own dtype, fp8 included (multiplied by a per-tensor f32 scale given at launch,
+  // then saturated); nullopt: dtype.
+  std::optional<Dtype> out_dtype;
+  // Trailing forms: h = x + residual (rounded to the residual's dtype, x's or f32) is
+  // normalized and written back (to the residual or to another buffer); nullopt: no residual.
+  std::optional<Dtype> residual;
+  // The weight used is (weight_offset + weight) in f32 (Gemma's RMSNorm: 1); needs a weight.
+  double weight_offset = 0.0;
+  // Also write each row's mean (layernorm, groupnorm) and rstd in f32, for a backward pass.
+  bool save_stats = false;
+
   // Fill defaults and validate; throws Error(kInvalidArgument) naming the field and value.
   static NormSpec from_fields(const SpecFields& fields);
   // Parse the canonical text form (key=value words, any order).
@@ -76,6 +98,9 @@ struct NormSpec {
   std::string to_string() const;
   // Throws Error(kInvalidArgument) if the spec is inconsistent.
   void validate() const;
+
+  Dtype param_type() const { return param_dtype.value_or(dtype); }
+  Dtype out_type() const { return out_dtype.value_or(dtype); }
 
   // Derived sizes.
   bool channel_form() const { return normalized_dims == 0; }  // reduce over dim 1 (rms/group)

@@ -12,6 +12,7 @@
 #ifndef NORMJIT_NORMJIT_H_
 #define NORMJIT_NORMJIT_H_
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -31,7 +32,13 @@ typedef enum normjit_status {
   NORMJIT_ERROR_INTERNAL = 7
 } normjit_status;
 
-typedef enum normjit_dtype { NORMJIT_F32 = 0, NORMJIT_F16 = 1, NORMJIT_BF16 = 2 } normjit_dtype;
+typedef enum normjit_dtype {
+  NORMJIT_F32 = 0,
+  NORMJIT_F16 = 1,
+  NORMJIT_BF16 = 2,
+  NORMJIT_E4M3 = 3, /* output only (out_dtype) */
+  NORMJIT_E5M2 = 4  /* output only (out_dtype) */
+} normjit_dtype;
 
 typedef struct normjit_engine_options {
   int device;                /* used when no context is current; default 0 */
@@ -89,6 +96,41 @@ normjit_status normjit_prepare(normjit_engine* engine, const char* spec, normjit
 normjit_status normjit_launch(const normjit_kernel* kernel, const void* x, void* y,
                               const void* weight, const void* bias, int64_t batch, double eps,
                               struct CUstream_st* stream);
+
+/* Every argument of a launch, the variant axes' included: for normjit_launch_ex. Fill it with
+ * normjit_launch_args_init first (it sets size, and the defaults: contiguous rows, no
+ * residual, no scale, no statistics), then set what the kernel's spec asks for. */
+typedef struct normjit_launch_args {
+  size_t size; /* sizeof(normjit_launch_args), set by normjit_launch_args_init */
+  const void* x;
+  void* y; /* may equal x */
+  const void* weight;
+  const void* bias;
+  int64_t batch; /* N (channel and group forms) or rows (trailing forms) */
+  double eps;
+  const void* residual; /* spec residual: added to x, in the residual dtype */
+  void* residual_out;   /* spec residual: h = x + residual written here; may equal residual */
+  const float* scale;   /* fp8 out_dtype: device pointer to one f32, y = norm * scale */
+  float* mean;          /* save_stats: f32 per row (layernorm; groupnorm [N, G]), else NULL */
+  float* rstd;          /* save_stats: f32 per row ([N, *spatial] for channel-form rmsnorm) */
+  /* Trailing forms: row r of a tensor starts at element
+   * (r / inner_rows) * strides[0] + (r % inner_rows) * strides[1]; the normalized dims are
+   * contiguous. A stride of 0 means contiguous (strides[0] = row length with one level). */
+  int64_t inner_rows; /* 1: one level */
+  int64_t x_strides[2];
+  int64_t y_strides[2];
+  int64_t residual_strides[2];
+  int64_t residual_out_strides[2];
+} normjit_launch_args;
+
+/* Fills *args with the defaults (every pointer NULL, batch 0, eps 1e-5, contiguous rows). */
+void normjit_launch_args_init(normjit_launch_args* args);
+
+/* normjit_launch with every argument: the variants (residual, fp8 scale, statistics) and
+ * strided rows. args->size tells which fields the caller knows (older, shorter structs keep
+ * working). Graph-safe like normjit_launch. */
+normjit_status normjit_launch_ex(const normjit_kernel* kernel, const normjit_launch_args* args,
+                                 struct CUstream_st* stream);
 
 /* Compile (or find in the cache) without a GPU, for arch such as "sm_90" (its full-size part)
  * or "sm_90:114" (a part with 114 multiprocessors, e.g. an H100 PCIe). *compiled is set to

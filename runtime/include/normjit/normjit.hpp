@@ -18,6 +18,15 @@ struct CUstream_st;  // CUstream and cudaStream_t are both pointers to this
 
 namespace normjit {
 
+// Where the rows of a trailing-form tensor start, in elements: row r at
+// (r / inner_rows) * outer + (r % inner_rows) * inner (LaunchArgs::inner_rows). The last
+// dims (the normalized ones) are contiguous. 0 means contiguous: outer = the row length with
+// one level; inner = the row length and outer = inner_rows * inner with two.
+struct RowStrides {
+  int64_t outer = 0;  // between rows (one level) or groups of inner_rows rows
+  int64_t inner = 0;  // between the rows of a group (two levels)
+};
+
 struct LaunchArgs {
   const void* x = nullptr;       // input, device pointer
   void* y = nullptr;             // output, device pointer; may equal x (in place)
@@ -25,6 +34,16 @@ struct LaunchArgs {
   const void* bias = nullptr;    // required when the spec has a bias
   int64_t batch = 0;             // N (channel and group forms) or rows (trailing forms)
   float eps = 1e-5f;
+  // The variant axes' arguments (nullptr unless the spec asks for them):
+  const void* residual = nullptr;  // spec residual: added to x, in the residual dtype
+  void* residual_out = nullptr;    // spec residual: h = x + residual; may equal residual
+  const float* scale = nullptr;    // fp8 out_dtype: device pointer to one f32 (y = norm * scale)
+  float* mean = nullptr;           // save_stats: f32 per row (layernorm, groupnorm [N, G])
+  float* rstd = nullptr;           // save_stats: f32 per row ([N, *spatial] for channel rmsnorm)
+  // Trailing forms: a row layout of two levels (per-head rows of [tokens, heads, dim]
+  // sliced out of a wider tensor); batch must be a multiple of inner_rows.
+  int64_t inner_rows = 1;
+  RowStrides x_rows = {}, y_rows = {}, residual_rows = {}, residual_out_rows = {};
 };
 
 // Where a prepared kernel's binary came from.
