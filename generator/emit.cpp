@@ -1,18 +1,177 @@
 #include "generator/emit.hpp"
 
+#include <sstream>
+
 namespace normjit {
+namespace {
+
+// The template of each strategy: its header and function.
+struct Template {
+  const char* header;
+  const char* function;
+};
+
+Template template_of(Strategy strategy) {
+  switch (strategy) {
+    case Strategy::kChannels:
+      return {"normjit/rmsnorm_channels.cuh", "normjit::rmsnorm_channels"};
+    case Strategy::kRowRegisters:
+      return {"normjit/row_norm.cuh", "normjit::row_norm"};
+    case Strategy::kRowSplit:
+      return {"normjit/row_split.cuh", "normjit::row_split"};
+    case Strategy::kRowStream:
+      return {"normjit/row_stream.cuh", "normjit::row_stream"};
+  }
+  return {"?", "?"};
+}
+
+// The configuration's name, for people reading a profile or PTX: the op, x's dtype, the sizes
+// and the variants, e.g. layernorm_f32_h4194304 or rmsnorm_bf16_h4096_res_bf16_to_e4m3.
+std::string config_name(const Problem& pr) {
+  std::ostringstream os;
+  os << to_string(pr.op) << "_" << to_string(pr.x);
+  if (pr.channel_form) {
+    os << "_c" << pr.channels << "_s" << pr.spatial;
+  } else if (pr.groups > 0) {
+    os << "_g" << pr.groups << "_h" << pr.row_length;
+  } else {
+    os << "_h" << pr.row_length;
+  }
+  if (pr.residual) os << "_res_" << to_string(*pr.residual);
+  if ((pr.weight || pr.bias) && pr.param != pr.x) os << "_param_" << to_string(pr.param);
+  if (pr.weight_offset != 0.0) os << "_offset";
+  if (pr.y != pr.x) os << "_to_" << to_string(pr.y);
+  if (pr.save_stats) os << "_stats";
+  return os.str();
+}
+
+// Writes `static constexpr <type> <name> = <value>;` lines of one struct.
+class Fields {
+ public:
+  explicit Fields(std::ostringstream& os) : os_(os) {}
+  void type(const char* name, Dtype dtype) {
+    os_ << "  using " << name << " = " << template_type(dtype) << ";\n";
+  }
+  void flag(const char* name, bool value) {
+    os_ << "  static constexpr bool " << name << " = " << (value ? "true" : "false") << ";\n";
+  }
+  void integer(const char* name, int64_t value) {
+    // long long where a size may pass 2^31, int where the templates take one.
+    const bool wide = value > 0x7fffffff || value < -0x7fffffff;
+    os_ << "  static constexpr " << (wide ? "long long " : "int ") << name << " = " << value
+        << ";\n";
+  }
+  void size(const char* name, int64_t value) {
+    os_ << "  static constexpr long long " << name << " = " << value << ";\n";
+  }
+  void real(const char* name, double value) {
+    // The shortest text that reads back as the double; the kernel takes it as a float.
+    os_ << "  static constexpr float " << name << " = " << format_double(value) << ";\n";
+  }
+
+ private:
+  std::ostringstream& os_;
+};
+
+// What every kernel computes (the problem): its dtypes and fused extras.
+void problem_fields(const Problem& pr, Fields& f) {
+  f.type("X", pr.x);
+  f.type("Y", pr.y);
+  f.type("Param", pr.param);
+  f.type("Residual", pr.held());
+  f.flag("kWeight", pr.weight);
+  f.real("kWeightOffset", pr.weight_offset);
+  f.flag("kSaveStats", pr.save_stats);
+}
+
+void channels_fields(const KernelPlan& p, Fields& f) {
+  const Problem& pr = p.problem;
+  f.integer("kChannels", pr.channels);
+  f.size("kSpatial", pr.spatial);
+  f.integer("kThreadsX", p.block_x);
+  f.integer("kThreadsY", p.block_y);
+  f.integer("kVec", p.vec);
+  f.flag("kCached", p.cached);
+  f.size("kBlocksPerItem", p.blocks_per_item);
+}
+
+void row_fields(const KernelPlan& p, Fields& f) {
+  const Problem& pr = p.problem;
+  f.flag("kRms", pr.op == Op::kRmsNorm);
+  f.flag("kBias", pr.bias);
+  f.flag("kResidual", pr.residual.has_value());
+  f.size("kRowLength", pr.row_length);
+  f.integer("kGroups", pr.groups);
+  f.size("kSpatial", pr.spatial);
+  f.integer("kChannelsPerGroup", pr.groups > 0 ? pr.channels / pr.groups : 0);
+  f.integer("kThreads", p.block_x);
+  f.integer("kVec", p.vec);
+  f.integer("kVectors", p.vectors);
+  switch (p.strategy) {
+    case Strategy::kRowRegisters:
+      f.integer("kRowsPerBlock", p.rows_per_block);
+      break;
+    case Strategy::kRowSplit:
+      f.size("kChunks", p.split_chunks);
+      f.integer("kBlocksPerSm", p.split_blocks_per_sm);
+      f.flag("kStaged", p.staged);
+      f.integer("kResidentVectors", p.resident_vectors);
+      f.integer("kPrefetch", p.prefetch);
+      f.size("kDynamicSmemBytes", p.smem_bytes);
+      f.size("kWorkspaceSlotFloats", p.workspace_slot_floats());
+      break;
+    case Strategy::kRowStream:
+      f.size("kParts", p.split_chunks);
+      f.size("kSegment", p.segment);
+      f.size("kWorkspaceSlotFloats", p.workspace_slot_floats());
+      break;
+    case Strategy::kChannels:
+      break;
+  }
+}
+
+}  // namespace
+
+const char* template_type(Dtype dtype) {
+  switch (dtype) {
+    case Dtype::kF32:
+      return "float";
+    case Dtype::kF16:
+      return "normjit::half_t";
+    case Dtype::kBF16:
+      return "normjit::bf16_t";
+    case Dtype::kE4M3:
+      return "normjit::e4m3_t";
+    case Dtype::kE5M2:
+      return "normjit::e5m2_t";
+  }
+  return "?";
+}
 
 EmittedKernel emit(const KernelPlan& plan) {
+  const Template t = template_of(plan.strategy);
+  const std::string config = "normjit::" + config_name(plan.problem);
+  std::ostringstream os;
+  os << "// Generated by normjit. Strategy: " << to_string(plan.strategy) << ".\n"
+     << "#include \"" << t.header << "\"\n\n"
+     << "namespace normjit {\n\n"
+     << "// The kernel's configuration: what it computes (the spec without its batch) and how\n"
+     << "// (the plan). " << t.header << " says what each name means.\n"
+     << "struct " << config_name(plan.problem) << " {\n";
+  Fields fields(os);
+  problem_fields(plan.problem, fields);
+  if (plan.strategy == Strategy::kChannels) {
+    channels_fields(plan, fields);
+  } else {
+    row_fields(plan, fields);
+  }
+  os << "};\n\n"
+     << "}  // namespace normjit\n\n";
   EmittedKernel out;
-  out.name_expression = plan.name_expression();
-  const std::string instance = out.name_expression.substr(1);  // without the leading '&'
-  out.source = "// Generated by normjit. Strategy: " + std::string(to_string(plan.strategy)) +
-               ".\n"
-               "#include \"" +
-               plan.header +
-               "\"\n"
-               "template __global__ void " +
-               instance + "(normjit::Params);\n";
+  out.kernel = std::string(t.function) + "<" + config + ">";
+  out.name_expression = "&" + out.kernel;
+  os << "template __global__ void " << out.kernel << "(normjit::Params);\n";
+  out.source = os.str();
   return out;
 }
 

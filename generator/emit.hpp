@@ -1,5 +1,6 @@
-// emit(): the entry translation unit NVRTC compiles for one plan.
-// Pure and deterministic: equal plans give byte-identical text.
+// emit(): the entry translation unit NVRTC compiles for one plan: the kernel's configuration
+// (one struct of named constants) and the instantiation of its template with it. The only
+// place that writes source text. Pure and deterministic: equal plans give byte-identical text.
 #pragma once
 
 #include <string>
@@ -9,10 +10,14 @@
 namespace normjit {
 
 struct EmittedKernel {
-  std::string source;           // includes the template header, instantiates the kernel
+  std::string source;           // the configuration, and the kernel instantiated with it
   std::string name_expression;  // handed to nvrtcAddNameExpression
+  std::string kernel;           // the kernel as C++ names it: "normjit::row_split<normjit::...>"
 };
 
 EmittedKernel emit(const KernelPlan& plan);
+
+// The type name of a storage dtype inside the templates ("float", "normjit::half_t", ...).
+const char* template_type(Dtype dtype);
 
 }  // namespace normjit

@@ -1,10 +1,14 @@
 #include "generator/plan.hpp"
 
 #include <algorithm>
-#include <charconv>
 #include <sstream>
 
 #include "normjit/error.hpp"
+
+// plan() in two steps: choose_strategy() decides how a problem is computed (which kernel), then
+// that strategy's size_*() function decides its shape (threads, vectors, chunks, shared memory).
+// Arch facts come from one table (generator/target.cpp); no source text is written here
+// (generator/emit.cpp spells the plan as the kernel's configuration).
 
 namespace normjit {
 namespace {
@@ -25,43 +29,37 @@ int vector_width(int64_t n, int max_vec) {
   return v;
 }
 
-constexpr int kAccessBytes = 16;  // widest global access per thread
+constexpr int kAccessBytes = 16;  // widest global access of x per thread
+
+// ---------------------------------------------------------------------------------------
+// kChannels
+
 // f32 values a thread keeps between the two phases: the channels are split over up to 32
 // threads so that each holds kChannelValues, smaller unrolled kernels that compile faster; up to
 // kRegisterValues where the channels need it (more than 256 f32 or 128 16-bit channels).
 constexpr int kChannelValues = 32;
 constexpr int kRegisterValues = 64;
 
-KernelPlan plan_channels(const NormSpec& spec) {
-  const int64_t c = spec.channels();
-  const int64_t s = spec.spatial();
-  KernelPlan p;
-  p.strategy = Strategy::kChannels;
-  p.header = "normjit/rmsnorm_channels.cuh";
-  p.function = "normjit::rmsnorm_channels";
-  p.vec = vector_width(s, kAccessBytes / size_of(spec.dtype));
+void size_channels(const Problem& pr, KernelPlan& p) {
+  const int64_t c = pr.channels;
+  const int64_t s = pr.spatial;
+  p.vec = vector_width(s, kAccessBytes / size_of(pr.x));
   // Split the channels over block_y threads so each keeps at most kChannelValues values.
   p.block_y = std::min(32, pow2_ceil(ceil_div(c * p.vec, kChannelValues)));
   p.block_x = std::clamp(256 / p.block_y, 32, 256);
-  const bool cached = ceil_div(c, p.block_y) * p.vec <= kRegisterValues;
+  p.cached = ceil_div(c, p.block_y) * p.vec <= kRegisterValues;
   p.blocks_per_item = ceil_div(s, int64_t{p.block_x} * p.vec);
-  p.template_args = {template_type(spec.dtype),
-                     std::to_string(c),
-                     std::to_string(s),
-                     std::to_string(p.block_x),
-                     std::to_string(p.block_y),
-                     std::to_string(p.vec),
-                     spec.affine == Affine::kWeight ? "true" : "false",
-                     cached ? "true" : "false"};
   std::ostringstream why;
   why << "reduce over dim 1: each thread owns " << p.vec << " contiguous spatial positions ("
-      << p.vec * size_of(spec.dtype) << "-byte accesses) and " << ceil_div(c, p.block_y)
-      << " of the " << c << " channels; " << p.block_y << " threads share a position"
-      << (cached ? ", values stay in registers (x read once)"
-                 : ", too many channels for registers: x is read twice");
+      << p.vec * size_of(pr.x) << "-byte accesses) and " << ceil_div(c, p.block_y) << " of the "
+      << c << " channels; " << p.block_y << " threads share a position"
+      << (p.cached ? ", values stay in registers (x read once)"
+                   : ", too many channels for registers: x is read twice");
   p.why = why.str();
-  return p;
 }
+
+// ---------------------------------------------------------------------------------------
+// Row strategies: what they share
 
 constexpr int kTeamValues = 16;     // f32 values per thread a row team aims for
 constexpr int kMaxTeamValues = 32;  // values per thread a row team may hold
@@ -83,45 +81,44 @@ constexpr int kSplitValues = 32;  // f32 values per thread of the split kernel
 // as at 32, rows of 100002 the same, and GroupNorm groups of 6 x 8191 fastest at 8.
 constexpr int kSplitMaxVectors = 16;
 constexpr int kSplitMaxSpanningVectors = 8;
-// 16-bit values are held packed two to a register (row_common.cuh), so the same registers
-// hold twice as many: half the CTAs per row, twice the rows in flight.
-int split_values(Dtype dtype, int vec) {
-  return size_of(dtype) == 2 && vec >= 2 ? 64 : kSplitValues;
-}
-// A row team's thread aims for twice as many 16-bit values, held packed in the same
-// registers: half the threads per row, so twice the rows in flight per SM (on the H100 the
-// bf16 LLM rows of 8192 and 16384 elements ran faster that way; f32 and shorter rows the same).
-int team_values(Dtype dtype, int vec) {
-  return size_of(dtype) == 2 && vec >= 2 ? 2 * kTeamValues : kTeamValues;
-}
 constexpr int kSplitBlocksPerSm = 1;  // split CTAs resident per SM (__launch_bounds__)
 constexpr int kStreamVectors = 4;     // vectors per thread in flight in each of its passes
 
-// Shared memory per SM of an arch (KiB; the CUDA programming guide's table), for a part we
-// do not know the smaller common value.
-int smem_per_sm_kib(int sm) {
-  switch (sm) {
-    case 70:
-    case 72:
-      return 96;
-    case 75:
-      return 64;
-    case 80:
-    case 87:
-      return 164;
-    case 90:
-    case 100:
-    case 103:
-      return 228;
-    default:
-      return sm >= 80 ? 100 : 64;
-  }
+// 16-bit values are held packed two to a register (row_common.cuh), so the same registers
+// hold twice as many: half the CTAs per row, twice the rows in flight.
+bool packed(const Problem& pr, int vec) { return size_of(pr.held()) == 2 && vec >= 2; }
+int split_values(const Problem& pr, int vec) { return packed(pr, vec) ? 64 : kSplitValues; }
+// A row team's thread aims for twice as many 16-bit values, held packed in the same
+// registers: half the threads per row, so twice the rows in flight per SM (on the H100 the
+// bf16 LLM rows of 8192 and 16384 elements ran faster that way; f32 and shorter rows the same).
+int team_values(const Problem& pr, int vec) {
+  return packed(pr, vec) ? 2 * kTeamValues : kTeamValues;
 }
+
+// The widest access that divides the row, so every row starts aligned. A groupnorm vector
+// stays within one channel (one weight and bias) where S allows more than one element;
+// where S is odd it may span channels (the group, CG channels of S, may still be a
+// multiple), and the kernel takes each element's parameters past a channel's end
+// (row_common.cuh). On the H100 that ran GroupNorm on 7x7, 3x3 and 1001x1001 maps faster
+// than scalar accesses, and on 25x38 maps (S = 950) slower than pairs within a channel.
+int row_vector_width(const Problem& pr) {
+  const bool group = pr.op == Op::kGroupNorm;
+  const int max_vec = kAccessBytes / size_of(pr.x);
+  return vector_width(group && pr.spatial % 2 == 0 ? pr.spatial : pr.row_length, max_vec);
+}
+
+// Co-resident CTAs the split and stream kernels are built for.
+int64_t split_capacity(const Target& target) {
+  return int64_t{kSplitBlocksPerSm} * target.sm_count;
+}
+
 // Dynamic shared memory one split CTA may use with kSplitBlocksPerSm of them per SM: the
 // SM's share less 1 KiB the driver reserves per CTA and 1 KiB for the kernel's static arrays.
 int64_t split_smem_budget(const Target& target) {
-  return int64_t{smem_per_sm_kib(target.sm)} * 1024 / kSplitBlocksPerSm - 2048;
+  return int64_t{arch_facts(target.sm).smem_per_sm_kib} * 1024 / kSplitBlocksPerSm - 2048;
 }
+
+int params_of(const Problem& pr) { return pr.weight + pr.bias; }
 
 // How the split kernel holds a row: `values` per thread over P = `chunks` CTAs, whether the
 // next row is staged in shared memory, and how many of each thread's vectors keep their
@@ -138,9 +135,10 @@ struct SplitLayout {
   int64_t row_bytes = 0;  // a row moves x, y and the parameters that are not resident
 };
 
-SplitLayout split_layout(const NormSpec& spec, const Target& target, int vec, int values) {
-  const int64_t h = spec.row_length();
-  const int size = size_of(spec.dtype);
+SplitLayout split_layout(const Problem& pr, const Target& target, int vec, int values) {
+  const int64_t h = pr.row_length;
+  const int size = size_of(pr.x);
+  const int param_size = size_of(pr.param);
   SplitLayout l;
   l.values = values;
   // P: the fewest CTAs whose threads hold the row at `values` each; then the fewest vectors
@@ -148,22 +146,25 @@ SplitLayout split_layout(const NormSpec& spec, const Target& target, int vec, in
   // longer than one chunk would otherwise leave a full CTA and a sliver, and each row's
   // exchange waits for the full one.)
   const int64_t row_vectors = ceil_div(h, int64_t{vec});
-  const bool spanning = spec.op == Op::kGroupNorm && spec.spatial() % vec != 0;
+  const bool spanning = pr.op == Op::kGroupNorm && pr.spatial % vec != 0;
   const int most = spanning ? kSplitMaxSpanningVectors : kSplitMaxVectors;
   l.chunks = ceil_div(row_vectors, int64_t{kSplitThreads} * std::clamp(values / vec, 1, most));
   l.vectors = ceil_div(row_vectors, l.chunks * kSplitThreads);
   l.chunks = ceil_div(row_vectors, l.vectors * kSplitThreads);
   // Stage the next row in shared memory when cp.async can move the vectors (4-16 bytes)
-  // and kSplitBlocksPerSm CTAs still fit the SM's shared memory.
+  // and kSplitBlocksPerSm CTAs still fit the SM's shared memory. The stage holds x: a row
+  // with a residual is not staged (h = x + residual is formed as it loads).
   const int64_t budget = split_smem_budget(target);
   const int64_t stage_bytes = int64_t{kSplitThreads} * l.vectors * vec * size;
-  const bool copy_async = vec * size >= 4 && target.sm >= 80;  // what cp.async can move
-  l.can_stage = copy_async && stage_bytes <= budget;
-  const int params = (spec.affine != Affine::kNone) + (spec.affine == Affine::kBoth);
-  const int64_t per_vector = int64_t{kSplitThreads} * vec * size * params;
-  const bool group = spec.op == Op::kGroupNorm;
+  const bool copy_async = target.sm >= 80;
+  l.can_stage = copy_async && vec * size >= 4 && stage_bytes <= budget && !pr.residual;
+  const int params = params_of(pr);
+  const int64_t per_vector = int64_t{kSplitThreads} * vec * param_size * params;
+  const bool group = pr.op == Op::kGroupNorm;
   const auto resident_in = [&](int64_t smem) {
-    return copy_async && !group && params > 0 ? std::min(l.vectors, smem / per_vector) : 0;
+    return copy_async && vec * param_size >= 4 && !group && params > 0
+               ? std::min(l.vectors, smem / per_vector)
+               : 0;
   };
   const auto row_bytes = [&](int64_t resident) {
     return 2 * h * size + (l.vectors - resident) * per_vector * l.chunks;
@@ -175,7 +176,7 @@ SplitLayout split_layout(const NormSpec& spec, const Target& target, int vec, in
   // would leave a row moving over a quarter more bytes (LayerNorm f32: most of its 32 MB of
   // parameters streamed again for every row), going without the stage is faster (measured
   // on the H100 with normjit bench; docs/performance-notes.md).
-  const bool one_slot = int64_t{kSplitBlocksPerSm} * target.sm_count / l.chunks == 1;
+  const bool one_slot = split_capacity(target) / l.chunks == 1;
   l.staged = l.can_stage &&
              !(one_slot && 4 * row_bytes(staged_resident) > 5 * row_bytes(unstaged_resident));
   l.resident = l.staged ? staged_resident : unstaged_resident;
@@ -184,160 +185,173 @@ SplitLayout split_layout(const NormSpec& spec, const Target& target, int vec, in
   return l;
 }
 
-KernelPlan plan_rows(const NormSpec& spec, const Target& target) {
-  const bool group = spec.op == Op::kGroupNorm;
-  const int64_t h = spec.row_length();
-  const int64_t g = group ? spec.groups : 0;
-  const int64_t s = group ? spec.spatial() : 1;
-  const int64_t cg = group ? spec.channels() / spec.groups : 0;
-  const int max_vec = kAccessBytes / size_of(spec.dtype);
-  KernelPlan p;
-  // The widest access that divides the row, so every row starts aligned. A groupnorm vector
-  // stays within one channel (one weight and bias) where S allows more than one element;
-  // where S is odd it may span channels (the group, CG channels of S, may still be a
-  // multiple), and the kernel takes each element's parameters past a channel's end
-  // (row_common.cuh). On the H100 that ran GroupNorm on 7x7, 3x3 and 1001x1001 maps faster
-  // than scalar accesses, and on 25x38 maps (S = 950) slower than pairs within a channel.
-  p.vec = vector_width(group && s % 2 == 0 ? s : h, max_vec);
+// The split kernel's layout for a problem: the full chunk, or, for 16-bit rows with parameters
+// per element (LayerNorm), half the values per thread and twice the CTAs per row, when that
+// keeps all the parameters on chip and the full chunk would leave a row moving over a quarter
+// more bytes. On the H100 that ran the bf16 LayerNorm seed and bf16/f16 LayerNorm rows of 64 Ki
+// to 4 Mi elements faster, and RMSNorm with a weight (a quarter of its parameters streamed)
+// slower (normjit bench; performance-notes).
+SplitLayout choose_split_layout(const Problem& pr, const Target& target, int vec) {
+  SplitLayout layout = split_layout(pr, target, vec, split_values(pr, vec));
+  if (layout.values > kSplitValues && params_of(pr) > 0 && pr.op != Op::kGroupNorm) {
+    const SplitLayout half = split_layout(pr, target, vec, layout.values / 2);
+    if (half.chunks <= split_capacity(target) && half.resident == half.vectors &&
+        4 * layout.row_bytes > 5 * half.row_bytes) {
+      layout = half;
+    }
+  }
+  return layout;
+}
+
+// ---------------------------------------------------------------------------------------
+// The choice of strategy
+
+Strategy choose_strategy(const Problem& pr, const Target& target) {
+  if (pr.channel_form) return Strategy::kChannels;
+  if (pr.row_length <= int64_t{kMaxTeam} * kMaxTeamValues) return Strategy::kRowRegisters;
+  const SplitLayout layout = choose_split_layout(pr, target, row_vector_width(pr));
+  return layout.chunks <= split_capacity(target) ? Strategy::kRowSplit : Strategy::kRowStream;
+}
+
+// ---------------------------------------------------------------------------------------
+// Each row strategy's sizing
+
+void size_rows_common(const Problem& pr, KernelPlan& p) {
+  const bool group = pr.op == Op::kGroupNorm;
+  p.vec = row_vector_width(pr);
   p.param_vec = group ? 1 : p.vec;
-  p.rows_per_item = group ? g : 1;
+  p.rows_per_item = group ? pr.groups : 1;
+}
+
+std::string row_registers(const Problem& pr, KernelPlan& p) {
+  const int64_t h = pr.row_length;
   const int64_t vectors = ceil_div(h, p.vec);
-  const std::string type = template_type(spec.dtype);
-  const std::string rms = spec.op == Op::kRmsNorm ? "true" : "false";
-  const std::string weight = spec.affine != Affine::kNone ? "true" : "false";
-  const std::string bias = spec.affine == Affine::kBoth ? "true" : "false";
-  // The template parameters every row kernel ends with: groups, spatial, channels per group,
-  // weight, bias (groups 0: parameters indexed by the element, not by the channel).
-  const std::string tail[] = {std::to_string(g), std::to_string(s), std::to_string(cg), weight,
-                              bias};
+  const int team = std::min<int64_t>(
+      kMaxTeam, pow2_ceil(ceil_div(vectors, std::max(1, team_values(pr, p.vec) / p.vec))));
+  p.vectors = ceil_div(vectors, team);
+  p.block_x = team;
+  p.rows_per_block = std::max(1, 256 / team);
+  p.block_y = p.rows_per_block;
   std::ostringstream why;
-  SplitLayout layout;  // the split kernel's, if it is chosen
-  if (h <= int64_t{kMaxTeam} * kMaxTeamValues) {
-    const int team = std::min<int64_t>(
-        kMaxTeam,
-        pow2_ceil(ceil_div(vectors, std::max(1, team_values(spec.dtype, p.vec) / p.vec))));
-    const int64_t k = ceil_div(vectors, team);
-    p.strategy = Strategy::kRowRegisters;
-    p.header = "normjit/row_norm.cuh";
-    p.function = "normjit::row_norm";
-    p.block_x = team;
-    p.rows_per_block = std::max(1, 256 / team);
-    p.block_y = p.rows_per_block;
-    p.template_args = {type,
-                       rms,
-                       std::to_string(h),
-                       std::to_string(team),
-                       std::to_string(p.rows_per_block),
-                       std::to_string(p.vec),
-                       std::to_string(k)};
-    why << "rows of " << h << " elements fit in the registers of " << team << " threads ("
-        << k * p.vec << " values each, " << p.vec * size_of(spec.dtype) << "-byte accesses); "
-        << p.rows_per_block << " rows per CTA; x is read once";
-  } else {
-    const int64_t capacity = int64_t{kSplitBlocksPerSm} * target.sm_count;
-    layout = split_layout(spec, target, p.vec, split_values(spec.dtype, p.vec));
-    // 16-bit rows with parameters per element (LayerNorm): half the values per thread, twice
-    // the CTAs per row, when that keeps all the parameters on chip and the full chunk would
-    // leave a row moving over a quarter more bytes. On the H100 that ran the bf16 LayerNorm
-    // seed and bf16/f16 LayerNorm rows of 64 Ki to 4 Mi elements faster, and RMSNorm with a
-    // weight (a quarter of its parameters streamed) slower (normjit bench; performance-notes).
-    if (layout.values > kSplitValues && spec.affine != Affine::kNone && !group) {
-      const SplitLayout half = split_layout(spec, target, p.vec, layout.values / 2);
-      if (half.chunks <= capacity && half.resident == half.vectors &&
-          4 * layout.row_bytes > 5 * half.row_bytes) {
-        layout = half;
-      }
-    }
-    const int64_t k = layout.vectors;
-    const int64_t chunk = int64_t{kSplitThreads} * k * p.vec;
-    const int64_t chunks = layout.chunks;
-    // Both kernels that split a row over co-resident CTAs (one per SM) begin their template
-    // arguments with <T, rms, H, THREADS, V, vectors per thread, CTAs per row>.
-    const auto cooperative = [&](Strategy strategy, const char* name, int64_t vectors,
-                                 int64_t parts) {
-      p.strategy = strategy;
-      p.header = std::string("normjit/") + name + ".cuh";
-      p.function = std::string("normjit::") + name;
-      p.block_x = kSplitThreads;
-      p.split_chunks = parts;
-      p.split_blocks_per_sm = kSplitBlocksPerSm;
-      p.template_args = {type,
-                         rms,
-                         std::to_string(h),
-                         std::to_string(kSplitThreads),
-                         std::to_string(p.vec),
-                         std::to_string(vectors),
-                         std::to_string(parts)};
-    };
-    if (chunks <= capacity) {
-      cooperative(Strategy::kRowSplit, "row_split", k, chunks);
-      why << "rows of " << h << " elements split over " << chunks << " co-resident CTAs of "
-          << chunk << " elements each, kept in registers; each chunk's (mean, M2) merged "
-          << "with Chan's formula; x is read once";
-    } else {
-      // Each row over every co-resident CTA (one per SM), each streaming a part twice in
-      // pieces of `vectors` vectors per thread: up to kStreamVectors in flight per thread (half
-      // as many per row where parameters per element make the kernel normalize two rows per
-      // pass), as many as divide the part's length in vectors (rounded up to a multiple where
-      // that moves little), so that the parts stay even and every SM gets one.
-      const int most = !group && spec.affine != Affine::kNone ? kStreamVectors / 2 : kStreamVectors;
-      const int64_t unit = int64_t{kSplitThreads} * p.vec;  // one vector per thread
-      int64_t units = ceil_div(h, capacity * unit);
-      if (units >= 4 * most) units = ceil_div(units, most) * most;
-      int vectors = most;
-      while (units % vectors != 0) --vectors;
-      const int64_t seg = units * unit;
-      const int64_t parts = ceil_div(h, seg);
-      cooperative(Strategy::kRowStream, "row_stream", vectors, parts);
-      p.template_args.push_back(std::to_string(seg));
-      why << "rows of " << h << " elements exceed what " << capacity
-          << " co-resident CTAs hold in registers: each row is split over " << parts
-          << " co-resident CTAs of " << seg
-          << " elements, each streaming its part twice (statistics, then normalize: x is "
-             "read twice); the parts' (mean, M2) merged with Chan's formula";
-    }
+  why << "rows of " << h << " elements fit in the registers of " << team << " threads ("
+      << p.vectors * p.vec << " values each, " << p.vec * size_of(pr.x) << "-byte accesses); "
+      << p.rows_per_block << " rows per CTA; x is read once";
+  return why.str();
+}
+
+std::string row_split(const Problem& pr, const Target& target, KernelPlan& p) {
+  const SplitLayout l = choose_split_layout(pr, target, p.vec);
+  const bool group = pr.op == Op::kGroupNorm;
+  p.block_x = kSplitThreads;
+  p.split_chunks = l.chunks;
+  p.split_blocks_per_sm = kSplitBlocksPerSm;
+  p.vectors = l.vectors;
+  p.staged = l.staged;
+  p.resident_vectors = l.resident;
+  p.smem_bytes = int(l.smem_bytes);
+  // Prefetching a later row into L2 keeps DRAM busy through each row's exchange (sm_90: one
+  // bulk prefetch per chunk). Staged, only where no parameters are read again for every row
+  // (GroupNorm, none, or all resident): streaming weight and bias need that L2, and the
+  // prefetched rows evicted them (the LayerNorm seeds ran slower while theirs streamed).
+  // Unstaged (one row fills the chip), the next row is prefetched where at most an eighth
+  // of the parameters stream (the f32 LayerNorm seed ran faster so). GroupNorm prefetches
+  // after each row's barrier, the others once the row's partial is out: each ran faster so
+  // (measured on the H100 with normjit bench, docs/performance-notes.md).
+  const bool none = params_of(pr) == 0;
+  const bool prefetch =
+      target.sm >= 90 && (l.staged ? group || l.resident == l.vectors || none
+                                   : !group && (none || 8 * l.resident >= 7 * l.vectors));
+  p.prefetch = !prefetch ? 0 : group ? 2 : 1;
+  std::ostringstream why;
+  why << "rows of " << pr.row_length << " elements split over " << l.chunks
+      << " co-resident CTAs of " << int64_t{kSplitThreads} * l.vectors * p.vec
+      << " elements each, kept in registers; each chunk's (mean, M2) merged "
+      << "with Chan's formula; x is read once";
+  if (l.resident > 0) {
+    why << "; the parameters of " << l.resident << " of each thread's " << l.vectors
+        << " vectors stay in shared memory";
   }
-  if (group && p.vec > 1 && s % p.vec != 0) {
-    why << "; " << p.vec * size_of(spec.dtype) << "-byte vectors may span channels (S = " << s
-        << " is odd), each element taking its own channel's weight and bias";
+  if (prefetch) {
+    why << "; the " << (l.staged ? "row after the staged one" : "next row")
+        << " is prefetched into L2";
   }
-  for (const std::string& arg : tail) p.template_args.push_back(arg);
-  if (p.strategy == Strategy::kRowSplit) {
-    const SplitLayout& l = layout;
-    p.smem_bytes = l.smem_bytes;
-    p.template_args.push_back(std::to_string(kSplitBlocksPerSm));
-    p.template_args.push_back(l.staged ? "true" : "false");
-    p.template_args.push_back(std::to_string(l.resident));
-    // Prefetching a later row into L2 keeps DRAM busy through each row's exchange (sm_90: one
-    // bulk prefetch per chunk). Staged, only where no parameters are read again for every row
-    // (GroupNorm, none, or all resident): streaming weight and bias need that L2, and the
-    // prefetched rows evicted them (the LayerNorm seeds ran slower while theirs streamed).
-    // Unstaged (one row fills the chip), the next row is prefetched where at most an eighth
-    // of the parameters stream (the f32 LayerNorm seed ran faster so). GroupNorm prefetches
-    // after each row's barrier, the others once the row's partial is out: each ran faster so
-    // (measured on the H100 with normjit bench, docs/performance-notes.md).
-    const bool prefetch =
-        target.sm >= 90 &&
-        (l.staged ? group || l.resident == l.vectors || spec.affine == Affine::kNone
-                  : !group && (spec.affine == Affine::kNone || 8 * l.resident >= 7 * l.vectors));
-    p.template_args.push_back(!prefetch ? "0" : group ? "2" : "1");
-    if (l.resident > 0) {
-      why << "; the parameters of " << l.resident << " of each thread's " << l.vectors
-          << " vectors stay in shared memory";
-    }
-    if (prefetch) {
-      why << "; the " << (l.staged ? "row after the staged one" : "next row")
-          << " is prefetched into L2";
-    }
-    if (l.can_stage && !l.staged) {
-      why << " (the next row is not staged: that shared memory holds parameters instead)";
-    }
+  if (l.can_stage && !l.staged) {
+    why << " (the next row is not staged: that shared memory holds parameters instead)";
   }
-  p.why = why.str();
-  return p;
+  return why.str();
+}
+
+std::string row_stream(const Problem& pr, const Target& target, KernelPlan& p) {
+  // Each row over every co-resident CTA (one per SM), each streaming a part twice in
+  // pieces of `vectors` vectors per thread: up to kStreamVectors in flight per thread (half
+  // as many per row where parameters per element make the kernel normalize two rows per
+  // pass), as many as divide the part's length in vectors (rounded up to a multiple where
+  // that moves little), so that the parts stay even and every SM gets one.
+  const int64_t h = pr.row_length;
+  const int64_t capacity = split_capacity(target);
+  const bool group = pr.op == Op::kGroupNorm;
+  const int most = !group && params_of(pr) > 0 ? kStreamVectors / 2 : kStreamVectors;
+  const int64_t unit = int64_t{kSplitThreads} * p.vec;  // one vector per thread
+  int64_t units = ceil_div(h, capacity * unit);
+  if (units >= 4 * most) units = ceil_div(units, most) * most;
+  int vectors = most;
+  while (units % vectors != 0) --vectors;
+  p.segment = units * unit;
+  p.split_chunks = ceil_div(h, p.segment);
+  p.block_x = kSplitThreads;
+  p.split_blocks_per_sm = kSplitBlocksPerSm;
+  p.vectors = vectors;
+  std::ostringstream why;
+  why << "rows of " << h << " elements exceed what " << capacity
+      << " co-resident CTAs hold in registers: each row is split over " << p.split_chunks
+      << " co-resident CTAs of " << p.segment
+      << " elements, each streaming its part twice (statistics, then normalize: x is "
+         "read twice); the parts' (mean, M2) merged with Chan's formula";
+  return why.str();
+}
+
+// What the variant axes add to the plan's one-line reason.
+std::string variant_note(const Problem& pr) {
+  std::string out;
+  if (pr.residual) {
+    out += "; h = x + residual (" + std::string(to_string(*pr.residual)) +
+           ") normalized and written back in the same pass";
+  }
+  if (pr.param != pr.x && (pr.weight || pr.bias)) {
+    out += std::string("; parameters in ") + to_string(pr.param);
+  }
+  if (pr.weight_offset != 0.0)
+    out += "; weight used as " + format_double(pr.weight_offset) + " + w";
+  if (pr.y != pr.x) {
+    out += std::string("; y in ") + to_string(pr.y) +
+           (is_fp8(pr.y) ? " (times the launch's scale, saturated)" : "");
+  }
+  if (pr.save_stats) out += pr.op == Op::kRmsNorm ? "; rstd saved" : "; mean and rstd saved";
+  return out;
 }
 
 }  // namespace
+
+Problem Problem::of(const NormSpec& spec) {
+  Problem pr;
+  pr.op = spec.op;
+  pr.x = spec.dtype;
+  pr.y = spec.out_type();
+  pr.param = spec.param_type();
+  pr.residual = spec.residual;
+  pr.channel_form = spec.op == Op::kRmsNorm && spec.channel_form();
+  pr.row_length = spec.row_length();
+  if (spec.channel_form()) {
+    pr.channels = spec.channels();
+    pr.spatial = spec.spatial();
+  }
+  pr.groups = spec.op == Op::kGroupNorm ? spec.groups : 0;
+  pr.weight = spec.affine != Affine::kNone;
+  pr.bias = spec.affine == Affine::kBoth;
+  pr.weight_offset = spec.weight_offset;
+  pr.save_stats = spec.save_stats;
+  return pr;
+}
 
 int64_t KernelPlan::grid(int64_t batch, int64_t co_resident) const {
   const int64_t rows = batch * rows_per_item;
@@ -353,139 +367,14 @@ int64_t KernelPlan::grid(int64_t batch, int64_t co_resident) const {
   return 0;
 }
 
+int64_t KernelPlan::workspace_slot_floats() const {
+  // Two u64 counters, then 4 generations of P partials in 16-byte slots (exchange.cuh).
+  return cooperative() ? 16 * split_chunks + 4 : 0;
+}
+
 int64_t KernelPlan::workspace_floats(int64_t co_resident) const {
   if (!cooperative()) return 0;
-  return co_resident / split_chunks * (16 * split_chunks + 4);  // see exchange.cuh
-}
-
-namespace {
-
-// Facts about each arch that are not in NVRTC's list of supported archs (nvrtcGetSupportedArchs
-// names plain archs only): which suffixed targets exist, and the multiprocessors of the arch's
-// full-size part, for plans made without a device. The one table Target consults.
-struct ArchFacts {
-  int sm;
-  bool arch_specific;    // sm_<sm>a exists
-  bool family_specific;  // sm_<sm>f exists (CUDA 12.9 and later)
-  int full_size_sm_count;
-};
-constexpr int kDefaultSmCount = 80;  // an arch without a full-size part here
-constexpr ArchFacts kArchFacts[] = {
-    {80, false, false, 108},             // A100
-    {86, false, false, 84},              // A40 / RTX 3090
-    {89, false, false, 142},             // L40S
-    {90, true, false, 132},              // H100 SXM
-    {100, true, true, 148},              // B200
-    {101, true, true, kDefaultSmCount},  // CUDA 12.9's name of sm_110
-    {103, true, true, kDefaultSmCount},
-    {110, true, true, kDefaultSmCount},
-    {120, true, true, kDefaultSmCount},
-    {121, true, true, kDefaultSmCount},
-};
-
-const ArchFacts* facts_of(int sm) {
-  for (const ArchFacts& f : kArchFacts) {
-    if (f.sm == sm) return &f;
-  }
-  return nullptr;
-}
-
-int full_size_sm_count(int sm) {
-  const ArchFacts* f = facts_of(sm);
-  return f ? f->full_size_sm_count : kDefaultSmCount;
-}
-
-// Every suffixed target of the table: what a refused suffix is told to pick from.
-std::string suffixed_targets() {
-  std::string out;
-  for (const ArchFacts& f : kArchFacts) {
-    for (const std::string& name : Target::names_of(f.sm)) {
-      if (name.back() == 'a' || name.back() == 'f') out += (out.empty() ? "" : ", ") + name;
-    }
-  }
-  return out;
-}
-
-}  // namespace
-
-std::string Target::base_name() const { return "sm_" + std::to_string(sm); }
-
-std::string Target::name() const {
-  switch (variant) {
-    case Variant::kPortable:
-      break;
-    case Variant::kArchSpecific:
-      return base_name() + "a";
-    case Variant::kFamilySpecific:
-      return base_name() + "f";
-  }
-  return base_name();
-}
-
-std::string Target::text() const {
-  return sm_count == full_size_sm_count(sm) ? name() : name() + ":" + std::to_string(sm_count);
-}
-
-std::vector<std::string> Target::names_of(int sm) {
-  const std::string base = "sm_" + std::to_string(sm);
-  std::vector<std::string> names = {base};
-  if (const ArchFacts* f = facts_of(sm)) {
-    if (f->arch_specific) names.push_back(base + "a");
-    if (f->family_specific) names.push_back(base + "f");
-  }
-  return names;
-}
-
-Target Target::parse(std::string_view arch) {
-  Target t;
-  std::string_view digits = arch;
-  const std::string shown = quoted_excerpt(arch);
-  const std::string why =
-      "expected a real GPU architecture such as sm_80, sm_90, sm_90a or sm_100f, optionally "
-      "with a multiprocessor count as in sm_90:114";
-  const size_t colon = digits.find(':');
-  std::string_view count = colon == std::string_view::npos ? "" : digits.substr(colon + 1);
-  if (colon != std::string_view::npos) digits = digits.substr(0, colon);
-  if (digits.substr(0, 3) != "sm_") throw_invalid_argument("arch", shown, why);
-  digits.remove_prefix(3);
-  char suffix = 0;
-  if (!digits.empty() && (digits.back() == 'a' || digits.back() == 'f')) {
-    suffix = digits.back();
-    digits.remove_suffix(1);
-  }
-  // Decimal digits without a leading zero: sm_090 would otherwise be built as sm_90.
-  int sm = 0;
-  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), sm);
-  if (digits.empty() || digits[0] < '1' || digits[0] > '9' || ec != std::errc() ||
-      end != digits.data() + digits.size() || sm < 50) {
-    throw_invalid_argument("arch", shown, why);
-  }
-  t.sm = sm;
-  if (suffix != 0) {
-    // Only the suffixes the arch has: NVRTC would refuse sm_90f, and quietly taking it as
-    // another target (sm_90a) would build what nobody asked for.
-    t.variant = suffix == 'a' ? Variant::kArchSpecific : Variant::kFamilySpecific;
-    const std::vector<std::string> names = names_of(sm);
-    if (std::find(names.begin(), names.end(), t.name()) == names.end()) {
-      throw_invalid_argument("arch", shown,
-                             t.base_name() + " has no " +
-                                 (suffix == 'a' ? "arch-specific ('a')" : "family-specific ('f')") +
-                                 " target; the suffixed targets are " + suffixed_targets());
-    }
-  }
-  t.sm_count = full_size_sm_count(sm);
-  if (colon != std::string_view::npos) {
-    int n = 0;
-    auto [count_end, count_ec] = std::from_chars(count.data(), count.data() + count.size(), n);
-    if (count.empty() || count_ec != std::errc() || count_end != count.data() + count.size() ||
-        n < 1 || n > kMaxSmCount) {
-      throw_invalid_argument("arch", shown,
-                             "the multiprocessor count after ':' must be an integer from 1 to " +
-                                 std::to_string(kMaxSmCount));
-    }
-    t.sm_count = n;
-  }
-  return t;
+  return co_resident / split_chunks * workspace_slot_floats();
 }
 
 const char* to_string(Strategy strategy) {
@@ -500,31 +389,6 @@ const char* to_string(Strategy strategy) {
       return "row-stream";
   }
   return "?";
-}
-
-const char* template_type(Dtype dtype) {
-  switch (dtype) {
-    case Dtype::kF32:
-      return "float";
-    case Dtype::kF16:
-      return "normjit::half_t";
-    case Dtype::kBF16:
-      return "normjit::bf16_t";
-    case Dtype::kE4M3:
-      return "normjit::e4m3_t";
-    case Dtype::kE5M2:
-      return "normjit::e5m2_t";
-  }
-  return "?";
-}
-
-std::string KernelPlan::name_expression() const {
-  std::string out = "&" + function + "<";
-  for (size_t i = 0; i < template_args.size(); ++i) {
-    if (i) out += ", ";
-    out += template_args[i];
-  }
-  return out + ">";
 }
 
 std::string KernelPlan::grid_text() const {
@@ -547,12 +411,33 @@ std::string KernelPlan::grid_text() const {
 std::string KernelPlan::to_string() const {
   std::ostringstream os;
   os << "strategy: " << normjit::to_string(strategy) << "\n"
-     << "kernel: " << name_expression().substr(1) << "\n"
      << "arch: " << arch << "\n"
      << "block: " << block_x << "x" << block_y << " (" << block_x * block_y << " threads)\n"
      << "grid: " << grid_text() << "\n"
-     << "vector: " << vec << " elements per access\n"
-     << "shared memory: " << smem_bytes << " bytes dynamic\n"
+     << "vector: " << vec << " elements per access\n";
+  switch (strategy) {
+    case Strategy::kChannels:
+      os << "values: " << (cached ? "in registers" : "read twice") << "\n";
+      break;
+    case Strategy::kRowRegisters:
+      os << "vectors per thread: " << vectors << "\n";
+      break;
+    case Strategy::kRowSplit:
+      os << "vectors per thread: " << vectors << "\n"
+         << "staged: " << (staged ? "yes" : "no") << "\n"
+         << "resident parameter vectors: " << resident_vectors << "\n"
+         << "prefetch: "
+         << (prefetch == 0   ? "none"
+             : prefetch == 1 ? "after each row's partial"
+                             : "after each row's barrier")
+         << "\n";
+      break;
+    case Strategy::kRowStream:
+      os << "vectors per thread per piece: " << vectors << "\n"
+         << "segment: " << segment << " elements per CTA\n";
+      break;
+  }
+  os << "shared memory: " << smem_bytes << " bytes dynamic\n"
      << "why: " << why << "\n";
   return os.str();
 }
@@ -564,10 +449,43 @@ int batch_class(const NormSpec& spec) {
 
 KernelPlan plan(const NormSpec& spec, const Target& target) {
   spec.validate();
+  const Problem pr = Problem::of(spec);
+  if (is_fp8(pr.y) && !arch_facts(target.sm).fp8_convert) {
+    throw_invalid_argument("out_dtype", std::string("'") + to_string(pr.y) + "'",
+                           "fp8 output needs sm_89 or later (cvt.rn.satfinite to fp8); the "
+                           "target is " +
+                               target.name());
+  }
   KernelPlan p;
-  p = spec.op == Op::kRmsNorm && spec.channel_form() ? plan_channels(spec)
-                                                     : plan_rows(spec, target);
+  p.problem = pr;
   p.arch = target.name();
+  p.strategy = choose_strategy(pr, target);
+  std::string why;
+  if (p.strategy == Strategy::kChannels) {
+    size_channels(pr, p);
+    why = p.why;
+  } else {
+    size_rows_common(pr, p);
+    switch (p.strategy) {
+      case Strategy::kRowRegisters:
+        why = row_registers(pr, p);
+        break;
+      case Strategy::kRowSplit:
+        why = row_split(pr, target, p);
+        break;
+      case Strategy::kRowStream:
+        why = row_stream(pr, target, p);
+        break;
+      case Strategy::kChannels:
+        break;
+    }
+    if (pr.op == Op::kGroupNorm && p.vec > 1 && pr.spatial % p.vec != 0) {
+      why += "; " + std::to_string(p.vec * size_of(pr.x)) +
+             "-byte vectors may span channels (S = " + std::to_string(pr.spatial) +
+             " is odd), each element taking its own channel's weight and bias";
+    }
+  }
+  p.why = why + variant_note(pr);
   return p;
 }
 

@@ -17,6 +17,13 @@ constexpr int64_t kMaxElements = int64_t{1} << 62;
 // Spec text or a shape quoted in an error: a canonical spec (about 80 bytes) and any valid
 // shape (at most 8 sizes of 19 digits) are shown whole.
 constexpr size_t kSpecExcerpt = 200;
+// Why x, parameters and residual take no fp8 dtype: the kernels read none.
+constexpr const char* kFp8OutputOnly =
+    "e4m3 and e5m2 are output dtypes only (out_dtype); expected one of f32, f16, bf16";
+// Every key of the canonical text, in the order to_string() writes them.
+constexpr const char* kSpecKeys =
+    "op, shape, dtype, normalized_dims, groups, affine, eps, param_dtype, out_dtype, residual, "
+    "weight_offset, save_stats";
 
 bool checked_mul(int64_t a, int64_t b, int64_t* out) {
   return !__builtin_mul_overflow(a, b, out) && *out < kMaxElements;
@@ -77,6 +84,19 @@ void check_eps(double eps, const std::string& argument, const std::string& shown
                            "must be a finite number greater than 0 that a float holds, from " +
                                format_float(float(kMinEps)) + " to " +
                                format_float(float(kMaxEps)));
+  }
+}
+
+// The kernel adds weight_offset to the weight in f32: like eps, a value that a float rounds to
+// 0, a denormal or inf would silently be another offset. 0 is no offset.
+void check_weight_offset(double offset, const std::string& argument, const std::string& shown) {
+  constexpr double kMin = std::numeric_limits<float>::min();
+  constexpr double kMax = std::numeric_limits<float>::max();
+  if (offset != 0 && !(std::fabs(offset) >= kMin && std::fabs(offset) <= kMax)) {
+    throw_invalid_argument(argument, shown,
+                           "must be 0 or a finite number that a float holds as a normal value, "
+                           "magnitude " +
+                               format_float(float(kMin)) + " to " + format_float(float(kMax)));
   }
 }
 
@@ -252,7 +272,18 @@ Dtype parse_dtype(std::string_view text, const std::string& argument) {
   for (Dtype dtype : {Dtype::kF32, Dtype::kF16, Dtype::kBF16}) {
     if (text == to_string(dtype)) return dtype;
   }
+  if (text == to_string(Dtype::kE4M3) || text == to_string(Dtype::kE5M2)) {
+    throw_invalid_argument(argument, quoted_excerpt(text), kFp8OutputOnly);
+  }
   throw_invalid_argument(argument, quoted_excerpt(text), "expected one of f32, f16, bf16");
+}
+
+Dtype parse_out_dtype(std::string_view text, const std::string& argument) {
+  for (Dtype dtype : {Dtype::kF32, Dtype::kF16, Dtype::kBF16, Dtype::kE4M3, Dtype::kE5M2}) {
+    if (text == to_string(dtype)) return dtype;
+  }
+  throw_invalid_argument(argument, quoted_excerpt(text),
+                         "expected one of f32, f16, bf16, e4m3, e5m2");
 }
 
 Affine parse_affine(std::string_view text, const std::string& argument) {
@@ -305,6 +336,12 @@ double parse_eps(std::string_view text, const std::string& argument) {
   const double eps = parse_number(text, argument);
   check_eps(eps, argument, quoted_excerpt(text));  // named as given: 1e300, not 1e+300
   return eps;
+}
+
+double parse_weight_offset(std::string_view text, const std::string& argument) {
+  const double offset = parse_number(text, argument);
+  check_weight_offset(offset, argument, quoted_excerpt(text));  // named as given
+  return offset;
 }
 
 int parse_normalized_dims(std::string_view text, const std::string& argument) {
@@ -366,9 +403,64 @@ NormSpec NormSpec::from_fields(const SpecFields& f) {
     throw_invalid_argument("groups", "(missing)",
                            "groupnorm needs a group count that divides the channels");
   }
-  s.validate();
+  s.param_dtype = f.param_dtype;
+  s.out_dtype = f.out_dtype;
+  s.residual = f.residual;
+  s.weight_offset = f.weight_offset.value_or(0.0);
+  s.save_stats = f.save_stats.value_or(false);
+  s.validate();  // as given: param_dtype without parameters is an error even if it is x's dtype
+  // One canonical form: a dtype equal to x's is the default, and -0 is no offset.
+  if (s.param_dtype == s.dtype) s.param_dtype.reset();
+  if (s.out_dtype == s.dtype) s.out_dtype.reset();
+  if (s.weight_offset == 0) s.weight_offset = 0.0;
   return s;
 }
+
+namespace {
+
+bool parse_bool(std::string_view text, const std::string& argument) {
+  if (text == "true") return true;
+  if (text == "false") return false;
+  throw_invalid_argument(argument, quoted_excerpt(text), "expected true or false");
+}
+
+// The variant axes of a spec whose base fields validate() has checked.
+void validate_variant(const NormSpec& s) {
+  auto quoted = [](Dtype d) { return std::string("'") + normjit::to_string(d) + "'"; };
+  if (is_fp8(s.dtype)) throw_invalid_argument("dtype", quoted(s.dtype), kFp8OutputOnly);
+  if (s.param_dtype) {
+    if (is_fp8(*s.param_dtype)) {
+      throw_invalid_argument("param_dtype", quoted(*s.param_dtype), kFp8OutputOnly);
+    }
+    if (s.affine == Affine::kNone) {
+      throw_invalid_argument("param_dtype", quoted(*s.param_dtype),
+                             "is the dtype of weight and bias, and affine is none; give affine "
+                             "weight or both, or leave param_dtype out");
+    }
+  }
+  if (s.residual) {
+    if (s.op == Op::kGroupNorm || s.channel_form()) {
+      throw_invalid_argument(
+          "residual", quoted(*s.residual),
+          std::string("only the trailing forms take a residual (rmsnorm with normalized_dims > "
+                      "0, layernorm), not ") +
+              normjit::to_string(s.op) +
+              (s.op == Op::kGroupNorm ? "" : " with normalized_dims 0 (channel form)"));
+    }
+    if (*s.residual != s.dtype && *s.residual != Dtype::kF32) {
+      throw_invalid_argument(
+          "residual", quoted(*s.residual),
+          std::string("must be x's dtype (") + normjit::to_string(s.dtype) + ") or f32");
+    }
+  }
+  check_weight_offset(s.weight_offset, "weight_offset", format_double(s.weight_offset));
+  if (s.weight_offset != 0 && s.affine == Affine::kNone) {
+    throw_invalid_argument("weight_offset", format_double(s.weight_offset),
+                           "offsets the weight, and affine is none; give affine weight or both");
+  }
+}
+
+}  // namespace
 
 void NormSpec::validate() const {
   const int rank = int(shape.size());
@@ -440,6 +532,7 @@ void NormSpec::validate() const {
                            "normalizes " + std::to_string(row_length()) +
                                " elements together; at most 2^31-1 are supported");
   }
+  validate_variant(*this);
 }
 
 int64_t NormSpec::batch() const {
@@ -468,7 +561,8 @@ int64_t NormSpec::param_elements() const {
 bool NormSpec::operator==(const NormSpec& o) const {
   return op == o.op && shape == o.shape && dtype == o.dtype &&
          normalized_dims == o.normalized_dims && groups == o.groups && affine == o.affine &&
-         eps == o.eps;
+         eps == o.eps && param_type() == o.param_type() && out_type() == o.out_type() &&
+         residual == o.residual && weight_offset == o.weight_offset && save_stats == o.save_stats;
 }
 
 std::string NormSpec::to_string() const {
@@ -477,6 +571,12 @@ std::string NormSpec::to_string() const {
   if (normalized_dims != 0) out += " normalized_dims=" + std::to_string(normalized_dims);
   if (op == Op::kGroupNorm) out += " groups=" + std::to_string(groups);
   out += std::string(" affine=") + normjit::to_string(affine) + " eps=" + format_double(eps);
+  // The variant axes, each only when not its default: today's specs keep their text.
+  if (param_type() != dtype) out += std::string(" param_dtype=") + normjit::to_string(param_type());
+  if (out_type() != dtype) out += std::string(" out_dtype=") + normjit::to_string(out_type());
+  if (residual) out += std::string(" residual=") + normjit::to_string(*residual);
+  if (weight_offset != 0) out += " weight_offset=" + format_double(weight_offset);
+  if (save_stats) out += " save_stats=true";
   return out;
 }
 
@@ -517,11 +617,19 @@ NormSpec NormSpec::parse(std::string_view text) {
       f.affine = parse_affine(value);
     } else if (key == "eps") {
       f.eps = parse_number(value, key);  // validate() checks the range
+    } else if (key == "param_dtype") {
+      f.param_dtype = parse_dtype(value, key);
+    } else if (key == "out_dtype") {
+      f.out_dtype = parse_out_dtype(value, key);
+    } else if (key == "residual") {
+      f.residual = parse_dtype(value, key);
+    } else if (key == "weight_offset") {
+      f.weight_offset = parse_number(value, key);  // validate() checks the range
+    } else if (key == "save_stats") {
+      f.save_stats = parse_bool(value, key);
     } else {
-      throw_invalid_argument(
-          "spec", quoted_excerpt(text, kSpecExcerpt),
-          "unknown key " + quoted_excerpt(key) +
-              " (known: op, shape, dtype, normalized_dims, groups, affine, eps)");
+      throw_invalid_argument("spec", quoted_excerpt(text, kSpecExcerpt),
+                             "unknown key " + quoted_excerpt(key) + " (known: " + kSpecKeys + ")");
     }
   }
   return from_fields(f);

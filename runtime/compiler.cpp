@@ -212,7 +212,7 @@ std::string entry_metadata(const NormSpec& spec, const KernelPlan& plan,
   nlohmann::ordered_json j;
   j["spec"] = spec.to_string();
   j["strategy"] = to_string(plan.strategy);
-  j["kernel"] = plan.name_expression().substr(1);
+  j["kernel"] = emit(plan).kernel;
   j["lowered_name"] = compiled.lowered_name;
   j["arch"] = plan.arch;
   j["block"] = {plan.block_x, plan.block_y};

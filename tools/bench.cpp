@@ -455,7 +455,7 @@ void run_compile(const BenchOptions& o, const std::vector<NormSpec>& specs) {
   double unused = 0;
   size_t empty_bytes = 0;
   const EmittedKernel empty = {"extern \"C\" __global__ void normjit_empty_kernel() {}\n",
-                               "normjit_empty_kernel"};
+                               "normjit_empty_kernel", "normjit_empty_kernel"};
   const Spread e = time_compiles(empty, unused, empty_bytes);
   if (!o.json) {
     std::printf(

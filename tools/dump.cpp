@@ -114,8 +114,10 @@ std::string preimage_field(const std::string& preimage, const std::string& name)
 // source, name expression and target again; a byte-identical cubin proves the report is the
 // entry's.
 std::string entry_resources(const cache::Entry& entry) {
-  const EmittedKernel emitted{preimage_field(entry.preimage, "source"),
-                              preimage_field(entry.preimage, "name_expression")};
+  EmittedKernel emitted;
+  emitted.source = preimage_field(entry.preimage, "source");
+  emitted.name_expression = preimage_field(entry.preimage, "name_expression");
+  if (emitted.name_expression.size() > 1) emitted.kernel = emitted.name_expression.substr(1);
   const std::string target_name = preimage_field(entry.preimage, "target");
   if (emitted.source.empty() || emitted.name_expression.empty() || target_name.empty()) {
     throw Error(ErrorCode::kInvalidArgument,

@@ -10,6 +10,22 @@ struct alignas(2) half_t {
 struct alignas(2) bf16_t {
   unsigned short bits;
 };
+// OCP fp8 (E4M3: max 448, no infinities; E5M2: max 57344), output only. Conversions saturate
+// to the largest finite value (cvt.rn.satfinite: sm_89 and later; the plan refuses fp8 output
+// on older targets).
+struct alignas(1) e4m3_t {
+  unsigned char bits;
+};
+struct alignas(1) e5m2_t {
+  unsigned char bits;
+};
+
+template <class T>
+constexpr bool kFp8 = false;
+template <>
+constexpr bool kFp8<e4m3_t> = true;
+template <>
+constexpr bool kFp8<e5m2_t> = true;
 
 __device__ __forceinline__ float to_float(float v) { return v; }
 
@@ -51,5 +67,31 @@ __device__ __forceinline__ bf16_t from_float<bf16_t>(float v) {
   }
   return out;
 }
+
+#if __CUDA_ARCH__ >= 890
+// Two values converted and packed into 16 bits, lo in the low byte.
+template <class T>
+__device__ __forceinline__ unsigned short fp8_pair(float lo, float hi);
+template <>
+__device__ __forceinline__ unsigned short fp8_pair<e4m3_t>(float lo, float hi) {
+  unsigned short out;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(out) : "f"(hi), "f"(lo));
+  return out;
+}
+template <>
+__device__ __forceinline__ unsigned short fp8_pair<e5m2_t>(float lo, float hi) {
+  unsigned short out;
+  asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(out) : "f"(hi), "f"(lo));
+  return out;
+}
+template <>
+__device__ __forceinline__ e4m3_t from_float<e4m3_t>(float v) {
+  return e4m3_t{static_cast<unsigned char>(fp8_pair<e4m3_t>(v, 0.f))};
+}
+template <>
+__device__ __forceinline__ e5m2_t from_float<e5m2_t>(float v) {
+  return e5m2_t{static_cast<unsigned char>(fp8_pair<e5m2_t>(v, 0.f))};
+}
+#endif
 
 }  // namespace normjit

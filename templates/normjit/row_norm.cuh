@@ -15,21 +15,29 @@
 
 namespace normjit {
 
-template <class T, bool kRms, long long H, int TEAM, int ROWS, int V, int K, int G, long long S,
-          int CG, bool kWeight, bool kBias>
-__global__ void __launch_bounds__(TEAM* ROWS) row_norm(Params p) {
+// C: the row kernels' names (row_common.cuh), and
+//   kThreads        TEAM: threads per row
+//   kRowsPerBlock   ROWS: rows per CTA (blockDim = (TEAM, ROWS))
+//   kVectors        K: vectors per thread
+template <class C>
+__global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock) row_norm(Params p) {
+  constexpr int TEAM = C::kThreads, ROWS = C::kRowsPerBlock;
+  constexpr long long H = C::kRowLength;
   constexpr int kWarps = TEAM > 32 ? TEAM / 32 : 1;
+  using RowSlice = Slice<C, C::kVectors>;
+  static_assert(H % C::kVec == 0, "vectors never straddle a row's end");
+  static_assert((long long)C::kVectors * TEAM * C::kVec >= H, "a team holds its whole row");
   const long long row = (long long)blockIdx.x * ROWS + threadIdx.y;
-  const bool active = row < total_rows<G>(p);
-  const T* x = static_cast<const T*>(p.x) + (active ? row : 0) * H;
-  Slice<T, K, V, TEAM, H> slice;
+  const bool active = row < total_rows<C>(p);
+  const RowIo<C> io(p, active ? row : 0);
+  RowSlice slice;
   // An inactive row (past the last) loads nothing but still joins the team reduction.
-  slice.load(x, active ? 0 : H, threadIdx.x, active ? row_shift<kRms>(x) : 0.f);
+  slice.load(io, active ? 0 : H, threadIdx.x, active ? io.shift() : 0.f);
   float mean = 0.f, rstd;
-  if constexpr (kRms) {
+  if constexpr (C::kRms) {
     __shared__ float scratch[ROWS * kWarps];
     rstd = rsqrtf(team_reduce<TEAM, ROWS>(slice.sum_squares(), scratch) * (1.0f / H) + p.eps);
-  } else if constexpr (Slice<T, K, V, TEAM, H>::kPacked) {
+  } else if constexpr (RowSlice::kPacked) {
     __shared__ float scratch[ROWS * kWarps];
     mean = team_reduce<TEAM, ROWS>(slice.sum(), scratch) * (1.0f / H);
     rstd = rsqrtf(team_reduce<TEAM, ROWS>(slice.squared_deviations(mean), scratch) * (1.0f / H) +
@@ -41,8 +49,8 @@ __global__ void __launch_bounds__(TEAM* ROWS) row_norm(Params p) {
     rstd = rsqrtf(s.m2 * (1.0f / H) + p.eps);
   }
   if (!active) return;
-  slice.template store<G, S, CG, kWeight, kBias>(static_cast<T*>(p.y) + row * H, p, row, 0,
-                                                 threadIdx.x, mean, rstd);
+  if (threadIdx.x == 0) save_row_stats<C>(p, row, slice.shift_ + mean, rstd);
+  slice.store(io, p, Epilogue<C>(p), row, 0, threadIdx.x, mean, rstd);
 }
 
 }  // namespace normjit

@@ -51,27 +51,49 @@ __device__ __forceinline__ void prefetch_chunk(const T* row, long long begin) {
 #endif
 }
 
-template <class T, bool kRms, long long H, int THREADS, int V, int K, long long P, int G,
-          long long S, int CG, bool kWeight, bool kBias, int kMinBlocks, bool kStaged, int KR,
-          int kPrefetch>
-__global__ void __launch_bounds__(THREADS, kMinBlocks) row_split(Params p) {
-  using Chunk = Slice<T, K, V, THREADS, H>;
-  constexpr long long kChunk = (long long)THREADS * K * V;
+// C: the row kernels' names (row_common.cuh), and
+//   kThreads, kVectors     threads per CTA, vectors per thread (K)
+//   kChunks                P: CTAs per row
+//   kBlocksPerSm           CTAs per SM the launch bounds ask for
+//   kStaged                the next row is staged in shared memory (cp.async)
+//   kResidentVectors       KR: vectors per thread whose parameters stay in shared memory
+//   kPrefetch              0: none; 1, 2: where the row after next is prefetched into L2
+//   kDynamicSmemBytes      the plan's dynamic shared memory (checked against this kernel's use)
+//   kWorkspaceSlotFloats   the plan's workspace floats per slot (checked against the exchange's)
+template <class C>
+__global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm) row_split(Params p) {
+  using T = Held<C>;
+  using P = typename C::Param;
+  constexpr int THREADS = C::kThreads, V = C::kVec, KR = C::kResidentVectors;
+  constexpr int kPrefetch = C::kPrefetch;
+  constexpr bool kStaged = C::kStaged, kRms = C::kRms;
+  constexpr long long H = C::kRowLength;
+  using Chunk = Slice<C, C::kVectors>;
+  constexpr long long kChunk = (long long)THREADS * C::kVectors * V;
+  constexpr int kParams = C::kWeight + C::kBias;
+  static_assert((C::kChunks - 1) * kChunk < H && H <= C::kChunks * kChunk,
+                "P chunks cover the row, none empty");
+  static_assert(C::kDynamicSmemBytes == (kStaged ? kChunk * sizeof(T) : 0) +
+                                            (long long)KR * THREADS * V * sizeof(P) * kParams,
+                "the plan's shared memory is the stage and the resident parameters");
   extern __shared__ __align__(16) unsigned char dynamic_smem[];
   T* stage = reinterpret_cast<T*>(dynamic_smem);
-  // KR > 0 (LayerNorm-like rows, G == 0): the weight and bias of the first KR vectors of each
+  // KR > 0 (LayerNorm-like rows, no groups): the weight and bias of the first KR vectors of each
   // thread stay in shared memory (after the stage, if any) for the whole launch, so every row
   // reads that part of its parameters from chip instead of from memory.
-  T* resident = stage + (kStaged ? kChunk : 0);
-  static_assert(KR == 0 || (G == 0 && (kWeight || kBias)), "resident parameters");
+  P* resident = reinterpret_cast<P*>(dynamic_smem + (kStaged ? kChunk * sizeof(T) : 0));
+  static_assert(KR == 0 || (C::kGroups == 0 && kParams > 0), "resident parameters");
   static_assert(kPrefetch == 0 || kPrefetch == 1 || (kStaged && kPrefetch == 2), "prefetch point");
-  using RowExchange = Exchange<THREADS, P, kChunk, H, kRms>;
+  static_assert(!(kStaged && C::kResidual), "the stage holds x: no residual");
+  using RowExchange = Exchange<THREADS, C::kChunks, kChunk, H, kRms>;
+  static_assert(C::kWorkspaceSlotFloats == RowExchange::kSlotFloats,
+                "the plan sizes the workspace as the exchange lays it out");
   __shared__ typename RowExchange::Shared exchange_shared;
 
   RowExchange exchange(exchange_shared, p.workspace);
   const long long slots = exchange.slots, slot = exchange.slot;
   const long long begin = exchange.chunk * kChunk;
-  const long long rows = total_rows<G>(p);
+  const long long rows = total_rows<C>(p);
   const int tid = threadIdx.x;
   exchange.start();
   auto stats_of = [&](const Chunk& c) {
@@ -85,8 +107,7 @@ __global__ void __launch_bounds__(THREADS, kMinBlocks) row_split(Params p) {
 #else
   const NoHints hints;
 #endif
-  const T* x0 = static_cast<const T*>(p.x);
-  T* y0 = static_cast<T*>(p.y);
+  const Epilogue<C> epi(p);
   // Every thread reads the generation below; thread 0 wrote it.
   __syncthreads();
 
@@ -97,15 +118,15 @@ __global__ void __launch_bounds__(THREADS, kMinBlocks) row_split(Params p) {
   if constexpr (KR > 0) {
     // Each thread copies, and later reads, only its own vectors: no block barrier needed.
     constexpr long long kResident = (long long)KR * THREADS * V;
-    const T* params[2] = {static_cast<const T*>(kWeight ? p.weight : p.bias),
-                          static_cast<const T*>(p.bias)};
+    const P* params[2] = {static_cast<const P*>(C::kWeight ? p.weight : p.bias),
+                          static_cast<const P*>(p.bias)};
 #pragma unroll
-    for (int i = 0; i < (kWeight && kBias ? 2 : 1); ++i) {
+    for (int i = 0; i < kParams; ++i) {
 #pragma unroll
       for (int k = 0; k < KR; ++k) {
         const long long local = (long long)(tid + k * THREADS) * V;
         if (begin + local < H) {
-          Chunk::copy_async(resident + i * kResident + local, params[i] + begin + local);
+          copy_async<P, V>(resident + i * kResident + local, params[i] + begin + local);
         }
       }
     }
@@ -117,8 +138,8 @@ __global__ void __launch_bounds__(THREADS, kMinBlocks) row_split(Params p) {
   bool holding = false;  // the registers hold row `row`, generation g
   long long next = row;
   unsigned long long g = exchange.base_generation() - 1;  // g + 1 is next's generation
-  float next_shift = row_shift<kRms>(x0 + next * H);
-  if constexpr (kStaged) slice.prefetch(x0 + next * H, begin, tid, stage);
+  float next_shift = RowIo<C>(p, next).shift();
+  if constexpr (kStaged) slice.prefetch(RowIo<C>(p, next).x, begin, tid, stage);
   for (;;) {
     const bool has_next = next < rows;
     if constexpr (kStaged) {
@@ -128,7 +149,7 @@ __global__ void __launch_bounds__(THREADS, kMinBlocks) row_split(Params p) {
                          g + 1);
         // The stage has landed (publish read it): start the row after it towards L2.
         if (kPrefetch == 1 && tid == 0 && next + slots < rows) {
-          prefetch_chunk<T, H, kChunk>(x0 + (next + slots) * H, begin);
+          prefetch_chunk<typename C::X, H, kChunk>(RowIo<C>(p, next + slots).x, begin);
         }
       }
     }
@@ -136,26 +157,29 @@ __global__ void __launch_bounds__(THREADS, kMinBlocks) row_split(Params p) {
       float mean, rstd;
       exchange.combine(g, p.eps, mean, rstd);
       if (kPrefetch == 2 && tid == 0 && next + slots < rows) {  // implies has_next
-        prefetch_chunk<T, H, kChunk>(x0 + (next + slots) * H, begin);
+        prefetch_chunk<typename C::X, H, kChunk>(RowIo<C>(p, next + slots).x, begin);
       }
-      constexpr bool kOneChannel = G > 0 && S % kChunk == 0;
-      slice.template store<G, S, CG, kWeight, kBias, kOneChannel, KR>(
-          y0 + row * H, p, row, begin, tid, mean, rstd, hints, resident);
+      if (exchange.chunk == 0 && tid == 0) save_row_stats<C>(p, row, slice.shift_ + mean, rstd);
+      constexpr bool kOneChannel = C::kGroups > 0 && C::kSpatial % kChunk == 0;
+      slice.template store<kOneChannel, KR>(RowIo<C>(p, row), p, epi, row, begin, tid, mean, rstd,
+                                            hints, resident);
     }
     if (!has_next) break;
     if constexpr (kStaged) {
       slice.load_staged(stage, begin, tid, next_shift);
       if (next + slots < rows) {
-        slice.prefetch(x0 + (next + slots) * H, begin, tid, stage);
-        next_shift = row_shift<kRms>(x0 + (next + slots) * H);
+        const RowIo<C> after(p, next + slots);
+        slice.prefetch(after.x, begin, tid, stage);
+        next_shift = after.shift();
       }
     } else {
-      slice.load(x0 + next * H, begin, tid, next_shift, hints.stream);
+      slice.load(RowIo<C>(p, next), begin, tid, next_shift, hints.stream);
       exchange.publish(stats_of(slice), g + 1);
-      if (kPrefetch == 1 && tid == 0 && next + slots < rows) {
-        prefetch_chunk<T, H, kChunk>(x0 + (next + slots) * H, begin);
+      if (next + slots < rows) {
+        const RowIo<C> after(p, next + slots);
+        if (kPrefetch == 1 && tid == 0) prefetch_chunk<typename C::X, H, kChunk>(after.x, begin);
+        next_shift = after.shift();
       }
-      if (next + slots < rows) next_shift = row_shift<kRms>(x0 + (next + slots) * H);
     }
     holding = true;
     row = next;

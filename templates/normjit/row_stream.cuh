@@ -13,26 +13,36 @@
 
 namespace normjit {
 
-template <class T, bool kRms, long long H, int THREADS, int V, int K, long long P, long long kSeg,
-          int G, long long S, int CG, bool kWeight, bool kBias>
-__global__ void __launch_bounds__(THREADS, 1) row_stream(Params p) {
-  using Piece = Slice<T, K, V, THREADS, H>;
-  constexpr long long kPiece = (long long)THREADS * K * V;
+// C: the row kernels' names (row_common.cuh), and
+//   kThreads, kVectors     threads per CTA, vectors per thread per piece (K)
+//   kParts                 P: CTAs per row
+//   kSegment               elements of a row each CTA streams (kSeg)
+//   kWorkspaceSlotFloats   the plan's workspace floats per slot (checked against the exchange's)
+// With a residual, both passes read x and the residual (h is written in the second, after
+// every CTA of the row took its shift), so the residual may be updated in place.
+template <class C>
+__global__ void __launch_bounds__(C::kThreads, 1) row_stream(Params p) {
+  constexpr int THREADS = C::kThreads;
+  constexpr long long H = C::kRowLength, P = C::kParts, kSeg = C::kSegment;
+  constexpr bool kRms = C::kRms;
+  using Piece = Slice<C, C::kVectors>;
+  constexpr long long kPiece = (long long)THREADS * C::kVectors * C::kVec;
   static_assert(kSeg % kPiece == 0, "a part is whole pieces");
   static_assert((P - 1) * kSeg < H && H <= P * kSeg, "P parts of kSeg cover the row");
   constexpr long long kPieces = kSeg / kPiece;  // per part; the last part's tail is masked
   using RowExchange = Exchange<THREADS, P, kSeg, H, kRms>;
+  static_assert(C::kWorkspaceSlotFloats == RowExchange::kSlotFloats,
+                "the plan sizes the workspace as the exchange lays it out");
   __shared__ typename RowExchange::Shared exchange_shared;
 
   RowExchange exchange(exchange_shared, p.workspace);
   const long long slots = exchange.slots, slot = exchange.slot;
   const long long begin = exchange.chunk * kSeg;
-  const long long rows = total_rows<G>(p);
+  const long long rows = total_rows<C>(p);
   const int tid = threadIdx.x;
   exchange.start();
   if (slot >= rows) return;  // the whole CTA: no rows for this slot in this launch
-  const T* x0 = static_cast<const T*>(p.x);
-  T* y0 = static_cast<T*>(p.y);
+  const Epilogue<C> epi(p);
   // Every thread reads the generation below; thread 0 wrote it.
   __syncthreads();
   unsigned long long g = exchange.base_generation();
@@ -40,19 +50,19 @@ __global__ void __launch_bounds__(THREADS, 1) row_stream(Params p) {
   // of the slot are normalized in one pass over them, so they are read once per two rows: both
   // rows' partials are published (generations g and g+1) before either is awaited, which also
   // hides the first row's exchange behind the second's statistics.
-  constexpr int kRowsPerPass = G == 0 && (kWeight || kBias) ? 2 : 1;
+  constexpr int kRowsPerPass = C::kGroups == 0 && (C::kWeight || C::kBias) ? 2 : 1;
   for (long long row = slot; row < rows; row += kRowsPerPass * slots) {
     const int n = kRowsPerPass == 2 && row + slots < rows ? 2 : 1;  // the same in every CTA
     float shift[kRowsPerPass], mean[kRowsPerPass], rstd[kRowsPerPass];
 #pragma unroll
     for (int r = 0; r < kRowsPerPass; ++r) {
       if (r >= n) break;
-      const T* x = x0 + (row + r * slots) * H;
-      shift[r] = row_shift<kRms>(x);
+      const RowIo<C> io(p, row + r * slots);
+      shift[r] = io.shift();
       Stats acc = {0.f, 0.f, 0.f};
       for (long long i = 0; i < kPieces; ++i) {
         Piece piece;
-        piece.load(x, begin + i * kPiece, tid, shift[r]);
+        piece.load(io, begin + i * kPiece, tid, shift[r]);
         if constexpr (kRms) {
           acc.m2 += piece.sum_squares();
         } else {
@@ -63,22 +73,26 @@ __global__ void __launch_bounds__(THREADS, 1) row_stream(Params p) {
     }
 #pragma unroll
     for (int r = 0; r < kRowsPerPass; ++r) {
-      if (r < n) exchange.combine(g + r, p.eps, mean[r], rstd[r]);
+      if (r < n) {
+        exchange.combine(g + r, p.eps, mean[r], rstd[r]);
+        if (exchange.chunk == 0 && tid == 0) {
+          save_row_stats<C>(p, row + r * slots, shift[r] + mean[r], rstd[r]);
+        }
+      }
     }
     for (long long i = 0; i < kPieces; ++i) {
       const long long piece_begin = begin + i * kPiece;
       Piece piece[kRowsPerPass];
 #pragma unroll
       for (int r = 0; r < kRowsPerPass; ++r) {
-        if (r < n) piece[r].load(x0 + (row + r * slots) * H, piece_begin, tid, shift[r]);
+        if (r < n) piece[r].load(RowIo<C>(p, row + r * slots), piece_begin, tid, shift[r]);
       }
       // The second row's store finds the parameters the first one just read in L1 or L2.
 #pragma unroll
       for (int r = 0; r < kRowsPerPass; ++r) {
         if (r < n) {
           const long long row_r = row + r * slots;
-          piece[r].template store<G, S, CG, kWeight, kBias>(y0 + row_r * H, p, row_r, piece_begin,
-                                                            tid, mean[r], rstd[r]);
+          piece[r].store(RowIo<C>(p, row_r), p, epi, row_r, piece_begin, tid, mean[r], rstd[r]);
         }
       }
     }

@@ -52,8 +52,12 @@ template <class T, int V>
 __device__ __forceinline__ unsigned int pack_word(const float (&in)[V], int i) {
   if constexpr (sizeof(T) == 4) {
     return bits_of(from_float<T>(in[i]));
-  } else {
+  } else if constexpr (sizeof(T) == 2) {
     return pack_pair<T>(in[2 * i], in[2 * i + 1]);
+  } else {
+    static_assert(kFp8<T>, "1-byte elements are fp8");
+    return static_cast<unsigned int>(fp8_pair<T>(in[4 * i], in[4 * i + 1])) |
+           static_cast<unsigned int>(fp8_pair<T>(in[4 * i + 2], in[4 * i + 3])) << 16;
   }
 }
 
@@ -115,11 +119,21 @@ __device__ __forceinline__ void load_raw(const void* p, unsigned int (&w)[kWords
   }
 }
 
-// Loads V elements at p (aligned to V*sizeof(T)) into out[0..V).
+// Loads V elements at p (aligned to V*sizeof(T), at most 16 bytes) into out[0..V).
+// Vectors wider than 16 bytes (f32 parameters beside 16-bit x) move as several 16-byte accesses.
 template <class T, int V, class Hint = NoHint>
 __device__ __forceinline__ void load_vec(const T* p, float (&out)[V], Hint hint = {}) {
   constexpr int kBytes = sizeof(T) * V;
-  if constexpr (kBytes < 4) {
+  if constexpr (kBytes > 16) {
+    constexpr int kPart = 16 / sizeof(T);
+#pragma unroll
+    for (int c = 0; c < V / kPart; ++c) {
+      float part[kPart];
+      load_vec<T, kPart>(p + c * kPart, part, hint);
+#pragma unroll
+      for (int j = 0; j < kPart; ++j) out[c * kPart + j] = part[j];
+    }
+  } else if constexpr (kBytes < 4) {
 #pragma unroll
     for (int j = 0; j < V; ++j) out[j] = to_float(p[j]);
   } else {
@@ -143,11 +157,49 @@ __device__ __forceinline__ void load_words(const T* p, unsigned int (&w)[V / 2],
   load_raw<V / 2>(p, w, hint);
 }
 
-// Stores in[0..V) as V elements at p (aligned to V*sizeof(T)).
+// Stores kWords 32-bit words at p (aligned to 4 * kWords bytes).
+template <int kWords, class Hint = NoHint>
+__device__ __forceinline__ void store_raw(void* p, const unsigned int (&w)[kWords],
+                                          Hint hint = {}) {
+  unsigned long long policy = 0;
+  if constexpr (kHinted<Hint>) policy = hint.policy;
+  // Written in PTX: NVVM otherwise splits a uint4 store of converted floats into scalar stores.
+  if constexpr (kWords == 4 && kHinted<Hint>) {
+    asm volatile("st.global.L2::cache_hint.v4.b32 [%0], {%1, %2, %3, %4}, %5;" ::"l"(p), "r"(w[0]),
+                 "r"(w[1]), "r"(w[2]), "r"(w[3]), "l"(policy)
+                 : "memory");
+  } else if constexpr (kWords == 4) {
+    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(w[0]), "r"(w[1]),
+                 "r"(w[2]), "r"(w[3])
+                 : "memory");
+  } else if constexpr (kWords == 2 && kHinted<Hint>) {
+    asm volatile("st.global.L2::cache_hint.v2.b32 [%0], {%1, %2}, %3;" ::"l"(p), "r"(w[0]),
+                 "r"(w[1]), "l"(policy)
+                 : "memory");
+  } else if constexpr (kWords == 2) {
+    asm volatile("st.global.v2.b32 [%0], {%1, %2};" ::"l"(p), "r"(w[0]), "r"(w[1]) : "memory");
+  } else if constexpr (kHinted<Hint>) {
+    asm volatile("st.global.L2::cache_hint.b32 [%0], %1, %2;" ::"l"(p), "r"(w[0]), "l"(policy)
+                 : "memory");
+  } else {
+    *reinterpret_cast<unsigned int*>(p) = w[0];
+  }
+}
+
+// Stores in[0..V) as V elements at p (aligned to V*sizeof(T), at most 16 bytes).
 template <class T, int V, class Hint = NoHint>
 __device__ __forceinline__ void store_vec(T* p, const float (&in)[V], Hint hint = {}) {
   constexpr int kBytes = sizeof(T) * V;
-  if constexpr (kBytes < 4) {
+  if constexpr (kBytes > 16) {
+    constexpr int kPart = 16 / sizeof(T);
+#pragma unroll
+    for (int c = 0; c < V / kPart; ++c) {
+      float part[kPart];
+#pragma unroll
+      for (int j = 0; j < kPart; ++j) part[j] = in[c * kPart + j];
+      store_vec<T, kPart>(p + c * kPart, part, hint);
+    }
+  } else if constexpr (kBytes < 4) {
 #pragma unroll
     for (int j = 0; j < V; ++j) p[j] = from_float<T>(in[j]);
   } else {
@@ -155,29 +207,7 @@ __device__ __forceinline__ void store_vec(T* p, const float (&in)[V], Hint hint 
     unsigned int w[kWords];
 #pragma unroll
     for (int i = 0; i < kWords; ++i) w[i] = pack_word<T>(in, i);
-    unsigned long long policy = 0;
-    if constexpr (kHinted<Hint>) policy = hint.policy;
-    // Written in PTX: NVVM otherwise splits a uint4 store of converted floats into scalar stores.
-    if constexpr (kWords == 4 && kHinted<Hint>) {
-      asm volatile("st.global.L2::cache_hint.v4.b32 [%0], {%1, %2, %3, %4}, %5;" ::"l"(p),
-                   "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3]), "l"(policy)
-                   : "memory");
-    } else if constexpr (kWords == 4) {
-      asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(w[0]), "r"(w[1]),
-                   "r"(w[2]), "r"(w[3])
-                   : "memory");
-    } else if constexpr (kWords == 2 && kHinted<Hint>) {
-      asm volatile("st.global.L2::cache_hint.v2.b32 [%0], {%1, %2}, %3;" ::"l"(p), "r"(w[0]),
-                   "r"(w[1]), "l"(policy)
-                   : "memory");
-    } else if constexpr (kWords == 2) {
-      asm volatile("st.global.v2.b32 [%0], {%1, %2};" ::"l"(p), "r"(w[0]), "r"(w[1]) : "memory");
-    } else if constexpr (kHinted<Hint>) {
-      asm volatile("st.global.L2::cache_hint.b32 [%0], %1, %2;" ::"l"(p), "r"(w[0]), "l"(policy)
-                   : "memory");
-    } else {
-      *reinterpret_cast<unsigned int*>(p) = w[0];
-    }
+    store_raw<kWords>(p, w, hint);
   }
 }
 

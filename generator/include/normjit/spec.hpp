@@ -3,6 +3,8 @@
 // One canonical text form is shared by the CLI flags, the prewarm manifest (JSON fields of
 // the same names), cache metadata and error messages:
 //   op=groupnorm shape=112,64,512,512 dtype=f32 groups=8 affine=both eps=1e-05
+// The variant axes follow, each only when not its default, in this order:
+//   ... param_dtype=f32 out_dtype=e4m3 residual=bf16 weight_offset=1 save_stats=true
 #pragma once
 
 #include <cstdint>
@@ -28,7 +30,10 @@ bool is_fp8(Dtype dtype);  // e4m3 or e5m2
 
 // Parse one name; `argument` names the flag or field in the error message.
 Op parse_op(std::string_view text, const std::string& argument = "op");
+// x, parameters and residual: f32, f16, bf16 (e4m3 and e5m2 are refused as output-only).
 Dtype parse_dtype(std::string_view text, const std::string& argument = "dtype");
+// The output: any dtype, fp8 included.
+Dtype parse_out_dtype(std::string_view text, const std::string& argument = "out_dtype");
 Affine parse_affine(std::string_view text, const std::string& argument = "affine");
 // Commas only ("8,64,32,32"); every size a decimal integer within 64 bits (validate() checks
 // that each is at least 1), at most kMaxRank of them.
@@ -38,6 +43,8 @@ int parse_normalized_dims(std::string_view text, const std::string& argument = "
 int64_t parse_groups(std::string_view text, const std::string& argument = "groups");
 // A number that a float holds as a normal value (the kernel takes eps as a float).
 double parse_eps(std::string_view text, const std::string& argument = "eps");
+// 0 or a number that a float holds as a normal value (the kernel adds it to the weight in f32).
+double parse_weight_offset(std::string_view text, const std::string& argument = "weight_offset");
 
 // The one parser of numbers given as text (spec text, CLI flags): the whole text must be a
 // decimal integer (an optional '-' and digits: no '+', spaces, 0x, 1e3 or trailing text) in

@@ -107,7 +107,7 @@ TEST(Plan, TheBatchIsNotPartOfTheKernel) {
   const KernelPlan a = plan(NormSpec::parse("op=rmsnorm shape=1,64,32,32"), t);
   const KernelPlan b = plan(NormSpec::parse("op=rmsnorm shape=112,64,32,32"), t);
   EXPECT_EQ(emit(a).source, emit(b).source);
-  EXPECT_EQ(a.name_expression(), b.name_expression());
+  EXPECT_EQ(emit(a).name_expression, emit(b).name_expression);
   const KernelPlan c = plan(NormSpec::parse("op=rmsnorm shape=1,64,32,33"), t);
   EXPECT_NE(emit(a).source, emit(c).source);
 }
@@ -129,24 +129,64 @@ TEST(Plan, EveryThreadKeepsABoundedNumberOfValues) {
     return (channels + p.block_y - 1) / p.block_y * p.vec;
   };
   const auto cached = [&](const std::string& spec) {
-    return plan(NormSpec::parse(spec), t).template_args.back();
+    return plan(NormSpec::parse(spec), t).cached;
   };
   EXPECT_EQ(per_thread("op=rmsnorm shape=112,64,512,512"), 32);
   EXPECT_EQ(per_thread("op=rmsnorm shape=112,64,512,512 dtype=bf16"), 32);
   EXPECT_EQ(per_thread("op=rmsnorm shape=2,512,64,64"), 64);
-  EXPECT_EQ(cached("op=rmsnorm shape=2,512,64,64"), "true");
-  EXPECT_EQ(cached("op=rmsnorm shape=2,256,64,64 dtype=bf16"), "true");
-  EXPECT_EQ(cached("op=rmsnorm shape=2,1024,64,64"), "false");
+  EXPECT_TRUE(cached("op=rmsnorm shape=2,512,64,64"));
+  EXPECT_TRUE(cached("op=rmsnorm shape=2,256,64,64 dtype=bf16"));
+  EXPECT_FALSE(cached("op=rmsnorm shape=2,1024,64,64"));
 }
 
-TEST(Emit, IsDeterministicAndNamesTheFullySpecializedTemplate) {
+TEST(Emit, IsDeterministicAndInstantiatesTheTemplateWithOneNamedConfiguration) {
   const KernelPlan p =
       plan(NormSpec::parse("op=rmsnorm shape=8,64,32,32 dtype=f16"), Target::parse("sm_80"));
   const EmittedKernel a = emit(p), b = emit(p);
   EXPECT_EQ(a.source, b.source);
-  EXPECT_EQ(a.name_expression,
-            "&normjit::rmsnorm_channels<normjit::half_t, 64, 1024, 32, 16, 8, false, true>");
+  EXPECT_EQ(a.name_expression, "&normjit::rmsnorm_channels<normjit::rmsnorm_f16_c64_s1024>");
+  EXPECT_EQ(a.kernel, a.name_expression.substr(1));
   EXPECT_NE(a.source.find("#include \"normjit/rmsnorm_channels.cuh\""), std::string::npos);
+  // Every decision of the plan is a named constant of the configuration.
+  for (const char* field :
+       {"using X = normjit::half_t;", "using Y = normjit::half_t;", "kChannels = 64;",
+        "kSpatial = 1024;", "kThreadsX = 32;", "kThreadsY = 16;", "kVec = 8;", "kWeight = false;",
+        "kCached = true;", "kBlocksPerItem = 4;"}) {
+    EXPECT_NE(a.source.find(field), std::string::npos) << field << "\n" << a.source;
+  }
+}
+
+// A variant changes the configuration's constants and its name, never the batch-free identity
+// of the plain kernel: the defaults emit today's source.
+TEST(Emit, VariantsAreNamedConstantsOfTheConfiguration) {
+  const Target t = Target::parse("sm_90");
+  NormSpec spec =
+      NormSpec::parse("op=rmsnorm shape=4,4096 normalized_dims=1 affine=weight dtype=bf16");
+  const EmittedKernel plain = emit(plan(spec, t));
+  EXPECT_NE(plain.source.find("kResidual = false;"), std::string::npos);
+  EXPECT_NE(plain.source.find("kWeightOffset = 0;"), std::string::npos);
+  spec.residual = Dtype::kF32;
+  spec.param_dtype = Dtype::kF32;
+  spec.out_dtype = Dtype::kE4M3;
+  spec.weight_offset = 1.0;
+  spec.save_stats = true;
+  const EmittedKernel v = emit(plan(spec, t));
+  for (const char* field :
+       {"using Residual = float;", "using Param = float;", "using Y = normjit::e4m3_t;",
+        "kResidual = true;", "kWeightOffset = 1;", "kSaveStats = true;"}) {
+    EXPECT_NE(v.source.find(field), std::string::npos) << field << "\n" << v.source;
+  }
+  EXPECT_EQ(
+      v.kernel,
+      "normjit::row_norm<normjit::rmsnorm_bf16_h4096_res_f32_param_f32_offset_to_e4m3_stats>");
+  // fp8 conversions exist from sm_89 on: sm_80 refuses at plan time, naming the axis.
+  try {
+    plan(spec, Target::parse("sm_80"));
+    ADD_FAILURE() << "fp8 output planned for sm_80";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("out_dtype"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("sm_89"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
@@ -218,13 +258,10 @@ TEST(PlanRows, StreamingRowsSpreadOverEverySm) {
     const KernelPlan p = plan(spec, t);
     ASSERT_EQ(p.strategy, Strategy::kRowStream);
     EXPECT_TRUE(p.cooperative());
-    // <T, rms, H, THREADS, V, K, P, kSeg, G, S, CG, weight, bias>
-    ASSERT_EQ(p.template_args.size(), 13u);
     const int64_t h = spec.row_length();
-    const int64_t vectors = std::stoll(p.template_args[5]);
-    const int64_t parts = std::stoll(p.template_args[6]);
-    const int64_t seg = std::stoll(p.template_args[7]);
-    EXPECT_EQ(parts, p.split_chunks);
+    const int64_t vectors = p.vectors;
+    const int64_t parts = p.split_chunks;
+    const int64_t seg = p.segment;
     EXPECT_LE(parts, t.sm_count);
     EXPECT_GE(parts * 10, t.sm_count * 8) << "most SMs take a part";
     EXPECT_LT((parts - 1) * seg, h);
@@ -260,12 +297,10 @@ TEST(PlanRows, SplitChunksAreEven) {
     const NormSpec spec = NormSpec::parse(text);
     const KernelPlan p = plan(spec, t);
     ASSERT_EQ(p.strategy, Strategy::kRowSplit);
-    // <T, rms, H, THREADS, V, K, P, ...>
     const int64_t h = spec.row_length();
     const int64_t piece = int64_t{p.block_x} * p.vec;  // one vector per thread
-    const int64_t chunk = piece * std::stoll(p.template_args[5]);
-    const int64_t parts = std::stoll(p.template_args[6]);
-    EXPECT_EQ(parts, p.split_chunks);
+    const int64_t chunk = piece * p.vectors;
+    const int64_t parts = p.split_chunks;
     EXPECT_GE(parts * chunk, h);
     EXPECT_LT((parts - 1) * chunk, h) << "the last chunk is not empty";
     EXPECT_LT((chunk - piece) * parts, h) << "under one vector per thread above a P-th";
@@ -273,20 +308,18 @@ TEST(PlanRows, SplitChunksAreEven) {
   // 40960 = 2 x 20480: two equal chunks, not 32768 + 8192.
   const KernelPlan sd = plan(NormSpec::parse("op=groupnorm shape=8,1280,32,32 groups=32"), t);
   EXPECT_EQ(sd.split_chunks, 2);
-  EXPECT_EQ(std::stoll(sd.template_args[5]) * sd.vec * sd.block_x, 20480);
+  EXPECT_EQ(sd.vectors * sd.vec * sd.block_x, 20480);
 }
 
 // The split CTA (one per SM) must fit the arch's shared memory: the stage and the resident
 // parameters (LayerNorm) are sized from it.
 TEST(PlanRows, SplitSharedMemoryFitsTheSm) {
-  const auto args = [](const KernelPlan& p) { return p.template_args; };
-  // The split kernel's template arguments end with staged, resident vectors, prefetch.
-  const auto staged = [&](const KernelPlan& p) { return args(p)[args(p).size() - 3]; };
-  const auto resident = [&](const KernelPlan& p) { return args(p)[args(p).size() - 2]; };
-  const auto prefetch = [&](const KernelPlan& p) { return args(p).back(); };
+  const auto staged = [](const KernelPlan& p) { return p.staged; };
+  const auto resident = [](const KernelPlan& p) { return p.resident_vectors; };
+  const auto prefetch = [](const KernelPlan& p) { return p.prefetch; };
   // A split plan: CTAs per row, whether the next row is staged, resident vectors.
-  const auto expect_split = [&](const KernelPlan& p, int64_t chunks, const char* is_staged,
-                                const char* vectors) {
+  const auto expect_split = [&](const KernelPlan& p, int64_t chunks, bool is_staged,
+                                int64_t vectors) {
     ASSERT_EQ(p.strategy, Strategy::kRowSplit);
     EXPECT_EQ(p.split_chunks, chunks);
     EXPECT_EQ(staged(p), is_staged);
@@ -299,35 +332,35 @@ TEST(PlanRows, SplitSharedMemoryFitsTheSm) {
   // row): a 64 KiB stage and all 4 vectors' parameters resident, prefetched into L2.
   const KernelPlan ln16 =
       plan(NormSpec::parse("op=layernorm shape=16,64,256,256 dtype=bf16"), hopper);
-  expect_split(ln16, 128, "true", "4");
+  expect_split(ln16, 128, true, 4);
   EXPECT_EQ(ln16.smem_bytes, 64 * 1024 + 4 * 1024 * 8 * 2 * 2);
-  EXPECT_EQ(prefetch(ln16), "1");
+  EXPECT_EQ(prefetch(ln16), 1);
   // f16 rows of 64 Ki elements: the same choice (2 CTAs of 32 Ki instead of one of 64 Ki).
   const KernelPlan ln16_short =
       plan(NormSpec::parse("op=layernorm shape=512,65536 dtype=f16"), hopper);
-  expect_split(ln16_short, 2, "true", "4");
+  expect_split(ln16_short, 2, true, 4);
   // bf16 rows of 8 Mi elements: 256 CTAs of 32 Ki would not be co-resident on 132 SMs, so
   // 128 of 64 Ki: unstaged (one row fills the chip), 7 of 8 vectors resident.
   const KernelPlan ln16_long =
       plan(NormSpec::parse("op=layernorm shape=8,8388608 dtype=bf16"), hopper);
-  expect_split(ln16_long, 128, "false", "7");
+  expect_split(ln16_long, 128, false, 7);
   // RMSNorm bf16 with a weight (16 KiB per vector): 6 of 8 resident beside the 128 KiB stage,
   // a row moves an eighth more than x and y: the full chunk stays.
   const KernelPlan rms16 = plan(
       NormSpec::parse("op=rmsnorm shape=16,4194304 normalized_dims=1 affine=weight dtype=bf16"),
       hopper);
-  expect_split(rms16, 64, "true", "6");
-  EXPECT_EQ(prefetch(rms16), "0");
+  expect_split(rms16, 64, true, 6);
+  EXPECT_EQ(prefetch(rms16), 0);
   // LayerNorm f32: one row fills the chip (128 CTAs), and staging would leave 5 of 8 vectors'
   // parameters streaming for every row (52 MB a row instead of 36): unstaged, 7 of 8 resident.
   const KernelPlan ln = plan(NormSpec::parse("op=layernorm shape=16,64,256,256"), hopper);
-  expect_split(ln, 128, "false", "7");
+  expect_split(ln, 128, false, 7);
   EXPECT_EQ(ln.smem_bytes, 7 * 1024 * 4 * 4 * 2);
   // RMSNorm f32 rows with a weight: staged, 6 of 8 resident; without the stage all 8 would
   // be, but that saves a row only a ninth of its bytes: staged.
   const KernelPlan rms =
       plan(NormSpec::parse("op=rmsnorm shape=16,4194304 normalized_dims=1 affine=weight"), hopper);
-  expect_split(rms, 128, "true", "6");
+  expect_split(rms, 128, true, 6);
   for (const KernelPlan* p : {&ln16, &ln16_short, &ln16_long, &rms16, &ln, &rms}) {
     EXPECT_LE(p->smem_bytes + 2048, 228 * 1024);
   }
@@ -336,30 +369,30 @@ TEST(PlanRows, SplitSharedMemoryFitsTheSm) {
   // stream for every row are not prefetched (the prefetched rows would take their L2).
   const KernelPlan gn90 =
       plan(NormSpec::parse("op=groupnorm shape=112,64,512,512 groups=8"), hopper);
-  EXPECT_EQ(resident(gn90), "0");
-  EXPECT_EQ(prefetch(gn90), "2");  // after each row's barrier
+  EXPECT_EQ(resident(gn90), 0);
+  EXPECT_EQ(prefetch(gn90), 2);  // after each row's barrier
   const KernelPlan bare =
       plan(NormSpec::parse("op=layernorm shape=16,64,256,256 affine=none"), hopper);
-  EXPECT_EQ(resident(bare), "0");
-  EXPECT_EQ(prefetch(bare), "1");  // once the staged row's partial is out
+  EXPECT_EQ(resident(bare), 0);
+  EXPECT_EQ(prefetch(bare), 1);  // once the staged row's partial is out
   // Staged, RMSNorm rows with a weight stream a quarter of it for every row: no prefetch.
   // Unstaged, the f32 LayerNorm seed streams an eighth: the next row is prefetched.
-  EXPECT_EQ(prefetch(rms), "0");
-  EXPECT_EQ(prefetch(ln), "1");
+  EXPECT_EQ(prefetch(rms), 0);
+  EXPECT_EQ(prefetch(ln), 1);
   // f16 rows of odd length: 2-byte vectors, which cp.async cannot move, so unstaged with no
   // parameters resident. With weight and bias all of them stream: no prefetch; without them
   // the next row is prefetched. 16 such vectors per thread at most (kSplitMaxVectors): 62 CTAs.
   const KernelPlan odd = plan(NormSpec::parse("op=layernorm shape=4,1000001 dtype=f16"), hopper);
-  expect_split(odd, 62, "false", "0");
-  EXPECT_EQ(prefetch(odd), "0");
+  expect_split(odd, 62, false, 0);
+  EXPECT_EQ(prefetch(odd), 0);
   const KernelPlan odd_bare =
       plan(NormSpec::parse("op=layernorm shape=4,1000001 dtype=f16 affine=none"), hopper);
-  EXPECT_EQ(staged(odd_bare), "false");
-  EXPECT_EQ(prefetch(odd_bare), "1");
+  EXPECT_EQ(staged(odd_bare), false);
+  EXPECT_EQ(prefetch(odd_bare), 1);
   // sm_80 has no bulk prefetch.
   EXPECT_EQ(prefetch(plan(NormSpec::parse("op=groupnorm shape=112,64,512,512 groups=8"),
                           Target::parse("sm_80"))),
-            "0");
+            0);
   // sm_86 (100 KiB per SM): a 128 KiB stage does not fit, so the split kernel runs unstaged
   // there, with no dynamic shared memory.
   Target ampere_small = Target::parse("sm_86");
@@ -368,8 +401,8 @@ TEST(PlanRows, SplitSharedMemoryFitsTheSm) {
       plan(NormSpec::parse("op=groupnorm shape=112,64,512,512 groups=8"), ampere_small);
   ASSERT_EQ(gn.strategy, Strategy::kRowSplit);
   EXPECT_EQ(gn.smem_bytes, 0);
-  EXPECT_EQ(staged(gn), "false");
-  EXPECT_EQ(prefetch(gn), "0");
+  EXPECT_EQ(staged(gn), false);
+  EXPECT_EQ(prefetch(gn), 0);
 }
 
 TEST(PlanRows, GroupNormVectorsDivideTheGroup) {
