@@ -345,10 +345,23 @@ NormSpec entry_spec(const nlohmann::json& entry) {
     } else if (name == "eps") {
       if (!value.is_number()) wrong_type(name, value, "a number such as 1e-5");
       f.eps = value.get<double>();
+    } else if (name == "param_dtype") {
+      f.param_dtype = parse_dtype(string_field(name, value, "\"f32\""), name);
+    } else if (name == "out_dtype") {
+      f.out_dtype = parse_out_dtype(string_field(name, value, "\"e4m3\""), name);
+    } else if (name == "residual") {
+      f.residual = parse_dtype(string_field(name, value, "\"bf16\""), name);
+    } else if (name == "weight_offset") {
+      if (!value.is_number()) wrong_type(name, value, "a number such as 1");
+      f.weight_offset = value.get<double>();  // validate() checks the range
+    } else if (name == "save_stats") {
+      if (!value.is_boolean()) wrong_type(name, value, "true or false");
+      f.save_stats = value.get<bool>();
     } else {
       throw_invalid_argument("field", json_text(nlohmann::json(name)),
                              "unknown; the fields are op, shape, dtype, normalized_dims, groups, "
-                             "affine, eps");
+                             "affine, eps, param_dtype, out_dtype, residual, weight_offset, "
+                             "save_stats");
     }
   }
   return NormSpec::from_fields(f);
@@ -741,10 +754,11 @@ void add_prewarm_command(CLI::App& app) {
       "in parallel. Needs no GPU and never initializes CUDA, so it runs on build machines; ship\n"
       "the directory and point NORMJIT_CACHE_READONLY at it (docs/deployment.md).\n"
       "The manifest is a JSON list of specs whose fields are the spec flags' names: op, shape\n"
-      "(list of ints), dtype, normalized_dims, groups, affine, eps; omitted fields take the\n"
-      "flags' defaults, a field given twice is an error; at most 16 MiB. Exits non-zero if any\n"
-      "kernel fails. --check compiles nothing and fails if any kernel is missing from the\n"
-      "directory (CI of deployment images).");
+      "(list of ints), dtype, normalized_dims, groups, affine, eps, param_dtype, out_dtype,\n"
+      "residual (a dtype), weight_offset (a number), save_stats (true or false); omitted fields\n"
+      "take the flags' defaults, a field given twice is an error; at most 16 MiB. Exits\n"
+      "non-zero if any kernel fails. --check compiles nothing and fails if any kernel is missing\n"
+      "from the directory (CI of deployment images).");
   prewarm->add_option("manifest", options->manifest, "JSON manifest of specs")->required();
   prewarm
       ->add_option("--arch", options->archs,

@@ -32,6 +32,21 @@ void SpecFlags::add_to(CLI::App& app, bool required) {
   add_text(app, "--eps", eps,
            "epsilon added to the variance, a normal float (default 1e-5; the kernel takes it as "
            "a float)");
+  add_text(app, "--param-dtype", param_dtype,
+           "f32 | f16 | bf16: dtype of weight and bias (default: --dtype)");
+  add_text(app, "--out-dtype", out_dtype,
+           "f32 | f16 | bf16 | e4m3 | e5m2: dtype of y; fp8 is scaled by a per-tensor f32 at "
+           "launch and saturated (default: --dtype)");
+  add_text(app, "--residual", residual,
+           "add a residual (f32 or x's dtype, bare: x's dtype) to x, normalize the sum and write "
+           "it back; trailing forms only")
+      ->expected(0, 1)
+      ->default_str(kResidualOfX)  // what CLI11 hands over for a bare --residual
+      ->option_text("[DTYPE]");    // in --help, instead of the default's NUL
+  add_text(app, "--weight-offset", weight_offset,
+           "use (offset + weight) as the weight, in f32; Gemma's RMSNorm: 1 (default 0)");
+  app.add_flag("--save-stats", save_stats,
+               "also write each row's mean and rstd in f32, for a backward pass");
 }
 
 NormSpec SpecFlags::resolve() const {
@@ -47,6 +62,14 @@ NormSpec SpecFlags::resolve() const {
   if (groups) f.groups = parse_groups(*groups, "--groups");
   if (affine) f.affine = parse_affine(*affine, "--affine");
   if (eps) f.eps = parse_eps(*eps, "--eps");
+  if (param_dtype) f.param_dtype = parse_dtype(*param_dtype, "--param-dtype");
+  if (out_dtype) f.out_dtype = parse_out_dtype(*out_dtype, "--out-dtype");
+  if (residual) {
+    f.residual = *residual == kResidualOfX ? f.dtype.value_or(NormSpec{}.dtype)
+                                           : parse_dtype(*residual, "--residual");
+  }
+  if (weight_offset) f.weight_offset = parse_weight_offset(*weight_offset, "--weight-offset");
+  if (save_stats) f.save_stats = true;
   return NormSpec::from_fields(f);
 }
 
