@@ -1,6 +1,8 @@
 // The C ABI: every entry point catches everything, stores a readable message for the
 // calling thread and returns a status.
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -58,9 +60,38 @@ normjit::Dtype to_dtype(const normjit_dtype& dtype) {
       return normjit::Dtype::kF16;
     case NORMJIT_BF16:
       return normjit::Dtype::kBF16;
+    case NORMJIT_E4M3:
+      return normjit::Dtype::kE4M3;
+    case NORMJIT_E5M2:
+      return normjit::Dtype::kE5M2;
   }
   normjit::throw_invalid_argument("dtype", std::to_string(value),
                                   "expected NORMJIT_F32 (0), NORMJIT_F16 (1) or NORMJIT_BF16 (2)");
+}
+
+// x's dtype, for the one-call functions: fp8 is an output dtype only.
+normjit::Dtype to_x_dtype(const normjit_dtype& dtype) {
+  const normjit::Dtype d = to_dtype(dtype);
+  if (normjit::is_fp8(d)) {
+    normjit::throw_invalid_argument(
+        "dtype",
+        std::to_string(int(d == normjit::Dtype::kE4M3 ? NORMJIT_E4M3 : NORMJIT_E5M2)) + " (" +
+            normjit::to_string(d) + ")",
+        "is x's dtype here, and fp8 is an output dtype only: expected NORMJIT_F32 (0), "
+        "NORMJIT_F16 (1) or NORMJIT_BF16 (2); for fp8 output, prepare a spec with out_dtype and "
+        "launch it with normjit_launch_ex");
+  }
+  return d;
+}
+
+// The kernel computes in float: an eps that is no positive float is refused as given.
+float to_float_eps(double eps) {
+  const float as_float = float(eps);
+  if (!(as_float > 0.0f) || !std::isfinite(as_float)) {
+    normjit::throw_invalid_argument("eps", normjit::format_double(eps),
+                                    "must be a finite number greater than 0 as a float");
+  }
+  return as_float;
 }
 
 std::vector<int64_t> to_shape(const int64_t* shape, int ndim) {
@@ -165,7 +196,7 @@ normjit_status normjit_rmsnorm(normjit_engine* engine, const void* x, void* y, c
   normjit_status status = guarded([&] {
     f.op = normjit::Op::kRmsNorm;
     f.shape = to_shape(shape, ndim);
-    f.dtype = to_dtype(dtype);
+    f.dtype = to_x_dtype(dtype);
     f.normalized_dims = normalized_dims;
     f.affine = affine_of(weight, nullptr);
     f.eps = eps;
@@ -181,7 +212,7 @@ normjit_status normjit_layernorm(normjit_engine* engine, const void* x, void* y,
   normjit_status status = guarded([&] {
     f.op = normjit::Op::kLayerNorm;
     f.shape = to_shape(shape, ndim);
-    f.dtype = to_dtype(dtype);
+    f.dtype = to_x_dtype(dtype);
     f.normalized_dims = normalized_dims;
     f.affine = affine_of(weight, bias);
     f.eps = eps;
@@ -196,7 +227,7 @@ normjit_status normjit_groupnorm(normjit_engine* engine, const void* x, void* y,
   normjit_status status = guarded([&] {
     f.op = normjit::Op::kGroupNorm;
     f.shape = to_shape(shape, ndim);
-    f.dtype = to_dtype(dtype);
+    f.dtype = to_x_dtype(dtype);
     f.groups = groups;
     f.affine = affine_of(weight, bias);
     f.eps = eps;
@@ -226,13 +257,80 @@ normjit_status normjit_launch(const normjit_kernel* kernel, const void* x, void*
   return guarded([&] {
     if (!kernel)
       normjit::throw_invalid_argument("kernel", "NULL", "prepare one with normjit_prepare");
-    // The kernel computes in float: an eps that is no positive float is refused as given.
-    const float as_float = float(eps);
-    if (!(as_float > 0.0f) || !std::isfinite(as_float)) {
-      normjit::throw_invalid_argument("eps", normjit::format_double(eps),
-                                      "must be a finite number greater than 0 as a float");
+    kernel->kernel.launch({x, y, weight, bias, batch, to_float_eps(eps)}, stream);
+  });
+}
+
+void normjit_launch_args_init(normjit_launch_args* args) {
+  if (!args) return;
+  *args = normjit_launch_args{};
+  args->size = sizeof(normjit_launch_args);
+  args->eps = 1e-5;
+  args->inner_rows = 1;
+}
+
+normjit_status normjit_launch_ex(const normjit_kernel* kernel, const normjit_launch_args* args,
+                                 struct CUstream_st* stream) {
+  return guarded([&] {
+    if (!args) {
+      normjit::throw_invalid_argument("args", "NULL", "fill one with normjit_launch_args_init");
     }
-    kernel->kernel.launch({x, y, weight, bias, batch, as_float}, stream);
+    // args->size says which version of the struct the caller was compiled with. Every field
+    // through residual_out_strides is the first published version, so a smaller size is refused
+    // (not a normjit_launch_args; or not initialised with normjit_launch_args_init). A later
+    // version only appends fields, whose defaults the copy below keeps for an older, shorter
+    // struct. A caller's larger struct (a newer header than this library) is taken when the
+    // fields this library does not know are all zero, and refused otherwise: a variant it asks
+    // for would be dropped silently. A size beyond any plausible struct is refused unread (an
+    // uninitialised size).
+    constexpr size_t kFirstPublished = offsetof(normjit_launch_args, residual_out_strides) +
+                                       sizeof(normjit_launch_args::residual_out_strides);
+    constexpr size_t kMaxSize = 4096;
+    if (args->size < kFirstPublished || args->size > kMaxSize) {
+      normjit::throw_invalid_argument(
+          "args.size", std::to_string(args->size),
+          std::string(args->size < kFirstPublished ? "is smaller than" : "is far larger than") +
+              " any normjit_launch_args (" + std::to_string(kFirstPublished) +
+              " bytes today): initialise the struct with normjit_launch_args_init");
+    }
+    if (args->size > sizeof(normjit_launch_args)) {
+      const unsigned char* tail = reinterpret_cast<const unsigned char*>(args);
+      for (size_t i = sizeof(normjit_launch_args); i < args->size; ++i) {
+        if (tail[i] != 0) {
+          throw normjit::Error(
+              normjit::ErrorCode::kUnsupported,
+              "args.size " + std::to_string(args->size) + ": this libnormjit knows the first " +
+                  std::to_string(sizeof(normjit_launch_args)) +
+                  " bytes of normjit_launch_args, and the caller set fields after them (byte " +
+                  std::to_string(i) + "); use a libnormjit as new as the header");
+        }
+      }
+    }
+    normjit_launch_args a;
+    normjit_launch_args_init(&a);
+    std::memcpy(&a, args, std::min(args->size, sizeof(normjit_launch_args)));
+    if (!kernel) {
+      normjit::throw_invalid_argument("kernel", "NULL", "prepare one with normjit_prepare");
+    }
+    const float eps = to_float_eps(a.eps);
+    normjit::LaunchArgs l;
+    l.x = a.x;
+    l.y = a.y;
+    l.weight = a.weight;
+    l.bias = a.bias;
+    l.batch = a.batch;
+    l.eps = eps;
+    l.residual = a.residual;
+    l.residual_out = a.residual_out;
+    l.scale = a.scale;
+    l.mean = a.mean;
+    l.rstd = a.rstd;
+    l.inner_rows = a.inner_rows;
+    l.x_rows = {a.x_strides[0], a.x_strides[1]};
+    l.y_rows = {a.y_strides[0], a.y_strides[1]};
+    l.residual_rows = {a.residual_strides[0], a.residual_strides[1]};
+    l.residual_out_rows = {a.residual_out_strides[0], a.residual_out_strides[1]};
+    kernel->kernel.launch(l, stream);
   });
 }
 

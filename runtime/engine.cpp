@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -21,11 +22,16 @@ namespace {
 
 constexpr int kMaxClassDims = 8;
 
-// The part of a spec that selects a compiled kernel: everything but the batch dims and eps.
+// The part of a spec that selects a compiled kernel: everything but the batch dims and eps,
+// the variant axes included (two specs that differ only in a variant must not share a kernel).
 // Fixed size, so that the hot path hashes and compares without allocating.
 struct ClassKey {
   CUcontext context = nullptr;
   int op = 0, dtype = 0, affine = 0, normalized_dims = 0, rank = 0, batch_class = 0;
+  int param_type = 0, out_type = 0;
+  int residual = -1;  // the residual's dtype; -1: no residual
+  bool save_stats = false;
+  uint64_t weight_offset = 0;  // the double's bits (no tolerance: another value, another kernel)
   int64_t groups = 0;
   int64_t dims[kMaxClassDims] = {};  // the non-batch dims
 
@@ -36,6 +42,11 @@ struct ClassKey {
     k.dtype = int(spec.dtype);
     k.affine = int(spec.affine);
     k.normalized_dims = spec.normalized_dims;
+    k.param_type = int(spec.param_type());
+    k.out_type = int(spec.out_type());
+    k.residual = spec.residual ? int(*spec.residual) : -1;
+    k.save_stats = spec.save_stats;
+    k.weight_offset = std::bit_cast<uint64_t>(spec.weight_offset);
     k.groups = spec.groups;
     k.batch_class = normjit::batch_class(spec);
     const size_t first = spec.channel_form() ? 1 : spec.shape.size() - spec.normalized_dims;
@@ -46,7 +57,9 @@ struct ClassKey {
   bool operator==(const ClassKey& o) const {
     return context == o.context && op == o.op && dtype == o.dtype && affine == o.affine &&
            normalized_dims == o.normalized_dims && rank == o.rank && batch_class == o.batch_class &&
-           groups == o.groups && std::equal(dims, dims + rank, o.dims);
+           param_type == o.param_type && out_type == o.out_type && residual == o.residual &&
+           save_stats == o.save_stats && weight_offset == o.weight_offset && groups == o.groups &&
+           std::equal(dims, dims + rank, o.dims);
   }
 };
 
@@ -57,6 +70,9 @@ struct ClassKeyHash {
     mix(reinterpret_cast<uintptr_t>(k.context));
     mix(uint64_t(k.op) | uint64_t(k.dtype) << 8 | uint64_t(k.affine) << 16 |
         uint64_t(k.normalized_dims) << 24 | uint64_t(k.batch_class) << 32);
+    mix(uint64_t(k.param_type) | uint64_t(k.out_type) << 8 | uint64_t(k.residual + 1) << 16 |
+        uint64_t(k.save_stats) << 24);
+    mix(k.weight_offset);
     mix(uint64_t(k.groups));
     for (int i = 0; i < k.rank; ++i) mix(uint64_t(k.dims[i]));
     return size_t(h);
@@ -451,33 +467,173 @@ std::string pointer_text(const void* p) {
   return buffer;
 }
 
-void check_present(const void* p, const char* name, bool wanted, const NormSpec& spec) {
+// `p` must be given exactly when the spec asks for it. The messages are built on error only:
+// `needs` is appended to "the spec (...) needs it", `unwanted()` follows "the spec (...) ".
+template <class Unwanted>
+void check_present(const void* p, const char* name, bool wanted, const NormSpec& spec,
+                   const char* needs, Unwanted unwanted) {
   if (wanted && !p) {
     throw_invalid_argument(name, "nullptr",
-                           std::string("the spec (") + spec.to_string() + ") needs it");
+                           "the spec (" + spec.to_string() + ") needs it" + std::string(needs));
   }
   if (!wanted && p) {
     throw_invalid_argument(name, pointer_text(p),
-                           std::string("the spec (") + spec.to_string() + ") has affine=" +
-                               to_string(spec.affine) + "; pass nullptr or change affine");
+                           "the spec (" + spec.to_string() + ") " + std::string(unwanted()));
   }
 }
 
-void check_aligned(const void* p, const char* name, int align) {
+void check_aligned(const void* p, const char* name, int align, const char* why) {
   if (p && reinterpret_cast<uintptr_t>(p) % align != 0) {
-    throw_invalid_argument(
-        name, pointer_text(p),
-        "must be aligned to " + std::to_string(align) + " bytes for the plan's vector width");
+    throw_invalid_argument(name, pointer_text(p),
+                           "must be aligned to " + std::to_string(align) + " bytes " + why);
   }
 }
 
-// What the spec alone decides about the arguments: checked before anything needs a device, so
-// a bad argument is named as such on a machine without one too.
-void check_arguments(const NormSpec& spec, const LaunchArgs& args) {
-  check_present(args.x, "x", true, spec);
-  check_present(args.y, "y", true, spec);
-  check_present(args.weight, "weight", spec.affine != Affine::kNone, spec);
-  check_present(args.bias, "bias", spec.affine == Affine::kBoth, spec);
+constexpr int64_t kMaxReachBytes = int64_t{1} << 62;  // bytes one argument may span
+
+// The rows of one tensor of a trailing-form launch: strides as given, and as resolved.
+struct RowArg {
+  const char* tensor;      // "x"
+  const char* outer_name;  // "x_rows.outer"
+  const char* inner_name;  // "x_rows.inner"
+  const RowStrides& given;
+  RowPitch& resolved;
+  int element;   // bytes
+  bool written;  // its rows must not overlap each other
+};
+
+// The bytes an argument spans, [begin, begin + bytes): blocks of `block` bytes every `pitch`
+// bytes (pitch 0: one block), so that interleaved rows of two tensors (the q and k slices of one
+// qkv tensor) are seen to be disjoint.
+struct Region {
+  const char* name = nullptr;
+  uintptr_t begin = 0;  // 0: not given
+  uint64_t bytes = 0;
+  uint64_t pitch = 0, block = 0;
+  bool written = false;
+};
+
+Region region(const char* name, const void* p, uint64_t bytes, bool written) {
+  return {name, reinterpret_cast<uintptr_t>(p), bytes, 0, bytes, written};
+}
+
+bool overlap(const Region& a, const Region& b) {
+  if (!a.begin || !b.begin) return false;
+  const bool intersect =
+      a.begin >= b.begin ? a.begin - b.begin < b.bytes : b.begin - a.begin < a.bytes;
+  if (!intersect) return false;
+  if (a.pitch != 0 && a.pitch == b.pitch && a.block <= a.pitch && b.block <= b.pitch) {
+    // Both on one lattice of `pitch` bytes: every block of b starts d bytes after one of a's.
+    const int64_t pitch = int64_t(a.pitch);
+    int64_t d = (int64_t(b.begin) - int64_t(a.begin)) % pitch;
+    if (d < 0) d += pitch;
+    return !(uint64_t(d) >= a.block && a.pitch - uint64_t(d) >= b.block);
+  }
+  return true;
+}
+
+// Resolves the strides of one trailing-form tensor of `groups` x `inner_rows` rows of
+// `row_length` elements (0: contiguous), checks them and returns the bytes it spans.
+Region resolve_rows(const RowArg& r, const void* p, int64_t groups, int64_t inner_rows,
+                    int64_t row_length) {
+  const RowStrides& s = r.given;
+  if (s.outer < 0) {
+    throw_invalid_argument(r.outer_name, std::to_string(s.outer), "must be >= 0 (0: contiguous)");
+  }
+  if (s.inner < 0) {
+    throw_invalid_argument(r.inner_name, std::to_string(s.inner), "must be >= 0 (0: contiguous)");
+  }
+  auto too_far = [&]() {
+    const bool strided = s.outer != 0 || (inner_rows > 1 && s.inner != 0);
+    throw_invalid_argument(strided ? r.outer_name : "batch",
+                           std::to_string(strided ? s.outer : groups * inner_rows),
+                           std::string("makes ") + r.tensor + " span more than 2^62 bytes");
+  };
+  // One level: row r at r * outer (the inner stride is not used). Two: inner between the rows
+  // of a group, outer between groups.
+  const int64_t inner = inner_rows > 1 && s.inner != 0 ? s.inner : row_length;
+  int64_t outer = s.outer;
+  if (outer == 0 && inner_rows == 1) outer = row_length;
+  if (outer == 0 && __builtin_mul_overflow(inner_rows, inner, &outer)) too_far();
+  r.resolved = {outer, inner};
+  // Elements from the first row's start to the last row's end.
+  int64_t a = 0, b = 0, extent = 0, bytes = 0;
+  if (__builtin_mul_overflow(groups - 1, outer, &a) ||
+      __builtin_mul_overflow(inner_rows - 1, inner, &b) || __builtin_add_overflow(a, b, &extent) ||
+      __builtin_add_overflow(extent, row_length, &extent) ||
+      __builtin_mul_overflow(extent, int64_t{r.element}, &bytes) || bytes >= kMaxReachBytes) {
+    too_far();
+  }
+  // The dims of more than one row, ordered by stride: the outermost gives the region's pitch.
+  struct Dim {
+    int64_t stride, count;
+    const char* name;
+  } small{inner, inner_rows, r.inner_name}, large{outer, groups, r.outer_name};
+  if (small.count == 1 || (large.count > 1 && large.stride < small.stride)) std::swap(small, large);
+  if (r.written) {
+    // Rows of a written tensor must not overlap, or the kernel's writes would race.
+    auto at_least = [&](const Dim& d, int64_t need) {
+      if (d.count > 1 && d.stride < need) {
+        throw_invalid_argument(d.name, std::to_string(d.stride),
+                               "must be at least " + std::to_string(need) +
+                                   " elements so that the rows of " + r.tensor +
+                                   " do not overlap (" + r.tensor + " is written; rows of " +
+                                   std::to_string(row_length) + " elements, inner_rows " +
+                                   std::to_string(inner_rows) + ")");
+      }
+    };
+    at_least(small, row_length);
+    at_least(large, small.count > 1 ? (small.count - 1) * small.stride + row_length : row_length);
+  }
+  Region out{r.tensor, reinterpret_cast<uintptr_t>(p), uint64_t(bytes), 0, uint64_t(bytes),
+             r.written};
+  if (large.count > 1) {
+    out.pitch = uint64_t(large.stride) * r.element;
+    out.block = uint64_t(bytes) - uint64_t(large.count - 1) * out.pitch;
+  } else if (small.count > 1) {
+    out.pitch = uint64_t(small.stride) * r.element;
+    out.block = uint64_t(row_length) * r.element;
+  }
+  return out;
+}
+
+bool trailing_form(const NormSpec& spec) {
+  return !spec.channel_form() && spec.op != Op::kGroupNorm;
+}
+
+}  // namespace
+
+namespace detail {
+
+// Everything the spec alone decides about the arguments, checked before anything needs a
+// device (so that a bad argument is named as such on a machine without one too), and the
+// kernel's parameters from them: every field but the workspace, strides resolved.
+// No allocation on success: it runs on every launch.
+Params launch_params(const NormSpec& spec, const LaunchArgs& args) {
+  const auto none = [] { return ""; };
+  check_present(args.x, "x", true, spec, "", none);
+  check_present(args.y, "y", true, spec, "", none);
+  const auto affine = [&] {
+    return std::string("has affine=") + to_string(spec.affine) + "; pass nullptr or change affine";
+  };
+  check_present(args.weight, "weight", spec.affine != Affine::kNone, spec, "", affine);
+  check_present(args.bias, "bias", spec.affine == Affine::kBoth, spec, "", affine);
+  const auto no_residual = [] { return "has no residual; pass nullptr or give the spec one"; };
+  check_present(args.residual, "residual", spec.residual.has_value(), spec, "", no_residual);
+  check_present(args.residual_out, "residual_out", spec.residual.has_value(), spec,
+                " (x + residual is written there; it may equal residual)", no_residual);
+  check_present(args.scale, "scale", is_fp8(spec.out_type()), spec,
+                " (a device pointer to one f32 that y is multiplied by)", [&] {
+                  return std::string("has out_dtype ") + to_string(spec.out_type()) +
+                         ", not fp8; a scale is for e4m3 and e5m2 outputs: pass nullptr";
+                });
+  const auto no_stats = [] { return "does not save statistics (save_stats); pass nullptr"; };
+  check_present(args.rstd, "rstd", spec.save_stats, spec, "", no_stats);
+  check_present(args.mean, "mean", spec.save_stats && spec.op != Op::kRmsNorm, spec, "", [&] {
+    return std::string(spec.save_stats ? "is rmsnorm, which has no mean (save_stats writes rstd "
+                                         "only); pass nullptr"
+                                       : no_stats());
+  });
   if (args.batch < 1) {
     throw_invalid_argument("batch", std::to_string(args.batch), "must be at least 1");
   }
@@ -485,9 +641,131 @@ void check_arguments(const NormSpec& spec, const LaunchArgs& args) {
     throw_invalid_argument("eps", format_double(args.eps),
                            "must be a finite number greater than 0");
   }
+  const int x_size = size_of(spec.dtype), y_size = size_of(spec.out_type());
+  const int64_t per_item = spec.elements() / spec.batch();
+  int64_t elements = 0;
+  if (__builtin_mul_overflow(per_item, args.batch, &elements) ||
+      elements >= kMaxReachBytes / std::max(x_size, y_size) || args.batch > (int64_t{1} << 40)) {
+    throw_invalid_argument("batch", std::to_string(args.batch), "is too large for this kernel");
+  }
+
+  Params params{};
+  const int residual_size = spec.residual ? size_of(*spec.residual) : 1;
+  const RowArg rows[] = {
+      {"x", "x_rows.outer", "x_rows.inner", args.x_rows, params.x_rows, x_size, false},
+      {"y", "y_rows.outer", "y_rows.inner", args.y_rows, params.y_rows, y_size, true},
+      {"residual", "residual_rows.outer", "residual_rows.inner", args.residual_rows,
+       params.residual_rows, residual_size, false},
+      {"residual_out", "residual_out_rows.outer", "residual_out_rows.inner", args.residual_out_rows,
+       params.residual_out_rows, residual_size, true},
+  };
+  const void* row_pointers[] = {args.x, args.y, args.residual, args.residual_out};
+  Region regions[9];  // x, y, residual, residual_out, weight, bias, scale, mean, rstd
+  if (!trailing_form(spec)) {
+    auto refuse = [&](const char* name, int64_t value, const char* pass) {
+      throw_invalid_argument(name, std::to_string(value),
+                             std::string("row strides are for the trailing forms; the spec (") +
+                                 spec.to_string() + ") is " +
+                                 (spec.op == Op::kGroupNorm ? "groupnorm" : "the channel form") +
+                                 ": pass " + pass);
+    };
+    if (args.inner_rows != 1) refuse("inner_rows", args.inner_rows, "1");
+    for (const RowArg& r : rows) {
+      if (r.given.outer != 0) refuse(r.outer_name, r.given.outer, "0");
+      if (r.given.inner != 0) refuse(r.inner_name, r.given.inner, "0");
+    }
+    params.inner_rows = 1;
+    regions[0] = region("x", args.x, uint64_t(elements) * x_size, false);
+    regions[1] = region("y", args.y, uint64_t(elements) * y_size, true);
+  } else {
+    if (args.inner_rows < 1) {
+      throw_invalid_argument("inner_rows", std::to_string(args.inner_rows),
+                             "must be at least 1 (1: one level of rows)");
+    }
+    if (args.batch % args.inner_rows != 0) {
+      throw_invalid_argument("inner_rows", std::to_string(args.inner_rows),
+                             "must divide batch (" + std::to_string(args.batch) + ")");
+    }
+    params.inner_rows = args.inner_rows;
+    const int64_t groups = args.batch / args.inner_rows;
+    const int64_t row_length = spec.row_length();
+    for (int i = 0; i < 4; ++i) {
+      const RowArg& r = rows[i];
+      if (i >= 2 && !spec.residual) {
+        if (r.given.outer != 0 || r.given.inner != 0) {
+          throw_invalid_argument(r.given.outer != 0 ? r.outer_name : r.inner_name,
+                                 std::to_string(r.given.outer != 0 ? r.given.outer : r.given.inner),
+                                 "the spec (" + spec.to_string() + ") has no residual; pass 0");
+        }
+        continue;
+      }
+      regions[i] = resolve_rows(r, row_pointers[i], groups, args.inner_rows, row_length);
+    }
+  }
+  const uint64_t param_bytes = uint64_t(spec.param_elements()) * size_of(spec.param_type());
+  const uint64_t stats_bytes = uint64_t(args.batch) * uint64_t(per_item / spec.row_length()) * 4;
+  regions[4] = region("weight", args.weight, param_bytes, false);
+  regions[5] = region("bias", args.bias, param_bytes, false);
+  regions[6] = region("scale", args.scale, 4, false);
+  regions[7] = region("mean", args.mean, stats_bytes, true);
+  regions[8] = region("rstd", args.rstd, stats_bytes, true);
+
+  // In place: y == x with the same rows and element size, residual_out == residual with the
+  // same rows (each element is read before it is written, by the thread that writes it).
+  // Otherwise a written argument shares no byte with any other.
+  auto same_rows = [](const RowPitch& a, const RowPitch& b) {
+    return a.outer == b.outer && a.inner == b.inner;
+  };
+  if (args.x == args.y && (x_size != y_size || !same_rows(params.x_rows, params.y_rows))) {
+    throw_invalid_argument(
+        "y", pointer_text(args.y),
+        x_size != y_size
+            ? std::string("equals x, and in place needs an output dtype of x's size (x ") +
+                  to_string(spec.dtype) + ", y " + to_string(spec.out_type()) + ")"
+            : std::string("equals x, and in place needs y's row strides equal to x's"));
+  }
+  if (args.residual && args.residual == args.residual_out &&
+      !same_rows(params.residual_rows, params.residual_out_rows)) {
+    throw_invalid_argument("residual_out", pointer_text(args.residual_out),
+                           "equals residual, and in place needs residual_out's row strides equal "
+                           "to residual's");
+  }
+  for (int i = 0; i < 9; ++i) {
+    for (int j = i + 1; j < 9; ++j) {
+      const Region& a = regions[i];
+      const Region& b = regions[j];
+      if (!(a.written || b.written) || !overlap(a, b)) continue;
+      const bool pair = (i == 0 && j == 1) || (i == 2 && j == 3);  // x and y, or the residuals
+      if (pair && a.begin == b.begin) continue;                    // in place, checked above
+      const Region& w = a.written ? a : b;
+      const Region& o = a.written ? b : a;
+      throw_invalid_argument(
+          w.name, pointer_text(reinterpret_cast<const void*>(w.begin)),
+          std::string(pair ? "partially overlaps " : "overlaps ") + o.name + " (" +
+              pointer_text(reinterpret_cast<const void*>(o.begin)) +
+              (pair ? std::string("); pass ") + w.name + " == " + o.name +
+                          " for in place, or disjoint buffers"
+                    : std::string("); ") + w.name + " is written: it must share no memory with " +
+                          "another argument"));
+    }
+  }
+
+  params.x = args.x;
+  params.y = args.y;
+  params.weight = args.weight;
+  params.bias = args.bias;
+  params.workspace = nullptr;  // launch() sets it for split plans
+  params.batch = args.batch;
+  params.eps = args.eps;
+  params.residual = args.residual;
+  params.residual_out = args.residual_out;
+  params.scale = args.scale;
+  params.mean = args.mean;
+  params.rstd = args.rstd;
+  return params;
 }
 
-}  // namespace
+}  // namespace detail
 
 const char* to_string(Source source) {
   switch (source) {
@@ -506,31 +784,45 @@ void Kernel::launch(const LaunchArgs& args, CUstream_st* stream) const {
   const detail::LoadedKernel& k = *impl_;
   const NormSpec& spec = k.spec;
   const KernelPlan& plan = k.plan;
-  const int element = size_of(spec.dtype);
-  const int align = element * plan.vec;
-  check_arguments(spec, args);
-  check_aligned(args.x, "x", align);
-  check_aligned(args.y, "y", align);
-  check_aligned(args.weight, "weight", element * plan.param_vec);
-  check_aligned(args.bias, "bias", element * plan.param_vec);
-  const int64_t per_item = spec.elements() / spec.batch();
-  int64_t elements = 0;
-  if (__builtin_mul_overflow(per_item, args.batch, &elements) || elements >= (int64_t{1} << 62) ||
-      args.batch > (int64_t{1} << 40)) {
-    throw_invalid_argument("batch", std::to_string(args.batch), "is too large for this kernel");
+  Params params = detail::launch_params(spec, args);
+  // What the plan decides: vector accesses of plan.vec elements (x, y, residual) and
+  // plan.param_vec (weight, bias) must be aligned, and so must every row a stride starts.
+  const char* vector = "for the plan's vector width";
+  check_aligned(args.x, "x", size_of(spec.dtype) * plan.vec, vector);
+  check_aligned(args.y, "y", size_of(spec.out_type()) * plan.vec, vector);
+  if (spec.residual) {
+    check_aligned(args.residual, "residual", size_of(*spec.residual) * plan.vec, vector);
+    check_aligned(args.residual_out, "residual_out", size_of(*spec.residual) * plan.vec, vector);
+  }
+  check_aligned(args.weight, "weight", size_of(spec.param_type()) * plan.param_vec, vector);
+  check_aligned(args.bias, "bias", size_of(spec.param_type()) * plan.param_vec, vector);
+  check_aligned(args.scale, "scale", 4, "(an f32)");
+  check_aligned(args.mean, "mean", 4, "(f32)");
+  check_aligned(args.rstd, "rstd", 4, "(f32)");
+  if (plan.vec > 1 && trailing_form(spec)) {
+    auto check_stride = [&](int64_t given, const char* name) {
+      if (given % plan.vec != 0) {
+        throw_invalid_argument(name, std::to_string(given),
+                               "must be a multiple of " + std::to_string(plan.vec) +
+                                   " elements: the plan accesses " + std::to_string(plan.vec) +
+                                   " elements at a time, and every row must start aligned to that");
+      }
+    };
+    const RowStrides* given[] = {&args.x_rows, &args.y_rows, &args.residual_rows,
+                                 &args.residual_out_rows};
+    const char* names[][2] = {{"x_rows.outer", "x_rows.inner"},
+                              {"y_rows.outer", "y_rows.inner"},
+                              {"residual_rows.outer", "residual_rows.inner"},
+                              {"residual_out_rows.outer", "residual_out_rows.inner"}};
+    for (int i = 0; i < 4; ++i) {
+      check_stride(given[i]->outer, names[i][0]);
+      if (args.inner_rows > 1) check_stride(given[i]->inner, names[i][1]);
+    }
   }
   const int64_t grid = plan.grid(args.batch, k.co_resident);
   if (grid > 0x7fffffff) {
     throw_invalid_argument("batch", std::to_string(args.batch),
                            "needs " + std::to_string(grid) + " CTAs, more than a grid holds");
-  }
-  const uintptr_t x0 = reinterpret_cast<uintptr_t>(args.x);
-  const uintptr_t y0 = reinterpret_cast<uintptr_t>(args.y);
-  const uintptr_t bytes = uintptr_t(elements) * element;
-  if (x0 != y0 && x0 < y0 + bytes && y0 < x0 + bytes) {
-    throw_invalid_argument("y", pointer_text(args.y),
-                           "partially overlaps x (" + pointer_text(args.x) +
-                               "); pass y == x for in place, or disjoint buffers");
   }
   const driver::Api& cu = driver::api();
   CUcontext current = nullptr;
@@ -543,13 +835,6 @@ void Kernel::launch(const LaunchArgs& args, CUstream_st* stream) const {
     NORMJIT_CU(cu.cuCtxSetCurrent(k.context));
   }
   const CUstream cu_stream = reinterpret_cast<CUstream>(stream);
-  Params params{};
-  params.x = args.x;
-  params.y = args.y;
-  params.weight = args.weight;
-  params.bias = args.bias;
-  params.batch = args.batch;
-  params.eps = args.eps;
   void* kernel_args[] = {&params};
   if (plan.cooperative()) {
     params.workspace = k.workspace(cu_stream);
@@ -579,9 +864,12 @@ Kernel Engine::prepare(const NormSpec& spec) { return impl_->prepare(spec); }
 
 void Engine::run(const NormSpec& spec, const void* x, void* y, const void* weight, const void* bias,
                  CUstream_st* stream) {
+  // The variants' pointers (residual, scale, statistics) and strided rows need
+  // prepare(spec).launch(args, stream): here they are absent, and a spec that needs one is
+  // refused, naming it, before a device is needed.
   const LaunchArgs args{x, y, weight, bias, spec.batch(), float(spec.eps)};
   spec.validate();
-  check_arguments(spec, args);
+  detail::launch_params(spec, args);
   prepare(spec).launch(args, stream);
 }
 

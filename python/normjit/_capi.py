@@ -1,7 +1,7 @@
 """The binding of the C API (runtime/include/normjit/normjit.h) by ctypes: the one copy.
 
-Everything of the header that Python uses is declared here once: the enums, the options
-struct and every function's prototype (ctypes would otherwise pass Python ints as C int and
+Everything of the header that Python uses is declared here once: the enums, the structs
+(engine options, launch arguments) and every function's prototype (ctypes would otherwise pass Python ints as C int and
 truncate pointers and int64 values). tests/python/test_binding.py parses the header and
 compares it with these declarations, so the two cannot drift apart.
 
@@ -36,6 +36,8 @@ class Dtype(enum.IntEnum):
     F32 = 0
     F16 = 1
     BF16 = 2
+    E4M3 = 3  # output only (out_dtype)
+    E5M2 = 4  # output only (out_dtype)
 
 
 # C enum name -> (Python enum, prefix of its enumerators in C).
@@ -57,6 +59,37 @@ class EngineOptions(ctypes.Structure):
     ]
 
 
+class LaunchArgs(ctypes.Structure):
+    """struct normjit_launch_args: fill it with normjit_launch_args_init (which sets `size`),
+    then set what the kernel's spec asks for. Device pointers, `const float*` included, are
+    void pointers (Python ints); each strides field is [outer, inner] in elements."""
+    _fields_ = [
+        ("size", ctypes.c_size_t),
+        ("x", ctypes.c_void_p),
+        ("y", ctypes.c_void_p),
+        ("weight", ctypes.c_void_p),
+        ("bias", ctypes.c_void_p),
+        ("batch", ctypes.c_int64),
+        ("eps", ctypes.c_double),
+        ("residual", ctypes.c_void_p),
+        ("residual_out", ctypes.c_void_p),
+        ("scale", ctypes.c_void_p),
+        ("mean", ctypes.c_void_p),
+        ("rstd", ctypes.c_void_p),
+        ("inner_rows", ctypes.c_int64),
+        ("x_strides", ctypes.c_int64 * 2),
+        ("y_strides", ctypes.c_int64 * 2),
+        ("residual_strides", ctypes.c_int64 * 2),
+        ("residual_out_strides", ctypes.c_int64 * 2),
+    ]
+
+
+# C struct name -> its ctypes Structure.
+STRUCTS = {
+    "normjit_engine_options": EngineOptions,
+    "normjit_launch_args": LaunchArgs,
+}
+
 _vp = ctypes.c_void_p
 _int = ctypes.c_int
 _i64 = ctypes.c_int64
@@ -67,6 +100,7 @@ _p_int = ctypes.POINTER(ctypes.c_int)
 _p_i64 = ctypes.POINTER(ctypes.c_int64)
 _p_u64 = ctypes.POINTER(ctypes.c_uint64)
 _p_opts = ctypes.POINTER(EngineOptions)
+_p_args = ctypes.POINTER(LaunchArgs)
 
 # Every function of normjit.h: name -> (restype, argtypes). Opaque handles (normjit_engine*,
 # normjit_kernel*, CUstream) are void pointers; enums are C ints.
@@ -86,6 +120,9 @@ PROTOTYPES = {
     "normjit_prepare": (_int, [_vp, _str, _p_vp]),
     # kernel, x, y, weight, bias, batch, eps, stream
     "normjit_launch": (_int, [_vp, _vp, _vp, _vp, _vp, _i64, _f64, _vp]),
+    "normjit_launch_args_init": (None, [_p_args]),
+    # kernel, args, stream
+    "normjit_launch_ex": (_int, [_vp, _p_args, _vp]),
     # engine, spec, arch, compiled
     "normjit_precompile": (_int, [_vp, _str, _str, _p_int]),
     # engine, nvrtc_compiles, memory_hits, disk_hits

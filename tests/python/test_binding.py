@@ -1,7 +1,7 @@
 """The ctypes binding (python/normjit/_capi.py) against the C header it binds
-(runtime/include/normjit/normjit.h): enum values, the options struct's fields, types, order
-and layout (offsetof from a C compiler), and every function's prototype. Changing either side
-alone fails here. No GPU, no PyTorch."""
+(runtime/include/normjit/normjit.h): enum values, every struct's fields (the engine options,
+the launch arguments), their types, order and layout (offsetof from a C compiler), and every
+function's prototype. Changing either side alone fails here. No GPU, no PyTorch."""
 import ctypes
 import re
 import shutil
@@ -22,6 +22,8 @@ C_TYPES = {
     "int": ctypes.c_int,
     "int*": P(ctypes.c_int),
     "int64_t": ctypes.c_int64,
+    "int64_t[2]": ctypes.c_int64 * 2,
+    "size_t": ctypes.c_size_t,
     "const int64_t*": P(ctypes.c_int64),
     "uint64_t": ctypes.c_uint64,
     "uint64_t*": P(ctypes.c_uint64),
@@ -29,6 +31,8 @@ C_TYPES = {
     "const char*": ctypes.c_char_p,
     "const void*": ctypes.c_void_p,
     "void*": ctypes.c_void_p,
+    "const float*": ctypes.c_void_p,  # device pointers: Python ints
+    "float*": ctypes.c_void_p,
     "struct CUstream_st*": ctypes.c_void_p,
     "normjit_status": ctypes.c_int,  # C enums are ints
     "normjit_dtype": ctypes.c_int,
@@ -40,7 +44,18 @@ C_TYPES = {
     "normjit_kernel**": P(ctypes.c_void_p),
     "normjit_engine_options*": P(_capi.EngineOptions),
     "const normjit_engine_options*": P(_capi.EngineOptions),
+    "normjit_launch_args*": P(_capi.LaunchArgs),
+    "const normjit_launch_args*": P(_capi.LaunchArgs),
 }
+
+
+def same_ctype(a, b) -> bool:
+    """ctypes types are equal: the same object, or arrays of the same element and length."""
+    if a is b:
+        return True
+    array = ctypes.Array
+    return (isinstance(a, type) and isinstance(b, type) and issubclass(a, array)
+            and issubclass(b, array) and a._length_ == b._length_ and a._type_ is b._type_)
 
 
 def strip_comments(text: str) -> str:
@@ -69,8 +84,10 @@ def parse_header(text: str) -> dict:
     for name, body in re.findall(r"typedef\s+struct\s+(\w+)\s*\{(.*?)\}\s*\1\s*;", code, re.S):
         fields = []
         for decl in filter(None, (d.strip() for d in body.split(";"))):
-            m = re.fullmatch(r"(.*?)(\w+)", decl, re.S)
-            fields.append((norm_type(m.group(1)), m.group(2)))
+            m = re.fullmatch(r"(.*?)(\w+)\s*(\[\s*\d+\s*\])?", decl, re.S)
+            assert m, f"struct {name}: field not understood: {decl!r}"
+            array = re.sub(r"\s+", "", m.group(3) or "")
+            fields.append((norm_type(m.group(1)) + array, m.group(2)))
         structs[name] = fields
     functions = {}
     for chunk in code.split(";"):
@@ -106,19 +123,20 @@ def mismatches(parsed: dict) -> list:
         py_values = {prefix + m.name: m.value for m in py_enum}
         if py_values != values:
             problems.append(f"enum {cname}: header {values}, binding {py_values}")
-    # The options struct: field names, order and types.
-    fields = parsed["structs"].get("normjit_engine_options")
-    py_fields = [(name, t) for name, t in _capi.EngineOptions._fields_]
-    if fields is None:
-        problems.append("struct normjit_engine_options not found in the header")
-    elif [f for _, f in fields] != [n for n, _ in py_fields]:
-        problems.append(f"normjit_engine_options fields: header {[f for _, f in fields]}, "
-                        f"binding {[n for n, _ in py_fields]}")
-    else:
+    # Structs: the same set, each with the same field names, order and types.
+    for cname in sorted(set(parsed["structs"]) ^ set(_capi.STRUCTS)):
+        where = "header only" if cname in parsed["structs"] else "binding only"
+        problems.append(f"struct {cname}: {where}")
+    for cname in sorted(set(parsed["structs"]) & set(_capi.STRUCTS)):
+        fields = parsed["structs"][cname]
+        py_fields = [(name, t) for name, t in _capi.STRUCTS[cname]._fields_]
+        if [f for _, f in fields] != [n for n, _ in py_fields]:
+            problems.append(f"{cname} fields: header {[f for _, f in fields]}, "
+                            f"binding {[n for n, _ in py_fields]}")
+            continue
         for (ctype, fname), (_, pytype) in zip(fields, py_fields):
-            if C_TYPES.get(ctype, "?") is not pytype:
-                problems.append(f"normjit_engine_options.{fname}: header {ctype}, binding "
-                                f"{ctype_name(pytype)}")
+            if not same_ctype(C_TYPES.get(ctype, "?"), pytype):
+                problems.append(f"{cname}.{fname}: header {ctype}, binding {ctype_name(pytype)}")
     # Functions: the same set, each with the same return and parameter types.
     header_fns, py_fns = parsed["functions"], _capi.PROTOTYPES
     for name in sorted(set(header_fns) ^ set(py_fns)):
@@ -139,7 +157,7 @@ def mismatches(parsed: dict) -> list:
 def test_header_parses_completely():
     parsed = parse_header(HEADER.read_text())
     assert set(parsed["enums"]) == {"normjit_status", "normjit_dtype"}
-    assert "normjit_engine_options" in parsed["structs"]
+    assert set(parsed["structs"]) == {"normjit_engine_options", "normjit_launch_args"}
     # Every "normjit_...(" declaration in the header was understood.
     declared = set(re.findall(r"\b(normjit_\w+)\s*\(", strip_comments(HEADER.read_text())))
     assert declared == set(parsed["functions"]), declared ^ set(parsed["functions"])
@@ -170,7 +188,19 @@ def replace(old: str, new: str):
     replace("int64_t batch, double eps", "int batch, double eps"),      # a parameter's type
     replace("void normjit_engine_destroy(normjit_engine* engine);",
             "void normjit_engine_destroy(normjit_engine* engine);\nint normjit_new(void);"),
-], ids=["enum-value", "enumerator", "field-type", "field-order", "param-type", "function"])
+    replace("NORMJIT_E5M2 = 4", "NORMJIT_E5M2 = 5"),                 # a new enumerator's value
+    replace("int64_t inner_rows;", "int inner_rows;"),                # a launch_args field type
+    swap("float* mean;", "float* rstd;"),                              # launch_args field order
+    replace("int64_t y_strides[2];", "int64_t y_strides[3];"),        # an array's length
+    replace("int64_t residual_out_strides[2];",
+            "int64_t residual_out_strides[2];\n  int64_t added;"),   # a field appended
+    replace("const normjit_launch_args* args,\n", "normjit_launch_args args,\n"),  # a parameter
+    replace("typedef struct normjit_engine normjit_engine;",
+            "typedef struct normjit_engine normjit_engine;\n"
+            "typedef struct normjit_new { int a; } normjit_new;"),    # a struct
+], ids=["enum-value", "enumerator", "field-type", "field-order", "param-type", "function",
+        "fp8-enum-value", "args-field-type", "args-field-order", "args-array-length",
+        "args-field-added", "launch-ex-param", "struct"])
 def test_an_edit_of_the_header_alone_is_caught(edit):
     text = HEADER.read_text()
     edited = edit(text)
@@ -178,24 +208,50 @@ def test_an_edit_of_the_header_alone_is_caught(edit):
     assert mismatches(parse_header(edited)), "the edited header still matches the binding"
 
 
-def test_struct_layout_matches_a_c_compiler(tmp_path):
+@pytest.mark.parametrize("cname", sorted(_capi.STRUCTS))
+def test_struct_layout_matches_a_c_compiler(tmp_path, cname):
     """offsetof and sizeof from the C compiler against ctypes' layout."""
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         pytest.skip("no C compiler to compute offsetof")
-    fields = [name for name, _ in _capi.EngineOptions._fields_]
+    struct = _capi.STRUCTS[cname]
+    fields = [name for name, _ in struct._fields_]
     src = tmp_path / "layout.c"
     src.write_text("#include <stddef.h>\n#include <stdio.h>\n#include <normjit/normjit.h>\n"
                    "int main(void) {\n"
-                   + "".join(f'  printf("%zu ", offsetof(normjit_engine_options, {f}));\n'
-                             for f in fields)
-                   + '  printf("%zu\\n", sizeof(normjit_engine_options));\n  return 0;\n}\n')
+                   + "".join(f'  printf("%zu ", offsetof({cname}, {f}));\n' for f in fields)
+                   + f'  printf("%zu\\n", sizeof({cname}));\n  return 0;\n}}\n')
     exe = tmp_path / "layout"
     subprocess.run([cc, "-I", str(HEADER.parent.parent), str(src), "-o", str(exe)], check=True)
     numbers = [int(v) for v in subprocess.run([str(exe)], check=True, capture_output=True,
                                               text=True).stdout.split()]
-    ours = [getattr(_capi.EngineOptions, f).offset for f in fields]
-    assert numbers == ours + [ctypes.sizeof(_capi.EngineOptions)]
+    ours = [getattr(struct, f).offset for f in fields]
+    assert numbers == ours + [ctypes.sizeof(struct)]
+
+
+def test_launch_args_init_fills_the_defaults():
+    """normjit_launch_args_init through the binding: size is the C struct's, eps 1e-5, one
+    level of contiguous rows, every pointer NULL."""
+    lib = _capi.library()
+    args = _capi.LaunchArgs()
+    ctypes.memset(ctypes.byref(args), 0x5A, ctypes.sizeof(args))
+    lib.normjit_launch_args_init(ctypes.byref(args))
+    assert args.size == ctypes.sizeof(_capi.LaunchArgs)
+    assert args.eps == 1e-5 and args.inner_rows == 1 and args.batch == 0
+    for name in ("x", "y", "weight", "bias", "residual", "residual_out", "scale", "mean", "rstd"):
+        assert getattr(args, name) is None, name
+    for name in ("x_strides", "y_strides", "residual_strides", "residual_out_strides"):
+        assert list(getattr(args, name)) == [0, 0], name
+    # The struct reaches the library whole: a launch without a kernel names the kernel, one
+    # with a wrong size names args.size.
+    args.x = args.y = 1 << 40
+    args.batch = 2
+    status = lib.normjit_launch_ex(None, ctypes.byref(args), None)
+    assert status == _capi.Status.ERROR_INVALID_ARGUMENT
+    assert b"invalid kernel" in lib.normjit_last_error()
+    args.size = 8
+    assert lib.normjit_launch_ex(None, ctypes.byref(args), None) == status
+    assert b"invalid args.size 8" in lib.normjit_last_error()
 
 
 def test_every_prototype_resolves_in_the_library():

@@ -1,5 +1,6 @@
 /* The C API compiled as C99: bad arguments give a status and a message naming the argument;
- * precompiling needs no GPU; the second precompile is a cache hit. */
+ * precompiling needs no GPU; the second precompile is a cache hit; normjit_launch_args is a C
+ * struct that normjit_launch_args_init fills and normjit_launch_ex checks. */
 #define _XOPEN_SOURCE 700
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +29,7 @@ int main(void) {
   int64_t zero_shape[4] = {2, 0, 8, 8};
   float fake[1];
   int compiled = -1;
+  normjit_launch_args args;
   normjit_status s;
 
   if (!mkdtemp(dir)) return 1;
@@ -51,6 +53,27 @@ int main(void) {
   s = normjit_groupnorm(engine, fake, fake, NULL, NULL, shape, 4, 5, NORMJIT_F32, 1e-5, NULL);
   EXPECT(s == NORMJIT_ERROR_INVALID_ARGUMENT && mentions("groups"));
   EXPECT(strcmp(normjit_status_name(NORMJIT_ERROR_INVALID_ARGUMENT), "invalid argument") == 0);
+  /* fp8 is an output dtype only: x's dtype of a one-call function is never fp8. */
+  s = normjit_rmsnorm(engine, fake, fake, NULL, shape, 4, 0, NORMJIT_E4M3, 1e-5, NULL);
+  EXPECT(s == NORMJIT_ERROR_INVALID_ARGUMENT && mentions("dtype") && mentions("output dtype only"));
+
+  /* The extended launch: defaults, then the struct is checked before the kernel. */
+  memset(&args, 0x5a, sizeof(args));
+  normjit_launch_args_init(&args);
+  EXPECT(args.size == sizeof(normjit_launch_args) && args.eps == 1e-5 && args.inner_rows == 1);
+  EXPECT(args.x == NULL && args.residual == NULL && args.scale == NULL && args.mean == NULL);
+  EXPECT(args.batch == 0 && args.x_strides[0] == 0 && args.residual_out_strides[1] == 0);
+  args.x = fake;
+  args.y = fake;
+  args.batch = 2;
+  args.x_strides[0] = 128;
+  s = normjit_launch_ex(NULL, &args, NULL);
+  EXPECT(s == NORMJIT_ERROR_INVALID_ARGUMENT && mentions("kernel"));
+  s = normjit_launch_ex(NULL, NULL, NULL);
+  EXPECT(s == NORMJIT_ERROR_INVALID_ARGUMENT && mentions("args"));
+  args.size = sizeof(args.size);
+  s = normjit_launch_ex(NULL, &args, NULL);
+  EXPECT(s == NORMJIT_ERROR_INVALID_ARGUMENT && mentions("args.size"));
 
   /* Compiling needs no GPU; the second time the kernel comes from the cache. */
   s = normjit_precompile(engine, "op=rmsnorm shape=2,64,8,8 dtype=f32", "sm_90", &compiled);
