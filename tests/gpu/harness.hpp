@@ -177,4 +177,35 @@ inline RunResult run_and_compare(Engine& engine, const NormSpec& spec, Values va
   return p.compare(out);
 }
 
+// A CUDA graph captured from whatever `record` enqueues on `stream` (global capture mode),
+// instantiated; owns both. If record throws, the capture is ended (the stream stays usable)
+// and the error passes on.
+class CapturedGraph {
+ public:
+  template <class Record>
+  CapturedGraph(CUstream stream, Record&& record) {
+    const driver::Api& cu = driver::api();
+    NORMJIT_CU(cu.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    try {
+      record();
+    } catch (...) {
+      cu.cuStreamEndCapture(stream, &graph_);
+      throw;
+    }
+    NORMJIT_CU(cu.cuStreamEndCapture(stream, &graph_));
+    NORMJIT_CU(cu.cuGraphInstantiateWithFlags(&exec_, graph_, 0));
+  }
+  ~CapturedGraph() {
+    if (exec_) driver::api().cuGraphExecDestroy(exec_);
+    if (graph_) driver::api().cuGraphDestroy(graph_);
+  }
+  CapturedGraph(const CapturedGraph&) = delete;
+  CapturedGraph& operator=(const CapturedGraph&) = delete;
+  void replay(CUstream stream) const { NORMJIT_CU(driver::api().cuGraphLaunch(exec_, stream)); }
+
+ private:
+  CUgraph graph_ = nullptr;
+  CUgraphExec exec_ = nullptr;
+};
+
 }  // namespace normjit::testing
