@@ -68,10 +68,10 @@ __device__ __forceinline__ bf16_t from_float<bf16_t>(float v) {
   return out;
 }
 
-#if __CUDA_ARCH__ >= 890
-// Two values converted and packed into 16 bits, lo in the low byte.
+// Two values converted and packed into 16 bits, lo in the low byte (defined for sm_89+).
 template <class T>
 __device__ __forceinline__ unsigned short fp8_pair(float lo, float hi);
+#if __CUDA_ARCH__ >= 890
 template <>
 __device__ __forceinline__ unsigned short fp8_pair<e4m3_t>(float lo, float hi) {
   unsigned short out;

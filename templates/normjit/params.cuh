@@ -28,6 +28,11 @@ struct Params {
   float* rstd;           // save_stats: per row (rmsnorm channel form: per (n, position))
   // Trailing forms: the two-level row layout of x, y, residual and residual_out.
   long long inner_rows;  // rows per group; 1: one level
+  // row / inner_rows without a division (row < 2^62): (umulhi(row, inner_magic) + row) >>
+  // inner_shift, with shift = ceil(log2(inner_rows)) and magic = floor(2^64 * (2^shift -
+  // inner_rows) / inner_rows) + 1 (inner_rows 1: magic 1, shift 0). The host computes them.
+  unsigned long long inner_magic;
+  unsigned int inner_shift;
   RowPitch x_rows, y_rows, residual_rows, residual_out_rows;
 };
 

@@ -42,19 +42,29 @@ __device__ __forceinline__ long long total_rows(const Params& p) {
   return p.batch * (C::kGroups > 0 ? C::kGroups : 1);
 }
 
-// Where row `row` of a tensor starts (elements): the trailing forms take the launch's row
-// layout (Params::inner_rows and the tensor's RowPitch); groupnorm rows are contiguous.
+// Where row `row` of each tensor starts (elements): the trailing forms take the launch's
+// two-level row layout (Params::inner_rows, and each tensor's RowPitch), its quotient and
+// remainder computed once per row without a division; groupnorm rows are contiguous.
 template <class C>
-__device__ __forceinline__ long long row_start(const Params& p, const RowPitch& pitch,
-                                               long long row) {
-  if constexpr (C::kGroups > 0) {
-    return row * C::kRowLength;
-  } else if (p.inner_rows == 1) {
-    return row * pitch.outer;
-  } else {
-    return row / p.inner_rows * pitch.outer + row % p.inner_rows * pitch.inner;
+struct RowIndex {
+  long long outer, inner;  // row / inner_rows, row % inner_rows
+  __device__ __forceinline__ RowIndex(const Params& p, long long row) {
+    if constexpr (C::kGroups > 0) {
+      outer = row, inner = 0;
+    } else {
+      const unsigned long long n = static_cast<unsigned long long>(row);
+      outer = static_cast<long long>((__umul64hi(n, p.inner_magic) + n) >> p.inner_shift);
+      inner = row - outer * p.inner_rows;
+    }
   }
-}
+  __device__ __forceinline__ long long start(const RowPitch& pitch) const {
+    if constexpr (C::kGroups > 0) {
+      return outer * C::kRowLength;
+    } else {
+      return outer * pitch.outer + inner * pitch.inner;
+    }
+  }
+};
 
 // The L2 hints of a row kernel's accesses (vec.cuh): `stream` for x and y, `keep` for the
 // parameters.
@@ -75,12 +85,13 @@ struct RowIo {
   const R* residual = nullptr;
   R* h = nullptr;
 
-  __device__ __forceinline__ RowIo(const Params& p, long long row)
-      : x(static_cast<const X*>(p.x) + row_start<C>(p, p.x_rows, row)),
-        y(static_cast<typename C::Y*>(p.y) + row_start<C>(p, p.y_rows, row)) {
+  __device__ __forceinline__ RowIo(const Params& p, long long row) {
+    const RowIndex<C> at(p, row);
+    x = static_cast<const X*>(p.x) + at.start(p.x_rows);
+    y = static_cast<typename C::Y*>(p.y) + at.start(p.y_rows);
     if constexpr (C::kResidual) {
-      residual = static_cast<const R*>(p.residual) + row_start<C>(p, p.residual_rows, row);
-      h = static_cast<R*>(p.residual_out) + row_start<C>(p, p.residual_out_rows, row);
+      residual = static_cast<const R*>(p.residual) + at.start(p.residual_rows);
+      h = static_cast<R*>(p.residual_out) + at.start(p.residual_out_rows);
     }
   }
 

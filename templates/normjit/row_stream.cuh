@@ -80,19 +80,19 @@ __global__ void __launch_bounds__(C::kThreads, 1) row_stream(Params p) {
         }
       }
     }
+    const RowIo<C> io[2] = {RowIo<C>(p, row), RowIo<C>(p, n == 2 ? row + slots : row)};
     for (long long i = 0; i < kPieces; ++i) {
       const long long piece_begin = begin + i * kPiece;
       Piece piece[kRowsPerPass];
 #pragma unroll
       for (int r = 0; r < kRowsPerPass; ++r) {
-        if (r < n) piece[r].load(RowIo<C>(p, row + r * slots), piece_begin, tid, shift[r]);
+        if (r < n) piece[r].load(io[r], piece_begin, tid, shift[r]);
       }
       // The second row's store finds the parameters the first one just read in L1 or L2.
 #pragma unroll
       for (int r = 0; r < kRowsPerPass; ++r) {
         if (r < n) {
-          const long long row_r = row + r * slots;
-          piece[r].store(RowIo<C>(p, row_r), p, epi, row_r, piece_begin, tid, mean[r], rstd[r]);
+          piece[r].store(io[r], p, epi, row + r * slots, piece_begin, tid, mean[r], rstd[r]);
         }
       }
     }
