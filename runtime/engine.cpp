@@ -533,6 +533,19 @@ bool overlap(const Region& a, const Region& b) {
 }
 
 // Resolves the strides of one trailing-form tensor of `groups` x `inner_rows` rows of
+// Params::inner_rows and the magic number that divides a row index by it in the kernels
+// (row_common.cuh: (umulhi(row, magic) + row) >> shift, exact for rows below 2^62): shift =
+// ceil(log2(d)), magic = floor(2^64 * (2^shift - d) / d) + 1.
+void set_inner_rows(Params& params, int64_t d) {
+  unsigned shift = 0;
+  while ((uint64_t{1} << shift) < uint64_t(d)) ++shift;
+  const unsigned __int128 numerator = (unsigned __int128)((uint64_t{1} << shift) - uint64_t(d))
+                                      << 64;
+  params.inner_rows = d;
+  params.inner_magic = uint64_t(numerator / uint64_t(d)) + 1;
+  params.inner_shift = shift;
+}
+
 // `row_length` elements (0: contiguous), checks them and returns the bytes it spans.
 Region resolve_rows(const RowArg& r, const void* p, int64_t groups, int64_t inner_rows,
                     int64_t row_length) {
@@ -674,7 +687,7 @@ Params launch_params(const NormSpec& spec, const LaunchArgs& args) {
       if (r.given.outer != 0) refuse(r.outer_name, r.given.outer, "0");
       if (r.given.inner != 0) refuse(r.inner_name, r.given.inner, "0");
     }
-    params.inner_rows = 1;
+    set_inner_rows(params, 1);
     regions[0] = region("x", args.x, uint64_t(elements) * x_size, false);
     regions[1] = region("y", args.y, uint64_t(elements) * y_size, true);
   } else {
@@ -686,7 +699,7 @@ Params launch_params(const NormSpec& spec, const LaunchArgs& args) {
       throw_invalid_argument("inner_rows", std::to_string(args.inner_rows),
                              "must divide batch (" + std::to_string(args.batch) + ")");
     }
-    params.inner_rows = args.inner_rows;
+    set_inner_rows(params, args.inner_rows);
     const int64_t groups = args.batch / args.inner_rows;
     const int64_t row_length = spec.row_length();
     for (int i = 0; i < 4; ++i) {

@@ -206,9 +206,35 @@ TEST(LaunchArgs, StridesResolveToContiguousRowsAndEveryParamIsFilled) {
   EXPECT_EQ(p.residual_rows.inner, 128);
   EXPECT_EQ(p.residual_out_rows.outer, 384);
   EXPECT_EQ(p.residual_out_rows.inner, 128);
+}
+
+// The kernels divide a row index by inner_rows as (umulhi(row, magic) + row) >> shift
+// (row_common.cuh): the host's magic numbers must give the exact quotient for every row a launch
+// can have (below 2^62), here checked at the edges of each quotient and at large rows.
+TEST(LaunchArgs, InnerRowsMagicNumbersDivideExactly) {
+  const auto quotient = [](const Params& p, uint64_t n) {
+    const uint64_t high = uint64_t((unsigned __int128)n * p.inner_magic >> 64);
+    return (high + n) >> p.inner_shift;
+  };
+  for (int64_t d : {1, 2, 3, 5, 7, 8, 12, 40, 64, 100, 1000, 4097, 65536, 1000003}) {
+    NormSpec spec = rows_spec(d * 6, 128);
+    LaunchArgs a = plain(d * 6);
+    a.inner_rows = d;
+    const Params p = detail::launch_params(spec, a);
+    ASSERT_EQ(p.inner_rows, d);
+    for (uint64_t q : {uint64_t{0}, uint64_t{1}, uint64_t{5}, uint64_t{1} << 20,
+                       (uint64_t{1} << 62) / uint64_t(d) - 1}) {
+      for (int64_t r : {int64_t{0}, int64_t{1}, d - 1}) {
+        if (r >= d) continue;
+        const uint64_t n = q * uint64_t(d) + uint64_t(r);
+        EXPECT_EQ(quotient(p, n), q) << "row " << n << " / " << d;
+      }
+    }
+  }
   // The channel form has no rows: zeros, one level.
-  p = detail::launch_params(NormSpec::parse("op=rmsnorm shape=2,64,32,32"), plain(2));
+  const Params p = detail::launch_params(NormSpec::parse("op=rmsnorm shape=2,64,32,32"), plain(2));
   EXPECT_EQ(p.inner_rows, 1);
+  EXPECT_EQ(quotient(p, 12345), 12345u);
   EXPECT_EQ(p.x_rows.outer, 0);
   EXPECT_EQ(p.y_rows.inner, 0);
 }
