@@ -733,7 +733,10 @@ def write_outputs(report: Report, args: argparse.Namespace, final: bool) -> None
     plot_ref = os.path.relpath(plot_path, doc.parent) if has_plot else None
     host_cost_path = Path(args.host_cost)
     host_cost = host_cost_path.read_text() if host_cost_path.exists() else None
-    doc.write_text(render_markdown(report, notes, plot_ref, host_cost))
+    text = render_markdown(report, notes, plot_ref, host_cost)
+    # tools/bench_variants.py's section is measured by that script: carried over as it is.
+    kept = variants_block(doc.read_text()) if doc.exists() else None
+    doc.write_text(splice_variants(text, kept) if kept else text)
     write_json(report, Path(args.json_out))
 
 
@@ -1643,6 +1646,16 @@ def selftest() -> int:
     assert inserted.index(HOST_COST_BEGIN) < inserted.index("## Analysis per kernel")
     assert splice_host_cost("# doc\n", "x").endswith(HOST_COST_END + "\n")
 
+    # tools/bench_variants.py's section: replaced in place, inserted before the host cost.
+    block = VARIANTS_BEGIN + "\n## Variants\n\n| a |\n|---|\n| 1 |\n" + VARIANTS_END
+    placed = splice_variants(with_cost, block)
+    assert placed.index(block) < placed.index(HOST_COST_BEGIN) and variants_block(placed) == block
+    assert splice_variants(placed, block.replace("| 1 |", "| 2 |")).count(VARIANTS_BEGIN) == 1
+    assert "| 2 |" in splice_variants(placed, block.replace("| 1 |", "| 2 |"))
+    assert splice_variants(rendered, block).index(block) < rendered.index("## Analysis per kernel") + 1
+    assert splice_variants("# doc\n", block) == "# doc\n\n" + block + "\n"
+    assert variants_block(rendered) is None and variants_block(VARIANTS_BEGIN) is None
+
     # JIT latency of unknown layouts, and its absence.
     for data in ({"a": 1, "b": 2.5}, [{"x": 1}, {"y": 2}], {"k": {"p": {"ms": 1}, "q": {"us": 2}}},
                  [1, 2], "text", {}):
@@ -1669,6 +1682,10 @@ def selftest() -> int:
         assert abs(data["results"][0]["derived"]["speedup_vs_eager"] - 14.34 / 5.2) < 1e-9
         doc = Path(args.doc).read_text()
         assert "Limited by bytes" in doc
+        # A regeneration keeps the variants section that tools/bench_variants.py wrote.
+        Path(args.doc).write_text(splice_variants(doc, block))
+        write_outputs(fake_report(), args, final=False)
+        assert variants_block(Path(args.doc).read_text()) == block
         if Path(args.plot).exists():
             assert "](../p.png)" in doc and Path(args.plot).stat().st_size > 1000
             print("selftest: plot written")
@@ -1719,6 +1736,33 @@ def splice_host_cost(doc: str, text: str) -> str:
     if at < 0:
         return doc.rstrip("\n") + "\n\n" + block + "\n"
     return doc[:at] + block + "\n\n" + doc[at:]
+
+
+VARIANTS_BEGIN = "<!-- variants: written by tools/bench_variants.py; compare_torch.py keeps it -->"
+VARIANTS_END = "<!-- variants: end -->"
+
+
+def variants_block(doc: str) -> Optional[str]:
+    """The section tools/bench_variants.py wrote into `doc`, markers included; None if none."""
+    begin = doc.find(VARIANTS_BEGIN)
+    end = doc.find(VARIANTS_END, begin)
+    if begin < 0 or end < 0:
+        return None
+    return doc[begin:end + len(VARIANTS_END)]
+
+
+def splice_variants(doc: str, block: str) -> str:
+    """`doc` with its variants section replaced by `block` (markers included), or `block`
+    inserted before the host-cost block, else before the analysis per kernel, else at the end."""
+    begin = doc.find(VARIANTS_BEGIN)
+    end = doc.find(VARIANTS_END, begin)
+    if begin >= 0 and end >= 0:
+        return doc[:begin] + block + doc[end + len(VARIANTS_END):]
+    for anchor in (HOST_COST_BEGIN, "## Analysis per kernel"):
+        at = doc.find(anchor)
+        if at >= 0:
+            return doc[:at] + block + "\n\n" + doc[at:]
+    return doc.rstrip("\n") + "\n\n" + block + "\n"
 
 
 def refresh_notes(doc: str, notes: str) -> str:

@@ -1,0 +1,1689 @@
+#!/usr/bin/env python3
+"""The variants of issue 18 on LLM shapes, on the GPU machine: normjit against the same PyTorch
+expression run eagerly and under torch.compile, against Liger-Kernel where it has the variant,
+and against a device-to-device copy of the bytes the variant must move.
+
+Variants (bf16 activations [tokens, hidden]):
+  1 add-rmsnorm    h = x + r written over r, y = rmsnorm(h) * w over x (vLLM fused_add_rms_norm)
+  2 f32-weight     rmsnorm of bf16 x with an f32 weight (param_dtype=f32), bf16 out
+  3 fp8-out        rmsnorm * w * scale saturated to fp8 e4m3 (out_dtype=e4m3)
+  4 gemma          Gemma's rmsnorm: (1 + w) in f32 (weight_offset=1)
+  5 qk-norm        per-head rmsnorm over 128 of the q slice of a qkv tensor, two-level strides
+  6 combined       residual in place + f32 weight + offset 1 + fp8 e4m3 out
+  7 add-layernorm  h = x + r over r, y = layernorm(h) * w + b over x
+
+normjit is called through its C API (python/normjit/_capi.py: normjit_prepare once per
+(variant, hidden), normjit_launch_ex with the variant's launch arguments); the measuring method
+is tools/compare_torch.py's (CUDA events, median, rotating buffers, a sleep kernel queued first),
+whose helpers are imported. Every normjit result is checked against the PyTorch expression in
+float64. The results go into docs/performance.md between the markers of
+compare_torch.VARIANTS_BEGIN/END (compare_torch.py keeps that section when it regenerates the
+file) and into a JSON file.
+
+    python3 tools/bench_variants.py                       # the grid, about 5 minutes on an H100
+    python3 tools/bench_variants.py --quick               # hidden 4096, tokens 16 and 16384
+    python3 tools/bench_variants.py --only 1,qk-norm      # variants by number or name
+    python3 tools/bench_variants.py --list                # the cases, no GPU needed
+    python3 tools/bench_variants.py --selftest            # the non-GPU parts, no torch needed
+    python3 tools/bench_variants.py --precompile sm_90    # every spec through NVRTC, no GPU
+    python3 tools/bench_variants.py --from-json F.json    # re-render the section from a run
+    python3 tools/bench_variants.py --cpu-check           # the whole flow on the CPU (torch
+                                                          # standing in for normjit), tiny shapes
+
+Exit status: 0 when every normjit result that ran passed its check, 1 when a check failed or a
+normjit call errored, 2 when it could not start. Outputs are rewritten after every case, so a
+run cut off by a time limit leaves what it measured; --budget-s skips the cases left once the
+measuring has taken that long.
+
+Only the standard library is imported at module level (torch where it is used), so that
+--list, --selftest, --precompile and --from-json run without torch.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import dataclasses
+import datetime
+import gc
+import inspect
+import json
+import math
+import os
+import secrets
+import shlex
+import statistics
+import sys
+import tempfile
+import textwrap
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+REPO = Path(__file__).resolve().parent.parent
+# This checkout's binding of the C API first (an installed normjit package may be older than the
+# library's launch arguments), then compare_torch.py's helpers (stdlib only at import).
+sys.path.insert(0, str(REPO / "python"))
+sys.path.insert(0, str(REPO / "tools"))
+import compare_torch as ct  # noqa: E402
+from normjit import _capi  # noqa: E402
+
+# Set by load_torch(): the PyTorch expressions below use them as globals, so that their source
+# (shown in the document) is the code that runs.
+torch: Any = None
+F: Any = None
+
+# ---------------------------------------------------------------------------------------
+# The variants
+# ---------------------------------------------------------------------------------------
+
+EPS_RMS = 1e-6           # Llama, Gemma, Qwen
+EPS_LN = 1e-5
+FP8_E4M3_MAX = 448.0
+FP8_SCALE = 128.0        # large enough that some outputs saturate
+QK_HEADS, QK_KV_HEADS, QK_DIM = 32, 8, 128
+QKV_WIDTH = (QK_HEADS + 2 * QK_KV_HEADS) * QK_DIM   # 6144: q, k, v of one token
+Q_WIDTH = QK_HEADS * QK_DIM                          # 4096
+
+TOKENS = (1, 16, 128, 1024, 4096, 16384)
+HIDDENS = (2048, 4096, 8192, 16384)
+SWEEP_HIDDENS = (4096, 8192)        # every token count
+EDGE_TOKENS = (1, 1024, 16384)      # the other hidden sizes
+QUICK_HIDDENS = (4096,)
+QUICK_TOKENS = (16, 16384)
+LARGE_TOKENS = 4096                 # "large token counts" of the issue's goal
+
+ELEMENT_BYTES = {"f32": 4, "bf16": 2, "e4m3": 1, "e5m2": 1}
+# Output dtype -> (mantissa bits, exponent of the smallest normal): one step (ulp) at a value.
+FORMATS = {"bf16": (7, -126), "e4m3": (3, -6), "e5m2": (2, -14)}
+REL_TOLERANCE = {"bf16": 1e-2}      # gpu.md; fp8 outputs are held to one step instead
+# bf16 steps are taken at no less than this fraction of the reference's rms, so that a value
+# that cancels (layernorm's h - mean, y = n * w + b near 0) is judged by the row's scale.
+BF16_STEP_FLOOR = 1e-3
+REFERENCE_CHUNK_ELEMENTS = 1 << 25
+
+
+def pt_add_rmsnorm(x, r, w):
+    h = x + r
+    hf = h.float()
+    y = w * (hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + EPS_RMS)).to(x.dtype)
+    return y, h
+
+
+def pt_rmsnorm_f32_weight(x, w32):
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + EPS_RMS) * w32).to(x.dtype)
+
+
+def pt_rmsnorm_fp8(x, w, scale):
+    xf = x.float()
+    y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + EPS_RMS) * w.float() * scale
+    return y.clamp(-FP8_E4M3_MAX, FP8_E4M3_MAX).to(torch.float8_e4m3fn)
+
+
+def pt_gemma_rmsnorm(x, w):
+    xf = x.float()
+    y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + EPS_RMS)
+    return (y * (1.0 + w.float())).type_as(x)
+
+
+def pt_qk_rmsnorm(q, w):  # q = qkv[:, :4096].view(T, 32, 128), not contiguous
+    qf = q.float()
+    return w * (qf * torch.rsqrt(qf.pow(2).mean(-1, keepdim=True) + EPS_RMS)).to(q.dtype)
+
+
+def pt_combined(x, r, w32, scale):
+    h = x + r
+    hf = h.float()
+    y = hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + EPS_RMS) * (1.0 + w32) * scale
+    return y.clamp(-FP8_E4M3_MAX, FP8_E4M3_MAX).to(torch.float8_e4m3fn), h
+
+
+def pt_add_layernorm(x, r, w, b):
+    h = x + r
+    return F.layer_norm(h, (h.shape[-1],), w, b, EPS_LN), h
+
+
+@dataclass(frozen=True)
+class Variant:
+    number: int
+    key: str
+    title: str
+    op: str                        # rmsnorm | layernorm
+    eps: float
+    expression: Callable           # the PyTorch expression (eager, and compiled)
+    launch: str                    # how normjit is launched, for the document
+    affine: str = "weight"         # weight | both
+    param_dtype: str = "bf16"      # weight and bias: bf16 | f32
+    out_dtype: str = "bf16"        # bf16 | e4m3
+    residual: bool = False         # h = x + r (bf16) normalized, written over r
+    weight_offset: float = 0.0
+    qk: bool = False               # rows of 128 of the q slice of [T, 6144], two-level strides
+    y_over_x: bool = False         # normjit writes y into x
+    liger: str = ""                # Liger-Kernel's forward of the variant, if it has one
+
+    @property
+    def fp8(self) -> bool:
+        return self.out_dtype in ("e4m3", "e5m2")
+
+    @property
+    def token_inputs(self) -> int:
+        """The expression's leading arguments with a token dim (marked dynamic)."""
+        return 2 if self.residual else 1
+
+    def width(self, hidden: int) -> int:
+        """Elements of x per token (the q heads for QK-norm)."""
+        return Q_WIDTH if self.qk else hidden
+
+    def row_length(self, hidden: int) -> int:
+        return QK_DIM if self.qk else hidden
+
+    def rows(self, tokens: int) -> int:
+        """Rows normjit normalizes (its launch's batch)."""
+        return tokens * QK_HEADS if self.qk else tokens
+
+    def spec(self, hidden: int) -> str:
+        """normjit's spec text; the kernel does not depend on the number of rows (shape 1, ...)."""
+        shape = f"1,{QK_HEADS},{QK_DIM}" if self.qk else f"1,{hidden}"
+        text = (f"op={self.op} shape={shape} dtype=bf16 normalized_dims=1 affine={self.affine} "
+                f"eps={self.eps!r}")
+        if self.param_dtype != "bf16":
+            text += f" param_dtype={self.param_dtype}"
+        if self.out_dtype != "bf16":
+            text += f" out_dtype={self.out_dtype}"
+        if self.residual:
+            text += " residual=bf16"
+        if self.weight_offset:
+            text += f" weight_offset={self.weight_offset:g}"
+        return text
+
+    def bytes_moved(self, tokens: int, hidden: int) -> int:
+        """x read, residual read and h written, y written, parameters read once."""
+        n = tokens * self.width(hidden)
+        moved = n * ELEMENT_BYTES["bf16"] + n * ELEMENT_BYTES[self.out_dtype]
+        if self.residual:
+            moved += 2 * n * ELEMENT_BYTES["bf16"]
+        params = 2 if self.affine == "both" else 1
+        return moved + params * self.row_length(hidden) * ELEMENT_BYTES[self.param_dtype]
+
+    def bytes_text(self) -> str:
+        parts = ["x read (bf16)"]
+        if self.residual:
+            parts += ["residual read and h written (bf16)"]
+        parts += [f"y written ({self.out_dtype})",
+                  ("weight and bias" if self.affine == "both" else "weight")
+                  + f" read once ({self.param_dtype})"]
+        return ", ".join(parts)
+
+    def hidden_text(self, hidden: int) -> str:
+        return f"{QK_HEADS}x{QK_DIM}" if self.qk else str(hidden)
+
+    def source(self) -> str:
+        return textwrap.dedent(inspect.getsource(self.expression)).strip("\n")
+
+
+VARIANTS = (
+    Variant(1, "add-rmsnorm",
+            "add + RMSNorm, residual updated in place (vLLM's fused_add_rms_norm)",
+            "rmsnorm", EPS_RMS, pt_add_rmsnorm,
+            "y written over x, h over the residual (residual_out = residual)",
+            residual=True, y_over_x=True, liger="fused_add_rms_norm"),
+    Variant(2, "f32-weight",
+            "RMSNorm of bf16 x with an f32 weight (param_dtype=f32), bf16 out",
+            "rmsnorm", EPS_RMS, pt_rmsnorm_f32_weight, "y a separate bf16 tensor",
+            param_dtype="f32", liger="rms_norm"),
+    Variant(3, "fp8-out", "RMSNorm to fp8 e4m3 with a per-tensor scale (out_dtype=e4m3)",
+            "rmsnorm", EPS_RMS, pt_rmsnorm_fp8,
+            f"y a separate e4m3 tensor, scale a device pointer to one f32 ({FP8_SCALE:g})",
+            out_dtype="e4m3"),
+    Variant(4, "gemma", "Gemma RMSNorm (weight_offset=1: (1 + w) in f32, as transformers' "
+                        "GemmaRMSNorm)",
+            "rmsnorm", EPS_RMS, pt_gemma_rmsnorm, "y a separate bf16 tensor",
+            weight_offset=1.0, liger="rms_norm"),
+    Variant(5, "qk-norm",
+            f"per-head QK-norm: RMSNorm over {QK_DIM} of the q heads of a qkv tensor "
+            f"[T, {QKV_WIDTH}] viewed [T, {QK_HEADS}, {QK_DIM}]",
+            "rmsnorm", EPS_RMS, pt_qk_rmsnorm,
+            f"x the q slice of qkv in place (batch T*{QK_HEADS}, inner_rows {QK_HEADS}, "
+            f"x_strides [{QKV_WIDTH}, {QK_DIM}]), y a contiguous [T, {QK_HEADS}, {QK_DIM}] "
+            "tensor (PyTorch's result is contiguous too)",
+            qk=True),
+    Variant(6, "combined",
+            "all combined: residual in place + f32 weight + weight_offset=1 + fp8 e4m3 out",
+            "rmsnorm", EPS_RMS, pt_combined,
+            "h over the residual, y a separate e4m3 tensor, scale a device pointer",
+            residual=True, param_dtype="f32", weight_offset=1.0, out_dtype="e4m3"),
+    Variant(7, "add-layernorm", "add + LayerNorm (weight and bias), residual updated in place",
+            "layernorm", EPS_LN, pt_add_layernorm,
+            "y written over x, h over the residual", affine="both", residual=True,
+            y_over_x=True),
+)
+VARIANT_BY_KEY = {v.key: v for v in VARIANTS}
+
+
+@dataclass(frozen=True)
+class Case:
+    variant: Variant
+    hidden: int
+    tokens: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.variant.number} {self.variant.key} h{self.hidden} t{self.tokens}"
+
+
+def select_variants(only: Optional[str]) -> list[Variant]:
+    """--only: comma-separated numbers (1-7), names, or substrings of names."""
+    tokens = [t.strip() for t in only.split(",") if t.strip()] if only else []
+    if not tokens:
+        return list(VARIANTS)
+    return [v for v in VARIANTS
+            if any(t == str(v.number) or t in v.key for t in tokens)]
+
+
+def grid(variants: list[Variant], quick: bool, tokens: Optional[list[int]] = None,
+         hiddens: Optional[list[int]] = None) -> list[list[Case]]:
+    """Groups of cases, one per (variant, hidden): each is compiled once by torch.compile and
+    prepared once by normjit. Within a group the largest token count comes first (dynamo
+    compiles with the token dim dynamic on it; tokens = 1 is specialized and compiles again).
+    Default: every token count at hidden 4096 and 8192, EDGE_TOKENS at 2048 and 16384; QK-norm
+    (hidden 32 x 128) every token count. The groups at 4096 and 8192 of every variant come
+    first."""
+    groups = []
+    for v in variants:
+        hs = [Q_WIDTH] if v.qk else (hiddens or list(QUICK_HIDDENS if quick else HIDDENS))
+        for h in hs:
+            if tokens:
+                ts = tokens
+            elif quick:
+                ts = list(QUICK_TOKENS)
+            elif v.qk or h in SWEEP_HIDDENS:
+                ts = list(TOKENS)
+            else:
+                ts = list(EDGE_TOKENS)
+            groups.append([Case(v, h, t) for t in sorted(set(ts), reverse=True)])
+    # Every variant at the swept hidden sizes first: a run cut short by --budget-s loses the
+    # edge sizes of the last variants, not whole variants.
+    return sorted(groups, key=lambda g: (not (g[0].variant.qk or g[0].hidden in SWEEP_HIDDENS)
+                                         and not (quick or hiddens), g[0].variant.number))
+
+
+def launch_fields(v: Variant, tokens: int, ptr: dict[str, Optional[int]]) -> dict[str, Any]:
+    """normjit_launch_args of one case: ptr has x, y (None: y over x), r, w, b, scale (device
+    addresses or None). Strides in elements; 0 is contiguous."""
+    f: dict[str, Any] = {
+        "x": ptr["x"], "y": ptr["x"] if v.y_over_x else ptr["y"], "weight": ptr["w"],
+        "bias": ptr.get("b") if v.affine == "both" else None, "batch": v.rows(tokens),
+        "eps": v.eps, "inner_rows": 1, "x_strides": (0, 0), "y_strides": (0, 0),
+        "residual": None, "residual_out": None, "scale": None,
+    }
+    if v.residual:
+        f["residual"] = f["residual_out"] = ptr["r"]
+    if v.fp8:
+        f["scale"] = ptr["scale"]
+    if v.qk:
+        f["inner_rows"] = QK_HEADS
+        f["x_strides"] = (QKV_WIDTH, QK_DIM)
+    return f
+
+
+def fill_launch_args(a: Any, fields: dict[str, Any]) -> None:
+    """Sets the fields of an initialised _capi.LaunchArgs."""
+    for k, val in fields.items():
+        if k.endswith("_strides"):
+            getattr(a, k)[0], getattr(a, k)[1] = val
+        else:
+            setattr(a, k, val)
+
+
+# ---------------------------------------------------------------------------------------
+# Results
+# ---------------------------------------------------------------------------------------
+
+IMPLS = ("normjit", "eager", "compile", "liger", "copy")
+
+
+@dataclass
+class Timing:
+    status: str = "not run"    # ok | unsupported | error | failed | absent | skipped | not run
+    message: str = ""
+    us: Optional[float] = None                          # median of times_us
+    times_us: list[float] = field(default_factory=list)
+    first_call_s: Optional[float] = None                # compile: includes (re)compiling
+    rel_err: Optional[float] = None                     # y against float64
+    ulps: Optional[float] = None                        # largest |y - ref| in output steps
+
+
+@dataclass
+class Check:
+    """normjit's outputs against float64 (and h against x + r in bf16)."""
+    rel_err: Optional[float] = None
+    max_abs_err: Optional[float] = None
+    ulps: Optional[float] = None          # largest |y - ref| in steps of the output dtype at ref
+    nonfinite: Optional[int] = None       # y elements NaN/inf (poisoned and not written)
+    h_mismatches: Optional[int] = None    # residual variants: h elements != x + r in bf16
+    untouched: Optional[bool] = None      # QK-norm: qkv unchanged by the launch
+    passed: bool = False
+
+
+@dataclass
+class Row:
+    variant: str              # Variant.key
+    tokens: int
+    hidden: int
+    bytes_moved: int
+    rotation: int = 1
+    normjit: Timing = field(default_factory=Timing)
+    eager: Timing = field(default_factory=Timing)
+    compile: Timing = field(default_factory=Timing)
+    liger: Timing = field(default_factory=Timing)
+    copy: Timing = field(default_factory=Timing)
+    check: Optional[Check] = None
+    error: str = ""           # the case could not be run
+    skipped: str = ""         # not run (time budget)
+    peak_gib: Optional[float] = None
+
+    def impl(self, name: str) -> Timing:
+        return getattr(self, name)
+
+    def speedup(self, other: str) -> Optional[float]:
+        """their time / normjit's: above 1, normjit is faster."""
+        a, b = self.impl(other).us, self.normjit.us
+        return a / b if a and b else None
+
+    @property
+    def pct_copy(self) -> Optional[float]:
+        """normjit's share of the copy bandwidth: copy time of the same bytes / normjit time."""
+        return 100.0 * self.copy.us / self.normjit.us if self.copy.us and self.normjit.us else None
+
+    @property
+    def passed(self) -> Optional[bool]:
+        return self.check.passed if self.check else None
+
+
+@dataclass
+class Report:
+    env: dict[str, str]
+    command: str
+    date_utc: str
+    settings: dict[str, Any]
+    copy_gbps: Optional[float] = None        # a 2 GiB copy, for scale
+    rows: list[Row] = field(default_factory=list)
+    planned: int = 0
+    prepares: list[dict] = field(default_factory=list)   # normjit: spec, seconds, kind, status
+    compiles: list[dict] = field(default_factory=list)   # torch.compile first calls over 0.5 s
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def row_from_dict(d: dict) -> Row:
+    names = {f.name for f in dataclasses.fields(Row)}
+    kw = {k: v for k, v in d.items() if k in names}
+    for impl in IMPLS:
+        kw[impl] = Timing(**kw.get(impl, {}))
+    if kw.get("check"):
+        c = dict(kw["check"])
+        # JSON writes NaN as null; a check that ran measured these, so null was NaN.
+        for k in ("rel_err", "max_abs_err", "ulps"):
+            c[k] = math.nan if c.get(k) is None else c[k]
+        kw["check"] = Check(**c)
+    else:
+        kw["check"] = None
+    return Row(**kw)
+
+
+def report_from_json(data: dict) -> Report:
+    names = {f.name for f in dataclasses.fields(Report)}
+    kw = {k: v for k, v in data.items() if k in names}
+    kw["rows"] = [row_from_dict(r) for r in data.get("rows", [])]
+    return Report(**kw)
+
+
+def report_json(rep: Report) -> dict:
+    data = dataclasses.asdict(rep)
+    for row, d in zip(rep.rows, data["rows"]):
+        d["derived"] = {"pct_copy": row.pct_copy, "passed": row.passed,
+                        **{f"speedup_vs_{i}": row.speedup(i) for i in ("eager", "compile", "liger")}}
+    data["variants"] = {v.key: {"number": v.number, "title": v.title, "spec_hidden_4096": v.spec(4096),
+                                "pytorch": v.source()} for v in VARIANTS}
+    return data
+
+
+def write_json(rep: Report, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(ct.json_safe(report_json(rep)), indent=1, default=str, allow_nan=False)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+# ---------------------------------------------------------------------------------------
+# Markdown
+# ---------------------------------------------------------------------------------------
+
+def fmt_us(v: Optional[float]) -> str:
+    if v is None:
+        return "—"
+    return f"{v:.2f}" if v < 10 else f"{v:.1f}" if v < 1000 else f"{v:.0f}"
+
+
+def fmt_mb(nbytes: int) -> str:
+    mb = nbytes / 1e6
+    return f"{mb:.1f}" if mb >= 1 else f"{mb:.3g}"
+
+
+def timing_cell(t: Timing) -> str:
+    return fmt_us(t.us) if t.status == "ok" else t.status
+
+
+def error_cell(row: Row) -> str:
+    c = row.check
+    if c is None:
+        return "—"
+    text = ct.fmt_err(c.rel_err)
+    if c.ulps is not None:
+        text += " / " + ("NaN" if math.isnan(c.ulps) else f"{c.ulps:.2f} ulp")
+    return text
+
+
+def check_cell(row: Row) -> str:
+    if row.skipped:
+        return "skipped"
+    if row.error:
+        return "error"
+    if row.check is None:
+        return row.normjit.status if row.normjit.status != "ok" else "—"
+    return "pass" if row.check.passed else "**FAIL**"
+
+
+def table_headers(with_liger: bool) -> list[str]:
+    return (["tokens", "hidden", "MB moved", "normjit µs", "eager µs", "compile µs"]
+            + (["Liger µs"] if with_liger else [])
+            + ["copy µs", "% of copy", "vs compile", "error (rel. / max)", "check"])
+
+
+def table_row(v: Variant, row: Row, with_liger: bool) -> list[str]:
+    cells = [str(row.tokens), v.hidden_text(row.hidden), fmt_mb(row.bytes_moved),
+             timing_cell(row.normjit), timing_cell(row.eager), timing_cell(row.compile)]
+    if with_liger:
+        cells.append(timing_cell(row.liger))
+    cells += [timing_cell(row.copy), ct.fmt_num(row.pct_copy, ".0f", "%"),
+              ct.fmt_num(row.speedup("compile"), ".2f", "x"), error_cell(row), check_cell(row)]
+    return cells
+
+
+def variant_summary(rows: list[Row]) -> tuple[str, str, str]:
+    """(rows at or ahead of compile, % of copy at large token counts, checks)"""
+    both = [r for r in rows if r.normjit.us and r.compile.us]
+    ahead = sum(1 for r in both if r.normjit.us <= r.compile.us)
+    pct = [r.pct_copy for r in rows if r.tokens >= LARGE_TOKENS and r.pct_copy is not None]
+    pct_text = f"{min(pct):.0f}–{max(pct):.0f}%" if pct else "—"
+    checked = [r for r in rows if r.check]
+    failed = sum(1 for r in rows if r.check and not r.check.passed)
+    errors = sum(1 for r in rows if r.error or r.normjit.status == "error")
+    checks = (f"{len(checked) - failed} of {len(checked)} pass" if checked else "—")
+    if failed:
+        checks = f"**{failed} FAIL**, " + checks
+    if errors:
+        checks += f", {errors} error"
+    return (f"{ahead} of {len(both)}" if both else "—"), pct_text, checks
+
+
+def render_section(rep: Report) -> str:
+    out: list[str] = [ct.VARIANTS_BEGIN, ""]
+    add = out.append
+    add("## Variants (issue 18): normjit against the same PyTorch expression")
+    add("")
+    add("Generated by `tools/bench_variants.py` (on the GPU machine by `scripts/perf_variants.sh`); "
+        "edits are overwritten. `tools/compare_torch.py` keeps this section when it regenerates "
+        "the rest of the file.")
+    add("")
+    done = [r for r in rep.rows if not r.skipped]
+    if len(done) < rep.planned:
+        add(f"**Incomplete run: {len(done)} of {rep.planned} cases measured.**")
+        add("")
+    env_rows = [[k, v] for k, v in rep.env.items()]
+    env_rows += [["date (UTC)", rep.date_utc], ["command", f"`{rep.command}`"]]
+    out += ct.md_table(["", ""], env_rows)
+    add("")
+    s = rep.settings
+    add("Method:")
+    add("")
+    add("- Each variant on bf16 activations [tokens, hidden], against the PyTorch expression "
+        "shown under its table run eagerly and under `torch.compile` (default mode; Inductor "
+        "fuses the add, the norm and the casts into one kernel). The expression is compiled "
+        "once per (variant, hidden) with the token dim dynamic (`torch._dynamo.mark_dynamic` "
+        "on the largest token count); dynamo specializes tokens = 1 and compiles that once "
+        "more; compile time is excluded. Liger-Kernel's forward is timed where it has the "
+        "variant (it also writes rstd; its fused add writes h to a new tensor).")
+    add(f"- GPU times: CUDA events around each call, median of {s.get('reps')} calls after "
+        f"{s.get('warmup')} warm-up calls, a sleep kernel queued first (the events bracket GPU "
+        "work, not Python or dispatch). The inputs rotate through enough sets that the bytes "
+        "touched between two uses of one set exceed 4x L2, and L2 is flushed (a read of "
+        "2x L2) between the warm-up and the timed calls.")
+    add("- `copy µs`: a device-to-device `copy_` moving the variant's bytes (half read, half "
+        "written), rotated and timed the same way; `% of copy` = copy µs / normjit µs (the "
+        "issue's goal: 90% or more at large token counts). `MB moved` = the variant's bytes: "
+        "x read, the residual read and h written, y written, parameters read once.")
+    add("- `vs compile` = compile µs / normjit µs (above 1: normjit is faster).")
+    add("- `error`: normjit's y against the expression in float64 (with h = x + r rounded to "
+        "bf16, as the variant defines it): ||y - ref|| / ||ref||, and the largest |y - ref| in "
+        "steps (ulp) of the output dtype at ref (bf16 steps taken at no less than "
+        f"{BF16_STEP_FLOOR:g} x the rms of ref; fp8: the reference scaled and clamped to "
+        f"±{FP8_E4M3_MAX:g} first). Pass: every element written (outputs filled with NaN "
+        "first), rel. err under 1e-2 for bf16 outputs, every element within 1 ulp (fp8: "
+        "within one step), h bit-equal to x + r in bf16, and for QK-norm the qkv tensor "
+        "unchanged.")
+    add(f"- Inputs: x N(1, 2) (LayerNorm: N(3, 1.5)), residual N(0, 1), weight N(1, 0.5) "
+        f"(with weight_offset: N(0, 0.5)), bias N(0, 1), fp8 scale {FP8_SCALE:g} (some outputs "
+        f"saturate); random seed {s.get('seed')}. In the expressions EPS_RMS = {EPS_RMS:g}, "
+        f"EPS_LN = {EPS_LN:g}, FP8_E4M3_MAX = {FP8_E4M3_MAX:g}; normjit gets the same eps.")
+    for note in rep.notes:
+        add(f"- {note}")
+    if rep.copy_gbps:
+        add(f"- For scale: a device-to-device copy of 2 GiB runs at {rep.copy_gbps:.0f} GB/s "
+            "(read + written).")
+    add("")
+
+    variants = [v for v in VARIANTS if any(r.variant == v.key for r in rep.rows)]
+    if variants:
+        add("| variant | cases | normjit at or ahead of compile | % of copy at tokens ≥ "
+            f"{LARGE_TOKENS} | checks |")
+        add("|---|---:|---:|---:|---|")
+        for v in variants:
+            rows = [r for r in rep.rows if r.variant == v.key]
+            ahead, pct, checks = variant_summary(rows)
+            add(f"| {v.number}. {v.key} | {len([r for r in rows if not r.skipped])} | "
+                f"{ahead} | {pct} | {checks} |")
+        add("")
+
+    for v in variants:
+        rows = sorted((r for r in rep.rows if r.variant == v.key),
+                      key=lambda r: (r.hidden, r.tokens))
+        add(f"### {v.number}. {v.title}")
+        add("")
+        hidden = rows[0].hidden if rows else 4096
+        add(f"normjit: `{v.spec(hidden)}`" + ("" if v.qk else " (shape 1,hidden)")
+            + f"; {v.launch}. Bytes: {v.bytes_text()}.")
+        add("")
+        add("```python")
+        add(v.source())
+        add("```")
+        add("")
+        with_liger = bool(v.liger)
+        right = set(range(len(table_headers(with_liger)) - 2))
+        out += ct.md_table(table_headers(with_liger), [table_row(v, r, with_liger) for r in rows],
+                           right)
+        add("")
+
+    problems = []
+    for r in rep.rows:
+        key = f"{r.variant} h{r.hidden} t{r.tokens}"
+        if r.error:
+            problems.append(f"{key}: {r.error}")
+        for impl in IMPLS:
+            t = r.impl(impl)
+            if t.status in ("error", "failed") or (impl == "normjit" and t.status == "unsupported"):
+                problems.append(f"{key}, {impl} {t.status}: {t.message}")
+        c = r.check
+        if c and not c.passed:
+            problems.append(
+                f"{key}, normjit check failed: rel. err {ct.fmt_err(c.rel_err)}, "
+                f"max abs err {ct.fmt_err(c.max_abs_err)}, "
+                f"{'NaN' if c.ulps is not None and math.isnan(c.ulps) else c.ulps} ulp, "
+                f"{c.nonfinite} non-finite (unwritten) elements"
+                + (f", {c.h_mismatches} h elements off" if c.h_mismatches else "")
+                + (", qkv changed" if c.untouched is False else ""))
+    skipped = [r for r in rep.rows if r.skipped]
+    if skipped:
+        problems.append(f"{len(skipped)} cases skipped: {skipped[0].skipped}")
+    if problems or rep.warnings:
+        add("Failures and warnings:")
+        add("")
+        for p in problems + rep.warnings:
+            add(f"- {p}")
+        add("")
+    if rep.compiles:
+        secs = [c["seconds"] for c in rep.compiles]
+        add(f"torch.compile compiled {len(secs)} times (first calls over 0.5 s), "
+            f"{sum(secs):.0f} s in all (median {statistics.median(secs):.1f} s); normjit "
+            f"prepared {len(rep.prepares)} kernels, "
+            f"{sum(p.get('seconds') or 0 for p in rep.prepares):.1f} s in all (JSON: each).")
+        add("")
+    out.append(ct.VARIANTS_END)
+    return "\n".join(out)
+
+
+def write_section(rep: Report, doc: Path, section_out: Optional[Path] = None) -> None:
+    """The section into doc (replacing its previous one, or inserted where compare_torch.py
+    puts it); doc is created with the section alone when it does not exist."""
+    block = render_section(rep)
+    text = doc.read_text() if doc.exists() else ""
+    doc.parent.mkdir(parents=True, exist_ok=True)
+    doc.write_text(ct.splice_variants(text, block) if text else block + "\n")
+    if section_out:
+        section_out.parent.mkdir(parents=True, exist_ok=True)
+        section_out.write_text(block + "\n")
+
+
+def render_summary(rep: Report) -> str:
+    """The short table printed at the end of the run."""
+    headers = ["case", "normjit", "eager", "compile", "liger", "copy", "%copy", "vs comp",
+               "error", "check"]
+    rows = []
+    for r in rep.rows:
+        v = VARIANT_BY_KEY[r.variant]
+        rows.append([f"{v.number} {v.key} h{v.hidden_text(r.hidden)} t{r.tokens}",
+                     timing_cell(r.normjit), timing_cell(r.eager), timing_cell(r.compile),
+                     timing_cell(r.liger), timing_cell(r.copy), ct.fmt_num(r.pct_copy, ".0f", "%"),
+                     ct.fmt_num(r.speedup("compile"), ".2f", "x"), error_cell(r),
+                     check_cell(r).replace("*", "")])
+    widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h)
+              for i, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in rows]
+    lines.append("times in µs (median); %copy = copy of the same bytes / normjit")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------
+# normjit: the C API, or a stand-in for --cpu-check
+# ---------------------------------------------------------------------------------------
+
+class CApi:
+    """libnormjit.so through the package's ctypes binding."""
+
+    def __init__(self, path: Path, cache_dir: Optional[str], memory_only: bool = False):
+        self.nj = ct.Normjit(path)
+        self.lib = self.nj.lib
+        self.engine = self.nj.create_engine(cache_dir=cache_dir, memory_only=memory_only)
+
+    def prepare(self, spec: str) -> int:
+        k = ctypes.c_void_p()
+        self.lib.check(self.lib.normjit_prepare(self.engine, spec.encode(), ctypes.byref(k)))
+        return k.value
+
+    def new_args(self) -> Any:
+        a = _capi.LaunchArgs()
+        self.lib.normjit_launch_args_init(ctypes.byref(a))
+        return a
+
+    def bind(self, kernel: int, args: Any, stream: int) -> Callable[[], None]:
+        fn, ref, lib = self.lib.normjit_launch_ex, ctypes.byref(args), self.lib
+
+        def call() -> None:
+            status = fn(kernel, ref, stream)
+            if status:
+                raise lib.error(status)
+        call.keepalive = args  # type: ignore[attr-defined]
+        return call
+
+    def counters(self) -> tuple[int, int, int]:
+        return self.nj.counters(self.engine)
+
+    def close(self) -> None:
+        self.nj.destroy_engine(self.engine)
+
+
+class StandIn:
+    """--cpu-check: normjit's launch arguments interpreted by PyTorch on CPU tensors, as
+    normjit.h defines them (row r of a tensor at (r / inner_rows) * strides[0] +
+    (r % inner_rows) * strides[1], 0 = contiguous; h = x + residual rounded to the residual
+    dtype; y = norm(h) * (offset + w) (+ b) (* scale, saturated) in f32), so the flow's launch
+    arguments are checked without a GPU."""
+
+    def __init__(self):
+        self.tensors: dict[int, Any] = {}
+        self.specs: list[dict[str, str]] = []
+        self.prepared = 0
+
+    def register(self, *ts) -> None:
+        for t in ts:
+            if t is not None:
+                self.tensors[t.data_ptr()] = t
+
+    def prepare(self, spec: str) -> int:
+        fields = dict(w.split("=", 1) for w in spec.split())
+        self.specs.append(fields)
+        self.prepared += 1
+        return len(self.specs) - 1
+
+    def new_args(self) -> Any:
+        a = _capi.LaunchArgs()
+        a.size, a.eps, a.inner_rows = ctypes.sizeof(a), 1e-5, 1
+        return a
+
+    def counters(self) -> tuple[int, int, int]:
+        return self.prepared, 0, 0
+
+    def close(self) -> None:
+        pass
+
+    def _rows(self, ptr: int, rows: int, length: int, inner_rows: int, strides) -> Any:
+        t = self.tensors[ptr]
+        inner = strides[1] if inner_rows > 1 and strides[1] else length
+        outer = strides[0] or inner_rows * inner
+        return torch.as_strided(t, (rows // inner_rows, inner_rows, length), (outer, inner, 1),
+                                t.storage_offset())
+
+    def bind(self, kernel: int, a: Any, stream: int) -> Callable[[], None]:
+        spec = self.specs[kernel]
+
+        def call() -> None:
+            length = int(spec["shape"].split(",")[-1])
+            rows, ir = a.batch, a.inner_rows
+            x = self._rows(a.x, rows, length, ir, a.x_strides).float()
+            if "residual" in spec:
+                res = self._rows(a.residual, rows, length, ir, a.residual_strides)
+                h = (x + res.float()).to(res.dtype)
+                self._rows(a.residual_out, rows, length, ir, a.residual_out_strides).copy_(h)
+                x = h.float()
+            if spec["op"] == "layernorm":
+                x = x - x.mean(-1, keepdim=True)
+            y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + a.eps)
+            y = y * (self.tensors[a.weight].float() + float(spec.get("weight_offset", 0)))
+            if a.bias:
+                y = y + self.tensors[a.bias].float()
+            if a.scale:
+                y = (y * self.tensors[a.scale].float()).clamp(-FP8_E4M3_MAX, FP8_E4M3_MAX)
+            out = self._rows(a.y, rows, length, ir, a.y_strides)
+            out.copy_(y.to(out.dtype))
+        return call
+
+
+# ---------------------------------------------------------------------------------------
+# The measurements (torch imported here)
+# ---------------------------------------------------------------------------------------
+
+def load_torch():
+    global torch, F
+    import torch as t
+    torch, F = t, t.nn.functional
+    return t
+
+
+def liger_functions() -> tuple[dict[str, Callable], str]:
+    """Liger-Kernel's forwards of the variants that it has, by variant key, called with the
+    expression's arguments, returning what the expression returns; and its version or why
+    not."""
+    try:
+        import importlib.metadata
+        from liger_kernel.ops.fused_add_rms_norm import fused_add_rms_norm_forward
+        from liger_kernel.ops.rms_norm import rms_norm_forward
+        version = importlib.metadata.version("liger_kernel")
+    except Exception as e:  # noqa: BLE001 - an optional peer
+        return {}, f"not measured ({ct.short_error(e)})"
+    fns = {
+        # (Y, S, RSTD, ...): llama casting (rstd in f32, times w in bf16), like the expression.
+        "add-rmsnorm": lambda x, r, w: fused_add_rms_norm_forward(x, r, w, EPS_RMS, 0.0,
+                                                                  "llama")[:2],
+        # gemma casting: everything in f32, one cast at the end, like the expressions.
+        "f32-weight": lambda x, w32: rms_norm_forward(x, w32, EPS_RMS, 0.0, "gemma", None)[0],
+        "gemma": lambda x, w: rms_norm_forward(x, w, EPS_RMS, 1.0, "gemma", None)[0],
+    }
+    return fns, version
+
+
+class Bench:
+    """Runs the groups of cases; holds what they share."""
+
+    def __init__(self, args: argparse.Namespace, nj: Any, rep: Report, l2_bytes: int, cuda: bool):
+        self.args = args
+        self.nj = nj
+        self.rep = rep
+        self.cuda = cuda
+        self.dev = "cuda" if cuda else "cpu"
+        self.l2 = l2_bytes
+        self.gen = torch.Generator(device=self.dev)
+        self.gen.manual_seed(args.seed)
+        self.flush_buf = (torch.ones(max(2 * l2_bytes, 1 << 20) // 4, device=self.dev)
+                          if cuda else None)
+        self.liger, liger_version = liger_functions()
+        rep.env["Liger-Kernel"] = liger_version
+        self.stream = torch.cuda.current_stream().cuda_stream if cuda else 0
+        self.started = time.perf_counter()
+        self.broken = ""
+
+    def log(self, text: str) -> None:
+        print(text, flush=True)
+
+    def over_budget(self) -> bool:
+        return time.perf_counter() - self.started > self.args.budget_s
+
+    # -- tensors --------------------------------------------------------------------------
+
+    def normal(self, shape, dtype, mean: float, std: float):
+        t = torch.empty(shape, dtype=dtype, device=self.dev)
+        return t.normal_(mean, std, generator=self.gen)
+
+    def params(self, v: Variant, hidden: int) -> dict[str, Any]:
+        n = v.row_length(hidden)
+        pdt = torch.float32 if v.param_dtype == "f32" else torch.bfloat16
+        p = {"w": self.normal((n,), pdt, 0.0 if v.weight_offset else 1.0, 0.5)}
+        if v.affine == "both":
+            p["b"] = self.normal((n,), pdt, 0.0, 1.0)
+        if v.fp8:
+            p["scale"] = torch.full((1,), FP8_SCALE, dtype=torch.float32, device=self.dev)
+        return p
+
+    def make_set(self, v: Variant, tokens: int, hidden: int) -> dict[str, Any]:
+        bf16 = torch.bfloat16
+        mean, std = (3.0, 1.5) if v.op == "layernorm" else (1.0, 2.0)
+        s: dict[str, Any] = {}
+        if v.qk:
+            s["qkv"] = self.normal((tokens, QKV_WIDTH), bf16, mean, std)
+            s["x"] = s["qkv"][:, :Q_WIDTH].view(tokens, QK_HEADS, QK_DIM)
+        else:
+            s["x"] = self.normal((tokens, hidden), bf16, mean, std)
+        if v.residual:
+            s["r"] = self.normal(s["x"].shape, bf16, 0.0, 1.0)
+        if not v.y_over_x:
+            s["y"] = torch.empty(s["x"].shape, dtype=out_torch_dtype(v), device=self.dev)
+        return s
+
+    @staticmethod
+    def torch_args(v: Variant, s: dict, p: dict) -> tuple:
+        """The expression's arguments: the token-dim inputs first (Variant.token_inputs)."""
+        acts = (s["x"], s["r"]) if v.residual else (s["x"],)
+        return acts + (p["w"],) + ((p["b"],) if "b" in p else ()) + (
+            (p["scale"],) if "scale" in p else ())
+
+    def rotation(self, per_set: int) -> int:
+        return max(1, min(256, math.ceil(4 * self.l2 / max(1, per_set))))
+
+    # -- timing ---------------------------------------------------------------------------
+
+    def sync(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize()
+
+    def free(self) -> None:
+        gc.collect()
+        if self.cuda:
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+
+    def time_calls(self, fn: Callable[[int], Any]) -> list[float]:
+        """fn(i), i selecting the rotating set; microseconds of each timed call."""
+        reps, warmup = self.args.reps, self.args.warmup
+        for i in range(warmup):
+            fn(i)
+        if not self.cuda:
+            times = []
+            for i in range(reps):
+                t0 = time.perf_counter()
+                fn(warmup + i)
+                times.append((time.perf_counter() - t0) * 1e6)
+            return times
+        self.flush_buf.sum()  # evict what the warm-up left in L2 (reads: no dirty lines)
+        torch.cuda.synchronize()
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        ct.gpu_sleep(min(50.0, 1.0 + 0.25 * reps))
+        for i in range(reps):
+            starts[i].record()
+            fn(warmup + i)
+            ends[i].record()
+        torch.cuda.synchronize()
+        return [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
+
+    def timed(self, row: Row, name: str, fn: Callable[[int], Any]) -> None:
+        t = row.impl(name)
+        try:
+            t.times_us = self.time_calls(fn)
+        except Exception as e:  # noqa: BLE001
+            t.status, t.message, t.us = "failed", ct.short_error(e), None
+            self.log(f"  {name:8s} timing failed: {t.message}")
+            self.free()
+            return
+        t.us = statistics.median(t.times_us)
+
+    def first_call(self, t: Timing, name: str, fn: Callable[[], Any]):
+        t0 = time.perf_counter()
+        try:
+            out = fn()
+            self.sync()
+        except Exception as e:  # noqa: BLE001 - torch.compile and peers may fail in many ways
+            t.status, t.message = "failed", ct.short_error(e)
+            self.log(f"  {name:8s} failed: {t.message}")
+            self.free()
+            return None
+        t.first_call_s = time.perf_counter() - t0
+        t.status = "ok"
+        return out
+
+    def measure_copy(self, nbytes: int, sets: int) -> Timing:
+        t = Timing()
+        half = max(1, nbytes // 2)
+        src = [torch.empty(half, dtype=torch.uint8, device=self.dev).fill_(7) for _ in range(sets)]
+        dst = [torch.empty_like(s) for s in src]
+        try:
+            t.times_us = self.time_calls(lambda i: dst[i % sets].copy_(src[i % sets]))
+            t.us, t.status = statistics.median(t.times_us), "ok"
+        except Exception as e:  # noqa: BLE001
+            t.status, t.message = "failed", ct.short_error(e)
+        del src, dst
+        return t
+
+    # -- correctness ----------------------------------------------------------------------
+
+    def reference(self, v: Variant, x, r, p: dict):
+        """(y, h) of the expression in float64 on a chunk of rows; h (the exact bf16 x + r)
+        for the residual variants, else None."""
+        h = x + r if v.residual else None
+        hd = (h if h is not None else x).double()
+        if v.op == "layernorm":
+            hd = hd - hd.mean(-1, keepdim=True)
+        y = hd * torch.rsqrt(hd.pow(2).mean(-1, keepdim=True) + v.eps)
+        y = y * (p["w"].double() + v.weight_offset)
+        if "b" in p:
+            y = y + p["b"].double()
+        if v.fp8:
+            y = (y * FP8_SCALE).clamp(-FP8_E4M3_MAX, FP8_E4M3_MAX)
+        return y, h
+
+    def compare(self, v: Variant, x, r, p: dict, outs: dict[str, dict]) -> dict[str, Check]:
+        """Each implementation's outputs ({"y": y, "h": h}) against float64, chunk by chunk
+        of tokens, accumulated on the device."""
+        mbits, emin = FORMATS[v.out_dtype]
+        tokens = x.shape[0]
+        step_rows = max(1, REFERENCE_CHUNK_ELEMENTS // max(1, x[0].numel()))
+        zero = lambda dt=torch.float64: torch.zeros((), dtype=dt, device=self.dev)  # noqa: E731
+        ref2 = zero()
+        acc = {k: {"err2": zero(), "maxabs": zero(), "ulps": zero(), "bad": zero(torch.int64),
+                   "hbad": zero(torch.int64)} for k in outs}
+        for start in range(0, tokens, step_rows):
+            sl = slice(start, min(tokens, start + step_rows))
+            ref, h = self.reference(v, x[sl], r[sl] if r is not None else None, p)
+            ref2 += ref.pow(2).sum()
+            if v.fp8:
+                mag = ref.abs().clamp_min(2.0 ** emin)
+            else:
+                floor = (BF16_STEP_FLOOR * ref.pow(2).mean().sqrt()).clamp_min(1e-30)
+                mag = torch.maximum(ref.abs(), floor)
+            step = torch.exp2(torch.floor(torch.log2(mag)) - mbits)
+            del mag
+            for k, o in outs.items():
+                a = acc[k]
+                yd = o["y"][sl].float().double()
+                a["bad"] += (~torch.isfinite(yd)).sum()
+                d = yd - ref
+                a["err2"] += d.pow(2).sum()
+                # amax ignores nothing: a NaN in d makes it NaN, which is what we want.
+                a["maxabs"] = torch.maximum(a["maxabs"], d.abs().amax())
+                a["ulps"] = torch.maximum(a["ulps"], (d.abs() / step).amax())
+                if h is not None and "h" in o:
+                    a["hbad"] += (o["h"][sl].view(torch.int16) != h.view(torch.int16)).sum()
+                del yd, d
+            del ref, h, step
+        r2 = ref2.item()
+        result = {}
+        for k, a in acc.items():
+            e2 = a["err2"].item()
+            rel = math.sqrt(e2 / r2) if r2 > 0 else (0.0 if e2 == 0 else math.inf)
+            c = Check(rel_err=rel, max_abs_err=a["maxabs"].item(), ulps=a["ulps"].item(),
+                      nonfinite=int(a["bad"].item()),
+                      h_mismatches=int(a["hbad"].item()) if v.residual else None)
+            tol = REL_TOLERANCE.get(v.out_dtype)
+            # NaN compares False: a NaN never passes.
+            c.passed = (c.nonfinite == 0 and c.ulps <= 1.0 and (tol is None or rel < tol)
+                        and not c.h_mismatches)
+            result[k] = c
+        return result
+
+    # -- one (variant, hidden) ------------------------------------------------------------
+
+    def prepare(self, v: Variant, hidden: int) -> tuple[Optional[int], Timing]:
+        spec = v.spec(hidden)
+        t = Timing()
+        before = self.nj.counters()
+        t0 = time.perf_counter()
+        entry: dict[str, Any] = {"spec": spec}
+        try:
+            kernel = self.nj.prepare(spec)
+        except _capi.UnsupportedError as e:
+            t.status, t.message = "unsupported", e.message
+        except _capi.NormjitError as e:
+            t.status, t.message = "error", str(e)
+        else:
+            after = self.nj.counters()
+            entry["seconds"] = time.perf_counter() - t0
+            entry["kind"] = ("nvrtc" if after[0] > before[0] else
+                             "disk hit" if after[2] > before[2] else "memory hit")
+            entry["status"] = "ok"
+            self.rep.prepares.append(entry)
+            t.status = "ok"
+            self.log(f"  normjit  prepared in {entry['seconds'] * 1e3:.0f} ms ({entry['kind']}): "
+                     f"{spec}")
+            return kernel, t
+        entry.update(status=t.status, message=t.message)
+        self.rep.prepares.append(entry)
+        self.log(f"  normjit  {t.status}: {t.message}")
+        return None, t
+
+    def run_group(self, cases: list[Case], on_row: Callable[[], None]) -> None:
+        import torch._dynamo
+        v, hidden = cases[0].variant, cases[0].hidden
+        rows = [Row(v.key, c.tokens, c.hidden, v.bytes_moved(c.tokens, c.hidden)) for c in cases]
+        if self.broken or self.over_budget():
+            why = (f"the CUDA context broke ({self.broken})" if self.broken else
+                   f"the time budget (--budget-s {self.args.budget_s:g}) ran out")
+            for row in rows:
+                row.skipped = why
+            self.rep.rows += rows
+            on_row()
+            return
+        self.log(f"{v.number}. {v.key}, hidden {v.hidden_text(hidden)}: tokens "
+                 + ", ".join(str(c.tokens) for c in cases))
+        kernel, prep = self.prepare(v, hidden)
+        torch._dynamo.reset()  # a fresh cache per group: no recompile limit reached
+        compiled = None if self.args.skip_compile else torch.compile(v.expression)
+        p = self.params(v, hidden)
+        compile_failed = ""
+        for row in rows:
+            if self.broken or self.over_budget():
+                row.skipped = (f"the CUDA context broke ({self.broken})" if self.broken else
+                               f"the time budget (--budget-s {self.args.budget_s:g}) ran out")
+            else:
+                t0 = time.perf_counter()
+                self.run_row(v, row, kernel, prep, compiled, p)
+                if compile_failed:  # not tried again: each try would compile again
+                    row.compile.status, row.compile.message = "failed", compile_failed
+                elif row.compile.status == "failed":
+                    compiled = None
+                    compile_failed = f"as at tokens {row.tokens}: {row.compile.message}"
+                self.log(f"  t{row.tokens}: normjit {timing_cell(row.normjit)}, eager "
+                         f"{timing_cell(row.eager)}, compile {timing_cell(row.compile)}, liger "
+                         f"{timing_cell(row.liger)}, copy {timing_cell(row.copy)} µs; "
+                         f"{ct.fmt_num(row.pct_copy, '.0f', '% of copy')}; {error_cell(row)} "
+                         f"{check_cell(row).replace('*', '')} ({time.perf_counter() - t0:.1f} s)")
+            self.rep.rows.append(row)
+            on_row()
+        del p, compiled
+        torch._dynamo.reset()
+        self.free()
+
+    def run_row(self, v: Variant, row: Row, kernel: Optional[int], prep: Timing, compiled,
+                p: dict) -> None:
+        if self.cuda:
+            torch.cuda.reset_peak_memory_stats()
+        try:
+            with torch.no_grad():
+                self._run_row(v, row, kernel, prep, compiled, p)
+        except Exception as e:  # noqa: BLE001 - one case must not end the run
+            row.error = ct.short_error(e)
+            self.log(f"  error: {row.error}")
+        finally:
+            try:
+                if self.cuda:
+                    row.peak_gib = torch.cuda.max_memory_allocated() / 2**30
+                self.free()
+            except Exception as e:  # noqa: BLE001 - a sticky CUDA error: stop
+                self.broken = ct.short_error(e)
+                row.error = row.error or self.broken
+
+    def _run_row(self, v: Variant, row: Row, kernel: Optional[int], prep: Timing, compiled,
+                 p: dict) -> None:
+        T, hidden = row.tokens, row.hidden
+        n = row.rotation = self.rotation(row.bytes_moved)
+        sets = [self.make_set(v, T, hidden) for _ in range(n)]
+        targs = [self.torch_args(v, s, p) for s in sets]
+        ptr = lambda t: t.data_ptr() if t is not None else None  # noqa: E731
+        calls = []
+        if kernel is not None:
+            for s in sets:
+                a = self.nj.new_args()
+                fill_launch_args(a, launch_fields(v, T, {
+                    "x": ptr(s["x"]), "y": ptr(s.get("y")), "r": ptr(s.get("r")),
+                    "w": ptr(p["w"]), "b": ptr(p.get("b")), "scale": ptr(p.get("scale"))}))
+                if isinstance(self.nj, StandIn):
+                    self.nj.register(s.get("qkv", s["x"]), s.get("y"), s.get("r"), *p.values())
+                calls.append(self.nj.bind(kernel, a, self.stream))
+        else:
+            row.normjit.status, row.normjit.message = prep.status, prep.message
+
+        # Correctness on set 0: the peers first (they write no input), then normjit.
+        s0 = sets[0]
+        x0 = s0["x"].clone() if v.y_over_x else s0["x"]
+        r0 = s0["r"].clone() if v.residual else None
+        qkv0 = s0["qkv"].clone() if v.qk else None
+        as_out = (lambda o: {"y": o[0], "h": o[1]}) if v.residual else (lambda o: {"y": o})
+        outs: dict[str, dict] = {}
+        o = self.first_call(row.eager, "eager", lambda: v.expression(*targs[0]))
+        if o is not None:
+            outs["eager"] = as_out(o)
+        if compiled is None:
+            row.compile.status = "skipped"
+        else:
+            if T >= 2:  # dynamo specializes a size of 1: it cannot be marked dynamic
+                for t in targs[0][:v.token_inputs]:
+                    torch._dynamo.mark_dynamic(t, 0)
+            o = self.first_call(row.compile, "compile", lambda: compiled(*targs[0]))
+            if o is not None:
+                outs["compile"] = as_out(o)
+                if row.compile.first_call_s > 0.5:
+                    self.rep.compiles.append({"variant": v.key, "hidden": hidden, "tokens": T,
+                                              "seconds": row.compile.first_call_s})
+                    self.log(f"  compile  compiled in {row.compile.first_call_s:.1f} s")
+        liger = self.liger.get(v.key)
+        if liger is None:
+            row.liger.status = "absent"
+        else:
+            o = self.first_call(row.liger, "liger", lambda: liger(*targs[0]))
+            if o is not None:
+                outs["liger"] = as_out(o)
+        if calls:
+            y = s0["x"] if v.y_over_x else s0["y"]
+            if not v.y_over_x:  # poison: every element must be written
+                (y.view(torch.uint8).fill_(0x7F) if v.fp8 else y.fill_(math.nan))
+            t0 = time.perf_counter()
+            try:
+                calls[0]()
+                self.sync()
+                row.normjit.status = "ok"
+                row.normjit.first_call_s = time.perf_counter() - t0
+                outs["normjit"] = {"y": y, "h": s0["r"]} if v.residual else {"y": y}
+            except _capi.NormjitError as e:
+                row.normjit.status, row.normjit.message = (
+                    "unsupported" if isinstance(e, _capi.UnsupportedError) else "error", str(e))
+                self.log(f"  normjit  {row.normjit.status}: {e}")
+        if outs:
+            checks = self.compare(v, x0, r0, p, outs)
+            for k, c in checks.items():
+                t = row.impl(k)
+                t.rel_err, t.ulps = c.rel_err, c.ulps
+                if k == "normjit":
+                    if qkv0 is not None:
+                        c.untouched = bool(torch.equal(s0["qkv"], qkv0))
+                        c.passed = c.passed and c.untouched
+                    row.check = c
+                elif not (c.rel_err < 0.05 and c.nonfinite == 0):
+                    self.rep.warnings.append(
+                        f"{v.key} h{hidden} t{T}: PyTorch {k} is off the float64 reference by "
+                        f"{ct.fmt_err(c.rel_err)} ({c.nonfinite} non-finite)")
+        outs.clear()
+        del x0, r0, qkv0
+        self.free()
+
+        # Timing: the peers first (normjit's in-place variants change their inputs' values).
+        if row.eager.status == "ok":
+            self.timed(row, "eager", lambda i: v.expression(*targs[i % n]))
+        if row.compile.status == "ok":
+            self.timed(row, "compile", lambda i: compiled(*targs[i % n]))
+        if row.liger.status == "ok":
+            self.timed(row, "liger", lambda i: liger(*targs[i % n]))
+        if row.normjit.status == "ok":
+            self.timed(row, "normjit", lambda i: calls[i % n]())
+        del sets, targs, calls
+        self.free()
+        row.copy = self.measure_copy(row.bytes_moved, n)
+
+
+def out_torch_dtype(v: Variant):
+    return {"bf16": torch.bfloat16, "e4m3": torch.float8_e4m3fn,
+            "e5m2": torch.float8_e5m2}[v.out_dtype]
+
+
+def dtype_notes(cuda: bool) -> list[str]:
+    """What PyTorch's own spellings give for bf16 x with an f32 weight (variant 2)."""
+    dev = "cuda" if cuda else "cpu"
+    x = torch.randn(4, 64, device=dev, dtype=torch.bfloat16)
+    w = torch.randn(64, device=dev, dtype=torch.float32)
+    try:
+        frms = str(F.rms_norm(x, (64,), w, EPS_RMS).dtype).replace("torch.", "")
+    except Exception as e:  # noqa: BLE001
+        frms = f"an error ({ct.short_error(e)})"
+    xf = x.float()
+    llama = str((w * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + EPS_RMS))
+                 .to(x.dtype)).dtype).replace("torch.", "")
+    return [f"Variant 2's output dtype: `F.rms_norm(x bf16, weight f32)` gives {frms} here and "
+            f"Llama's `weight * norm(x).to(x.dtype)` gives {llama}; both expressions here end "
+            "in `.to(x.dtype)` (bf16, normjit's default out_dtype), the activation dtype that "
+            "inference engines keep, so both sides write bf16 y."]
+
+
+# ---------------------------------------------------------------------------------------
+# Main
+# ---------------------------------------------------------------------------------------
+
+def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        description="Time normjit's variants (issue 18) against PyTorch eager, torch.compile, "
+                    "Liger-Kernel and a copy of their bytes; write docs/performance.md's "
+                    "variants section and a JSON file.")
+    ap.add_argument("--build", default="build", help="build directory (libnormjit.so)")
+    ap.add_argument("--lib", default=None,
+                    help="libnormjit.so (default: $NORMJIT_LIBRARY, else BUILD/libnormjit.so)")
+    ap.add_argument("--only", default=None,
+                    help="comma-separated variants: numbers 1-7 or (parts of) names: "
+                         + ", ".join(v.key for v in VARIANTS))
+    ap.add_argument("--quick", action="store_true",
+                    help=f"hidden {QUICK_HIDDENS[0]}, tokens {', '.join(map(str, QUICK_TOKENS))}; "
+                         "10 timed calls")
+    ap.add_argument("--tokens", default=None, help="comma-separated token counts (every hidden)")
+    ap.add_argument("--hiddens", default=None, help="comma-separated hidden sizes")
+    ap.add_argument("--reps", type=int, default=None, help="timed calls (20; --quick 10)")
+    ap.add_argument("--warmup", type=int, default=3, help="warm-up calls (3)")
+    ap.add_argument("--seed", type=int, default=None, help="random seed (default: fresh)")
+    ap.add_argument("--budget-s", type=float, default=330.0,
+                    help="skip the cases left once measuring has taken this long (330)")
+    ap.add_argument("--skip-compile", action="store_true", help="no torch.compile")
+    ap.add_argument("--cache-dir", default=None, help="normjit cache directory")
+    ap.add_argument("--doc", default="docs/performance.md",
+                    help="markdown with the section (between compare_torch.VARIANTS_BEGIN/END)")
+    ap.add_argument("--section-out", default=None,
+                    help="also write the section alone here (default: $OUT/variants.md when "
+                         "OUT is set)")
+    ap.add_argument("--json-out", default=None,
+                    help="raw results (default: $OUT/perf_variants.json when OUT is set, else "
+                         "BUILD/perf_variants.json)")
+    ap.add_argument("--list", action="store_true", help="list the cases and exit")
+    ap.add_argument("--selftest", action="store_true", help="check the non-GPU parts and exit")
+    ap.add_argument("--precompile", metavar="ARCH", default=None,
+                    help="compile every selected spec for ARCH (e.g. sm_90) without a GPU")
+    ap.add_argument("--from-json", default=None,
+                    help="measure nothing: render the section of this JSON into --doc")
+    ap.add_argument("--cpu-check", action="store_true",
+                    help="run the whole flow on the CPU on tiny shapes, PyTorch standing in "
+                         "for normjit (checks the launch arguments and the flow without a GPU; "
+                         "writes to a temporary folder unless --doc/--json-out are given)")
+    args = ap.parse_args(argv)
+    if args.reps is None:
+        args.reps = 10 if args.quick else 20
+    if args.reps < 1 or args.warmup < 0:
+        ap.error("--reps must be >= 1 and --warmup >= 0")
+    ints = lambda s: [int(t) for t in s.split(",") if t.strip()] if s else None  # noqa: E731
+    try:
+        args.token_list, args.hidden_list = ints(args.tokens), ints(args.hiddens)
+    except ValueError:
+        ap.error("--tokens and --hiddens take comma-separated integers")
+    for val in (args.token_list or []) + (args.hidden_list or []):
+        if val < 1:
+            ap.error("--tokens and --hiddens must be positive")
+    root = lambda s: s if os.path.isabs(s) else str(REPO / s)  # noqa: E731
+    args.build = root(args.build)
+    lib = args.lib or os.environ.get("NORMJIT_LIBRARY") or str(Path(args.build) / "libnormjit.so")
+    args.lib = root(lib)
+    out_dir = os.environ.get("OUT")
+    if args.cpu_check:
+        tmp = tempfile.mkdtemp(prefix="bench_variants_cpu_")
+        args.doc = args.doc if args.doc != "docs/performance.md" else str(Path(tmp) / "performance.md")
+        args.json_out = args.json_out or str(Path(tmp) / "perf_variants.json")
+    args.doc = root(args.doc)
+    if args.json_out is None:
+        args.json_out = (str(Path(out_dir) / "perf_variants.json") if out_dir else
+                         str(Path(args.build) / "perf_variants.json"))
+    if args.section_out is None and out_dir and not args.cpu_check:
+        args.section_out = str(Path(out_dir) / "variants.md")
+    if args.seed is None:
+        args.seed = secrets.randbelow(2**31)
+    return args
+
+
+def write_outputs(rep: Report, args: argparse.Namespace) -> None:
+    write_section(rep, Path(args.doc), Path(args.section_out) if args.section_out else None)
+    write_json(rep, Path(args.json_out))
+
+
+def run(args: argparse.Namespace, groups: list[list[Case]], command: str) -> int:
+    cpu = args.cpu_check
+    try:
+        load_torch()
+    except ImportError as e:
+        print(f"bench_variants: PyTorch is needed for the measurements ({e}); --list, "
+              "--selftest, --precompile and --from-json work without it", file=sys.stderr)
+        return 2
+    if not cpu and not torch.cuda.is_available():
+        print("bench_variants: no CUDA device visible to PyTorch", file=sys.stderr)
+        return 2
+    if cpu:
+        nj: Any = StandIn()
+        env = {"device": "CPU (--cpu-check: PyTorch stands in for normjit; wall-clock times)",
+               "PyTorch": torch.__version__}
+        l2 = 0
+    else:
+        # normjit launches in the context current on the thread: PyTorch's primary context.
+        torch.cuda.init()
+        torch.zeros(1, device="cuda")
+        torch.cuda.synchronize()
+        try:
+            nj = CApi(Path(args.lib), args.cache_dir)
+        except (OSError, ImportError, _capi.NormjitError) as e:
+            print(f"bench_variants: cannot use {args.lib}: {e}", file=sys.stderr)
+            return 2
+        env, l2 = ct.collect_environment(Path(args.lib))
+    rep = Report(env=env, command=command,
+                 date_utc=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+                 settings={"reps": args.reps, "warmup": args.warmup, "seed": args.seed,
+                           "quick": args.quick, "only": args.only, "tokens": args.token_list,
+                           "hiddens": args.hidden_list, "budget_s": args.budget_s,
+                           "skip_compile": args.skip_compile},
+                 planned=sum(len(g) for g in groups))
+    try:
+        bench = Bench(args, nj, rep, l2, cuda=not cpu)
+        for k, v in rep.env.items():
+            print(f"{k}: {v}")
+        rep.notes += dtype_notes(not cpu)
+        if not cpu:
+            rep.copy_gbps, _ = ct.measure_copy(args.reps, args.warmup)
+            print(f"copy bandwidth (2 GiB): {rep.copy_gbps:.0f} GB/s", flush=True)
+        bench.started = time.perf_counter()
+        for g in groups:
+            bench.run_group(g, lambda: write_outputs(rep, args))
+            print(f"  ({time.perf_counter() - bench.started:.0f} s so far)", flush=True)
+        write_outputs(rep, args)
+    finally:
+        nj.close()
+    print()
+    print(render_summary(rep))
+    print(f"\nwrote {args.doc}, {args.json_out}" + (f", {args.section_out}" if args.section_out else ""))
+    bad = [r for r in rep.rows
+           if r.error or r.passed is False or r.normjit.status not in ("ok", "unsupported", "not run")]
+    return 1 if bad else 0
+
+
+def precompile(args: argparse.Namespace, groups: list[list[Case]]) -> int:
+    """Every selected spec through NVRTC for args.precompile, without a GPU."""
+    try:
+        nj = ct.Normjit(Path(args.lib))
+        engine = nj.create_engine(cache_dir=args.cache_dir)
+    except (OSError, ImportError, _capi.NormjitError) as e:
+        print(f"bench_variants: cannot use {args.lib}: {e}", file=sys.stderr)
+        return 2
+    failed = 0
+    try:
+        for spec in dict.fromkeys(g[0].variant.spec(g[0].hidden) for g in groups):
+            compiled = ctypes.c_int()
+            t0 = time.perf_counter()
+            status = nj.lib.normjit_precompile(engine, spec.encode(), args.precompile.encode(),
+                                               ctypes.byref(compiled))
+            dt = time.perf_counter() - t0
+            if status:
+                failed += 1
+                print(f"FAIL  {spec}: {nj.lib.error(status)}")
+            else:
+                print(f"ok    {spec} ({'compiled' if compiled.value else 'cached'}, {dt:.2f} s)")
+    finally:
+        nj.destroy_engine(engine)
+    return 1 if failed else 0
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = parse_args(argv)
+    if args.selftest:
+        return selftest(Path(args.lib))
+    if args.from_json:
+        rep = report_from_json(json.loads(Path(args.from_json).read_text()))
+        write_section(rep, Path(args.doc), Path(args.section_out) if args.section_out else None)
+        print(f"wrote the variants section of {args.from_json} into {args.doc}")
+        return 0
+    variants = select_variants(args.only)
+    if not variants:
+        print(f"bench_variants: --only {args.only!r} selects no variant", file=sys.stderr)
+        return 2
+    if args.cpu_check:
+        groups = grid(variants, False, args.token_list or [1, 3, 16],
+                      args.hidden_list or [256, 512])
+        args.reps, args.warmup = min(args.reps, 3), min(args.warmup, 1)
+    else:
+        groups = grid(variants, args.quick, args.token_list, args.hidden_list)
+    if args.list:
+        for g in groups:
+            for c in g:
+                v = c.variant
+                print(f"{c.key:34s} {v.bytes_moved(c.tokens, c.hidden) / 1e6:10.2f} MB  "
+                      f"{v.spec(c.hidden)}")
+        ones = sum(1 for g in groups if any(c.tokens == 1 for c in g))
+        print(f"{sum(len(g) for g in groups)} cases in {len(groups)} groups: {len(groups)} "
+              f"normjit kernels, {len(groups) + ones} torch.compile compiles")
+        return 0
+    if args.precompile:
+        return precompile(args, groups)
+    argv_text = sys.argv if argv is None else ["tools/bench_variants.py", *argv]
+    return run(args, groups, shlex.join(["python3", *argv_text]))
+
+
+# ---------------------------------------------------------------------------------------
+# Self-test (no GPU, no torch)
+# ---------------------------------------------------------------------------------------
+
+def fake_report() -> Report:
+    ok = lambda us, err=3e-3, ulps=0.5: Timing(status="ok", us=us, times_us=[us] * 3,  # noqa: E731
+                                              rel_err=err, ulps=ulps)
+    passed = lambda **kw: Check(**{"rel_err": 2.9e-3, "max_abs_err": 0.02, "ulps": 0.5,  # noqa: E731
+                                   "nonfinite": 0, "passed": True, **kw})
+    v1, v3 = VARIANT_BY_KEY["add-rmsnorm"], VARIANT_BY_KEY["fp8-out"]
+    rows = [
+        Row("add-rmsnorm", 16384, 4096, v1.bytes_moved(16384, 4096), normjit=ok(190.0),
+            eager=ok(900.0), compile=ok(200.0), liger=ok(210.0), copy=ok(180.0),
+            check=passed(h_mismatches=0)),
+        Row("add-rmsnorm", 1, 4096, v1.bytes_moved(1, 4096), rotation=256, normjit=ok(2.5),
+            eager=ok(31.0), compile=ok(4.1), liger=Timing(status="failed", message="boom | x"),
+            copy=ok(2.2), check=passed(h_mismatches=3, passed=False)),
+        Row("fp8-out", 4096, 8192, v3.bytes_moved(4096, 8192), normjit=ok(60.0, 2.2e-2, 0.5),
+            eager=ok(400.0), compile=ok(66.0), liger=Timing(status="absent"), copy=ok(55.0),
+            check=passed(rel_err=2.2e-2, ulps=0.5)),
+        Row("fp8-out", 16, 8192, v3.bytes_moved(16, 8192), normjit=ok(3.0, math.nan, math.nan),
+            eager=ok(40.0), compile=ok(5.0), copy=ok(2.9),
+            check=Check(rel_err=math.nan, max_abs_err=math.nan, ulps=math.nan, nonfinite=7)),
+        Row("gemma", 4096, 2048, VARIANT_BY_KEY["gemma"].bytes_moved(4096, 2048),
+            normjit=Timing(status="unsupported", message="weight_offset: not on sm_80"),
+            eager=ok(50.0), compile=Timing(status="failed", message="BackendCompilerFailed: x"),
+            copy=ok(10.0)),
+        Row("qk-norm", 128, Q_WIDTH, VARIANT_BY_KEY["qk-norm"].bytes_moved(128, Q_WIDTH),
+            normjit=ok(4.0), eager=ok(20.0), compile=ok(6.0), copy=ok(3.5),
+            check=passed(untouched=True)),
+        Row("qk-norm", 16, Q_WIDTH, 0, error="OutOfMemoryError: x"),
+        Row("add-layernorm", 16384, 16384, 0, skipped="the time budget (--budget-s 330) ran out"),
+    ]
+    return Report(env={"device": "FakeGPU (132 SMs)", "PyTorch": "2.11.0"},
+                  command="python3 tools/bench_variants.py --selftest",
+                  date_utc="2026-01-01 00:00 UTC",
+                  settings={"reps": 20, "warmup": 3, "seed": 5}, copy_gbps=3000.0, rows=rows,
+                  planned=9, prepares=[{"spec": v1.spec(4096), "seconds": 0.3, "kind": "nvrtc"}],
+                  compiles=[{"variant": "add-rmsnorm", "hidden": 4096, "tokens": 16384,
+                             "seconds": 4.0}],
+                  notes=["Variant 2's output dtype: a note."],
+                  warnings=["fp8-out h8192 t16: PyTorch eager is off"])
+
+
+def selftest(lib: Path) -> int:
+    # Variants: unique, their specs and bytes as the issue defines them.
+    assert len({v.key for v in VARIANTS}) == len({v.number for v in VARIANTS}) == 7
+    v = VARIANT_BY_KEY
+    assert v["add-rmsnorm"].spec(4096) == ("op=rmsnorm shape=1,4096 dtype=bf16 normalized_dims=1 "
+                                           "affine=weight eps=1e-06 residual=bf16")
+    assert v["combined"].spec(8192).endswith(
+        "eps=1e-06 param_dtype=f32 out_dtype=e4m3 residual=bf16 weight_offset=1"), v["combined"].spec(8192)
+    assert v["qk-norm"].spec(Q_WIDTH) == ("op=rmsnorm shape=1,32,128 dtype=bf16 normalized_dims=1 "
+                                          "affine=weight eps=1e-06")
+    assert v["add-layernorm"].spec(2048) == ("op=layernorm shape=1,2048 dtype=bf16 "
+                                             "normalized_dims=1 affine=both eps=1e-05 residual=bf16")
+    assert v["gemma"].spec(2048).endswith("eps=1e-06 weight_offset=1")
+    n = 4096 * 4096
+    assert v["add-rmsnorm"].bytes_moved(4096, 4096) == 8 * n + 2 * 4096
+    assert v["f32-weight"].bytes_moved(4096, 4096) == 4 * n + 4 * 4096
+    assert v["fp8-out"].bytes_moved(4096, 4096) == 3 * n + 2 * 4096
+    assert v["combined"].bytes_moved(4096, 4096) == 7 * n + 4 * 4096
+    assert v["add-layernorm"].bytes_moved(4096, 4096) == 8 * n + 4 * 4096
+    assert v["qk-norm"].bytes_moved(16, 12345) == 4 * 16 * 4096 + 2 * 128
+    for var in VARIANTS:
+        src = var.source()
+        assert src.startswith("def pt_") and "return" in src, src
+    assert "float8_e4m3fn" in v["combined"].source()
+
+    # Launch arguments: in place, residual, scale, two-level strides.
+    ptrs = {"x": 0x1000, "y": 0x2000, "r": 0x3000, "w": 0x4000, "b": 0x5000, "scale": 0x6000}
+    f = launch_fields(v["add-rmsnorm"], 7, ptrs)
+    assert f["y"] == f["x"] == 0x1000 and f["residual"] == f["residual_out"] == 0x3000
+    assert f["bias"] is None and f["scale"] is None and f["batch"] == 7 and f["inner_rows"] == 1
+    f = launch_fields(v["combined"], 7, ptrs)
+    assert f["y"] == 0x2000 and f["scale"] == 0x6000 and f["residual_out"] == 0x3000
+    f = launch_fields(v["qk-norm"], 5, ptrs)
+    assert f["batch"] == 5 * 32 and f["inner_rows"] == 32 and f["x_strides"] == (6144, 128)
+    assert f["y_strides"] == (0, 0) and f["residual"] is None and f["y"] == 0x2000
+    f = launch_fields(v["add-layernorm"], 3, ptrs)
+    assert f["bias"] == 0x5000 and f["y"] == 0x1000
+    a = _capi.LaunchArgs()
+    fill_launch_args(a, launch_fields(v["qk-norm"], 5, ptrs))
+    assert a.batch == 160 and a.inner_rows == 32 and list(a.x_strides) == [6144, 128]
+    assert a.x == 0x1000 and a.y == 0x2000 and a.residual is None and a.eps == EPS_RMS
+
+    # The grid.
+    groups = grid(list(VARIANTS), False)
+    cases = [c for g in groups for c in g]
+    assert len(groups) == 6 * 4 + 1 and len(cases) == 6 * (2 * 6 + 2 * 3) + 6, len(cases)
+    assert all(all(g[i].tokens > g[i + 1].tokens for i in range(len(g) - 1)) for g in groups)
+    assert all(len({(c.variant, c.hidden) for c in g}) == 1 for g in groups)
+    assert {c.tokens for c in cases if c.hidden == 2048} == set(EDGE_TOKENS)
+    assert {c.hidden for c in cases if c.variant.qk} == {Q_WIDTH}
+    first = [(g[0].variant.number, g[0].hidden) for g in groups[:13]]
+    assert first[:3] == [(1, 4096), (1, 8192), (2, 4096)] and (5, Q_WIDTH) in first, first
+    assert [(g[0].variant.number, g[0].hidden) for g in groups[13:15]] == [(1, 2048), (1, 16384)]
+    quick = [c for g in grid(list(VARIANTS), True) for c in g]
+    assert len(quick) == 7 * 2 and {c.hidden for c in quick} == {4096}
+    assert [x.key for x in select_variants("1,qk,7")] == ["add-rmsnorm", "qk-norm", "add-layernorm"]
+    assert [x.number for x in select_variants("rmsnorm")] == [1]
+    assert select_variants(None) == list(VARIANTS) and select_variants("nope") == []
+    g = grid([v["gemma"]], False, [5, 9], [300])
+    assert [(c.hidden, c.tokens) for c in g[0]] == [(300, 9), (300, 5)]
+
+    # Arguments.
+    saved = {k: os.environ.get(k) for k in ("OUT", "NORMJIT_LIBRARY")}
+    try:
+        for k in saved:
+            os.environ.pop(k, None)
+        a = parse_args([])
+        assert a.reps == 20 and a.warmup == 3 and a.lib.endswith("build/libnormjit.so")
+        assert a.json_out.endswith("build/perf_variants.json") and a.section_out is None
+        assert a.doc == str(REPO / "docs" / "performance.md") and a.budget_s == 330
+        a = parse_args(["--quick", "--build", "build-gpu", "--tokens", "1,8"])
+        assert a.reps == 10 and a.lib == str(REPO / "build-gpu" / "libnormjit.so")
+        assert a.token_list == [1, 8] and a.hidden_list is None
+        os.environ["NORMJIT_LIBRARY"] = "/x/libnormjit.so"
+        os.environ["OUT"] = "/tmp/out-v"
+        a = parse_args([])
+        assert a.lib == "/x/libnormjit.so" and a.json_out == "/tmp/out-v/perf_variants.json"
+        assert a.section_out == "/tmp/out-v/variants.md"
+        assert parse_args(["--lib", "/y.so"]).lib == "/y.so"
+    finally:
+        for k, val in saved.items():
+            if val is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = val
+
+    # Markdown of a fake run.
+    rep = fake_report()
+    md = render_section(rep)
+    assert md.startswith(ct.VARIANTS_BEGIN) and md.endswith(ct.VARIANTS_END)
+    tables = ct.check_tables(md)
+    summary = [t for t in tables if t[0][0] == "variant"]
+    assert len(summary) == 1 and [r[0] for r in summary[0][1:]] == [
+        "1. add-rmsnorm", "3. fp8-out", "4. gemma", "5. qk-norm", "7. add-layernorm"], summary
+    s = {r[0]: r for r in summary[0][1:]}
+    assert s["1. add-rmsnorm"][2:] == ["2 of 2", "95–95%", "**1 FAIL**, 1 of 2 pass"], s
+    assert s["7. add-layernorm"][1] == "0" and s["5. qk-norm"][4] == "1 of 1 pass, 1 error"
+    per = [t for t in tables if t[0][0] == "tokens"]
+    assert len(per) == 5
+    assert per[0][0] == table_headers(True) and per[1][0] == table_headers(False)
+    col = {h: i for i, h in enumerate(table_headers(True))}
+    r1 = per[0][1]  # sorted by tokens: t1 first
+    assert r1[col["tokens"]] == "1" and r1[col["normjit µs"]] == "2.50"
+    assert r1[col["Liger µs"]] == "failed" and r1[col["check"]] == "**FAIL**"
+    r2 = per[0][2]
+    assert r2[col["normjit µs"]] == "190.0" and r2[col["eager µs"]] == "900.0"
+    assert r2[col["% of copy"]] == "95%" and r2[col["vs compile"]] == "1.05x", r2
+    assert r2[col["error (rel. / max)"]] == "2.9e-03 / 0.50 ulp" and r2[col["check"]] == "pass"
+    assert r2[col["MB moved"]] == "536.9" and r1[col["MB moved"]] == "0.041", (r1, r2)
+    col = {h: i for i, h in enumerate(table_headers(False))}
+    fp8 = {r[col["tokens"]]: r for r in per[1][1:]}
+    assert fp8["16"][col["error (rel. / max)"]] == "NaN / NaN" and fp8["16"][col["check"]] == "**FAIL**"
+    assert fp8["4096"][col["error (rel. / max)"]] == "2.2e-02 / 0.50 ulp"
+    gem = per[2][1]
+    assert per[2][0] == table_headers(True)
+    col = {h: i for i, h in enumerate(table_headers(True))}
+    assert gem[col["normjit µs"]] == "unsupported" and gem[col["compile µs"]] == "failed"
+    assert gem[col["check"]] == "unsupported" and gem[col["vs compile"]] == "—"
+    col = {h: i for i, h in enumerate(table_headers(False))}
+    qk = {r[0]: r for r in per[3][1:]}
+    assert qk["16"][col["check"]] == "error" and qk["128"][col["hidden"]] == "32x128"
+    assert per[4][1][col["check"]] == "skipped"
+    for needle in ("Incomplete run: 7 of 9", "FakeGPU", "`python3 tools/bench_variants.py --selftest`",
+                   "3000 GB/s", "3 h elements off", "OutOfMemoryError",
+                   "unsupported: weight_offset: not on sm_80", "1 cases skipped",
+                   "PyTorch eager is off", "random seed 5", "def pt_add_rmsnorm(x, r, w):",
+                   "residual=bf16`", "Variant 2's output dtype", "liger failed: boom | x",
+                   "torch.compile compiled 1 times"):
+        assert needle in md, needle
+    print(render_summary(rep))
+
+    # JSON round trip: the section rendered from the file is the same.
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "v.json"
+        write_json(rep, path)
+        data = json.loads(path.read_text())
+        assert data["rows"][3]["check"]["rel_err"] is None  # NaN as null
+        assert abs(data["rows"][0]["derived"]["pct_copy"] - 100 * 180 / 190) < 1e-9
+        assert data["variants"]["qk-norm"]["pytorch"].startswith("def pt_qk_rmsnorm")
+        assert render_section(report_from_json(data)) == md, "re-rendered from JSON"
+
+        # The section in performance.md: created, replaced in place, inserted where
+        # compare_torch.py keeps it, and kept when compare_torch.py rewrites the file.
+        doc = Path(tmp) / "docs" / "performance.md"
+        write_section(rep, doc, Path(tmp) / "section.md")
+        assert doc.read_text() == md + "\n" == (Path(tmp) / "section.md").read_text()
+        base = "# normjit performance\n\n## Results\n\nx\n\n## Analysis per kernel\n\nnotes\n"
+        doc.write_text(base)
+        write_section(rep, doc)
+        text = doc.read_text()
+        assert text.index(ct.VARIANTS_BEGIN) < text.index("## Analysis per kernel")
+        assert text.startswith("# normjit performance") and text.endswith("notes\n")
+        rep.rows = rep.rows[:1]
+        rep.planned = 1
+        write_section(rep, doc)
+        text2 = doc.read_text()
+        assert text2.count(ct.VARIANTS_BEGIN) == 1 == text2.count(ct.VARIANTS_END)
+        assert "Incomplete run" not in text2 and text2.endswith("notes\n")
+        block = text2[text2.index(ct.VARIANTS_BEGIN):text2.index(ct.VARIANTS_END) + len(ct.VARIANTS_END)]
+        args = argparse.Namespace(notes=str(Path(tmp) / "notes.md"), plot=str(Path(tmp) / "p.png"),
+                                  doc=str(doc), json_out=str(Path(tmp) / "perf.json"),
+                                  host_cost=str(Path(tmp) / "host-cost.md"))
+        ct.write_outputs(ct.fake_report(), args, final=False)
+        regenerated = doc.read_text()
+        assert block in regenerated and "## Copy bandwidth" in regenerated
+        assert regenerated.index(block) < regenerated.index("## Analysis per kernel")
+        # --from-json into that document.
+        assert main(["--from-json", str(path), "--doc", str(doc)]) == 0
+        final = doc.read_text()
+        assert "## Copy bandwidth" in final and final.count(ct.VARIANTS_BEGIN) == 1
+        assert "Incomplete run: 7 of 9" in final
+
+    # --list runs without torch.
+    assert main(["--list", "--only", "qk"]) == 0
+    # libnormjit.so, when built: the launch arguments reach normjit_launch_ex, which takes the
+    # struct (its size) and answers the missing kernel with a readable error (no GPU needed).
+    if lib.exists():
+        api = CApi(lib, None, memory_only=True)
+        try:
+            for var in VARIANTS:
+                a = api.new_args()
+                assert a.size == ctypes.sizeof(a) and a.inner_rows == 1
+                fill_launch_args(a, launch_fields(var, 5, ptrs))
+                try:
+                    api.bind(0, a, 0)()
+                    raise AssertionError("a NULL kernel must not launch")
+                except _capi.InvalidArgumentError as e:
+                    assert "kernel" in e.message, e
+        finally:
+            api.close()
+        print(f"selftest: {lib} takes the launch arguments of every variant (a NULL kernel is "
+              "refused by name); --precompile ARCH compiles every spec with it")
+    else:
+        print(f"selftest: {lib} not built, C API not exercised")
+    print("selftest: ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
