@@ -26,7 +26,8 @@ file) and into a JSON file.
     python3 tools/bench_variants.py --list                # the cases, no GPU needed
     python3 tools/bench_variants.py --selftest            # the non-GPU parts, no torch needed
     python3 tools/bench_variants.py --precompile sm_90    # every spec through NVRTC, no GPU
-    python3 tools/bench_variants.py --from-json F.json    # re-render the section from a run
+    python3 tools/bench_variants.py --from-json A.json,B.json  # re-render the section from
+                                                          # runs (merged), no GPU needed
     python3 tools/bench_variants.py --cpu-check           # the whole flow on the CPU (torch
                                                           # standing in for normjit), tiny shapes
 
@@ -437,6 +438,30 @@ def report_from_json(data: dict) -> Report:
     kw = {k: v for k, v in data.items() if k in names}
     kw["rows"] = [row_from_dict(r) for r in data.get("rows", [])]
     return Report(**kw)
+
+
+def merge_reports(reports: list[Report]) -> Report:
+    """One report of several runs (e.g. a run cut short by --budget-s and a run of what it
+    skipped): a case measured in a later run replaces the earlier one's, a skipped case does
+    not replace a measured one; the environment is the last run's, the commands all of them."""
+    if len(reports) == 1:
+        return reports[0]
+    rep = dataclasses.replace(reports[-1], rows=[], prepares=[], compiles=[], warnings=[],
+                              notes=list(reports[-1].notes))
+    rows: dict[tuple, Row] = {}
+    for r in reports:
+        for row in r.rows:
+            key = (row.variant, row.hidden, row.tokens)
+            if not (row.skipped and key in rows):
+                rows[key] = row
+        rep.prepares += r.prepares
+        rep.compiles += r.compiles
+        rep.warnings += [w for w in r.warnings if w not in rep.warnings]
+    rep.rows = list(rows.values())
+    rep.planned = len(rep.rows)
+    rep.command = "` ; `".join(r.command for r in reports)
+    rep.date_utc = ", ".join(r.date_utc for r in reports)
+    return rep
 
 
 def report_json(rep: Report) -> dict:
@@ -1282,7 +1307,9 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     ap.add_argument("--precompile", metavar="ARCH", default=None,
                     help="compile every selected spec for ARCH (e.g. sm_90) without a GPU")
     ap.add_argument("--from-json", default=None,
-                    help="measure nothing: render the section of this JSON into --doc")
+                    help="measure nothing: render the section of this JSON into --doc; "
+                         "comma-separated files are merged (a later run's case replaces an "
+                         "earlier one's; skipped cases do not replace measured ones)")
     ap.add_argument("--cpu-check", action="store_true",
                     help="run the whole flow on the CPU on tiny shapes, PyTorch standing in "
                          "for normjit (checks the launch arguments and the flow without a GPU; "
@@ -1413,9 +1440,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.selftest:
         return selftest(Path(args.lib))
     if args.from_json:
-        rep = report_from_json(json.loads(Path(args.from_json).read_text()))
+        paths = [Path(f) for f in args.from_json.split(",") if f.strip()]
+        rep = merge_reports([report_from_json(json.loads(f.read_text())) for f in paths])
         write_section(rep, Path(args.doc), Path(args.section_out) if args.section_out else None)
-        print(f"wrote the variants section of {args.from_json} into {args.doc}")
+        print(f"wrote the variants section of {', '.join(map(str, paths))} into {args.doc}")
         return 0
     variants = select_variants(args.only)
     if not variants:
@@ -1658,6 +1686,19 @@ def selftest(lib: Path) -> int:
         final = doc.read_text()
         assert "## Copy bandwidth" in final and final.count(ct.VARIANTS_BEGIN) == 1
         assert "Incomplete run: 7 of 9" in final
+        # Two runs merged: the second's measured case replaces the first's skipped one.
+        second = fake_report()
+        second.rows = [dataclasses.replace(second.rows[0], variant="add-layernorm", tokens=16384,
+                                           hidden=16384)]
+        second.command = "python3 tools/bench_variants.py --only 7"
+        path2 = Path(tmp) / "v2.json"
+        write_json(second, path2)
+        assert main(["--from-json", f"{path},{path2}", "--doc", str(doc)]) == 0
+        merged = doc.read_text()
+        # (compare_torch's fake report is incomplete too: "problems measured")
+        assert "cases measured" not in merged and "1 cases skipped" not in merged
+        assert "--selftest` ; `python3 tools/bench_variants.py --only 7`" in merged
+        assert merged.count(ct.VARIANTS_BEGIN) == 1 and "## Copy bandwidth" in merged
 
     # --list runs without torch.
     assert main(["--list", "--only", "qk"]) == 0
