@@ -138,49 +138,63 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm) row_split(Params
   bool holding = false;  // the registers hold row `row`, generation g
   long long next = row;
   unsigned long long g = exchange.base_generation() - 1;  // g + 1 is next's generation
-  float next_shift = RowIo<C>(p, next).shift();
-  if constexpr (kStaged) slice.prefetch(RowIo<C>(p, next).x, begin, tid, stage);
+  // Each row's place in the tensors is computed once, when it becomes the row after next, and
+  // carried (the trailing forms' two-level strides make it dearer); GroupNorm's contiguous rows
+  // are cheaper to place again at each use than to hold (fewer registers).
+  RowIo<C> held(p, row), coming = held;  // the row in registers; `next`
+  const auto at = [&](long long r, const RowIo<C>& carried) {
+    if constexpr (C::kGroups > 0) {
+      return RowIo<C>(p, r);
+    } else {
+      return carried;
+    }
+  };
+  float next_shift = held.shift();
+  if constexpr (kStaged) slice.prefetch(held.x, begin, tid, stage);
   for (;;) {
     const bool has_next = next < rows;
+    const bool has_after = next + slots < rows;
+    const RowIo<C> after_rows = C::kGroups > 0 ? held : RowIo<C>(p, next + slots);
+    const auto after = [&] { return at(next + slots, after_rows); };  // used where has_after
     if constexpr (kStaged) {
       if (has_next) {
         exchange.publish(kRms ? Stats{0.f, 0.f, Chunk::staged_sum_squares(stage, begin, tid)}
                               : Chunk::staged_stats(stage, begin, tid, next_shift),
                          g + 1);
         // The stage has landed (publish read it): start the row after it towards L2.
-        if (kPrefetch == 1 && tid == 0 && next + slots < rows) {
-          prefetch_chunk<typename C::X, H, kChunk>(RowIo<C>(p, next + slots).x, begin);
+        if (kPrefetch == 1 && tid == 0 && has_after) {
+          prefetch_chunk<typename C::X, H, kChunk>(after().x, begin);
         }
       }
     }
     if (holding) {
       float mean, rstd;
       exchange.combine(g, p.eps, mean, rstd);
-      if (kPrefetch == 2 && tid == 0 && next + slots < rows) {  // implies has_next
-        prefetch_chunk<typename C::X, H, kChunk>(RowIo<C>(p, next + slots).x, begin);
+      if (kPrefetch == 2 && tid == 0 && has_after) {  // implies has_next
+        prefetch_chunk<typename C::X, H, kChunk>(after().x, begin);
       }
       if (exchange.chunk == 0 && tid == 0) save_row_stats<C>(p, row, slice.shift_ + mean, rstd);
       constexpr bool kOneChannel = C::kGroups > 0 && C::kSpatial % kChunk == 0;
-      slice.template store<kOneChannel, KR>(RowIo<C>(p, row), p, epi, row, begin, tid, mean, rstd,
+      slice.template store<kOneChannel, KR>(at(row, held), p, epi, row, begin, tid, mean, rstd,
                                             hints, resident);
     }
     if (!has_next) break;
     if constexpr (kStaged) {
       slice.load_staged(stage, begin, tid, next_shift);
-      if (next + slots < rows) {
-        const RowIo<C> after(p, next + slots);
-        slice.prefetch(after.x, begin, tid, stage);
-        next_shift = after.shift();
+      if (has_after) {
+        slice.prefetch(after().x, begin, tid, stage);
+        next_shift = after().shift();
       }
     } else {
-      slice.load(RowIo<C>(p, next), begin, tid, next_shift, hints.stream);
+      slice.load(at(next, coming), begin, tid, next_shift, hints.stream);
       exchange.publish(stats_of(slice), g + 1);
-      if (next + slots < rows) {
-        const RowIo<C> after(p, next + slots);
-        if (kPrefetch == 1 && tid == 0) prefetch_chunk<typename C::X, H, kChunk>(after.x, begin);
-        next_shift = after.shift();
+      if (has_after) {
+        if (kPrefetch == 1 && tid == 0) prefetch_chunk<typename C::X, H, kChunk>(after().x, begin);
+        next_shift = after().shift();
       }
     }
+    held = coming;
+    coming = after_rows;
     holding = true;
     row = next;
     next += slots;

@@ -186,6 +186,24 @@ TEST_F(Ops, InPlace) {
         worst, /*in_place=*/true);
 }
 
+// GroupNorm groups split over CTAs without a stage (2-byte scalar accesses: S = 4097 is odd, the
+// group 67 x 4097 too), several rows per slot: each row's place is computed where it is used
+// (a later row once loaded the first row's data again; found by the randomized sweep).
+TEST_F(Ops, UnstagedGroupNormSplitRowsEachLoadTheirOwnGroup) {
+  device::PrimaryContext context;
+  Engine engine(test_engine_options());
+  Worst worst;
+  const NormSpec spec = make(Op::kGroupNorm, {17, 134, 4097}, Dtype::kF16, Affine::kWeight, -1, 2);
+  const KernelPlan p = plan(spec, device::target_of(context.device()));
+  ASSERT_EQ(p.strategy, Strategy::kRowSplit);
+  ASSERT_FALSE(p.staged);
+  check(engine, spec, Values::kNormal, 1, worst);
+  const NormSpec both = make(Op::kGroupNorm, {5, 63, 999, 11}, Dtype::kBF16, Affine::kBoth, -1, 3);
+  ASSERT_FALSE(plan(both, device::target_of(context.device())).staged);
+  check(engine, both, Values::kLargeMean, 2, worst);
+  worst.print("unstaged GroupNorm split rows");
+}
+
 TEST_F(Ops, RowsLongerThanTheChipHolds) {
   // Past what the co-resident CTAs hold (the streaming fallback), up to 2^28 elements.
   device::PrimaryContext context;
