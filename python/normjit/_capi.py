@@ -5,10 +5,11 @@ Everything of the header that Python uses is declared here once: the enums, the 
 truncate pointers and int64 values). tests/python/test_binding.py parses the header and
 compares it with these declarations, so the two cannot drift apart.
 
-One function has a second way in: launch_function() gives normjit_launch through the small
-extension module normjit._launch (python/normjit/_launch.c, compiled against the header's
-prototype) where it is installed, calling the same loaded library as ctypes without ctypes'
-argument conversion (about 1.3 us of its 1.7 us per call); the ctypes function otherwise.
+Two functions have a second way in: launch_function() gives normjit_launch, and
+launch_ex_function() normjit_launch_ex, through the small extension module normjit._launch
+(python/normjit/_launch.c, compiled against the header's prototypes) where it is installed,
+calling the same loaded library as ctypes without ctypes' argument conversion (about 1.3 us of
+its 1.7 us per call); through ctypes otherwise.
 """
 from __future__ import annotations
 
@@ -235,3 +236,42 @@ def launch_function():
         return lib.normjit_launch
     _launch.bind(ctypes.cast(lib.normjit_launch, ctypes.c_void_p).value)
     return _launch.launch
+
+
+def launch_ex_function():
+    """normjit_launch_ex of library() as a Python callable (kernel, x, y, weight, bias, batch,
+    eps, residual, residual_out, scale, mean, rstd, stream, rows) -> status, the fields of
+    normjit_launch_args flattened: pointers are ints or None (x, y and kernel ints), rows None
+    (every tensor's rows contiguous) or (inner_rows, x_strides[0], x_strides[1], y_strides[0],
+    y_strides[1], residual_strides[0], residual_strides[1], residual_out_strides[0],
+    residual_out_strides[1]). The extension module normjit._launch's where it is installed
+    (bound to this library's normjit_launch_ex and normjit_launch_args_init), else a function
+    that fills a LaunchArgs with normjit_launch_args_init and calls the ctypes function."""
+    lib = library()
+    try:
+        from normjit import _launch
+        bind_ex = _launch.bind_ex
+    except (ImportError, AttributeError):  # not installed, or built before launch_ex existed
+        return _ctypes_launch_ex(lib)
+    address = ctypes.cast(lib.normjit_launch_ex, ctypes.c_void_p).value
+    bind_ex(address, ctypes.cast(lib.normjit_launch_args_init, ctypes.c_void_p).value)
+    return _launch.launch_ex
+
+
+def _ctypes_launch_ex(lib: Library):
+    init, launch_ex = lib.normjit_launch_args_init, lib.normjit_launch_ex
+
+    def launch(kernel, x, y, weight, bias, batch, eps, residual, residual_out, scale, mean,
+               rstd, stream, rows):
+        args = LaunchArgs()
+        init(ctypes.byref(args))
+        args.x, args.y, args.weight, args.bias = x, y, weight, bias
+        args.batch, args.eps = batch, eps
+        args.residual, args.residual_out, args.scale = residual, residual_out, scale
+        args.mean, args.rstd = mean, rstd
+        if rows is not None:
+            (args.inner_rows, args.x_strides[0], args.x_strides[1], args.y_strides[0],
+             args.y_strides[1], args.residual_strides[0], args.residual_strides[1],
+             args.residual_out_strides[0], args.residual_out_strides[1]) = rows
+        return launch_ex(kernel, ctypes.byref(args), stream)
+    return launch

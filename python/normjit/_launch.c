@@ -1,13 +1,14 @@
-/* normjit._launch: normjit_launch called from Python without ctypes' per-call argument
- * conversion (about 2 us of an eager normjit.torch call on the H100 machine's host).
+/* normjit._launch: normjit_launch and normjit_launch_ex called from Python without ctypes'
+ * per-call argument conversion (about 2 us of an eager normjit.torch call on the H100 machine's
+ * host).
  *
  * Built against the stable ABI (one wheel serves every CPython from the floor in
  * pyproject.toml's wheel.py-api up). It does not link libnormjit.so: the library's SONAME is
  * libnormjit.so.0 and the wheel holds it as libnormjit.so, and the library to call is the one
- * normjit._capi loaded (NORMJIT_LIBRARY may name another). _capi hands over the address of
- * that library's normjit_launch with bind(); calls go through a pointer of the header's own
- * prototype, so the compiler checks them against normjit.h. Errors stay Python's: launch
- * returns the status and normjit._capi builds the exception from it. */
+ * normjit._capi loaded (NORMJIT_LIBRARY may name another). _capi hands over the addresses of
+ * that library's functions with bind() and bind_ex(); calls go through pointers of the header's
+ * own prototypes, so the compiler checks them against normjit.h. Errors stay Python's: launch
+ * and launch_ex return the status and normjit._capi builds the exception from it. */
 #include <normjit/normjit.h>
 #include <stdint.h>
 
@@ -15,8 +16,14 @@
 #include <Python.h>
 
 typedef __typeof__(normjit_launch) launch_fn;
+typedef __typeof__(normjit_launch_ex) launch_ex_fn;
+typedef __typeof__(normjit_launch_args_init) args_init_fn;
 
-static launch_fn* bound; /* the normjit_launch of the library normjit._capi loaded */
+static launch_fn* bound;       /* the normjit_launch of the library normjit._capi loaded */
+static launch_ex_fn* bound_ex; /* its normjit_launch_ex */
+/* What its normjit_launch_args_init fills in (size and the defaults), copied by each launch_ex:
+ * one call of the library's own initialiser, at bind_ex. */
+static normjit_launch_args defaults;
 
 /* A pointer argument: an int (a data pointer, a handle), or None for NULL where allowed. */
 static int as_pointer(PyObject* arg, const char* name, int none_ok, void** out) {
@@ -42,6 +49,29 @@ static PyObject* bind(PyObject* self, PyObject* address) {
     return NULL;
   }
   bound = (launch_fn*)p;
+  Py_RETURN_NONE;
+}
+
+/* bind_ex(launch_ex_address, args_init_address) */
+static PyObject* bind_ex(PyObject* self, PyObject* argt) {
+  (void)self;
+  if (PyTuple_Size(argt) != 2) {
+    PyErr_SetString(PyExc_TypeError,
+                    "normjit._launch.bind_ex takes 2 arguments (the addresses of "
+                    "normjit_launch_ex and normjit_launch_args_init)");
+    return NULL;
+  }
+  void *ex, *init;
+  if (!as_pointer(PyTuple_GetItem(argt, 0), "launch_ex_address", /*none_ok=*/0, &ex) ||
+      !as_pointer(PyTuple_GetItem(argt, 1), "args_init_address", /*none_ok=*/0, &init)) {
+    return NULL;
+  }
+  if (!ex || !init) {
+    PyErr_SetString(PyExc_ValueError, "normjit._launch.bind_ex: address 0");
+    return NULL;
+  }
+  ((args_init_fn*)init)(&defaults);
+  bound_ex = (launch_ex_fn*)ex;
   Py_RETURN_NONE;
 }
 
@@ -94,6 +124,104 @@ static PyObject* launch(PyObject* self, PyObject* argt) {
   return PyLong_FromLong((long)status);
 }
 
+/* An int64 argument (batch, a row count or stride). */
+static int as_int64(PyObject* arg, const char* name, long long* out) {
+  if (!PyLong_Check(arg)) {
+    PyErr_Format(PyExc_TypeError, "normjit._launch.launch_ex: %s must be an int, not %R", name,
+                 (PyObject*)Py_TYPE(arg));
+    return 0;
+  }
+  *out = PyLong_AsLongLong(arg);
+  return !(*out == -1 && PyErr_Occurred());
+}
+
+/* launch_ex(kernel, x, y, weight, bias, batch, eps, residual, residual_out, scale, mean, rstd,
+ * stream, rows): normjit_launch_ex with the fields of normjit_launch_args; rows is None
+ * (every tensor's rows contiguous) or (inner_rows, x_strides[0], x_strides[1], y_strides[0],
+ * y_strides[1], residual_strides[0], residual_strides[1], residual_out_strides[0],
+ * residual_out_strides[1]). */
+static PyObject* launch_ex(PyObject* self, PyObject* argt) {
+  /* The pointer arguments: index in the argument tuple, name, whether None (NULL) is taken. */
+  static const struct {
+    int index;
+    const char* name;
+    int none_ok;
+  } pointers[] = {
+      {0, "kernel", 0},       {1, "x", 0},       {2, "y", 0},
+      {3, "weight", 1},       {4, "bias", 1},    {7, "residual", 1},
+      {8, "residual_out", 1}, {9, "scale", 1},   {10, "mean", 1},
+      {11, "rstd", 1},        {12, "stream", 1},
+  };
+  (void)self;
+  const Py_ssize_t nargs = PyTuple_Size(argt);
+  if (nargs != 14) {
+    PyErr_Format(PyExc_TypeError,
+                 "normjit._launch.launch_ex takes 14 arguments (kernel, x, y, weight, bias, "
+                 "batch, eps, residual, residual_out, scale, mean, rstd, stream, rows), not %zd",
+                 nargs);
+    return NULL;
+  }
+  void* p[13] = {NULL};
+  for (size_t i = 0; i < sizeof(pointers) / sizeof(pointers[0]); ++i) {
+    const int at = pointers[i].index;
+    if (!as_pointer(PyTuple_GetItem(argt, at), pointers[i].name, pointers[i].none_ok, &p[at])) {
+      return NULL;
+    }
+  }
+  normjit_launch_args args = defaults;
+  long long batch;
+  if (!as_int64(PyTuple_GetItem(argt, 5), "batch", &batch)) return NULL;
+  PyObject* eps = PyTuple_GetItem(argt, 6);
+  if (!PyFloat_Check(eps) && !PyLong_Check(eps)) {
+    PyErr_Format(PyExc_TypeError, "normjit._launch.launch_ex: eps must be a float, not %R",
+                 (PyObject*)Py_TYPE(eps));
+    return NULL;
+  }
+  args.eps = PyFloat_AsDouble(eps);
+  if (args.eps == -1.0 && PyErr_Occurred()) return NULL;
+  PyObject* rows = PyTuple_GetItem(argt, 13);
+  if (rows != Py_None) {
+    if (!PyTuple_Check(rows) || PyTuple_Size(rows) != 9) {
+      PyErr_Format(PyExc_TypeError,
+                   "normjit._launch.launch_ex: rows must be None or a tuple of 9 ints "
+                   "(inner_rows and the [outer, inner] strides of x, y, residual, "
+                   "residual_out), not %R",
+                   rows);
+      return NULL;
+    }
+    long long v[9];
+    for (int i = 0; i < 9; ++i) {
+      if (!as_int64(PyTuple_GetItem(rows, i), "a value of rows", &v[i])) return NULL;
+    }
+    args.inner_rows = v[0];
+    int64_t* strides[] = {args.x_strides, args.y_strides, args.residual_strides,
+                          args.residual_out_strides};
+    for (int t = 0; t < 4; ++t) {
+      strides[t][0] = v[1 + 2 * t];
+      strides[t][1] = v[2 + 2 * t];
+    }
+  }
+  if (!bound_ex) {
+    PyErr_SetString(PyExc_RuntimeError, "normjit._launch.launch_ex: bind_ex() was not called");
+    return NULL;
+  }
+  args.x = p[1];
+  args.y = p[2];
+  args.weight = p[3];
+  args.bias = p[4];
+  args.batch = (int64_t)batch;
+  args.residual = p[7];
+  args.residual_out = p[8];
+  args.scale = (const float*)p[9];
+  args.mean = (float*)p[10];
+  args.rstd = (float*)p[11];
+  normjit_status status;
+  PyThreadState* thread = PyEval_SaveThread();
+  status = bound_ex((const normjit_kernel*)p[0], &args, (struct CUstream_st*)p[12]);
+  PyEval_RestoreThread(thread);
+  return PyLong_FromLong((long)status);
+}
+
 static PyMethodDef methods[] = {
     {"bind", bind, METH_O,
      "bind(address): calls go to the normjit_launch at this address (normjit._capi's)."},
@@ -101,13 +229,24 @@ static PyMethodDef methods[] = {
      "launch(kernel, x, y, weight, bias, batch, eps, stream) -> status: normjit_launch.\n"
      "Pointers and handles are ints (weight, bias and stream may be None); the status is "
      "normjit_status as an int, 0 for NORMJIT_OK."},
+    {"bind_ex", bind_ex, METH_VARARGS,
+     "bind_ex(launch_ex_address, args_init_address): launch_ex calls go to the\n"
+     "normjit_launch_ex at the first address, with the defaults of the normjit_launch_args_init\n"
+     "at the second (normjit._capi's)."},
+    {"launch_ex", launch_ex, METH_VARARGS,
+     "launch_ex(kernel, x, y, weight, bias, batch, eps, residual, residual_out, scale, mean,\n"
+     "rstd, stream, rows) -> status: normjit_launch_ex. Pointers as for launch (x and y ints,\n"
+     "the others int or None); rows None (contiguous) or (inner_rows, x_strides[0],\n"
+     "x_strides[1], y_strides[0], y_strides[1], residual_strides[0], residual_strides[1],\n"
+     "residual_out_strides[0], residual_out_strides[1])."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     "normjit._launch",
-    "normjit_launch without ctypes' argument conversion (see normjit._capi.launch_function).",
+    "normjit_launch and normjit_launch_ex without ctypes' argument conversion (see "
+    "normjit._capi.launch_function and launch_ex_function).",
     -1,
     methods,
     NULL,

@@ -2,27 +2,50 @@
 
 An eager call costs one dict lookup before its launch: the decision for a call (launch this
 prepared kernel, or fall back for this reason) is cached under a key of everything the
-argument checks and the fallback reasons read (op, normalized_shape or groups, eps, grad mode,
-and each tensor's class, shape, dtype, device, contiguity and requires_grad), so the checks
-run once per kind of call and what follows a hit is torch.empty_like and one call of
-normjit_launch on the current stream (through the extension module normjit._launch, or ctypes
-where it is missing: normjit._capi.launch_function). The data pointers' alignment is checked
-every call.
+argument checks and the fallback reasons read (op, normalized_shape or groups, eps, the variant
+arguments, grad mode, and each tensor's class, shape, dtype, device, contiguity and
+requires_grad), so the checks run once per kind of call and what follows a hit is the outputs'
+torch.empty and one call of normjit_launch on the current stream (through the extension module
+normjit._launch, or ctypes where it is missing: normjit._capi.launch_function). Calls that need
+the variant axes (weight_offset, out_dtype and scale, return_stats, the residual of add_rms_norm
+and add_layer_norm, weight/bias of another dtype than the input, strided rows) launch through
+normjit_launch_ex the same way (normjit._capi.launch_ex_function); an input with strided rows
+adds one dict lookup keyed by its strides. The data pointers' alignment is checked every call.
 Kernels are prepared once per shape class (everything but the batch). Under torch.compile the
 same functions call the custom ops torch.ops.normjit.*, whose fake implementations give the
-output's shape, so that a model traces without graph breaks.
+outputs' shapes and dtypes, so that a model traces without graph breaks.
 
-A call normjit cannot serve runs PyTorch's own implementation, with one warning per reason
-(NormjitFallbackWarning): a CPU tensor, a dtype other than float32/float16/bfloat16, a
-non-contiguous input, an input that requires grad while grad mode is on (no backward yet),
-weight/bias of another dtype than the input, an empty input, an eps that is no positive
-float32, a view not 16-byte aligned, a problem the library does not take. The warning comes
-first; where PyTorch's implementation then raises (e.g. F.layer_norm on CUDA with a bf16
-input and a float32 weight), its exception propagates unchanged, as with PyTorch alone.
+rms_norm and layer_norm take weight/bias of another dtype than the input where PyTorch computes
+that case on CUDA, with PyTorch's result dtype: rms_norm a weight of any of float32, float16,
+bfloat16 (F.rms_norm returns the input's dtype); layer_norm none (F.layer_norm on CUDA raises
+for every mix: such calls fall back and raise PyTorch's exception). They read inputs whose
+normalized dims are contiguous and whose leading dims collapse into at most two levels of row
+strides (a slice of a wider tensor, per-head [tokens, heads, dim] views of a qkv projection)
+without a copy, and return a contiguous result.
+
+A call normjit cannot serve runs PyTorch's implementation (for the variant arguments and the
+add_* functions, the PyTorch expression each docstring gives), with one warning per reason
+(NormjitFallbackWarning): a CPU tensor; a dtype other than float32/float16/bfloat16; a
+non-contiguous input normjit cannot address (rms_norm, layer_norm, add_*: normalized dims not
+contiguous, leading dims that do not collapse into two levels of row strides, a broadcast
+(stride 0) leading dim, or a row stride that is no multiple of the kernel's vector width, which
+the library's message names; rms_norm_channels and group_norm: any non-contiguous input); an
+input (or residual) that requires grad while grad mode is on (no backward yet); weight/bias of a
+dtype PyTorch refuses for that op (layer_norm, rms_norm_channels, group_norm: any other than the
+input's; the add_* functions take any one of float32, float16, bfloat16), weight and bias of two
+dtypes, or non-contiguous weight/bias; a bias without a weight; an empty input; an eps that is no
+positive float32; a view not 16-byte aligned (or a residual or row the kernel's vector width
+finds misaligned, which the library's message names); fp8 output on a GPU before sm_89 (the
+library's message); a problem the library does not take. The warning comes first; where
+PyTorch's implementation then raises (e.g. F.layer_norm on CUDA with a bfloat16 input and a
+float32 weight), its exception propagates unchanged, as with PyTorch alone (on CPU tensors
+PyTorch's mixed-dtype kernels compute some of those cases, and so does the fallback).
 Arguments that are wrong for PyTorch too (a weight of the wrong shape or on another device,
 groups that do not divide the channels, a normalized_shape that is not the input's trailing
-shape) raise ValueError naming the argument and its value; group_norm raises PyTorch's own
-ValueError where a group has one value (F.group_norm's check).
+shape) and wrong variant arguments (a residual of another shape or dtype, an fp8 out_dtype
+without scale or a scale without one, weight_offset without a weight) raise ValueError naming
+the argument and its value; group_norm raises PyTorch's own ValueError where a group has one
+value (F.group_norm's check).
 """
 import threading
 import warnings
@@ -35,8 +58,8 @@ from torch import Tensor
 import normjit
 from normjit._capi import InvalidArgumentError, UnsupportedError
 
-__all__ = ["rms_norm", "rms_norm_channels", "layer_norm", "group_norm", "warmup",
-           "NormjitFallbackWarning"]
+__all__ = ["rms_norm", "rms_norm_channels", "layer_norm", "group_norm", "add_rms_norm",
+           "add_layer_norm", "warmup", "NormjitFallbackWarning"]
 
 
 class NormjitFallbackWarning(UserWarning):
@@ -44,17 +67,33 @@ class NormjitFallbackWarning(UserWarning):
 
 
 _DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
+_OUT_DTYPES = {**_DTYPES, torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
+_FP8_MAX = {torch.float8_e4m3fn: 448.0, torch.float8_e5m2: 57344.0}  # saturation bounds
 _AFFINE = {(False, False): "none", (True, False): "weight", (True, True): "both"}
 
-# (library op, shape class, dtype, weight?, bias?, device index) -> (normjit_kernel*, elements
-# per batch item); or (None, message) when normjit does not take that problem.
+# The trailing forms, by public name: the library op. They take the variant axes and strided
+# rows; the channel forms (rms_norm_channels, group_norm) neither.
+_ROW_OPS = {"rms_norm": "rmsnorm", "layer_norm": "layernorm", "add_rms_norm": "rmsnorm",
+            "add_layer_norm": "layernorm"}
+# (input dtype, weight/bias dtype) pairs of two dtypes that F.layer_norm computes on CUDA, the
+# device normjit serves: none (its CUDA kernel reads weight and bias in the input's dtype and
+# raises otherwise; CPU's mixed-type kernel takes float32 parameters with a float16/bfloat16
+# input, and CPU tensors fall back to it). tests/python/test_variants_gpu.py checks this
+# against PyTorch on the GPU machine.
+_LAYER_NORM_MIXED: set = set()
+
+# (library op, shape class, dtype, weight?, bias?[, variant axes], device index) ->
+# (normjit_kernel*, elements per batch item); or (None, message) when normjit does not take that
+# problem. The variant axes, where a call has any: (param dtype, out dtype, residual dtype, each
+# None where the input's or absent; weight offset; save_stats).
 _kernels: dict = {}
 _prepare_lock = threading.Lock()
 _launch = None  # normjit_launch (_capi.launch_function()), bound on first use
+_launch_ex = None  # normjit_launch_ex (_capi.launch_ex_function()), bound with it
 
-# Eager calls: _call_key(...) -> a launch (kernel, batch, eps, device index) or why the call
-# falls back. Cleared when full: a key per input shape (the batch is in it), and prefill
-# lengths vary.
+# Eager calls: _call_key(...) -> a launch (kernel, batch, eps, device index), an _Ex (a launch
+# through normjit_launch_ex), or why the call falls back. Cleared when full: a key per input
+# shape (the batch is in it), and prefill lengths vary.
 _calls: dict = {}
 _CALLS_MAX = 4096
 
@@ -89,8 +128,10 @@ def _reason_text(code: str, x: Tensor, weight: Optional[Tensor], bias: Optional[
         return ("an input requires grad and normjit has no backward yet (run inference under "
                 "torch.no_grad() or torch.inference_mode())")
     if code == "param_dtype":
-        p = weight if weight is not None and weight.dtype != x.dtype else bias
-        return f"weight/bias dtype {p.dtype} differs from the input's {x.dtype}"
+        dtypes = ", ".join(dict.fromkeys(str(p.dtype) for p in (weight, bias) if p is not None))
+        return (f"weight/bias dtype {dtypes} differs from the input's {x.dtype} (normjit takes "
+                "one parameter dtype of float32, float16, bfloat16 where PyTorch computes the "
+                "case on CUDA: rms_norm and the add_* functions; not layer_norm)")
     if code == "param_layout":
         return "non-contiguous weight or bias"
     if code == "bias_only":
@@ -116,22 +157,35 @@ def _fallback_warn(op: str, code: str, x: Tensor, weight: Optional[Tensor],
                   "running PyTorch's implementation", NormjitFallbackWarning, stacklevel=5)
 
 
-def _why_not(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],
-             eps: float) -> Optional[str]:
+def _params_ok(op: str, x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> bool:
+    """Whether normjit serves weight/bias of another dtype than x for op: one parameter dtype
+    of its own, where PyTorch computes the case (the result then has x's dtype)."""
+    if weight.dtype not in _DTYPES or (bias is not None and bias.dtype != weight.dtype):
+        return False
+    if op == "layer_norm":
+        return (x.dtype, weight.dtype) in _LAYER_NORM_MIXED
+    return op in _ROW_OPS  # rms_norm (F.rms_norm: x's dtype out), the add_* functions
+
+
+def _why_not(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], eps: float,
+             op: str = "", residual: Optional[Tensor] = None) -> Optional[str]:
     """None when normjit can serve the call, else a reason code. Traceable by dynamo. The
-    alignment of the data pointers is checked at each launch instead."""
+    alignment of the data pointers, and the strides of a non-contiguous input of a trailing
+    form, are checked at each launch instead."""
     if not x.is_cuda:
         return "device"
     if x.dtype not in _DTYPES:
         return "dtype"
-    if not x.is_contiguous():
+    if not x.is_contiguous() and op not in _ROW_OPS:
         return "layout"
     if torch.is_grad_enabled() and (x.requires_grad
                                     or (weight is not None and weight.requires_grad)
-                                    or (bias is not None and bias.requires_grad)):
+                                    or (bias is not None and bias.requires_grad)
+                                    or (residual is not None and residual.requires_grad)):
         return "grad"
     if weight is not None:
-        if weight.dtype != x.dtype or (bias is not None and bias.dtype != x.dtype):
+        if ((weight.dtype != x.dtype or (bias is not None and bias.dtype != x.dtype))
+                and not _params_ok(op, x, weight, bias)):
             return "param_dtype"
         if not weight.is_contiguous() or (bias is not None and not bias.is_contiguous()):
             return "param_layout"
@@ -189,6 +243,58 @@ def _check_rows(op: str, x: Tensor, shape: Tuple[int, ...], weight: Optional[Ten
     _check_param(op, "bias", bias, x, shape, "normalized_shape")
 
 
+def _check_residual(op: str, residual, x: Tensor) -> None:
+    _check_tensor(op, "residual", residual, x)
+    if residual.shape != x.shape:
+        raise ValueError(f"normjit.torch.{op}: residual has shape {list(residual.shape)}; "
+                         f"expected the input's, {list(x.shape)}")
+    if residual.dtype != x.dtype and residual.dtype != torch.float32:
+        raise ValueError(f"normjit.torch.{op}: residual has dtype {residual.dtype}; expected "
+                         f"the input's ({x.dtype}) or torch.float32")
+
+
+def _as_offset(op: str, weight_offset) -> float:
+    if isinstance(weight_offset, (int, float)) and not isinstance(weight_offset, bool):
+        return float(weight_offset)
+    raise TypeError(f"normjit.torch.{op}: weight_offset must be a float, not "
+                    f"{type(weight_offset).__name__} ({weight_offset!r})")
+
+
+def _check_variant(op: str, x: Tensor, weight: Optional[Tensor], variant: tuple,
+                   scale) -> None:
+    offset, out_dtype, _, inplace = variant
+    if offset != 0 and weight is None:
+        raise ValueError(f"normjit.torch.{op}: weight_offset {offset!r} needs a weight (the "
+                         "weight used is weight_offset + weight)")
+    if out_dtype is not None:
+        if not isinstance(out_dtype, torch.dtype):
+            raise TypeError(f"normjit.torch.{op}: out_dtype must be a torch.dtype or None, not "
+                            f"{type(out_dtype).__name__} ({out_dtype!r})")
+        if out_dtype not in _OUT_DTYPES:
+            raise ValueError(f"normjit.torch.{op}: out_dtype {out_dtype} is not one of "
+                             "torch.float32, torch.float16, torch.bfloat16, "
+                             "torch.float8_e4m3fn, torch.float8_e5m2")
+    if out_dtype in _FP8_MAX:
+        if scale is None:
+            raise ValueError(f"normjit.torch.{op}: out_dtype {out_dtype} needs scale (a "
+                             "one-element float32 tensor on the input's device; y = "
+                             "saturate(normalized * scale))")
+        _check_tensor(op, "scale", scale, x)
+        if scale.dtype != torch.float32:
+            raise ValueError(f"normjit.torch.{op}: scale has dtype {scale.dtype}; expected "
+                             "torch.float32")
+        if scale.numel() != 1:
+            raise ValueError(f"normjit.torch.{op}: scale has shape {list(scale.shape)}; "
+                             "expected one element")
+    elif scale is not None:
+        raise ValueError(f"normjit.torch.{op}: scale is for an fp8 out_dtype "
+                         f"(torch.float8_e4m3fn, torch.float8_e5m2), and out_dtype is "
+                         f"{out_dtype}; pass scale=None")
+    if inplace and out_dtype is not None and out_dtype != x.dtype:
+        raise ValueError(f"normjit.torch.{op}: inplace=True writes y into x, so out_dtype must "
+                         f"be None or the input's dtype ({x.dtype}), not {out_dtype}")
+
+
 def _check_channels(op: str, x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],
                     groups: int = 0) -> None:
     _check_tensor(op, "input", x)
@@ -212,11 +318,26 @@ def _check_channels(op: str, x: Tensor, weight: Optional[Tensor], bias: Optional
 # ---------------------------------------------------------------------------------------
 
 def _rows_spec(op: str, shape: Tuple[int, ...], normalized_dims: int, dtype: torch.dtype,
-               has_weight: bool, has_bias: bool, eps: float) -> str:
-    """The canonical spec text of a trailing-dims problem (rmsnorm, layernorm)."""
-    return (f"op={op} shape={','.join(map(str, shape))} dtype={_DTYPES[dtype]} "
+               has_weight: bool, has_bias: bool, eps: float,
+               param_dtype: Optional[torch.dtype] = None, out_dtype: Optional[torch.dtype] = None,
+               residual: Optional[torch.dtype] = None, weight_offset: float = 0.0,
+               save_stats: bool = False) -> str:
+    """The canonical spec text of a trailing-dims problem (rmsnorm, layernorm); the variant
+    axes follow eps where they are not the default, in the canonical order."""
+    text = (f"op={op} shape={','.join(map(str, shape))} dtype={_DTYPES[dtype]} "
             f"normalized_dims={normalized_dims} affine={_AFFINE[has_weight, has_bias]} "
             f"eps={float(eps)!r}")
+    if param_dtype is not None and param_dtype != dtype:
+        text += f" param_dtype={_DTYPES[param_dtype]}"
+    if out_dtype is not None and out_dtype != dtype:
+        text += f" out_dtype={_OUT_DTYPES[out_dtype]}"
+    if residual is not None:
+        text += f" residual={_DTYPES[residual]}"
+    if weight_offset:
+        text += f" weight_offset={float(weight_offset)!r}"
+    if save_stats:
+        text += " save_stats=true"
+    return text
 
 
 def _channels_spec(op: str, shape: Tuple[int, ...], groups: int, dtype: torch.dtype,
@@ -228,7 +349,7 @@ def _channels_spec(op: str, shape: Tuple[int, ...], groups: int, dtype: torch.dt
 
 
 def _prepare(key: tuple, spec: str, per_item: int) -> tuple:
-    global _launch
+    global _launch, _launch_ex
     with _prepare_lock:
         entry = _kernels.get(key)
         if entry is not None:
@@ -244,6 +365,8 @@ def _prepare(key: tuple, spec: str, per_item: int) -> tuple:
             entry = (None, e.message)
         if _launch is None:
             _launch = normjit._capi.launch_function()
+        if _launch_ex is None:
+            _launch_ex = normjit._capi.launch_ex_function()
         _kernels[key] = entry
         return entry
 
@@ -261,9 +384,15 @@ except Exception:  # noqa: BLE001 - no driver: single device or none
 # `op` is the public name; `arg` its non-tensor argument: normalized_shape (a tuple) for
 # rms_norm and layer_norm, num_groups for group_norm, 0 for rms_norm_channels.
 
-def _check(op: str, arg, x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor]) -> None:
-    if op == "rms_norm" or op == "layer_norm":
+def _check(op: str, arg, x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],
+           variant: Optional[tuple] = None, residual: Optional[Tensor] = None,
+           scale: Optional[Tensor] = None) -> None:
+    if op in _ROW_OPS:
         _check_rows(op, x, arg, weight, bias)
+        if residual is not None or op.startswith("add_"):
+            _check_residual(op, residual, x)
+        if variant is not None:
+            _check_variant(op, x, weight, variant, scale)
     else:
         _check_channels(op, x, weight, bias, arg)
 
@@ -275,36 +404,79 @@ def _eps(x: Tensor, eps: Optional[float]) -> float:
     return torch.finfo(x.dtype).eps if x.is_floating_point() else 1e-6
 
 
+class _Ex:
+    """A decided launch through normjit_launch_ex: the kernel and what each call allocates."""
+    __slots__ = ("kernel", "batch", "eps", "device", "torch_device", "shape", "k", "y_dtype",
+                 "h_dtype", "stats_shape", "mean", "inplace", "strided", "by_strides")
+
+
+def _stats_shape(shape: Sequence[int], k: int) -> Tuple[int, ...]:
+    """The shape of saved statistics, as aten.native_layer_norm's: leading dims, then ones."""
+    return tuple(shape[:len(shape) - k]) + (1,) * k
+
+
 def _decide(op: str, arg, x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],
-            eps: Optional[float]) -> Union[tuple, str]:
+            eps: Optional[float], variant: Optional[tuple] = None,
+            residual: Optional[Tensor] = None,
+            scale: Optional[Tensor] = None) -> Union[tuple, _Ex, str]:
     """Checks the arguments (raising what the checks raise), then: a launch (kernel, batch,
-    eps, device index), or why normjit cannot serve the call (a reason code, or the library's
-    message for a problem it does not take)."""
-    _check(op, arg, x, weight, bias)
+    eps, device index) through normjit_launch, an _Ex through normjit_launch_ex, or why normjit
+    cannot serve the call (a reason code, or the library's message for a problem it does not
+    take)."""
+    _check(op, arg, x, weight, bias, variant, residual, scale)
     eps = _eps(x, eps)
-    why = _why_not(x, weight, bias, eps)
+    why = _why_not(x, weight, bias, eps, op, residual)
     if why:
         return why
     device = x.device.index
     has_weight, has_bias = weight is not None, bias is not None
-    if op == "rms_norm" or op == "layer_norm":
-        library_op = "rmsnorm" if op == "rms_norm" else "layernorm"
-        per_item = 1
-        for s in arg:
-            per_item *= s
-        key = (library_op, arg, x.dtype, has_weight, has_bias, device)
-        spec = _rows_spec(library_op, (x.numel() // per_item,) + arg, len(arg), x.dtype,
-                          has_weight, has_bias, eps)
-    else:
+    library_op = _ROW_OPS.get(op)
+    if library_op is None:
         library_op = "groupnorm" if op == "group_norm" else "rmsnorm"
         per_item = x.numel() // x.shape[0]
         key = (library_op, tuple(x.shape[1:]), arg, x.dtype, has_weight, has_bias, device)
         spec = _channels_spec(library_op, tuple(x.shape), arg, x.dtype, has_weight, has_bias,
                               eps)
-    kernel, per_item = _prepare(key, spec, per_item)
+        kernel, per_item = _prepare(key, spec, per_item)
+        if kernel is None:
+            return per_item  # the library's message
+        return (kernel, x.numel() // per_item, float(eps), device)
+    per_item = 1
+    for s in arg:
+        per_item *= s
+    batch = x.numel() // per_item
+    param_dtype = weight.dtype if has_weight else None
+    if (variant is None and residual is None and x.is_contiguous()
+            and (param_dtype is None or param_dtype == x.dtype)):
+        key = (library_op, arg, x.dtype, has_weight, has_bias, device)
+        spec = _rows_spec(library_op, (batch,) + arg, len(arg), x.dtype, has_weight, has_bias,
+                          eps)
+        kernel, per_item = _prepare(key, spec, per_item)
+        if kernel is None:
+            return per_item
+        return (kernel, x.numel() // per_item, float(eps), device)
+    offset, out_dtype, stats, inplace = variant or (0.0, None, False, False)
+    y_dtype = out_dtype if out_dtype is not None else x.dtype
+    h_dtype = residual.dtype if residual is not None else None
+    # The spec's variant axes: param_dtype, out_dtype, residual, weight_offset, save_stats.
+    axes = (param_dtype if param_dtype != x.dtype else None,
+            y_dtype if y_dtype != x.dtype else None, h_dtype, float(offset), bool(stats))
+    key = (library_op, arg, x.dtype, has_weight, has_bias, axes, device)
+    spec = _rows_spec(library_op, (batch,) + arg, len(arg), x.dtype, has_weight, has_bias, eps,
+                      *axes)
+    kernel, message = _prepare(key, spec, per_item)
     if kernel is None:
-        return per_item  # the library's message
-    return (kernel, x.numel() // per_item, float(eps), device)
+        return message
+    ex = _Ex()
+    ex.kernel, ex.batch, ex.eps = kernel, batch, float(eps)
+    ex.device, ex.torch_device = device, x.device
+    ex.shape, ex.k, ex.y_dtype, ex.h_dtype = x.shape, len(arg), y_dtype, h_dtype
+    ex.stats_shape = _stats_shape(x.shape, len(arg)) if stats else None
+    ex.mean = bool(stats) and library_op == "layernorm"
+    ex.inplace = bool(inplace)
+    ex.strided = not x.is_contiguous() or (residual is not None and not residual.is_contiguous())
+    ex.by_strides = {}
+    return ex
 
 
 def _tensor_key(t: Tensor) -> tuple:
@@ -342,6 +514,124 @@ def _decision(op: str, arg, x: Tensor, weight: Optional[Tensor], bias: Optional[
     return decision
 
 
+def _row_levels(shape: Sequence[int], k: int,
+                tensors: Sequence[Tuple[str, Sequence[int]]]) -> Union[tuple, str]:
+    """How normjit addresses the rows of tensors of one shape, each given as (name, strides):
+    (inner_rows, ((outer, inner) of each tensor)), row r of a tensor starting at element
+    (r // inner_rows) * outer + (r % inner_rows) * inner (one level: inner_rows 1, inner 0);
+    or why it cannot (a reason text). The trailing k dims must be contiguous; the leading dims
+    (those of size 1 left out) must collapse, in every tensor at the same place, into at most
+    two dims of nonzero strides."""
+    lead = len(shape) - k
+    dims = [d for d in range(lead) if shape[d] != 1]
+    breaks = set()
+    for name, strides in tensors:
+        expect = 1
+        for d in range(len(shape) - 1, lead - 1, -1):
+            if shape[d] != 1:
+                if strides[d] != expect:
+                    return (f"non-contiguous {name} whose normalized dims are not contiguous "
+                            f"(shape {list(shape)}, strides {list(strides)}; normjit reads "
+                            "rows of contiguous elements)")
+                expect *= shape[d]
+        for d in dims:
+            if strides[d] == 0:
+                return (f"non-contiguous {name} that broadcasts dim {d} (shape {list(shape)}, "
+                        f"strides {list(strides)}; normjit's rows have nonzero strides)")
+        for a, b in zip(dims, dims[1:]):
+            if strides[a] != strides[b] * shape[b]:
+                breaks.add(b)
+    if len(breaks) > 1:
+        given = "; ".join(f"{name} strides {list(st)}" for name, st in tensors)
+        return (f"non-contiguous input whose leading dims do not collapse into two levels of "
+                f"row strides (shape {list(shape)}; {given}; normjit addresses row r at "
+                "(r // inner_rows) * outer + (r % inner_rows) * inner)")
+    if not dims:
+        return 1, tuple((0, 0) for _ in tensors)
+    if not breaks:
+        return 1, tuple((strides[dims[-1]], 0) for _, strides in tensors)
+    (first_inner,) = breaks
+    inner_rows = 1
+    for d in dims:
+        if d >= first_inner:
+            inner_rows *= shape[d]
+    last_outer = max(d for d in dims if d < first_inner)
+    return inner_rows, tuple((strides[last_outer], strides[dims[-1]]) for _, strides in tensors)
+
+
+def _strided_rows(ex: _Ex, x: Tensor, residual: Optional[Tensor]) -> Union[tuple, str]:
+    """normjit._launch.launch_ex's rows for a call of ex (y and h contiguous, or x's and
+    residual's own in place), or why these strides cannot be served."""
+    tensors = [("input", x.stride())]
+    if residual is not None:
+        tensors.append(("residual", residual.stride()))
+    levels = _row_levels(ex.shape, ex.k, tensors)
+    if levels.__class__ is str:
+        return levels
+    inner_rows, strides = levels
+    xs = strides[0]
+    rs = strides[1] if residual is not None else (0, 0)
+    ys = xs if ex.inplace else (0, 0)
+    hs = rs if ex.inplace else (0, 0)
+    return (inner_rows, *xs, *ys, *rs, *hs)
+
+
+def _run(ex: _Ex, x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],
+         residual: Optional[Tensor], scale: Optional[Tensor]) -> Union[tuple, str]:
+    """Launches ex: (y, h, mean, rstd) (None where not asked for; x and residual themselves
+    as y and h in place), or why normjit cannot serve the call after all (nothing launched)."""
+    rows = None
+    if ex.strided:
+        strides = (x.stride(), None if residual is None else residual.stride())
+        rows = ex.by_strides.get(strides)
+        if rows is None:
+            rows = _strided_rows(ex, x, residual)
+            if len(ex.by_strides) >= 64:
+                ex.by_strides.clear()
+            ex.by_strides[strides] = rows
+        if rows.__class__ is str:
+            return rows
+    xp = x.data_ptr()
+    wp = weight.data_ptr() if weight is not None else None
+    bp = bias.data_ptr() if bias is not None else None
+    rp = residual.data_ptr() if residual is not None else None
+    if (xp | (wp or 0) | (bp or 0) | (rp or 0)) & 15:
+        return "align"
+    if ex.inplace:
+        y, h = x, residual
+    else:
+        y = torch.empty(ex.shape, dtype=ex.y_dtype, device=ex.torch_device)
+        h = (torch.empty(ex.shape, dtype=ex.h_dtype, device=ex.torch_device)
+             if ex.h_dtype is not None else None)
+    mean = rstd = None
+    if ex.stats_shape is not None:
+        rstd = torch.empty(ex.stats_shape, dtype=torch.float32, device=ex.torch_device)
+        if ex.mean:
+            mean = torch.empty(ex.stats_shape, dtype=torch.float32, device=ex.torch_device)
+    device = ex.device
+    args = (ex.kernel, xp, y.data_ptr(), wp, bp, ex.batch, ex.eps, rp,
+            h.data_ptr() if h is not None else None,
+            scale.data_ptr() if scale is not None else None,
+            mean.data_ptr() if mean is not None else None,
+            rstd.data_ptr() if rstd is not None else None)
+    if _multi_device and torch.cuda.current_device() != device:
+        with torch.cuda.device(device):
+            status = _launch_ex(*args, _raw_stream(device), rows)
+    else:
+        status = _launch_ex(*args, _raw_stream(device), rows)
+    if status:
+        error = normjit._capi.library().error(status)
+        if not isinstance(error, InvalidArgumentError):
+            raise error
+        # The library checked the arguments before enqueuing anything: a stride that is no
+        # multiple of the kernel's vector width, a residual its vector width finds misaligned,
+        # in-place buffers that overlap. Strides are remembered; pointers change per call.
+        if ex.strided and "_rows." in error.message:
+            ex.by_strides[strides] = error.message
+        return error.message
+    return y, h, mean, rstd
+
+
 def _eager(op: str, arg, x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],
            eps: Optional[float]) -> Optional[Tensor]:
     """normjit's y; or None, after the fallback warning, when PyTorch's implementation must
@@ -365,15 +655,63 @@ def _eager(op: str, arg, x: Tensor, weight: Optional[Tensor], bias: Optional[Ten
                 raise normjit._capi.library().error(status)
             return y
         decision = "align"
+    elif decision.__class__ is _Ex:  # strided rows, or parameters of another dtype
+        out = _run(decision, x, weight, bias, None, None)
+        if out.__class__ is tuple:
+            return out[0]
+        decision = out
     _fallback_warn(op, decision, x, weight, bias, eps)
     return None
 
 
+def _decision_ex(op: str, arg, x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],
+                 eps: Optional[float], variant: tuple, residual: Optional[Tensor],
+                 scale: Optional[Tensor]) -> Union[_Ex, str]:
+    """_decide's answer for a call with the variant arguments, cached as _decision's."""
+    key = None
+    if eps is None or eps.__class__ is float:
+        try:
+            key = (op, arg, eps, variant, _grad_enabled(), *_tensor_key(x),
+                   *(_NO_TENSOR if weight is None else _tensor_key(weight)),
+                   *(_NO_TENSOR if bias is None else _tensor_key(bias)),
+                   *(_NO_TENSOR if residual is None else _tensor_key(residual)),
+                   *(_NO_TENSOR if scale is None else _tensor_key(scale)))
+            return _calls[key]
+        except KeyError:
+            pass
+        except (AttributeError, TypeError):
+            key = None
+    decision = _decide(op, arg, x, weight, bias, eps, variant, residual, scale)
+    if key is not None:
+        if len(_calls) >= _CALLS_MAX:
+            _calls.clear()
+        _calls[key] = decision
+    return decision
+
+
+def _eager_variant(op: str, arg, x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],
+                   eps: Optional[float], variant: tuple, residual: Optional[Tensor],
+                   scale: Optional[Tensor]) -> Union[tuple, str]:
+    """normjit's (y, h, mean, rstd); or, after the fallback warning, why PyTorch's expression
+    must compute this call."""
+    decision = _decision_ex(op, arg, x, weight, bias, eps, variant, residual, scale)
+    if decision.__class__ is _Ex:
+        out = _run(decision, x, weight, bias, residual, scale)
+        if out.__class__ is tuple:
+            return out
+        decision = out
+    _fallback_warn(op, decision, x, weight, bias, eps)
+    return decision
+
+
 def _traced_why_not(op: str, arg, x: Tensor, weight: Optional[Tensor],
-                    bias: Optional[Tensor], eps: float) -> Optional[str]:
-    """Under torch.compile: the checks and the fallback reason, traced by dynamo."""
-    _check(op, arg, x, weight, bias)
-    return _why_not(x, weight, bias, eps)
+                    bias: Optional[Tensor], eps: float, variant: Optional[tuple] = None,
+                    residual: Optional[Tensor] = None,
+                    scale: Optional[Tensor] = None) -> Optional[str]:
+    """Under torch.compile: the checks and the fallback reason, traced by dynamo. Strides
+    are left to the custom op, which falls back itself where they cannot be served."""
+    _check(op, arg, x, weight, bias, variant, residual, scale)
+    return _why_not(x, weight, bias, eps, op, residual)
 
 
 # ---------------------------------------------------------------------------------------
@@ -388,6 +726,76 @@ def _torch_rms_norm_channels(x: Tensor, weight: Optional[Tensor], eps: float) ->
     if weight is not None:
         y = y * weight.to(acc).view(1, -1, *([1] * (x.dim() - 2)))
     return y.to(x.dtype)
+
+
+def _torch_norm(library_op: str, x: Tensor, shape: Tuple[int, ...], weight: Optional[Tensor],
+                bias: Optional[Tensor], eps: float, offset: float, out_dtype: torch.dtype,
+                scale: Optional[Tensor]) -> Tuple[Tensor, Optional[Tensor], Tensor]:
+    """(y, mean, rstd) of the variant functions, in float32 (or wider) from x:
+    rmsnorm: rstd = rsqrt(mean(x^2) + eps), n = x * rstd;
+    layernorm: mean, biased var; rstd = rsqrt(var + eps), n = (x - mean) * rstd;
+    then n * (weight_offset + weight) + bias, and y = n.to(out_dtype), or for fp8
+    (n * scale).clamp(-max, max).to(out_dtype). mean (layernorm) and rstd keep the reduced
+    dims (size 1)."""
+    acc = torch.promote_types(x.dtype, torch.float32)
+    xf = x.to(acc)
+    dims = tuple(range(x.dim() - len(shape), x.dim()))
+    if library_op == "rmsnorm":
+        mean = None
+        rstd = torch.rsqrt(xf.square().mean(dims, keepdim=True) + eps)
+        n = xf * rstd
+    else:
+        var, mean = torch.var_mean(xf, dims, correction=0, keepdim=True)
+        rstd = torch.rsqrt(var + eps)
+        n = (xf - mean) * rstd
+    if weight is not None:
+        n = n * (weight.to(acc) + offset if offset else weight.to(acc))
+    if bias is not None:
+        n = n + bias.to(acc)
+    fp8_max = _FP8_MAX.get(out_dtype)
+    if fp8_max is not None:
+        y = (n * scale.reshape(()).to(acc)).clamp(-fp8_max, fp8_max).to(out_dtype)
+    else:
+        y = n.to(out_dtype)
+    return y, mean, rstd
+
+
+def _torch_plain(op: str, x: Tensor, shape: Tuple[int, ...], weight: Optional[Tensor],
+                 bias: Optional[Tensor], eps: Optional[float]) -> Tensor:
+    if op == "rms_norm":
+        return F.rms_norm(x, shape, weight, eps)
+    return F.layer_norm(x, shape, weight, bias, _eps(x, eps))
+
+
+def _torch_variant(op: str, x: Tensor, residual: Optional[Tensor],
+                   shape: Tuple[int, ...], weight: Optional[Tensor], bias: Optional[Tensor],
+                   eps: Optional[float], variant: tuple,
+                   scale: Optional[Tensor]) -> tuple:
+    """The PyTorch expression of a variant call (its function's docstring): (y, h, mean,
+    rstd), contiguous, statistics in float32, None where not asked for; in place, written into
+    x and residual (returned as y and h). Where PyTorch's own function refuses the parameters'
+    dtypes (those normjit does not take, on any device), its exception."""
+    offset, out_dtype, stats, inplace = variant
+    if ((op == "rms_norm" or op == "layer_norm") and weight is not None
+            and (weight.dtype != x.dtype or (bias is not None and bias.dtype != x.dtype))
+            and not _params_ok(op, x, weight, bias)):
+        _torch_plain(op, x, shape, weight, bias, eps)  # raises where PyTorch refuses
+    eps = _eps(x, eps)
+    h = None
+    if residual is not None:
+        acc = torch.promote_types(torch.promote_types(x.dtype, residual.dtype), torch.float32)
+        h = (x.to(acc) + residual.to(acc)).to(residual.dtype)
+    y, mean, rstd = _torch_norm(_ROW_OPS[op], h if h is not None else x, shape, weight, bias, eps,
+                                offset, out_dtype if out_dtype is not None else x.dtype, scale)
+    if inplace:
+        residual.copy_(h)
+        x.copy_(y)
+        return x, residual, None, None
+    if not stats:
+        return y.contiguous(), None if h is None else h.contiguous(), None, None
+    return (y.contiguous(), None if h is None else h.contiguous(),
+            None if mean is None else mean.to(torch.float32).contiguous(),
+            rstd.to(torch.float32).contiguous())
 
 
 # ---------------------------------------------------------------------------------------
@@ -435,6 +843,175 @@ def _fake(input: Tensor, *args) -> Tensor:
 
 for _op in (_rms_norm_op, _rms_norm_channels_op, _layer_norm_op, _group_norm_op):
     _op.register_fake(_fake)
+
+
+# The variant functions' ops: y (the _ex ops), y and statistics (_stats), y and h (add_*), and
+# in place (add_*_inplace, mutating x and residual). Each computes through _eager_variant, or
+# PyTorch's expression where normjit cannot serve the call, so that every output is fresh and
+# contiguous, as the fake implementations say.
+
+def _op_outputs(op: str, x: Tensor, residual: Optional[Tensor], normalized_shape: List[int],
+                weight: Optional[Tensor], bias: Optional[Tensor], eps: float,
+                weight_offset: float, out_dtype: Optional[torch.dtype], scale: Optional[Tensor],
+                stats: bool, inplace: bool) -> tuple:
+    shape = tuple(normalized_shape)
+    variant = (float(weight_offset), out_dtype, stats, inplace)
+    out = _eager_variant(op, shape, x, weight, bias, eps, variant, residual, scale)
+    if out.__class__ is not tuple:
+        out = _torch_variant(op, x, residual, shape, weight, bias, eps, variant, scale)
+    return out
+
+
+@torch.library.custom_op("normjit::rms_norm_ex", mutates_args=())
+def _rms_norm_ex_op(input: Tensor, normalized_shape: List[int], weight: Optional[Tensor],
+                    eps: float, weight_offset: float, out_dtype: Optional[torch.dtype],
+                    scale: Optional[Tensor]) -> Tensor:
+    return _op_outputs("rms_norm", input, None, normalized_shape, weight, None, eps,
+                       weight_offset, out_dtype, scale, False, False)[0]
+
+
+@torch.library.custom_op("normjit::rms_norm_stats", mutates_args=())
+def _rms_norm_stats_op(input: Tensor, normalized_shape: List[int], weight: Optional[Tensor],
+                       eps: float, weight_offset: float, out_dtype: Optional[torch.dtype],
+                       scale: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+    y, _, _, rstd = _op_outputs("rms_norm", input, None, normalized_shape, weight, None, eps,
+                                weight_offset, out_dtype, scale, True, False)
+    return y, rstd
+
+
+@torch.library.custom_op("normjit::layer_norm_ex", mutates_args=())
+def _layer_norm_ex_op(input: Tensor, normalized_shape: List[int], weight: Optional[Tensor],
+                      bias: Optional[Tensor], eps: float, weight_offset: float,
+                      out_dtype: Optional[torch.dtype], scale: Optional[Tensor]) -> Tensor:
+    return _op_outputs("layer_norm", input, None, normalized_shape, weight, bias, eps,
+                       weight_offset, out_dtype, scale, False, False)[0]
+
+
+@torch.library.custom_op("normjit::layer_norm_stats", mutates_args=())
+def _layer_norm_stats_op(input: Tensor, normalized_shape: List[int], weight: Optional[Tensor],
+                         bias: Optional[Tensor], eps: float, weight_offset: float,
+                         out_dtype: Optional[torch.dtype],
+                         scale: Optional[Tensor]) -> Tuple[Tensor, Tensor, Tensor]:
+    y, _, mean, rstd = _op_outputs("layer_norm", input, None, normalized_shape, weight, bias,
+                                   eps, weight_offset, out_dtype, scale, True, False)
+    return y, mean, rstd
+
+
+@torch.library.custom_op("normjit::add_rms_norm", mutates_args=())
+def _add_rms_norm_op(x: Tensor, residual: Tensor, normalized_shape: List[int],
+                     weight: Optional[Tensor], eps: float, weight_offset: float,
+                     out_dtype: Optional[torch.dtype],
+                     scale: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+    y, h, _, _ = _op_outputs("add_rms_norm", x, residual, normalized_shape, weight, None, eps,
+                             weight_offset, out_dtype, scale, False, False)
+    return y, h
+
+
+@torch.library.custom_op("normjit::add_rms_norm_inplace", mutates_args=("x", "residual"))
+def _add_rms_norm_inplace_op(x: Tensor, residual: Tensor, normalized_shape: List[int],
+                             weight: Optional[Tensor], eps: float, weight_offset: float) -> None:
+    _op_outputs("add_rms_norm", x, residual, normalized_shape, weight, None, eps, weight_offset,
+                None, None, False, True)
+
+
+@torch.library.custom_op("normjit::add_layer_norm", mutates_args=())
+def _add_layer_norm_op(x: Tensor, residual: Tensor, normalized_shape: List[int],
+                       weight: Optional[Tensor], bias: Optional[Tensor], eps: float,
+                       weight_offset: float, out_dtype: Optional[torch.dtype],
+                       scale: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+    y, h, _, _ = _op_outputs("add_layer_norm", x, residual, normalized_shape, weight, bias, eps,
+                             weight_offset, out_dtype, scale, False, False)
+    return y, h
+
+
+@torch.library.custom_op("normjit::add_layer_norm_inplace", mutates_args=("x", "residual"))
+def _add_layer_norm_inplace_op(x: Tensor, residual: Tensor, normalized_shape: List[int],
+                               weight: Optional[Tensor], bias: Optional[Tensor], eps: float,
+                               weight_offset: float) -> None:
+    _op_outputs("add_layer_norm", x, residual, normalized_shape, weight, bias, eps,
+                weight_offset, None, None, False, True)
+
+
+def _fake_y(x: Tensor, out_dtype: Optional[torch.dtype]) -> Tensor:
+    return x.new_empty(x.shape, dtype=x.dtype if out_dtype is None else out_dtype)
+
+
+def _fake_stat(x: Tensor, normalized_shape: List[int]) -> Tensor:
+    return x.new_empty(_stats_shape(x.shape, len(normalized_shape)), dtype=torch.float32)
+
+
+@_rms_norm_ex_op.register_fake
+def _(input, normalized_shape, weight, eps, weight_offset, out_dtype, scale):
+    return _fake_y(input, out_dtype)
+
+
+@_rms_norm_stats_op.register_fake
+def _(input, normalized_shape, weight, eps, weight_offset, out_dtype, scale):
+    return _fake_y(input, out_dtype), _fake_stat(input, normalized_shape)
+
+
+@_layer_norm_ex_op.register_fake
+def _(input, normalized_shape, weight, bias, eps, weight_offset, out_dtype, scale):
+    return _fake_y(input, out_dtype)
+
+
+@_layer_norm_stats_op.register_fake
+def _(input, normalized_shape, weight, bias, eps, weight_offset, out_dtype, scale):
+    return (_fake_y(input, out_dtype), _fake_stat(input, normalized_shape),
+            _fake_stat(input, normalized_shape))
+
+
+@_add_rms_norm_op.register_fake
+def _(x, residual, normalized_shape, weight, eps, weight_offset, out_dtype, scale):
+    return _fake_y(x, out_dtype), residual.new_empty(residual.shape)
+
+
+@_add_layer_norm_op.register_fake
+def _(x, residual, normalized_shape, weight, bias, eps, weight_offset, out_dtype, scale):
+    return _fake_y(x, out_dtype), residual.new_empty(residual.shape)
+
+
+@_add_rms_norm_inplace_op.register_fake
+def _(x, residual, normalized_shape, weight, eps, weight_offset):
+    return None
+
+
+@_add_layer_norm_inplace_op.register_fake
+def _(x, residual, normalized_shape, weight, bias, eps, weight_offset):
+    return None
+
+
+def _traced_variant(op: str, x: Tensor, residual: Optional[Tensor], shape: Tuple[int, ...],
+                    weight: Optional[Tensor], bias: Optional[Tensor], eps: float, variant: tuple,
+                    scale: Optional[Tensor]) -> tuple:
+    """Under torch.compile: the custom op of a variant call, its outputs as (y, h, mean,
+    rstd)."""
+    offset, out_dtype, stats, inplace = variant
+    ops = torch.ops.normjit
+    shape = list(shape)
+    if op == "rms_norm":
+        if stats:
+            y, rstd = ops.rms_norm_stats(x, shape, weight, eps, offset, out_dtype, scale)
+            return y, None, None, rstd
+        return ops.rms_norm_ex(x, shape, weight, eps, offset, out_dtype, scale), None, None, None
+    if op == "layer_norm":
+        if stats:
+            y, mean, rstd = ops.layer_norm_stats(x, shape, weight, bias, eps, offset, out_dtype,
+                                                 scale)
+            return y, None, mean, rstd
+        return (ops.layer_norm_ex(x, shape, weight, bias, eps, offset, out_dtype, scale), None,
+                None, None)
+    if op == "add_rms_norm":
+        if inplace:
+            ops.add_rms_norm_inplace(x, residual, shape, weight, eps, offset)
+            return x, residual, None, None
+        y, h = ops.add_rms_norm(x, residual, shape, weight, eps, offset, out_dtype, scale)
+        return y, h, None, None
+    if inplace:
+        ops.add_layer_norm_inplace(x, residual, shape, weight, bias, eps, offset)
+        return x, residual, None, None
+    y, h = ops.add_layer_norm(x, residual, shape, weight, bias, eps, offset, out_dtype, scale)
+    return y, h, None, None
 
 
 # ---------------------------------------------------------------------------------------
@@ -500,11 +1077,73 @@ def _group_norm(x: Tensor, num_groups: int, weight: Optional[Tensor], bias: Opti
     return fallback(module, x) if fallback else F.group_norm(x, num_groups, weight, bias, eps)
 
 
+def _variant(op: str, x: Tensor, residual: Optional[Tensor],
+             shape: Union[int, Sequence[int]], weight: Optional[Tensor], bias: Optional[Tensor],
+             eps: Optional[float], offset: float, out_dtype: Optional[torch.dtype],
+             scale: Optional[Tensor], stats: bool, inplace: bool,
+             fallback: Optional[Callable] = None, module: Optional[torch.nn.Module] = None):
+    """A call with the variant arguments: normjit's outputs, or PyTorch's expression (a
+    patched layer's own forward, fallback(module, x), where given)."""
+    if shape.__class__ is not tuple:
+        shape = _as_shape(op, shape)
+    if offset.__class__ is not float:
+        offset = _as_offset(op, offset)
+    variant = (offset, out_dtype, bool(stats), bool(inplace))
+    if _is_compiling():
+        eps_f = _eps(x, eps)
+        if _traced_why_not(op, shape, x, weight, bias, eps_f, variant, residual, scale) is None:
+            return _result(op, _traced_variant(op, x, residual, shape, weight, bias, eps_f,
+                                               variant, scale), variant)
+    else:
+        out = _eager_variant(op, shape, x, weight, bias, eps, variant, residual, scale)
+        if out.__class__ is tuple:
+            return _result(op, out, variant)
+    if fallback is not None:
+        return fallback(module, x)
+    return _result(op, _torch_variant(op, x, residual, shape, weight, bias, eps, variant, scale),
+                   variant)
+
+
+def _result(op: str, out: tuple, variant: tuple):
+    """What the public function returns of (y, h, mean, rstd)."""
+    y, h, mean, rstd = out
+    if op == "rms_norm":
+        return (y, rstd) if variant[2] else y
+    if op == "layer_norm":
+        return (y, mean, rstd) if variant[2] else y
+    return y, h
+
+
 def rms_norm(input: Tensor, normalized_shape: Union[int, Sequence[int]],
-             weight: Optional[Tensor] = None, eps: Optional[float] = None) -> Tensor:
+             weight: Optional[Tensor] = None, eps: Optional[float] = None, *,
+             weight_offset: float = 0.0, out_dtype: Optional[torch.dtype] = None,
+             scale: Optional[Tensor] = None, return_stats: bool = False):
     """torch.nn.functional.rms_norm: RMSNorm over the trailing `normalized_shape` of input,
-    statistics in float32; eps None means torch.finfo(input.dtype).eps, as in PyTorch."""
-    return _rms_norm(input, normalized_shape, weight, eps)
+    statistics in float32; eps None means torch.finfo(input.dtype).eps, as in PyTorch. The
+    result has the input's dtype, as F.rms_norm's, also for a weight of another dtype
+    (float32, float16, bfloat16). An input whose rows are strided (a slice, a per-head view)
+    is read in place, the result is contiguous.
+
+    Keyword-only variants (any of them given: the result is the expression below, computed in
+    float32 from the input):
+      weight_offset: the weight used is weight_offset + weight, in float32 (Gemma: 1.0);
+        needs a weight.
+      out_dtype: the result's dtype: torch.float32, float16, bfloat16, or fp8
+        (torch.float8_e4m3fn, torch.float8_e5m2) with `scale`, a one-element float32 tensor
+        on the input's device: y = saturate(normalized * scale) (scale only with fp8).
+      return_stats: returns (y, rstd), rstd float32 of shape input.shape[:-k] + (1,) * k for
+        k normalized dims, as torch.ops.aten._fused_rms_norm's.
+    The expression: xf = input.float(); rstd = torch.rsqrt(xf.square().mean(dims,
+    keepdim=True) + eps); n = xf * rstd * (weight_offset + weight.float()); y = n.to(out_dtype)
+    (default the input's dtype), for fp8 (n * scale).clamp(-max, max).to(out_dtype) with max
+    the format's largest finite value (448, 57344)."""
+    # The variant arguments at their defaults: torch.nn.functional's call, the cheapest path
+    # (spelled out here: a helper's call costs about 0.1 us).
+    if (out_dtype is None and scale is None and return_stats is False
+            and weight_offset.__class__ is float and weight_offset == 0.0):
+        return _rms_norm(input, normalized_shape, weight, eps)
+    return _variant("rms_norm", input, None, normalized_shape, weight, None, eps, weight_offset,
+                    out_dtype, scale, return_stats, False)
 
 
 def rms_norm_channels(input: Tensor, weight: Optional[Tensor] = None,
@@ -516,10 +1155,65 @@ def rms_norm_channels(input: Tensor, weight: Optional[Tensor] = None,
 
 def layer_norm(input: Tensor, normalized_shape: Union[int, Sequence[int]],
                weight: Optional[Tensor] = None, bias: Optional[Tensor] = None,
-               eps: float = 1e-5) -> Tensor:
+               eps: float = 1e-5, *, weight_offset: float = 0.0,
+               out_dtype: Optional[torch.dtype] = None, scale: Optional[Tensor] = None,
+               return_stats: bool = False):
     """torch.nn.functional.layer_norm: over the trailing `normalized_shape`, biased variance,
-    statistics in float32."""
-    return _layer_norm(input, normalized_shape, weight, bias, eps)
+    statistics in float32. The result has the input's dtype. weight and bias of another dtype
+    than the input fall back to F.layer_norm, which raises on CUDA (and computes some mixes on
+    CPU). An input whose rows are strided is read in place, the result is contiguous.
+
+    Keyword-only variants, as rms_norm's: weight_offset (zero-centred gamma: the weight used
+    is weight_offset + weight, in float32), out_dtype and scale (fp8), and return_stats, which
+    returns (y, mean, rstd) as torch.ops.aten.native_layer_norm on CUDA does (float32, shape
+    input.shape[:-k] + (1,) * k). The expression: xf = input.float(); var, mean =
+    torch.var_mean(xf, dims, correction=0, keepdim=True); rstd = torch.rsqrt(var + eps);
+    n = (xf - mean) * rstd * (weight_offset + weight.float()) + bias.float(); y as rms_norm's."""
+    if (out_dtype is None and scale is None and return_stats is False
+            and weight_offset.__class__ is float and weight_offset == 0.0):
+        return _layer_norm(input, normalized_shape, weight, bias, eps)
+    return _variant("layer_norm", input, None, normalized_shape, weight, bias, eps,
+                    weight_offset, out_dtype, scale, return_stats, False)
+
+
+def add_rms_norm(x: Tensor, residual: Tensor, normalized_shape: Union[int, Sequence[int]],
+                 weight: Optional[Tensor] = None, eps: Optional[float] = None, *,
+                 weight_offset: float = 0.0, out_dtype: Optional[torch.dtype] = None,
+                 scale: Optional[Tensor] = None, inplace: bool = False) -> Tuple[Tensor, Tensor]:
+    """The residual add and RMSNorm of a decoder layer in one pass (vLLM's and FlashInfer's
+    fused_add_rms_norm): returns (y, h) with
+
+        h = (x.float() + residual.float()).to(residual.dtype)
+        y = rms_norm(h, normalized_shape, weight, eps, weight_offset=weight_offset,
+                     out_dtype=out_dtype or x.dtype, scale=scale)
+
+    that is, h computed in float32 and rounded once to the residual's dtype (x's dtype or
+    torch.float32, same shape as x), and y normalized from that rounded h in float32, in x's
+    dtype unless out_dtype says otherwise (fp8 with scale, as rms_norm's). eps None is
+    torch.finfo(x.dtype).eps. weight may have another dtype than x (float32, float16,
+    bfloat16). x and residual may be strided as rms_norm's input.
+    inplace=True writes h into residual and y into x (out_dtype None or x's dtype) and returns
+    (x, residual), as vLLM's fused_add_rms_norm(input, residual, weight, eps)."""
+    return _variant("add_rms_norm", x, residual, normalized_shape, weight, None, eps,
+                    weight_offset, out_dtype, scale, False, inplace)
+
+
+def add_layer_norm(x: Tensor, residual: Tensor, normalized_shape: Union[int, Sequence[int]],
+                   weight: Optional[Tensor] = None, bias: Optional[Tensor] = None,
+                   eps: float = 1e-5, *, weight_offset: float = 0.0,
+                   out_dtype: Optional[torch.dtype] = None, scale: Optional[Tensor] = None,
+                   inplace: bool = False) -> Tuple[Tensor, Tensor]:
+    """add_rms_norm's LayerNorm: returns (y, h) with
+
+        h = (x.float() + residual.float()).to(residual.dtype)
+        y = layer_norm(h, normalized_shape, weight, bias, eps, weight_offset=weight_offset,
+                       out_dtype=out_dtype or x.dtype, scale=scale)
+
+    (layer_norm's expression: statistics and affine step in float32 from h). weight and bias
+    have one dtype of float32, float16, bfloat16 (any, whatever x's). inplace=True writes h
+    into residual and y into x and returns (x, residual)."""
+    return _variant("add_layer_norm", x, residual, normalized_shape, weight, bias, eps,
+                    weight_offset, out_dtype, scale, False, inplace)
 
 
 def group_norm(input: Tensor, num_groups: int, weight: Optional[Tensor] = None,

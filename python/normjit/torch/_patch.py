@@ -10,7 +10,9 @@ Recognised layers:
   * torch.nn.LayerNorm, torch.nn.GroupNorm, torch.nn.RMSNorm and subclasses that keep their
     forward;
   * Hugging Face transformers' *RMSNorm classes whose forward is LlamaRMSNorm's (weight *
-    normalized x, not Gemma's (1 + weight));
+    normalized x), and those whose forward and _norm are GemmaRMSNorm's (GemmaRMSNorm,
+    Gemma2RMSNorm, Gemma3RMSNorm: float32 math times (1 + weight), rounded once), computed by
+    rms_norm with weight_offset=1;
   * timm's LayerNorm, GroupNorm, GroupNorm1, RmsNorm (trailing dims) and RmsNorm2d (channels).
 Other layers whose class name has "Norm" in it are reported as skipped, with the reason.
 """
@@ -22,7 +24,7 @@ from typing import Callable, Dict, List, Optional, Tuple, Union
 
 import torch
 
-from ._ops import _group_norm, _layer_norm, _param, _rms_norm, _rms_norm_channels
+from ._ops import _group_norm, _layer_norm, _param, _rms_norm, _rms_norm_channels, _variant
 
 __all__ = ["patch", "unpatch", "PatchReport"]
 
@@ -85,6 +87,16 @@ def _hf_rms_norm_forward(orig: Callable) -> Callable:
     return forward
 
 
+def _gemma_rms_norm_forward(orig: Callable) -> Callable:
+    """GemmaRMSNorm: (x_f32 * rsqrt(mean(x_f32^2, -1) + eps) * (1 + weight_f32)).type_as(x),
+    which is normjit's rms_norm with weight_offset=1 (the same single rounding)."""
+    def forward(self, x):
+        weight = _param(self, "weight")
+        return _variant("rms_norm", x, None, weight.shape, weight, None, self.eps, 1.0, None,
+                        None, False, False, orig, self)
+    return forward
+
+
 # ---------------------------------------------------------------------------------------
 # Which layers
 # ---------------------------------------------------------------------------------------
@@ -111,6 +123,23 @@ def _is_llama_rms_norm(cls: type) -> Union[bool, str]:
         return _body(cls.forward) == _llama_body
     except (ImportError, OSError, TypeError, SyntaxError) as e:
         return f"cannot compare its forward with LlamaRMSNorm's ({type(e).__name__}: {e})"
+
+
+_gemma_bodies: Optional[Tuple[str, str]] = None
+
+
+def _is_gemma_rms_norm(cls: type) -> Union[bool, str]:
+    """Whether cls's forward and _norm are GemmaRMSNorm's (Gemma2's and Gemma3's are copies)."""
+    global _gemma_bodies
+    try:
+        if _gemma_bodies is None:
+            from transformers.models.gemma.modeling_gemma import GemmaRMSNorm
+            _gemma_bodies = (_body(GemmaRMSNorm.forward), _body(GemmaRMSNorm._norm))
+        norm = getattr(cls, "_norm", None)
+        return (norm is not None and _body(cls.forward) == _gemma_bodies[0]
+                and _body(norm) == _gemma_bodies[1])
+    except (ImportError, OSError, TypeError, SyntaxError, AttributeError) as e:
+        return f"cannot compare its forward with GemmaRMSNorm's ({type(e).__name__}: {e})"
 
 
 _TIMM = {
@@ -147,13 +176,21 @@ def _choose(module: torch.nn.Module) -> Union[Callable[[Callable], Callable], st
                     "computes the same function")
     if cls.__module__.startswith("transformers.") and cls.__name__.endswith("RMSNorm"):
         same = _is_llama_rms_norm(cls)
-        if same is True:
-            if not isinstance(getattr(module, "weight", None), torch.Tensor):
-                return "has no weight tensor"
-            return _hf_rms_norm_forward
+        factory = _hf_rms_norm_forward
         if same is False:
-            return ("its forward is not LlamaRMSNorm's (e.g. Gemma's (1 + weight), or an offset "
-                    "or cast normjit does not do)")
+            same = _is_gemma_rms_norm(cls)
+            factory = _gemma_rms_norm_forward
+        if same is True:
+            weight = getattr(module, "weight", None)
+            if not isinstance(weight, torch.Tensor):
+                return "has no weight tensor"
+            if factory is _gemma_rms_norm_forward and (
+                    weight.dim() != 1 or not isinstance(getattr(module, "eps", None), float)):
+                return "its weight is not one-dimensional, or it has no float eps"
+            return factory
+        if same is False:
+            return ("its forward is neither LlamaRMSNorm's nor GemmaRMSNorm's (an offset, cast "
+                    "or scale normjit does not do)")
         return same
     if "Norm" in cls.__name__:
         return f"{where} is not one of the layers normjit computes"
