@@ -119,13 +119,13 @@ class CopyBaseline {
   Spread time_;
 };
 
-// Device parameters with random values of the spec's dtype (empty buffer when absent).
+// Device parameters with random values of the spec's parameter dtype (empty buffer when absent).
 device::Buffer random_params(const NormSpec& spec, float mean, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(mean, 0.5f);
   std::vector<float> values(size_t(spec.param_elements()));
   for (float& v : values) v = normal(rng);
-  const std::vector<unsigned char> bytes = reference::encode(spec.dtype, values);
+  const std::vector<unsigned char> bytes = reference::encode(spec.param_type(), values);
   device::Buffer buffer(bytes.size());
   buffer.upload(bytes.data(), bytes.size());
   return buffer;
@@ -143,30 +143,61 @@ KernelTiming time_kernel(Engine& engine, const NormSpec& spec, const DeviceInfo&
   Kernel kernel = engine.prepare(spec);
   KernelTiming timing;
   timing.source = kernel.source();
-  const size_t element = size_of(spec.dtype);
-  const size_t x_bytes = size_t(spec.elements()) * element;
-  const size_t slot = (x_bytes + kSlotAlignment - 1) / kSlotAlignment * kSlotAlignment;
+  // Bytes of one problem's x, y and residual (the variants' dtypes), each in slots aligned
+  // for any vector width.
+  const auto slot_of = [](size_t bytes) {
+    return (bytes + kSlotAlignment - 1) / kSlotAlignment * kSlotAlignment;
+  };
+  const size_t x_bytes = size_t(spec.elements()) * size_of(spec.dtype);
+  const size_t y_bytes = size_t(spec.elements()) * size_of(spec.out_type());
+  const size_t r_bytes = spec.residual ? size_t(spec.elements()) * size_of(*spec.residual) : 0;
+  const size_t x_slot = slot_of(x_bytes), y_slot = slot_of(y_bytes), r_slot = slot_of(r_bytes);
   // A tensor under ~2x L2 would be served from L2 on repeated launches: rotate over enough
-  // x/y pairs that one pass touches about 4x L2.
+  // buffer sets that one pass touches about 4x L2.
   const double footprint = 4.0 * double(device.l2_bytes);
-  timing.buffer_pairs =
-      int(std::clamp(std::ceil(footprint / (2.0 * double(slot))), 1.0, double(kMaxBufferPairs)));
+  timing.buffer_pairs = int(std::clamp(std::ceil(footprint / double(x_slot + y_slot + r_slot)), 1.0,
+                                       double(kMaxBufferPairs)));
   const int pairs = timing.buffer_pairs;
-  device::Buffer xs(slot * pairs), ys(slot * pairs);
+  device::Buffer xs(x_slot * pairs), ys(y_slot * pairs);
   fill_random(xs, spec.dtype, /*seed=*/1);
   ys.fill_bytes(0);
-  device::Buffer weight, bias;
+  device::Buffer weight, bias, residuals, scale, mean, rstd;
   if (spec.affine != Affine::kNone) weight = random_params(spec, 1.0f, 2);
   if (spec.affine == Affine::kBoth) bias = random_params(spec, 0.0f, 3);
-  timing.bytes = 2 * uint64_t{x_bytes} + weight.bytes() + bias.bytes();
+  // The variants' arguments: the residual (updated in place, as inference engines do), the
+  // fp8 output's scale (1), and the saved statistics (one f32 per row of each).
+  if (spec.residual) {
+    residuals = device::Buffer(r_slot * pairs);
+    fill_random(residuals, *spec.residual, /*seed=*/4);
+  }
+  if (is_fp8(spec.out_type())) {
+    const float one = 1.0f;
+    scale = device::Buffer(sizeof(float));
+    scale.upload(&one, sizeof(one));
+  }
+  const size_t stats_bytes = size_t(spec.elements() / spec.row_length()) * sizeof(float);
+  if (spec.save_stats) {
+    rstd = device::Buffer(stats_bytes);
+    if (spec.op != Op::kRmsNorm) mean = device::Buffer(stats_bytes);
+  }
+  timing.bytes = uint64_t{x_bytes} + y_bytes + 2 * uint64_t{r_bytes} + weight.bytes() +
+                 bias.bytes() + mean.bytes() + rstd.bytes();
 
   auto launch = [&](int pair) {
-    const LaunchArgs args{reinterpret_cast<const void*>(xs.ptr() + pair * slot),
-                          reinterpret_cast<void*>(ys.ptr() + pair * slot),
-                          weight.get(),
-                          bias.get(),
-                          spec.batch(),
-                          float(spec.eps)};
+    LaunchArgs args;
+    args.x = reinterpret_cast<const void*>(xs.ptr() + pair * x_slot);
+    args.y = reinterpret_cast<void*>(ys.ptr() + pair * y_slot);
+    args.weight = weight.get();
+    args.bias = bias.get();
+    args.batch = spec.batch();
+    args.eps = float(spec.eps);
+    if (spec.residual) {
+      args.residual = reinterpret_cast<const void*>(residuals.ptr() + pair * r_slot);
+      args.residual_out = const_cast<void*>(args.residual);
+    }
+    args.scale = static_cast<const float*>(scale.get());
+    args.mean = static_cast<float*>(mean.get());
+    args.rstd = static_cast<float*>(rstd.get());
     kernel.launch(args, nullptr);
   };
   for (int i = 0; i < o.warmup; ++i) {

@@ -127,8 +127,10 @@ typedef struct normjit_launch_args {
 void normjit_launch_args_init(normjit_launch_args* args);
 
 /* normjit_launch with every argument: the variants (residual, fp8 scale, statistics) and
- * strided rows. args->size tells which fields the caller knows (older, shorter structs keep
- * working). Graph-safe like normjit_launch. */
+ * strided rows. args->size tells which fields the caller knows: a size below the first
+ * published struct (today's) is invalid; a larger size (a newer header) is accepted when the
+ * fields this library does not know are zero, else NORMJIT_ERROR_UNSUPPORTED. Graph-safe like
+ * normjit_launch. */
 normjit_status normjit_launch_ex(const normjit_kernel* kernel, const normjit_launch_args* args,
                                  struct CUstream_st* stream);
 

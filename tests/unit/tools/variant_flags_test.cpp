@@ -202,5 +202,23 @@ TEST_F(VariantFlags, ManifestFieldsOfTheWrongTypeOrValueNameTheField) {
   }
 }
 
+// dump --cache-entry names a compiled kernel: a spec flag beside it (a variant's included) is
+// refused rather than silently ignored.
+TEST_F(VariantFlags, CacheEntryRefusesEverySpecFlag) {
+  const std::string key(64, 'a');
+  for (const std::vector<std::string>& flags :
+       std::vector<std::vector<std::string>>{{"--save-stats"},
+                                             {"--residual"},
+                                             {"--out-dtype", "e4m3"},
+                                             {"--param-dtype", "f32"},
+                                             {"--weight-offset", "1"},
+                                             {"--dtype", "bf16"}}) {
+    std::vector<std::string> args = {"dump", "--cache-entry", key};
+    args.insert(args.end(), flags.begin(), flags.end());
+    const std::string error = single_error(args);
+    EXPECT_NE(error.find("leave out the spec flags"), npos) << flags[0] << ": " << error;
+  }
+}
+
 }  // namespace
 }  // namespace normjit::testing
