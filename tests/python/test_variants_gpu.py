@@ -77,14 +77,16 @@ def check(y, ref, dtype, what=""):
 
 
 def check_fp8(y, n, scale, dtype, what=""):
-    """Dequantized fp8 y within one fp8 step of saturate(n * scale)."""
+    """Dequantized fp8 y within one fp8 step of saturate(n * scale), plus what float32 math
+    may be off by where the affine step cancels (n near 0, where fp8's subnormal steps are
+    finer than float32's rounding of terms of magnitude 1: 2e-6 before scaling)."""
     assert y.dtype == dtype
     fi = torch.finfo(dtype)
     mantissa = 3 if dtype == E4M3 else 2
     ref = (n * scale).clamp(-fi.max, fi.max)
     step = torch.exp2(torch.floor(torch.log2(ref.abs().clamp_min(fi.smallest_normal)))
                       - mantissa)
-    err = (y.double() - ref).abs() - step
+    err = (y.double() - ref).abs() - step - 2e-6 * scale
     assert err.max().item() <= 0, f"{what}: beyond one fp8 step: {err.max().item():.3e}"
 
 
