@@ -13,35 +13,6 @@
 namespace normjit::testing {
 namespace {
 
-// A graph captured from whatever `record` enqueues on `stream`, instantiated; owns both.
-class CapturedGraph {
- public:
-  template <class Record>
-  CapturedGraph(CUstream stream, Record&& record) {
-    const driver::Api& cu = driver::api();
-    NORMJIT_CU(cu.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
-    try {
-      record();
-    } catch (...) {
-      cu.cuStreamEndCapture(stream, &graph_);  // leave the stream usable, then report
-      throw;
-    }
-    NORMJIT_CU(cu.cuStreamEndCapture(stream, &graph_));
-    NORMJIT_CU(cu.cuGraphInstantiateWithFlags(&exec_, graph_, 0));
-  }
-  ~CapturedGraph() {
-    if (exec_) driver::api().cuGraphExecDestroy(exec_);
-    if (graph_) driver::api().cuGraphDestroy(graph_);
-  }
-  CapturedGraph(const CapturedGraph&) = delete;
-  CapturedGraph& operator=(const CapturedGraph&) = delete;
-  void replay(CUstream stream) const { NORMJIT_CU(driver::api().cuGraphLaunch(exec_, stream)); }
-
- private:
-  CUgraph graph_ = nullptr;
-  CUgraphExec exec_ = nullptr;
-};
-
 struct Case {
   NormSpec spec;
   Strategy strategy;  // what the plan must pick, so each strategy is covered
