@@ -110,6 +110,7 @@ void row_fields(const KernelPlan& p, Fields& f) {
   switch (p.strategy) {
     case Strategy::kRowRegisters:
       f.integer("kRowsPerBlock", p.rows_per_block);
+      f.flag("kParamsAhead", p.params_ahead);
       break;
     case Strategy::kRowSplit:
       f.size("kChunks", p.split_chunks);

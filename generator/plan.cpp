@@ -223,6 +223,23 @@ void size_rows_common(const Problem& pr, KernelPlan& p) {
   p.rows_per_item = group ? pr.groups : 1;
 }
 
+// Registers (32-bit words) a thread of the row kernel may spend on its parameters to load them
+// with x rather than at the store: the store waits for each vector's parameters before storing
+// it, and its stores keep the next vector's loads behind them (vec.cuh's stores are ordered),
+// so loaded there they cost a memory latency per vector on every row: the time of a whole
+// launch for a few rows (decode). 32 words hold a bf16 LayerNorm's weight and bias at 32
+// values per thread.
+constexpr int kParamsAheadWords = 32;
+// With many rows the same registers are rows in flight (fewer CTAs fit an SM): parameters are
+// loaded with x only where the slice and its parameters together take at most this many.
+constexpr int kParamsAheadWordsManyRows = 32;
+
+// The registers (32-bit words) `values` elements of a dtype take when held (HeldVec and Slice,
+// row_common.cuh): 16-bit pairs packed, otherwise one per element.
+int64_t held_words(Dtype dtype, int64_t values, int vec) {
+  return size_of(dtype) == 2 && vec % 2 == 0 ? values / 2 : values;
+}
+
 std::string row_registers(const Problem& pr, KernelPlan& p) {
   const int64_t h = pr.row_length;
   const int64_t vectors = ceil_div(h, p.vec);
@@ -232,10 +249,22 @@ std::string row_registers(const Problem& pr, KernelPlan& p) {
   p.block_x = team;
   p.rows_per_block = std::max(1, 256 / team);
   p.block_y = p.rows_per_block;
+  const bool group = pr.op == Op::kGroupNorm;
+  const int64_t values = p.vectors * p.vec;
+  const int64_t param_words = params_of(pr) * held_words(pr.param, values, p.vec);
+  const int64_t slice_words = held_words(pr.held(), values, p.vec);
+  const bool few = p.batch_class == kBatchFewRows;
+  p.params_ahead = !group && params_of(pr) > 0 &&
+                   (few ? param_words <= kParamsAheadWords
+                        : slice_words + param_words <= kParamsAheadWordsManyRows);
   std::ostringstream why;
-  why << "rows of " << h << " elements fit in the registers of " << team << " threads ("
-      << p.vectors * p.vec << " values each, " << p.vec * size_of(pr.x) << "-byte accesses); "
-      << p.rows_per_block << " rows per CTA; x is read once";
+  why << "rows of " << h << " elements fit in the registers of " << team << " threads (" << values
+      << " values each, " << p.vec * size_of(pr.x) << "-byte accesses); " << p.rows_per_block
+      << " rows per CTA; x is read once";
+  if (p.params_ahead) {
+    why << "; the parameters are loaded with x"
+        << (few ? " (a launch of at most " + std::to_string(kFewRows) + " rows)" : "");
+  }
   return why.str();
 }
 
@@ -420,7 +449,12 @@ std::string KernelPlan::to_string() const {
       os << "values: " << (cached ? "in registers" : "read twice") << "\n";
       break;
     case Strategy::kRowRegisters:
-      os << "vectors per thread: " << vectors << "\n";
+      os << "vectors per thread: " << vectors << "\n"
+         << "batch class: "
+         << (batch_class == kBatchFewRows ? "few rows (at most " + std::to_string(kFewRows) + ")"
+                                          : std::string("any"))
+         << "\n"
+         << "parameters loaded: " << (params_ahead ? "with x" : "at the store") << "\n";
       break;
     case Strategy::kRowSplit:
       os << "vectors per thread: " << vectors << "\n"
@@ -443,8 +477,24 @@ std::string KernelPlan::to_string() const {
 }
 
 int batch_class(const NormSpec& spec) {
-  (void)spec;
-  return 0;
+  // Only the row kernel's parameters depend on it (row_registers): trailing forms with
+  // parameters, rows that fit one team.
+  const bool row_registers = spec.op != Op::kGroupNorm && !spec.channel_form() &&
+                             spec.row_length() <= int64_t{kMaxTeam} * kMaxTeamValues;
+  return row_registers && spec.affine != Affine::kNone && spec.batch() <= kFewRows ? kBatchFewRows
+                                                                                   : kBatchAny;
+}
+
+std::vector<NormSpec> batch_class_specs(const NormSpec& spec) {
+  std::vector<NormSpec> out = {spec};
+  NormSpec other = spec;
+  // The leading dims of another class: one row, or kFewRows + 1 rows.
+  const size_t leading = spec.shape.size() - spec.normalized_dims;
+  if (spec.op == Op::kGroupNorm || spec.channel_form() || leading == 0) return out;
+  for (size_t i = 0; i < leading; ++i) other.shape[i] = 1;
+  if (batch_class(spec) == kBatchFewRows) other.shape[0] = kFewRows + 1;
+  if (batch_class(other) != batch_class(spec)) out.push_back(other);
+  return out;
 }
 
 KernelPlan plan(const NormSpec& spec, const Target& target) {
@@ -459,6 +509,7 @@ KernelPlan plan(const NormSpec& spec, const Target& target) {
   KernelPlan p;
   p.problem = pr;
   p.arch = target.name();
+  p.batch_class = batch_class(spec);
   p.strategy = choose_strategy(pr, target);
   std::string why;
   if (p.strategy == Strategy::kChannels) {

@@ -60,6 +60,8 @@ struct KernelPlan {
   int64_t resident_vectors = 0;  // kRowSplit: vectors per thread with parameters on chip
   int prefetch = 0;              // kRowSplit: 0 none; 1 after a row's partial; 2 its barrier
   int64_t segment = 0;           // kRowStream: elements of a row per CTA
+  bool params_ahead = false;     // kRowRegisters: parameters loaded with x, not at the store
+  int batch_class = 0;           // batch_class() of the spec planned
   std::string why;               // one line: why this strategy and shape
 
   // CTAs of a row exchange partials: launched cooperatively, with a workspace.
@@ -82,7 +84,16 @@ struct KernelPlan {
 KernelPlan plan(const NormSpec& spec, const Target& target);
 
 // The coarse batch class a plan depends on (part of the kernel's identity; 0 when the plan
-// does not depend on the batch). Cheap: called on every Engine::run.
+// does not depend on the batch). Cheap: called on every Engine::run. The row kernel of a
+// launch of few rows (decode) loads its parameters with x whatever registers that takes; with
+// more rows, only where that leaves the registers for rows in flight. Both compute the same
+// bits (batch invariance): the class changes when loads are issued, not the arithmetic.
+constexpr int kBatchAny = 0;
+constexpr int kBatchFewRows = 1;
+constexpr int64_t kFewRows = 256;  // rows (batch x groups) of the few-rows class, at most
 int batch_class(const NormSpec& spec);
+// The spec and, where its kernel depends on the batch class, a spec of each other class (its
+// leading dims changed): what precompile() compiles so that a prewarmed spec serves every batch.
+std::vector<NormSpec> batch_class_specs(const NormSpec& spec);
 
 }  // namespace normjit

@@ -203,6 +203,7 @@ class EngineImpl {
 
   Kernel prepare(const NormSpec& spec);
   bool precompile(const NormSpec& spec, const std::string& arch);
+  bool precompile_one(const NormSpec& spec, const std::string& arch);
   EngineCounters counters() const;
 
  private:
@@ -440,6 +441,13 @@ Kernel EngineImpl::prepare(const NormSpec& spec) {
 }
 
 bool EngineImpl::precompile(const NormSpec& spec, const std::string& arch) {
+  // Every batch class's kernel: a prewarmed spec serves launches of any batch.
+  bool compiled = false;
+  for (const NormSpec& each : batch_class_specs(spec)) compiled |= precompile_one(each, arch);
+  return compiled;
+}
+
+bool EngineImpl::precompile_one(const NormSpec& spec, const std::string& arch) {
   const Target target = Target::parse(arch);
   const KernelPlan p = plan(spec, target);
   const EmittedKernel emitted = emit(p);

@@ -144,6 +144,61 @@ __device__ __forceinline__ void save_row_stats(const Params& p, long long row, f
   }
 }
 
+// V elements of P as a kernel holds them in registers: 16-bit pairs in their raw bits (half
+// the registers of f32 values), otherwise as f32.
+template <class P, int V>
+struct HeldVec {
+  static constexpr bool kPairs = sizeof(P) == 2 && V % 2 == 0;
+  unsigned int words[kPairs ? V / 2 : 1];
+  float values[kPairs ? 1 : V];
+  template <class Hint>
+  __device__ __forceinline__ void load(const P* p, Hint hint) {
+    if constexpr (kPairs) {
+      load_words<P, V>(p, words, hint);
+    } else {
+      load_vec<P, V>(p, values, hint);
+    }
+  }
+  __device__ __forceinline__ void zero() {
+#pragma unroll
+    for (int i = 0; i < (kPairs ? V / 2 : 1); ++i) words[i] = 0u;
+#pragma unroll
+    for (int j = 0; j < (kPairs ? 1 : V); ++j) values[j] = 0.f;
+  }
+  __device__ __forceinline__ float operator[](int j) const {
+    if constexpr (kPairs) {
+      const unsigned int w = words[j / 2];
+      return to_float(from_bits<P>(j % 2 ? w >> 16 : w & 0xffffu));
+    } else {
+      return values[j];
+    }
+  }
+};
+
+// The per-element parameters (kGroups 0) of a thread's K vectors, loaded ahead of the store
+// (C::kParamsAhead): a store waits for each global load it makes, and its stores keep the next
+// vector's loads behind them, so loading the parameters as the slice's vectors are stored puts
+// K memory latencies in a row on every row; loaded with x, they arrive with it.
+template <class C, int K>
+struct SliceParams {
+  using P = typename C::Param;
+  static constexpr int V = C::kVec;
+  HeldVec<P, V> w[C::kWeight ? K : 1], b[C::kBias ? K : 1];
+  template <class Hint>
+  __device__ __forceinline__ void load(const Params& p, long long begin, int tid, Hint hint) {
+    static_assert(C::kGroups == 0, "parameters per element");
+    __builtin_assume(tid >= 0 && tid < C::kThreads);
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const long long e = begin + (long long)(tid + k * C::kThreads) * V;
+      if (e < C::kRowLength) {
+        if constexpr (C::kWeight) w[k].load(static_cast<const P*>(p.weight) + e, hint);
+        if constexpr (C::kBias) b[k].load(static_cast<const P*>(p.bias) + e, hint);
+      }
+    }
+  }
+};
+
 // One vector of V elements from global to shared memory, asynchronously (joins the next
 // commit_group): one cp.async of 4, 8 or 16 bytes, or several of 16.
 template <class T, int V>
@@ -226,23 +281,19 @@ struct Slice {
     }
   }
 
-  // Vector k as h = x + residual at element e of the row, rounded to the residual's dtype.
-  template <class Hint>
-  __device__ __forceinline__ void fill_sum(int k, const RowIo<C>& io, long long e, float shift,
-                                           Hint hint) {
-    float x[V], r[V];
-    load_vec<typename C::X, V>(io.x + e, x, hint);
-    load_vec<T, V>(io.residual + e, r, hint);
+  // Vector k as h = x + r (x and r as loaded), rounded to the residual's dtype.
+  template <class X, class R>
+  __device__ __forceinline__ void fill_sum(int k, const HeldVec<X, V>& x, const HeldVec<R, V>& r) {
+    float h[V];
 #pragma unroll
-    for (int j = 0; j < V; ++j) x[j] += r[j];
+    for (int j = 0; j < V; ++j) h[j] = x[j] + r[j];
     if constexpr (kPacked) {
 #pragma unroll
-      for (int i = 0; i < V / 2; ++i) pv[k][i] = pack_word<T, V>(x, i);
+      for (int i = 0; i < V / 2; ++i) pv[k][i] = pack_word<T, V>(h, i);
     } else {
 #pragma unroll
-      for (int j = 0; j < V; ++j) fv[k][j] = to_float(from_float<T>(x[j]));
+      for (int j = 0; j < V; ++j) fv[k][j] = to_float(from_float<T>(h[j]));
     }
-    (void)shift;
   }
 
   // Loads the slice of the row (x, or h = x + residual) as values - shift. LayerNorm and
@@ -252,21 +303,56 @@ struct Slice {
   template <class Hint = NoHint>
   __device__ __forceinline__ void load(const RowIo<C>& io, long long begin, int tid, float shift,
                                        Hint hint = {}) {
+    // tid < THREADS: the vectors that lie within the row for every thread need no bounds test.
+    __builtin_assume(tid >= 0 && tid < THREADS);
     shift_ = shift;
     count = 0;
+    // With a residual, every vector of x and of the residual is loaded before any sum is
+    // formed: a sum waits for its loads, and formed as each vector loads (in the branch of its
+    // bounds test) it keeps the next vector's loads behind it: K memory latencies in a row, not
+    // one. Where the raw vectors would take more than 32 registers beside the slice's (the
+    // split kernel's chunks, at most 64 registers a thread), they are summed as they load.
+    constexpr bool kLoadFirst = K * V * (sizeof(typename C::X) + sizeof(T)) <= 32 * 4;
+    if constexpr (C::kResidual && kLoadFirst) {
+      // (Zeroed first, so that no sum sits in a load's branch.)
+      HeldVec<typename C::X, V> xs[K];
+      HeldVec<T, V> rs[K];
 #pragma unroll
-    for (int k = 0; k < K; ++k) {
-      const long long e = begin + (long long)(tid + k * THREADS) * V;
-      if constexpr (C::kResidual) {
+      for (int k = 0; k < K; ++k) {
+        const long long e = begin + (long long)(tid + k * THREADS) * V;
+        xs[k].zero();
+        rs[k].zero();
         if (e < H) {
-          fill_sum(k, io, e, shift, hint);
-        } else {
-          fill_shift(k, shift);
+          xs[k].load(io.x + e, hint);
+          rs[k].load(io.residual + e, hint);
         }
-      } else {
-        fill(k, io.x + e, e < H, shift, hint);
       }
-      count += e < H ? V : 0;
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        const long long e = begin + (long long)(tid + k * THREADS) * V;
+        fill_sum(k, xs[k], rs[k]);
+        if (e >= H) fill_shift(k, shift);
+        count += e < H ? V : 0;
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        const long long e = begin + (long long)(tid + k * THREADS) * V;
+        if constexpr (C::kResidual) {
+          if (e < H) {
+            HeldVec<typename C::X, V> x;
+            HeldVec<T, V> r;
+            x.load(io.x + e, hint);
+            r.load(io.residual + e, hint);
+            fill_sum(k, x, r);
+          } else {
+            fill_shift(k, shift);
+          }
+        } else {
+          fill(k, io.x + e, e < H, shift, hint);
+        }
+        count += e < H ? V : 0;
+      }
     }
   }
 
@@ -432,12 +518,14 @@ struct Slice {
   // that divide S), so the parameters are loaded once. `hints`: NoHints, or L2Hints (y and the
   // parameters as their names say). KR > 0 (kGroups 0): the parameters of the slice's first KR
   // vectors are in shared memory, `resident` (weight, then bias, each KR * THREADS * V elements
-  // at the chunk's offsets).
+  // at the chunk's offsets). `ahead` (kGroups 0): the parameters, already loaded
+  // (SliceParams); none are loaded here then.
   template <bool kOneChannel = false, int KR = 0, class Hints = NoHints>
   __device__ __forceinline__ void store(const RowIo<C>& io, const Params& p, const Epilogue<C>& epi,
                                         long long row, long long begin, int tid, float mean,
                                         float rstd, Hints hints = {},
-                                        const typename C::Param* resident = nullptr) const {
+                                        const typename C::Param* resident = nullptr,
+                                        const SliceParams<C, K>* ahead = nullptr) const {
     using P = typename C::Param;
     constexpr int G = C::kGroups, CG = C::kChannelsPerGroup;
     constexpr long long S = C::kSpatial;
@@ -454,6 +542,7 @@ struct Slice {
       scale = rstd * w * epi.out_scale;
       offset = fmaf(-mean, scale, b * epi.out_scale);
     };
+    __builtin_assume(tid >= 0 && tid < THREADS);
     float scale1 = rstd * epi.out_scale, offset1 = -mean * scale1;  // a one-channel slice's
     if constexpr (kOneChannel) fold(begin, scale1, offset1);
 #pragma unroll
@@ -465,7 +554,13 @@ struct Slice {
       if constexpr (G == 0) {
         float w[V], b[V];
         constexpr long long kResident = (long long)KR * THREADS * V;
-        if (k < KR) {  // k is a constant of the unrolled loop: no branch
+        if (ahead != nullptr) {  // a constant where the kernel passes one: no branch
+#pragma unroll
+          for (int j = 0; j < V; ++j) {
+            if constexpr (kWeight) w[j] = ahead->w[k][j];
+            if constexpr (kBias) b[j] = ahead->b[k][j];
+          }
+        } else if (k < KR) {  // k is a constant of the unrolled loop: no branch
           if constexpr (kWeight) load_vec<P, V>(resident + (e - begin), w);
           if constexpr (kBias)
             load_vec<P, V>(resident + (kWeight ? kResident : 0) + (e - begin), b);

@@ -19,6 +19,7 @@ namespace normjit {
 //   kThreads        TEAM: threads per row
 //   kRowsPerBlock   ROWS: rows per CTA (blockDim = (TEAM, ROWS))
 //   kVectors        K: vectors per thread
+//   kParamsAhead    the parameters are loaded with x (SliceParams), not as y is stored
 template <class C>
 __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock) row_norm(Params p) {
   constexpr int TEAM = C::kThreads, ROWS = C::kRowsPerBlock;
@@ -31,8 +32,18 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock) row_norm(Params
   const bool active = row < total_rows<C>(p);
   const RowIo<C> io(p, active ? row : 0);
   RowSlice slice;
-  // An inactive row (past the last) loads nothing but still joins the team reduction.
-  slice.load(io, active ? 0 : H, threadIdx.x, active ? io.shift() : 0.f);
+  // An inactive team (past the last row) loads row 0 and joins the team reduction, storing
+  // nothing: every team loads whole rows, so a vector that lies within every thread's row needs
+  // no bounds test (the loads of a row are issued together, none waits behind another's test).
+  // Loads that the store would otherwise wait for, issued before x's: the parameters and the fp8
+  // scale.
+  SliceParams<C, C::kVectors> ahead;
+  if constexpr (C::kParamsAhead) {
+    static_assert(C::kGroups == 0 && (C::kWeight || C::kBias), "parameters per element");
+    ahead.load(p, 0, threadIdx.x, NoHint{});
+  }
+  const Epilogue<C> epi(p);
+  slice.load(io, 0, threadIdx.x, io.shift());
   float mean = 0.f, rstd;
   if constexpr (C::kRms) {
     __shared__ float scratch[ROWS * kWarps];
@@ -50,7 +61,8 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock) row_norm(Params
   }
   if (!active) return;
   if (threadIdx.x == 0) save_row_stats<C>(p, row, slice.shift_ + mean, rstd);
-  slice.store(io, p, Epilogue<C>(p), row, 0, threadIdx.x, mean, rstd);
+  slice.store(io, p, epi, row, 0, threadIdx.x, mean, rstd, NoHints{}, nullptr,
+              C::kParamsAhead ? &ahead : nullptr);
 }
 
 }  // namespace normjit

@@ -136,7 +136,9 @@ normjit_status normjit_launch_ex(const normjit_kernel* kernel, const normjit_lau
 
 /* Compile (or find in the cache) without a GPU, for arch such as "sm_90" (its full-size part)
  * or "sm_90:114" (a part with 114 multiprocessors, e.g. an H100 PCIe). *compiled is set to
- * 1 when NVRTC ran, 0 when the kernel was already cached (compiled may be NULL).
+ * 1 when NVRTC ran, 0 when the kernel was already cached (compiled may be NULL). Every batch
+ * class's kernel of the spec is compiled (a row kernel may be planned apart for launches of few
+ * rows), so the spec then serves launches of any batch from the cache.
  * spec is the canonical text form, e.g. "op=rmsnorm shape=8,64,32,32 dtype=f32". */
 normjit_status normjit_precompile(normjit_engine* engine, const char* spec, const char* arch,
                                   int* compiled);

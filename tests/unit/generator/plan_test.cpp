@@ -222,6 +222,48 @@ TEST(PlanRows, StrategyFollowsTheRowLength) {
             Strategy::kRowStream);
 }
 
+// The row kernel loads per-element parameters with x when they take at most 32 registers per
+// thread (packed 16-bit pairs count half), so a decode launch waits for one memory latency, not
+// one per vector; GroupNorm's per-channel parameters and rows without any are never loaded so.
+TEST(PlanRows, ParametersLoadedWithXWhenTheyFitThirtyTwoRegisters) {
+  const Target t = Target::parse("sm_90");
+  const auto ahead = [&](const char* text) { return plan(NormSpec::parse(text), t).params_ahead; };
+  // 32 bf16 values per thread: a weight takes 16 words, weight and bias 32.
+  EXPECT_TRUE(ahead("op=rmsnorm shape=1,4096 normalized_dims=1 dtype=bf16 affine=weight"));
+  EXPECT_TRUE(ahead("op=layernorm shape=1,8192 dtype=bf16"));
+  // f32 weight beside bf16 x: 32 words.
+  EXPECT_TRUE(
+      ahead("op=rmsnorm shape=1,8192 normalized_dims=1 dtype=bf16 affine=weight "
+            "param_dtype=f32"));
+  // f32 LayerNorm at 16 values per thread (rows up to 16384): 32 words; at 32 values: 64.
+  EXPECT_TRUE(ahead("op=layernorm shape=1,4096"));
+  EXPECT_FALSE(ahead("op=layernorm shape=1,32768"));
+  EXPECT_FALSE(ahead("op=rmsnorm shape=1,4096 normalized_dims=1 dtype=bf16 affine=none"));
+  EXPECT_FALSE(ahead("op=groupnorm shape=8,64,7,7 groups=8"));
+  // More than 256 rows (another batch class): only where the slice and its parameters take at
+  // most 32 registers together, the rest left for rows in flight.
+  EXPECT_TRUE(ahead("op=rmsnorm shape=1000,4096 normalized_dims=1 dtype=bf16 affine=weight"));
+  EXPECT_FALSE(ahead("op=layernorm shape=1000,4096 dtype=bf16"));
+  EXPECT_TRUE(ahead("op=layernorm shape=256,4096 dtype=bf16"));
+  EXPECT_FALSE(ahead("op=layernorm shape=257,4096 dtype=bf16"));
+  EXPECT_NE(batch_class(NormSpec::parse("op=layernorm shape=256,4096")),
+            batch_class(NormSpec::parse("op=layernorm shape=257,4096")));
+  // Kernels whose plan never depends on the batch have one class.
+  EXPECT_EQ(batch_class(NormSpec::parse("op=groupnorm shape=1,64,7,7 groups=8")),
+            batch_class(NormSpec::parse("op=groupnorm shape=1000,64,7,7 groups=8")));
+  EXPECT_EQ(batch_class(NormSpec::parse("op=layernorm shape=1,4096 affine=none")),
+            batch_class(NormSpec::parse("op=layernorm shape=1000,4096 affine=none")));
+  // precompile() compiles a spec of each class.
+  EXPECT_EQ(batch_class_specs(NormSpec::parse("op=layernorm shape=2,3,4096")).size(), 2u);
+  EXPECT_EQ(batch_class_specs(NormSpec::parse("op=layernorm shape=2,3,4096"))[1].batch(), 257);
+  EXPECT_EQ(batch_class_specs(NormSpec::parse("op=layernorm shape=300,4096"))[1].batch(), 1);
+  EXPECT_EQ(batch_class_specs(NormSpec::parse("op=groupnorm shape=2,64,7,7 groups=8")).size(), 1u);
+  EXPECT_NE(plan(NormSpec::parse("op=layernorm shape=1,4096"), t)
+                .to_string()
+                .find("parameters loaded: with x"),
+            std::string::npos);
+}
+
 TEST(PlanRows, GridsAndWorkspaceFollowTheBatch) {
   const Target t = Target::parse("sm_90");
   const KernelPlan small = plan(NormSpec::parse("op=layernorm shape=7,3"), t);

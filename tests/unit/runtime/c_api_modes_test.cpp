@@ -131,5 +131,36 @@ TEST(CApiJitOffAfterPrewarm, PrecompileOfACachedKernelSucceedsWithoutCompiling) 
   normjit_engine_destroy(off);
 }
 
+TEST(CApiJitOffAfterPrewarm, APrewarmedSpecServesEveryBatchClass) {
+  // A bf16 LayerNorm row kernel is planned apart for launches of at most 256 rows: precompiling
+  // a spec of 8 rows compiles both kernels, so a JIT-off engine finds the one of 1000 rows.
+  testing::TempDir dir;
+  normjit_engine_options o;
+  normjit_engine_options_init(&o);
+  o.cache_dir = dir.path().c_str();
+  normjit_engine* on = nullptr;
+  ASSERT_EQ(normjit_engine_create(&o, &on), NORMJIT_OK);
+  int compiled = 0;
+  ASSERT_EQ(normjit_precompile(on, "op=layernorm shape=8,4096 dtype=bf16", "sm_90", &compiled),
+            NORMJIT_OK)
+      << normjit_last_error();
+  EXPECT_EQ(compiled, 1);
+  uint64_t compiles = 0;
+  ASSERT_EQ(normjit_engine_counters(on, &compiles, nullptr, nullptr), NORMJIT_OK);
+  EXPECT_EQ(compiles, 2u) << "one kernel per batch class";
+  normjit_engine_destroy(on);
+  o.jit_disabled = 1;
+  normjit_engine* off = nullptr;
+  ASSERT_EQ(normjit_engine_create(&o, &off), NORMJIT_OK);
+  for (const char* spec :
+       {"op=layernorm shape=1000,4096 dtype=bf16", "op=layernorm shape=1,4096 dtype=bf16"}) {
+    compiled = -1;
+    EXPECT_EQ(normjit_precompile(off, spec, "sm_90", &compiled), NORMJIT_OK)
+        << spec << ": " << normjit_last_error();
+    EXPECT_EQ(compiled, 0) << spec;
+  }
+  normjit_engine_destroy(off);
+}
+
 }  // namespace
 }  // namespace normjit
