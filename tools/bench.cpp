@@ -230,7 +230,15 @@ std::vector<NormSpec> requested_specs(const BenchOptions& o) {
                 "not --jit-latency");
   }
   if (o.seeds) return seed_specs();
-  if (spec_flags) return {o.spec.resolve()};
+  if (spec_flags) {
+    const NormSpec spec = o.spec.resolve();
+    if (spec.backward && !o.compile_only) {
+      throw Error(ErrorCode::kUnsupported,
+                  "bench does not time backward kernels yet (--backward): time their "
+                  "compilation with --compile, or inspect them with 'normjit dump'");
+    }
+    return {spec};
+  }
   return {};
 }
 
