@@ -348,7 +348,7 @@ std::string row_backward(const Problem& pr, KernelPlan& p) {
       << " rows per CTA, each CTA looping over rows; dx from the saved statistics";
   if (pr.weight || pr.bias) {
     why << "; each CTA sums " << (pr.bias ? "dweight and dbias" : "dweight")
-        << " of its rows in f32, then the CTAs' partials are added in CTA order after a grid "
+        << " of its rows in f32, then the CTAs' partials are added in a fixed order after a grid "
            "barrier (cooperative launch; deterministic, no float atomics)";
   }
   return why.str();

@@ -19,7 +19,7 @@ enum class Strategy {
   kRowSplit,      // a row over P co-resident CTAs, chunks in registers (read once)
   kRowStream,     // rows longer than the chip holds: a row over P co-resident CTAs, read twice
   kRowBackward,   // backward: a team per row, the row in registers; CTAs loop over rows, and
-                  // with parameters their f32 partials of dweight/dbias are summed in CTA order
+                  // with parameters their f32 partials of dweight/dbias are summed in a fixed order
 };
 const char* to_string(Strategy strategy);
 

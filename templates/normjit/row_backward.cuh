@@ -14,8 +14,9 @@
 //
 // Then, with no floating-point atomics: the CTA's teams add their sums in team order (shared
 // memory), the CTA writes that partial to its workspace slot, every CTA meets at a grid barrier,
-// and each column's partials are added by one thread in CTA order 0, 1, ..., gridDim.x - 1. The
-// same inputs on the same grid give the same bits on every run.
+// and each column's partials are added in an order fixed by gridDim.x (kColumnLanes lanes each
+// add every kColumnLanes-th slot in CTA order, then their sums in a fixed tree). The same inputs
+// on the same grid give the same bits on every run.
 //
 // Workspace (floats): the grid barrier's counter (kWorkspaceHeaderFloats, 32 bytes), then one
 // slot of kWorkspaceSlotFloats per CTA: its dweight partial, then its dbias partial, each a row
@@ -28,9 +29,10 @@
 
 namespace normjit {
 
-constexpr int kBarrierFloats =
-    8;                         // the counter, padded to 32 bytes (plan.cpp: kBackwardHeaderFloats)
-constexpr int kSlotAlign = 8;  // floats (plan.cpp: kBackwardSlotAlign)
+// The grid barrier's counter, padded to 32 bytes (generator/plan.cpp: kBackwardHeaderFloats).
+constexpr int kBarrierFloats = 8;
+constexpr int kSlotAlign = 8;    // floats (generator/plan.cpp: kBackwardSlotAlign)
+constexpr int kColumnLanes = 8;  // lanes that sum one column's partials (a power of 2 <= 32)
 
 // LayerNorm's two row means in one team reduction: sum(g) and sum(g * xhat).
 struct GradSums {
@@ -113,6 +115,7 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock) row_backward(Pa
                 "the plan's workspace starts with the grid barrier's counter");
   static_assert(V * sizeof(float) <= kSlotAlign * sizeof(float),
                 "partials are stored as aligned vectors of V floats");
+  static_assert(TEAM * ROWS % 32 == 0, "whole warps sum the partials");
 
   const int tid = threadIdx.x;
   // This thread's columns: vector k starts at element col(k); past the row's end it is not
@@ -231,26 +234,47 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock) row_backward(Pa
     }
     grid_barrier(reinterpret_cast<unsigned int*>(p.workspace));
 
-    // Each column's partials added in CTA order, one thread per column.
-    const long long threads = (long long)gridDim.x * TEAM * ROWS;
-    const long long first = (long long)blockIdx.x * TEAM * ROWS + threadIdx.y * TEAM + tid;
-    const int n = gridDim.x;
-    for (long long c = first; c < kParams * H; c += threads) {
+    // Each column's partials summed by Q lanes of one warp: lane q adds the slots q, q + Q,
+    // q + 2Q, ... in order, then the Q sums are added in a fixed tree (shuffles), so the order
+    // depends on gridDim.x only. Q lanes per column keep Q times as many loads in flight as one
+    // thread per column would (a few thousand columns against hundreds of slots: one thread per
+    // column would wait on hundreds of dependent L2 round trips).
+    constexpr int Q = kColumnLanes, kColumnsPerWarp = 32 / Q;
+    constexpr long long kColumns = kParams * H;
+    const int lane = (threadIdx.y * TEAM + tid) % 32;
+    const long long warps = (long long)gridDim.x * (TEAM * ROWS / 32);
+    const long long warp =
+        (long long)blockIdx.x * (TEAM * ROWS / 32) + (threadIdx.y * TEAM + tid) / 32;
+    const int n = gridDim.x, q = lane % Q;
+    // The same trip count for every lane of the warp (the shuffles need all 32).
+    for (long long first = warp * kColumnsPerWarp; first < kColumns;
+         first += warps * kColumnsPerWarp) {
+      const long long c = first + lane / Q;
+      const bool valid = c < kColumns;
       const int param = kParams == 2 && c >= H ? 1 : 0;
-      const long long e = c - param * H;
+      const long long e = valid ? c - param * H : 0;
       const float* column = slots + param * kPadded + e;
       float sum = 0.f;
-      int s = 0;
-      for (; s + 4 <= n; s += 4) {  // four loads in flight, added in order
-        float part[4];
+      if (valid) {
+        int s = q;
+        for (; s + 3 * Q < n; s += 4 * Q) {  // four loads in flight, added in order
+          float part[4];
 #pragma unroll
-        for (int i = 0; i < 4; ++i)
-          part[i] = load_global_cg(column + (long long)(s + i) * C::kWorkspaceSlotFloats);
-        sum = (((sum + part[0]) + part[1]) + part[2]) + part[3];
+          for (int i = 0; i < 4; ++i)
+            part[i] = load_global_cg(column + (long long)(s + i * Q) * C::kWorkspaceSlotFloats);
+          sum = (((sum + part[0]) + part[1]) + part[2]) + part[3];
+        }
+        for (; s < n; s += Q)
+          sum += load_global_cg(column + (long long)s * C::kWorkspaceSlotFloats);
       }
-      for (; s < n; ++s) sum += load_global_cg(column + (long long)s * C::kWorkspaceSlotFloats);
-      P* out = static_cast<P*>(kWeight && param == 0 ? p.dweight : p.dbias);
-      out[e] = from_float<P>(sum);
+#pragma unroll
+      for (int offset = Q / 2; offset > 0; offset /= 2) {
+        sum += __shfl_down_sync(0xffffffffu, sum, offset, Q);
+      }
+      if (valid && q == 0) {
+        P* out = static_cast<P*>(kWeight && param == 0 ? p.dweight : p.dbias);
+        out[e] = from_float<P>(sum);
+      }
     }
   }
 }
