@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "harness.hpp"
+#include "normjit/normjit.h"
 
 namespace normjit::testing {
 namespace {
@@ -485,6 +486,85 @@ TEST_F(BackwardGpu, CudaGraphOnAFreshStreamReplaysWithNewInputs) {
       graph.replay(stream.get());
       NORMJIT_CU(driver::api().cuStreamSynchronize(stream.get()));
       expect_exact(run, c, "replay " + std::to_string(replay));
+    }
+  }
+}
+
+// The C entry point: a backward kernel prepared from its spec text and launched through
+// normjit_backward_args gives the C++ entry point's bits; a forward launch of it is refused.
+TEST_F(BackwardGpu, CApiLaunchesTheSameKernel) {
+  device::PrimaryContext context;
+  Engine engine(test_engine_options());
+  Config c;
+  c.op = Op::kLayerNorm;
+  c.affine = Affine::kBoth;
+  c.dtype = Dtype::kBF16;
+  c.hidden = 1000;
+  c.rows = 100;
+  Backward run(engine, c, Values::kNormal, 800);
+  run.run();
+  const std::vector<unsigned char> cpp = run.bits();
+
+  normjit_engine_options options;
+  normjit_engine_options_init(&options);
+  options.memory_only = 1;
+  normjit_engine* e = nullptr;
+  ASSERT_EQ(normjit_engine_create(&options, &e), NORMJIT_OK) << normjit_last_error();
+  normjit_kernel* k = nullptr;
+  ASSERT_EQ(normjit_prepare(e, c.name().c_str(), &k), NORMJIT_OK) << normjit_last_error();
+  const BackwardArgs a = run.args();
+  normjit_backward_args args;
+  normjit_backward_args_init(&args);
+  args.x = a.x;
+  args.dy = a.dy;
+  args.mean = a.mean;
+  args.rstd = a.rstd;
+  args.weight = a.weight;
+  args.dx = a.dx;
+  args.dweight = a.dweight;
+  args.dbias = a.dbias;
+  args.batch = a.batch;
+  run.poison();
+  EXPECT_EQ(normjit_launch_backward(k, &args, nullptr), NORMJIT_OK) << normjit_last_error();
+  NORMJIT_CU(driver::api().cuCtxSynchronize());
+  EXPECT_TRUE(run.bits() == cpp) << "the C launch differs from the C++ launch";
+  // The forward entry points refuse it, naming the one to use.
+  EXPECT_EQ(normjit_launch(k, a.x, a.dx, a.weight, nullptr, a.batch, 1e-5, nullptr),
+            NORMJIT_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(normjit_last_error()).find("normjit_launch_backward"), std::string::npos)
+      << normjit_last_error();
+  normjit_engine_destroy(e);
+}
+
+// Pointers the plan's vector accesses cannot take are refused, naming the argument, before
+// anything is launched.
+TEST_F(BackwardGpu, MisalignedPointersAreNamed) {
+  device::PrimaryContext context;
+  Engine engine(test_engine_options());
+  Config c;
+  c.op = Op::kRmsNorm;
+  c.affine = Affine::kWeight;
+  c.dtype = Dtype::kBF16;
+  c.hidden = 4096;  // 16-byte vectors
+  c.rows = 4;
+  Backward run(engine, c, Values::kNormal, 900);
+  for (const char* name : {"x", "dy", "dx", "weight", "rstd"}) {
+    BackwardArgs a = run.args();
+    a.batch = 2;  // half the rows: a shifted dx still lies inside its buffer (no overlap)
+    const auto shift = [](const void* p, int bytes) { return static_cast<const char*>(p) + bytes; };
+    const std::string n = name;
+    if (n == "x") a.x = shift(a.x, 2);
+    if (n == "dy") a.dy = shift(a.dy, 2);
+    if (n == "dx") a.dx = const_cast<char*>(shift(a.dx, 2));
+    if (n == "weight") a.weight = shift(a.weight, 2);
+    if (n == "rstd") a.rstd = reinterpret_cast<const float*>(shift(a.rstd, 2));
+    try {
+      run.backward_kernel().launch_backward(a, nullptr);
+      ADD_FAILURE() << name << ": a misaligned pointer was launched";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+      EXPECT_NE(std::string(e.what()).find("invalid " + n + " 0x"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("aligned"), std::string::npos) << e.what();
     }
   }
 }
