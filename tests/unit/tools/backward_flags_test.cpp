@@ -72,9 +72,19 @@ TEST_F(BackwardFlags, FormsWithoutABackwardKernelAreOneErrorNamingThem) {
   e = single_error({"dump", "--op", "layernorm", "--shape", "2,1024", "--backward", "--save-stats",
                     "--arch", "sm_90", "--emit", "plan"});
   EXPECT_NE(e.find("save_stats"), npos) << e;
-  // bench refuses to time one (before it looks for a GPU).
-  e = single_error({"bench", "--op", "layernorm", "--shape", "2,1024", "--backward"});
-  EXPECT_NE(e.find("backward"), npos) << e;
+  // bench checks the spec before it looks for a GPU.
+  e = single_error(
+      {"bench", "--op", "groupnorm", "--shape", "2,64,8,8", "--groups", "8", "--backward"});
+  EXPECT_NE(e.find("groupnorm"), npos) << e;
+  EXPECT_NE(e.find("not yet supported"), npos) << e;
+}
+
+TEST_F(BackwardFlags, BenchCompileCompilesABackwardKernel) {
+  const ToolResult r = run({"bench", "--compile", "--op", "rmsnorm", "--shape", "4,4096",
+                            "--normalized-dims", "1", "--dtype", "bf16", "--affine", "weight",
+                            "--backward", "--repeat", "1", "--cache-dir", (dir_ / "bench")});
+  EXPECT_EQ(r.exit_code, 0) << r.describe();
+  EXPECT_NE(r.out.find("backward=true"), npos) << r.describe();
 }
 
 TEST_F(BackwardFlags, ManifestTakesTheBackwardField) {
