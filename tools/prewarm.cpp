@@ -759,10 +759,9 @@ void add_prewarm_command(CLI::App& app) {
       "The manifest is a JSON list of specs whose fields are the spec flags' names: op, shape\n"
       "(list of ints), dtype, normalized_dims, groups, affine, eps, param_dtype, out_dtype,\n"
       "residual (a dtype), weight_offset (a number), save_stats and backward (true or false);\n"
-      "omitted fields take the flags' defaults, a field given twice is an error; at most 16 MiB. "
-      "Exits\n"
-      "non-zero if any kernel fails. --check compiles nothing and fails if any kernel is missing\n"
-      "from the directory (CI of deployment images).");
+      "omitted fields take the flags' defaults, a field given twice is an error; at most\n"
+      "16 MiB. Exits non-zero if any kernel fails. --check compiles nothing and fails if any\n"
+      "kernel is missing from the directory (CI of deployment images).");
   prewarm->add_option("manifest", options->manifest, "JSON manifest of specs")->required();
   prewarm
       ->add_option("--arch", options->archs,
