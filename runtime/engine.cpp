@@ -374,6 +374,12 @@ std::shared_ptr<const LoadedKernel> EngineImpl::build(const NormSpec& spec, CUco
       &per_sm, kernel->function, kernel->plan.block_x * kernel->plan.block_y,
       kernel->plan.smem_bytes));
   kernel->co_resident = int64_t{per_sm} * target.sm_count;
+  if (kernel->co_resident < 1) {
+    throw Error(ErrorCode::kInternal,
+                "the kernel for " + spec.to_string() + " fits no multiprocessor of the device (" +
+                    std::to_string(kernel->plan.block_x * kernel->plan.block_y) + " threads, " +
+                    std::to_string(kernel->plan.smem_bytes) + " bytes of dynamic shared memory)");
+  }
   if (kernel->plan.cooperative() && kernel->co_resident < kernel->plan.split_chunks) {
     throw Error(ErrorCode::kInternal, "the split kernel for " + spec.to_string() + " needs " +
                                           std::to_string(kernel->plan.split_chunks) +
