@@ -21,6 +21,8 @@ Template template_of(Strategy strategy) {
       return {"normjit/row_split.cuh", "normjit::row_split"};
     case Strategy::kRowStream:
       return {"normjit/row_stream.cuh", "normjit::row_stream"};
+    case Strategy::kRowBackward:
+      return {"normjit/row_backward.cuh", "normjit::row_backward"};
   }
   return {"?", "?"};
 }
@@ -42,6 +44,7 @@ std::string config_name(const Problem& pr) {
   if (pr.weight_offset != 0.0) os << "_offset";
   if (pr.y != pr.x) os << "_to_" << to_string(pr.y);
   if (pr.save_stats) os << "_stats";
+  if (pr.backward) os << "_backward";
   return os.str();
 }
 
@@ -127,8 +130,28 @@ void row_fields(const KernelPlan& p, Fields& f) {
       f.size("kWorkspaceSlotFloats", p.workspace_slot_floats());
       break;
     case Strategy::kChannels:
+    case Strategy::kRowBackward:
       break;
   }
+}
+
+// The backward kernel's configuration (row_backward.cuh): dy and dx take x's dtype, dweight
+// and dbias the parameters'.
+void backward_fields(const KernelPlan& p, Fields& f) {
+  const Problem& pr = p.problem;
+  f.type("X", pr.x);
+  f.type("Param", pr.param);
+  f.flag("kRms", pr.op == Op::kRmsNorm);
+  f.flag("kWeight", pr.weight);
+  f.flag("kBias", pr.bias);
+  f.real("kWeightOffset", pr.weight_offset);
+  f.size("kRowLength", pr.row_length);
+  f.integer("kThreads", p.block_x);
+  f.integer("kRowsPerBlock", p.rows_per_block);
+  f.integer("kVec", p.vec);
+  f.integer("kVectors", p.vectors);
+  f.size("kWorkspaceHeaderFloats", p.workspace_header_floats());
+  f.size("kWorkspaceSlotFloats", p.workspace_slot_floats());
 }
 
 }  // namespace
@@ -160,10 +183,13 @@ EmittedKernel emit(const KernelPlan& plan) {
      << "// (the plan). " << t.header << " says what each name means.\n"
      << "struct " << config_name(plan.problem) << " {\n";
   Fields fields(os);
-  problem_fields(plan.problem, fields);
-  if (plan.strategy == Strategy::kChannels) {
+  if (plan.strategy == Strategy::kRowBackward) {
+    backward_fields(plan, fields);
+  } else if (plan.strategy == Strategy::kChannels) {
+    problem_fields(plan.problem, fields);
     channels_fields(plan, fields);
   } else {
+    problem_fields(plan.problem, fields);
     row_fields(plan, fields);
   }
   os << "};\n\n"

@@ -207,6 +207,7 @@ SplitLayout choose_split_layout(const Problem& pr, const Target& target, int vec
 // The choice of strategy
 
 Strategy choose_strategy(const Problem& pr, const Target& target) {
+  if (pr.backward) return Strategy::kRowBackward;  // plan() refuses the rows it cannot hold
   if (pr.channel_form) return Strategy::kChannels;
   if (pr.row_length <= int64_t{kMaxTeam} * kMaxTeamValues) return Strategy::kRowRegisters;
   const SplitLayout layout = choose_split_layout(pr, target, row_vector_width(pr));
@@ -339,6 +340,49 @@ std::string row_stream(const Problem& pr, const Target& target, KernelPlan& p) {
   return why.str();
 }
 
+// ---------------------------------------------------------------------------------------
+// kRowBackward
+
+// A backward thread holds, for its columns, x, dy, the weight and its running sums of dweight
+// and dbias: at most kBackwardValues of each, in a team of at most kBackwardMaxTeam threads
+// (whose launch bounds leave 128 registers a thread; at 1024 threads, 64 would not hold them).
+constexpr int kBackwardValues = 16;
+constexpr int kBackwardMaxTeam = 512;
+constexpr int kBackwardBlock = 256;  // threads per CTA where teams are smaller
+// Each team normalizes at least this many rows before the grid is capped below the CTAs the
+// device holds: every CTA adds one partial of dweight/dbias (a row's worth of f32 each) to the
+// final sum, so a CTA should own several rows.
+constexpr int kBackwardRowsPerTeam = 4;
+constexpr int kBackwardHeaderFloats = 8;  // the grid barrier's counter, padded to 32 bytes
+constexpr int kBackwardSlotAlign = 8;     // floats: each CTA's partial starts 32-byte aligned
+
+// Vectors per thread and team size of a backward row of `vectors` vectors of `vec` elements.
+void backward_team(int64_t vectors, int vec, int* team, int64_t* per_thread) {
+  const int aim = std::max(1, kBackwardValues / vec);
+  *team = int(std::min<int64_t>(kBackwardMaxTeam, pow2_ceil(ceil_div(vectors, aim))));
+  *per_thread = ceil_div(vectors, *team);
+}
+
+std::string row_backward(const Problem& pr, KernelPlan& p) {
+  const int64_t h = pr.row_length;
+  int team = 0;
+  backward_team(ceil_div(h, p.vec), p.vec, &team, &p.vectors);
+  p.block_x = team;
+  p.rows_per_block = std::max(1, kBackwardBlock / team);
+  p.block_y = p.rows_per_block;
+  std::ostringstream why;
+  why << "backward: rows of " << h << " elements in the registers of " << team << " threads ("
+      << p.vectors * p.vec << " values each of x and dy, " << p.vec * size_of(pr.x)
+      << "-byte accesses); " << p.rows_per_block
+      << " rows per CTA, each CTA looping over rows; dx from the saved statistics";
+  if (pr.weight || pr.bias) {
+    why << "; each CTA sums " << (pr.bias ? "dweight and dbias" : "dweight")
+        << " of its rows in f32, then the CTAs' partials are added in a fixed order after a grid "
+           "barrier (cooperative launch; deterministic, no float atomics)";
+  }
+  return why.str();
+}
+
 // What the variant axes add to the plan's one-line reason.
 std::string variant_note(const Problem& pr) {
   std::string out;
@@ -379,6 +423,7 @@ Problem Problem::of(const NormSpec& spec) {
   pr.bias = spec.affine == Affine::kBoth;
   pr.weight_offset = spec.weight_offset;
   pr.save_stats = spec.save_stats;
+  pr.backward = spec.backward;
   return pr;
 }
 
@@ -392,17 +437,32 @@ int64_t KernelPlan::grid(int64_t batch, int64_t co_resident) const {
     case Strategy::kRowStream:
     case Strategy::kRowSplit:
       return std::min(co_resident / split_chunks, rows) * split_chunks;
+    case Strategy::kRowBackward:
+      return std::max<int64_t>(
+          1, std::min(co_resident, ceil_div(rows, int64_t{rows_per_block} * kBackwardRowsPerTeam)));
   }
   return 0;
 }
 
 int64_t KernelPlan::workspace_slot_floats() const {
+  if (strategy == Strategy::kRowBackward) {
+    // One CTA's partial sums: dweight, then dbias, each a row's length rounded up.
+    const int64_t padded = ceil_div(problem.row_length, kBackwardSlotAlign) * kBackwardSlotAlign;
+    return cooperative() ? (problem.weight + problem.bias) * padded : 0;
+  }
   // Two u64 counters, then 4 generations of P partials in 16-byte slots (exchange.cuh).
   return cooperative() ? 16 * split_chunks + 4 : 0;
 }
 
+int64_t KernelPlan::workspace_header_floats() const {
+  return strategy == Strategy::kRowBackward && cooperative() ? kBackwardHeaderFloats : 0;
+}
+
 int64_t KernelPlan::workspace_floats(int64_t co_resident) const {
   if (!cooperative()) return 0;
+  // The grid barrier's counter, then a partial per CTA (at most co_resident CTAs).
+  if (strategy == Strategy::kRowBackward)
+    return workspace_header_floats() + co_resident * workspace_slot_floats();
   return co_resident / split_chunks * workspace_slot_floats();
 }
 
@@ -416,6 +476,8 @@ const char* to_string(Strategy strategy) {
       return "row-split";
     case Strategy::kRowStream:
       return "row-stream";
+    case Strategy::kRowBackward:
+      return "row-backward";
   }
   return "?";
 }
@@ -427,6 +489,11 @@ std::string KernelPlan::grid_text() const {
     case Strategy::kRowRegisters:
       return "batch x " + std::to_string(rows_per_item) + " rows / " +
              std::to_string(rows_per_block) + " rows per CTA";
+    case Strategy::kRowBackward:
+      return "min(CTAs the device holds, rows / " +
+             std::to_string(rows_per_block * kBackwardRowsPerTeam) + ") CTAs of " +
+             std::to_string(rows_per_block) + " rows, looping over the rows" +
+             (cooperative() ? " (cooperative launch)" : "");
     case Strategy::kRowStream:
     case Strategy::kRowSplit:
       return std::to_string(split_chunks) +
@@ -456,6 +523,9 @@ std::string KernelPlan::to_string() const {
          << "\n"
          << "parameters loaded: " << (params_ahead ? "with x" : "at the store") << "\n";
       break;
+    case Strategy::kRowBackward:
+      os << "vectors per thread: " << vectors << "\n";
+      break;
     case Strategy::kRowSplit:
       os << "vectors per thread: " << vectors << "\n"
          << "staged: " << (staged ? "yes" : "no") << "\n"
@@ -479,7 +549,7 @@ std::string KernelPlan::to_string() const {
 int batch_class(const NormSpec& spec) {
   // Only the row kernel's parameters depend on it (row_registers): trailing forms with
   // parameters, rows that fit one team.
-  const bool row_registers = spec.op != Op::kGroupNorm && !spec.channel_form() &&
+  const bool row_registers = spec.op != Op::kGroupNorm && !spec.channel_form() && !spec.backward &&
                              spec.row_length() <= int64_t{kMaxTeam} * kMaxTeamValues;
   return row_registers && spec.affine != Affine::kNone && spec.batch() <= kFewRows ? kBatchFewRows
                                                                                    : kBatchAny;
@@ -512,7 +582,23 @@ KernelPlan plan(const NormSpec& spec, const Target& target) {
   p.batch_class = batch_class(spec);
   p.strategy = choose_strategy(pr, target);
   std::string why;
-  if (p.strategy == Strategy::kChannels) {
+  if (p.strategy == Strategy::kRowBackward) {
+    size_rows_common(pr, p);
+    int team = 0;
+    int64_t per_thread = 0;
+    backward_team(ceil_div(pr.row_length, p.vec), p.vec, &team, &per_thread);
+    if (per_thread * p.vec > kBackwardValues) {
+      throw_unsupported("shape", "'" + format_shape(spec.shape) + "'",
+                        "backward=true holds a row in the registers of one team (at most " +
+                            std::to_string(kBackwardMaxTeam) + " threads of " +
+                            std::to_string(kBackwardValues) + " values: rows of up to " +
+                            std::to_string(kBackwardMaxTeam * kBackwardValues) +
+                            " elements, fewer where the row length is not a multiple of " +
+                            std::to_string(kAccessBytes / size_of(pr.x)) + "); rows of " +
+                            std::to_string(pr.row_length) + " elements are not yet supported");
+    }
+    why = row_backward(pr, p);
+  } else if (p.strategy == Strategy::kChannels) {
     size_channels(pr, p);
     why = p.why;
   } else {
@@ -528,6 +614,7 @@ KernelPlan plan(const NormSpec& spec, const Target& target) {
         why = row_stream(pr, target, p);
         break;
       case Strategy::kChannels:
+      case Strategy::kRowBackward:
         break;
     }
     if (pr.op == Op::kGroupNorm && p.vec > 1 && pr.spatial % p.vec != 0) {

@@ -18,6 +18,8 @@ enum class Strategy {
   kRowRegisters,  // a team of threads per row, the row in registers (read once)
   kRowSplit,      // a row over P co-resident CTAs, chunks in registers (read once)
   kRowStream,     // rows longer than the chip holds: a row over P co-resident CTAs, read twice
+  kRowBackward,   // backward: a team per row, the row in registers; CTAs loop over rows, and
+                  // with parameters their f32 partials of dweight/dbias are summed in a fixed order
 };
 const char* to_string(Strategy strategy);
 
@@ -35,6 +37,7 @@ struct Problem {
   bool weight = false, bias = false;
   double weight_offset = 0.0;
   bool save_stats = false;
+  bool backward = false;  // dx, dweight, dbias from x, dy and the saved statistics
 
   static Problem of(const NormSpec& spec);
   Dtype held() const { return residual.value_or(x); }  // the dtype a row kernel holds
@@ -64,16 +67,22 @@ struct KernelPlan {
   int batch_class = 0;           // batch_class() of the spec planned
   std::string why;               // one line: why this strategy and shape
 
-  // CTAs of a row exchange partials: launched cooperatively, with a workspace.
+  // CTAs exchange partials (of a row, or of dweight/dbias): launched cooperatively, with a
+  // workspace.
   bool cooperative() const {
-    return strategy == Strategy::kRowSplit || strategy == Strategy::kRowStream;
+    return strategy == Strategy::kRowSplit || strategy == Strategy::kRowStream ||
+           (strategy == Strategy::kRowBackward && (problem.weight || problem.bias));
   }
   // CTAs of a launch over `batch` items; for cooperative kernels, `co_resident` is how many
   // CTAs of this kernel the device holds at once.
   int64_t grid(int64_t batch, int64_t co_resident) const;
-  // Workspace floats of one slot (P CTAs sharing a row) of a cooperative kernel: the kernel
-  // static_asserts that its exchange lays out as many (exchange.cuh).
+  // Workspace floats of one slot (P CTAs sharing a row; kRowBackward: one CTA's partial sums of
+  // dweight and dbias) of a cooperative kernel: the kernel static_asserts that it lays out as
+  // many (exchange.cuh, row_backward.cuh).
   int64_t workspace_slot_floats() const;
+  // Workspace floats before the first slot (kRowBackward: the grid barrier's counter; the
+  // kernel static_asserts the same).
+  int64_t workspace_header_floats() const;
   // Workspace floats a launch of a cooperative kernel needs, for `co_resident` as above.
   int64_t workspace_floats(int64_t co_resident) const;
 

@@ -23,7 +23,7 @@ constexpr const char* kFp8OutputOnly =
 // Every key of the canonical text, in the order to_string() writes them.
 constexpr const char* kSpecKeys =
     "op, shape, dtype, normalized_dims, groups, affine, eps, param_dtype, out_dtype, residual, "
-    "weight_offset, save_stats";
+    "weight_offset, save_stats, backward";
 
 bool checked_mul(int64_t a, int64_t b, int64_t* out) {
   return !__builtin_mul_overflow(a, b, out) && *out < kMaxElements;
@@ -156,6 +156,10 @@ void throw_invalid_argument(const std::string& name, const std::string& value,
                             const std::string& why) {
   // one_line: a caller that quoted a value without quoted_excerpt() still cannot split the message.
   throw Error(ErrorCode::kInvalidArgument, one_line("invalid " + name + " " + value + ": " + why));
+}
+
+void throw_unsupported(const std::string& name, const std::string& value, const std::string& why) {
+  throw Error(ErrorCode::kUnsupported, one_line("unsupported " + name + " " + value + ": " + why));
 }
 
 std::string excerpt(std::string_view text, size_t max_bytes) {
@@ -408,6 +412,7 @@ NormSpec NormSpec::from_fields(const SpecFields& f) {
   s.residual = f.residual;
   s.weight_offset = f.weight_offset.value_or(0.0);
   s.save_stats = f.save_stats.value_or(false);
+  s.backward = f.backward.value_or(false);
   s.validate();  // as given: param_dtype without parameters is an error even if it is x's dtype
   // One canonical form: a dtype equal to x's is the default, and -0 is no offset.
   if (s.param_dtype == s.dtype) s.param_dtype.reset();
@@ -422,6 +427,39 @@ bool parse_bool(std::string_view text, const std::string& argument) {
   if (text == "true") return true;
   if (text == "false") return false;
   throw_invalid_argument(argument, quoted_excerpt(text), "expected true or false");
+}
+
+// backward=true: the axes that have a meaning for the gradient kernel. Its dy and dx take x's
+// dtype and its dweight and dbias the parameters'; it reads the statistics a forward saved.
+void validate_backward(const NormSpec& s) {
+  auto refuse = [&](const std::string& argument, const std::string& value, const std::string& why) {
+    throw_invalid_argument(argument, value, "backward=true " + why);
+  };
+  if (s.op == Op::kGroupNorm) {
+    throw_unsupported("op", "'groupnorm'",
+                      "backward=true is not yet supported for groupnorm (only the trailing forms "
+                      "of rmsnorm and layernorm have a backward kernel)");
+  }
+  if (s.channel_form()) {
+    throw_unsupported("normalized_dims", "0",
+                      "backward=true is not yet supported for the channel form of rmsnorm (only "
+                      "the trailing forms, normalized_dims > 0, have a backward kernel)");
+  }
+  if (s.out_dtype && *s.out_dtype != s.dtype) {
+    refuse("out_dtype", std::string("'") + normjit::to_string(*s.out_dtype) + "'",
+           "takes dy and writes dx in x's dtype (" + std::string(normjit::to_string(s.dtype)) +
+               "); leave out_dtype out");
+  }
+  if (s.residual) {
+    refuse("residual", std::string("'") + normjit::to_string(*s.residual) + "'",
+           "has no residual variant yet (the residual's gradient is dh, added by the caller); "
+           "leave residual out");
+  }
+  if (s.save_stats) {
+    refuse("save_stats", "true",
+           "reads the statistics that the forward saved (mean and rstd are inputs of the "
+           "backward kernel), it writes none; leave save_stats out");
+  }
 }
 
 // The variant axes of a spec whose base fields validate() has checked.
@@ -458,6 +496,7 @@ void validate_variant(const NormSpec& s) {
     throw_invalid_argument("weight_offset", format_double(s.weight_offset),
                            "offsets the weight, and affine is none; give affine weight or both");
   }
+  if (s.backward) validate_backward(s);
 }
 
 }  // namespace
@@ -562,7 +601,8 @@ bool NormSpec::operator==(const NormSpec& o) const {
   return op == o.op && shape == o.shape && dtype == o.dtype &&
          normalized_dims == o.normalized_dims && groups == o.groups && affine == o.affine &&
          eps == o.eps && param_type() == o.param_type() && out_type() == o.out_type() &&
-         residual == o.residual && weight_offset == o.weight_offset && save_stats == o.save_stats;
+         residual == o.residual && weight_offset == o.weight_offset && save_stats == o.save_stats &&
+         backward == o.backward;
 }
 
 std::string NormSpec::to_string() const {
@@ -577,6 +617,7 @@ std::string NormSpec::to_string() const {
   if (residual) out += std::string(" residual=") + normjit::to_string(*residual);
   if (weight_offset != 0) out += " weight_offset=" + format_double(weight_offset);
   if (save_stats) out += " save_stats=true";
+  if (backward) out += " backward=true";
   return out;
 }
 
@@ -627,6 +668,8 @@ NormSpec NormSpec::parse(std::string_view text) {
       f.weight_offset = parse_number(value, key);  // validate() checks the range
     } else if (key == "save_stats") {
       f.save_stats = parse_bool(value, key);
+    } else if (key == "backward") {
+      f.backward = parse_bool(value, key);
     } else {
       throw_invalid_argument("spec", quoted_excerpt(text, kSpecExcerpt),
                              "unknown key " + quoted_excerpt(key) + " (known: " + kSpecKeys + ")");

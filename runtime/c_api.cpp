@@ -123,6 +123,38 @@ normjit_status run(normjit_engine* engine, const normjit::SpecFields& fields, co
   });
 }
 
+// A caller's args struct of `size` bytes (its `size` field): a smaller size than the first
+// published version is refused (not such a struct; or not initialised with its _init function).
+// A later version only appends fields, whose defaults the caller's copy keeps for an older,
+// shorter struct. A caller's larger struct (a newer header than this library) is taken when
+// the fields this library does not know are all zero, and refused otherwise: a variant it
+// asks for would be dropped silently. A size beyond any plausible struct is refused unread (an
+// uninitialised size).
+void check_args_size(const void* args, size_t size, size_t first_published, size_t known,
+                     const std::string& type) {
+  constexpr size_t kMaxSize = 4096;
+  if (size < first_published || size > kMaxSize) {
+    normjit::throw_invalid_argument(
+        "args.size", std::to_string(size),
+        std::string(size < first_published ? "is smaller than" : "is far larger than") + " any " +
+            type + " (" + std::to_string(first_published) +
+            " bytes today): initialise the struct with " + type + "_init");
+  }
+  if (size > known) {
+    const unsigned char* tail = static_cast<const unsigned char*>(args);
+    for (size_t i = known; i < size; ++i) {
+      if (tail[i] != 0) {
+        throw normjit::Error(normjit::ErrorCode::kUnsupported,
+                             "args.size " + std::to_string(size) +
+                                 ": this libnormjit knows the first " + std::to_string(known) +
+                                 " bytes of " + type +
+                                 ", and the caller set fields after them (byte " +
+                                 std::to_string(i) + "); use a libnormjit as new as the header");
+      }
+    }
+  }
+}
+
 }  // namespace
 
 extern "C" {
@@ -276,36 +308,11 @@ normjit_status normjit_launch_ex(const normjit_kernel* kernel, const normjit_lau
       normjit::throw_invalid_argument("args", "NULL", "fill one with normjit_launch_args_init");
     }
     // args->size says which version of the struct the caller was compiled with. Every field
-    // through residual_out_strides is the first published version, so a smaller size is refused
-    // (not a normjit_launch_args; or not initialised with normjit_launch_args_init). A later
-    // version only appends fields, whose defaults the copy below keeps for an older, shorter
-    // struct. A caller's larger struct (a newer header than this library) is taken when the
-    // fields this library does not know are all zero, and refused otherwise: a variant it asks
-    // for would be dropped silently. A size beyond any plausible struct is refused unread (an
-    // uninitialised size).
-    constexpr size_t kFirstPublished = offsetof(normjit_launch_args, residual_out_strides) +
-                                       sizeof(normjit_launch_args::residual_out_strides);
-    constexpr size_t kMaxSize = 4096;
-    if (args->size < kFirstPublished || args->size > kMaxSize) {
-      normjit::throw_invalid_argument(
-          "args.size", std::to_string(args->size),
-          std::string(args->size < kFirstPublished ? "is smaller than" : "is far larger than") +
-              " any normjit_launch_args (" + std::to_string(kFirstPublished) +
-              " bytes today): initialise the struct with normjit_launch_args_init");
-    }
-    if (args->size > sizeof(normjit_launch_args)) {
-      const unsigned char* tail = reinterpret_cast<const unsigned char*>(args);
-      for (size_t i = sizeof(normjit_launch_args); i < args->size; ++i) {
-        if (tail[i] != 0) {
-          throw normjit::Error(
-              normjit::ErrorCode::kUnsupported,
-              "args.size " + std::to_string(args->size) + ": this libnormjit knows the first " +
-                  std::to_string(sizeof(normjit_launch_args)) +
-                  " bytes of normjit_launch_args, and the caller set fields after them (byte " +
-                  std::to_string(i) + "); use a libnormjit as new as the header");
-        }
-      }
-    }
+    // through residual_out_strides is the first published version.
+    check_args_size(args, args->size,
+                    offsetof(normjit_launch_args, residual_out_strides) +
+                        sizeof(normjit_launch_args::residual_out_strides),
+                    sizeof(normjit_launch_args), "normjit_launch_args");
     normjit_launch_args a;
     normjit_launch_args_init(&a);
     std::memcpy(&a, args, std::min(args->size, sizeof(normjit_launch_args)));
@@ -331,6 +338,43 @@ normjit_status normjit_launch_ex(const normjit_kernel* kernel, const normjit_lau
     l.residual_rows = {a.residual_strides[0], a.residual_strides[1]};
     l.residual_out_rows = {a.residual_out_strides[0], a.residual_out_strides[1]};
     kernel->kernel.launch(l, stream);
+  });
+}
+
+void normjit_backward_args_init(normjit_backward_args* args) {
+  if (!args) return;
+  *args = normjit_backward_args{};
+  args->size = sizeof(normjit_backward_args);
+}
+
+normjit_status normjit_launch_backward(const normjit_kernel* kernel,
+                                       const normjit_backward_args* args,
+                                       struct CUstream_st* stream) {
+  return guarded([&] {
+    if (!args) {
+      normjit::throw_invalid_argument("args", "NULL", "fill one with normjit_backward_args_init");
+    }
+    // Every field through batch is the first published version.
+    check_args_size(args, args->size,
+                    offsetof(normjit_backward_args, batch) + sizeof(normjit_backward_args::batch),
+                    sizeof(normjit_backward_args), "normjit_backward_args");
+    normjit_backward_args a;
+    normjit_backward_args_init(&a);
+    std::memcpy(&a, args, std::min(args->size, sizeof(normjit_backward_args)));
+    if (!kernel) {
+      normjit::throw_invalid_argument("kernel", "NULL", "prepare one with normjit_prepare");
+    }
+    normjit::BackwardArgs b;
+    b.x = a.x;
+    b.dy = a.dy;
+    b.mean = a.mean;
+    b.rstd = a.rstd;
+    b.weight = a.weight;
+    b.dx = a.dx;
+    b.dweight = a.dweight;
+    b.dbias = a.dbias;
+    b.batch = a.batch;
+    kernel->kernel.launch_backward(b, stream);
   });
 }
 

@@ -31,6 +31,7 @@ struct ClassKey {
   int param_type = 0, out_type = 0;
   int residual = -1;  // the residual's dtype; -1: no residual
   bool save_stats = false;
+  bool backward = false;
   uint64_t weight_offset = 0;  // the double's bits (no tolerance: another value, another kernel)
   int64_t groups = 0;
   int64_t dims[kMaxClassDims] = {};  // the non-batch dims
@@ -46,6 +47,7 @@ struct ClassKey {
     k.out_type = int(spec.out_type());
     k.residual = spec.residual ? int(*spec.residual) : -1;
     k.save_stats = spec.save_stats;
+    k.backward = spec.backward;
     k.weight_offset = std::bit_cast<uint64_t>(spec.weight_offset);
     k.groups = spec.groups;
     k.batch_class = normjit::batch_class(spec);
@@ -58,7 +60,8 @@ struct ClassKey {
     return context == o.context && op == o.op && dtype == o.dtype && affine == o.affine &&
            normalized_dims == o.normalized_dims && rank == o.rank && batch_class == o.batch_class &&
            param_type == o.param_type && out_type == o.out_type && residual == o.residual &&
-           save_stats == o.save_stats && weight_offset == o.weight_offset && groups == o.groups &&
+           save_stats == o.save_stats && backward == o.backward &&
+           weight_offset == o.weight_offset && groups == o.groups &&
            std::equal(dims, dims + rank, o.dims);
   }
 };
@@ -71,7 +74,7 @@ struct ClassKeyHash {
     mix(uint64_t(k.op) | uint64_t(k.dtype) << 8 | uint64_t(k.affine) << 16 |
         uint64_t(k.normalized_dims) << 24 | uint64_t(k.batch_class) << 32);
     mix(uint64_t(k.param_type) | uint64_t(k.out_type) << 8 | uint64_t(k.residual + 1) << 16 |
-        uint64_t(k.save_stats) << 24);
+        uint64_t(k.save_stats) << 24 | uint64_t(k.backward) << 25);
     mix(k.weight_offset);
     mix(uint64_t(k.groups));
     for (int i = 0; i < k.rank; ++i) mix(uint64_t(k.dims[i]));
@@ -156,6 +159,9 @@ struct LoadedKernel {
   mutable std::mutex workspace_mutex;
   mutable std::vector<std::pair<WorkspaceOwner, std::unique_ptr<Allocation>>> workspaces;
 };
+
+// Launches k over `batch` with params (its workspace filled in here for cooperative plans).
+void enqueue(const LoadedKernel& k, Params& params, int64_t batch, CUstream_st* stream);
 
 // Lets this thread make calls that a capture in global mode forbids (cuMemAlloc, loading a
 // module) while a stream is being captured, for as long as it lives; they are not recorded
@@ -369,6 +375,12 @@ std::shared_ptr<const LoadedKernel> EngineImpl::build(const NormSpec& spec, CUco
       &per_sm, kernel->function, kernel->plan.block_x * kernel->plan.block_y,
       kernel->plan.smem_bytes));
   kernel->co_resident = int64_t{per_sm} * target.sm_count;
+  if (kernel->co_resident < 1) {
+    throw Error(ErrorCode::kInternal,
+                "the kernel for " + spec.to_string() + " fits no multiprocessor of the device (" +
+                    std::to_string(kernel->plan.block_x * kernel->plan.block_y) + " threads, " +
+                    std::to_string(kernel->plan.smem_bytes) + " bytes of dynamic shared memory)");
+  }
   if (kernel->plan.cooperative() && kernel->co_resident < kernel->plan.split_chunks) {
     throw Error(ErrorCode::kInternal, "the split kernel for " + spec.to_string() + " needs " +
                                           std::to_string(kernel->plan.split_chunks) +
@@ -631,6 +643,11 @@ namespace detail {
 // kernel's parameters from them: every field but the workspace, strides resolved.
 // No allocation on success: it runs on every launch.
 Params launch_params(const NormSpec& spec, const LaunchArgs& args) {
+  if (spec.backward) {
+    throw_invalid_argument("spec", "'" + spec.to_string() + "'",
+                           "is a backward kernel (backward=true): launch it with "
+                           "Kernel::launch_backward (C: normjit_launch_backward)");
+  }
   const auto none = [] { return ""; };
   check_present(args.x, "x", true, spec, "", none);
   check_present(args.y, "y", true, spec, "", none);
@@ -786,6 +803,89 @@ Params launch_params(const NormSpec& spec, const LaunchArgs& args) {
   return params;
 }
 
+// The same for a backward kernel: the pointers its spec asks for, the batch, and no overlap
+// between a written argument and any other (dx may equal x or dy: in place).
+Params backward_params(const NormSpec& spec, const BackwardArgs& args) {
+  if (!spec.backward) {
+    throw_invalid_argument("spec", "'" + spec.to_string() + "'",
+                           "is a forward kernel: launch it with Kernel::launch (C: "
+                           "normjit_launch_ex), or give the spec backward=true");
+  }
+  const auto none = [] { return ""; };
+  check_present(args.x, "x", true, spec, " (the forward's input)", none);
+  check_present(args.dy, "dy", true, spec, " (the gradient of the forward's output)", none);
+  check_present(args.dx, "dx", true, spec, "", none);
+  check_present(args.rstd, "rstd", true, spec, " (the forward's saved rstd, save_stats)", none);
+  check_present(args.mean, "mean", spec.op != Op::kRmsNorm, spec,
+                " (the forward's saved mean, save_stats)",
+                [] { return "is rmsnorm, which has no mean; pass nullptr"; });
+  const auto affine = [&] {
+    return std::string("has affine=") + to_string(spec.affine) + "; pass nullptr or change affine";
+  };
+  check_present(args.weight, "weight", spec.affine != Affine::kNone, spec, "", affine);
+  check_present(args.dweight, "dweight", spec.affine != Affine::kNone, spec, "", affine);
+  check_present(args.dbias, "dbias", spec.affine == Affine::kBoth, spec, "", affine);
+  if (args.batch < 1) {
+    throw_invalid_argument("batch", std::to_string(args.batch), "must be at least 1");
+  }
+  const int x_size = size_of(spec.dtype), param_size = size_of(spec.param_type());
+  const int64_t row_length = spec.row_length();
+  int64_t elements = 0;
+  if (__builtin_mul_overflow(row_length, args.batch, &elements) ||
+      elements >= kMaxReachBytes / x_size || args.batch > (int64_t{1} << 40)) {
+    throw_invalid_argument("batch", std::to_string(args.batch), "is too large for this kernel");
+  }
+  const uint64_t tensor_bytes = uint64_t(elements) * x_size;
+  const uint64_t param_bytes = uint64_t(spec.param_elements()) * param_size;
+  const uint64_t stats_bytes = uint64_t(args.batch) * 4;
+  const Region regions[] = {
+      region("x", args.x, tensor_bytes, false),
+      region("dy", args.dy, tensor_bytes, false),
+      region("mean", args.mean, stats_bytes, false),
+      region("rstd", args.rstd, stats_bytes, false),
+      region("weight", args.weight, param_bytes, false),
+      region("dx", args.dx, tensor_bytes, true),
+      region("dweight", args.dweight, param_bytes, true),
+      region("dbias", args.dbias, param_bytes, true),
+  };
+  const Region& dx = regions[5];
+  for (const Region& a : regions) {
+    for (const Region& b : regions) {
+      if (&a >= &b || !(a.written || b.written) || !overlap(a, b)) continue;
+      // In place: dx over x or dy, exactly (each element is read before it is written, by the
+      // thread that writes it).
+      const bool in_place = (&b == &dx && (&a == &regions[0] || &a == &regions[1]));
+      if (in_place && a.begin == b.begin) continue;
+      const Region& w = a.written ? a : b;
+      const Region& o = a.written ? b : a;
+      throw_invalid_argument(
+          w.name, pointer_text(reinterpret_cast<const void*>(w.begin)),
+          std::string(in_place ? "partially overlaps " : "overlaps ") + o.name + " (" +
+              pointer_text(reinterpret_cast<const void*>(o.begin)) +
+              (in_place
+                   ? std::string("); pass dx == ") + o.name + " for in place, or disjoint buffers"
+                   : std::string("); ") + w.name +
+                         " is written: it must share no memory with another argument"));
+    }
+  }
+
+  Params params{};
+  set_inner_rows(params, 1);
+  params.x_rows = params.y_rows = {row_length, row_length};
+  params.x = args.x;
+  params.y = args.dx;
+  params.weight = args.weight;
+  params.workspace = nullptr;  // launch_backward() sets it when the plan sums parameters
+  params.batch = args.batch;
+  params.eps = 0.f;                             // the saved rstd has it
+  params.mean = const_cast<float*>(args.mean);  // read, not written, by the backward kernel
+  params.rstd = const_cast<float*>(args.rstd);
+  params.dy = args.dy;
+  params.dweight = args.dweight;
+  params.dbias = args.dbias;
+  return params;
+}
+
 }  // namespace detail
 
 const char* to_string(Source source) {
@@ -840,9 +940,35 @@ void Kernel::launch(const LaunchArgs& args, CUstream_st* stream) const {
       if (args.inner_rows > 1) check_stride(given[i]->inner, names[i][1]);
     }
   }
-  const int64_t grid = plan.grid(args.batch, k.co_resident);
+  detail::enqueue(k, params, args.batch, stream);
+}
+
+void Kernel::launch_backward(const BackwardArgs& args, CUstream_st* stream) const {
+  if (!impl_) throw Error(ErrorCode::kInvalidArgument, "launch of an empty normjit::Kernel");
+  const detail::LoadedKernel& k = *impl_;
+  const NormSpec& spec = k.spec;
+  const KernelPlan& plan = k.plan;
+  Params params = detail::backward_params(spec, args);
+  const char* vector = "for the plan's vector width";
+  const int x_size = size_of(spec.dtype), param_size = size_of(spec.param_type());
+  check_aligned(args.x, "x", x_size * plan.vec, vector);
+  check_aligned(args.dy, "dy", x_size * plan.vec, vector);
+  check_aligned(args.dx, "dx", x_size * plan.vec, vector);
+  check_aligned(args.weight, "weight", param_size * plan.param_vec, vector);
+  check_aligned(args.dweight, "dweight", param_size, "(its dtype's size)");
+  check_aligned(args.dbias, "dbias", param_size, "(its dtype's size)");
+  check_aligned(args.mean, "mean", 4, "(f32)");
+  check_aligned(args.rstd, "rstd", 4, "(f32)");
+  detail::enqueue(k, params, args.batch, stream);
+}
+
+namespace detail {
+
+void enqueue(const LoadedKernel& k, Params& params, int64_t batch, CUstream_st* stream) {
+  const KernelPlan& plan = k.plan;
+  const int64_t grid = plan.grid(batch, k.co_resident);
   if (grid > 0x7fffffff) {
-    throw_invalid_argument("batch", std::to_string(args.batch),
+    throw_invalid_argument("batch", std::to_string(batch),
                            "needs " + std::to_string(grid) + " CTAs, more than a grid holds");
   }
   const driver::Api& cu = driver::api();
@@ -867,6 +993,8 @@ void Kernel::launch(const LaunchArgs& args, CUstream_st* stream) const {
                                  plan.smem_bytes, cu_stream, kernel_args, nullptr));
   }
 }
+
+}  // namespace detail
 
 const NormSpec& Kernel::spec() const { return impl_->spec; }
 Source Kernel::source() const { return source_; }

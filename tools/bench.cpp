@@ -133,7 +133,7 @@ device::Buffer random_params(const NormSpec& spec, float mean, uint64_t seed) {
 
 struct KernelTiming {
   Spread ms;             // per launch
-  uint64_t bytes = 0;    // x + y + parameters, each once
+  uint64_t bytes = 0;    // x + y + parameters, each once (backward: and dy, gradients, stats)
   int buffer_pairs = 1;  // x/y pairs rotated over
   Source source = Source::kMemory;
 };
@@ -150,7 +150,10 @@ KernelTiming time_kernel(Engine& engine, const NormSpec& spec, const DeviceInfo&
   };
   const size_t x_bytes = size_t(spec.elements()) * size_of(spec.dtype);
   const size_t y_bytes = size_t(spec.elements()) * size_of(spec.out_type());
-  const size_t r_bytes = spec.residual ? size_t(spec.elements()) * size_of(*spec.residual) : 0;
+  // The residual, or for a backward kernel dy (x's dtype), rotated with x.
+  const size_t r_bytes = spec.residual   ? size_t(spec.elements()) * size_of(*spec.residual)
+                         : spec.backward ? x_bytes
+                                         : 0;
   const size_t x_slot = slot_of(x_bytes), y_slot = slot_of(y_bytes), r_slot = slot_of(r_bytes);
   // A tensor under ~2x L2 would be served from L2 on repeated launches: rotate over enough
   // buffer sets that one pass touches about 4x L2.
@@ -166,9 +169,9 @@ KernelTiming time_kernel(Engine& engine, const NormSpec& spec, const DeviceInfo&
   if (spec.affine == Affine::kBoth) bias = random_params(spec, 0.0f, 3);
   // The variants' arguments: the residual (updated in place, as inference engines do), the
   // fp8 output's scale (1), and the saved statistics (one f32 per row of each).
-  if (spec.residual) {
+  if (spec.residual || spec.backward) {
     residuals = device::Buffer(r_slot * pairs);
-    fill_random(residuals, *spec.residual, /*seed=*/4);
+    fill_random(residuals, spec.residual.value_or(spec.dtype), /*seed=*/4);
   }
   if (is_fp8(spec.out_type())) {
     const float one = 1.0f;
@@ -176,14 +179,41 @@ KernelTiming time_kernel(Engine& engine, const NormSpec& spec, const DeviceInfo&
     scale.upload(&one, sizeof(one));
   }
   const size_t stats_bytes = size_t(spec.elements() / spec.row_length()) * sizeof(float);
-  if (spec.save_stats) {
+  if (spec.save_stats || spec.backward) {
     rstd = device::Buffer(stats_bytes);
     if (spec.op != Op::kRmsNorm) mean = device::Buffer(stats_bytes);
   }
-  timing.bytes = uint64_t{x_bytes} + y_bytes + 2 * uint64_t{r_bytes} + weight.bytes() +
-                 bias.bytes() + mean.bytes() + rstd.bytes();
+  // A backward kernel reads the statistics (rstd 1, mean 0: finite gradients of random x) and
+  // writes dweight and dbias.
+  device::Buffer dweight, dbias;
+  if (spec.backward) {
+    const std::vector<float> ones(stats_bytes / sizeof(float), 1.0f);
+    rstd.upload(ones.data(), stats_bytes);
+    if (mean.bytes()) mean.fill_bytes(0);
+    if (spec.affine != Affine::kNone) dweight = device::Buffer(weight.bytes());
+    if (spec.affine == Affine::kBoth) dbias = device::Buffer(bias.bytes());
+  }
+  // Each once: x, y (dx), the residual read and written (dy read), the parameters (and their
+  // gradients), the statistics.
+  timing.bytes = uint64_t{x_bytes} + y_bytes + (spec.backward ? 1 : 2) * uint64_t{r_bytes} +
+                 weight.bytes() + bias.bytes() + dweight.bytes() + dbias.bytes() + mean.bytes() +
+                 rstd.bytes();
 
   auto launch = [&](int pair) {
+    if (spec.backward) {
+      BackwardArgs args;
+      args.x = reinterpret_cast<const void*>(xs.ptr() + pair * x_slot);
+      args.dy = reinterpret_cast<const void*>(residuals.ptr() + pair * r_slot);
+      args.dx = reinterpret_cast<void*>(ys.ptr() + pair * y_slot);
+      args.mean = static_cast<const float*>(mean.get());
+      args.rstd = static_cast<const float*>(rstd.get());
+      args.weight = weight.get();
+      args.dweight = dweight.get();
+      args.dbias = dbias.get();
+      args.batch = spec.batch();
+      kernel.launch_backward(args, nullptr);
+      return;
+    }
     LaunchArgs args;
     args.x = reinterpret_cast<const void*>(xs.ptr() + pair * x_slot);
     args.y = reinterpret_cast<void*>(ys.ptr() + pair * y_slot);
@@ -527,7 +557,8 @@ void add_bench_command(CLI::App& app) {
   CLI::App* bench = app.add_subcommand(
       "bench",
       "Time kernels on the GPU with CUDA events: median and spread of --repeat launches after\n"
-      "--warmup, bytes moved (x, y and parameters once each), GB/s and the percentage of a\n"
+      "--warmup, bytes moved (x, y and parameters once each; a backward kernel: x, dy, dx,\n"
+      "the statistics, the parameters and their gradients), GB/s and the percentage of a\n"
       "device-to-device copy measured in the same run. Tensors under ~2x L2 rotate over several\n"
       "buffers so that L2 does not serve them. --jit-latency measures the JIT instead: cold\n"
       "compile, disk hit, memory hit and host launch overhead. Needs a GPU.");

@@ -85,10 +85,29 @@ class LaunchArgs(ctypes.Structure):
     ]
 
 
+class BackwardArgs(ctypes.Structure):
+    """struct normjit_backward_args: fill it with normjit_backward_args_init (which sets
+    `size`), then set what the backward kernel's spec asks for. Device pointers are void
+    pointers (Python ints)."""
+    _fields_ = [
+        ("size", ctypes.c_size_t),
+        ("x", ctypes.c_void_p),
+        ("dy", ctypes.c_void_p),
+        ("mean", ctypes.c_void_p),
+        ("rstd", ctypes.c_void_p),
+        ("weight", ctypes.c_void_p),
+        ("dx", ctypes.c_void_p),
+        ("dweight", ctypes.c_void_p),
+        ("dbias", ctypes.c_void_p),
+        ("batch", ctypes.c_int64),
+    ]
+
+
 # C struct name -> its ctypes Structure.
 STRUCTS = {
     "normjit_engine_options": EngineOptions,
     "normjit_launch_args": LaunchArgs,
+    "normjit_backward_args": BackwardArgs,
 }
 
 _vp = ctypes.c_void_p
@@ -102,6 +121,7 @@ _p_i64 = ctypes.POINTER(ctypes.c_int64)
 _p_u64 = ctypes.POINTER(ctypes.c_uint64)
 _p_opts = ctypes.POINTER(EngineOptions)
 _p_args = ctypes.POINTER(LaunchArgs)
+_p_bwd = ctypes.POINTER(BackwardArgs)
 
 # Every function of normjit.h: name -> (restype, argtypes). Opaque handles (normjit_engine*,
 # normjit_kernel*, CUstream) are void pointers; enums are C ints.
@@ -124,6 +144,9 @@ PROTOTYPES = {
     "normjit_launch_args_init": (None, [_p_args]),
     # kernel, args, stream
     "normjit_launch_ex": (_int, [_vp, _p_args, _vp]),
+    "normjit_backward_args_init": (None, [_p_bwd]),
+    # kernel, args, stream
+    "normjit_launch_backward": (_int, [_vp, _p_bwd, _vp]),
     # engine, spec, arch, compiled
     "normjit_precompile": (_int, [_vp, _str, _str, _p_int]),
     # engine, nvrtc_compiles, memory_hits, disk_hits

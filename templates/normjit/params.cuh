@@ -34,6 +34,12 @@ struct Params {
   unsigned long long inner_magic;
   unsigned int inner_shift;
   RowPitch x_rows, y_rows, residual_rows, residual_out_rows;
+  // Backward kernels (row_backward.cuh): x is the forward's input, y is dx (x's dtype), weight
+  // as in the forward, mean and rstd the statistics the forward saved (read, not written),
+  // workspace the CTAs' partials and the grid barrier's counter.
+  const void* dy;  // the gradient of the forward's output, x's dtype
+  void* dweight;   // the weight's gradient, in the parameters' dtype; nullptr without a weight
+  void* dbias;     // the bias's gradient, in the parameters' dtype; nullptr without a bias
 };
 
 }  // namespace normjit

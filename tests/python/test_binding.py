@@ -46,6 +46,8 @@ C_TYPES = {
     "const normjit_engine_options*": P(_capi.EngineOptions),
     "normjit_launch_args*": P(_capi.LaunchArgs),
     "const normjit_launch_args*": P(_capi.LaunchArgs),
+    "normjit_backward_args*": P(_capi.BackwardArgs),
+    "const normjit_backward_args*": P(_capi.BackwardArgs),
 }
 
 
@@ -157,7 +159,8 @@ def mismatches(parsed: dict) -> list:
 def test_header_parses_completely():
     parsed = parse_header(HEADER.read_text())
     assert set(parsed["enums"]) == {"normjit_status", "normjit_dtype"}
-    assert set(parsed["structs"]) == {"normjit_engine_options", "normjit_launch_args"}
+    assert set(parsed["structs"]) == {"normjit_engine_options", "normjit_launch_args",
+                                      "normjit_backward_args"}
     # Every "normjit_...(" declaration in the header was understood.
     declared = set(re.findall(r"\b(normjit_\w+)\s*\(", strip_comments(HEADER.read_text())))
     assert declared == set(parsed["functions"]), declared ^ set(parsed["functions"])

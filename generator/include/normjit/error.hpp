@@ -32,6 +32,9 @@ class Error : public std::runtime_error {
 // any part is shown escaped). The caller quotes VALUE, with quoted_excerpt() where it was given.
 [[noreturn]] void throw_invalid_argument(const std::string& name, const std::string& value,
                                          const std::string& why);
+// A valid request this build cannot serve yet: "unsupported NAME VALUE: WHY" (kUnsupported).
+[[noreturn]] void throw_unsupported(const std::string& name, const std::string& value,
+                                    const std::string& why);
 
 // Text from a caller as an error message shows it: on one line (control characters escaped as
 // \n, \t, \xNN) and at most about `max_bytes` long; a cut is marked with "..." and the full

@@ -5,6 +5,7 @@
 //   op=groupnorm shape=112,64,512,512 dtype=f32 groups=8 affine=both eps=1e-05
 // The variant axes follow, each only when not its default, in this order:
 //   ... param_dtype=f32 out_dtype=e4m3 residual=bf16 weight_offset=1 save_stats=true
+// and, last, backward=true (the gradient kernel of the same problem).
 #pragma once
 
 #include <cstdint>
@@ -72,6 +73,7 @@ struct SpecFields {
   std::optional<Dtype> residual;  // the residual's dtype: x's or f32
   std::optional<double> weight_offset;
   std::optional<bool> save_stats;
+  std::optional<bool> backward;
 };
 
 struct NormSpec {
@@ -96,6 +98,11 @@ struct NormSpec {
   double weight_offset = 0.0;
   // Also write each row's mean (layernorm, groupnorm) and rstd in f32, for a backward pass.
   bool save_stats = false;
+  // The backward kernel of this problem instead of the forward: from x, dy, the statistics the
+  // forward saved (save_stats) and the weight, it writes dx (x's dtype) and dweight and dbias
+  // (the parameters' dtype) reduced over every row in a fixed order. Trailing forms of rmsnorm
+  // and layernorm for now.
+  bool backward = false;
 
   // Fill defaults and validate; throws Error(kInvalidArgument) naming the field and value.
   static NormSpec from_fields(const SpecFields& fields);

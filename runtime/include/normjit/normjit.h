@@ -134,6 +134,36 @@ void normjit_launch_args_init(normjit_launch_args* args);
 normjit_status normjit_launch_ex(const normjit_kernel* kernel, const normjit_launch_args* args,
                                  struct CUstream_st* stream);
 
+/* Every argument of a backward kernel (a spec with backward=true, prepared with
+ * normjit_prepare): for normjit_launch_backward. Fill it with normjit_backward_args_init first
+ * (it sets size; every pointer NULL), then set what the kernel's spec asks for. Rows are
+ * contiguous, of the spec's row length. */
+typedef struct normjit_backward_args {
+  size_t size;        /* sizeof(normjit_backward_args), set by normjit_backward_args_init */
+  const void* x;      /* the forward's input */
+  const void* dy;     /* the gradient of the forward's output, x's dtype */
+  const float* mean;  /* layernorm: the forward's saved mean (save_stats), f32 per row; rmsnorm:
+                         NULL */
+  const float* rstd;  /* the forward's saved rstd (save_stats), f32 per row */
+  const void* weight; /* with affine weight or both, else NULL */
+  void* dx;           /* the gradient of x, x's dtype; may equal x or dy (in place) */
+  void* dweight;      /* with a weight: its gradient over every row, the parameters' dtype */
+  void* dbias;        /* with a bias: its gradient over every row, the parameters' dtype */
+  int64_t batch;      /* rows */
+} normjit_backward_args;
+
+/* Fills *args with the defaults (every pointer NULL, batch 0). */
+void normjit_backward_args_init(normjit_backward_args* args);
+
+/* Enqueues a backward kernel: dx, and dweight and dbias summed over every row in a fixed order
+ * (no floating-point atomics: the same bits on every run). Checks the arguments first (NULL,
+ * misaligned or overlapping pointers, batch); args->size as for normjit_launch_ex. Graph-safe
+ * like normjit_launch: the stream's (or capture's) workspace is allocated by its first launch,
+ * outside the graph's work. normjit_launch and normjit_launch_ex refuse backward kernels. */
+normjit_status normjit_launch_backward(const normjit_kernel* kernel,
+                                       const normjit_backward_args* args,
+                                       struct CUstream_st* stream);
+
 /* Compile (or find in the cache) without a GPU, for arch such as "sm_90" (its full-size part)
  * or "sm_90:114" (a part with 114 multiprocessors, e.g. an H100 PCIe). *compiled is set to
  * 1 when NVRTC ran, 0 when the kernel was already cached (compiled may be NULL). Every batch

@@ -46,6 +46,22 @@ struct LaunchArgs {
   RowStrides x_rows = {}, y_rows = {}, residual_rows = {}, residual_out_rows = {};
 };
 
+// The arguments of a backward kernel (a spec with backward=true): the forward's input and
+// saved statistics (save_stats), the gradient of its output, and where the gradients go.
+// Contiguous rows of the spec's row length. dweight and dbias are complete sums over the
+// batch's rows (written, not accumulated into), the same bits on every run.
+struct BackwardArgs {
+  const void* x = nullptr;       // the forward's input, device pointer
+  const void* dy = nullptr;      // the gradient of the forward's output, x's dtype
+  const float* mean = nullptr;   // layernorm: the forward's saved mean, f32 per row; rmsnorm: none
+  const float* rstd = nullptr;   // the forward's saved rstd, f32 per row
+  const void* weight = nullptr;  // required when the spec has a weight (affine weight or both)
+  void* dx = nullptr;            // the gradient of x, x's dtype; may equal x or dy (in place)
+  void* dweight = nullptr;       // required with a weight: its gradient, the parameters' dtype
+  void* dbias = nullptr;         // required with a bias: its gradient, the parameters' dtype
+  int64_t batch = 0;             // rows
+};
+
 // Where a prepared kernel's binary came from.
 enum class Source { kCompiled, kDisk, kMemory };
 const char* to_string(Source source);
@@ -64,6 +80,10 @@ class Kernel {
   // Enqueues on stream (nullptr: the legacy default stream). Validates the arguments
   // (null or misaligned pointers, partial overlap, batch) first; launches nothing on error.
   void launch(const LaunchArgs& args, CUstream_st* stream) const;
+  // The same for a kernel prepared for a backward spec (backward=true); launch() refuses those,
+  // and this refuses forward kernels. Graph-safe like launch(): no allocation or synchronization
+  // once the stream (or capture) has its workspace, which its first launch allocates.
+  void launch_backward(const BackwardArgs& args, CUstream_st* stream) const;
 
   const NormSpec& spec() const;   // the spec it was prepared for (batch as given then)
   Source source() const;          // how prepare() obtained it

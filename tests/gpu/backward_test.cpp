@@ -1,0 +1,573 @@
+// The backward kernels (issue 20) on the GPU: the forward with save_stats writes each row's mean
+// and rstd, the backward kernel takes them with x, dy and the weight, and dx, dweight and dbias
+// are compared element by element with a float64 reference written here:
+//   xhat = (x - mean) * rstd (rmsnorm: x * rstd), g = dy * (offset + w),
+//   dx = rstd * (g - mean(g) - xhat * mean(g * xhat))   (rmsnorm: without mean(g)),
+//   dweight = sum over rows of dy * xhat, dbias = sum over rows of dy.
+// Two references: one from the statistics the forward saved (what the backward kernel is given:
+// it must be as exact as f32 arithmetic allows), and one from float64 statistics of x (the
+// forward and backward together; with |mean| >> std the f32 mean the forward saves is itself
+// off by up to half an ulp of the mean, so that check allows 2^-23 |mean| / std more).
+// dx is measured against max(||dx_ref||, ||rstd * g||): where g lies almost along xhat (rmsnorm
+// rows of 1 element, layernorm rows of 2) dx is the eps-sized remainder of a cancellation that f32
+// (and PyTorch's f32 backward) can only resolve to 2^-24 of the terms that cancel.
+// Outputs are poisoned (NaN) first, so an element left unwritten cannot pass. dweight and
+// dbias are summed without floating-point atomics: two runs give the same bits.
+#include <cmath>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "harness.hpp"
+#include "normjit/normjit.h"
+
+namespace normjit::testing {
+namespace {
+
+struct Config {
+  Op op = Op::kLayerNorm;
+  int64_t rows = 1, hidden = 1;
+  Dtype dtype = Dtype::kF32;
+  Affine affine = Affine::kBoth;
+  std::optional<Dtype> param;  // nullopt: x's dtype
+  double weight_offset = 0;
+
+  NormSpec spec(bool backward) const {
+    SpecFields f;
+    f.op = op;
+    f.shape = std::vector<int64_t>{rows, hidden};
+    f.dtype = dtype;
+    f.normalized_dims = 1;
+    f.affine = affine;
+    f.param_dtype = param;
+    f.weight_offset = weight_offset;
+    f.save_stats = !backward;
+    f.backward = backward;
+    return NormSpec::from_fields(f);
+  }
+  std::string name() const { return spec(true).to_string(); }
+};
+
+struct Errors {
+  double dx = 0, dweight = 0, dbias = 0;  // ||got - ref|| / ||ref||
+  bool finite = true;                     // no element NaN (left poisoned) or inf
+};
+
+// Host bytes of n elements of dtype.
+std::vector<unsigned char> download(const device::Buffer& b) {
+  std::vector<unsigned char> out(b.bytes());
+  b.download(out.data(), out.size());
+  return out;
+}
+
+void accumulate(double got, double ref, double& err2, double& ref2, bool& finite) {
+  if (!std::isfinite(got)) finite = false;
+  err2 += (got - ref) * (got - ref);
+  ref2 += ref * ref;
+}
+
+double relative(double err2, double ref2, bool finite) {
+  return finite ? std::sqrt(err2 / std::max(ref2, 1e-300)) : INFINITY;
+}
+
+// One forward (save_stats) and backward on the device, with the host's rounded copies of every
+// input for the float64 reference.
+class Backward {
+ public:
+  Backward(Engine& engine, const Config& c, Values values, uint64_t seed)
+      : c_(c),
+        forward_(engine.prepare(c.spec(false))),
+        backward_(engine.prepare(c.spec(true))),
+        n_(size_t(c.rows * c.hidden)),
+        x_(n_ * size_of(c.dtype)),
+        dy_(x_.bytes()),
+        y_(x_.bytes()),
+        dx_(x_.bytes()),
+        mean_(size_t(c.rows) * 4),
+        rstd_(size_t(c.rows) * 4) {
+    const Dtype param = c.param.value_or(c.dtype);
+    x_host_ = upload(x_, c.dtype, random_values(n_, values, seed));
+    dy_host_ = upload(dy_, c.dtype, random_values(n_, Values::kNormal, seed + 7));
+    std::mt19937_64 rng(seed + 1);
+    std::normal_distribution<float> normal(1.0f, 0.5f);
+    auto params = [&](device::Buffer& buffer, std::vector<float>& host, float shift) {
+      std::vector<float> v(size_t(c.hidden));
+      for (float& e : v) e = normal(rng) + shift;
+      buffer = device::Buffer(v.size() * size_of(param));
+      host = upload(buffer, param, v);
+    };
+    if (c.affine != Affine::kNone) {
+      params(w_, w_host_, 0.0f);
+      dw_ = device::Buffer(size_t(c.hidden) * size_of(param));
+    }
+    if (c.affine == Affine::kBoth) {
+      params(b_, b_host_, -1.0f);
+      db_ = device::Buffer(size_t(c.hidden) * size_of(param));
+    }
+  }
+
+  // The forward, writing mean and rstd (and y, unused).
+  void forward(CUstream stream = nullptr) {
+    LaunchArgs a;
+    a.x = x_.get();
+    a.y = y_.get();
+    a.weight = w_.get();
+    a.bias = b_.get();
+    a.batch = c_.rows;
+    a.eps = 1e-5f;
+    a.rstd = static_cast<float*>(rstd_.get());
+    if (c_.op != Op::kRmsNorm) a.mean = static_cast<float*>(mean_.get());
+    forward_.launch(a, stream);
+  }
+  BackwardArgs args(bool in_place = false) {
+    BackwardArgs a;
+    a.x = x_.get();
+    a.dy = dy_.get();
+    a.dx = in_place ? dy_.get() : dx_.get();
+    a.rstd = static_cast<const float*>(rstd_.get());
+    if (c_.op != Op::kRmsNorm) a.mean = static_cast<const float*>(mean_.get());
+    a.weight = w_.get();
+    a.dweight = dw_.get();
+    a.dbias = db_.get();
+    a.batch = c_.rows;
+    return a;
+  }
+  // NaN in every output. Synchronized: the memsets are not ordered with non-blocking streams.
+  void poison() {
+    dx_.fill_bytes(0xff);
+    if (dw_.bytes()) dw_.fill_bytes(0xff);
+    if (db_.bytes()) db_.fill_bytes(0xff);
+    NORMJIT_CU(driver::api().cuCtxSynchronize());
+  }
+  void backward(CUstream stream = nullptr, bool in_place = false) {
+    backward_.launch_backward(args(in_place), stream);
+  }
+  // forward, poison, backward, synchronize.
+  void run(bool in_place = false) {
+    forward();
+    poison();
+    backward(nullptr, in_place);
+    NORMJIT_CU(driver::api().cuCtxSynchronize());
+  }
+
+  // dx (from `dx`: the dx buffer, or dy after an in-place run), dweight and dbias against the
+  // float64 reference; `saved`: from the statistics the forward saved, else from float64
+  // statistics of x.
+  Errors compare(bool saved, const device::Buffer* dx = nullptr) const {
+    const Dtype param = c_.param.value_or(c_.dtype);
+    const std::vector<float> got_dx = decode(c_.dtype, download(dx ? *dx : dx_), n_);
+    std::vector<float> got_dw, got_db, mean(size_t(c_.rows)), rstd(size_t(c_.rows));
+    if (dw_.bytes()) got_dw = decode(param, download(dw_), size_t(c_.hidden));
+    if (db_.bytes()) got_db = decode(param, download(db_), size_t(c_.hidden));
+    rstd_.download(rstd.data(), rstd.size() * 4);
+    if (c_.op != Op::kRmsNorm) mean_.download(mean.data(), mean.size() * 4);
+    const bool rms = c_.op == Op::kRmsNorm;
+    const int64_t h = c_.hidden;
+    std::vector<double> ref_dw(static_cast<size_t>(h)), ref_db(static_cast<size_t>(h));
+    Errors e;
+    double err2 = 0, ref2 = 0, scale2 = 0;  // scale2: ||rstd * g||^2, the size of dx's terms
+    for (int64_t r = 0; r < c_.rows; ++r) {
+      const float* x = x_host_.data() + r * h;
+      const float* dy = dy_host_.data() + r * h;
+      double m = 0, s = 0;
+      if (saved) {
+        m = rms ? 0.0 : double(mean[size_t(r)]);
+        s = rstd[size_t(r)];
+      } else {
+        double sum = 0, sq = 0;
+        for (int64_t j = 0; j < h; ++j) sum += x[j];
+        if (!rms) m = sum / double(h);
+        for (int64_t j = 0; j < h; ++j) sq += (x[j] - m) * (x[j] - m);
+        s = 1.0 / std::sqrt(sq / double(h) + 1e-5);
+      }
+      std::vector<double> xhat(static_cast<size_t>(h)), g(static_cast<size_t>(h));
+      double mean_g = 0, mean_gx = 0;
+      for (int64_t j = 0; j < h; ++j) {
+        xhat[j] = (double(x[j]) - m) * s;
+        const double w = w_host_.empty() ? 1.0 : c_.weight_offset + double(w_host_[j]);
+        g[j] = double(dy[j]) * w;
+        mean_g += g[j];
+        mean_gx += g[j] * xhat[j];
+        ref_dw[j] += double(dy[j]) * xhat[j];
+        ref_db[j] += double(dy[j]);
+      }
+      mean_g = rms ? 0.0 : mean_g / double(h);
+      mean_gx /= double(h);
+      for (int64_t j = 0; j < h; ++j) {
+        const double ref = s * (g[j] - mean_g - xhat[j] * mean_gx);
+        accumulate(got_dx[size_t(r * h + j)], ref, err2, ref2, e.finite);
+        scale2 += s * g[j] * s * g[j];
+      }
+    }
+    bool finite = e.finite;
+    e.dx = relative(err2, std::max(ref2, scale2), finite);
+    for (auto [got, ref, out] :
+         {std::tuple{&got_dw, &ref_dw, &e.dweight}, std::tuple{&got_db, &ref_db, &e.dbias}}) {
+      if (got->empty()) continue;
+      double err = 0, norm = 0;
+      bool ok = true;
+      for (int64_t j = 0; j < h; ++j) accumulate((*got)[j], (*ref)[j], err, norm, ok);
+      *out = relative(err, norm, ok);
+      e.finite = e.finite && ok;
+    }
+    return e;
+  }
+
+  // The raw bytes of dx, dweight and dbias: for bitwise comparisons.
+  std::vector<unsigned char> bits(bool in_place = false) const {
+    std::vector<unsigned char> out = download(in_place ? dy_ : dx_);
+    for (const device::Buffer* b : {&dw_, &db_}) {
+      if (!b->bytes()) continue;
+      const std::vector<unsigned char> more = download(*b);
+      out.insert(out.end(), more.begin(), more.end());
+    }
+    return out;
+  }
+  void new_dy(uint64_t seed) {
+    dy_host_ = upload(dy_, c_.dtype, random_values(n_, Values::kNormal, seed));
+    NORMJIT_CU(driver::api().cuCtxSynchronize());
+  }
+  const device::Buffer& dy() const { return dy_; }
+  const device::Buffer& dx() const { return dx_; }
+  const Kernel& backward_kernel() const { return backward_; }
+
+ private:
+  static std::vector<float> decode(Dtype d, const std::vector<unsigned char>& bytes, size_t n) {
+    return reference::decode(d, bytes.data(), n);
+  }
+  // Uploads values rounded to dtype; returns the rounded values.
+  static std::vector<float> upload(device::Buffer& buffer, Dtype d, const std::vector<float>& v) {
+    const std::vector<unsigned char> bytes = reference::encode(d, v);
+    buffer.upload(bytes.data(), bytes.size());
+    return reference::decode(d, bytes.data(), v.size());
+  }
+
+  Config c_;
+  Kernel forward_, backward_;
+  size_t n_;
+  device::Buffer x_, dy_, y_, dx_, mean_, rstd_, w_, b_, dw_, db_;
+  std::vector<float> x_host_, dy_host_, w_host_, b_host_;
+};
+
+double tolerance_of(Dtype dtype) { return tolerance(dtype); }
+
+// Against the saved statistics: f32 arithmetic, and the outputs' rounding.
+void expect_exact(const Backward& run, const Config& c, const std::string& what) {
+  const Errors e = run.compare(/*saved=*/true);
+  const Dtype param = c.param.value_or(c.dtype);
+  EXPECT_TRUE(e.finite) << c.name() << " " << what << ": an output is NaN or inf";
+  EXPECT_LT(e.dx, tolerance_of(c.dtype)) << c.name() << " " << what << ": dx";
+  if (c.affine != Affine::kNone) {
+    EXPECT_LT(e.dweight, tolerance_of(param)) << c.name() << " " << what << ": dweight";
+  }
+  if (c.affine == Affine::kBoth) {
+    EXPECT_LT(e.dbias, tolerance_of(param)) << c.name() << " " << what << ": dbias";
+  }
+}
+
+// Against float64 statistics of x (forward and backward together).
+void expect_chain(const Backward& run, const Config& c, Values values, const std::string& what) {
+  const Errors e = run.compare(/*saved=*/false);
+  // The f32 mean the forward saves is off by up to 2^-24 |mean|; with std 1 and mean 1e4 that
+  // shifts every xhat by about 6e-4.
+  const double slack = values == Values::kLargeMean ? std::ldexp(1e4, -23) : 0.0;
+  const Dtype param = c.param.value_or(c.dtype);
+  EXPECT_TRUE(e.finite) << c.name() << " " << what;
+  EXPECT_LT(e.dx, tolerance_of(c.dtype) + slack) << c.name() << " " << what << ": dx";
+  if (c.affine != Affine::kNone) {
+    EXPECT_LT(e.dweight, tolerance_of(param) + slack) << c.name() << " " << what << ": dweight";
+  }
+  if (c.affine == Affine::kBoth) {
+    EXPECT_LT(e.dbias, tolerance_of(param) + slack) << c.name() << " " << what << ": dbias";
+  }
+}
+
+struct OpAffine {
+  Op op;
+  Affine affine;
+};
+constexpr OpAffine kForms[] = {{Op::kRmsNorm, Affine::kNone},
+                               {Op::kRmsNorm, Affine::kWeight},
+                               {Op::kLayerNorm, Affine::kNone},
+                               {Op::kLayerNorm, Affine::kWeight},
+                               {Op::kLayerNorm, Affine::kBoth}};
+constexpr Dtype kDtypes[] = {Dtype::kF32, Dtype::kF16, Dtype::kBF16};
+
+class BackwardGpu : public ::testing::Test {
+ protected:
+  void SetUp() override { NORMJIT_REQUIRE_GPU(); }
+};
+
+TEST_F(BackwardGpu, EveryHiddenBatchDtypeAndAffineMatchesFloat64) {
+  device::PrimaryContext context;
+  Engine engine(test_engine_options());
+  uint64_t seed = 1;
+  for (int64_t hidden : {1, 3, 7, 65, 1000, 4097, 8192}) {
+    for (Dtype dtype : kDtypes) {
+      for (const OpAffine& form : kForms) {
+        for (int64_t rows : {1, 3, 1000}) {
+          Config c;
+          c.op = form.op;
+          c.affine = form.affine;
+          c.dtype = dtype;
+          c.hidden = hidden;
+          c.rows = rows;
+          Backward run(engine, c, Values::kNormal, seed++);
+          run.run();
+          expect_exact(run, c, "saved statistics");
+          expect_chain(run, c, Values::kNormal, "float64 statistics");
+        }
+      }
+    }
+  }
+}
+
+TEST_F(BackwardGpu, AdversarialValues) {
+  device::PrimaryContext context;
+  Engine engine(test_engine_options());
+  uint64_t seed = 100;
+  for (Values values : {Values::kLargeMean, Values::kTiny, Values::kConstant, Values::kNegative}) {
+    for (Dtype dtype : kDtypes) {
+      for (const OpAffine& form : kForms) {
+        for (int64_t hidden : {7, 1000, 4097}) {
+          Config c;
+          c.op = form.op;
+          c.affine = form.affine;
+          c.dtype = dtype;
+          c.hidden = hidden;
+          c.rows = 64;
+          Backward run(engine, c, values, seed++);
+          run.run();
+          expect_exact(run, c, to_string(values));
+          expect_chain(run, c, values, to_string(values));
+        }
+      }
+    }
+  }
+}
+
+TEST_F(BackwardGpu, ParamDtypeAndWeightOffset) {
+  device::PrimaryContext context;
+  Engine engine(test_engine_options());
+  uint64_t seed = 200;
+  for (Dtype dtype : {Dtype::kF16, Dtype::kBF16}) {
+    for (const OpAffine& form : {kForms[1], kForms[3], kForms[4]}) {
+      for (double offset : {0.0, 1.0}) {
+        for (int64_t hidden : {65, 4096}) {
+          Config c;
+          c.op = form.op;
+          c.affine = form.affine;
+          c.dtype = dtype;
+          c.param = Dtype::kF32;
+          c.weight_offset = offset;
+          c.hidden = hidden;
+          c.rows = 300;
+          Backward run(engine, c, Values::kNormal, seed++);
+          run.run();
+          expect_exact(run, c, "f32 parameters");
+          expect_chain(run, c, Values::kNormal, "f32 parameters");
+        }
+      }
+    }
+  }
+  // The offset with parameters in x's dtype.
+  Config c;
+  c.op = Op::kRmsNorm;
+  c.affine = Affine::kWeight;
+  c.dtype = Dtype::kBF16;
+  c.weight_offset = 1.0;
+  c.hidden = 2048;
+  c.rows = 100;
+  Backward run(engine, c, Values::kNormal, seed++);
+  run.run();
+  expect_exact(run, c, "weight offset");
+}
+
+TEST_F(BackwardGpu, InPlaceDxOverDy) {
+  device::PrimaryContext context;
+  Engine engine(test_engine_options());
+  for (const OpAffine& form : {kForms[1], kForms[4]}) {
+    for (int64_t hidden : {7, 4096}) {
+      Config c;
+      c.op = form.op;
+      c.affine = form.affine;
+      c.dtype = Dtype::kBF16;
+      c.hidden = hidden;
+      c.rows = 333;
+      Backward run(engine, c, Values::kNormal, 300 + hidden);
+      run.run(/*in_place=*/true);
+      const Errors e = run.compare(/*saved=*/true, &run.dy());
+      EXPECT_TRUE(e.finite) << c.name();
+      EXPECT_LT(e.dx, tolerance(c.dtype)) << c.name();
+      EXPECT_LT(e.dweight, tolerance(c.dtype)) << c.name();
+    }
+  }
+}
+
+// No floating-point atomics: the same inputs give the same bits, run after run, on other
+// streams (their own workspaces) and in a CUDA graph.
+TEST_F(BackwardGpu, DeterministicBitsAcrossRunsAndStreams) {
+  device::PrimaryContext context;
+  Engine engine(test_engine_options());
+  for (const OpAffine& form : {kForms[1], kForms[4]}) {
+    for (Dtype dtype : {Dtype::kF32, Dtype::kBF16}) {
+      for (int64_t hidden : {65, 4096, 8192}) {
+        Config c;
+        c.op = form.op;
+        c.affine = form.affine;
+        c.dtype = dtype;
+        c.hidden = hidden;
+        c.rows = 4096;  // enough rows that every CTA the device holds takes several
+        Backward run(engine, c, Values::kNormal, 400 + hidden);
+        run.run();
+        expect_exact(run, c, "first run");
+        const std::vector<unsigned char> first = run.bits();
+        for (int i = 0; i < 3; ++i) {
+          run.poison();
+          run.backward();
+          NORMJIT_CU(driver::api().cuCtxSynchronize());
+          EXPECT_TRUE(run.bits() == first) << c.name() << ": run " << i + 2 << " differs";
+        }
+        device::Stream other;
+        run.poison();
+        run.backward(other.get());
+        NORMJIT_CU(driver::api().cuStreamSynchronize(other.get()));
+        EXPECT_TRUE(run.bits() == first) << c.name() << ": another stream differs";
+      }
+    }
+  }
+}
+
+// A row's dx does not depend on how many rows the launch has (its dweight does: it sums them).
+TEST_F(BackwardGpu, DxOfARowDoesNotDependOnTheBatch) {
+  device::PrimaryContext context;
+  Engine engine(test_engine_options());
+  Config c;
+  c.op = Op::kLayerNorm;
+  c.affine = Affine::kBoth;
+  c.dtype = Dtype::kF32;
+  c.hidden = 1000;
+  c.rows = 2000;
+  Backward run(engine, c, Values::kNormal, 500);
+  run.run();
+  const std::vector<unsigned char> all = download(run.dx());
+  BackwardArgs a = run.args();
+  a.batch = 3;  // the first three rows only
+  run.poison();
+  run.backward_kernel().launch_backward(a, nullptr);
+  NORMJIT_CU(driver::api().cuCtxSynchronize());
+  const std::vector<unsigned char> three = download(run.dx());
+  const size_t bytes = size_t(3 * c.hidden) * 4;
+  EXPECT_EQ(std::memcmp(all.data(), three.data(), bytes), 0);
+}
+
+// Graph-safe: the backward captured on a stream it never used, its replays with new dy in the
+// captured buffer correct each time (the workspace's barrier counter needs no reset).
+TEST_F(BackwardGpu, CudaGraphOnAFreshStreamReplaysWithNewInputs) {
+  device::PrimaryContext context;
+  Engine engine(test_engine_options());
+  for (const OpAffine& form : {kForms[1], kForms[4]}) {
+    Config c;
+    c.op = form.op;
+    c.affine = form.affine;
+    c.dtype = Dtype::kBF16;
+    c.hidden = 4096;
+    c.rows = 1000;
+    Backward run(engine, c, Values::kNormal, 600);
+    run.run();  // eager first, on the default stream
+    expect_exact(run, c, "eager");
+    device::Stream stream;
+    const CapturedGraph graph(stream.get(), [&] { run.backward(stream.get()); });
+    for (int replay = 0; replay < 3; ++replay) {
+      run.new_dy(700 + replay);
+      run.poison();
+      graph.replay(stream.get());
+      NORMJIT_CU(driver::api().cuStreamSynchronize(stream.get()));
+      expect_exact(run, c, "replay " + std::to_string(replay));
+    }
+  }
+}
+
+// The C entry point: a backward kernel prepared from its spec text and launched through
+// normjit_backward_args gives the C++ entry point's bits; a forward launch of it is refused.
+TEST_F(BackwardGpu, CApiLaunchesTheSameKernel) {
+  device::PrimaryContext context;
+  Engine engine(test_engine_options());
+  Config c;
+  c.op = Op::kLayerNorm;
+  c.affine = Affine::kBoth;
+  c.dtype = Dtype::kBF16;
+  c.hidden = 1000;
+  c.rows = 100;
+  Backward run(engine, c, Values::kNormal, 800);
+  run.run();
+  const std::vector<unsigned char> cpp = run.bits();
+
+  normjit_engine_options options;
+  normjit_engine_options_init(&options);
+  options.memory_only = 1;
+  normjit_engine* e = nullptr;
+  ASSERT_EQ(normjit_engine_create(&options, &e), NORMJIT_OK) << normjit_last_error();
+  normjit_kernel* k = nullptr;
+  ASSERT_EQ(normjit_prepare(e, c.name().c_str(), &k), NORMJIT_OK) << normjit_last_error();
+  const BackwardArgs a = run.args();
+  normjit_backward_args args;
+  normjit_backward_args_init(&args);
+  args.x = a.x;
+  args.dy = a.dy;
+  args.mean = a.mean;
+  args.rstd = a.rstd;
+  args.weight = a.weight;
+  args.dx = a.dx;
+  args.dweight = a.dweight;
+  args.dbias = a.dbias;
+  args.batch = a.batch;
+  run.poison();
+  EXPECT_EQ(normjit_launch_backward(k, &args, nullptr), NORMJIT_OK) << normjit_last_error();
+  NORMJIT_CU(driver::api().cuCtxSynchronize());
+  EXPECT_TRUE(run.bits() == cpp) << "the C launch differs from the C++ launch";
+  // The forward entry points refuse it, naming the one to use.
+  EXPECT_EQ(normjit_launch(k, a.x, a.dx, a.weight, nullptr, a.batch, 1e-5, nullptr),
+            NORMJIT_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(normjit_last_error()).find("normjit_launch_backward"), std::string::npos)
+      << normjit_last_error();
+  normjit_engine_destroy(e);
+}
+
+// Pointers the plan's vector accesses cannot take are refused, naming the argument, before
+// anything is launched.
+TEST_F(BackwardGpu, MisalignedPointersAreNamed) {
+  device::PrimaryContext context;
+  Engine engine(test_engine_options());
+  Config c;
+  c.op = Op::kRmsNorm;
+  c.affine = Affine::kWeight;
+  c.dtype = Dtype::kBF16;
+  c.hidden = 4096;  // 16-byte vectors
+  c.rows = 4;
+  Backward run(engine, c, Values::kNormal, 900);
+  for (const char* name : {"x", "dy", "dx", "weight", "rstd"}) {
+    BackwardArgs a = run.args();
+    a.batch = 2;  // half the rows: a shifted dx still lies inside its buffer (no overlap)
+    const auto shift = [](const void* p, int bytes) { return static_cast<const char*>(p) + bytes; };
+    const std::string n = name;
+    if (n == "x") a.x = shift(a.x, 2);
+    if (n == "dy") a.dy = shift(a.dy, 2);
+    if (n == "dx") a.dx = const_cast<char*>(shift(a.dx, 2));
+    if (n == "weight") a.weight = shift(a.weight, 2);
+    if (n == "rstd") a.rstd = reinterpret_cast<const float*>(shift(a.rstd, 2));
+    try {
+      run.backward_kernel().launch_backward(a, nullptr);
+      ADD_FAILURE() << name << ": a misaligned pointer was launched";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+      EXPECT_NE(std::string(e.what()).find("invalid " + n + " 0x"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("aligned"), std::string::npos) << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace normjit::testing

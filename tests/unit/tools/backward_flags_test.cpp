@@ -1,0 +1,108 @@
+// The backward axis (issue 20) through the normjit command: --backward on the spec flags and
+// `backward` in a prewarm manifest reach the spec's canonical text, a form without a backward
+// kernel is one error naming it, and dump shows a backward kernel's plan and configuration.
+// Nothing here launches a kernel.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "tests/unit/tools/run_tool.hpp"
+
+namespace normjit::testing {
+namespace {
+
+constexpr const char* kErrorPrefix = "normjit: error: ";
+constexpr size_t npos = std::string::npos;
+
+class BackwardFlags : public ::testing::Test {
+ protected:
+  ToolResult run(const std::vector<std::string>& args) {
+    return run_tool(args, {"NORMJIT_CACHE_DIR=" + cache_.path(), "NORMJIT_CACHE_READONLY"});
+  }
+  std::string single_error(const std::vector<std::string>& args) {
+    const ToolResult r = run(args);
+    EXPECT_NE(r.exit_code, 0) << r.describe();
+    const std::vector<std::string> lines = r.err_lines(kErrorPrefix);
+    EXPECT_EQ(lines.size(), 1u) << r.describe();
+    return lines.empty() ? "" : lines[0];
+  }
+  TempDir dir_, cache_;
+};
+
+TEST_F(BackwardFlags, DumpAndBenchListTheFlag) {
+  for (const char* command : {"dump", "bench"}) {
+    const ToolResult r = run({command, "--help"});
+    ASSERT_EQ(r.exit_code, 0) << r.describe();
+    EXPECT_NE(r.out.find("--backward"), npos) << command << "\n" << r.out;
+  }
+}
+
+TEST_F(BackwardFlags, DumpShowsTheBackwardPlanAndConfiguration) {
+  const std::vector<std::string> base = {"dump",    "--op", "layernorm",  "--shape", "8,1000",
+                                         "--dtype", "bf16", "--backward", "--arch",  "sm_90"};
+  std::vector<std::string> args = base;
+  args.insert(args.end(), {"--emit", "plan"});
+  ToolResult r = run(args);
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  EXPECT_NE(r.out.find("spec: op=layernorm shape=8,1000 dtype=bf16 normalized_dims=1 "
+                       "affine=both eps=1e-05 backward=true"),
+            npos)
+      << r.out;
+  EXPECT_NE(r.out.find("strategy: row-backward"), npos) << r.out;
+  args = base;
+  args.insert(args.end(), {"--emit", "source"});
+  r = run(args);
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  EXPECT_NE(r.out.find("normjit::row_backward<normjit::layernorm_bf16_h1000_backward>"), npos)
+      << r.out;
+}
+
+TEST_F(BackwardFlags, FormsWithoutABackwardKernelAreOneErrorNamingThem) {
+  std::string e = single_error({"dump", "--op", "groupnorm", "--shape", "2,64,8,8", "--groups", "8",
+                                "--backward", "--arch", "sm_90", "--emit", "plan"});
+  EXPECT_NE(e.find("groupnorm"), npos) << e;
+  EXPECT_NE(e.find("not yet supported"), npos) << e;
+  e = single_error({"dump", "--op", "rmsnorm", "--shape", "2,64,8,8", "--backward", "--arch",
+                    "sm_90", "--emit", "plan"});
+  EXPECT_NE(e.find("channel form"), npos) << e;
+  e = single_error({"dump", "--op", "layernorm", "--shape", "2,16384", "--backward", "--arch",
+                    "sm_90", "--emit", "plan"});
+  EXPECT_NE(e.find("unsupported shape '2,16384'"), npos) << e;
+  e = single_error({"dump", "--op", "layernorm", "--shape", "2,1024", "--backward", "--save-stats",
+                    "--arch", "sm_90", "--emit", "plan"});
+  EXPECT_NE(e.find("save_stats"), npos) << e;
+  // bench checks the spec before it looks for a GPU.
+  e = single_error(
+      {"bench", "--op", "groupnorm", "--shape", "2,64,8,8", "--groups", "8", "--backward"});
+  EXPECT_NE(e.find("groupnorm"), npos) << e;
+  EXPECT_NE(e.find("not yet supported"), npos) << e;
+}
+
+TEST_F(BackwardFlags, BenchCompileCompilesABackwardKernel) {
+  const ToolResult r = run({"bench", "--compile", "--op", "rmsnorm", "--shape", "4,4096",
+                            "--normalized-dims", "1", "--dtype", "bf16", "--affine", "weight",
+                            "--backward", "--repeat", "1", "--cache-dir", (dir_ / "bench")});
+  EXPECT_EQ(r.exit_code, 0) << r.describe();
+  EXPECT_NE(r.out.find("backward=true"), npos) << r.describe();
+}
+
+TEST_F(BackwardFlags, ManifestTakesTheBackwardField) {
+  const std::string manifest = dir_ / "manifest.json";
+  write_file(manifest,
+             R"([{"op": "rmsnorm", "shape": [4, 4096], "normalized_dims": 1, "dtype": "bf16",
+                  "affine": "weight", "backward": true}])");
+  const ToolResult r =
+      run({"prewarm", manifest, "--arch", "sm_90", "--check", "--cache-dir", (dir_ / "out")});
+  // --check compiles nothing: the missing kernel is named by its canonical spec.
+  EXPECT_NE((r.out + r.err).find("backward=true"), npos) << r.describe();
+  const std::string bad = dir_ / "bad.json";
+  write_file(bad, R"([{"op": "rmsnorm", "shape": [4, 4096], "backward": "yes"}])");
+  const std::string e =
+      single_error({"prewarm", bad, "--arch", "sm_90", "--check", "--cache-dir", (dir_ / "out")});
+  EXPECT_NE(e.find("backward"), npos) << e;
+  EXPECT_NE(e.find("true or false"), npos) << e;
+}
+
+}  // namespace
+}  // namespace normjit::testing
