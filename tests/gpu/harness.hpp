@@ -4,9 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "normjit/normjit.hpp"
@@ -175,6 +178,27 @@ inline RunResult run_and_compare(Engine& engine, const NormSpec& spec, Values va
   engine.run(spec, p.x.get(), out.get(), p.w.get(), p.b.get(), nullptr);
   NORMJIT_CU(driver::api().cuCtxSynchronize());
   return p.compare(out);
+}
+
+// Prepares every spec with up to 8 threads (NVRTC compiles in parallel; the engine joins
+// concurrent builds), so that a test over many kernels waits for the slowest compile, not the
+// sum. Errors are left to the test, which prepares each spec again where it uses it.
+inline void prepare_in_parallel(Engine& engine, const std::vector<NormSpec>& specs) {
+  const unsigned threads = std::min(8u, std::max(1u, std::thread::hardware_concurrency()));
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < threads; ++t) {
+    pool.emplace_back([&] {
+      for (size_t i = next++; i < specs.size(); i = next++) {
+        try {
+          engine.prepare(specs[i]);
+        } catch (...) {
+          // reported where the spec is used
+        }
+      }
+    });
+  }
+  for (std::thread& t : pool) t.join();
 }
 
 // A CUDA graph captured from whatever `record` enqueues on `stream` (global capture mode),

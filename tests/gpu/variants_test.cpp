@@ -897,21 +897,15 @@ class VariantRun {
 // and check each, one printed line per case.
 
 void prepare_in_parallel(Engine& engine, const std::vector<Case>& cases) {
-  const unsigned threads = std::min(8u, std::max(1u, std::thread::hardware_concurrency()));
-  std::atomic<size_t> next{0};
-  std::vector<std::thread> pool;
-  for (unsigned t = 0; t < threads; ++t) {
-    pool.emplace_back([&] {
-      for (size_t i = next++; i < cases.size(); i = next++) {
-        try {
-          engine.prepare(NormSpec::from_fields(cases[i].fields));
-        } catch (...) {
-          // reported where the case runs
-        }
-      }
-    });
+  std::vector<NormSpec> specs;
+  for (const Case& c : cases) {
+    try {
+      specs.push_back(NormSpec::from_fields(c.fields));
+    } catch (...) {
+      // reported where the case runs
+    }
   }
-  for (std::thread& t : pool) t.join();
+  testing::prepare_in_parallel(engine, specs);
 }
 
 std::string strategy_of(const NormSpec& spec, const Target& target) {
