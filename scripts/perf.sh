@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# The performance run, on the GPU machine: normjit against PyTorch eager and torch.compile
-# (tools/compare_torch.py), writing docs/performance.md, docs/performance.png and perf.json.
+# The performance run, on the GPU machine: normjit against PyTorch eager, torch.compile,
+# Liger-Kernel and a copy of each problem's bytes (tools/compare_torch.py), writing
+# docs/performance.md, docs/performance.png and perf.json.
 #   scripts/perf.sh [compare_torch.py flags]     e.g. scripts/perf.sh --only seeds --quick
 # BUILD: the build directory with libnormjit.so and tools/normjit (default: build), relative
 # to the repository root or absolute; compare_torch.py takes the library from it (--lib
 # BUILD/libnormjit.so), and a --build or --lib among the flags overrides it.
+# WHEELS (default .whl): where a Liger-Kernel wheel (liger_kernel-*.whl, pure Python) is
+# unpacked from when PyTorch's Python cannot import liger_kernel already (as
+# scripts/perf_variants.sh does); without one, the Liger column says it is absent and why.
 # OUT (the GPU machine's folder that comes back), when set: perf.log, perf.json,
 # performance.md and performance.png go there too.
 # NORMJIT_REVISION, when set, is reported as the revision measured instead of the checkout's
@@ -16,6 +20,20 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
 build=${BUILD:-build}
 export PYTHONUNBUFFERED=1
+
+wheels=${WHEELS:-$here/.whl}
+if ! python3 -c "import liger_kernel" 2>/dev/null; then
+  for w in "$wheels"/liger_kernel-*.whl; do
+    [ -f "$w" ] || continue
+    site=${TMPDIR:-/tmp}/normjit-perf-site
+    rm -rf "$site"
+    mkdir -p "$site"
+    python3 -m zipfile -e "$w" "$site"
+    export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
+    echo "perf: Liger-Kernel from $(basename "$w")"
+    break
+  done
+fi
 
 cmd=(python3 tools/compare_torch.py --build "$build" "$@")
 status=0

@@ -831,13 +831,12 @@ def liger_functions() -> tuple[dict[str, Callable], str]:
     """Liger-Kernel's forwards of the variants that it has, by variant key, called with the
     expression's arguments, returning what the expression returns; and its version or why
     not."""
-    try:
-        import importlib.metadata
-        from liger_kernel.ops.fused_add_rms_norm import fused_add_rms_norm_forward
-        from liger_kernel.ops.rms_norm import rms_norm_forward
-        version = importlib.metadata.version("liger_kernel")
-    except Exception as e:  # noqa: BLE001 - an optional peer
-        return {}, f"not measured ({ct.short_error(e)})"
+    found, version = ct.load_liger("fused_add_rms_norm.fused_add_rms_norm_forward",
+                                   "rms_norm.rms_norm_forward")
+    if not found:
+        return {}, version
+    fused_add_rms_norm_forward = found["fused_add_rms_norm.fused_add_rms_norm_forward"]
+    rms_norm_forward = found["rms_norm.rms_norm_forward"]
     fns = {
         # (Y, S, RSTD, ...): llama casting (rstd in f32, times w in bf16), like the expression.
         "add-rmsnorm": lambda x, r, w: fused_add_rms_norm_forward(x, r, w, EPS_RMS, 0.0,
@@ -979,15 +978,13 @@ class Bench:
 
     def measure_copy(self, nbytes: int, sets: int) -> Timing:
         t = Timing()
-        half = max(1, nbytes // 2)
-        src = [torch.empty(half, dtype=torch.uint8, device=self.dev).fill_(7) for _ in range(sets)]
-        dst = [torch.empty_like(s) for s in src]
+        copy = ct.own_copy(nbytes, sets, self.dev)  # compare_torch.py times the same copy
         try:
-            t.times_us = self.time_calls(lambda i: dst[i % sets].copy_(src[i % sets]))
+            t.times_us = self.time_calls(copy)
             t.us, t.status = statistics.median(t.times_us), "ok"
         except Exception as e:  # noqa: BLE001
             t.status, t.message = "failed", ct.short_error(e)
-        del src, dst
+        del copy
         return t
 
     # -- correctness ----------------------------------------------------------------------

@@ -6,8 +6,10 @@ GroupNorm shapes) this script
   * runs normjit through its C API (libnormjit.so, by the normjit package's ctypes binding,
     python/normjit/_capi.py) on PyTorch tensors,
   * checks normjit's output against a float64 reference computed by PyTorch on the device,
-  * times normjit, the PyTorch eager reference module and torch.compile of that module
-    (median of CUDA events after warm-up),
+  * times normjit, the PyTorch eager reference module, torch.compile of that module,
+    Liger-Kernel's forward where it has the problem (checked against the same float64
+    reference) and a device-to-device copy of the problem's own bytes (median of CUDA
+    events after warm-up),
 and writes docs/performance.md (tables, device, versions, copy bandwidth, JIT latency,
 the hand-written notes of docs/performance-notes.md), docs/performance.png (% of copy
 bandwidth per problem) and the raw results as JSON.
@@ -65,6 +67,13 @@ DEVICE = "cuda"
 # Device-to-device copy used as the bandwidth yardstick (bytes of one tensor; counted
 # twice, read + write). 2 GiB, as in gpu.md.
 COPY_BYTES = 2 << 30
+
+# Liger-Kernel 0.8.5 keeps a whole row in one Triton block: calculate_settings() in
+# liger_kernel/ops/utils.py raises when next_power_of_2(row) exceeds this.
+LIGER_MAX_ROW = 65536
+# The peers normjit is ranked against (the copy is a floor, not a peer).
+PEERS = ("eager", "compile", "liger")
+PEER_TITLES = {"eager": "eager", "compile": "compile", "liger": "Liger"}
 
 
 # ---------------------------------------------------------------------------------------
@@ -258,14 +267,87 @@ def select_problems(problems: list[Problem], only: Optional[str], dtypes: list[s
     return selected
 
 
+# The forward of Liger-Kernel used for each operator (module under liger_kernel.ops, function).
+LIGER_FORWARDS = {"rmsnorm": "rms_norm.rms_norm_forward",
+                  "layernorm": "layer_norm.layer_norm_forward",
+                  "groupnorm": "group_norm.group_norm_forward"}
+
+
+def liger_support(p: Problem) -> str:
+    """Why Liger-Kernel (0.8.5, read from its source) cannot compute p, or "" when it can.
+    Its RMSNorm and LayerNorm normalize the last dim of a contiguous tensor, one row per Triton
+    block; several trailing dims are given to it as one (a view, no copy)."""
+    fn = LIGER_FORWARDS[p.op].split(".")[1]
+    if p.op == "rmsnorm" and p.normalized_dims == 0:
+        return (f"Liger's {fn} normalizes the last dim only; this problem reduces dim 1 of "
+                "[N, C, *spatial] (Liger would need a transposed copy of x)")
+    if p.op in ("layernorm", "groupnorm") and p.affine != "both":
+        return f"Liger's {fn} reads a weight and a bias: it has no form without them"
+    if p.op != "groupnorm" and math.prod(p.param_shape) > LIGER_MAX_ROW:
+        return (f"rows over {LIGER_MAX_ROW} elements: Liger's {fn} keeps a row in one Triton "
+                f"block of at most {LIGER_MAX_ROW} (its calculate_settings raises above)")
+    return ""
+
+
+def liger_call(fns: dict[str, Callable], p: Problem, weight, bias) -> Callable:
+    """x -> y by Liger-Kernel's forward (p supported: liger_support(p) == ""). Liger allocates
+    y on every call and also writes its statistics (rstd; mean for LayerNorm/GroupNorm): only
+    y is kept."""
+    fn = fns[LIGER_FORWARDS[p.op]]
+    if p.op == "groupnorm":
+        return lambda x: fn(x, p.shape[1], p.groups, weight, bias, p.eps)[0]
+    # Several trailing dims: one row of their product, parameters flattened alike.
+    row = math.prod(p.param_shape)
+    w = weight.reshape(row) if weight is not None else None
+    if p.op == "rmsnorm":
+        # casting_mode "gemma": f32 math with one cast at the end, as torch.nn.RMSNorm and
+        # normjit; offset 0 (y = x * rstd * w); row_mode None (Liger picks its kernel).
+        return lambda x: fn(x.view(-1, row), w, p.eps, 0.0, "gemma", None)[0].view(x.shape)
+    b = bias.reshape(row)
+    return lambda x: fn(x.view(-1, row), w, b, p.eps)[0].view(x.shape)
+
+
+def load_liger(*names: str) -> tuple[dict[str, Callable], str]:
+    """Liger-Kernel's functions, each named "module.function" under liger_kernel.ops, and its
+    version; ({}, "not measured (why)") when they cannot be imported (an optional peer:
+    scripts/perf.sh and perf_variants.sh put its wheel on PYTHONPATH)."""
+    try:
+        import importlib
+        import importlib.metadata
+        fns = {}
+        for name in names:
+            module_name, attr = name.rsplit(".", 1)
+            module = importlib.import_module(f"liger_kernel.ops.{module_name}")
+            if not hasattr(module, attr):
+                raise ImportError(f"cannot import name {attr!r} from {module.__name__!r} "
+                                  f"({getattr(module, '__file__', '?')})")
+            fns[name] = getattr(module, attr)
+        version = importlib.metadata.version("liger_kernel")
+    except Exception as e:  # noqa: BLE001 - an optional peer
+        return {}, f"not measured ({short_error(e)})"
+    return fns, version
+
+
+def own_copy(nbytes: int, sets: int, device: str) -> Callable[[int], Any]:
+    """fn(i): a device-to-device `copy_` moving nbytes (half read from one uint8 tensor, half
+    written to another) on pair i % sets, rotated like the kernels' inputs; the pairs live as
+    long as fn."""
+    import torch
+    half = max(1, nbytes // 2)
+    src = [torch.empty(half, dtype=torch.uint8, device=device).fill_(7) for _ in range(sets)]
+    dst = [torch.empty_like(s) for s in src]
+    return lambda i: dst[i % sets].copy_(src[i % sets])
+
+
 # ---------------------------------------------------------------------------------------
 # Results
 # ---------------------------------------------------------------------------------------
 
 @dataclass
 class Measurement:
-    """One implementation (normjit, eager or compile) on one problem."""
-    status: str = "not run"            # ok | unsupported | failed | skipped | not run
+    """One implementation (normjit, eager, compile, liger or copy) on one problem."""
+    # ok | unsupported | failed | skipped | not run; liger also n/a (message: why) | absent
+    status: str = "not run"
     message: str = ""
     ms: Optional[float] = None          # median of times_ms
     times_ms: list[float] = field(default_factory=list)
@@ -273,6 +355,7 @@ class Measurement:
     first_call_kind: str = ""           # normjit: nvrtc | disk hit | memory hit
     rel_err: Optional[float] = None     # against float64, first input distribution
     nonfinite: Optional[int] = None     # elements NaN/inf (unwritten) in the output
+    passed: Optional[bool] = None       # peers: their output checked (Liger: every distribution)
 
 
 @dataclass
@@ -293,11 +376,15 @@ class ProblemResult:
     normjit: Measurement = field(default_factory=Measurement)
     eager: Measurement = field(default_factory=Measurement)
     compile: Measurement = field(default_factory=Measurement)
+    liger: Measurement = field(default_factory=Measurement)
+    copy: Measurement = field(default_factory=Measurement)  # a copy_ of bytes_moved
     checks: list[Check] = field(default_factory=list)
+    liger_checks: list[Check] = field(default_factory=list)  # Liger's y, the same distributions
     error: str = ""                    # a problem that could not be run at all
 
     def impl(self, name: str) -> Measurement:
-        return {"normjit": self.normjit, "eager": self.eager, "compile": self.compile}[name]
+        return {"normjit": self.normjit, "eager": self.eager, "compile": self.compile,
+                "liger": self.liger, "copy": self.copy}[name]
 
     @property
     def max_rel_err(self) -> Optional[float]:
@@ -356,6 +443,19 @@ class Report:
             return r.impl(other).ms / r.normjit.ms
         return None
 
+    @staticmethod
+    def pct_own_copy(r: ProblemResult) -> Optional[float]:
+        """A copy of the problem's own bytes as a share of normjit's time: copy ms / normjit ms."""
+        return 100.0 * r.copy.ms / r.normjit.ms if r.copy.ms and r.normjit.ms else None
+
+    @staticmethod
+    def best_peer(r: ProblemResult) -> Optional[str]:
+        """The fastest peer (eager, compile, liger) that was timed and whose output was not
+        found wrong; None when none was."""
+        timed = [k for k in PEERS
+                 if r.impl(k).status == "ok" and r.impl(k).ms and r.impl(k).passed is not False]
+        return min(timed, key=lambda k: r.impl(k).ms) if timed else None
+
 
 # ---------------------------------------------------------------------------------------
 # Markdown
@@ -398,19 +498,27 @@ def shape_text(shape: tuple[int, ...]) -> str:
     return "[" + ", ".join(str(s) for s in shape) + "]"
 
 
-def impl_ms_cell(m: Measurement) -> str:
+def impl_ms_cell(m: Measurement, footnotes: Optional[list[str]] = None) -> str:
+    """The time, marked when the output was wrong; else the status (n/a with the number of its
+    reason in footnotes, which collects the reasons in order of appearance)."""
     if m.status == "ok":
-        return fmt_ms(m.ms)
-    return m.status  # unsupported | failed | skipped | not run
+        return fmt_ms(m.ms) + (" **FAIL**" if m.passed is False else "")
+    if m.status == "n/a" and footnotes is not None:
+        if m.message not in footnotes:
+            footnotes.append(m.message)
+        return f"n/a [{footnotes.index(m.message) + 1}]"
+    return m.status  # unsupported | failed | skipped | not run | absent | n/a
 
 
 RESULT_HEADERS = ["problem", "shape", "reduced", "dtype", "normjit ms", "eager ms", "compile ms",
-                  "floor ms", "normjit GB/s", "% of copy", "vs eager", "vs compile",
-                  "rel. err", "check"]
-RESULT_RIGHT = set(range(4, 13))
+                  "Liger ms", "copy ms", "floor ms", "normjit GB/s", "% of copy BW", "% of copy",
+                  "vs eager", "vs compile", "vs Liger", "best peer", "vs best", "rel. err",
+                  "check"]
+RESULT_RIGHT = set(range(4, 19)) - {RESULT_HEADERS.index("best peer")}
 
 
-def result_row(report: Report, r: ProblemResult) -> list[str]:
+def result_row(report: Report, r: ProblemResult,
+               footnotes: Optional[list[str]] = None) -> list[str]:
     p = r.problem
     if r.error:
         check = "error"
@@ -418,14 +526,20 @@ def result_row(report: Report, r: ProblemResult) -> list[str]:
         check = r.normjit.status if r.normjit.status != "ok" else "—"
     else:
         check = "pass" if r.passed else "**FAIL**"
+    best = report.best_peer(r)
     return [
         p.name, shape_text(p.shape), p.describe(), p.dtype,
         impl_ms_cell(r.normjit), impl_ms_cell(r.eager), impl_ms_cell(r.compile),
+        impl_ms_cell(r.liger, footnotes), impl_ms_cell(r.copy),
         fmt_ms(report.floor_ms(r)),
         fmt_num(report.gbps(r, "normjit"), ".0f"),
         fmt_num(report.pct_copy(r, "normjit"), ".1f", "%"),
+        fmt_num(report.pct_own_copy(r), ".1f", "%"),
         fmt_num(report.speedup(r, "eager"), ".2f", "x"),
         fmt_num(report.speedup(r, "compile"), ".2f", "x"),
+        fmt_num(report.speedup(r, "liger"), ".2f", "x"),
+        PEER_TITLES[best] if best else "—",
+        fmt_num(report.speedup(r, best), ".2f", "x") if best else "—",
         fmt_err(r.max_rel_err),
         check,
     ]
@@ -521,18 +635,43 @@ def render_markdown(report: Report, notes: Optional[str], plot_name: Optional[st
         "ctypes or PyTorch dispatch (host overhead per call is in the JIT latency table).")
     add("- Problems whose x and y together are smaller than 4x L2 rotate through several "
         "input/output sets (column `rotation` in the JSON), so no call finds its data in L2.")
-    add("- Bytes moved = x read once + y written once + parameters read once; GB/s and % of "
-        "copy use them for every implementation; `floor ms` = bytes / copy bandwidth.")
-    add("- `vs eager`, `vs compile`: their time / normjit's time (above 1: normjit faster). "
-        "Eager is the reference module of PyTorch (`torch.nn.LayerNorm`, `torch.nn.GroupNorm`, "
-        "`torch.nn.RMSNorm`; the channel RMSNorm as `x / sqrt(mean(x^2, dim=1) + eps)` in fp32 "
-        "math); compile is `torch.compile(module, dynamic=False)` in default mode, compile "
-        "time excluded.")
+    add("- Bytes moved = x read once + y written once + parameters read once; GB/s and "
+        "`% of copy BW` use them for every implementation (`% of copy BW` = GB/s / the 2 GiB "
+        "copy's bandwidth below); `floor ms` = bytes / that bandwidth.")
+    add("- `copy ms`: a device-to-device `copy_` of the problem's own bytes (half read from one "
+        "uint8 tensor, half written to another), rotated through as many pairs as the "
+        "problem's input/output sets and timed exactly as the kernels; `% of copy` = copy ms / "
+        "normjit ms (100%: normjit as fast as a copy of the same bytes).")
+    add("- `vs eager`, `vs compile`, `vs Liger`: their time / normjit's time (above 1: normjit "
+        "faster). Eager is the reference module of PyTorch (`torch.nn.LayerNorm`, "
+        "`torch.nn.GroupNorm`, `torch.nn.RMSNorm`; the channel RMSNorm as "
+        "`x / sqrt(mean(x^2, dim=1) + eps)` in fp32 math); compile is "
+        "`torch.compile(module, dynamic=False)` in default mode, compile time excluded.")
+    add("- Liger is Liger-Kernel's forward (Python + Triton; version in the table above) "
+        "called directly: `liger_kernel.ops.rms_norm.rms_norm_forward(x, w, eps, 0.0, "
+        "\"gemma\", None)` (f32 math, one cast at the end, as `torch.nn.RMSNorm`), "
+        "`layer_norm.layer_norm_forward(x, w, b, eps)`, `group_norm.group_norm_forward(x, C, "
+        "G, w, b, eps)`; several trailing dims are passed as one row (x viewed as "
+        "[rows, product], the parameters flattened: no copy). It allocates y on each call and "
+        "also writes its statistics (rstd, and mean for LayerNorm/GroupNorm), not counted in "
+        "the bytes. Its compile time is excluded (first call). `n/a [k]`: Liger cannot "
+        "compute that problem, for the reason in note k under the table; `absent`: "
+        "Liger-Kernel could not be imported in this run.")
+    absent = [r.liger.message for r in report.results if r.liger.status == "absent"]
+    if absent:
+        add(f"- **Liger-Kernel is absent from this run**: {absent[0]}. scripts/perf.sh puts its "
+            "wheel (`liger_kernel-*.whl` in WHEELS, default .whl) on PYTHONPATH when "
+            "`import liger_kernel` fails.")
+    add("- `best peer`: the fastest of eager, compile and Liger whose output passed its check; "
+        "`vs best` = its time / normjit's time (at or above 1: normjit ahead of every peer). "
+        "The copy is a floor, not a peer.")
     add("- `rel. err` = ||y - ref|| / ||ref|| against float64 computed by PyTorch on the device "
         "from the same inputs and parameters, the largest over the input distributions "
         "checked (RMSNorm: N(1, 2) and N(0, 1e-3); LayerNorm/GroupNorm: N(3, 1.5) and "
         "N(100, 1)); the output is filled with NaN first and must be entirely written. "
-        "Pass: f32 under 1e-5, f16/bf16 under 1e-2.")
+        "Pass: f32 under 1e-5, f16/bf16 under 1e-2. Liger's y is checked against the same "
+        "reference on every distribution, eager's and compile's on the first; a peer's time "
+        "whose output failed is marked **FAIL** (and it is no best peer).")
     add(f"- Random seed {s.get('seed')}.")
     add("")
 
@@ -543,7 +682,8 @@ def render_markdown(report: Report, notes: Optional[str], plot_name: Optional[st
         add(f"Device-to-device copy of {COPY_BYTES / 2**30:g} GiB (`dst.copy_(src)`, f32), bytes "
             f"read + written, median of {len(report.copy_times_ms)}: **{report.copy_gbps:.0f} GB/s** "
             f"({fmt_ms(statistics.median(report.copy_times_ms))} ms; min {fmt_ms(lo)}, "
-            f"max {fmt_ms(hi)} ms). The % of copy columns are relative to this number.")
+            f"max {fmt_ms(hi)} ms). The `% of copy BW` columns are relative to this number; "
+            "`% of copy` to a copy of each problem's own bytes, in its row.")
         if report.size_copies:
             add("")
             add("A copy as small as a seed problem does not reach that bandwidth either (its start "
@@ -566,15 +706,21 @@ def render_markdown(report: Report, notes: Optional[str], plot_name: Optional[st
     for g in groups:
         add(f"### {GROUP_TITLES.get(g, g)}")
         add("")
-        rows = [result_row(report, r) for r in report.results if r.problem.group == g]
+        footnotes: list[str] = []
+        rows = [result_row(report, r, footnotes) for r in report.results if r.problem.group == g]
         out += md_table(RESULT_HEADERS, rows, RESULT_RIGHT)
         add("")
+        for k, why in enumerate(footnotes, 1):
+            add(f"- [{k}] Liger n/a: {why}.")
+        if footnotes:
+            add("")
     if plot_name:
         add(f"![% of copy bandwidth per problem]({plot_name})")
         add("")
 
     problems = [r for r in report.results if r.error or r.normjit.status not in ("ok", "unsupported")
-                or r.passed is False or r.eager.status == "failed" or r.compile.status == "failed"]
+                or r.passed is False or any(r.impl(k).status == "failed" for k in PEERS + ("copy",))
+                or any(not c.passed for c in r.liger_checks)]
     if problems or report.warnings:
         add("### Failures and warnings")
         add("")
@@ -582,15 +728,16 @@ def render_markdown(report: Report, notes: Optional[str], plot_name: Optional[st
             key = r.problem.key
             if r.error:
                 add(f"- {key}: {r.error}")
-            for impl in ("normjit", "eager", "compile"):
+            for impl in ("normjit",) + PEERS + ("copy",):
                 m = r.impl(impl)
                 if m.status in ("failed",) or (impl == "normjit" and m.status == "error"):
                     add(f"- {key}, {impl}: {m.message}")
-            for c in r.checks:
-                if not c.passed:
-                    add(f"- {key}, normjit on {c.dist}: rel. err {fmt_err(c.rel_err)}, "
-                        f"max abs err {fmt_err(c.max_abs_err)}, {c.nonfinite} non-finite "
-                        "(unwritten) elements")
+            for who, checks in (("normjit", r.checks), ("Liger", r.liger_checks)):
+                for c in checks:
+                    if not c.passed:
+                        add(f"- {key}, {who} on {c.dist}: rel. err {fmt_err(c.rel_err)}, "
+                            f"max abs err {fmt_err(c.max_abs_err)}, {c.nonfinite} non-finite "
+                            "(unwritten) elements")
         for w in report.warnings:
             add(f"- {w}")
         add("")
@@ -628,24 +775,29 @@ def render_markdown(report: Report, notes: Optional[str], plot_name: Optional[st
 
 def render_summary(report: Report) -> str:
     """The short table printed at the end of the run."""
-    headers = ["problem", "dtype", "normjit", "eager", "compile", "%copy", "vs eager",
-               "vs compile", "rel.err", "check"]
+    headers = ["problem", "dtype", "normjit", "eager", "compile", "liger", "copy", "%copyBW",
+               "%copy", "best", "vs best", "rel.err", "check"]
+    picked = ["normjit ms", "eager ms", "compile ms", "Liger ms", "copy ms", "% of copy BW",
+              "% of copy", "best peer", "vs best", "rel. err", "check"]
+    col = [RESULT_HEADERS.index(h) for h in picked]
     rows = []
     for r in report.results:
         row = result_row(report, r)
-        rows.append([r.problem.name, r.problem.dtype, row[4], row[5], row[6], row[9], row[10],
-                     row[11], row[12], row[13].replace("*", "")])
+        rows.append([r.problem.name, r.problem.dtype]
+                    + [row[i].replace("*", "") for i in col])
     widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h)
               for i, h in enumerate(headers)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths))]
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in rows]
     if report.copy_gbps:
-        lines.append(f"copy bandwidth {report.copy_gbps:.0f} GB/s; times in ms (median)")
+        lines.append(f"copy bandwidth {report.copy_gbps:.0f} GB/s; times in ms (median); "
+                     "%copy = a copy of the same bytes / normjit")
     return "\n".join(lines)
 
 
 def write_plot(report: Report, path: Path) -> bool:
-    """Horizontal grouped bars: % of copy bandwidth per problem for normjit, eager, compile."""
+    """Horizontal grouped bars: % of copy bandwidth per problem for normjit, eager, compile and
+    Liger; a tick where a copy of the problem's own bytes is."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -656,26 +808,32 @@ def write_plot(report: Report, path: Path) -> bool:
     results = [r for r in report.results if not r.error]
     if not results or not report.copy_gbps:
         return False
-    impls = [("normjit", "tab:green"), ("eager", "tab:gray"), ("compile", "tab:blue")]
-    height = 0.26
-    fig, ax = plt.subplots(figsize=(10, 1.2 + 0.55 * len(results)))
+    impls = [("normjit", "tab:green"), ("eager", "tab:gray"), ("compile", "tab:blue"),
+             ("liger", "tab:orange")]
+    height = 0.2
+    fig, ax = plt.subplots(figsize=(10, 1.2 + 0.7 * len(results)))
     for j, (impl, color) in enumerate(impls):
-        ys = [i + (j - 1) * height for i in range(len(results))]
+        ys = [i + (j - 1.5) * height for i in range(len(results))]
         vals = [report.pct_copy(r, impl) or 0.0 for r in results]
         ax.barh(ys, vals, height=height, color=color, label=impl)
         for y, r, v in zip(ys, results, vals):
             m = r.impl(impl)
             text = f"{v:.0f}%" if m.ms else m.status
-            if impl == "normjit" and r.passed is False:
+            if (impl == "normjit" and r.passed is False) or (m.ms and m.passed is False):
                 text += " FAIL"
             ax.text(v + 1, y, text, va="center", fontsize=6)
+    copies = [(i, report.pct_copy(r, "copy")) for i, r in enumerate(results)]
+    copies = [(i, v) for i, v in copies if v]
+    if copies:
+        ax.scatter([v for _, v in copies], [i for i, _ in copies], marker="|", s=300,
+                   color="black", label="copy of the same bytes", zorder=3)
     ax.set_yticks(range(len(results)))
     ax.set_yticklabels([f"{r.problem.name} {r.problem.dtype}" for r in results], fontsize=7)
     ax.invert_yaxis()
     ax.axvline(100, color="black", linewidth=0.8)
     ax.axvline(90, color="tab:red", linewidth=0.8, linestyle="--", label="90% target")
     ax.set_xlabel(f"% of device-to-device copy bandwidth ({report.copy_gbps:.0f} GB/s)")
-    ax.set_title(f"normjit vs PyTorch on {report.env.get('device', '?')}", fontsize=9)
+    ax.set_title(f"normjit vs PyTorch and Liger on {report.env.get('device', '?')}", fontsize=9)
     ax.legend(loc="lower right", fontsize=7)
     ax.set_xlim(0, max(110, *(report.pct_copy(r, i) or 0 for r in results for i, _ in impls)) + 12)
     fig.tight_layout()
@@ -692,10 +850,14 @@ def report_json(report: Report) -> dict:
         d["bytes_moved"] = r.problem.bytes_moved
         d["derived"] = {
             "floor_ms": report.floor_ms(r),
-            **{f"{i}_gbps": report.gbps(r, i) for i in ("normjit", "eager", "compile")},
-            **{f"{i}_pct_copy": report.pct_copy(r, i) for i in ("normjit", "eager", "compile")},
+            **{f"{i}_gbps": report.gbps(r, i) for i in ("normjit",) + PEERS + ("copy",)},
+            **{f"{i}_pct_copy": report.pct_copy(r, i) for i in ("normjit",) + PEERS + ("copy",)},
+            "normjit_pct_own_copy": report.pct_own_copy(r),
             "speedup_vs_eager": report.speedup(r, "eager"),
             "speedup_vs_compile": report.speedup(r, "compile"),
+            "speedup_vs_liger": report.speedup(r, "liger"),
+            "best_peer": report.best_peer(r),
+            "speedup_vs_best": report.speedup(r, report.best_peer(r)) if report.best_peer(r) else None,
             "max_rel_err": r.max_rel_err,
             "passed": r.passed,
         }
@@ -1038,9 +1200,12 @@ class Runner:
     """Runs the problems one by one; holds what every problem shares."""
 
     def __init__(self, args: argparse.Namespace, nj: Normjit, engine: int, l2_bytes: int,
-                 copy_gbps: Optional[float], warnings: list[str]):
+                 copy_gbps: Optional[float], warnings: list[str],
+                 liger: Optional[dict[str, Callable]] = None, liger_why: str = ""):
         import torch
         self.args = args
+        self.liger = liger or {}      # load_liger()'s functions; empty: Liger absent
+        self.liger_why = liger_why    # why it is absent
         self.nj = nj
         self.engine = engine
         self.l2_bytes = l2_bytes
@@ -1105,6 +1270,13 @@ class Runner:
                               ptr(bias), stream) for i in range(n)]
         module = make_module(p, weight, bias)
         outputs = {}
+        liger = None
+        if not self.liger:
+            r.liger.status, r.liger.message = "absent", self.liger_why
+        elif liger_support(p):
+            r.liger.status, r.liger.message = "n/a", liger_support(p)
+        else:
+            liger = liger_call(self.liger, p, weight, bias)
 
         # First calls: normjit (JIT compile or cache load), eager, torch.compile (compile).
         ys[0].fill_(math.nan)  # poison: every element must be written
@@ -1119,8 +1291,12 @@ class Runner:
             outputs["compile"] = self.first_call(r.compile, "compile", lambda: compiled(xs[0]))
             if outputs["compile"] is None:
                 compiled = None
+        if liger is not None:
+            outputs["liger"] = self.first_call(r.liger, "liger", lambda: liger(xs[0]))
+            if outputs["liger"] is None:
+                liger = None
 
-        # Correctness of all three against float64, one pass over the reference.
+        # Correctness of all four against float64, one pass over the reference.
         present = {k: v for k, v in outputs.items() if v is not None}
         if present:
             stats = compare_to_reference(p, xs[0], weight, bias, present)
@@ -1128,13 +1304,17 @@ class Runner:
                 m = r.impl(k)
                 m.rel_err, m.nonfinite = st.rel_err, st.nonfinite
                 ok = passes(p, st)
+                if k != "normjit":
+                    m.passed = ok
+                check = Check(dist.label(), st.rel_err, st.max_abs_err, st.nonfinite, ok)
                 if k == "normjit":
-                    r.checks.append(Check(dist.label(), st.rel_err, st.max_abs_err,
-                                          st.nonfinite, ok))
+                    r.checks.append(check)
+                elif k == "liger":
+                    r.liger_checks.append(check)
                 self.log(f"  {k:8s} rel. err {fmt_err(st.rel_err)} on {dist.label()}"
                          f"{'' if ok else '  ** FAIL **'}"
                          + (f" ({st.nonfinite} non-finite)" if st.nonfinite else ""))
-                if not ok and k != "normjit":
+                if not ok and k in ("eager", "compile"):
                     self.warnings.append(f"{p.key}: PyTorch {k} is off the float64 reference "
                                          f"by {fmt_err(st.rel_err)}")
         outputs.clear()
@@ -1148,18 +1328,46 @@ class Runner:
             self.timed(r, p, "eager", lambda i: module(xs[i % n]))
         if compiled is not None:
             self.timed(r, p, "compile", lambda i: compiled(xs[i % n]))
+        if liger is not None:
+            self.timed(r, p, "liger", lambda i: liger(xs[i % n]))
 
-        # More input distributions, normjit only.
-        if r.normjit.status == "ok":
+        # More input distributions: normjit and Liger.
+        if r.normjit.status == "ok" or liger is not None:
             for d in p.dists[1:]:
                 xs[0].normal_(d.mean, d.std, generator=self.gen)
-                ys[0].fill_(math.nan)
-                calls[0]()
-                st = compare_to_reference(p, xs[0], weight, bias, {"normjit": ys[0]})["normjit"]
-                ok = passes(p, st)
-                r.checks.append(Check(d.label(), st.rel_err, st.max_abs_err, st.nonfinite, ok))
-                self.log(f"  normjit  rel. err {fmt_err(st.rel_err)} on {d.label()}"
-                         f"{'' if ok else '  ** FAIL **'}")
+                outs = {}
+                if r.normjit.status == "ok":
+                    ys[0].fill_(math.nan)
+                    calls[0]()
+                    outs["normjit"] = ys[0]
+                if liger is not None:
+                    outs["liger"] = liger(xs[0])
+                stats = compare_to_reference(p, xs[0], weight, bias, outs)
+                for k, st in stats.items():
+                    ok = passes(p, st)
+                    check = Check(d.label(), st.rel_err, st.max_abs_err, st.nonfinite, ok)
+                    (r.checks if k == "normjit" else r.liger_checks).append(check)
+                    if k == "liger":
+                        r.liger.passed = r.liger.passed is not False and ok
+                    self.log(f"  {k:8s} rel. err {fmt_err(st.rel_err)} on {d.label()}"
+                             f"{'' if ok else '  ** FAIL **'}")
+                outs.clear()
+
+        # A copy of the problem's own bytes, rotated and timed as the kernels, once the
+        # problem's tensors are freed.
+        del xs, ys, calls, module, compiled, liger, weight, bias
+        free_device_memory()
+        try:
+            copy = own_copy(p.bytes_moved, n, DEVICE)
+        except Exception as e:  # noqa: BLE001 - the kernels' numbers stand without it
+            r.copy.status, r.copy.message = "failed", short_error(e)
+            self.log(f"  copy     failed: {r.copy.message}")
+            free_device_memory()
+            return
+        self.timed(r, p, "copy", copy)
+        if r.copy.ms is not None:
+            r.copy.status = "ok"
+        del copy
 
     def first_normjit_call(self, m: Measurement, call: Callable[[], None], y):
         import torch
@@ -1404,6 +1612,8 @@ def run_gpu(args: argparse.Namespace, problems: list[Problem], command: str) -> 
         return 2
 
     env, l2 = collect_environment(lib_path)
+    liger, env["Liger-Kernel"] = load_liger(*LIGER_FORWARDS.values())
+    liger_why = env["Liger-Kernel"]
     report = Report(env=env, command=command,
                     date_utc=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                     settings={"reps": args.reps, "warmup": args.warmup, "seed": args.seed,
@@ -1426,7 +1636,7 @@ def run_gpu(args: argparse.Namespace, problems: list[Problem], command: str) -> 
             report.size_copies.append((label, nbytes, gbps))
             print(f"  a copy moving {nbytes / 1e6:.1f} MB ({label}): {gbps:.0f} GB/s", flush=True)
 
-        runner = Runner(args, nj, engine, l2, report.copy_gbps, report.warnings)
+        runner = Runner(args, nj, engine, l2, report.copy_gbps, report.warnings, liger, liger_why)
         started = time.perf_counter()
         for i, p in enumerate(problems, 1):
             print(f"[{i}/{len(problems)}] {p.key} {shape_text(p.shape)} {p.describe()}, "
@@ -1507,31 +1717,50 @@ def check_tables(markdown: str) -> list[list[list[str]]]:
 
 def fake_report() -> Report:
     ps = {p.key: p for p in default_problems()}
-    ok = lambda ms, err=1e-7: Measurement(status="ok", ms=ms, times_ms=[ms] * 3,  # noqa: E731
-                                          rel_err=err, nonfinite=0)
+    ok = lambda ms, err=1e-7, passed=None: Measurement(  # noqa: E731
+        status="ok", ms=ms, times_ms=[ms] * 3, rel_err=err, nonfinite=0, passed=passed)
+    na = lambda p: Measurement(status="n/a", message=liger_support(p))  # noqa: E731
     results = []
-    # Seed RMSNorm f32 at 5.2 ms: normjit fine.
-    r = ProblemResult(ps["seed rmsnorm f32"], normjit=ok(5.2), eager=ok(14.34), compile=ok(5.49),
+    # Seed RMSNorm f32 at 5.2 ms: normjit fine; Liger has no channel form.
+    p = ps["seed rmsnorm f32"]
+    r = ProblemResult(p, normjit=ok(5.2), eager=ok(14.34, passed=True),
+                      compile=ok(5.49, passed=True), liger=na(p), copy=ok(4.96),
                       checks=[Check("N(1, 2)", 1.1e-7, 1e-6, 0, True),
                               Check("N(0, 0.001)", 2e-7, 1e-6, 0, True)])
     results.append(r)
-    # LayerNorm f32: unsupported by normjit; compile failed.
-    results.append(ProblemResult(ps["seed layernorm f32"],
-                                 normjit=Measurement(status="unsupported", message="op=layernorm | x"),
-                                 eager=ok(8.26), compile=Measurement(status="failed",
-                                                                     message="BackendCompilerFailed: boom")))
-    # GroupNorm bf16: normjit wrote NaN somewhere.
+    # LayerNorm f32: unsupported by normjit; compile failed; Liger: rows too long.
+    p = ps["seed layernorm f32"]
+    results.append(ProblemResult(p, normjit=Measurement(status="unsupported",
+                                                         message="op=layernorm | x"),
+                                 eager=ok(8.26, passed=True), liger=na(p), copy=ok(0.19),
+                                 compile=Measurement(status="failed",
+                                                     message="BackendCompilerFailed: boom")))
+    # GroupNorm bf16: normjit wrote NaN somewhere; Liger faster but off on N(100, 1).
     results.append(ProblemResult(ps["seed groupnorm bf16"], normjit=ok(3.0, math.nan),
-                                 eager=ok(8.44), compile=ok(4.10),
-                                 checks=[Check("N(3, 1.5)", math.nan, math.nan, 12, False)]))
+                                 eager=ok(8.44, passed=True), compile=ok(4.10, passed=True),
+                                 liger=ok(2.9, 2e-3, passed=False), copy=ok(2.48),
+                                 checks=[Check("N(3, 1.5)", math.nan, math.nan, 12, False)],
+                                 liger_checks=[Check("N(3, 1.5)", 2e-3, 0.01, 0, True),
+                                               Check("N(100, 1)", 3e-2, 0.5, 0, False)]))
+    # LLM rows: Liger the best peer; the copy of the same bytes faster than normjit.
     results.append(ProblemResult(ps["llm rmsnorm h4096 bf16"], rotation=4, normjit=ok(0.025, 3e-3),
-                                 eager=ok(0.06, 3e-3), compile=ok(0.03, 3e-3),
-                                 checks=[Check("N(1, 2)", 3e-3, 0.01, 0, True)]))
+                                 eager=ok(0.06, 3e-3, True), compile=ok(0.03, 3e-3, True),
+                                 liger=ok(0.024, 3e-3, True), copy=ok(0.0225),
+                                 checks=[Check("N(1, 2)", 3e-3, 0.01, 0, True)],
+                                 liger_checks=[Check("N(1, 2)", 3e-3, 0.01, 0, True)]))
     results.append(ProblemResult(ps["sd groupnorm c320 64x64 b2 f32"], error="OutOfMemoryError: x"))
-    return Report(env={"device": "FakeGPU (132 SMs)", "PyTorch": "2.11.0", "Triton": "3.5"},
+    # Liger not importable in that run.
+    results.append(ProblemResult(ps["long rmsnorm 64Mi f32"], normjit=ok(0.4), eager=ok(1.0, passed=True),
+                                 compile=ok(0.5, passed=True),
+                                 liger=Measurement(status="absent", message="not measured "
+                                                   "(ModuleNotFoundError: No module named 'triton')"),
+                                 copy=Measurement(status="failed", message="OutOfMemoryError: y"),
+                                 checks=[Check("N(1, 2)", 1e-7, 1e-6, 0, True)]))
+    return Report(env={"device": "FakeGPU (132 SMs)", "PyTorch": "2.11.0", "Triton": "3.5",
+                       "Liger-Kernel": "0.8.5"},
                   command="python3 tools/compare_torch.py --selftest", date_utc="2025-01-01 00:00 UTC",
                   settings={"reps": 20, "warmup": 3, "seed": 1},
-                  copy_gbps=3000.0, copy_times_ms=[1.43, 1.44, 1.45], results=results, planned=6,
+                  copy_gbps=3000.0, copy_times_ms=[1.43, 1.44, 1.45], results=results, planned=7,
                   size_copies=[("seed layernorm bf16", 285_000_000, 2850.0)],
                   jit=JitLatency("normjit bench --jit-latency --json", "ok",
                                  data={"device": "H100", "cold_compile_ms": 812.5,
@@ -1596,22 +1825,43 @@ def selftest() -> int:
     md = render_markdown(report, notes, "performance.png")
     tables = check_tables(md)
     results = [t for t in tables if t[0] == RESULT_HEADERS]
-    assert len(results) == 3, "one table per group (seeds, llm, sd)"
+    assert len(results) == 4, "one table per group (seeds, llm, sd, long)"
     seeds = {(row[0], row[3]): row for row in results[0][1:]}
     row = seeds[("seed rmsnorm", "f32")]
     col = {h: i for i, h in enumerate(RESULT_HEADERS)}
     assert row[col["normjit ms"]] == "5.200" and row[col["eager ms"]] == "14.34"
     assert row[col["vs eager"]] == "2.76x" and row[col["vs compile"]] == "1.06x", row
-    assert row[col["% of copy"]] == f"{100 * rms.bytes_moved / 5.2e-3 / 1e9 / 3000:.1f}%"
+    assert row[col["% of copy BW"]] == f"{100 * rms.bytes_moved / 5.2e-3 / 1e9 / 3000:.1f}%"
     assert row[col["rel. err"]] == "2.0e-07" and row[col["check"]] == "pass"
     assert row[col["shape"]] == "[112, 64, 512, 512]"
+    # The new peers: Liger n/a with its reason as a note under the table, the copy of the
+    # problem's own bytes, the best peer.
+    assert row[col["Liger ms"]] == "n/a [1]" and row[col["vs Liger"]] == "—", row
+    assert row[col["copy ms"]] == "4.960" and row[col["% of copy"]] == "95.4%", row
+    assert row[col["best peer"]] == "compile" and row[col["vs best"]] == "1.06x", row
     row = seeds[("seed layernorm", "f32")]
     assert row[col["normjit ms"]] == "unsupported" and row[col["compile ms"]] == "failed"
     assert row[col["vs eager"]] == "—" and row[col["check"]] == "unsupported"
-    assert row[col["eager ms"]] == "8.260"
+    assert row[col["eager ms"]] == "8.260" and row[col["Liger ms"]] == "n/a [2]", row
+    assert row[col["best peer"]] == "eager" and row[col["vs best"]] == "—"
+    assert row[col["% of copy"]] == "—" and row[col["copy ms"]] == "0.190"
     row = seeds[("seed groupnorm", "bf16")]
     assert row[col["rel. err"]] == "NaN" and row[col["check"]] == "**FAIL**"
+    # Liger is the fastest here but wrong: marked, and no best peer.
+    assert row[col["Liger ms"]] == "2.900 **FAIL**" and row[col["best peer"]] == "compile", row
+    assert row[col["vs Liger"]] == "0.97x" and row[col["vs best"]] == "1.37x", row
+    assert "- [1] Liger n/a: Liger's rms_norm_forward normalizes the last dim only" in md
+    assert "- [2] Liger n/a: rows over 65536 elements: Liger's layer_norm_forward" in md
+    assert "seed groupnorm bf16, Liger on N(100, 1): rel. err 3.0e-02" in md
+    llm = results[1][1]
+    assert llm[col["best peer"]] == "Liger" and llm[col["vs best"]] == "0.96x", llm
+    assert llm[col["Liger ms"]] == "0.024" and llm[col["% of copy"]] == "90.0%", llm
     assert results[2][1][col["check"]] == "error"
+    long_row = results[3][1]
+    assert long_row[col["Liger ms"]] == "absent" and long_row[col["copy ms"]] == "failed"
+    assert long_row[col["best peer"]] == "compile" and long_row[col["vs best"]] == "1.25x"
+    assert "long rmsnorm 64Mi f32, copy: OutOfMemoryError: y" in md
+    assert "Liger-Kernel is absent from this run**: not measured (ModuleNotFoundError" in md
     copies = [t for t in tables if t[0][0] == "seed problems"]
     assert copies and copies[0][1] == ["seed layernorm bf16", "285.0", "0.100", "2850", "95.0%"]
     sizes = seed_sizes(default_problems())
@@ -1619,7 +1869,7 @@ def selftest() -> int:
     assert "seed rmsnorm bf16" in sizes[2][0] and "seed groupnorm bf16" in sizes[2][0], sizes
     for needle in ("# normjit performance", "FakeGPU", "3000 GB/s", "## JIT latency",
                    "## Analysis per kernel", "Limited by bytes | see ncu.", "![% of copy",
-                   "Incomplete run: 5 of 6", "BackendCompilerFailed: boom", "12 non-finite",
+                   "Incomplete run: 6 of 7", "BackendCompilerFailed: boom", "12 non-finite",
                    "off the float64 reference", "`python3 tools/compare_torch.py --selftest`",
                    "cold_compile_ms", "hits.disk_ms", "launch_us"):
         assert needle in md, needle

@@ -1,0 +1,200 @@
+"""tools/compare_torch.py and tools/bench_variants.py where there is no GPU: their --selftest
+(no torch needed), and compare_torch's measuring flow on CPU tensors (needs PyTorch): its Runner
+with torch.cuda's events stubbed, normjit standing in through the pointers the Runner passes,
+and a stand-in Liger-Kernel with Liger 0.8.5's signatures (one of them wrong on purpose), so the
+Liger and copy columns, their checks against float64, the n/a notes and the best peer are
+exercised end to end."""
+import argparse
+import importlib.metadata
+import math
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tools"))
+
+
+@pytest.mark.parametrize("tool", ["compare_torch.py", "bench_variants.py"])
+def test_selftest(tool):
+    out = subprocess.run([sys.executable, str(REPO / "tools" / tool), "--selftest"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "selftest: ok" in out.stdout
+
+
+def fake_liger(torch, wrong_layernorm: bool):
+    """Modules liger_kernel.ops.{rms_norm,layer_norm,group_norm} with Liger 0.8.5's forward
+    signatures and return tuples (y first), computing in float32."""
+    F = torch.nn.functional
+    calls = []
+
+    def rms_norm_forward(X, W, eps, offset, casting_mode, row_mode):
+        assert X.dim() == 2 and casting_mode == "gemma" and offset == 0.0 and row_mode is None
+        calls.append(("rms", tuple(X.shape)))
+        xf = X.float()
+        y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+        if W is not None:
+            y = y * (offset + W.float())
+        return y.to(X.dtype), X, None, 0, 0, casting_mode
+
+    def layer_norm_forward(X, W, B, eps):
+        assert X.dim() == 2 and W.shape == B.shape == (X.shape[1],)
+        calls.append(("ln", tuple(X.shape)))
+        y = F.layer_norm(X.float(), (X.shape[1],), W.float(), B.float(), eps)
+        if wrong_layernorm:
+            y = y + 0.01
+        return y.to(X.dtype), X, None, None, 0, 0
+
+    def group_norm_forward(X, num_channels, num_groups, W, B, eps):
+        assert X.shape[1] == num_channels
+        calls.append(("gn", tuple(X.shape)))
+        y = F.group_norm(X.float(), num_groups, W.float(), B.float(), eps)
+        return y.to(X.dtype), X, None, None, 0
+
+    mods = {}
+    for name, fn in (("rms_norm", rms_norm_forward), ("layer_norm", layer_norm_forward),
+                     ("group_norm", group_norm_forward)):
+        m = types.ModuleType(f"liger_kernel.ops.{name}")
+        setattr(m, fn.__name__, fn)
+        mods[m.__name__] = m
+    mods["liger_kernel"] = types.ModuleType("liger_kernel")
+    mods["liger_kernel.ops"] = types.ModuleType("liger_kernel.ops")
+    return mods, calls
+
+
+class StandInNormjit:
+    """normjit's C API as the Runner calls it, computed by compare_torch's float64 reference on
+    tensors made from the raw pointers the Runner passes (CPU memory)."""
+
+    def __init__(self, torch, ct):
+        self.torch, self.ct = torch, ct
+
+    def counters(self, engine):
+        return (1, 0, 0)
+
+    def tensor(self, ptr, shape, dtype):
+        import ctypes
+        torch = self.torch
+        dt = self.ct.torch_dtype(dtype)
+        n = math.prod(shape) * torch.empty((), dtype=dt).element_size()
+        buf = (ctypes.c_char * n).from_address(ptr)
+        return torch.frombuffer(buf, dtype=dt).view(shape)
+
+    def bind(self, engine, p, x, y, weight, bias, stream):
+        def call():
+            xt, yt = self.tensor(x, p.shape, p.dtype), self.tensor(y, p.shape, p.dtype)
+            w = self.tensor(weight, p.param_shape, p.dtype).double() if weight else None
+            b = self.tensor(bias, p.param_shape, p.dtype).double() if bias else None
+            yt.copy_(self.ct.reference_f64(p, xt, w, b))
+        return call
+
+
+def test_runner_on_cpu(monkeypatch, tmp_path):
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed (CI installs none)")
+    import compare_torch as ct
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            self.t = 0.0
+
+        def record(self):
+            import time
+            self.t = time.perf_counter()
+
+        def elapsed_time(self, end):
+            return (end.t - self.t) * 1e3
+
+    monkeypatch.setattr(ct, "DEVICE", "cpu")
+    for name, value in (("Event", Event), ("synchronize", lambda: None),
+                        ("empty_cache", lambda: None), ("reset_peak_memory_stats", lambda: None),
+                        ("max_memory_allocated", lambda: 0),
+                        ("_sleep", lambda cycles: None),
+                        ("current_stream", lambda: types.SimpleNamespace(cuda_stream=0))):
+        monkeypatch.setattr(torch.cuda, name, value)
+    mods, calls = fake_liger(torch, wrong_layernorm=True)
+    for name, m in mods.items():
+        monkeypatch.setitem(sys.modules, name, m)
+    real_version = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version",
+                        lambda d: "0.8.5-stand-in" if d == "liger_kernel" else real_version(d))
+
+    fns, version = ct.load_liger(*ct.LIGER_FORWARDS.values())
+    assert version == "0.8.5-stand-in" and len(fns) == 3
+    P = ct.Problem
+    problems = [
+        P("rms channel", "seeds", "rmsnorm", (2, 8, 4, 4), "f32", 1e-5),
+        P("rms rows", "llm", "rmsnorm", (16, 64), "bf16", 1e-6, normalized_dims=1,
+          affine="weight"),
+        P("ln 2 dims", "odd", "layernorm", (8, 4, 6), "f32", 1e-5, normalized_dims=2,
+          affine="both"),
+        P("ln long", "odd", "layernorm", (2, 65537), "f32", 1e-5, normalized_dims=1,
+          affine="both"),
+        P("gn", "sd", "groupnorm", (2, 8, 3, 3), "f32", 1e-5, groups=4, affine="both"),
+    ]
+    args = argparse.Namespace(seed=3, reps=3, warmup=1, skip_compile=True)
+    warnings = []
+    runner = ct.Runner(args, StandInNormjit(torch, ct), 0, 1 << 20, 3000.0, warnings, fns,
+                       version)
+    results = [runner.run(p) for p in problems]
+    by = {r.problem.name: r for r in results}
+    for r in results:
+        assert not r.error, r.error
+        assert r.passed, (r.problem.name, r.checks)
+        assert r.copy.status == "ok" and r.copy.ms is not None and len(r.copy.times_ms) == 3
+        assert r.rotation > 1  # tiny problems rotate through sets, the copy too
+    assert by["rms channel"].liger.status == "n/a"
+    assert by["ln long"].liger.status == "n/a" and "65536" in by["ln long"].liger.message
+    # Several trailing dims reach Liger as one row; checked on both distributions.
+    assert ("ln", (8, 24)) in calls and ("rms", (16, 64)) in calls and ("gn", (2, 8, 3, 3)) in calls
+    assert by["rms rows"].liger.passed is True and len(by["rms rows"].liger_checks) == 2
+    assert by["gn"].liger.passed is True and by["gn"].liger.ms is not None
+    wrong = by["ln 2 dims"]
+    assert wrong.liger.passed is False and len(wrong.liger_checks) == 2
+    assert not any(c.passed for c in wrong.liger_checks)
+
+    report = ct.Report(env={"device": "CPU", "Liger-Kernel": version}, command="test",
+                       date_utc="now", settings={"reps": 3, "warmup": 1, "seed": 3},
+                       copy_gbps=3000.0, copy_times_ms=[1.0], results=results,
+                       planned=len(results), jit=None)
+    md = ct.render_markdown(report, None, None)
+    tables = [t for t in ct.check_tables(md) if t[0] == ct.RESULT_HEADERS]
+    col = {h: i for i, h in enumerate(ct.RESULT_HEADERS)}
+    rows = {row[0]: row for t in tables for row in t[1:]}
+    assert rows["rms channel"][col["Liger ms"]] == "n/a [1]"
+    assert rows["ln long"][col["Liger ms"]].startswith("n/a [")
+    assert rows["ln 2 dims"][col["Liger ms"]].endswith("**FAIL**")
+    assert rows["ln 2 dims"][col["best peer"]] == "eager"
+    assert rows["gn"][col["best peer"]] in ("eager", "Liger")
+    assert rows["gn"][col["% of copy"]].endswith("%") and rows["gn"][col["copy ms"]] != "—"
+    assert "ln 2 dims f32, Liger on N(100, 1): rel. err" in md
+    assert "Liger n/a: Liger's rms_norm_forward normalizes the last dim only" in md
+
+    # Without Liger, every Liger cell says absent and the method says why.
+    runner = ct.Runner(args, StandInNormjit(torch, ct), 0, 1 << 20, 3000.0, warnings, {},
+                       "not measured (ModuleNotFoundError: No module named 'liger_kernel')")
+    r = runner.run(problems[1])
+    assert r.liger.status == "absent" and r.passed and r.copy.status == "ok"
+    report.results = [r]
+    md = ct.render_markdown(report, None, None)
+    assert "Liger-Kernel is absent from this run**: not measured (ModuleNotFoundError" in md
+
+
+def test_liger_signatures():
+    """Where Liger-Kernel is importable, its forwards take the arguments compare_torch passes."""
+    pytest.importorskip("torch", reason="PyTorch is not installed (CI installs none)")
+    import inspect
+
+    import compare_torch as ct
+    fns, version = ct.load_liger(*ct.LIGER_FORWARDS.values())
+    if not fns:
+        pytest.skip(f"Liger-Kernel: {version}")
+    params = {k: list(inspect.signature(f).parameters) for k, f in fns.items()}
+    assert params == {"rms_norm.rms_norm_forward": ["X", "W", "eps", "offset", "casting_mode",
+                                                    "row_mode"],
+                      "layer_norm.layer_norm_forward": ["X", "W", "B", "eps"],
+                      "group_norm.group_norm_forward": ["X", "num_channels", "num_groups", "W",
+                                                        "B", "eps"]}, params
