@@ -171,6 +171,13 @@ def _params_ok(op: str, x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> bo
     return op in _ROW_OPS  # rms_norm (F.rms_norm: x's dtype out), the add_* functions
 
 
+def _on_device(x: Tensor) -> bool:
+    """Whether normjit runs on x's device (CUDA). tests/python/test_autograd_cpu.py replaces it
+    so that CPU tensors take the launch path into an emulated library, every other check
+    unchanged."""
+    return x.is_cuda
+
+
 def _why_not(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], eps: float,
              op: str = "", residual: Optional[Tensor] = None,
              grad: bool = True) -> Optional[str]:
@@ -178,7 +185,7 @@ def _why_not(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], eps: f
     alignment of the data pointers, and the strides of a non-contiguous input of a trailing
     form, are checked at each launch instead. grad False: an input that requires grad is no
     reason (the training path of rms_norm and layer_norm asks for the others)."""
-    if not x.is_cuda:
+    if not _on_device(x):
         return "device"
     if x.dtype not in _DTYPES:
         return "dtype"
