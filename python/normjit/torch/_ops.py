@@ -30,7 +30,9 @@ non-contiguous input normjit cannot address (rms_norm, layer_norm, add_*: normal
 contiguous, leading dims that do not collapse into two levels of row strides, a broadcast
 (stride 0) leading dim, or a row stride that is no multiple of the kernel's vector width, which
 the library's message names; rms_norm_channels and group_norm: any non-contiguous input); an
-input (or residual) that requires grad while grad mode is on (no backward yet); weight/bias of a
+input (or residual) that requires grad while grad mode is on, in a function that is
+forward-only in normjit (rms_norm_channels, group_norm, the add_* functions, rms_norm and
+layer_norm with their keyword variants); weight/bias of a
 dtype PyTorch refuses for that op (layer_norm, rms_norm_channels, group_norm: any other than the
 input's; the add_* functions take any one of float32, float16, bfloat16), weight and bias of two
 dtypes, or non-contiguous weight/bias; a bias without a weight; an empty input; an eps that is no
@@ -46,6 +48,13 @@ shape) and wrong variant arguments (a residual of another shape or dtype, an fp8
 without scale or a scale without one, weight_offset without a weight) raise ValueError naming
 the argument and its value; group_norm raises PyTorch's own ValueError where a group has one
 value (F.group_norm's check).
+
+Training (the section "Training" below): rms_norm and layer_norm without their keyword variants
+have autograd through the custom ops rms_norm_train/layer_norm_train (forward with saved
+statistics) and rms_norm_backward/layer_norm_backward (normjit's backward kernel through
+normjit_launch_backward, or PyTorch's gradient, with a warning per reason, where it cannot serve:
+a non-contiguous or other-dtype gradient, a strided input, rows past the backward kernels', a
+double backward).
 """
 import math
 import threading
@@ -1680,7 +1689,9 @@ def warmup(fn: Callable, *args, stream: Optional["torch.cuda.Stream"] = None, **
     stream) and waits for it, so that every normjit kernel of those shapes is prepared
     (compiled or loaded from the cache) before torch.cuda.graph captures fn: preparing is
     not something a capture can record. Pass the stream the capture will use, if known.
-    Returns how many kernels were newly prepared."""
+    Returns how many kernels were newly prepared. Inference kernels only: before capturing a
+    training step, run one training step (forward and backward) on a side stream instead,
+    which prepares the training forward and the backward kernels."""
     before = prepared_kernels()
     stream = stream if stream is not None else torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
