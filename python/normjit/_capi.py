@@ -5,8 +5,9 @@ Everything of the header that Python uses is declared here once: the enums, the 
 truncate pointers and int64 values). tests/python/test_binding.py parses the header and
 compares it with these declarations, so the two cannot drift apart.
 
-Two functions have a second way in: launch_function() gives normjit_launch, and
-launch_ex_function() normjit_launch_ex, through the small extension module normjit._launch
+Three functions have a second way in: launch_function() gives normjit_launch,
+launch_ex_function() normjit_launch_ex and launch_backward_function() normjit_launch_backward,
+through the small extension module normjit._launch
 (python/normjit/_launch.c, compiled against the header's prototypes) where it is installed,
 calling the same loaded library as ctypes without ctypes' argument conversion (about 1.3 us of
 its 1.7 us per call); through ctypes otherwise.
@@ -297,4 +298,35 @@ def _ctypes_launch_ex(lib: Library):
              args.y_strides[1], args.residual_strides[0], args.residual_strides[1],
              args.residual_out_strides[0], args.residual_out_strides[1]) = rows
         return launch_ex(kernel, ctypes.byref(args), stream)
+    return launch
+
+
+def launch_backward_function():
+    """normjit_launch_backward of library() as a Python callable (kernel, x, dy, mean, rstd,
+    weight, dx, dweight, dbias, batch, stream) -> status, the fields of normjit_backward_args
+    flattened: pointers are ints or None (kernel, x, dy, rstd and dx ints; mean None for
+    rmsnorm, weight/dweight/dbias None where the spec has no such parameter). The extension
+    module normjit._launch's where it is installed (bound to this library's
+    normjit_launch_backward and normjit_backward_args_init), else a function that fills a
+    BackwardArgs with normjit_backward_args_init and calls the ctypes function."""
+    lib = library()
+    try:
+        from normjit import _launch
+        bind_backward = _launch.bind_backward
+    except (ImportError, AttributeError):  # not installed, or built before launch_backward
+        return _ctypes_launch_backward(lib)
+    bind_backward(ctypes.cast(lib.normjit_launch_backward, ctypes.c_void_p).value,
+                  ctypes.cast(lib.normjit_backward_args_init, ctypes.c_void_p).value)
+    return _launch.launch_backward
+
+
+def _ctypes_launch_backward(lib: Library):
+    init, launch_backward = lib.normjit_backward_args_init, lib.normjit_launch_backward
+
+    def launch(kernel, x, dy, mean, rstd, weight, dx, dweight, dbias, batch, stream):
+        args = BackwardArgs()
+        init(ctypes.byref(args))
+        args.x, args.dy, args.mean, args.rstd, args.weight = x, dy, mean, rstd, weight
+        args.dx, args.dweight, args.dbias, args.batch = dx, dweight, dbias, batch
+        return launch_backward(kernel, ctypes.byref(args), stream)
     return launch

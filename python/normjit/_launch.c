@@ -1,14 +1,14 @@
-/* normjit._launch: normjit_launch and normjit_launch_ex called from Python without ctypes'
- * per-call argument conversion (about 2 us of an eager normjit.torch call on the H100 machine's
- * host).
+/* normjit._launch: normjit_launch, normjit_launch_ex and normjit_launch_backward called from Python
+ * without ctypes' per-call argument conversion (about 2 us of an eager normjit.torch call on the
+ * H100 machine's host).
  *
  * Built against the stable ABI (one wheel serves every CPython from the floor in
  * pyproject.toml's wheel.py-api up). It does not link libnormjit.so: the library's SONAME is
  * libnormjit.so.0 and the wheel holds it as libnormjit.so, and the library to call is the one
  * normjit._capi loaded (NORMJIT_LIBRARY may name another). _capi hands over the addresses of
- * that library's functions with bind() and bind_ex(); calls go through pointers of the header's
- * own prototypes, so the compiler checks them against normjit.h. Errors stay Python's: launch
- * and launch_ex return the status and normjit._capi builds the exception from it. */
+ * that library's functions with bind(), bind_ex() and bind_backward(); calls go through pointers of
+ * the header's own prototypes, so the compiler checks them against normjit.h. Errors stay Python's:
+ * launch and launch_ex return the status and normjit._capi builds the exception from it. */
 #include <normjit/normjit.h>
 #include <stdint.h>
 
@@ -18,12 +18,17 @@
 typedef __typeof__(normjit_launch) launch_fn;
 typedef __typeof__(normjit_launch_ex) launch_ex_fn;
 typedef __typeof__(normjit_launch_args_init) args_init_fn;
+typedef __typeof__(normjit_launch_backward) launch_backward_fn;
+typedef __typeof__(normjit_backward_args_init) backward_args_init_fn;
 
 static launch_fn* bound;       /* the normjit_launch of the library normjit._capi loaded */
 static launch_ex_fn* bound_ex; /* its normjit_launch_ex */
 /* What its normjit_launch_args_init fills in (size and the defaults), copied by each launch_ex:
  * one call of the library's own initialiser, at bind_ex. */
 static normjit_launch_args defaults;
+static launch_backward_fn* bound_backward; /* its normjit_launch_backward */
+/* What its normjit_backward_args_init fills in, copied by each launch_backward. */
+static normjit_backward_args backward_defaults;
 
 /* A pointer argument: an int (a data pointer, a handle), or None for NULL where allowed. */
 static int as_pointer(PyObject* arg, const char* name, int none_ok, void** out) {
@@ -72,6 +77,29 @@ static PyObject* bind_ex(PyObject* self, PyObject* argt) {
   }
   ((args_init_fn*)init)(&defaults);
   bound_ex = (launch_ex_fn*)ex;
+  Py_RETURN_NONE;
+}
+
+/* bind_backward(launch_backward_address, backward_args_init_address) */
+static PyObject* bind_backward(PyObject* self, PyObject* argt) {
+  (void)self;
+  if (PyTuple_Size(argt) != 2) {
+    PyErr_SetString(PyExc_TypeError,
+                    "normjit._launch.bind_backward takes 2 arguments (the addresses of "
+                    "normjit_launch_backward and normjit_backward_args_init)");
+    return NULL;
+  }
+  void *launch, *init;
+  if (!as_pointer(PyTuple_GetItem(argt, 0), "launch_backward_address", /*none_ok=*/0, &launch) ||
+      !as_pointer(PyTuple_GetItem(argt, 1), "backward_args_init_address", /*none_ok=*/0, &init)) {
+    return NULL;
+  }
+  if (!launch || !init) {
+    PyErr_SetString(PyExc_ValueError, "normjit._launch.bind_backward: address 0");
+    return NULL;
+  }
+  ((backward_args_init_fn*)init)(&backward_defaults);
+  bound_backward = (launch_backward_fn*)launch;
   Py_RETURN_NONE;
 }
 
@@ -124,10 +152,10 @@ static PyObject* launch(PyObject* self, PyObject* argt) {
   return PyLong_FromLong((long)status);
 }
 
-/* An int64 argument (batch, a row count or stride). */
-static int as_int64(PyObject* arg, const char* name, long long* out) {
+/* An int64 argument (batch, a row count or stride) of the function fn. */
+static int as_int64(PyObject* arg, const char* fn, const char* name, long long* out) {
   if (!PyLong_Check(arg)) {
-    PyErr_Format(PyExc_TypeError, "normjit._launch.launch_ex: %s must be an int, not %R", name,
+    PyErr_Format(PyExc_TypeError, "normjit._launch.%s: %s must be an int, not %R", fn, name,
                  (PyObject*)Py_TYPE(arg));
     return 0;
   }
@@ -170,7 +198,7 @@ static PyObject* launch_ex(PyObject* self, PyObject* argt) {
   }
   normjit_launch_args args = defaults;
   long long batch;
-  if (!as_int64(PyTuple_GetItem(argt, 5), "batch", &batch)) return NULL;
+  if (!as_int64(PyTuple_GetItem(argt, 5), "launch_ex", "batch", &batch)) return NULL;
   PyObject* eps = PyTuple_GetItem(argt, 6);
   if (!PyFloat_Check(eps) && !PyLong_Check(eps)) {
     PyErr_Format(PyExc_TypeError, "normjit._launch.launch_ex: eps must be a float, not %R",
@@ -191,7 +219,7 @@ static PyObject* launch_ex(PyObject* self, PyObject* argt) {
     }
     long long v[9];
     for (int i = 0; i < 9; ++i) {
-      if (!as_int64(PyTuple_GetItem(rows, i), "a value of rows", &v[i])) return NULL;
+      if (!as_int64(PyTuple_GetItem(rows, i), "launch_ex", "a value of rows", &v[i])) return NULL;
     }
     args.inner_rows = v[0];
     int64_t* strides[] = {args.x_strides, args.y_strides, args.residual_strides,
@@ -222,6 +250,59 @@ static PyObject* launch_ex(PyObject* self, PyObject* argt) {
   return PyLong_FromLong((long)status);
 }
 
+/* launch_backward(kernel, x, dy, mean, rstd, weight, dx, dweight, dbias, batch, stream):
+ * normjit_launch_backward with the fields of normjit_backward_args. */
+static PyObject* launch_backward(PyObject* self, PyObject* argt) {
+  /* The pointer arguments in the argument tuple's order (batch is index 9), and whether None
+   * (NULL) is taken; the library checks which ones the kernel's spec needs. */
+  static const struct {
+    const char* name;
+    int none_ok;
+  } pointers[] = {
+      {"kernel", 0}, {"x", 0},  {"dy", 0},      {"mean", 1},  {"rstd", 0},
+      {"weight", 1}, {"dx", 0}, {"dweight", 1}, {"dbias", 1},
+  };
+  (void)self;
+  const Py_ssize_t nargs = PyTuple_Size(argt);
+  if (nargs != 11) {
+    PyErr_Format(PyExc_TypeError,
+                 "normjit._launch.launch_backward takes 11 arguments (kernel, x, dy, mean, rstd, "
+                 "weight, dx, dweight, dbias, batch, stream), not %zd",
+                 nargs);
+    return NULL;
+  }
+  void* p[9] = {NULL};
+  for (int i = 0; i < 9; ++i) {
+    if (!as_pointer(PyTuple_GetItem(argt, i), pointers[i].name, pointers[i].none_ok, &p[i])) {
+      return NULL;
+    }
+  }
+  long long batch;
+  if (!as_int64(PyTuple_GetItem(argt, 9), "launch_backward", "batch", &batch)) return NULL;
+  void* stream;
+  if (!as_pointer(PyTuple_GetItem(argt, 10), "stream", /*none_ok=*/1, &stream)) return NULL;
+  if (!bound_backward) {
+    PyErr_SetString(PyExc_RuntimeError,
+                    "normjit._launch.launch_backward: bind_backward() was not called");
+    return NULL;
+  }
+  normjit_backward_args args = backward_defaults;
+  args.x = p[1];
+  args.dy = p[2];
+  args.mean = (const float*)p[3];
+  args.rstd = (const float*)p[4];
+  args.weight = p[5];
+  args.dx = p[6];
+  args.dweight = p[7];
+  args.dbias = p[8];
+  args.batch = (int64_t)batch;
+  normjit_status status;
+  PyThreadState* thread = PyEval_SaveThread();
+  status = bound_backward((const normjit_kernel*)p[0], &args, (struct CUstream_st*)stream);
+  PyEval_RestoreThread(thread);
+  return PyLong_FromLong((long)status);
+}
+
 static PyMethodDef methods[] = {
     {"bind", bind, METH_O,
      "bind(address): calls go to the normjit_launch at this address (normjit._capi's)."},
@@ -239,14 +320,23 @@ static PyMethodDef methods[] = {
      "the others int or None); rows None (contiguous) or (inner_rows, x_strides[0],\n"
      "x_strides[1], y_strides[0], y_strides[1], residual_strides[0], residual_strides[1],\n"
      "residual_out_strides[0], residual_out_strides[1])."},
+    {"bind_backward", bind_backward, METH_VARARGS,
+     "bind_backward(launch_backward_address, backward_args_init_address): launch_backward\n"
+     "calls go to the normjit_launch_backward at the first address, with the defaults of the\n"
+     "normjit_backward_args_init at the second (normjit._capi's)."},
+    {"launch_backward", launch_backward, METH_VARARGS,
+     "launch_backward(kernel, x, dy, mean, rstd, weight, dx, dweight, dbias, batch, stream)\n"
+     "-> status: normjit_launch_backward. kernel, x, dy, rstd and dx are ints; mean, weight,\n"
+     "dweight, dbias and stream int or None; batch an int."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     "normjit._launch",
-    "normjit_launch and normjit_launch_ex without ctypes' argument conversion (see "
-    "normjit._capi.launch_function and launch_ex_function).",
+    "normjit_launch, normjit_launch_ex and normjit_launch_backward without ctypes' argument "
+    "conversion (see normjit._capi.launch_function, launch_ex_function and "
+    "launch_backward_function).",
     -1,
     methods,
     NULL,

@@ -234,7 +234,6 @@ def test_on_a_side_stream_and_another_thread():
 @pytest.mark.parametrize("make, reason", [
     (lambda: (randn((64, 32), torch.float32).t(), None), "non-contiguous input"),
     (lambda: (randn((4, 32), torch.float64), None), "input dtype torch.float64"),
-    (lambda: (randn((4, 32), torch.float32).requires_grad_(), None), "requires grad"),
     (lambda: (randn((4 * 32 + 1,), torch.float32)[1:].view(4, 32), None), "16-byte aligned"),
     (lambda: (randn((4, 32), torch.bfloat16), randn((32,), torch.float32)), "weight/bias dtype"),
     (lambda: (randn((0, 32), torch.float32), None), "empty input"),
@@ -271,15 +270,22 @@ def test_fallbacks_warn_once_and_compute_what_torch_does(make, reason):
                 assert torch.equal(got, expected)
 
 
-def test_requires_grad_falls_back_and_keeps_the_graph():
+def test_requires_grad_trains_through_normjit_and_forward_only_ops_fall_back():
+    """rms_norm trains through normjit's backward (no warning; test_autograd_gpu.py checks the
+    gradients); group_norm has no normjit backward: PyTorch's, with the graph kept."""
     m = njt.RMSNorm(64, device=DEV)
     x = randn((8, 64), torch.float32).requires_grad_()
-    with pytest.warns(njt.NormjitFallbackWarning, match="requires grad"):
-        y = m(x)
-    y.sum().backward()
+    y = m(x)
+    y.backward(torch.ones_like(y))
     assert x.grad is not None and m.weight.grad is not None
     with torch.no_grad():  # the same module in inference: normjit, no warning
         check(m(x), F.rms_norm(x.double(), (64,), m.weight.double()), x, torch.float32)
+    g = njt.GroupNorm(2, 4, device=DEV)
+    x = randn((2, 4, 8), torch.float32).requires_grad_()
+    with pytest.warns(njt.NormjitFallbackWarning, match="requires grad"):
+        y = g(x)
+    y.sum().backward()
+    assert x.grad is not None and g.weight.grad is not None
 
 
 @pytest.mark.parametrize("call, match", [

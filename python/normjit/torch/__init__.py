@@ -10,7 +10,10 @@ group_norm; the fused residual add of a decoder layer, add_rms_norm and add_laye
 (returning (y, h), or in place as vLLM's fused_add_rms_norm); keyword-only variants of rms_norm
 and layer_norm (weight_offset for Gemma, out_dtype with fp8 and a scale, return_stats); custom
 ops torch.ops.normjit.* with fake implementations, so that torch.compile(fullgraph=True) traces
-them. A call normjit cannot serve runs PyTorch's own
+them. rms_norm and layer_norm (and the RMSNorm/LayerNorm modules, patched layers) train:
+autograd runs normjit's backward kernels (custom ops rms_norm_backward/layer_norm_backward);
+the other functions and the keyword variants are forward-only. A call normjit cannot serve
+runs PyTorch's own
 implementation with one NormjitFallbackWarning per reason. warmup() prepares the kernels of a
 function's shapes before a CUDA-graph capture.
 """

@@ -30,7 +30,9 @@ non-contiguous input normjit cannot address (rms_norm, layer_norm, add_*: normal
 contiguous, leading dims that do not collapse into two levels of row strides, a broadcast
 (stride 0) leading dim, or a row stride that is no multiple of the kernel's vector width, which
 the library's message names; rms_norm_channels and group_norm: any non-contiguous input); an
-input (or residual) that requires grad while grad mode is on (no backward yet); weight/bias of a
+input (or residual) that requires grad while grad mode is on, in a function that is
+forward-only in normjit (rms_norm_channels, group_norm, the add_* functions, rms_norm and
+layer_norm with their keyword variants); weight/bias of a
 dtype PyTorch refuses for that op (layer_norm, rms_norm_channels, group_norm: any other than the
 input's; the add_* functions take any one of float32, float16, bfloat16), weight and bias of two
 dtypes, or non-contiguous weight/bias; a bias without a weight; an empty input; an eps that is no
@@ -46,7 +48,15 @@ shape) and wrong variant arguments (a residual of another shape or dtype, an fp8
 without scale or a scale without one, weight_offset without a weight) raise ValueError naming
 the argument and its value; group_norm raises PyTorch's own ValueError where a group has one
 value (F.group_norm's check).
+
+Training (the section "Training" below): rms_norm and layer_norm without their keyword variants
+have autograd through the custom ops rms_norm_train/layer_norm_train (forward with saved
+statistics) and rms_norm_backward/layer_norm_backward (normjit's backward kernel through
+normjit_launch_backward, or PyTorch's gradient, with a warning per reason, where it cannot serve:
+a non-contiguous or other-dtype gradient, a strided input, rows past the backward kernels', a
+double backward).
 """
+import math
 import threading
 import warnings
 from typing import Callable, List, Optional, Sequence, Tuple, Union
@@ -90,6 +100,7 @@ _kernels: dict = {}
 _prepare_lock = threading.Lock()
 _launch = None  # normjit_launch (_capi.launch_function()), bound on first use
 _launch_ex = None  # normjit_launch_ex (_capi.launch_ex_function()), bound with it
+_launch_backward = None  # normjit_launch_backward (_capi.launch_backward_function()), with it
 
 # Eager calls: _call_key(...) -> a launch (kernel, batch, eps, device index), an _Ex (a launch
 # through normjit_launch_ex), or why the call falls back. Cleared when full: a key per input
@@ -125,8 +136,10 @@ def _reason_text(code: str, x: Tensor, weight: Optional[Tensor], bias: Optional[
         return (f"non-contiguous input (shape {list(x.shape)}, strides {list(x.stride())}; "
                 "normjit takes contiguous row-major tensors)")
     if code == "grad":
-        return ("an input requires grad and normjit has no backward yet (run inference under "
-                "torch.no_grad() or torch.inference_mode())")
+        return ("an input requires grad and this function is forward-only in normjit (normjit "
+                "trains rms_norm and layer_norm called without the keyword variants; "
+                "rms_norm_channels, group_norm, add_rms_norm, add_layer_norm and the variants "
+                "weight_offset, out_dtype, scale, return_stats have no normjit backward)")
     if code == "param_dtype":
         dtypes = ", ".join(dict.fromkeys(str(p.dtype) for p in (weight, bias) if p is not None))
         return (f"weight/bias dtype {dtypes} differs from the input's {x.dtype} (normjit takes "
@@ -167,18 +180,27 @@ def _params_ok(op: str, x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> bo
     return op in _ROW_OPS  # rms_norm (F.rms_norm: x's dtype out), the add_* functions
 
 
+def _on_device(x: Tensor) -> bool:
+    """Whether normjit runs on x's device (CUDA). tests/python/test_autograd_cpu.py replaces it
+    so that CPU tensors take the launch path into an emulated library, every other check
+    unchanged."""
+    return x.is_cuda
+
+
 def _why_not(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], eps: float,
-             op: str = "", residual: Optional[Tensor] = None) -> Optional[str]:
+             op: str = "", residual: Optional[Tensor] = None,
+             grad: bool = True) -> Optional[str]:
     """None when normjit can serve the call, else a reason code. Traceable by dynamo. The
     alignment of the data pointers, and the strides of a non-contiguous input of a trailing
-    form, are checked at each launch instead."""
-    if not x.is_cuda:
+    form, are checked at each launch instead. grad False: an input that requires grad is no
+    reason (the training path of rms_norm and layer_norm asks for the others)."""
+    if not _on_device(x):
         return "device"
     if x.dtype not in _DTYPES:
         return "dtype"
     if not x.is_contiguous() and op not in _ROW_OPS:
         return "layout"
-    if torch.is_grad_enabled() and (x.requires_grad
+    if grad and torch.is_grad_enabled() and (x.requires_grad
                                     or (weight is not None and weight.requires_grad)
                                     or (bias is not None and bias.requires_grad)
                                     or (residual is not None and residual.requires_grad)):
@@ -321,9 +343,10 @@ def _rows_spec(op: str, shape: Tuple[int, ...], normalized_dims: int, dtype: tor
                has_weight: bool, has_bias: bool, eps: float,
                param_dtype: Optional[torch.dtype] = None, out_dtype: Optional[torch.dtype] = None,
                residual: Optional[torch.dtype] = None, weight_offset: float = 0.0,
-               save_stats: bool = False) -> str:
+               save_stats: bool = False, backward: bool = False) -> str:
     """The canonical spec text of a trailing-dims problem (rmsnorm, layernorm); the variant
-    axes follow eps where they are not the default, in the canonical order."""
+    axes follow eps where they are not the default, in the canonical order; backward=True: the
+    problem's backward kernel."""
     text = (f"op={op} shape={','.join(map(str, shape))} dtype={_DTYPES[dtype]} "
             f"normalized_dims={normalized_dims} affine={_AFFINE[has_weight, has_bias]} "
             f"eps={float(eps)!r}")
@@ -337,6 +360,8 @@ def _rows_spec(op: str, shape: Tuple[int, ...], normalized_dims: int, dtype: tor
         text += f" weight_offset={float(weight_offset)!r}"
     if save_stats:
         text += " save_stats=true"
+    if backward:
+        text += " backward=true"
     return text
 
 
@@ -349,7 +374,7 @@ def _channels_spec(op: str, shape: Tuple[int, ...], groups: int, dtype: torch.dt
 
 
 def _prepare(key: tuple, spec: str, per_item: int) -> tuple:
-    global _launch, _launch_ex
+    global _launch, _launch_ex, _launch_backward
     with _prepare_lock:
         entry = _kernels.get(key)
         if entry is not None:
@@ -367,6 +392,8 @@ def _prepare(key: tuple, spec: str, per_item: int) -> tuple:
             _launch = normjit._capi.launch_function()
         if _launch_ex is None:
             _launch_ex = normjit._capi.launch_ex_function()
+        if _launch_backward is None:
+            _launch_backward = normjit._capi.launch_backward_function()
         _kernels[key] = entry
         return entry
 
@@ -426,6 +453,10 @@ def _decide(op: str, arg, x: Tensor, weight: Optional[Tensor], bias: Optional[Te
     _check(op, arg, x, weight, bias, variant, residual, scale)
     eps = _eps(x, eps)
     why = _why_not(x, weight, bias, eps, op, residual)
+    if why == "grad" and variant is None and op in _TRAINED:
+        # Trained through the autograd ops (rms_norm_train, layer_norm_train), if nothing else
+        # stands in the way.
+        return _why_not(x, weight, bias, eps, op, residual, False) or _TRAIN
     if why:
         return why
     device = x.device.index
@@ -660,6 +691,8 @@ def _eager(op: str, arg, x: Tensor, weight: Optional[Tensor], bias: Optional[Ten
         if out.__class__ is tuple:
             return out[0]
         decision = out
+    elif decision is _TRAIN:  # an input requires grad: the autograd op
+        return _train(op, arg, x, weight, bias, _eps(x, eps))
     _fallback_warn(op, decision, x, weight, bias, eps)
     return None
 
@@ -1015,6 +1048,411 @@ def _traced_variant(op: str, x: Tensor, residual: Optional[Tensor], shape: Tuple
 
 
 # ---------------------------------------------------------------------------------------
+# Training: autograd of rms_norm and layer_norm
+# ---------------------------------------------------------------------------------------
+# rms_norm and layer_norm (the functions without their keyword variants, the modules, patched
+# layers) called in grad mode with an input, weight or bias that requires grad run the custom op
+# rms_norm_train / layer_norm_train: normjit's forward with save_stats (y has the same bits as
+# without), returning y and the statistics (float32, shape as return_stats's), which its
+# autograd saves with x and the weight, marked non-differentiable and never handed to the
+# caller. Its backward is the custom op rms_norm_backward / layer_norm_backward, which launches
+# the backward kernel (the spec's backward=true: dx, and dweight/dbias summed over every row in
+# a fixed order) on the current stream into tensors allocated by PyTorch, so that
+# torch.compile traces forward and backward and a CUDA graph records both. Where the backward
+# kernel cannot serve a call (see _decide_backward), the gradient is PyTorch's, from the same
+# statistics, with one NormjitFallbackWarning per reason; a double backward (create_graph=True)
+# is PyTorch's, differentiable, from x itself.
+
+_TRAINED = ("rms_norm", "layer_norm")
+
+
+class _Train:
+    """_decide's answer for a call whose inputs require grad: the autograd op trains it."""
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "_TRAIN"
+
+
+_TRAIN = _Train()
+
+
+def _train(op: str, shape: Tuple[int, ...], x: Tensor, weight: Optional[Tensor],
+           bias: Optional[Tensor], eps: float) -> Tensor:
+    if op == "rms_norm":
+        return torch.ops.normjit.rms_norm_train(x, list(shape), weight, eps)[0]
+    return torch.ops.normjit.layer_norm_train(x, list(shape), weight, bias, eps)[0]
+
+
+def _backward_reason_text(code: str, dy: Tensor, x: Tensor, weight: Optional[Tensor],
+                          eps: float) -> str:
+    if code == "double":
+        return ("a double backward (create_graph=True; normjit's backward kernel has no "
+                "derivative of its own)")
+    if code == "grad_dtype":
+        return (f"gradient dtype {dy.dtype} differs from the input's {x.dtype} (normjit's "
+                "backward takes dy in the input's dtype)")
+    if code == "grad_layout":
+        return (f"non-contiguous gradient (shape {list(dy.shape)}, strides {list(dy.stride())}; "
+                "normjit's backward reads contiguous rows of dy)")
+    if code == "input_layout":
+        return (f"non-contiguous input (shape {list(x.shape)}, strides {list(x.stride())}; "
+                "normjit's backward reads contiguous rows of x)")
+    if code == "stats_layout":
+        return "non-contiguous saved statistics (normjit's backward reads one float per row)"
+    return _reason_text(code, x, weight, None, eps)
+
+
+def _backward_warn(op: str, code: str, dy: Tensor, x: Tensor, weight: Optional[Tensor],
+                   eps: float) -> None:
+    if _is_compiling():
+        return
+    key = (op + " backward", code)
+    if key in _warned:
+        return
+    _warned.add(key)
+    warnings.warn(f"normjit.torch.{op} backward: {_backward_reason_text(code, dy, x, weight, eps)}"
+                  "; computing the gradient with PyTorch", NormjitFallbackWarning, stacklevel=3)
+
+
+def _sum_rows(t: Tensor, k: int) -> Tensor:
+    """t summed over its leading dims (all but the trailing k); t itself when there are none
+    (Tensor.sum(()) would sum everything)."""
+    lead = tuple(range(t.dim() - k))
+    return t.sum(lead) if lead else t
+
+
+def _torch_backward(op: str, shape: Tuple[int, ...], dy: Tensor, x: Tensor,
+                    weight: Optional[Tensor], has_bias: bool, mean: Optional[Tensor],
+                    rstd: Optional[Tensor], eps: float) -> Tuple[Tensor, Optional[Tensor],
+                                                                 Optional[Tensor]]:
+    """(dx, dweight, dbias) of op in PyTorch, in float32 (or wider), from the saved statistics;
+    rstd None: from statistics computed here from x, a function autograd can differentiate
+    (double backward). With xhat = (x - mean) * rstd (rmsnorm: x * rstd) and g = dy * weight:
+    dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) (rmsnorm: without mean(g)), dweight =
+    sum over rows of dy * xhat, dbias = sum over rows of dy; contiguous, in the dtypes of x and
+    of the weight."""
+    k = len(shape)
+    acc = torch.promote_types(x.dtype, torch.float32)
+    dims = tuple(range(x.dim() - k, x.dim()))
+    xf, dyf = x.to(acc), dy.to(acc)
+    if rstd is None:
+        if op == "rms_norm":
+            rstd = torch.rsqrt(xf.square().mean(dims, keepdim=True) + eps)
+        else:
+            var, mean = torch.var_mean(xf, dims, correction=0, keepdim=True)
+            rstd = torch.rsqrt(var + eps)
+    else:
+        stats = _stats_shape(x.shape, k)
+        rstd = rstd.to(acc).reshape(stats)
+        if mean is not None:
+            mean = mean.to(acc).reshape(stats)
+    xhat = xf * rstd if op == "rms_norm" else (xf - mean) * rstd
+    g = dyf * weight.to(acc) if weight is not None else dyf
+    dx = g - xhat * (g * xhat).mean(dims, keepdim=True)
+    if op != "rms_norm":
+        dx = dx - g.mean(dims, keepdim=True)
+    dx = (rstd * dx).to(x.dtype).contiguous()
+    dw = _sum_rows(dyf * xhat, k).to(weight.dtype) if weight is not None else None
+    db = _sum_rows(dyf, k).to(weight.dtype) if has_bias else None
+    return dx, dw, db
+
+
+def _check_backward(op: str, shape: Tuple[int, ...], dy: Tensor, x: Tensor,
+                    mean: Optional[Tensor], rstd: Tensor, weight: Optional[Tensor],
+                    has_bias: bool) -> None:
+    """The backward ops' arguments (what the train ops hand over; checked for direct callers),
+    ValueError naming the argument and its value."""
+    what = f"normjit.torch.{op} backward"
+    _check_rows(op, x, shape, weight, None)
+    for name, t in (("grad", dy), ("rstd", rstd), ("mean", mean)):
+        if t is not None:
+            _check_tensor(op, name, t, x)
+    if dy.shape != x.shape:
+        raise ValueError(f"{what}: grad has shape {list(dy.shape)}; expected the input's, "
+                         f"{list(x.shape)}")
+    stats = _stats_shape(x.shape, len(shape))
+    for name, t in (("mean", mean), ("rstd", rstd)):
+        if t is None:
+            if name == "rstd" or op == "layer_norm":
+                raise ValueError(f"{what}: {name} is None; expected the forward's saved {name}")
+            continue
+        if t.dtype != torch.float32 or t.numel() != math.prod(stats):
+            raise ValueError(f"{what}: {name} has shape {list(t.shape)} and dtype {t.dtype}; "
+                             f"expected {list(stats)} torch.float32 (one per row)")
+    if has_bias and weight is None:
+        raise ValueError(f"{what}: has_bias without a weight (normjit's affine is none, weight "
+                         "or both)")
+
+
+def _decide_backward(op: str, shape: Tuple[int, ...], dy: Tensor, x: Tensor,
+                     mean: Optional[Tensor], rstd: Tensor, weight: Optional[Tensor],
+                     has_bias: bool, eps: float) -> Union[tuple, str]:
+    """Checks the arguments, then: a launch (kernel, batch, device index) of the backward
+    kernel, or why it cannot serve the call (a reason code, or the library's message: a
+    problem it has no backward kernel for, such as rows longer than it takes)."""
+    _check_backward(op, shape, dy, x, mean, rstd, weight, has_bias)
+    why = _why_not(x, weight, None, eps, op, None, False)
+    if why:
+        return why
+    if not x.is_contiguous():
+        return "input_layout"
+    if dy.dtype != x.dtype:
+        return "grad_dtype"
+    if not dy.is_contiguous():
+        return "grad_layout"
+    if not rstd.is_contiguous() or (mean is not None and not mean.is_contiguous()):
+        return "stats_layout"
+    library_op = _ROW_OPS[op]
+    per_item = math.prod(shape)
+    batch = x.numel() // per_item
+    has_weight = weight is not None
+    param_dtype = weight.dtype if has_weight else None
+    device = x.device.index
+    key = (library_op, shape, x.dtype, has_weight, has_bias, param_dtype, "backward", device)
+    spec = _rows_spec(library_op, (batch,) + shape, len(shape), x.dtype, has_weight, has_bias,
+                      eps, param_dtype, backward=True)
+    kernel, message = _prepare(key, spec, per_item)
+    if kernel is None:
+        return message
+    return (kernel, batch, device)
+
+
+def _backward_decision(op: str, shape: Tuple[int, ...], dy: Tensor, x: Tensor,
+                       mean: Optional[Tensor], rstd: Tensor, weight: Optional[Tensor],
+                       has_bias: bool, eps: float) -> Union[tuple, str]:
+    """_decide_backward's answer, cached as _decision's."""
+    key = None
+    if eps.__class__ is float:
+        try:
+            key = ("backward", op, shape, eps, has_bias, *_tensor_key(dy), *_tensor_key(x),
+                   *_tensor_key(rstd), *(_NO_TENSOR if mean is None else _tensor_key(mean)),
+                   *(_NO_TENSOR if weight is None else _tensor_key(weight)))
+            return _calls[key]
+        except KeyError:
+            pass
+        except (AttributeError, TypeError):
+            key = None
+    decision = _decide_backward(op, shape, dy, x, mean, rstd, weight, has_bias, eps)
+    if key is not None:
+        if len(_calls) >= _CALLS_MAX:
+            _calls.clear()
+        _calls[key] = decision
+    return decision
+
+
+def _backward(op: str, shape: Tuple[int, ...], dy: Tensor, x: Tensor, mean: Optional[Tensor],
+              rstd: Tensor, weight: Optional[Tensor], has_bias: bool,
+              eps: float) -> Tuple[Tensor, Optional[Tensor], Optional[Tensor]]:
+    """(dx, dweight, dbias): normjit's backward kernel, or, after the fallback warning,
+    PyTorch's gradient from the same statistics. dweight None without a weight, dbias None
+    without a bias."""
+    decision = _backward_decision(op, shape, dy, x, mean, rstd, weight, has_bias, eps)
+    if decision.__class__ is tuple:
+        kernel, batch, device = decision
+        xp, dyp, rp = x.data_ptr(), dy.data_ptr(), rstd.data_ptr()
+        mp = mean.data_ptr() if mean is not None else None
+        wp = weight.data_ptr() if weight is not None else None
+        if (xp | dyp | (wp or 0)) & 15 or (rp | (mp or 0)) & 3:
+            decision = "align"
+        else:
+            dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+            dw = torch.empty(weight.shape, dtype=weight.dtype, device=x.device) \
+                if weight is not None else None
+            db = torch.empty(weight.shape, dtype=weight.dtype, device=x.device) \
+                if has_bias else None
+            args = (kernel, xp, dyp, mp, rp, wp, dx.data_ptr(),
+                    dw.data_ptr() if dw is not None else None,
+                    db.data_ptr() if db is not None else None, batch)
+            if _multi_device and torch.cuda.current_device() != device:
+                with torch.cuda.device(device):
+                    status = _launch_backward(*args, _raw_stream(device))
+            else:
+                status = _launch_backward(*args, _raw_stream(device))
+            if not status:
+                return dx, dw, db
+            error = normjit._capi.library().error(status)
+            if not isinstance(error, InvalidArgumentError):
+                raise error
+            decision = error.message  # checked before anything was enqueued
+    _backward_warn(op, decision, dy, x, weight, eps)
+    return _torch_backward(op, shape, dy, x, weight, has_bias, mean, rstd, eps)
+
+
+@torch.library.custom_op("normjit::rms_norm_train", mutates_args=())
+def _rms_norm_train_op(input: Tensor, normalized_shape: List[int], weight: Optional[Tensor],
+                       eps: float) -> Tuple[Tensor, Tensor]:
+    y, _, _, rstd = _op_outputs("rms_norm", input, None, normalized_shape, weight, None, eps,
+                                0.0, None, None, True, False)
+    return y, rstd
+
+
+@torch.library.custom_op("normjit::layer_norm_train", mutates_args=())
+def _layer_norm_train_op(input: Tensor, normalized_shape: List[int], weight: Optional[Tensor],
+                         bias: Optional[Tensor], eps: float) -> Tuple[Tensor, Tensor, Tensor]:
+    y, _, mean, rstd = _op_outputs("layer_norm", input, None, normalized_shape, weight, bias,
+                                   eps, 0.0, None, None, True, False)
+    return y, mean, rstd
+
+
+@_rms_norm_train_op.register_fake
+def _(input, normalized_shape, weight, eps):
+    return _fake_y(input, None), _fake_stat(input, normalized_shape)
+
+
+@_layer_norm_train_op.register_fake
+def _(input, normalized_shape, weight, bias, eps):
+    return (_fake_y(input, None), _fake_stat(input, normalized_shape),
+            _fake_stat(input, normalized_shape))
+
+
+def _no_param(input: Tensor) -> Tensor:
+    """What a backward op returns for a parameter the call does not have (an op's outputs are
+    tensors): an empty tensor of the input's dtype."""
+    return input.new_empty((0,))
+
+
+@torch.library.custom_op("normjit::rms_norm_backward", mutates_args=())
+def _rms_norm_backward_op(grad: Tensor, input: Tensor, rstd: Tensor, weight: Optional[Tensor],
+                          normalized_shape: List[int], eps: float) -> Tuple[Tensor, Tensor]:
+    """(dx, dweight) of rms_norm from the forward's input, its saved rstd and the gradient of
+    its output; dweight is an empty tensor without a weight."""
+    dx, dw, _ = _backward("rms_norm", tuple(normalized_shape), grad, input, None, rstd, weight,
+                          False, eps)
+    return dx, dw if dw is not None else _no_param(input)
+
+
+@torch.library.custom_op("normjit::layer_norm_backward", mutates_args=())
+def _layer_norm_backward_op(grad: Tensor, input: Tensor, mean: Tensor, rstd: Tensor,
+                            weight: Optional[Tensor], has_bias: bool, normalized_shape: List[int],
+                            eps: float) -> Tuple[Tensor, Tensor, Tensor]:
+    """(dx, dweight, dbias) of layer_norm; dweight and dbias are empty tensors where the call
+    has no such parameter."""
+    dx, dw, db = _backward("layer_norm", tuple(normalized_shape), grad, input, mean, rstd, weight,
+                           has_bias, eps)
+    return (dx, dw if dw is not None else _no_param(input),
+            db if db is not None else _no_param(input))
+
+
+@_rms_norm_backward_op.register_fake
+def _(grad, input, rstd, weight, normalized_shape, eps):
+    return (input.new_empty(input.shape),
+            weight.new_empty(weight.shape) if weight is not None else _no_param(input))
+
+
+@_layer_norm_backward_op.register_fake
+def _(grad, input, mean, rstd, weight, has_bias, normalized_shape, eps):
+    return (input.new_empty(input.shape),
+            weight.new_empty(weight.shape) if weight is not None else _no_param(input),
+            weight.new_empty(weight.shape) if has_bias and weight is not None
+            else _no_param(input))
+
+
+def _grads(ctx, op: str, dy: Optional[Tensor], x: Tensor, weight: Optional[Tensor],
+           has_bias: bool, mean: Optional[Tensor], rstd: Optional[Tensor]) -> tuple:
+    """The gradients of op's forward op for its inputs (input, normalized_shape, weight[, bias],
+    eps): the backward op, or in a double backward PyTorch's differentiable expression. rstd
+    None (an op that saved no statistics): they are computed here first, in float32."""
+    need = ctx.needs_input_grad
+    need_w = weight is not None and need[2]
+    need_b = has_bias and need[3]
+    dx = dw = db = None
+    if dy is not None and (need[0] or need_w or need_b):
+        if torch.is_grad_enabled():  # create_graph=True
+            _backward_warn(op, "double", dy, x, weight, ctx.eps)
+            dx, dw, db = _torch_backward(op, ctx.shape, dy, x, weight, has_bias, None, None,
+                                         ctx.eps)
+        else:
+            if rstd is None:
+                _, mean, rstd = _torch_norm(_ROW_OPS[op], x, ctx.shape, None, None, ctx.eps, 0.0,
+                                            x.dtype, None)
+                rstd = rstd.float().contiguous()
+                mean = mean.float().contiguous() if mean is not None else None
+            if op == "rms_norm":
+                dx, dw = torch.ops.normjit.rms_norm_backward(dy, x, rstd, weight,
+                                                             list(ctx.shape), ctx.eps)
+            else:
+                dx, dw, db = torch.ops.normjit.layer_norm_backward(dy, x, mean, rstd, weight,
+                                                                   has_bias, list(ctx.shape),
+                                                                   ctx.eps)
+    grads = [dx if need[0] else None, None, dw if need_w else None]
+    if op == "layer_norm":
+        grads.append(db if need_b else None)
+    grads.append(None)  # eps
+    return tuple(grads)
+
+
+def _setup(ctx, x: Tensor, shape, weight: Optional[Tensor], eps: float, stats: tuple) -> None:
+    ctx.mark_non_differentiable(*stats)
+    ctx.set_materialize_grads(False)
+    ctx.save_for_backward(x, weight, *stats)
+    ctx.shape, ctx.eps = tuple(shape), eps
+
+
+def _rms_norm_train_setup(ctx, inputs, output):
+    x, shape, weight, eps = inputs
+    _setup(ctx, x, shape, weight, eps, output[1:])
+
+
+def _rms_norm_train_backward(ctx, dy, _drstd):
+    x, weight, rstd = ctx.saved_tensors
+    return _grads(ctx, "rms_norm", dy, x, weight, False, None, rstd)
+
+
+def _layer_norm_train_setup(ctx, inputs, output):
+    x, shape, weight, bias, eps = inputs
+    ctx.has_bias = bias is not None
+    _setup(ctx, x, shape, weight, eps, output[1:])
+
+
+def _layer_norm_train_backward(ctx, dy, _dmean, _drstd):
+    x, weight, mean, rstd = ctx.saved_tensors
+    return _grads(ctx, "layer_norm", dy, x, weight, ctx.has_bias, mean, rstd)
+
+
+_rms_norm_train_op.register_autograd(_rms_norm_train_backward,
+                                     setup_context=_rms_norm_train_setup)
+_layer_norm_train_op.register_autograd(_layer_norm_train_backward,
+                                       setup_context=_layer_norm_train_setup)
+
+
+# The plain ops, called directly (torch.ops.normjit.rms_norm) with inputs that require grad:
+# they save no statistics, so their backward computes them first (one more pass over x in
+# PyTorch); the public functions train through the _train ops instead.
+
+def _plain_setup(ctx, x: Tensor, shape, weight: Optional[Tensor], eps: float) -> None:
+    ctx.set_materialize_grads(False)
+    ctx.save_for_backward(x, weight)
+    ctx.shape, ctx.eps = tuple(shape), eps
+
+
+def _rms_norm_plain_setup(ctx, inputs, output):
+    x, shape, weight, eps = inputs
+    _plain_setup(ctx, x, shape, weight, eps)
+
+
+def _rms_norm_plain_backward(ctx, dy):
+    x, weight = ctx.saved_tensors
+    return _grads(ctx, "rms_norm", dy, x, weight, False, None, None)
+
+
+def _layer_norm_plain_setup(ctx, inputs, output):
+    x, shape, weight, bias, eps = inputs
+    ctx.has_bias = bias is not None
+    _plain_setup(ctx, x, shape, weight, eps)
+
+
+def _layer_norm_plain_backward(ctx, dy):
+    x, weight = ctx.saved_tensors
+    return _grads(ctx, "layer_norm", dy, x, weight, ctx.has_bias, None, None)
+
+
+_rms_norm_op.register_autograd(_rms_norm_plain_backward, setup_context=_rms_norm_plain_setup)
+_layer_norm_op.register_autograd(_layer_norm_plain_backward,
+                                 setup_context=_layer_norm_plain_setup)
+
+
+# ---------------------------------------------------------------------------------------
 # The public functions: torch.nn.functional's signatures
 # ---------------------------------------------------------------------------------------
 # Each runs PyTorch's implementation when normjit cannot serve the call; a patched layer
@@ -1027,8 +1465,11 @@ def _rms_norm(x: Tensor, shape: Union[int, Sequence[int]], weight: Optional[Tens
         shape = _as_shape("rms_norm", shape)
     if _is_compiling():
         eps_f = _eps(x, eps)
-        if _traced_why_not("rms_norm", shape, x, weight, None, eps_f) is None:
+        why = _traced_why_not("rms_norm", shape, x, weight, None, eps_f)
+        if why is None:
             return torch.ops.normjit.rms_norm(x, list(shape), weight, eps_f)
+        if why == "grad" and _why_not(x, weight, None, eps_f, "rms_norm", None, False) is None:
+            return torch.ops.normjit.rms_norm_train(x, list(shape), weight, eps_f)[0]
     else:
         y = _eager("rms_norm", shape, x, weight, None, eps)
         if y is not None:
@@ -1055,8 +1496,11 @@ def _layer_norm(x: Tensor, shape: Union[int, Sequence[int]], weight: Optional[Te
     if shape.__class__ is not tuple:
         shape = _as_shape("layer_norm", shape)
     if _is_compiling():
-        if _traced_why_not("layer_norm", shape, x, weight, bias, eps) is None:
+        why = _traced_why_not("layer_norm", shape, x, weight, bias, eps)
+        if why is None:
             return torch.ops.normjit.layer_norm(x, list(shape), weight, bias, eps)
+        if why == "grad" and _why_not(x, weight, bias, eps, "layer_norm", None, False) is None:
+            return torch.ops.normjit.layer_norm_train(x, list(shape), weight, bias, eps)[0]
     else:
         y = _eager("layer_norm", shape, x, weight, bias, eps)
         if y is not None:
@@ -1245,7 +1689,9 @@ def warmup(fn: Callable, *args, stream: Optional["torch.cuda.Stream"] = None, **
     stream) and waits for it, so that every normjit kernel of those shapes is prepared
     (compiled or loaded from the cache) before torch.cuda.graph captures fn: preparing is
     not something a capture can record. Pass the stream the capture will use, if known.
-    Returns how many kernels were newly prepared."""
+    Returns how many kernels were newly prepared. Inference kernels only: before capturing a
+    training step, run one training step (forward and backward) on a side stream instead,
+    which prepares the training forward and the backward kernels."""
     before = prepared_kernels()
     stream = stream if stream is not None else torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())

@@ -1,0 +1,676 @@
+"""Training through normjit.torch where there is no GPU (issue 20): autograd of rms_norm and
+layer_norm. The backward kernels' spec texts compile for sm_90; on CPU tensors the custom ops
+fall back (one warning per reason) to PyTorch's forward and gradient, which gradcheck and
+gradgradcheck verify in float64; the backward ops check their arguments; the forward-only
+functions say so and keep PyTorch's autograd. With the library emulated (CPU tensors then take
+the launch path; an emulator reads and writes the host memory behind the pointers as the
+kernels would, in float64), the whole training path is checked end to end: which specs are
+prepared, which launches happen with which pointers, the gradients they give against float64
+autograd of PyTorch's reference, the fallbacks of the backward (a non-contiguous dy, rows the
+library has no backward kernel for, double backward), torch.compile(fullgraph=True) tracing
+forward and backward ops, and normjit._launch.launch_backward against ctypes. Needs PyTorch;
+no GPU."""
+import contextlib
+import ctypes
+import math
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed (CI installs none: the "
+                                            "PyPI wheel brings several GB of CUDA libraries)")
+import torch.nn.functional as F  # noqa: E402
+
+import normjit  # noqa: E402
+import normjit.torch as njt  # noqa: E402
+from normjit.torch import _ops  # noqa: E402
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+
+
+@pytest.fixture(autouse=True)
+def fresh_warnings():
+    _ops._warned.clear()
+    yield
+    _ops._warned.clear()
+
+
+@pytest.fixture
+def quiet():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", njt.NormjitFallbackWarning)
+        yield
+
+
+def fallbacks(caught):
+    return [str(w.message) for w in caught if issubclass(w.category, njt.NormjitFallbackWarning)]
+
+
+def reference_grads(op, x, shape, weight, bias, eps, dy):
+    """Gradients of x, weight, bias by float64 autograd of PyTorch's own function."""
+    leaves = [t.detach().double().requires_grad_() if t is not None else None
+              for t in (x, weight, bias)]
+    if op == "rms":
+        y = F.rms_norm(leaves[0], shape, leaves[1], eps)
+    else:
+        y = F.layer_norm(leaves[0], shape, leaves[1], leaves[2], eps)
+    y.backward(dy.double())
+    return [t.grad if t is not None else None for t in leaves]
+
+
+def close(got, ref, rtol):
+    """Relative error below rtol (a gradient that is zero in exact arithmetic, such as dx of
+    a LayerNorm row of one element, within 1e-6 absolute)."""
+    assert got is not None and ref is not None
+    diff = (got.double() - ref).norm().item()
+    assert diff <= rtol * ref.norm().item() + 1e-6, (diff, ref.norm().item())
+
+
+# ---------------------------------------------------------------------------------------
+# The backward kernels' specs compile for sm_90 (no GPU needed)
+# ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("spec", [
+    _ops._rows_spec("rmsnorm", (7, 4096), 1, torch.bfloat16, True, False, 1e-6, backward=True),
+    _ops._rows_spec("rmsnorm", (7, 4096), 1, torch.bfloat16, True, False, 1e-6, torch.float32,
+                    backward=True),
+    _ops._rows_spec("rmsnorm", (3, 65), 1, torch.float32, False, False, 1e-6, backward=True),
+    _ops._rows_spec("layernorm", (3, 8192), 1, torch.float16, True, True, 1e-5, backward=True),
+    _ops._rows_spec("layernorm", (2, 4, 250), 2, torch.float32, True, False, 1e-5,
+                    backward=True),
+    _ops._rows_spec("layernorm", (1, 1), 1, torch.bfloat16, False, False, 1e-5, backward=True),
+], ids=["rms-bf16", "rms-f32-weight", "rms-none-65", "ln-f16-8192", "ln-2dims", "ln-1"])
+def test_the_backward_spec_texts_it_prepares_compile(spec, tmp_path):
+    assert spec.endswith(" backward=true")
+    with normjit.Engine(cache_dir=str(tmp_path)) as engine:
+        assert engine.precompile(spec, arch="sm_90") is True
+
+
+def test_rows_past_the_backward_kernels_are_refused_by_the_library(tmp_path):
+    spec = _ops._rows_spec("rmsnorm", (3, 8193), 1, torch.float32, True, False, 1e-6,
+                           backward=True)
+    with normjit.Engine(cache_dir=str(tmp_path)) as engine:
+        with pytest.raises(normjit.UnsupportedError, match="8193"):
+            engine.precompile(spec, arch="sm_90")
+
+
+# ---------------------------------------------------------------------------------------
+# On CPU tensors: PyTorch's forward and gradient, one warning per reason
+# ---------------------------------------------------------------------------------------
+
+def test_the_public_functions_on_cpu_keep_pytorchs_autograd():
+    torch.manual_seed(0)
+    x = torch.randn(3, 64, requires_grad=True)
+    w = torch.randn(64, requires_grad=True)
+    b = torch.randn(64, requires_grad=True)
+    dy = torch.randn(3, 64)
+    with pytest.warns(njt.NormjitFallbackWarning, match=r"layer_norm: input on cpu"):
+        y = njt.layer_norm(x, 64, w, b, 1e-5)
+    y.backward(dy)
+    ref = reference_grads("ln", x, (64,), w, b, 1e-5, dy)
+    for got, r in zip((x.grad, w.grad, b.grad), ref):
+        close(got, r, 1e-5)
+
+
+@pytest.mark.parametrize("affine", ["none", "weight", "both"])
+def test_gradcheck_of_the_train_ops_in_float64(affine, quiet):
+    """The ops themselves on CPU float64 (forward and backward fall back): gradcheck and
+    gradgradcheck against finite differences."""
+    torch.manual_seed(1)
+    x = torch.randn(3, 2, 9, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(2, 9, dtype=torch.float64, requires_grad=True) if affine != "none" else None
+    b = torch.randn(2, 9, dtype=torch.float64, requires_grad=True) if affine == "both" else None
+    ops = torch.ops.normjit
+    inputs = tuple(t for t in (x, w, b) if t is not None)
+
+    def ln(*ts):
+        it = iter(ts)
+        xx = next(it)
+        ww = next(it) if w is not None else None
+        bb = next(it) if b is not None else None
+        return ops.layer_norm_train(xx, [2, 9], ww, bb, 1e-5)[0]
+
+    def rms(*ts):
+        return ops.rms_norm_train(ts[0], [2, 9], ts[1] if w is not None else None, 1e-6)[0]
+
+    for fn, ins in ((ln, inputs), (rms, inputs[:2])):
+        assert torch.autograd.gradcheck(fn, ins)
+        assert torch.autograd.gradgradcheck(fn, ins)
+
+
+def test_gradcheck_of_the_plain_ops_called_directly(quiet):
+    """torch.ops.normjit.rms_norm/layer_norm save no statistics; their backward computes
+    them."""
+    torch.manual_seed(2)
+    x = torch.randn(4, 16, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(16, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(16, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(
+        lambda x, w: torch.ops.normjit.rms_norm(x, [16], w, 1e-6), (x, w))
+    assert torch.autograd.gradcheck(
+        lambda x, w, b: torch.ops.normjit.layer_norm(x, [16], w, b, 1e-5), (x, w, b))
+
+
+def rms_backward_args():
+    return (torch.randn(3, 64), torch.randn(3, 64), torch.rand(3, 1) + 0.5, torch.randn(64),
+            [64], 1e-6)
+
+
+def ln_backward_args():
+    return (torch.randn(2, 3, 64), torch.randn(2, 3, 64), torch.randn(2, 3, 1),
+            torch.rand(2, 3, 1) + 0.5, torch.randn(64), True, [64], 1e-5)
+
+
+OPS = [
+    ("rms_norm_train", lambda: (torch.randn(3, 64), [64], torch.randn(64), 1e-6)),
+    ("rms_norm_train", lambda: (torch.randn(2, 3, 8, dtype=torch.bfloat16), [3, 8], None, 1e-6)),
+    ("layer_norm_train", lambda: (torch.randn(3, 64), [64], torch.randn(64), torch.randn(64),
+                                  1e-5)),
+    ("layer_norm_train", lambda: (torch.randn(3, 64, dtype=torch.float16), [64], None, None,
+                                  1e-5)),
+    ("rms_norm_backward", rms_backward_args),
+    ("rms_norm_backward", lambda: rms_backward_args()[:3] + (None, [64], 1e-6)),
+    ("layer_norm_backward", ln_backward_args),
+    ("layer_norm_backward", lambda: ln_backward_args()[:4] + (None, False, [64], 1e-5)),
+]
+
+
+@pytest.mark.parametrize("op, args", OPS, ids=[f"{op}-{i}" for i, (op, _) in enumerate(OPS)])
+def test_opcheck_of_the_training_ops(op, args, quiet):
+    """Schema, fake implementation, the autograd registration and AOT dispatch (the default
+    opcheck utilities) of the forward-with-statistics and backward ops."""
+    torch.library.opcheck(getattr(torch.ops.normjit, op).default, args())
+
+
+def test_opcheck_of_the_plain_ops_with_autograd(quiet):
+    x = torch.randn(3, 64, requires_grad=True)
+    w = torch.randn(64, requires_grad=True)
+    torch.library.opcheck(torch.ops.normjit.rms_norm.default, (x, [64], w, 1e-6))
+    torch.library.opcheck(torch.ops.normjit.layer_norm.default, (x, [64], w, w, 1e-5))
+
+
+@pytest.mark.parametrize("call, error, match", [
+    (lambda: torch.ops.normjit.rms_norm_backward(torch.randn(3, 32), torch.randn(3, 64),
+                                                 torch.ones(3, 1), None, [64], 1e-6),
+     ValueError, r"grad has shape \[3, 32\]; expected the input's, \[3, 64\]"),
+    (lambda: torch.ops.normjit.rms_norm_backward(torch.randn(3, 64), torch.randn(3, 64),
+                                                 torch.ones(4, 1), None, [64], 1e-6),
+     ValueError, r"rstd has shape \[4, 1\] and dtype torch.float32; expected \[3, 1\]"),
+    (lambda: torch.ops.normjit.rms_norm_backward(torch.randn(3, 64), torch.randn(3, 64),
+                                                 torch.ones(3, 1, dtype=torch.float16), None,
+                                                 [64], 1e-6),
+     ValueError, r"rstd .* dtype torch.float16; expected \[3, 1\] torch.float32"),
+    (lambda: torch.ops.normjit.rms_norm_backward(torch.randn(3, 64), torch.randn(3, 64),
+                                                 torch.ones(3, 1), torch.randn(32), [64], 1e-6),
+     ValueError, r"weight has shape \[32\]; expected \[64\]"),
+    (lambda: torch.ops.normjit.layer_norm_backward(torch.randn(3, 64), torch.randn(3, 64),
+                                                   torch.ones(3, 1), torch.ones(3, 1), None,
+                                                   True, [64], 1e-5),
+     ValueError, r"has_bias without a weight"),
+    (lambda: torch.ops.normjit.layer_norm_backward(torch.randn(3, 64), torch.randn(3, 64),
+                                                   torch.ones(3, 1), torch.ones(3, 1), None,
+                                                   False, [32], 1e-5),
+     ValueError, r"normalized_shape \[32\] is not the trailing shape of the input"),
+])
+def test_backward_ops_name_wrong_arguments(call, error, match, quiet):
+    with pytest.raises(error, match=match):
+        call()
+
+
+# ---------------------------------------------------------------------------------------
+# The library emulated: CPU tensors take the launch path, the emulator computes in float64
+# from the host memory behind the pointers and writes what the kernel would
+# ---------------------------------------------------------------------------------------
+
+_DT = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+
+
+def memory(pointer, n, dtype):
+    """n elements of dtype at a host address, as a tensor sharing that memory."""
+    size = torch.empty((), dtype=dtype).element_size()
+    return torch.frombuffer((ctypes.c_char * (n * size)).from_address(pointer), dtype=dtype)
+
+
+class Emulator:
+    """normjit's engine and launch functions for CPU tensors: prepare records spec texts (and,
+    with `library`, asks a real engine whether it takes the spec, for sm_90); launches record
+    their arguments and compute into the memory the pointers name."""
+
+    def __init__(self):
+        self.specs, self.launches, self.by_handle = [], [], {}
+        self.library = None  # a normjit.Engine: prepare refuses what it refuses
+
+    def prepare(self, spec):
+        if self.library is not None:
+            self.library.precompile(spec, arch="sm_90")
+        self.specs.append(spec)
+        handle = 0x7F0000001000 + 0x100 * len(self.specs)
+        fields = dict(f.split("=", 1) for f in spec.split())
+        shape = [int(s) for s in fields["shape"].split(",")]
+        k = int(fields["normalized_dims"])
+        dtype = _DT[fields["dtype"]]
+        self.by_handle[handle] = {
+            "op": fields["op"], "row": math.prod(shape[len(shape) - k:]), "dtype": dtype,
+            "param": _DT[fields.get("param_dtype", fields["dtype"])], "affine": fields["affine"],
+            "stats": fields.get("save_stats") == "true",
+            "backward": fields.get("backward") == "true"}
+        return handle
+
+    def _forward(self, kernel, x, y, weight, bias, batch, eps, mean=None, rstd=None):
+        s = self.by_handle[kernel]
+        assert not s["backward"]
+        n = s["row"]
+        xd = memory(x, batch * n, s["dtype"]).double().view(batch, n)
+        if s["op"] == "rmsnorm":
+            r = torch.rsqrt(xd.square().mean(1, keepdim=True) + eps)
+            yd, m = xd * r, None
+        else:
+            m = xd.mean(1, keepdim=True)
+            r = torch.rsqrt((xd - m).square().mean(1, keepdim=True) + eps)
+            yd = (xd - m) * r
+        if weight is not None:
+            yd = yd * memory(weight, n, s["param"]).double()
+        if bias is not None:
+            yd = yd + memory(bias, n, s["param"]).double()
+        memory(y, batch * n, s["dtype"]).copy_(yd.flatten())
+        if rstd is not None:
+            memory(rstd, batch, torch.float32).copy_(r.flatten())
+        if mean is not None:
+            memory(mean, batch, torch.float32).copy_(m.flatten())
+        return 0
+
+    def launch(self, kernel, x, y, weight, bias, batch, eps, stream):
+        self.launches.append(("launch", (kernel, x, y, weight, bias, batch, eps, stream)))
+        return self._forward(kernel, x, y, weight, bias, batch, eps)
+
+    def launch_ex(self, kernel, x, y, weight, bias, batch, eps, residual, residual_out, scale,
+                  mean, rstd, stream, rows):
+        self.launches.append(("launch_ex", dict(kernel=kernel, x=x, y=y, mean=mean, rstd=rstd,
+                                                batch=batch)))
+        assert residual is None and scale is None and rows is None
+        assert self.by_handle[kernel]["stats"] == (rstd is not None)
+        return self._forward(kernel, x, y, weight, bias, batch, eps, mean, rstd)
+
+    def launch_backward(self, kernel, x, dy, mean, rstd, weight, dx, dweight, dbias, batch,
+                        stream):
+        self.launches.append(("launch_backward", dict(
+            kernel=kernel, x=x, dy=dy, mean=mean, rstd=rstd, weight=weight, dx=dx,
+            dweight=dweight, dbias=dbias, batch=batch)))
+        s = self.by_handle[kernel]
+        assert s["backward"]
+        n = s["row"]
+        xd = memory(x, batch * n, s["dtype"]).double().view(batch, n)
+        dyd = memory(dy, batch * n, s["dtype"]).double().view(batch, n)
+        r = memory(rstd, batch, torch.float32).double().view(batch, 1)
+        if s["op"] == "rmsnorm":
+            assert mean is None
+            xhat = xd * r
+        else:
+            xhat = (xd - memory(mean, batch, torch.float32).double().view(batch, 1)) * r
+        g = dyd * memory(weight, n, s["param"]).double() if weight is not None else dyd
+        dxd = g - xhat * (g * xhat).mean(1, keepdim=True)
+        if s["op"] == "layernorm":
+            dxd = dxd - g.mean(1, keepdim=True)
+        memory(dx, batch * n, s["dtype"]).copy_((r * dxd).flatten())
+        assert (dweight is not None) == (s["affine"] != "none")
+        assert (dbias is not None) == (s["affine"] == "both")
+        if dweight is not None:
+            memory(dweight, n, s["param"]).copy_((dyd * xhat).sum(0))
+        if dbias is not None:
+            memory(dbias, n, s["param"]).copy_(dyd.sum(0))
+        return 0
+
+    def kinds(self):
+        return [kind for kind, _ in self.launches]
+
+    def last(self, kind):
+        return next(args for k, args in reversed(self.launches) if k == kind)
+
+
+@pytest.fixture
+def emu(monkeypatch):
+    """CPU tensors take the launch path into the emulator: normjit "runs" on their device, and
+    every other check of the calls is the real one (grad included)."""
+    e = Emulator()
+    monkeypatch.setattr(_ops, "_on_device", lambda x: True)
+    monkeypatch.setattr(normjit, "engine", lambda: e)
+    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+    monkeypatch.setattr(_ops, "_raw_stream", lambda device: 0)
+    monkeypatch.setattr(_ops, "_launch", e.launch)
+    monkeypatch.setattr(_ops, "_launch_ex", e.launch_ex)
+    monkeypatch.setattr(_ops, "_launch_backward", e.launch_backward)
+    saved = dict(_ops._kernels), dict(_ops._calls)
+    _ops._kernels.clear()
+    _ops._calls.clear()
+    try:
+        yield e
+    finally:
+        _ops._kernels.clear()
+        _ops._calls.clear()
+        _ops._kernels.update(saved[0])
+        _ops._calls.update(saved[1])
+
+
+@pytest.mark.parametrize("affine", ["none", "weight", "both"])
+@pytest.mark.parametrize("shape, normalized", [((3, 64), (64,)), ((2, 5, 4, 8), (4, 8)),
+                                               ((1, 1), (1,)), ((64,), (64,))],
+                         ids=["3x64", "2x5x4x8", "1x1", "no-batch"])
+def test_layer_norm_trains_through_normjit(emu, shape, normalized, affine):
+    torch.manual_seed(3)
+    x = (torch.randn(shape) * 3 + 10).requires_grad_()
+    w = (1 + 0.3 * torch.randn(normalized)).requires_grad_() if affine != "none" else None
+    b = (0.1 * torch.randn(normalized)).requires_grad_() if affine == "both" else None
+    dy = torch.randn(shape)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", njt.NormjitFallbackWarning)
+        y = njt.layer_norm(x, normalized, w, b, 1e-5)
+        assert y.requires_grad and y.grad_fn is not None
+        y.backward(dy)
+    rows = math.prod(shape) // math.prod(normalized)
+    forward_spec = _ops._rows_spec("layernorm", (rows,) + normalized, len(normalized),
+                                   torch.float32, w is not None, b is not None, 1e-5,
+                                   save_stats=True)
+    assert emu.specs == [forward_spec, forward_spec.replace(" save_stats=true", " backward=true")]
+    assert emu.kinds() == ["launch_ex", "launch_backward"]
+    fwd, bwd = emu.last("launch_ex"), emu.last("launch_backward")
+    # The backward reads x itself, and the statistics the forward wrote.
+    assert bwd["x"] == x.data_ptr() and bwd["batch"] == fwd["batch"] == rows
+    assert (bwd["mean"], bwd["rstd"]) == (fwd["mean"], fwd["rstd"])
+    assert bwd["dx"] == x.grad.data_ptr()  # the gradient is the kernel's output itself
+    ref = reference_grads("ln", x, normalized, w, b, 1e-5, dy)
+    for got, r in zip((x.grad, w.grad if w is not None else None,
+                       b.grad if b is not None else None), ref):
+        if r is not None:
+            close(got, r, 1e-5)
+
+
+@pytest.mark.parametrize("weight", [None, torch.float32, torch.bfloat16])
+def test_rms_norm_module_trains_through_normjit(emu, weight):
+    torch.manual_seed(4)
+    m = njt.RMSNorm(64, eps=1e-6, elementwise_affine=weight is not None, dtype=weight)
+    if weight is not None:
+        with torch.no_grad():
+            m.weight.copy_(1 + 0.3 * torch.randn(64))
+    x = torch.randn(5, 64, dtype=torch.bfloat16, requires_grad=True)
+    dy = torch.randn(5, 64, dtype=torch.bfloat16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", njt.NormjitFallbackWarning)
+        m(x).backward(dy)
+    param = " param_dtype=f32" if weight == torch.float32 else ""
+    affine = "none" if weight is None else "weight"
+    base = f"op=rmsnorm shape=5,64 dtype=bf16 normalized_dims=1 affine={affine} eps=1e-06{param}"
+    assert emu.specs == [base + " save_stats=true", base + " backward=true"]
+    assert x.grad.dtype == torch.bfloat16
+    w = m.weight if weight is not None else None
+    ref = reference_grads("rms", x, (64,), w, None, 1e-6, dy)
+    close(x.grad, ref[0], 1e-2)
+    if weight is not None:
+        assert m.weight.grad.dtype == weight
+        close(m.weight.grad, ref[1], 1e-2)
+
+
+def test_inference_keeps_the_plain_kernel_and_same_decision_cache(emu):
+    """no_grad and inputs that need no grad: normjit_launch, no statistics, no training op."""
+    m = njt.RMSNorm(64)
+    x = torch.randn(3, 64)
+    with torch.no_grad():
+        m(x)
+    assert emu.kinds() == ["launch"]
+    m.weight.requires_grad_(False)
+    m(x)  # grad mode, nothing requires grad
+    assert emu.kinds() == ["launch", "launch"]
+    assert not emu.specs[0].endswith("save_stats=true")
+
+
+def test_only_the_weight_requires_grad(emu):
+    torch.manual_seed(5)
+    m = njt.LayerNorm(32)
+    with torch.no_grad():
+        m.weight.copy_(1 + 0.3 * torch.randn(32))
+    x, dy = torch.randn(4, 32), torch.randn(4, 32)
+    m(x).backward(dy)
+    ref = reference_grads("ln", x, (32,), m.weight, m.bias, 1e-5, dy)
+    close(m.weight.grad, ref[1], 1e-5)
+    close(m.bias.grad, ref[2], 1e-5)
+    assert x.grad is None
+
+
+def test_a_non_contiguous_gradient_falls_back_with_one_warning(emu):
+    """y.sum() gives an expanded (stride 0) dy: PyTorch computes that gradient from the same
+    statistics, with the reason named once."""
+    torch.manual_seed(6)
+    w = torch.randn(64, requires_grad=True)
+    for _ in range(2):
+        x = torch.randn(3, 64, requires_grad=True)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", njt.NormjitFallbackWarning)
+            njt.rms_norm(x, 64, w, 1e-6).sum().backward()
+        ref = reference_grads("rms", x, (64,), w, None, 1e-6, torch.ones(3, 64))
+        close(x.grad, ref[0], 1e-5)
+        w.grad = None
+        if _ == 0:
+            assert fallbacks(caught) == [
+                "normjit.torch.rms_norm backward: non-contiguous gradient (shape [3, 64], "
+                "strides [0, 0]; normjit's backward reads contiguous rows of dy); computing "
+                "the gradient with PyTorch"]
+        else:
+            assert fallbacks(caught) == []
+    assert "launch_backward" not in emu.kinds()
+
+
+def test_rows_without_a_backward_kernel_fall_back(emu, tmp_path):
+    """Rows of 8193 elements: the forward is normjit's, the library has no backward kernel for
+    them, so PyTorch computes the gradient (its message in the warning)."""
+    with normjit.Engine(cache_dir=str(tmp_path), memory_only=True) as engine:
+        emu.library = engine
+        original = engine.precompile
+        engine.precompile = lambda spec, arch: (original(spec, arch) if "backward" in spec
+                                                else True)
+        torch.manual_seed(8)
+        x = torch.randn(2, 8193, requires_grad=True)
+        w = (1 + 0.3 * torch.randn(8193)).requires_grad_()
+        dy = torch.randn(2, 8193)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", njt.NormjitFallbackWarning)
+            njt.rms_norm(x, 8193, w, 1e-6).backward(dy)
+    assert emu.kinds() == ["launch_ex"]
+    messages = fallbacks(caught)
+    assert len(messages) == 1 and "rms_norm backward: unsupported shape" in messages[0], messages
+    ref = reference_grads("rms", x, (8193,), w, None, 1e-6, dy)
+    close(x.grad, ref[0], 1e-5)
+    close(w.grad, ref[1], 1e-5)
+
+
+def test_double_backward_is_pytorchs(emu):
+    torch.manual_seed(9)
+    x = torch.randn(3, 16, dtype=torch.float32, requires_grad=True)
+    w = torch.randn(16, requires_grad=True)
+    b = torch.randn(16, requires_grad=True)
+    dy = torch.randn(3, 16)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", njt.NormjitFallbackWarning)
+        y = njt.layer_norm(x, 16, w, b, 1e-5)
+        gx, gw = torch.autograd.grad(y, (x, w), dy, create_graph=True)
+        (gx.square().sum() + gw.sum()).backward()
+    assert [m for m in fallbacks(caught) if "double backward" in m]
+    leaves = [t.detach().double().requires_grad_() for t in (x, w, b)]
+    ry = F.layer_norm(leaves[0], (16,), leaves[1], leaves[2], 1e-5)
+    rgx, rgw = torch.autograd.grad(ry, leaves[:2], dy.double(), create_graph=True)
+    (rgx.square().sum() + rgw.sum()).backward()
+    close(x.grad, leaves[0].grad, 1e-4)
+    close(w.grad, leaves[1].grad, 1e-4)
+
+
+@pytest.mark.parametrize("call, what", [
+    (lambda x, w: njt.add_rms_norm(x, torch.randn_like(x), 64, w, 1e-6)[0], "add_rms_norm"),
+    (lambda x, w: njt.rms_norm(x, 64, w, 1e-6, weight_offset=1.0), "rms_norm"),
+    (lambda x, w: njt.layer_norm(x, 64, w, None, 1e-5, return_stats=True)[0], "layer_norm"),
+    (lambda x, w: njt.rms_norm_channels(x.view(2, 64, 2), None, 1e-5), "rms_norm_channels"),
+    (lambda x, w: njt.group_norm(x.view(2, 64, 2), 8, None, None, 1e-5), "group_norm"),
+])
+def test_forward_only_functions_fall_back_to_pytorchs_autograd(emu, call, what):
+    """The variants, the fused residual add and the channel forms have no normjit backward:
+    with an input that requires grad they run PyTorch's expression (its autograd), saying so
+    once; no launch."""
+    torch.manual_seed(10)
+    x = torch.randn(4, 64, requires_grad=True)
+    w = torch.randn(64, requires_grad=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", njt.NormjitFallbackWarning)
+        y = call(x, w)
+    assert emu.launches == []
+    messages = fallbacks(caught)
+    assert len(messages) == 1 and f"normjit.torch.{what}: an input requires grad and this " \
+        "function is forward-only in normjit" in messages[0], messages
+    y.float().square().sum().backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all()
+
+
+def test_a_layer_norm_of_mixed_dtypes_with_grad_is_pytorchs(emu):
+    x = torch.randn(3, 64, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(64, requires_grad=True)
+    with pytest.warns(njt.NormjitFallbackWarning, match="weight/bias dtype torch.float32"):
+        y = njt.layer_norm(x, 64, w, None, 1e-5)  # PyTorch's CPU kernel computes this mix
+    y.float().sum().backward()
+    assert emu.launches == [] and w.grad is not None
+
+
+def test_patched_layers_train_through_normjit(emu):
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm = torch.nn.LayerNorm(32)
+            self.proj = torch.nn.Linear(32, 32)
+            self.rms = torch.nn.RMSNorm(32, eps=1e-6)
+
+        def forward(self, x):
+            return self.rms(self.proj(self.norm(x)))
+
+    torch.manual_seed(11)
+    ref = Block()
+    with torch.no_grad():
+        for p in ref.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    model = Block()
+    model.load_state_dict(ref.state_dict())
+    assert len(njt.patch(model).replaced) == 2
+    x = torch.randn(6, 32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", njt.NormjitFallbackWarning)
+        model(x).square().sum().backward()
+    ref.double()(x.double()).square().sum().backward()
+    assert emu.kinds().count("launch_backward") == 2
+    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+        close(p.grad, q.grad, 1e-5)
+
+
+def test_compile_traces_forward_and_backward_ops_without_graph_breaks(emu):
+    """torch.compile(fullgraph=True) of a training step: the forward graph has the _train ops,
+    the backward graph the backward ops; the gradients are the eager ones."""
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+    graphs = {"fw": [], "bw": []}
+
+    def keep(kind):
+        def compiler(gm, example_inputs):
+            graphs[kind].append(gm.code)
+            return make_boxed_func(gm.forward)
+        return compiler
+
+    backend = aot_autograd(fw_compiler=keep("fw"), bw_compiler=keep("bw"))
+    torch.manual_seed(12)
+    w = torch.randn(64, requires_grad=True)
+    lw, lb = torch.randn(64, requires_grad=True), torch.randn(64, requires_grad=True)
+
+    def step(x):
+        h = njt.rms_norm(x, 64, w, 1e-6)
+        return njt.layer_norm(h * 2, 64, lw, lb, 1e-5).square().sum()
+
+    x = torch.randn(3, 64, requires_grad=True)
+    torch._dynamo.reset()
+    try:
+        loss = torch.compile(step, fullgraph=True, backend=backend)(x)
+        loss.backward()
+    finally:
+        torch._dynamo.reset()
+    fw, bw = "\n".join(graphs["fw"]), "\n".join(graphs["bw"])
+    assert "normjit.rms_norm_train" in fw and "normjit.layer_norm_train" in fw, fw
+    assert "normjit.rms_norm_backward" in bw and "normjit.layer_norm_backward" in bw, bw
+    compiled = [t.grad.clone() for t in (x, w, lw, lb)]
+    for t in (x, w, lw, lb):
+        t.grad = None
+    step(x).backward()
+    for got, t in zip(compiled, (x, w, lw, lb)):
+        close(got, t.grad.double(), 1e-6)
+
+
+# ---------------------------------------------------------------------------------------
+# normjit_launch_backward from Python: the extension's launch_backward, and ctypes
+# ---------------------------------------------------------------------------------------
+
+# kernel NULL: refused by the library (naming the kernel) before any device work
+BWD_ARGS = (0, 0x1000, 0x2000, None, 0x3000, None, 0x4000, None, None, 1, None)
+
+
+def test_launch_backward_by_the_extension_returns_what_ctypes_returns():
+    pytest.importorskip("normjit._launch", reason="the extension module is not built here")
+    from normjit import _capi
+    launch_backward = _capi.launch_backward_function()
+    by_ctypes = _capi._ctypes_launch_backward(_capi.library())
+    assert launch_backward is normjit._launch.launch_backward
+    for args in (BWD_ARGS, (0, 0x1000, 0x2000, 0x3000, 0x4000, 0x5000, 0x6000, 0x7000, 0x8000,
+                            2**40, 0x9000)):
+        status = launch_backward(*args)
+        assert status == by_ctypes(*args) == _capi.Status.ERROR_INVALID_ARGUMENT
+        assert "kernel" in _capi.library().error(status).message
+
+
+@pytest.mark.parametrize("index, value, match", [
+    (0, None, "kernel must be an int, not <class 'NoneType'>"),
+    (1, 1.5, "x must be an int"),
+    (2, None, "dy must be an int, not"),
+    (3, "m", "mean must be an int or None"),
+    (4, None, "rstd must be an int, not"),
+    (6, None, "dx must be an int, not"),
+    (7, [], "dweight must be an int or None"),
+    (9, 1.0, "launch_backward: batch must be an int"),
+    (10, object(), "stream must be an int or None"),
+])
+def test_launch_backward_by_the_extension_rejects_wrong_types(index, value, match):
+    pytest.importorskip("normjit._launch", reason="the extension module is not built here")
+    from normjit import _capi
+    args = list(BWD_ARGS)
+    args[index] = value
+    with pytest.raises(TypeError, match=match):
+        _capi.launch_backward_function()(*args)
+
+
+def test_launch_backward_by_the_extension_rejects_a_wrong_count_and_bad_binding():
+    pytest.importorskip("normjit._launch", reason="the extension module is not built here")
+    from normjit import _capi, _launch
+    launch_backward = _capi.launch_backward_function()
+    with pytest.raises(TypeError, match="takes 11 arguments"):
+        launch_backward(*BWD_ARGS[:10])
+    with pytest.raises(OverflowError):
+        launch_backward(*BWD_ARGS[:9], 2**63, None)
+    with pytest.raises(ValueError, match="address 0"):
+        _launch.bind_backward(0, 1)
+    with pytest.raises(TypeError, match="takes 2 arguments"):
+        _launch.bind_backward(1)
+
+
+def test_launch_backward_through_ctypes_without_the_extension():
+    """A fresh process where `import normjit._launch` fails: the ctypes function, filling a
+    BackwardArgs with normjit_backward_args_init."""
+    code = ("import sys; sys.modules['normjit._launch'] = None\n"
+            "from normjit import _capi\n"
+            "launch_backward = _capi.launch_backward_function()\n"
+            "assert launch_backward.__name__ == 'launch', launch_backward\n"
+            f"print(launch_backward(*{BWD_ARGS!r}))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env={**os.environ, "CUDA_VISIBLE_DEVICES": ""}, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert int(r.stdout) == normjit.Status.ERROR_INVALID_ARGUMENT

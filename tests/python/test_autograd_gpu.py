@@ -1,0 +1,417 @@
+"""Training through normjit.torch on a GPU (issue 20): the gradients of x, weight and bias that
+normjit's backward kernels give, against float64 autograd of PyTorch's reference, across row
+lengths, batches, dtypes, affine forms and adversarial values (large mean, tiny variance); the
+training forward's y bit for bit the inference y; determinism (two backward passes bitwise
+equal); a directional-derivative check; the backward's fallbacks on CUDA tensors (strided
+input, rows without a backward kernel, forward-only functions); torch.compile(fullgraph=True)
+of a training step; a CUDA-graph capture of forward and backward on a fresh stream replayed on
+new data; and one training step of a small transformers Llama (random weights) patched with
+normjit.torch.patch(), its gradients against the unpatched model's (float64 as the bar).
+Skips with a reason without PyTorch or without a CUDA device."""
+import copy
+import math
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed (CI installs none: the "
+                                            "PyPI wheel brings several GB of CUDA libraries)")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA device visible to PyTorch: the GPU tests run on the GPU machine",
+                allow_module_level=True)
+
+import torch.nn.functional as F  # noqa: E402
+
+import normjit.torch as njt  # noqa: E402
+from normjit.torch import _ops  # noqa: E402
+
+DEV = "cuda"
+# Relative error of a gradient against float64: f32 gradients come from f32 statistics and
+# f32 sums over up to 1000 rows; f16/bf16 ones are rounded once to their dtype.
+TOL = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 1.6e-2}
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+HIDDEN = [1, 3, 7, 65, 1000, 4097, 8192]
+BATCHES = [1, 3, 1000]
+
+
+@pytest.fixture(autouse=True)
+def no_fallback():
+    """The training path must not fall back: a NormjitFallbackWarning is an error here."""
+    _ops._warned.clear()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", njt.NormjitFallbackWarning)
+        yield
+    _ops._warned.clear()
+
+
+def rel_err(y, ref) -> float:
+    y, ref = y.double(), ref.double()
+    if not torch.isfinite(y).all():
+        return math.nan
+    return ((y - ref).norm() / ref.norm().clamp_min(1e-300)).item()
+
+
+def randn(shape, dtype, mean=0.0, std=1.0):
+    return (torch.randn(shape, device=DEV, dtype=torch.float64) * std + mean).to(dtype)
+
+
+def leaf(t):
+    return t.detach().clone().requires_grad_() if t is not None else None
+
+
+def grads_of(fn, inputs, dy):
+    """fn(*inputs) backward with dy; the inputs' .grad (None where an input is None)."""
+    inputs = [leaf(t) for t in inputs]
+    y = fn(*inputs)
+    y.backward(dy)
+    return y, [t.grad if t is not None else None for t in inputs]
+
+
+def scales(op, x, shape, weight, dy):
+    """The size of the terms each gradient is a sum of, in float64: rstd * |dy * weight| for
+    dx (whose terms cancel to almost nothing where a row's values are nearly equal, e.g. a
+    row of one element), the sums of |dy * xhat| and |dy| over the rows for dweight and
+    dbias. A float32 computation errs by a few ulps of these, whatever the result's size."""
+    k = len(shape)
+    dims = tuple(range(x.dim() - k, x.dim()))
+    xd, dyd = x.double(), dy.double()
+    if op == "rms":
+        rstd = torch.rsqrt(xd.square().mean(dims, keepdim=True) + 1e-6)
+        xhat = xd * rstd
+    else:
+        var, mean = torch.var_mean(xd, dims, correction=0, keepdim=True)
+        rstd = torch.rsqrt(var + 1e-5)
+        xhat = (xd - mean) * rstd
+    g = dyd * weight.double() if weight is not None else dyd
+    lead = tuple(range(x.dim() - k))
+    rows = (lambda t: t.sum(lead)) if lead else (lambda t: t)
+    return [(rstd * g.abs()).norm().item(), rows((dyd * xhat).abs()).norm().item(),
+            rows(dyd.abs()).norm().item()]
+
+
+def check_grads(op, x, shape, weight, bias, eps, dy, dtype, what=""):
+    """normjit's gradients against float64 autograd of F.rms_norm/F.layer_norm: within the
+    tolerance relative to the gradient plus 1e-5 of the size of its terms (scales), or no
+    worse than twice PyTorch's own in x's dtype."""
+    if op == "rms":
+        ours = lambda x, w, b: njt.rms_norm(x, shape, w, eps)  # noqa: E731
+        theirs = lambda x, w, b: F.rms_norm(x, shape, w, eps)  # noqa: E731
+    else:
+        ours = lambda x, w, b: njt.layer_norm(x, shape, w, b, eps)  # noqa: E731
+        theirs = lambda x, w, b: F.layer_norm(x, shape, w, b, eps)  # noqa: E731
+    _, got = grads_of(ours, (x, weight, bias), dy)
+    _, ref = grads_of(theirs, [t.double() if t is not None else None
+                               for t in (x, weight, bias)], dy.double())
+    _, torch_own = grads_of(theirs, (x, weight, bias), dy)
+    for name, g, r, t, inp, scale in zip(("dx", "dweight", "dbias"), got, ref, torch_own,
+                                         (x, weight, bias), scales(op, x, shape, weight, dy)):
+        if inp is None:
+            continue
+        assert g.dtype == inp.dtype and g.shape == inp.shape, (name, g.dtype, g.shape)
+        assert torch.isfinite(g).all(), f"{what} {name}: not finite"
+        diff = (g.double() - r).norm().item()
+        torch_diff = (t.double() - r).norm().item()
+        bound = TOL[dtype] * r.norm().item() + 1e-5 * scale
+        assert diff <= bound or diff <= 2 * torch_diff, \
+            (f"{what} {name}: |error| {diff:.3e}, bound {bound:.3e} (|gradient| "
+             f"{r.norm().item():.3e}, terms {scale:.3e}), PyTorch's own {torch_diff:.3e}")
+
+
+# ---------------------------------------------------------------------------------------
+# Against float64 autograd
+# ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("batch", BATCHES)
+@pytest.mark.parametrize("hidden", HIDDEN)
+@pytest.mark.parametrize("affine", ["both", "weight", "none"])
+def test_layer_norm_gradients_against_float64(hidden, batch, dtype, affine):
+    torch.manual_seed(hidden * 7 + batch)
+    w = randn((hidden,), dtype, 1.0, 0.5) if affine != "none" else None
+    b = randn((hidden,), dtype, 0.0, 0.3) if affine == "both" else None
+    for mean, std in [(0.0, 1.0), (100.0, 1.0), (0.0, 1e-3), (-3.0, 5.0)]:
+        x = randn((batch, hidden), dtype, mean, std)
+        dy = randn((batch, hidden), dtype)
+        check_grads("ln", x, (hidden,), w, b, 1e-5, dy, dtype, f"mean {mean} std {std}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("batch", BATCHES)
+@pytest.mark.parametrize("hidden", HIDDEN)
+@pytest.mark.parametrize("weight", ["same", "f32", "none"])
+def test_rms_norm_gradients_against_float64(hidden, batch, dtype, weight):
+    if weight == "f32" and dtype == torch.float32:
+        pytest.skip("the same as 'same'")
+    torch.manual_seed(hidden * 11 + batch)
+    wdtype = torch.float32 if weight == "f32" else dtype
+    w = randn((hidden,), wdtype, 1.0, 0.5) if weight != "none" else None
+    for mean, std in [(0.0, 1.0), (100.0, 1.0), (0.0, 1e-3)]:
+        x = randn((batch, hidden), dtype, mean, std)
+        dy = randn((batch, hidden), dtype)
+        check_grads("rms", x, (hidden,), w, None, 1e-6, dy, dtype, f"mean {mean} std {std}")
+
+
+@pytest.mark.parametrize("shape, normalized", [((2, 3, 64), (64,)), ((4, 13, 17), (13, 17)),
+                                               ((2, 8, 16, 16), (8, 16, 16)), ((100,), (100,))],
+                         ids=["3d", "two-dims", "three-dims", "no-batch"])
+@pytest.mark.parametrize("op", ["rms", "ln"])
+def test_several_normalized_dims_and_leading_dims(shape, normalized, op):
+    torch.manual_seed(1)
+    w = randn(normalized, torch.float32, 1.0, 0.5)
+    b = randn(normalized, torch.float32) if op == "ln" else None
+    check_grads(op, randn(shape, torch.float32, 2.0, 3.0), normalized, w, b, 1e-5,
+                randn(shape, torch.float32), torch.float32)
+
+
+@pytest.mark.parametrize("op", ["rms", "ln"])
+def test_directional_derivative(op):
+    """<dx, v> + <dw, u> against the central difference of <y, dy> along (v, u), in float64
+    from float32 evaluations (cheap gradcheck: normjit takes no float64)."""
+    torch.manual_seed(2)
+    x, w, b = randn((8, 65), torch.float32), randn((65,), torch.float32, 1.0, 0.5), None
+    if op == "ln":
+        b = randn((65,), torch.float32)
+    dy = randn((8, 65), torch.float32)
+    v, u = randn((8, 65), torch.float32), randn((65,), torch.float32)
+    fn = (lambda x, w: njt.rms_norm(x, 65, w, 1e-6)) if op == "rms" else \
+        (lambda x, w: njt.layer_norm(x, 65, w, b, 1e-5))
+    _, (gx, gw) = grads_of(fn, (x, w), dy)
+    h = 1e-2
+    with torch.no_grad():
+        plus = (fn(x + h * v, w + h * u).double() * dy).sum()
+        minus = (fn(x - h * v, w - h * u).double() * dy).sum()
+    numeric = ((plus - minus) / (2 * h)).item()
+    analytic = ((gx.double() * v).sum() + (gw.double() * u).sum()).item()
+    assert abs(numeric - analytic) <= 1e-2 * max(abs(analytic), 1.0), (numeric, analytic)
+
+
+# ---------------------------------------------------------------------------------------
+# The training forward, determinism
+# ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("op", ["rms", "ln"])
+@pytest.mark.parametrize("hidden", [7, 4096, 8192, 1 << 16])
+def test_training_forward_gives_the_inference_bits(op, hidden, dtype):
+    """The forward with save_stats (what training runs) writes the same y as without."""
+    x = randn((33, hidden), dtype, 3.0, 2.0)
+    w = randn((hidden,), dtype, 1.0, 0.5)
+    b = randn((hidden,), dtype)
+    fn = (lambda x, w: njt.rms_norm(x, hidden, w, 1e-6)) if op == "rms" else \
+        (lambda x, w: njt.layer_norm(x, hidden, w, b, 1e-5))
+    with torch.no_grad():
+        inference = fn(x, w)
+    training = fn(x, leaf(w))
+    assert training.grad_fn is not None
+    assert torch.equal(training.detach(), inference)
+
+
+@pytest.mark.parametrize("op", ["rms", "ln"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_two_backward_passes_are_bitwise_equal(op, dtype):
+    torch.manual_seed(3)
+    x = randn((1000, 4096), dtype, 1.0, 2.0)
+    w = randn((4096,), dtype, 1.0, 0.5)
+    b = randn((4096,), dtype) if op == "ln" else None
+    dy = randn((1000, 4096), dtype)
+    fn = (lambda x, w, b: njt.rms_norm(x, 4096, w, 1e-6)) if op == "rms" else \
+        (lambda x, w, b: njt.layer_norm(x, 4096, w, b, 1e-5))
+    runs = [grads_of(fn, (x, w, b), dy)[1] for _ in range(2)]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # another stream, its own workspace
+        runs.append(grads_of(fn, (x, w, b), dy)[1])
+    torch.cuda.current_stream().wait_stream(side)
+    for other in runs[1:]:
+        for g, h in zip(runs[0], other):
+            if g is not None:
+                assert torch.equal(g, h)
+
+
+# ---------------------------------------------------------------------------------------
+# Fallbacks of the backward on CUDA tensors
+# ---------------------------------------------------------------------------------------
+
+def test_a_strided_input_is_normalized_by_normjit_and_its_gradient_by_pytorch():
+    """A per-head view of a qkv projection: the forward reads it in place; the backward kernel
+    reads contiguous rows, so PyTorch computes that gradient (one warning)."""
+    torch.manual_seed(4)
+    qkv = randn((5, 3 * 4 * 64), torch.bfloat16)
+    w = randn((64,), torch.bfloat16, 1.0, 0.3)
+    dy = randn((5, 4, 64), torch.bfloat16)
+
+    def fn(qkv, w):
+        return njt.rms_norm(qkv[:, :256].view(5, 4, 64), 64, w, 1e-6)
+
+    with pytest.warns(njt.NormjitFallbackWarning, match="backward: non-contiguous input"):
+        _, (gq, gw) = grads_of(fn, (qkv, w), dy)
+    _, (rq, rw) = grads_of(lambda q, w: F.rms_norm(q[:, :256].view(5, 4, 64), (64,), w, 1e-6),
+                           (qkv.double(), w.double()), dy.double())
+    assert rel_err(gq, rq) < TOL[torch.bfloat16] and rel_err(gw, rw) < TOL[torch.bfloat16]
+    assert gq[:, 256:].abs().max().item() == 0
+
+
+def test_rows_without_a_backward_kernel_fall_back():
+    torch.manual_seed(5)
+    x, dy = randn((3, 16384), torch.float32, 1.0, 2.0), randn((3, 16384), torch.float32)
+    w = randn((16384,), torch.float32, 1.0, 0.5)
+    with pytest.warns(njt.NormjitFallbackWarning, match="rms_norm backward: unsupported"):
+        _, (gx, gw) = grads_of(lambda x, w: njt.rms_norm(x, 16384, w, 1e-6), (x, w), dy)
+    _, (rx, rw) = grads_of(lambda x, w: F.rms_norm(x, (16384,), w, 1e-6),
+                           (x.double(), w.double()), dy.double())
+    assert rel_err(gx, rx) < 1e-5 and rel_err(gw, rw) < 1e-5
+
+
+@pytest.mark.parametrize("call", [
+    lambda x, w: njt.group_norm(x.view(4, 16, 8), 4, w[:16], None, 1e-5),
+    lambda x, w: njt.add_rms_norm(x, x.detach() * 0.5, 128, w, 1e-6)[0],
+    lambda x, w: njt.rms_norm(x, 128, w, 1e-6, weight_offset=1.0),
+], ids=["group_norm", "add_rms_norm", "weight_offset"])
+def test_forward_only_functions_fall_back_with_pytorchs_gradient(call):
+    x = leaf(randn((4, 128), torch.float32))
+    w = leaf(randn((128,), torch.float32, 1.0, 0.5))
+    with pytest.warns(njt.NormjitFallbackWarning, match="is forward-only in normjit"):
+        y = call(x, w)
+    y.backward(torch.randn_like(y))
+    assert torch.isfinite(x.grad).all() and torch.isfinite(w.grad).all()
+
+
+def test_double_backward_is_pytorchs():
+    torch.manual_seed(6)
+    x, w = leaf(randn((3, 64), torch.float32)), leaf(randn((64,), torch.float32, 1.0, 0.5))
+    dy = randn((3, 64), torch.float32)
+    with pytest.warns(njt.NormjitFallbackWarning, match="double backward"):
+        (gx,) = torch.autograd.grad(njt.rms_norm(x, 64, w, 1e-6), (x,), dy, create_graph=True)
+        gx.square().sum().backward()
+    x64, w64 = leaf(x.double()), leaf(w.double())
+    (rx,) = torch.autograd.grad(F.rms_norm(x64, (64,), w64, 1e-6), (x64,), dy.double(),
+                                create_graph=True)
+    rx.square().sum().backward()
+    assert rel_err(x.grad, x64.grad) < 1e-4 and rel_err(w.grad, w64.grad) < 1e-4
+
+
+# ---------------------------------------------------------------------------------------
+# torch.compile and CUDA graphs
+# ---------------------------------------------------------------------------------------
+
+class Block(torch.nn.Module):
+    def __init__(self, hidden=256):
+        super().__init__()
+        self.ln = njt.LayerNorm(hidden)
+        self.proj = torch.nn.Linear(hidden, hidden)
+        self.rms = njt.RMSNorm(hidden, eps=1e-6)
+        self.out = torch.nn.Linear(hidden, hidden)
+
+    def forward(self, x):
+        return self.out(self.rms(torch.nn.functional.gelu(self.proj(self.ln(x)))))
+
+
+def make_block(hidden=256, dtype=torch.float32):
+    torch.manual_seed(7)
+    m = Block(hidden).to(DEV, dtype)
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if name.startswith(("ln.", "rms.")):
+                p.add_(0.3 * torch.randn_like(p))
+    return m
+
+
+def step_grads(model, x, dy):
+    model.zero_grad(set_to_none=True)
+    x = leaf(x)
+    model(x).backward(dy)
+    return [x.grad] + [p.grad.clone() for p in model.parameters()]
+
+
+def test_compile_fullgraph_training_step_matches_eager():
+    eager = make_block()
+    compiled_model = copy.deepcopy(eager)
+    compiled = torch.compile(compiled_model, fullgraph=True)
+    x, dy = randn((4, 33, 256), torch.float32), randn((4, 33, 256), torch.float32)
+    torch._dynamo.reset()
+    try:
+        got = step_grads(compiled, x, dy)
+        ref = step_grads(eager, x, dy)
+    finally:
+        torch._dynamo.reset()
+    for g, r in zip(got, ref):
+        assert rel_err(g, r) < 1e-5, rel_err(g, r)
+
+
+def test_cuda_graph_capture_of_forward_and_backward_on_a_fresh_stream():
+    """PyTorch's whole-network capture recipe: warm-up steps on a side stream (which prepares
+    both kernels), then forward and backward captured on a stream first used inside the
+    capture, replayed on new data written into the captured input."""
+    model = make_block()
+    reference = copy.deepcopy(model)
+    static_x = leaf(randn((8, 256), torch.float32))
+    static_dy = randn((8, 256), torch.float32)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            model.zero_grad(set_to_none=True)
+            static_x.grad = None
+            model(static_x).backward(static_dy)
+    torch.cuda.current_stream().wait_stream(side)
+    model.zero_grad(set_to_none=True)
+    static_x.grad = None
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=torch.cuda.Stream()):
+        model(static_x).backward(static_dy)
+    for _ in range(3):
+        new_x, new_dy = randn((8, 256), torch.float32, 1.0, 2.0), randn((8, 256), torch.float32)
+        with torch.no_grad():
+            static_x.copy_(new_x)
+            static_dy.copy_(new_dy)
+        graph.replay()
+        torch.cuda.synchronize()
+        ref = step_grads(reference, new_x, new_dy)
+        got = [static_x.grad] + [p.grad for p in model.parameters()]
+        for g, r in zip(got, ref):
+            assert rel_err(g, r) < 1e-6, rel_err(g, r)
+
+
+# ---------------------------------------------------------------------------------------
+# A small transformers Llama, patched, one training step
+# ---------------------------------------------------------------------------------------
+
+def test_patched_llama_training_step_gradients(out_dir):
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(hidden_size=256, intermediate_size=512,
+                                      num_hidden_layers=2, num_attention_heads=4,
+                                      num_key_value_heads=2, vocab_size=1000,
+                                      max_position_embeddings=256, rms_norm_eps=1e-6)
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).to(DEV, torch.float32).train()
+    with torch.no_grad():  # RMSNorm weights start at 1: make them matter
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.copy_(1 + 0.3 * torch.randn_like(p))
+    wide = copy.deepcopy(model).double()
+    patched = copy.deepcopy(model)
+    report = njt.patch(patched)
+    assert len(report.replaced) == 5, str(report)
+    ids = torch.randint(0, 1000, (2, 37), device=DEV)
+
+    def grads(m):
+        m.zero_grad(set_to_none=True)
+        m(input_ids=ids, labels=ids).loss.backward()
+        return {n: p.grad for n, p in m.named_parameters() if p.grad is not None}
+
+    ref, orig, ours = grads(wide), grads(model), grads(patched)
+    assert orig.keys() == ours.keys() == ref.keys() and len(ours) > 0
+    worst, lines = 0.0, []
+    for name in ref:
+        e_orig, e_ours = rel_err(orig[name], ref[name]), rel_err(ours[name], ref[name])
+        lines.append(f"{name}: original {e_orig:.2e}, patched {e_ours:.2e}")
+        assert e_ours <= 2 * e_orig + 1e-5, lines[-1]
+        worst = max(worst, rel_err(ours[name], orig[name]))
+    msg = (f"llama f32 training step: largest relative difference of a gradient, patched vs "
+           f"original: {worst:.2e}\n" + "\n".join(lines))
+    if out_dir:
+        with open(out_dir / "autograd-llama.log", "w") as f:
+            f.write(msg + "\n")
+    print(msg)
+    assert worst < 1e-4, msg
