@@ -36,49 +36,40 @@ namespace normjit {
 //   kBlocksPerItem      the plan's CTAs per n (checked against this kernel's tiling)
 // y is multiplied by *p.scale before an fp8 conversion.
 
-// sums[k][j]: this thread's partial sum of statistic k at its position j. Replaced by the sum
-// over the TY threads of the position, divided by C. Every thread of the CTA calls it.
-template <class Cfg, int K>
-__device__ __forceinline__ void channel_means(float (&sums)[K][Cfg::kVec]) {
+// sums[j]: this thread's partial sum at its position j. Replaced by the sum over the TY
+// threads of the position, divided by C. Every thread of the CTA calls it; calls may follow
+// one another (each reads its totals back before the next one's first barrier).
+template <class Cfg>
+__device__ __forceinline__ void channel_means(float (&sums)[Cfg::kVec]) {
   constexpr int C = Cfg::kChannels, TX = Cfg::kThreadsX, TY = Cfg::kThreadsY, V = Cfg::kVec;
   if constexpr (TY == 1) {
 #pragma unroll
-    for (int k = 0; k < K; ++k) {
-#pragma unroll
-      for (int j = 0; j < V; ++j) sums[k][j] *= 1.0f / C;
-    }
+    for (int j = 0; j < V; ++j) sums[j] *= 1.0f / C;
   } else {
-    // [ty][k*V + j][tx]: consecutive tx hit consecutive banks.
-    __shared__ float partial[TY][K * V][TX];
+    __shared__ float partial[TY][V][TX];  // [ty][j][tx]: consecutive tx hit consecutive banks
 #pragma unroll
-    for (int k = 0; k < K; ++k) {
-#pragma unroll
-      for (int j = 0; j < V; ++j) partial[threadIdx.y][k * V + j][threadIdx.x] = sums[k][j];
-    }
+    for (int j = 0; j < V; ++j) partial[threadIdx.y][j][threadIdx.x] = sums[j];
     __syncthreads();
-    // The K*TX*V totals, each over TY partials, are spread over the CTA's threads; then every
-    // thread reads back its K*V means: TY + K*V shared loads per thread instead of TY*K*V (and
-    // a smaller unrolled body for NVRTC to compile).
-    __shared__ float means[K * V][TX];
-    constexpr int kThreads = TX * TY, kSums = K * TX * V;
+    // The TX*V totals, each over TY partials, are spread over the CTA's threads; then every
+    // thread reads back its V means: TY + V shared loads per thread instead of TY*V (and a
+    // smaller unrolled body for NVRTC to compile).
+    __shared__ float means[V][TX];
+    constexpr int kThreads = TX * TY, kSums = TX * V;
     const int tid = threadIdx.y * TX + threadIdx.x;
 #pragma unroll
     for (int r = 0; r < (kSums + kThreads - 1) / kThreads; ++r) {
-      const int i = tid + r * kThreads;
-      if (kSums % kThreads == 0 || i < kSums) {
-        const int row = i / TX, position = i % TX;
+      const int k = tid + r * kThreads;
+      if (kSums % kThreads == 0 || k < kSums) {
+        const int j = k / TX, position = k % TX;
         float total = 0.f;
 #pragma unroll
-        for (int t = 0; t < TY; ++t) total += partial[t][row][position];
-        means[row][position] = total * (1.0f / C);
+        for (int t = 0; t < TY; ++t) total += partial[t][j][position];
+        means[j][position] = total * (1.0f / C);
       }
     }
     __syncthreads();
 #pragma unroll
-    for (int k = 0; k < K; ++k) {
-#pragma unroll
-      for (int j = 0; j < V; ++j) sums[k][j] = means[k * V + j][threadIdx.x];
-    }
+    for (int j = 0; j < V; ++j) sums[j] = means[j][threadIdx.x];
   }
 }
 
@@ -122,16 +113,12 @@ __global__ void __launch_bounds__(Cfg::kThreadsX* Cfg::kThreadsY) channels_norm(
   for (int j = 0; j < V; ++j) shift[j] = 0.f;
   if (kShift && active) load_vec<T, V>(x - (long long)threadIdx.y * S, shift);
 
-  // Pass 1: rmsnorm sum x^2; layernorm cached sum x; layernorm read twice sum d, sum d^2 of
-  // d = x - shift.
-  constexpr int K = kShift ? 2 : 1;
+  // Pass 1: rmsnorm sum x^2; layernorm cached sum x; layernorm read twice sum d and sum d^2
+  // of d = x - shift (reduced one after the other: the shared memory of one sum).
   float cached[kCached ? kPerThread : 1][V];
-  float sums[K][V];
+  float sum[V], sum2[V];
 #pragma unroll
-  for (int k = 0; k < K; ++k) {
-#pragma unroll
-    for (int j = 0; j < V; ++j) sums[k][j] = 0.f;
-  }
+  for (int j = 0; j < V; ++j) sum[j] = sum2[j] = 0.f;
 #pragma unroll
   for (int i = 0; i < kPerThread; ++i) {
     if (active && has(threadIdx.y + i * TY)) {
@@ -140,54 +127,51 @@ __global__ void __launch_bounds__(Cfg::kThreadsX* Cfg::kThreadsY) channels_norm(
 #pragma unroll
       for (int j = 0; j < V; ++j) {
         if constexpr (kRms) {
-          sums[0][j] += v[j] * v[j];
+          sum[j] += v[j] * v[j];
         } else if constexpr (kShift) {
           const float d = v[j] - shift[j];
-          sums[0][j] += d;
-          sums[1][j] += d * d;
+          sum[j] += d;
+          sum2[j] += d * d;
         } else {
-          sums[0][j] += v[j];
+          sum[j] += v[j];
         }
         if (kCached) cached[kCached ? i : 0][j] = v[j];
       }
     }
   }
-  channel_means<Cfg, K>(sums);
+  channel_means<Cfg>(sum);
 
   float mean[V], inv[V];
   if constexpr (kRms) {
 #pragma unroll
     for (int j = 0; j < V; ++j) {
       mean[j] = 0.f;
-      inv[j] = rsqrtf(sums[0][j] + p.eps);
+      inv[j] = rsqrtf(sum[j] + p.eps);
     }
   } else if constexpr (kShift) {
+    channel_means<Cfg>(sum2);
 #pragma unroll
     for (int j = 0; j < V; ++j) {
-      mean[j] = shift[j] + sums[0][j];
-      inv[j] = rsqrtf(fmaxf(sums[1][j] - sums[0][j] * sums[0][j], 0.f) + p.eps);
+      mean[j] = shift[j] + sum[j];
+      inv[j] = rsqrtf(fmaxf(sum2[j] - sum[j] * sum[j], 0.f) + p.eps);
     }
   } else {
     // Pass 2 over the registers: the squared deviations from the mean.
-    float m2[1][V];
 #pragma unroll
-    for (int j = 0; j < V; ++j) {
-      mean[j] = sums[0][j];
-      m2[0][j] = 0.f;
-    }
+    for (int j = 0; j < V; ++j) mean[j] = sum[j];
 #pragma unroll
     for (int i = 0; i < kPerThread; ++i) {
       if (active && has(threadIdx.y + i * TY)) {
 #pragma unroll
         for (int j = 0; j < V; ++j) {
           const float d = cached[kCached ? i : 0][j] - mean[j];
-          m2[0][j] += d * d;
+          sum2[j] += d * d;
         }
       }
     }
-    channel_means<Cfg, 1>(m2);
+    channel_means<Cfg>(sum2);
 #pragma unroll
-    for (int j = 0; j < V; ++j) inv[j] = rsqrtf(m2[0][j] + p.eps);
+    for (int j = 0; j < V; ++j) inv[j] = rsqrtf(sum2[j] + p.eps);
   }
   if (!active) return;
   if constexpr (Cfg::kSaveStats) {
