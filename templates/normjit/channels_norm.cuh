@@ -11,11 +11,10 @@
 // ceil(C/TY)*V values stay in registers between the reduction and the write (x is read
 // once); otherwise the second pass reads them again.
 //
-// LayerNorm's variance: with kCached, exactly two passes over the registers (the mean, then
-// the sum of squared deviations from it), each summed over the TY threads of a position.
-// Read twice, one pass over values shifted by the position's channel 0 (x - shift is exact
-// for x within a factor 2 of it): statistics of shifted data keep their precision when
-// |mean| >> std, as the row kernels' (row_common.cuh, Slice::load).
+// LayerNorm holds its values shifted by the position's channel 0 (as the row kernels do,
+// row_common.cuh, Slice::load): with kCached, exactly two passes over the registers (the mean,
+// then the sum of squared deviations from it), each summed over the TY threads of a position;
+// read twice, one pass of the sums of d and d^2.
 #pragma once
 
 #include "normjit/params.cuh"
@@ -105,16 +104,17 @@ __global__ void __launch_bounds__(Cfg::kThreadsX* Cfg::kThreadsY) channels_norm(
   if constexpr (kFp8<Y>) out_scale = *p.scale;
   auto has = [&](int c) { return kEvenChannels || c < C; };
 
-  // Layernorm read twice: the shift, channel 0 of each position (0 for rmsnorm, and where
-  // the values are cached: the exact two passes need none).
-  constexpr bool kShift = !kRms && !kCached;
+  // Layernorm holds d = x - shift, shift = channel 0 of the position (x - shift is exact for
+  // x within a factor 2 of it): its statistics and y = (d - mean(d)) * rstd keep their
+  // precision when |mean| >> std, where an f32 mean of x alone would be off by its rounding
+  // (mean 1e4: 5e-4 of a std of 1). rmsnorm: no shift.
   float shift[V];
 #pragma unroll
   for (int j = 0; j < V; ++j) shift[j] = 0.f;
-  if (kShift && active) load_vec<T, V>(x - (long long)threadIdx.y * S, shift);
+  if (!kRms && active) load_vec<T, V>(x - (long long)threadIdx.y * S, shift);
 
-  // Pass 1: rmsnorm sum x^2; layernorm cached sum x; layernorm read twice sum d and sum d^2
-  // of d = x - shift (reduced one after the other: the shared memory of one sum).
+  // Pass 1: rmsnorm sum x^2; layernorm sum d (and read twice, sum d^2, reduced after it: the
+  // shared memory of one sum).
   float cached[kCached ? kPerThread : 1][V];
   float sum[V], sum2[V];
 #pragma unroll
@@ -128,12 +128,10 @@ __global__ void __launch_bounds__(Cfg::kThreadsX* Cfg::kThreadsY) channels_norm(
       for (int j = 0; j < V; ++j) {
         if constexpr (kRms) {
           sum[j] += v[j] * v[j];
-        } else if constexpr (kShift) {
-          const float d = v[j] - shift[j];
-          sum[j] += d;
-          sum2[j] += d * d;
         } else {
+          v[j] -= shift[j];
           sum[j] += v[j];
+          if (!kCached) sum2[j] += v[j] * v[j];
         }
         if (kCached) cached[kCached ? i : 0][j] = v[j];
       }
@@ -141,22 +139,22 @@ __global__ void __launch_bounds__(Cfg::kThreadsX* Cfg::kThreadsY) channels_norm(
   }
   channel_means<Cfg>(sum);
 
-  float mean[V], inv[V];
+  float mean[V], inv[V];  // layernorm: mean of d
   if constexpr (kRms) {
 #pragma unroll
     for (int j = 0; j < V; ++j) {
       mean[j] = 0.f;
       inv[j] = rsqrtf(sum[j] + p.eps);
     }
-  } else if constexpr (kShift) {
+  } else if constexpr (!kCached) {
     channel_means<Cfg>(sum2);
 #pragma unroll
     for (int j = 0; j < V; ++j) {
-      mean[j] = shift[j] + sum[j];
+      mean[j] = sum[j];
       inv[j] = rsqrtf(fmaxf(sum2[j] - sum[j] * sum[j], 0.f) + p.eps);
     }
   } else {
-    // Pass 2 over the registers: the squared deviations from the mean.
+    // Pass 2 over the registers: the squared deviations from the mean, exactly.
 #pragma unroll
     for (int j = 0; j < V; ++j) mean[j] = sum[j];
 #pragma unroll
@@ -178,7 +176,7 @@ __global__ void __launch_bounds__(Cfg::kThreadsX* Cfg::kThreadsY) channels_norm(
     if (threadIdx.y == 0) {
 #pragma unroll
       for (int j = 0; j < V; ++j) {
-        if constexpr (!kRms) p.mean[n * S + s + j] = mean[j];
+        if constexpr (!kRms) p.mean[n * S + s + j] = shift[j] + mean[j];
         p.rstd[n * S + s + j] = inv[j];
       }
     }
@@ -196,6 +194,10 @@ __global__ void __launch_bounds__(Cfg::kThreadsX* Cfg::kThreadsY) channels_norm(
         for (int j = 0; j < V; ++j) v[j] = cached[kCached ? i : 0][j];
       } else {
         load_vec<T, V>(x + i * (TY * S), v);
+        if constexpr (!kRms) {
+#pragma unroll
+          for (int j = 0; j < V; ++j) v[j] -= shift[j];
+        }
       }
       float w = kWeight ? to_float(weight[c]) : 1.0f;
       if constexpr (kWeight && kOffset) w += Cfg::kWeightOffset;
