@@ -14,7 +14,7 @@ struct Template {
 Template template_of(Strategy strategy) {
   switch (strategy) {
     case Strategy::kChannels:
-      return {"normjit/rmsnorm_channels.cuh", "normjit::rmsnorm_channels"};
+      return {"normjit/channels_norm.cuh", "normjit::channels_norm"};
     case Strategy::kRowRegisters:
       return {"normjit/row_norm.cuh", "normjit::row_norm"};
     case Strategy::kRowSplit:
@@ -89,6 +89,8 @@ void problem_fields(const Problem& pr, Fields& f) {
 
 void channels_fields(const KernelPlan& p, Fields& f) {
   const Problem& pr = p.problem;
+  f.flag("kRms", pr.op == Op::kRmsNorm);
+  f.flag("kBias", pr.bias);
   f.integer("kChannels", pr.channels);
   f.size("kSpatial", pr.spatial);
   f.integer("kThreadsX", p.block_x);

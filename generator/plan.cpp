@@ -412,7 +412,7 @@ Problem Problem::of(const NormSpec& spec) {
   pr.y = spec.out_type();
   pr.param = spec.param_type();
   pr.residual = spec.residual;
-  pr.channel_form = spec.op == Op::kRmsNorm && spec.channel_form();
+  pr.channel_form = spec.op != Op::kGroupNorm && spec.channel_form();
   pr.row_length = spec.row_length();
   if (spec.channel_form()) {
     pr.channels = spec.channels();

@@ -14,7 +14,7 @@
 namespace normjit {
 
 enum class Strategy {
-  kChannels,      // rmsnorm over dim 1: a thread owns spatial positions, loops over C
+  kChannels,      // rms/layernorm over dim 1: a thread owns spatial positions, loops over C
   kRowRegisters,  // a team of threads per row, the row in registers (read once)
   kRowSplit,      // a row over P co-resident CTAs, chunks in registers (read once)
   kRowStream,     // rows longer than the chip holds: a row over P co-resident CTAs, read twice
@@ -29,7 +29,7 @@ struct Problem {
   Op op = Op::kRmsNorm;
   Dtype x = Dtype::kF32, y = Dtype::kF32, param = Dtype::kF32;
   std::optional<Dtype> residual;  // h = x + residual, in this dtype
-  bool channel_form = false;      // rmsnorm over dim 1
+  bool channel_form = false;      // rmsnorm or layernorm over dim 1
   int64_t row_length = 0;         // H: elements normalized together (channel form: C)
   int64_t channels = 0;           // channel and group forms: C
   int64_t spatial = 1;            // channel and group forms: S, elements per channel

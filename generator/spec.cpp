@@ -442,8 +442,10 @@ void validate_backward(const NormSpec& s) {
   }
   if (s.channel_form()) {
     throw_unsupported("normalized_dims", "0",
-                      "backward=true is not yet supported for the channel form of rmsnorm (only "
-                      "the trailing forms, normalized_dims > 0, have a backward kernel)");
+                      std::string("backward=true is not yet supported for the channel form of ") +
+                          normjit::to_string(s.op) +
+                          " (only "
+                          "the trailing forms, normalized_dims > 0, have a backward kernel)");
   }
   if (s.out_dtype && *s.out_dtype != s.dtype) {
     refuse("out_dtype", std::string("'") + normjit::to_string(*s.out_dtype) + "'",
@@ -528,23 +530,20 @@ void NormSpec::validate() const {
                            "must be between 1 and the rank of shape " + shape_text() + " (" +
                                std::to_string(rank) + ")");
   }
+  if (op != Op::kGroupNorm && channel_form() && rank < 2) {
+    throw_invalid_argument("shape", shape_text(),
+                           std::string("the channel form of ") + normjit::to_string(op) +
+                               " needs [N, C, *spatial] (rank >= 2); give normalized_dims for "
+                               "the trailing form");
+  }
   switch (op) {
     case Op::kRmsNorm:
-      if (channel_form() && rank < 2) {
-        throw_invalid_argument("shape", shape_text(),
-                               "the channel form of rmsnorm needs [N, C, *spatial] (rank >= 2); "
-                               "give normalized_dims for the trailing form");
-      }
       if (affine == Affine::kBoth) {
         throw_invalid_argument("affine", "'both'",
                                "rmsnorm has a weight but no bias (use weight or none)");
       }
       break;
     case Op::kLayerNorm:
-      if (normalized_dims == 0) {
-        throw_invalid_argument("normalized_dims", "0",
-                               "layernorm normalizes at least one trailing dim");
-      }
       break;
     case Op::kGroupNorm:
       if (normalized_dims != 0) {
@@ -608,7 +607,10 @@ bool NormSpec::operator==(const NormSpec& o) const {
 std::string NormSpec::to_string() const {
   std::string out = std::string("op=") + normjit::to_string(op) + " shape=" + format_shape(shape) +
                     " dtype=" + normjit::to_string(dtype);
-  if (normalized_dims != 0) out += " normalized_dims=" + std::to_string(normalized_dims);
+  // Layernorm's default is every dim after the first, so its channel form (0) is spelled out.
+  if (normalized_dims != 0 || op == Op::kLayerNorm) {
+    out += " normalized_dims=" + std::to_string(normalized_dims);
+  }
   if (op == Op::kGroupNorm) out += " groups=" + std::to_string(groups);
   out += std::string(" affine=") + normjit::to_string(affine) + " eps=" + format_double(eps);
   // The variant axes, each only when not its default: today's specs keep their text.

@@ -7,7 +7,7 @@
 namespace normjit::templates {
 
 struct Header {
-  const char* name;  // include name, "normjit/rmsnorm_channels.cuh"
+  const char* name;  // include name, "normjit/channels_norm.cuh"
   const char* text;
 };
 

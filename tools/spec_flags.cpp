@@ -24,8 +24,8 @@ void SpecFlags::add_to(CLI::App& app, bool required) {
   }
   add_text(app, "--dtype", dtype, "f32 | f16 | bf16 (default f32)");
   add_text(app, "--normalized-dims", normalized_dims,
-           "reduce over the last K dims, 0 to 8 (default: rmsnorm dim 1, layernorm all but the "
-           "first)");
+           "reduce over the last K dims, 1 to 8, or 0: dim 1 of [N, C, *spatial] (default: "
+           "rmsnorm 0, layernorm all but the first)");
   add_text(app, "--groups", groups, "groupnorm: number of groups, dividing C");
   add_text(app, "--affine", affine,
            "none | weight | both (default: rmsnorm none, layernorm and groupnorm both)");

@@ -314,7 +314,7 @@ Case case_of(SpecFields f) {
 }
 
 // RMSNorm over the last k dims (LLM rows), its channel form, LayerNorm over the last k dims,
-// GroupNorm.
+// its channel form (LayerNorm2d), GroupNorm.
 Case rms(std::vector<int64_t> shape, Dtype d, Affine a = Affine::kWeight, int k = 1) {
   return case_of(fields_of(Op::kRmsNorm, std::move(shape), d, a, k, 0));
 }
@@ -323,6 +323,9 @@ Case rms_channels(std::vector<int64_t> shape, Dtype d, Affine a = Affine::kWeigh
 }
 Case layer_norm(std::vector<int64_t> shape, Dtype d, Affine a = Affine::kBoth, int k = 1) {
   return case_of(fields_of(Op::kLayerNorm, std::move(shape), d, a, k, 0));
+}
+Case layer_norm_channels(std::vector<int64_t> shape, Dtype d, Affine a = Affine::kBoth) {
+  return case_of(fields_of(Op::kLayerNorm, std::move(shape), d, a, 0, 0));
 }
 Case group_norm(std::vector<int64_t> shape, Dtype d, int64_t groups, Affine a = Affine::kBoth) {
   return case_of(fields_of(Op::kGroupNorm, std::move(shape), d, a, 0, groups));
@@ -730,7 +733,7 @@ class VariantRun {
       const int64_t g = spec_.groups, cg = spec_.channels() / g, s = spec_.spatial();
       return {cg * s, ((u / g) * spec_.channels() + (u % g) * cg) * s, 1, (u % g) * cg, s};
     }
-    if (!trailing_) {  // rmsnorm's channel form: (n, position) over the channels
+    if (!trailing_) {  // the channel forms: (n, position) over the channels
       const int64_t c = spec_.channels(), s = spec_.spatial();
       return {c, (u / s) * c * s + u % s, s, 0, 1};
     }
@@ -1145,6 +1148,8 @@ TEST_F(Variants, ParamDtypeF32ParamsWith16BitXAndBf16ParamsWithF32X) {
       add(rms({7, 4096}, x), Values::kNormal);
       add(rms({5, 3, 1000}, x, Affine::kWeight, 2), Values::kNegative);
       add(rms_channels({2, 64, 33, 17}, x), Values::kNormal);
+      add(layer_norm_channels({2, 96, 14, 14}, x), Values::kNormal);
+      add(layer_norm_channels({2, 24, 7, 7}, x, Affine::kWeight), Values::kNegative);
       add(layer_norm({5, 1000}, x), Values::kNormal);
       add(layer_norm({3, 4097}, x, Affine::kWeight), Values::kNormal);
       add(group_norm({2, 32, 9, 9}, x, 8), Values::kNormal);
@@ -1165,6 +1170,8 @@ TEST_F(Variants, OutDtypeEveryXDtypeToEveryOutDtypeOnEveryForm) {
       cases.push_back(rms({7, 4096}, x).out(out, scale).with(Values::kNormal, seed++));
       cases.push_back(
           rms_channels({2, 64, 16, 16}, x).out(out, scale).with(Values::kNormal, seed++));
+      cases.push_back(
+          layer_norm_channels({2, 96, 8, 8}, x).out(out, scale).with(Values::kNormal, seed++));
       cases.push_back(layer_norm({3, 5120}, x).out(out, scale).with(Values::kNormal, seed++));
       cases.push_back(
           group_norm({2, 64, 14, 14}, x, 8).out(out, scale).with(Values::kNormal, seed++));
@@ -1185,6 +1192,9 @@ TEST_F(Variants, Fp8OutputSaturatesToTheLargestFiniteValue) {
         layer_norm({3, 1000}, Dtype::kF32).out(out, scale).with(Values::kNormal, seed++));
     cases.push_back(
         rms_channels({2, 32, 8, 8}, Dtype::kF16).out(out, scale).with(Values::kNormal, seed++));
+    cases.push_back(layer_norm_channels({2, 32, 8, 8}, Dtype::kBF16)
+                        .out(out, scale)
+                        .with(Values::kNormal, seed++));
     cases.push_back(
         group_norm({2, 16, 10, 10}, Dtype::kF32, 4).out(out, scale).with(Values::kNormal, seed++));
     // With f32 parameters and a residual, the way a quantizing decoder layer calls it.
@@ -1246,6 +1256,8 @@ TEST_F(Variants, WeightOffsetOneAndHalfWithAndWithoutBias) {
     cases.push_back(rms({7, 4096}, d()).offset(offset).with(Values::kNormal, seed++));
     cases.push_back(rms_channels({2, 64, 9, 9}, d()).offset(offset).with(Values::kNormal, seed++));
     cases.push_back(
+        layer_norm_channels({2, 64, 9, 9}, d()).offset(offset).with(Values::kNormal, seed++));
+    cases.push_back(
         layer_norm({5, 1000}, d(), Affine::kWeight).offset(offset).with(Values::kNormal, seed++));
     cases.push_back(
         layer_norm({5, 1000}, d(), Affine::kBoth).offset(offset).with(Values::kNormal, seed++));
@@ -1279,6 +1291,9 @@ TEST_F(Variants, SaveStatsMeanAndRstdMatchFloat64OfTheRoundedInputs) {
     cases.push_back(group_norm({3, 16, 33}, x, 2).stats().with(v(), seed++));
     cases.push_back(rms({7, 4096}, x).stats().with(v(), seed++));
     cases.push_back(rms_channels({2, 64, 17, 5}, x).stats().with(v(), seed++));
+    cases.push_back(layer_norm_channels({2, 96, 17, 5}, x).stats().with(v(), seed++));
+    cases.push_back(  // read twice: the shifted one-pass statistics
+        layer_norm_channels({1, 4099, 4}, x, Affine::kNone).stats().with(v(), seed++));
   }
   // Statistics of h, not of x.
   cases.push_back(rms({7, 4096}, Dtype::kBF16)
@@ -1786,6 +1801,10 @@ TEST_F(Variants, AdversarialValuesThroughTheVariants) {
                         .stats()
                         .with(v, seed++));
     cases.push_back(rms_channels({2, 64, 9, 7}, d()).stats().out(Dtype::kF16).with(v, seed++));
+    cases.push_back(
+        layer_norm_channels({2, 96, 9, 7}, d()).stats().out(Dtype::kF32).with(v, seed++));
+    cases.push_back(
+        layer_norm_channels({1, 3000, 8}, d()).stats().out(Dtype::kF32).with(v, seed++));
     cases.push_back(rms({5, 2048}, Dtype::kF32)
                         .add_residual(Dtype::kF32, true)
                         .stats()

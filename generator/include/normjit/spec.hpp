@@ -117,7 +117,7 @@ struct NormSpec {
   Dtype out_type() const { return out_dtype.value_or(dtype); }
 
   // Derived sizes.
-  bool channel_form() const { return normalized_dims == 0; }  // reduce over dim 1 (rms/group)
+  bool channel_form() const { return normalized_dims == 0; }  // reduce over dim 1 (all ops)
   int64_t batch() const;           // N for channel/group forms, product of leading dims otherwise
   int64_t channels() const;        // shape[1] (channel and group forms)
   int64_t spatial() const;         // product of shape[2:] (channel and group forms)

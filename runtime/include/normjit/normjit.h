@@ -67,7 +67,9 @@ normjit_status normjit_rmsnorm(normjit_engine* engine, const void* x, void* y, c
                                const int64_t* shape, int ndim, int normalized_dims,
                                normjit_dtype dtype, double eps, struct CUstream_st* stream);
 
-/* LayerNorm over the last normalized_dims dims; weight and bias of that shape, or NULL. */
+/* LayerNorm. normalized_dims == 0: channel form, x [N, C, *spatial] reduced over dim 1 (ConvNeXt's
+ * and SAM's LayerNorm2d), weight and bias [C] or NULL. normalized_dims == k > 0: the last k dims,
+ * weight and bias of that shape or NULL. */
 normjit_status normjit_layernorm(normjit_engine* engine, const void* x, void* y, const void* weight,
                                  const void* bias, const int64_t* shape, int ndim,
                                  int normalized_dims, normjit_dtype dtype, double eps,

@@ -102,6 +102,46 @@ TEST(Plan, ChannelFormUsesSixteenByteAccessesWhenTheSpatialSizeAllows) {
   EXPECT_EQ(plan(NormSpec::parse("op=rmsnorm shape=3,7,6"), t).vec, 2);
 }
 
+TEST(Plan, LayerNormChannelFormIsTheChannelKernelWithAMeanAndABias) {
+  const Target t = Target::parse("sm_90");
+  // ConvNeXt's LayerNorm2d: [N, 96, 56, 56], weight and bias [96].
+  const NormSpec spec = NormSpec::parse("op=layernorm shape=2,96,56,56 normalized_dims=0");
+  const KernelPlan p = plan(spec, t);
+  EXPECT_EQ(p.strategy, Strategy::kChannels);
+  EXPECT_TRUE(p.problem.channel_form);
+  EXPECT_EQ(p.problem.channels, 96);
+  EXPECT_EQ(p.problem.spatial, 56 * 56);
+  EXPECT_TRUE(p.problem.weight);
+  EXPECT_TRUE(p.problem.bias);
+  EXPECT_EQ(p.vec, 4);
+  EXPECT_TRUE(p.cached);
+  // The same tiling as rmsnorm's channel form of that shape: only the statistics differ.
+  const KernelPlan rms = plan(NormSpec::parse("op=rmsnorm shape=2,96,56,56 affine=weight"), t);
+  EXPECT_EQ(p.block_x, rms.block_x);
+  EXPECT_EQ(p.block_y, rms.block_y);
+  EXPECT_EQ(p.blocks_per_item, rms.blocks_per_item);
+  const EmittedKernel e = emit(p);
+  EXPECT_EQ(e.name_expression, "&normjit::channels_norm<normjit::layernorm_f32_c96_s3136>");
+  for (const char* field : {"kRms = false;", "kBias = true;", "kWeight = true;", "kChannels = 96;",
+                            "kSpatial = 3136;", "kCached = true;"}) {
+    EXPECT_NE(e.source.find(field), std::string::npos) << field << "\n" << e.source;
+  }
+  // Too many channels for registers: read twice (the shifted one-pass statistics).
+  const KernelPlan wide = plan(NormSpec::parse("op=layernorm shape=1,4099,4 normalized_dims=0"), t);
+  EXPECT_EQ(wide.strategy, Strategy::kChannels);
+  EXPECT_FALSE(wide.cached);
+  // Saved statistics: mean and rstd.
+  const KernelPlan stats =
+      plan(NormSpec::parse(
+               "op=layernorm shape=1,256,64,64 dtype=bf16 normalized_dims=0 save_stats=true"),
+           t);
+  EXPECT_NE(stats.why.find("mean and rstd saved"), std::string::npos) << stats.why;
+  EXPECT_NE(emit(stats).source.find("kSaveStats = true;"), std::string::npos);
+  // The trailing form of the same shape is still a row kernel.
+  EXPECT_NE(plan(NormSpec::parse("op=layernorm shape=2,96,56,56"), t).strategy,
+            Strategy::kChannels);
+}
+
 TEST(Plan, TheBatchIsNotPartOfTheKernel) {
   const Target t = Target::parse("sm_90");
   const KernelPlan a = plan(NormSpec::parse("op=rmsnorm shape=1,64,32,32"), t);
@@ -144,14 +184,14 @@ TEST(Emit, IsDeterministicAndInstantiatesTheTemplateWithOneNamedConfiguration) {
       plan(NormSpec::parse("op=rmsnorm shape=8,64,32,32 dtype=f16"), Target::parse("sm_80"));
   const EmittedKernel a = emit(p), b = emit(p);
   EXPECT_EQ(a.source, b.source);
-  EXPECT_EQ(a.name_expression, "&normjit::rmsnorm_channels<normjit::rmsnorm_f16_c64_s1024>");
+  EXPECT_EQ(a.name_expression, "&normjit::channels_norm<normjit::rmsnorm_f16_c64_s1024>");
   EXPECT_EQ(a.kernel, a.name_expression.substr(1));
-  EXPECT_NE(a.source.find("#include \"normjit/rmsnorm_channels.cuh\""), std::string::npos);
+  EXPECT_NE(a.source.find("#include \"normjit/channels_norm.cuh\""), std::string::npos);
   // Every decision of the plan is a named constant of the configuration.
-  for (const char* field :
-       {"using X = normjit::half_t;", "using Y = normjit::half_t;", "kChannels = 64;",
-        "kSpatial = 1024;", "kThreadsX = 32;", "kThreadsY = 16;", "kVec = 8;", "kWeight = false;",
-        "kCached = true;", "kBlocksPerItem = 4;"}) {
+  for (const char* field : {"using X = normjit::half_t;", "using Y = normjit::half_t;",
+                            "kRms = true;", "kBias = false;", "kChannels = 64;", "kSpatial = 1024;",
+                            "kThreadsX = 32;", "kThreadsY = 16;", "kVec = 8;", "kWeight = false;",
+                            "kCached = true;", "kBlocksPerItem = 4;"}) {
     EXPECT_NE(a.source.find(field), std::string::npos) << field << "\n" << a.source;
   }
 }

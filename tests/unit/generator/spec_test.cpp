@@ -63,6 +63,7 @@ TEST(Spec, CanonicalTextRoundTrips) {
        {"op=rmsnorm shape=112,64,512,512 dtype=f32 affine=none eps=1e-05",
         "op=rmsnorm shape=4,4096 dtype=bf16 normalized_dims=1 affine=weight eps=1e-06",
         "op=layernorm shape=16,64,256,256 dtype=f16 normalized_dims=3 affine=both eps=1e-05",
+        "op=layernorm shape=2,96,56,56 dtype=f32 normalized_dims=0 affine=both eps=1e-06",
         "op=groupnorm shape=112,64,512,512 dtype=f32 groups=8 affine=both eps=0.001"}) {
     const NormSpec spec = NormSpec::parse(text);
     EXPECT_EQ(spec.to_string(), text);
@@ -71,6 +72,59 @@ TEST(Spec, CanonicalTextRoundTrips) {
   // Any order of key=value words gives the same spec.
   EXPECT_EQ(NormSpec::parse("dtype=f16 shape=2,8 op=layernorm"),
             NormSpec::parse("op=layernorm shape=2,8 dtype=f16"));
+}
+
+TEST(Spec, LayerNormChannelFormNormalizesDimOneWithParametersOfC) {
+  // ConvNeXt's and SAM's LayerNorm2d: [N, C, *spatial] over C, weight and bias [C].
+  for (const char* text : {"op=layernorm shape=2,96,56,56 normalized_dims=0",
+                           "op=layernorm shape=1,256,64,64 normalized_dims=0 dtype=bf16",
+                           "op=layernorm shape=2,8,3,5,7 normalized_dims=0 affine=weight",
+                           "op=layernorm shape=4,1 normalized_dims=0"}) {
+    const NormSpec spec = NormSpec::parse(text);
+    EXPECT_TRUE(spec.channel_form()) << text;
+    EXPECT_EQ(spec.batch(), spec.shape[0]) << text;
+    EXPECT_EQ(spec.row_length(), spec.shape[1]) << text;
+    EXPECT_EQ(spec.param_elements(), spec.affine == Affine::kNone ? 0 : spec.shape[1]) << text;
+    // The canonical text spells normalized_dims=0 out: layernorm's default is all but dim 0.
+    EXPECT_NE(spec.to_string().find(" normalized_dims=0 "), std::string::npos) << text;
+    EXPECT_EQ(NormSpec::parse(spec.to_string()), spec) << text;
+  }
+  const NormSpec convnext = NormSpec::parse("op=layernorm shape=2,96,56,56 normalized_dims=0");
+  EXPECT_EQ(convnext.spatial(), 56 * 56);
+  EXPECT_EQ(convnext.affine, Affine::kBoth);
+  EXPECT_NE(convnext, NormSpec::parse("op=layernorm shape=2,96,56,56"));
+  // The same spec from fields (the CLI's and manifests' path).
+  SpecFields f;
+  f.op = Op::kLayerNorm;
+  f.shape = std::vector<int64_t>{2, 96, 56, 56};
+  f.normalized_dims = 0;
+  EXPECT_EQ(NormSpec::from_fields(f), convnext);
+  // With the variant axes the channel form has: parameter and output dtypes, statistics.
+  const NormSpec variants = NormSpec::parse(
+      "op=layernorm shape=2,64,9,9 dtype=bf16 normalized_dims=0 param_dtype=f32 out_dtype=e4m3 "
+      "weight_offset=1 save_stats=true");
+  EXPECT_EQ(NormSpec::parse(variants.to_string()), variants);
+}
+
+TEST(Spec, LayerNormChannelFormRefusesWhatItCannotBe) {
+  // No channel dim.
+  const std::string rank =
+      error_of([] { NormSpec::parse("op=layernorm shape=8 normalized_dims=0"); });
+  EXPECT_NE(rank.find("rank >= 2"), std::string::npos) << rank;
+  EXPECT_NE(rank.find("layernorm"), std::string::npos) << rank;
+  // No residual in the channel forms.
+  const std::string residual =
+      error_of([] { NormSpec::parse("op=layernorm shape=2,64,8 normalized_dims=0 residual=f32"); });
+  EXPECT_NE(residual.find("channel form"), std::string::npos) << residual;
+  // No backward kernel yet.
+  const std::string backward =
+      error_of([] { NormSpec::parse("op=layernorm shape=2,64,8 normalized_dims=0 backward=true"); },
+               ErrorCode::kUnsupported);
+  EXPECT_NE(backward.find("channel form of layernorm"), std::string::npos) << backward;
+  // Groups are groupnorm's.
+  const std::string groups =
+      error_of([] { NormSpec::parse("op=layernorm shape=2,64,8 normalized_dims=0 groups=4"); });
+  EXPECT_NE(groups.find("groups"), std::string::npos) << groups;
 }
 
 TEST(Spec, BadInputNamesTheArgumentAndValue) {
