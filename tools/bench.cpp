@@ -6,10 +6,13 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -42,6 +45,7 @@ constexpr size_t kSlotAlignment = 256;  // every rotated buffer starts 256-byte 
 struct BenchOptions {
   SpecFlags spec;
   bool seeds = false;
+  std::string specs_file;  // --specs: one spec text per line
   bool jit_latency = false;
   bool compile_only = false;  // --compile: NVRTC time per kernel, no GPU needed
   std::string arch = "sm_90";
@@ -247,12 +251,40 @@ KernelTiming time_kernel(Engine& engine, const NormSpec& spec, const DeviceInfo&
   return timing;
 }
 
+// --specs FILE: one spec text per line; blank lines and lines starting with '#' are skipped.
+// A line that does not parse is an error naming the file and the line.
+std::vector<NormSpec> specs_of_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "invalid --specs '" + path + "': cannot open it (" + std::strerror(errno) + ")");
+  }
+  std::vector<NormSpec> specs;
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    const size_t first = line.find_first_not_of(" \t\r");
+    if (first == std::string::npos || line[first] == '#') continue;
+    try {
+      specs.push_back(NormSpec::parse(line.substr(first)));
+    } catch (const Error& e) {
+      throw Error(e.code(), "invalid --specs '" + path + "' line " + std::to_string(number) + ": " +
+                                e.what());
+    }
+  }
+  if (specs.empty()) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "invalid --specs '" + path + "': it lists no spec (one spec text per line)");
+  }
+  return specs;
+}
+
 std::vector<NormSpec> requested_specs(const BenchOptions& o) {
   const bool spec_flags = o.spec.op || o.spec.shape;
-  if (int(spec_flags) + int(o.seeds) + int(o.jit_latency) != 1) {
+  const bool listed = !o.specs_file.empty();
+  if (int(spec_flags) + int(o.seeds) + int(listed) + int(o.jit_latency) != 1) {
     throw Error(ErrorCode::kInvalidArgument,
                 "bench needs exactly one of: spec flags (--op ... --shape ...), --seeds, "
-                "--jit-latency");
+                "--specs FILE, --jit-latency");
   }
   if (o.compile_only && o.jit_latency) {
     throw Error(ErrorCode::kInvalidArgument,
@@ -260,6 +292,7 @@ std::vector<NormSpec> requested_specs(const BenchOptions& o) {
                 "not --jit-latency");
   }
   if (o.seeds) return seed_specs();
+  if (listed) return specs_of_file(o.specs_file);
   if (spec_flags) return {o.spec.resolve()};
   return {};
 }
@@ -315,9 +348,10 @@ void run_kernels(const BenchOptions& o, const std::vector<NormSpec>& specs) {
             t.buffer_pairs == 1 ? "" : "s");
       }
     } catch (const Error& e) {
-      // --seeds times every seed it can and reports the others: an op the generator does not
-      // cover yet is not a failure; any other error fails the run once the rest are timed.
-      if (!o.seeds) throw;
+      // --seeds and --specs time every spec they can and report the others: a spec the
+      // generator does not cover yet is not a failure; any other error fails the run once the
+      // rest are timed.
+      if (specs.size() == 1 && !o.seeds) throw;
       const bool unsupported = e.code() == ErrorCode::kUnsupported;
       failed += !unsupported;
       r["error"] = e.what();
@@ -341,7 +375,7 @@ void run_kernels(const BenchOptions& o, const std::vector<NormSpec>& specs) {
   if (failed) {
     throw Error(ErrorCode::kInternal, std::to_string(failed) + " of " +
                                           std::to_string(specs.size()) +
-                                          " seeds failed (listed above)");
+                                          " specs failed (listed above)");
   }
 }
 
@@ -564,6 +598,9 @@ void add_bench_command(CLI::App& app) {
       "compile, disk hit, memory hit and host launch overhead. Needs a GPU.");
   options->spec.add_to(*bench, /*required=*/false);
   bench->add_flag("--seeds", options->seeds, "time the seed problems of the design");
+  bench->add_option("--specs", options->specs_file,
+                    "time every spec listed in this file, one spec text per line (as 'normjit "
+                    "dump' prints them; '#' starts a comment line), in one process");
   bench->add_flag("--jit-latency", options->jit_latency,
                   "measure compile, cache-hit and launch latencies instead of bandwidth");
   bench->add_flag("--compile", options->compile_only,
@@ -584,6 +621,7 @@ void add_bench_command(CLI::App& app) {
       "Example:\n"
       "  normjit bench --op rmsnorm --shape 112,64,512,512 --dtype bf16 --repeat 50\n"
       "  normjit bench --seeds --json > seeds.json\n"
+      "  normjit bench --specs decode.txt --repeat 50\n"
       "  normjit bench --jit-latency\n"
       "  normjit bench --compile --seeds --arch sm_90 --repeat 5");
   bench->callback([options] { run_bench(*options); });

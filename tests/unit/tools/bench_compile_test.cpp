@@ -32,5 +32,28 @@ TEST(BenchCompile, TimesEachKernelBesideAnEmptyOne) {
   EXPECT_GT(k.at("cubin_bytes").get<size_t>(), e.at("cubin_bytes").get<size_t>());
 }
 
+// --specs: every spec of the file, in its order, comment and blank lines skipped.
+TEST(BenchCompile, TimesEverySpecOfASpecsFile) {
+  TempDir dir, cache;
+  const std::string path = dir / "specs.txt";
+  write_file(path,
+             "# two kernels\n"
+             "op=rmsnorm shape=1,4096 dtype=bf16 normalized_dims=1 affine=weight\n"
+             "\n"
+             "  op=layernorm shape=3,1000 dtype=f32 normalized_dims=1 affine=both\n");
+  const ToolResult r = run_tool(
+      {"bench", "--compile", "--specs", path, "--arch", "sm_90", "--repeat", "1", "--json"},
+      {"NORMJIT_CACHE_DIR=" + cache.path()});
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  const nlohmann::json doc = nlohmann::json::parse(r.out);
+  ASSERT_EQ(doc.at("kernels").size(), 2u) << r.out;
+  EXPECT_NE(doc["kernels"][0].at("spec").get<std::string>().find("op=rmsnorm shape=1,4096"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(doc["kernels"][1].at("spec").get<std::string>().find("op=layernorm shape=3,1000"),
+            std::string::npos)
+      << r.out;
+}
+
 }  // namespace
 }  // namespace normjit::testing

@@ -196,6 +196,25 @@ TEST_F(Cli, BenchNeedsExactlyOneThingToTime) {
   }
 }
 
+TEST_F(Cli, BenchSpecsFileNamesTheFileAndTheBadLine) {
+  const std::string missing = dir_ / "no-such-list.txt";
+  const std::string e = single_error(run({"bench", "--specs", missing, "--compile"}));
+  EXPECT_NE(e.find("'" + missing + "'"), npos) << e;
+  const std::string empty = manifest("empty.txt", "# nothing\n\n");
+  const std::string none = single_error(run({"bench", "--specs", empty, "--compile"}));
+  EXPECT_NE(none.find("no spec"), npos) << none;
+  const std::string bad =
+      manifest("bad.txt",
+               "# decode rows\nop=rmsnorm shape=1,4096 dtype=bf16 normalized_dims=1\n\n"
+               "op=rmsnorm shape=1,4096 dtype=q7 normalized_dims=1\n");
+  const std::string line = single_error(run({"bench", "--specs", bad, "--compile"}));
+  EXPECT_NE(line.find("line 4"), npos) << line;
+  EXPECT_NE(line.find("'q7'"), npos) << line;
+  // --specs is one of the things to time, not one more beside --seeds.
+  const std::string both = single_error(run({"bench", "--specs", bad, "--seeds"}));
+  EXPECT_NE(both.find("--specs"), npos) << both;
+}
+
 TEST_F(Cli, HelpOfEverySubcommandHasAnExample) {
   for (const auto& command : std::vector<std::vector<std::string>>{
            {}, {"demo"}, {"dump"}, {"prewarm"}, {"cache"}, {"bench"}}) {
