@@ -88,12 +88,45 @@ constexpr int kStreamVectors = 4;     // vectors per thread in flight in each of
 // hold twice as many: half the CTAs per row, twice the rows in flight.
 bool packed(const Problem& pr, int vec) { return size_of(pr.held()) == 2 && vec >= 2; }
 int split_values(const Problem& pr, int vec) { return packed(pr, vec) ? 64 : kSplitValues; }
+// Threads a row team of `values` values per thread takes for `vectors` vectors, and the vector
+// slots it has (team x vectors per thread; those past the row's end are idle).
+int team_for(int64_t vectors, int values, int vec) {
+  return std::min<int64_t>(kMaxTeam, pow2_ceil(ceil_div(vectors, std::max(1, values / vec))));
+}
+int64_t team_slots(int64_t vectors, int values, int vec) {
+  const int team = team_for(vectors, values, vec);
+  return team * ceil_div(vectors, team);
+}
+
 // A row team's thread aims for twice as many 16-bit values, held packed in the same
 // registers: half the threads per row, so twice the rows in flight per SM (on the H100 the
-// bf16 LLM rows of 8192 and 16384 elements ran faster that way; f32 and shorter rows the same).
+// bf16 LLM rows of 4096 to 16384 elements ran faster that way; f32 the same). Rows of at most
+// kShortPackedRow 16-bit elements aim for kTeamValues instead, twice the threads per row, where
+// that leaves no more vector slots idle: on the H100 (normjit bench of bf16 RMSNorm, LayerNorm
+// and add + RMSNorm rows, 16 to 4096 tokens, the values switched by a throwaway environment
+// variable) rows of 1024 and 2048 ran 3-12% faster with 16 values per thread, rows of 4096
+// the same and of 8192 slower (LayerNorm 4096 x 8192: 49.8 -> 53.9 us); rows of 768 ran 11%
+// slower, their 96 vectors filling a team of 32 threads at 32 values but leaving a quarter of
+// a team of 64 idle at 16.
+constexpr int64_t kShortPackedRow = 2048;
 int team_values(const Problem& pr, int vec) {
-  return packed(pr, vec) ? 2 * kTeamValues : kTeamValues;
+  if (!packed(pr, vec)) return kTeamValues;
+  if (pr.op == Op::kGroupNorm) return 2 * kTeamValues;  // groups: not measured with 16
+  const int64_t vectors = ceil_div(pr.row_length, vec);
+  const bool shorter =
+      pr.row_length <= kShortPackedRow &&
+      team_slots(vectors, kTeamValues, vec) <= team_slots(vectors, 2 * kTeamValues, vec);
+  return shorter ? kTeamValues : 2 * kTeamValues;
 }
+
+// Threads per CTA of the row kernel (rows per CTA = this / the team): CTAs of one row where a
+// team has 128 threads spread a launch of few rows over more SMs. On the H100 (the sweep above)
+// CTAs of 128 threads ran the trailing forms' rows of 16 and 128 tokens 5-12% faster than CTAs of
+// 256, and most larger launches the same or up to 3% faster; one row, add + RMSNorm 1024 x 4096,
+// 6% slower (its waves: 1024 CTAs at 5 per SM fill 1.55 waves where 512 at 2 fill 1.94).
+// GroupNorm's rows (groups) keep 256: not measured with 128.
+constexpr int kRowCtaThreads = 128;
+constexpr int kGroupRowCtaThreads = 256;
 
 // The widest access that divides the row, so every row starts aligned. A groupnorm vector
 // stays within one channel (one weight and bias) where S allows more than one element;
@@ -244,13 +277,12 @@ int64_t held_words(Dtype dtype, int64_t values, int vec) {
 std::string row_registers(const Problem& pr, KernelPlan& p) {
   const int64_t h = pr.row_length;
   const int64_t vectors = ceil_div(h, p.vec);
-  const int team = std::min<int64_t>(
-      kMaxTeam, pow2_ceil(ceil_div(vectors, std::max(1, team_values(pr, p.vec) / p.vec))));
+  const bool group = pr.op == Op::kGroupNorm;
+  const int team = team_for(vectors, team_values(pr, p.vec), p.vec);
   p.vectors = ceil_div(vectors, team);
   p.block_x = team;
-  p.rows_per_block = std::max(1, 256 / team);
+  p.rows_per_block = std::max(1, (group ? kGroupRowCtaThreads : kRowCtaThreads) / team);
   p.block_y = p.rows_per_block;
-  const bool group = pr.op == Op::kGroupNorm;
   const int64_t values = p.vectors * p.vec;
   const int64_t param_words = params_of(pr) * held_words(pr.param, values, p.vec);
   const int64_t slice_words = held_words(pr.held(), values, p.vec);

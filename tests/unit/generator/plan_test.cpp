@@ -304,10 +304,39 @@ TEST(PlanRows, ParametersLoadedWithXWhenTheyFitThirtyTwoRegisters) {
             std::string::npos);
 }
 
+// The row team's size: 16 values per thread (f32), 32 packed 16-bit ones, 16 for 16-bit rows
+// of at most 2048 elements where no more vector slots idle; CTAs of 128 threads for the
+// trailing forms, 256 for GroupNorm's groups.
+TEST(PlanRows, TeamAndCtaSizes) {
+  const Target t = Target::parse("sm_90");
+  struct Case {
+    const char* spec;
+    int team;
+    int rows_per_block;
+  };
+  for (const Case& c : {
+           Case{"op=rmsnorm shape=16,2048 dtype=bf16 normalized_dims=1 affine=weight", 128, 1},
+           Case{"op=layernorm shape=16,1024 dtype=bf16", 64, 2},
+           // 96 vectors: 32 threads x 3 at 32 values; 64 x 2 would leave 32 slots idle.
+           Case{"op=layernorm shape=16,768 dtype=bf16", 32, 4},
+           Case{"op=rmsnorm shape=16,4096 dtype=bf16 normalized_dims=1 affine=weight", 128, 1},
+           Case{"op=layernorm shape=16,8192 dtype=f16", 256, 1},
+           Case{"op=layernorm shape=16,1024", 64, 2},
+           Case{"op=layernorm shape=16,2048", 128, 1},
+           Case{"op=groupnorm shape=3,64,7,7 groups=8 dtype=f16", 16, 16},
+       }) {
+    const KernelPlan p = plan(NormSpec::parse(c.spec), t);
+    EXPECT_EQ(p.strategy, Strategy::kRowRegisters) << c.spec;
+    EXPECT_EQ(p.block_x, c.team) << c.spec;
+    EXPECT_EQ(p.rows_per_block, c.rows_per_block) << c.spec;
+    EXPECT_GE(int64_t{p.block_x} * p.vectors * p.vec, p.problem.row_length) << c.spec;
+  }
+}
+
 TEST(PlanRows, GridsAndWorkspaceFollowTheBatch) {
   const Target t = Target::parse("sm_90");
   const KernelPlan small = plan(NormSpec::parse("op=layernorm shape=7,3"), t);
-  EXPECT_EQ(small.rows_per_block * small.block_x, 256);
+  EXPECT_EQ(small.rows_per_block * small.block_x, 128);
   EXPECT_EQ(small.grid(1000, 0), (1000 + small.rows_per_block - 1) / small.rows_per_block);
   const KernelPlan gn = plan(NormSpec::parse("op=groupnorm shape=112,64,512,512 groups=8"), t);
   const int64_t co_resident = 264;
