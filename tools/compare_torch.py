@@ -108,7 +108,8 @@ class Problem:
     affine:          none | weight | both (weight and bias).
     """
     name: str
-    group: str               # seeds | llm | sd | long | odd: a table of its own in the document
+    group: str               # seeds | llm | sd | long | odd | decode | transformer | channels:
+                             # a table of its own in the document
     op: str
     shape: tuple[int, ...]
     dtype: str
@@ -238,6 +239,42 @@ def default_problems() -> list[Problem]:
         Problem("layernorm 7", "odd", "layernorm", (65536, 7), "f32", 1e-5, normalized_dims=1,
                 affine="both"),
     ]
+    # Issue 21's classes. LLM decode: the norm of one decoder layer for a batch of 1 to 128
+    # sequences (bf16, Llama's RMSNorm with weight).
+    for tokens in (1, 8, 32, 128):
+        for hidden in (4096, 8192):
+            problems.append(
+                Problem(f"decode rmsnorm {tokens}x{hidden}", "decode", "rmsnorm", (tokens, hidden),
+                        "bf16", 1e-6, normalized_dims=1, affine="weight",
+                        quick=tokens == 1 and hidden == 4096))
+    # Transformer rows of 768 and 1024 features: ViT-B/16 and ViT-L/16 at 224 (197 tokens,
+    # batches 64 and 32; eps 1e-6), BERT-base and BERT-large at 512 tokens (eps 1e-12).
+    for name, shape, eps in (("vit-b", (64 * 197, 768), 1e-6), ("vit-l", (32 * 197, 1024), 1e-6),
+                             ("bert-base", (32 * 512, 768), 1e-12),
+                             ("bert-large", (16 * 512, 1024), 1e-12)):
+        for dtype in ("f32", "bf16", "f16"):
+            problems.append(
+                Problem(f"{name} layernorm", "transformer", "layernorm", shape, dtype, eps,
+                        normalized_dims=1, affine="both", quick=name == "vit-b"))
+    # Channel-form RMSNorm with a weight on many channels and small maps (ResNet/ConvNeXt late
+    # stages), and GroupNorm on 14x14 maps.
+    for n, c, h in ((32, 512, 14), (32, 1024, 14), (32, 2048, 7)):
+        for dtype in ("f32", "bf16"):
+            problems.append(
+                Problem(f"channels rmsnorm c{c} {h}x{h}", "channels", "rmsnorm", (n, c, h, h),
+                        dtype, 1e-6, normalized_dims=0, affine="weight"))
+    for dtype in ("f32", "bf16"):
+        problems.append(
+            Problem("groupnorm 14x14", "channels", "groupnorm", (32, 1024, 14, 14), dtype, 1e-5,
+                    groups=32, affine="both"))
+    # Odd hidden sizes next to the LLM ones: one under (1023) and one over (4097) a power of two.
+    for hidden in (1023, 4097):
+        problems.append(
+            Problem(f"rmsnorm h{hidden}", "odd", "rmsnorm", (4096, hidden), "bf16", 1e-6,
+                    normalized_dims=1, affine="weight"))
+    problems.append(
+        Problem("layernorm h1023", "odd", "layernorm", (4096, 1023), "bf16", 1e-5,
+                normalized_dims=1, affine="both"))
     return problems
 
 
@@ -247,6 +284,9 @@ GROUP_TITLES = {
     "sd": "Stable Diffusion GroupNorm (32 groups)",
     "long": "Rows past what the chip holds in registers (streamed: x read twice)",
     "odd": "Odd sizes (ResNet GroupNorm on 7x7 maps, odd and tiny rows)",
+    "decode": "LLM decode rows (bf16 RMSNorm with weight, 1 to 128 tokens)",
+    "transformer": "Transformer rows of 768 and 1024 features (ViT, BERT LayerNorm)",
+    "channels": "Many channels on small maps (channel-form RMSNorm with weight, GroupNorm 14x14)",
 }
 
 
