@@ -117,6 +117,7 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock) group_backward(
   // The owners' running sums start at 0 (each thread zeroes the channels it owns and is the
   // only one to touch them until the end).
   if constexpr (kParams > 0) {
+#pragma unroll 1  // a trip count would cost a 64-bit division
     for (long long c = thread; c < CH; c += threads) {
       ws[kAccumulators + c] = 0.f;
       ws[kAccumulators + CH + c] = 0.f;
@@ -127,6 +128,7 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock) group_backward(
   const auto accumulate = [&](long long wave, long long first, long long wave_rows, bool last) {
     if constexpr (kParams > 0) {
       const float* sums = ws + kChannelSums + (wave & 1) * kChannelFloats;
+#pragma unroll 1
       for (long long c = thread; c < CH; c += threads) {
         const long long g = c / CG, cg = c - g * CG;
         float a = load_global_cg(ws + kAccumulators + c);
