@@ -23,6 +23,10 @@ Template template_of(Strategy strategy) {
       return {"normjit/row_stream.cuh", "normjit::row_stream"};
     case Strategy::kRowBackward:
       return {"normjit/row_backward.cuh", "normjit::row_backward"};
+    case Strategy::kGroupBackward:
+      return {"normjit/group_backward.cuh", "normjit::group_backward"};
+    case Strategy::kChannelsBackward:
+      return {"normjit/channels_backward.cuh", "normjit::channels_backward"};
   }
   return {"?", "?"};
 }
@@ -133,6 +137,8 @@ void row_fields(const KernelPlan& p, Fields& f) {
       break;
     case Strategy::kChannels:
     case Strategy::kRowBackward:
+    case Strategy::kGroupBackward:
+    case Strategy::kChannelsBackward:
       break;
   }
 }
@@ -152,6 +158,47 @@ void backward_fields(const KernelPlan& p, Fields& f) {
   f.integer("kRowsPerBlock", p.rows_per_block);
   f.integer("kVec", p.vec);
   f.integer("kVectors", p.vectors);
+  f.size("kWorkspaceHeaderFloats", p.workspace_header_floats());
+  f.size("kWorkspaceSlotFloats", p.workspace_slot_floats());
+}
+
+// The groupnorm backward kernel's configuration (group_backward.cuh).
+void group_backward_fields(const KernelPlan& p, Fields& f) {
+  const Problem& pr = p.problem;
+  f.type("X", pr.x);
+  f.type("Param", pr.param);
+  f.flag("kWeight", pr.weight);
+  f.flag("kBias", pr.bias);
+  f.real("kWeightOffset", pr.weight_offset);
+  f.integer("kChannels", pr.channels);
+  f.integer("kGroups", pr.groups);
+  f.integer("kChannelsPerGroup", pr.channels / pr.groups);
+  f.size("kSpatial", pr.spatial);
+  f.integer("kThreads", p.block_x);
+  f.integer("kRowsPerBlock", p.rows_per_block);
+  f.integer("kVec", p.vec);
+  f.integer("kVectors", p.vectors);
+  f.size("kUnitsPerChannel", p.units_per_channel);
+  f.size("kWaveRows", p.wave_rows);
+  f.size("kWorkspaceFloats", p.workspace_floats(0));
+}
+
+// The channel-form backward kernel's configuration (channels_backward.cuh).
+void channels_backward_fields(const KernelPlan& p, Fields& f) {
+  const Problem& pr = p.problem;
+  f.type("X", pr.x);
+  f.type("Param", pr.param);
+  f.flag("kRms", pr.op == Op::kRmsNorm);
+  f.flag("kWeight", pr.weight);
+  f.flag("kBias", pr.bias);
+  f.real("kWeightOffset", pr.weight_offset);
+  f.integer("kChannels", pr.channels);
+  f.size("kSpatial", pr.spatial);
+  f.integer("kThreadsX", p.block_x);
+  f.integer("kThreadsY", p.block_y);
+  f.integer("kVec", p.vec);
+  f.flag("kCached", p.cached);
+  f.size("kBlocksPerItem", p.blocks_per_item);
   f.size("kWorkspaceHeaderFloats", p.workspace_header_floats());
   f.size("kWorkspaceSlotFloats", p.workspace_slot_floats());
 }
@@ -187,6 +234,10 @@ EmittedKernel emit(const KernelPlan& plan) {
   Fields fields(os);
   if (plan.strategy == Strategy::kRowBackward) {
     backward_fields(plan, fields);
+  } else if (plan.strategy == Strategy::kGroupBackward) {
+    group_backward_fields(plan, fields);
+  } else if (plan.strategy == Strategy::kChannelsBackward) {
+    channels_backward_fields(plan, fields);
   } else if (plan.strategy == Strategy::kChannels) {
     problem_fields(plan.problem, fields);
     channels_fields(plan, fields);

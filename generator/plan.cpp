@@ -240,7 +240,11 @@ SplitLayout choose_split_layout(const Problem& pr, const Target& target, int vec
 // The choice of strategy
 
 Strategy choose_strategy(const Problem& pr, const Target& target) {
-  if (pr.backward) return Strategy::kRowBackward;  // plan() refuses the rows it cannot hold
+  if (pr.backward) {
+    if (pr.op == Op::kGroupNorm) return Strategy::kGroupBackward;
+    if (pr.channel_form) return Strategy::kChannelsBackward;
+    return Strategy::kRowBackward;  // plan() refuses the rows it cannot hold
+  }
   if (pr.channel_form) return Strategy::kChannels;
   if (pr.row_length <= int64_t{kMaxTeam} * kMaxTeamValues) return Strategy::kRowRegisters;
   const SplitLayout layout = choose_split_layout(pr, target, row_vector_width(pr));
@@ -415,6 +419,96 @@ std::string row_backward(const Problem& pr, KernelPlan& p) {
   return why.str();
 }
 
+// ---------------------------------------------------------------------------------------
+// kGroupBackward
+
+// A unit is a team's positions of one channel: at most kBackwardValues per thread of each of x
+// and dy, in a team of at most kGroupBackwardTeam threads (one CTA of kBackwardBlock threads
+// holds 256 / team units).
+constexpr int kGroupBackwardTeam = 256;
+// Rows per wave: as many as keep the wave's x and dy in L2 (the second read, for dx, then comes
+// from there), at least one. 16 MiB: a third of the H100's L2, leaving room for dx on its way
+// out (the f32 GroupNorm seed: 1 row of 2 Mi elements per wave, bf16: 2). Not yet measured.
+constexpr int64_t kGroupWaveBytes = int64_t{16} << 20;
+// ... and at most this many units per wave, which bounds the workspace (partials: 2 floats per
+// unit, two buffers) where channels are tiny (S = 1: a unit per channel).
+constexpr int64_t kGroupWaveUnits = int64_t{1} << 16;
+// The largest workspace a backward plan may ask for (floats): larger is refused, not allocated.
+constexpr int64_t kBackwardMaxWorkspaceFloats = int64_t{64} << 20;
+
+int64_t padded_floats(int64_t floats) {
+  return ceil_div(floats, kBackwardSlotAlign) * kBackwardSlotAlign;
+}
+
+std::string group_backward(const Problem& pr, KernelPlan& p) {
+  const int64_t s = pr.spatial, cg = pr.channels / pr.groups;
+  p.vec = vector_width(s, kAccessBytes / size_of(pr.x));
+  p.param_vec = 1;
+  p.rows_per_item = pr.groups;
+  const int64_t vectors = s / p.vec;  // of a channel
+  const int aim = std::max(1, kBackwardValues / p.vec);
+  p.block_x = int(std::min<int64_t>(kGroupBackwardTeam, pow2_ceil(ceil_div(vectors, aim))));
+  p.vectors = std::min<int64_t>(aim, ceil_div(vectors, p.block_x));
+  p.block_y = p.rows_per_block = std::max(1, kBackwardBlock / p.block_x);
+  const int64_t unit = int64_t{p.block_x} * p.vectors * p.vec;
+  p.units_per_channel = ceil_div(s, unit);
+  const int64_t row_units = cg * p.units_per_channel;
+  const int64_t row_bytes = 2 * pr.row_length * size_of(pr.x);
+  p.wave_rows = std::max<int64_t>(
+      1, std::min(kGroupWaveBytes / row_bytes, kGroupWaveUnits / std::max<int64_t>(1, row_units)));
+  std::ostringstream why;
+  why << "groupnorm backward: units of " << unit << " positions of one channel (" << p.block_x
+      << " threads, " << p.vectors * p.vec << " values each of x and dy, " << p.vec * size_of(pr.x)
+      << "-byte accesses), " << p.units_per_channel << " per channel, " << row_units
+      << " per group of " << pr.row_length << " elements; rows in waves of " << p.wave_rows
+      << " (x and dy of a wave: " << p.wave_rows * row_bytes
+      << " bytes, kept for the second read in L2), one grid barrier per wave: each unit's sums "
+         "of dy and dy * xhat, then dx from its row's sums (x and dy read twice)";
+  if (pr.weight || pr.bias) {
+    why << "; dweight and dbias summed per channel over n in order by one owner thread each "
+           "(deterministic, the same for any grid; no float atomics)";
+  }
+  return why.str();
+}
+
+int64_t group_backward_workspace_floats(const KernelPlan& p) {
+  const Problem& pr = p.problem;
+  const int params = params_of(pr);
+  const int64_t cg = pr.channels / pr.groups;
+  const int64_t partials = padded_floats(p.wave_rows * cg * p.units_per_channel * 2);
+  const int64_t channel_sums = params > 0 ? padded_floats(p.wave_rows * cg * 2) : 0;
+  const int64_t accumulators = params > 0 ? padded_floats(2 * pr.channels) : 0;
+  return kBackwardHeaderFloats + 2 * partials + 2 * channel_sums + accumulators;
+}
+
+// ---------------------------------------------------------------------------------------
+// kChannelsBackward
+
+std::string channels_backward(const Problem& pr, KernelPlan& p) {
+  const int64_t c = pr.channels, s = pr.spatial;
+  p.vec = vector_width(s, kAccessBytes / size_of(pr.x));
+  p.param_vec = 1;
+  p.block_y = std::min(32, pow2_ceil(ceil_div(c * p.vec, kBackwardValues)));
+  p.block_x = std::max(8, kBackwardBlock / p.block_y);
+  const int64_t per_thread = ceil_div(c, p.block_y);
+  p.cached = per_thread * p.vec <= kBackwardValues;
+  p.blocks_per_item = ceil_div(s, int64_t{p.block_x} * p.vec);
+  std::ostringstream why;
+  why << "channel-form backward: each thread owns " << p.vec << " contiguous spatial positions ("
+      << p.vec * size_of(pr.x) << "-byte accesses) and " << per_thread << " of the " << c
+      << " channels, " << p.block_y << " threads share a position; CTAs loop over tiles of "
+      << int64_t{p.block_x} * p.vec << " positions; dx from the position's sums over C"
+      << (p.cached ? " (x and dy held in registers)"
+                   : " (too many channels for registers: x "
+                     "and dy are read twice)");
+  if (pr.weight || pr.bias) {
+    why << "; each CTA sums " << (pr.bias ? "dweight and dbias" : "dweight")
+        << " of its tiles in f32, then the CTAs' partials are added in a fixed order after a grid "
+           "barrier (cooperative launch; deterministic, no float atomics)";
+  }
+  return why.str();
+}
+
 // What the variant axes add to the plan's one-line reason.
 std::string variant_note(const Problem& pr) {
   std::string out;
@@ -472,29 +566,42 @@ int64_t KernelPlan::grid(int64_t batch, int64_t co_resident) const {
     case Strategy::kRowBackward:
       return std::max<int64_t>(
           1, std::min(co_resident, ceil_div(rows, int64_t{rows_per_block} * kBackwardRowsPerTeam)));
+    case Strategy::kGroupBackward: {
+      const int64_t units =
+          std::min(rows, wave_rows) * (problem.channels / problem.groups) * units_per_channel;
+      return std::max<int64_t>(1, std::min(co_resident, ceil_div(units, rows_per_block)));
+    }
+    case Strategy::kChannelsBackward:
+      return std::max<int64_t>(1, std::min(co_resident, blocks_per_item * batch));
   }
   return 0;
 }
 
 int64_t KernelPlan::workspace_slot_floats() const {
-  if (strategy == Strategy::kRowBackward) {
-    // One CTA's partial sums: dweight, then dbias, each a row's length rounded up.
-    const int64_t padded = ceil_div(problem.row_length, kBackwardSlotAlign) * kBackwardSlotAlign;
-    return cooperative() ? (problem.weight + problem.bias) * padded : 0;
+  if (strategy == Strategy::kRowBackward || strategy == Strategy::kChannelsBackward) {
+    // One CTA's partial sums: dweight, then dbias, each as long as the weight, rounded up.
+    const int64_t length =
+        strategy == Strategy::kRowBackward ? problem.row_length : problem.channels;
+    return cooperative() ? (problem.weight + problem.bias) * padded_floats(length) : 0;
   }
+  if (strategy == Strategy::kGroupBackward) return 0;  // no per-CTA slots
   // Two u64 counters, then 4 generations of P partials in 16-byte slots (exchange.cuh).
   return cooperative() ? 16 * split_chunks + 4 : 0;
 }
 
 int64_t KernelPlan::workspace_header_floats() const {
-  return strategy == Strategy::kRowBackward && cooperative() ? kBackwardHeaderFloats : 0;
+  const bool backward = strategy == Strategy::kRowBackward ||
+                        strategy == Strategy::kChannelsBackward ||
+                        strategy == Strategy::kGroupBackward;
+  return backward && cooperative() ? kBackwardHeaderFloats : 0;
 }
 
 int64_t KernelPlan::workspace_floats(int64_t co_resident) const {
   if (!cooperative()) return 0;
   // The grid barrier's counter, then a partial per CTA (at most co_resident CTAs).
-  if (strategy == Strategy::kRowBackward)
+  if (strategy == Strategy::kRowBackward || strategy == Strategy::kChannelsBackward)
     return workspace_header_floats() + co_resident * workspace_slot_floats();
+  if (strategy == Strategy::kGroupBackward) return group_backward_workspace_floats(*this);
   return co_resident / split_chunks * workspace_slot_floats();
 }
 
@@ -510,6 +617,10 @@ const char* to_string(Strategy strategy) {
       return "row-stream";
     case Strategy::kRowBackward:
       return "row-backward";
+    case Strategy::kGroupBackward:
+      return "group-backward";
+    case Strategy::kChannelsBackward:
+      return "channels-backward";
   }
   return "?";
 }
@@ -525,6 +636,14 @@ std::string KernelPlan::grid_text() const {
       return "min(CTAs the device holds, rows / " +
              std::to_string(rows_per_block * kBackwardRowsPerTeam) + ") CTAs of " +
              std::to_string(rows_per_block) + " rows, looping over the rows" +
+             (cooperative() ? " (cooperative launch)" : "");
+    case Strategy::kGroupBackward:
+      return "min(CTAs the device holds, units of " + std::to_string(wave_rows) + " rows / " +
+             std::to_string(rows_per_block) +
+             " units per CTA), looping over waves of rows (cooperative launch)";
+    case Strategy::kChannelsBackward:
+      return "min(CTAs the device holds, " + std::to_string(blocks_per_item) +
+             " x batch tiles), looping over the tiles" +
              (cooperative() ? " (cooperative launch)" : "");
     case Strategy::kRowStream:
     case Strategy::kRowSplit:
@@ -557,6 +676,15 @@ std::string KernelPlan::to_string() const {
       break;
     case Strategy::kRowBackward:
       os << "vectors per thread: " << vectors << "\n";
+      break;
+    case Strategy::kGroupBackward:
+      os << "vectors per thread: " << vectors << "\n"
+         << "units per channel: " << units_per_channel << "\n"
+         << "rows per wave: " << wave_rows << "\n"
+         << "workspace: " << workspace_floats(0) << " floats\n";
+      break;
+    case Strategy::kChannelsBackward:
+      os << "values: " << (cached ? "in registers" : "read twice") << "\n";
       break;
     case Strategy::kRowSplit:
       os << "vectors per thread: " << vectors << "\n"
@@ -614,7 +742,19 @@ KernelPlan plan(const NormSpec& spec, const Target& target) {
   p.batch_class = batch_class(spec);
   p.strategy = choose_strategy(pr, target);
   std::string why;
-  if (p.strategy == Strategy::kRowBackward) {
+  if (p.strategy == Strategy::kGroupBackward) {
+    why = group_backward(pr, p);
+    if (p.workspace_floats(0) > kBackwardMaxWorkspaceFloats) {
+      throw_unsupported("shape", "'" + format_shape(spec.shape) + "'",
+                        "backward=true sums each group's channels in units of a workspace; " +
+                            std::to_string(pr.channels / pr.groups) + " channels of " +
+                            std::to_string(pr.spatial) + " elements per group need " +
+                            std::to_string(p.workspace_floats(0)) + " floats, more than the " +
+                            std::to_string(kBackwardMaxWorkspaceFloats) + " supported");
+    }
+  } else if (p.strategy == Strategy::kChannelsBackward) {
+    why = channels_backward(pr, p);
+  } else if (p.strategy == Strategy::kRowBackward) {
     size_rows_common(pr, p);
     int team = 0;
     int64_t per_thread = 0;
@@ -647,6 +787,8 @@ KernelPlan plan(const NormSpec& spec, const Target& target) {
         break;
       case Strategy::kChannels:
       case Strategy::kRowBackward:
+      case Strategy::kGroupBackward:
+      case Strategy::kChannelsBackward:
         break;
     }
     if (pr.op == Op::kGroupNorm && p.vec > 1 && pr.spatial % p.vec != 0) {

@@ -20,6 +20,10 @@ enum class Strategy {
   kRowStream,     // rows longer than the chip holds: a row over P co-resident CTAs, read twice
   kRowBackward,   // backward: a team per row, the row in registers; CTAs loop over rows, and
                   // with parameters their f32 partials of dweight/dbias are summed in a fixed order
+  kGroupBackward,     // groupnorm backward: per-channel sums of units over the grid, rows in
+                      // waves, a grid barrier per wave, dx from the row's sums (x read twice)
+  kChannelsBackward,  // channel-form backward: a thread owns positions, loops over C; CTAs
+                      // loop over tiles, their dweight/dbias partials summed in a fixed order
 };
 const char* to_string(Strategy strategy);
 
@@ -57,21 +61,26 @@ struct KernelPlan {
   int param_vec = 1;             // elements per access of weight and bias
   int smem_bytes = 0;            // dynamic shared memory per CTA
   // How each strategy holds its data (the kernel's configuration, generator/emit.cpp):
-  int64_t vectors = 0;           // row strategies: vectors per thread (per piece: kRowStream)
-  bool cached = false;           // kChannels: the values stay in registers (x read once)
-  bool staged = false;           // kRowSplit: the next row staged in shared memory
-  int64_t resident_vectors = 0;  // kRowSplit: vectors per thread with parameters on chip
-  int prefetch = 0;              // kRowSplit: 0 none; 1 after a row's partial; 2 its barrier
-  int64_t segment = 0;           // kRowStream: elements of a row per CTA
-  bool params_ahead = false;     // kRowRegisters: parameters loaded with x, not at the store
-  int batch_class = 0;           // batch_class() of the spec planned
-  std::string why;               // one line: why this strategy and shape
+  int64_t vectors = 0;            // row strategies: vectors per thread (per piece: kRowStream)
+  bool cached = false;            // kChannels: the values stay in registers (x read once)
+  bool staged = false;            // kRowSplit: the next row staged in shared memory
+  int64_t resident_vectors = 0;   // kRowSplit: vectors per thread with parameters on chip
+  int prefetch = 0;               // kRowSplit: 0 none; 1 after a row's partial; 2 its barrier
+  int64_t segment = 0;            // kRowStream: elements of a row per CTA
+  bool params_ahead = false;      // kRowRegisters: parameters loaded with x, not at the store
+  int64_t units_per_channel = 0;  // kGroupBackward: units of block_x * vectors * vec positions
+                                  // that cover a channel (T)
+  int64_t wave_rows = 0;          // kGroupBackward: rows (n, g) per wave (R)
+  int batch_class = 0;            // batch_class() of the spec planned
+  std::string why;                // one line: why this strategy and shape
 
   // CTAs exchange partials (of a row, or of dweight/dbias): launched cooperatively, with a
   // workspace.
   bool cooperative() const {
     return strategy == Strategy::kRowSplit || strategy == Strategy::kRowStream ||
-           (strategy == Strategy::kRowBackward && (problem.weight || problem.bias));
+           strategy == Strategy::kGroupBackward ||
+           ((strategy == Strategy::kRowBackward || strategy == Strategy::kChannelsBackward) &&
+            (problem.weight || problem.bias));
   }
   // CTAs of a launch over `batch` items; for cooperative kernels, `co_resident` is how many
   // CTAs of this kernel the device holds at once.
@@ -83,7 +92,8 @@ struct KernelPlan {
   // Workspace floats before the first slot (kRowBackward: the grid barrier's counter; the
   // kernel static_asserts the same).
   int64_t workspace_header_floats() const;
-  // Workspace floats a launch of a cooperative kernel needs, for `co_resident` as above.
+  // Workspace floats a launch of a cooperative kernel needs, for `co_resident` as above
+  // (kGroupBackward: the same for any co_resident, group_backward.cuh's layout).
   int64_t workspace_floats(int64_t co_resident) const;
 
   std::string grid_text() const;  // the grid as a formula of the batch

@@ -435,18 +435,6 @@ void validate_backward(const NormSpec& s) {
   auto refuse = [&](const std::string& argument, const std::string& value, const std::string& why) {
     throw_invalid_argument(argument, value, "backward=true " + why);
   };
-  if (s.op == Op::kGroupNorm) {
-    throw_unsupported("op", "'groupnorm'",
-                      "backward=true is not yet supported for groupnorm (only the trailing forms "
-                      "of rmsnorm and layernorm have a backward kernel)");
-  }
-  if (s.channel_form()) {
-    throw_unsupported("normalized_dims", "0",
-                      std::string("backward=true is not yet supported for the channel form of ") +
-                          normjit::to_string(s.op) +
-                          " (only "
-                          "the trailing forms, normalized_dims > 0, have a backward kernel)");
-  }
   if (s.out_dtype && *s.out_dtype != s.dtype) {
     refuse("out_dtype", std::string("'") + normjit::to_string(*s.out_dtype) + "'",
            "takes dy and writes dx in x's dtype (" + std::string(normjit::to_string(s.dtype)) +

@@ -830,14 +830,17 @@ Params backward_params(const NormSpec& spec, const BackwardArgs& args) {
   }
   const int x_size = size_of(spec.dtype), param_size = size_of(spec.param_type());
   const int64_t row_length = spec.row_length();
+  // Elements of one batch item (a row; groupnorm and the channel forms: C * S), and the
+  // statistics the forward saved per item (a row's; per group; per position).
+  const int64_t per_item = spec.elements() / spec.batch();
   int64_t elements = 0;
-  if (__builtin_mul_overflow(row_length, args.batch, &elements) ||
+  if (__builtin_mul_overflow(per_item, args.batch, &elements) ||
       elements >= kMaxReachBytes / x_size || args.batch > (int64_t{1} << 40)) {
     throw_invalid_argument("batch", std::to_string(args.batch), "is too large for this kernel");
   }
   const uint64_t tensor_bytes = uint64_t(elements) * x_size;
   const uint64_t param_bytes = uint64_t(spec.param_elements()) * param_size;
-  const uint64_t stats_bytes = uint64_t(args.batch) * 4;
+  const uint64_t stats_bytes = uint64_t(args.batch) * uint64_t(per_item / row_length) * 4;
   const Region regions[] = {
       region("x", args.x, tensor_bytes, false),
       region("dy", args.dy, tensor_bytes, false),

@@ -49,7 +49,7 @@ void SpecFlags::add_to(CLI::App& app, bool required) {
                "also write each row's mean and rstd in f32, for a backward pass");
   app.add_flag("--backward", backward,
                "the backward kernel: dx, dweight and dbias from x, dy and the saved mean and "
-               "rstd (trailing forms of rmsnorm and layernorm)");
+               "rstd (every op and form; trailing rows of up to 8192 elements)");
 }
 
 NormSpec SpecFlags::resolve() const {

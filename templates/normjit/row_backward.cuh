@@ -23,31 +23,11 @@
 // of H floats padded to kSlotAlign.
 #pragma once
 
+#include "normjit/backward_common.cuh"
 #include "normjit/params.cuh"
-#include "normjit/reduce.cuh"
 #include "normjit/vec.cuh"
 
 namespace normjit {
-
-// The grid barrier's counter, padded to 32 bytes (generator/plan.cpp: kBackwardHeaderFloats).
-constexpr int kBarrierFloats = 8;
-constexpr int kSlotAlign = 8;    // floats (generator/plan.cpp: kBackwardSlotAlign)
-constexpr int kColumnLanes = 8;  // lanes that sum one column's partials (a power of 2 <= 32)
-
-// LayerNorm's two row means in one team reduction: sum(g) and sum(g * xhat).
-struct GradSums {
-  float g, gx;
-};
-__device__ __forceinline__ GradSums merge(GradSums a, GradSums b) {
-  return {a.g + b.g, a.gx + b.gx};
-}
-__device__ __forceinline__ GradSums shfl_down(GradSums s, int offset, int width) {
-  return {__shfl_down_sync(0xffffffffu, s.g, offset, width),
-          __shfl_down_sync(0xffffffffu, s.gx, offset, width)};
-}
-__device__ __forceinline__ GradSums shfl_first(GradSums s, int width) {
-  return {__shfl_sync(0xffffffffu, s.g, 0, width), __shfl_sync(0xffffffffu, s.gx, 0, width)};
-}
 
 // What a row's team reduces: rmsnorm sum(g * xhat) alone, layernorm both sums.
 template <bool kRms>
@@ -58,33 +38,6 @@ template <>
 struct RowGradSums<true> {
   using type = float;
 };
-
-// A float another CTA wrote before a grid barrier: read through L2 (ld.global.cg), never
-// from a stale L1 line.
-__device__ __forceinline__ float load_global_cg(const float* p) {
-  float v;
-  asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");
-  return v;
-}
-
-// Returns once every CTA of the grid has arrived (all co-resident: a cooperative launch); the
-// writes of every CTA before it are visible to the reads of every CTA after it. Needs no reset:
-// CTA 0 adds 2^31 - (gridDim.x - 1) and the others 1, so each barrier flips the counter's top
-// bit whatever its value (the scheme of the CUDA cooperative groups' grid sync). Launches on one
-// counter must be ordered (one workspace per stream).
-__device__ __forceinline__ void grid_barrier(unsigned int* counter) {
-  __syncthreads();
-  if (threadIdx.x == 0 && threadIdx.y == 0) {
-    const unsigned int add = blockIdx.x == 0 ? 0x80000000u - (gridDim.x - 1) : 1u;
-    __threadfence();
-    const unsigned int old = atomicAdd(counter, add);
-    while (((old ^ *static_cast<volatile unsigned int*>(counter)) & 0x80000000u) == 0) {
-      __nanosleep(64);
-    }
-    __threadfence();
-  }
-  __syncthreads();
-}
 
 // C: the configuration generator/emit.cpp writes:
 //   X, Param                  dtypes of x, dy and dx; of weight, bias, dweight and dbias
@@ -234,48 +187,8 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock) row_backward(Pa
     }
     grid_barrier(reinterpret_cast<unsigned int*>(p.workspace));
 
-    // Each column's partials summed by Q lanes of one warp: lane q adds the slots q, q + Q,
-    // q + 2Q, ... in order, then the Q sums are added in a fixed tree (shuffles), so the order
-    // depends on gridDim.x only. Q lanes per column keep Q times as many loads in flight as one
-    // thread per column would (a few thousand columns against hundreds of slots: one thread per
-    // column would wait on hundreds of dependent L2 round trips).
-    constexpr int Q = kColumnLanes, kColumnsPerWarp = 32 / Q;
-    constexpr long long kColumns = kParams * H;
-    const int lane = (threadIdx.y * TEAM + tid) % 32;
-    const long long warps = (long long)gridDim.x * (TEAM * ROWS / 32);
-    const long long warp =
-        (long long)blockIdx.x * (TEAM * ROWS / 32) + (threadIdx.y * TEAM + tid) / 32;
-    const int n = gridDim.x, q = lane % Q;
-    // The same trip count for every lane of the warp (the shuffles need all 32).
-    for (long long first = warp * kColumnsPerWarp; first < kColumns;
-         first += warps * kColumnsPerWarp) {
-      const long long c = first + lane / Q;
-      const bool valid = c < kColumns;
-      const int param = kParams == 2 && c >= H ? 1 : 0;
-      const long long e = valid ? c - param * H : 0;
-      const float* column = slots + param * kPadded + e;
-      float sum = 0.f;
-      if (valid) {
-        int s = q;
-        for (; s + 3 * Q < n; s += 4 * Q) {  // four loads in flight, added in order
-          float part[4];
-#pragma unroll
-          for (int i = 0; i < 4; ++i)
-            part[i] = load_global_cg(column + (long long)(s + i * Q) * C::kWorkspaceSlotFloats);
-          sum = (((sum + part[0]) + part[1]) + part[2]) + part[3];
-        }
-        for (; s < n; s += Q)
-          sum += load_global_cg(column + (long long)s * C::kWorkspaceSlotFloats);
-      }
-#pragma unroll
-      for (int offset = Q / 2; offset > 0; offset /= 2) {
-        sum += __shfl_down_sync(0xffffffffu, sum, offset, Q);
-      }
-      if (valid && q == 0) {
-        P* out = static_cast<P*>(kWeight && param == 0 ? p.dweight : p.dbias);
-        out[e] = from_float<P>(sum);
-      }
-    }
+    add_slots_in_order<P, TEAM * ROWS, kParams, H, kPadded, C::kWorkspaceSlotFloats>(
+        slots, threadIdx.y * TEAM + tid, kWeight ? p.dweight : p.dbias, p.dbias);
   }
 }
 

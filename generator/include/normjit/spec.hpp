@@ -100,8 +100,8 @@ struct NormSpec {
   bool save_stats = false;
   // The backward kernel of this problem instead of the forward: from x, dy, the statistics the
   // forward saved (save_stats) and the weight, it writes dx (x's dtype) and dweight and dbias
-  // (the parameters' dtype) reduced over every row in a fixed order. Trailing forms of rmsnorm
-  // and layernorm for now.
+  // (the parameters' dtype) reduced over every row (groupnorm and the channel forms: over n and
+  // the positions) in a fixed order. Every op and form; trailing rows of up to 8192 elements.
   bool backward = false;
 
   // Fill defaults and validate; throws Error(kInvalidArgument) naming the field and value.

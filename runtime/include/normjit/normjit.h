@@ -138,8 +138,9 @@ normjit_status normjit_launch_ex(const normjit_kernel* kernel, const normjit_lau
 
 /* Every argument of a backward kernel (a spec with backward=true, prepared with
  * normjit_prepare): for normjit_launch_backward. Fill it with normjit_backward_args_init first
- * (it sets size; every pointer NULL), then set what the kernel's spec asks for. Rows are
- * contiguous, of the spec's row length. */
+ * (it sets size; every pointer NULL), then set what the kernel's spec asks for. Tensors are
+ * contiguous; the statistics are one f32 per row (groupnorm: per (n, g); the channel forms: per
+ * (n, position)), as the forward with save_stats wrote them. */
 typedef struct normjit_backward_args {
   size_t size;        /* sizeof(normjit_backward_args), set by normjit_backward_args_init */
   const void* x;      /* the forward's input */
@@ -151,7 +152,7 @@ typedef struct normjit_backward_args {
   void* dx;           /* the gradient of x, x's dtype; may equal x or dy (in place) */
   void* dweight;      /* with a weight: its gradient over every row, the parameters' dtype */
   void* dbias;        /* with a bias: its gradient over every row, the parameters' dtype */
-  int64_t batch;      /* rows */
+  int64_t batch;      /* rows (groupnorm and the channel forms: N) */
 } normjit_backward_args;
 
 /* Fills *args with the defaults (every pointer NULL, batch 0). */

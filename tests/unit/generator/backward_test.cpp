@@ -78,19 +78,21 @@ TEST(BackwardSpec, BadValuesNameTheKey) {
   EXPECT_TRUE(has(unknown.what(), "backward)")) << unknown.what();  // listed among the keys
 }
 
-TEST(BackwardSpec, FormsWithoutABackwardKernelAreUnsupportedNotInvalid) {
-  const Error group = refusal("op=groupnorm shape=2,64,8,8 groups=8 backward=true");
-  EXPECT_EQ(group.code(), ErrorCode::kUnsupported);
-  EXPECT_TRUE(has(group.what(),
-                  "unsupported op 'groupnorm': backward=true is not yet supported "
-                  "for groupnorm"))
-      << group.what();
-  const Error channels = refusal("op=rmsnorm shape=2,64,8,8 backward=true");
-  EXPECT_EQ(channels.code(), ErrorCode::kUnsupported);
-  EXPECT_TRUE(has(channels.what(),
-                  "unsupported normalized_dims 0: backward=true is not yet "
-                  "supported for the channel form"))
-      << channels.what();
+TEST(BackwardSpec, GroupNormAndTheChannelFormsTakeTheAxis) {
+  for (const char* text : {"op=groupnorm shape=2,64,8,8 groups=8 backward=true",
+                           "op=groupnorm shape=2,64,8,8 groups=8 affine=none backward=true",
+                           "op=rmsnorm shape=2,64,8,8 affine=weight backward=true",
+                           "op=layernorm shape=2,64,8,8 normalized_dims=0 backward=true"}) {
+    const NormSpec spec = NormSpec::parse(text);
+    EXPECT_TRUE(spec.backward) << text;
+    EXPECT_EQ(NormSpec::parse(spec.to_string()), spec) << text;
+  }
+  // What the gradient kernels still refuse, for these forms too.
+  const Error stats = refusal("op=groupnorm shape=2,64,8,8 groups=8 save_stats=true backward=true");
+  EXPECT_EQ(stats.code(), ErrorCode::kInvalidArgument);
+  EXPECT_TRUE(has(stats.what(), "invalid save_stats true: backward=true")) << stats.what();
+  const Error out = refusal("op=rmsnorm shape=2,64,8,8 out_dtype=bf16 backward=true");
+  EXPECT_TRUE(has(out.what(), "invalid out_dtype 'bf16': backward=true")) << out.what();
 }
 
 TEST(BackwardSpec, AxesWithoutMeaningForTheGradientAreRefused) {
@@ -226,6 +228,149 @@ TEST(BackwardEmit, ConfigurationNamesEveryConstantTheKernelChecks) {
                                                 "weight_offset=1 backward=true"),
                                 h100))
                           .source);
+}
+
+TEST(BackwardPlan, GroupNormUnitsWavesAndWorkspace) {
+  const Target h100 = Target::parse("sm_90");
+  struct Case {
+    const char* spec;
+    int vec, team, rows_per_block;
+    int64_t vectors, units_per_channel, wave_rows;
+  } cases[] = {
+      // The seeds: 2 Mi-element groups; a wave's x and dy fit 16 MiB (f32: one row, bf16: two).
+      {"op=groupnorm shape=112,64,512,512 groups=8", 4, 256, 1, 4, 64, 1},
+      {"op=groupnorm shape=112,64,512,512 groups=8 dtype=bf16", 8, 256, 1, 2, 64, 2},
+      // Stable Diffusion's: a unit per channel of 4096, 10 channels per group.
+      {"op=groupnorm shape=2,320,64,64 groups=32", 4, 256, 1, 4, 1, 51},
+      // Odd maps: scalar accesses, small teams, several units per CTA.
+      {"op=groupnorm shape=3,64,7,9 groups=8 dtype=f16", 1, 4, 64, 16, 1, 8192},
+      {"op=groupnorm shape=3,6,1 groups=3", 1, 1, 256, 1, 1, 32768},
+      {"op=groupnorm shape=2,8,4097 groups=2 affine=none", 1, 256, 1, 16, 2, 127},
+  };
+  for (const Case& c : cases) {
+    const NormSpec spec = NormSpec::parse(std::string(c.spec) + " backward=true");
+    const KernelPlan p = plan(spec, h100);
+    EXPECT_EQ(p.strategy, Strategy::kGroupBackward) << c.spec;
+    EXPECT_TRUE(p.cooperative()) << c.spec;
+    EXPECT_EQ(p.vec, c.vec) << c.spec;
+    EXPECT_EQ(p.block_x, c.team) << c.spec;
+    EXPECT_EQ(p.rows_per_block, c.rows_per_block) << c.spec;
+    EXPECT_EQ(p.block_y, c.rows_per_block) << c.spec;
+    EXPECT_EQ(p.vectors, c.vectors) << c.spec;
+    EXPECT_EQ(p.units_per_channel, c.units_per_channel) << c.spec;
+    EXPECT_EQ(p.wave_rows, c.wave_rows) << c.spec;
+    // T units cover a channel, none empty; a thread holds at most 16 values of x and of dy.
+    const int64_t unit = int64_t{p.block_x} * p.vectors * p.vec;
+    EXPECT_GE(p.units_per_channel * unit, spec.spatial()) << c.spec;
+    EXPECT_LT((p.units_per_channel - 1) * unit, spec.spatial()) << c.spec;
+    EXPECT_LE(p.vectors * p.vec, 16) << c.spec;
+    EXPECT_EQ(spec.spatial() % p.vec, 0) << c.spec;
+    EXPECT_TRUE(has(p.to_string(), "strategy: group-backward")) << c.spec;
+  }
+  // The workspace: the barrier's 8 floats, two buffers of the wave's unit partials (2 floats
+  // each), two of its channel sums and the accumulators of dweight and dbias, each padded to 8.
+  const KernelPlan seed =
+      plan(NormSpec::parse("op=groupnorm shape=112,64,512,512 groups=8 backward=true"), h100);
+  EXPECT_EQ(seed.workspace_floats(0), 8 + 2 * 1024 + 2 * 16 + 128);
+  EXPECT_EQ(seed.workspace_floats(264), seed.workspace_floats(0));  // the same for any grid
+  const KernelPlan none =
+      plan(NormSpec::parse("op=groupnorm shape=112,64,512,512 groups=8 affine=none backward=true"),
+           h100);
+  EXPECT_EQ(none.workspace_floats(0), 8 + 2 * 1024);
+  // The grid: the units of a wave (or of the rows there are), at most the CTAs the device holds.
+  EXPECT_EQ(seed.grid(112, 264), 264);
+  EXPECT_EQ(seed.grid(112, 10000), 512);
+  const KernelPlan small =
+      plan(NormSpec::parse("op=groupnorm shape=3,64,7,9 groups=8 dtype=f16 backward=true"), h100);
+  EXPECT_EQ(small.grid(1, 10000), 1);  // 8 rows of 8 units, 64 units per CTA
+  EXPECT_EQ(small.grid(3, 10000), 3);  // 192 units
+  EXPECT_EQ(small.grid(3, 2), 2);
+}
+
+TEST(BackwardPlan, GroupNormWithAWorkspaceTooLargeIsUnsupportedNamingTheShape) {
+  const Target h100 = Target::parse("sm_90");
+  try {
+    plan(NormSpec::parse("op=groupnorm shape=1,67108864 groups=1 backward=true"), h100);
+    ADD_FAILURE() << "planned a workspace of 2^28 floats";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
+    EXPECT_TRUE(has(e.what(), "unsupported shape '1,67108864'")) << e.what();
+    EXPECT_TRUE(has(e.what(), "67108864 channels of 1 elements per group")) << e.what();
+  }
+}
+
+TEST(BackwardPlan, ChannelFormsOwnPositionsAndSumPartialsPerCta) {
+  const Target h100 = Target::parse("sm_90");
+  struct Case {
+    const char* spec;
+    int vec, threads_x, threads_y;
+    bool cached;
+    int64_t tiles;
+  } cases[] = {
+      {"op=rmsnorm shape=112,64,512,512", 4, 16, 16, true, 4096},
+      {"op=rmsnorm shape=112,64,512,512 dtype=bf16 affine=weight", 8, 8, 32, true, 4096},
+      {"op=layernorm shape=4,64,7,9 normalized_dims=0", 1, 64, 4, true, 1},
+      {"op=layernorm shape=4,1000,3,3 normalized_dims=0 dtype=bf16", 1, 8, 32, false, 2},
+  };
+  for (const Case& c : cases) {
+    const NormSpec spec = NormSpec::parse(std::string(c.spec) + " backward=true");
+    const KernelPlan p = plan(spec, h100);
+    EXPECT_EQ(p.strategy, Strategy::kChannelsBackward) << c.spec;
+    EXPECT_EQ(p.vec, c.vec) << c.spec;
+    EXPECT_EQ(p.block_x, c.threads_x) << c.spec;
+    EXPECT_EQ(p.block_y, c.threads_y) << c.spec;
+    EXPECT_EQ(p.cached, c.cached) << c.spec;
+    EXPECT_EQ(p.blocks_per_item, c.tiles) << c.spec;
+    EXPECT_EQ(p.grid(3, 100000), 3 * c.tiles) << c.spec;
+    EXPECT_EQ(p.grid(3, 2), 2) << c.spec;
+    EXPECT_TRUE(has(p.to_string(), "strategy: channels-backward")) << c.spec;
+  }
+  // Parameters: cooperative, one partial of C floats (padded to 8) per CTA and per parameter.
+  const KernelPlan ln =
+      plan(NormSpec::parse("op=layernorm shape=4,1000,3,3 normalized_dims=0 backward=true"), h100);
+  EXPECT_TRUE(ln.cooperative());
+  EXPECT_EQ(ln.workspace_slot_floats(), 2 * 1000);
+  EXPECT_EQ(ln.workspace_floats(10), 8 + 10 * 2000);
+  const KernelPlan rms = plan(NormSpec::parse("op=rmsnorm shape=4,65,3 backward=true"), h100);
+  EXPECT_FALSE(rms.cooperative());
+  EXPECT_EQ(rms.workspace_floats(10), 0);
+  const KernelPlan w =
+      plan(NormSpec::parse("op=rmsnorm shape=4,65,3 affine=weight backward=true"), h100);
+  EXPECT_EQ(w.workspace_slot_floats(), 72);
+}
+
+TEST(BackwardEmit, GroupAndChannelConfigurations) {
+  const Target h100 = Target::parse("sm_90");
+  const EmittedKernel g = emit(
+      plan(NormSpec::parse("op=groupnorm shape=2,320,64,64 groups=32 dtype=bf16 param_dtype=f32 "
+                           "backward=true"),
+           h100));
+  EXPECT_EQ(g.kernel,
+            "normjit::group_backward<normjit::groupnorm_bf16_g32_h40960_param_f32_backward>");
+  for (const char* line :
+       {"#include \"normjit/group_backward.cuh\"", "  using X = normjit::bf16_t;",
+        "  using Param = float;", "  static constexpr int kChannels = 320;",
+        "  static constexpr int kGroups = 32;", "  static constexpr int kChannelsPerGroup = 10;",
+        "  static constexpr long long kSpatial = 4096;", "  static constexpr int kThreads = 256;",
+        "  static constexpr int kVec = 8;", "  static constexpr int kVectors = 2;",
+        "  static constexpr long long kUnitsPerChannel = 1;",
+        "  static constexpr long long kWaveRows = 102;"}) {
+    EXPECT_TRUE(has(g.source, line)) << line << "\n" << g.source;
+  }
+  const EmittedKernel c =
+      emit(plan(NormSpec::parse("op=layernorm shape=2,96,56,56 normalized_dims=0 weight_offset=1 "
+                                "backward=true"),
+                h100));
+  EXPECT_EQ(c.kernel,
+            "normjit::channels_backward<normjit::layernorm_f32_c96_s3136_offset_backward>");
+  for (const char* line :
+       {"#include \"normjit/channels_backward.cuh\"", "  static constexpr bool kRms = false;",
+        "  static constexpr float kWeightOffset = 1;", "  static constexpr int kChannels = 96;",
+        "  static constexpr long long kSpatial = 3136;", "  static constexpr int kVec = 4;",
+        "  static constexpr long long kWorkspaceHeaderFloats = 8;",
+        "  static constexpr long long kWorkspaceSlotFloats = 192;"}) {
+    EXPECT_TRUE(has(c.source, line)) << line << "\n" << c.source;
+  }
 }
 
 }  // namespace

@@ -116,11 +116,9 @@ TEST(Spec, LayerNormChannelFormRefusesWhatItCannotBe) {
   const std::string residual =
       error_of([] { NormSpec::parse("op=layernorm shape=2,64,8 normalized_dims=0 residual=f32"); });
   EXPECT_NE(residual.find("channel form"), std::string::npos) << residual;
-  // No backward kernel yet.
-  const std::string backward =
-      error_of([] { NormSpec::parse("op=layernorm shape=2,64,8 normalized_dims=0 backward=true"); },
-               ErrorCode::kUnsupported);
-  EXPECT_NE(backward.find("channel form of layernorm"), std::string::npos) << backward;
+  // Its backward kernel exists (channels_backward.cuh): the axis is taken.
+  EXPECT_TRUE(
+      NormSpec::parse("op=layernorm shape=2,64,8 normalized_dims=0 backward=true").backward);
   // Groups are groupnorm's.
   const std::string groups =
       error_of([] { NormSpec::parse("op=layernorm shape=2,64,8 normalized_dims=0 groups=4"); });

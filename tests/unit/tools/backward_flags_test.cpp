@@ -59,24 +59,28 @@ TEST_F(BackwardFlags, DumpShowsTheBackwardPlanAndConfiguration) {
 }
 
 TEST_F(BackwardFlags, FormsWithoutABackwardKernelAreOneErrorNamingThem) {
-  std::string e = single_error({"dump", "--op", "groupnorm", "--shape", "2,64,8,8", "--groups", "8",
-                                "--backward", "--arch", "sm_90", "--emit", "plan"});
-  EXPECT_NE(e.find("groupnorm"), npos) << e;
-  EXPECT_NE(e.find("not yet supported"), npos) << e;
-  e = single_error({"dump", "--op", "rmsnorm", "--shape", "2,64,8,8", "--backward", "--arch",
-                    "sm_90", "--emit", "plan"});
-  EXPECT_NE(e.find("channel form"), npos) << e;
-  e = single_error({"dump", "--op", "layernorm", "--shape", "2,16384", "--backward", "--arch",
-                    "sm_90", "--emit", "plan"});
+  std::string e = single_error({"dump", "--op", "layernorm", "--shape", "2,16384", "--backward",
+                                "--arch", "sm_90", "--emit", "plan"});
   EXPECT_NE(e.find("unsupported shape '2,16384'"), npos) << e;
   e = single_error({"dump", "--op", "layernorm", "--shape", "2,1024", "--backward", "--save-stats",
                     "--arch", "sm_90", "--emit", "plan"});
   EXPECT_NE(e.find("save_stats"), npos) << e;
   // bench checks the spec before it looks for a GPU.
-  e = single_error(
-      {"bench", "--op", "groupnorm", "--shape", "2,64,8,8", "--groups", "8", "--backward"});
-  EXPECT_NE(e.find("groupnorm"), npos) << e;
-  EXPECT_NE(e.find("not yet supported"), npos) << e;
+  e = single_error({"bench", "--op", "groupnorm", "--shape", "2,64,8,8", "--groups", "8",
+                    "--backward", "--save-stats"});
+  EXPECT_NE(e.find("invalid save_stats true: backward=true"), npos) << e;
+}
+
+TEST_F(BackwardFlags, GroupNormAndChannelFormsHaveBackwardKernels) {
+  ToolResult r = run({"dump", "--op", "groupnorm", "--shape", "2,64,8,8", "--groups", "8",
+                      "--backward", "--arch", "sm_90", "--emit", "plan"});
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  EXPECT_NE(r.out.find("strategy: group-backward"), npos) << r.out;
+  r = run({"dump", "--op", "rmsnorm", "--shape", "2,64,8,8", "--backward", "--arch", "sm_90",
+           "--emit", "source"});
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  EXPECT_NE(r.out.find("normjit::channels_backward<normjit::rmsnorm_f32_c64_s64_backward>"), npos)
+      << r.out;
 }
 
 TEST_F(BackwardFlags, BenchCompileCompilesABackwardKernel) {

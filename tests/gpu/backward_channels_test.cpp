@@ -1,0 +1,533 @@
+// The backward kernels of the [N, C, *spatial] forms (issue 20) on the GPU: GroupNorm
+// (group_backward.cuh) and RMSNorm/LayerNorm over dim 1 (channels_backward.cuh). The forward
+// with save_stats writes the statistics of each row (groupnorm: (n, g) at n * G + g; the channel
+// forms: (n, position s) at n * S + s), the backward kernel takes them with x, dy and the
+// weight, and dx, dweight and dbias are compared element by element with float64 formulas of
+// PyTorch's autograd:
+//   xhat = (x - mean) * rstd (rmsnorm: x * rstd), g = dy * (offset + w[c]),
+//   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) over the row's elements (rmsnorm: without
+//   mean(g)), dweight[c] = sum over n and positions of dy * xhat, dbias[c] = sum of dy.
+// As in backward_test.cpp, once from the statistics the forward saved (the kernel's own inputs)
+// and once from float64 statistics of x; dx is measured against max(||dx||, ||rstd * g||) and
+// dweight/dbias, against float64 statistics, against the size of their terms. Outputs are
+// poisoned (NaN) first. Kernels are prepared in parallel (harness.hpp).
+#include <cmath>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "harness.hpp"
+
+namespace normjit::testing {
+namespace {
+
+struct Config {
+  Op op = Op::kGroupNorm;
+  std::vector<int64_t> shape;  // [N, C, *spatial]
+  int64_t groups = 0;          // groupnorm
+  Dtype dtype = Dtype::kF32;
+  Affine affine = Affine::kBoth;
+  std::optional<Dtype> param;
+  double weight_offset = 0;
+
+  NormSpec spec(bool backward) const {
+    SpecFields f;
+    f.op = op;
+    f.shape = shape;
+    f.dtype = dtype;
+    f.normalized_dims = 0;
+    if (op == Op::kGroupNorm) f.groups = groups;
+    f.affine = affine;
+    f.param_dtype = param;
+    f.weight_offset = weight_offset;
+    f.save_stats = !backward;
+    f.backward = backward;
+    return NormSpec::from_fields(f);
+  }
+  std::string name() const { return spec(true).to_string(); }
+  int64_t n() const { return shape[0]; }
+  int64_t c() const { return shape[1]; }
+  int64_t s() const {
+    int64_t p = 1;
+    for (size_t i = 2; i < shape.size(); ++i) p *= shape[i];
+    return p;
+  }
+  // Rows of the statistics: (n, g) or (n, position).
+  int64_t rows() const { return n() * (op == Op::kGroupNorm ? groups : s()); }
+  int64_t row_length() const { return op == Op::kGroupNorm ? c() / groups * s() : c(); }
+  // Element i of row r (its offset in x), and its channel.
+  int64_t offset(int64_t r, int64_t i) const {
+    if (op == Op::kGroupNorm) {
+      const int64_t n = r / groups, g = r % groups, cg = c() / groups;
+      return (n * c() + g * cg + i / s()) * s() + i % s();
+    }
+    const int64_t n = r / s(), pos = r % s();
+    return (n * c() + i) * s() + pos;
+  }
+  int64_t channel(int64_t offset) const { return offset / s() % c(); }
+};
+
+struct Errors {
+  double dx = 0, dweight = 0, dbias = 0;
+  bool finite = true;
+};
+
+std::vector<unsigned char> download(const device::Buffer& b) {
+  std::vector<unsigned char> out(b.bytes());
+  b.download(out.data(), out.size());
+  return out;
+}
+
+double relative(double err2, double ref2, bool finite) {
+  return finite ? std::sqrt(err2 / std::max(ref2, 1e-300)) : INFINITY;
+}
+
+class Backward {
+ public:
+  Backward(Engine& engine, const Config& c, Values values, uint64_t seed)
+      : c_(c),
+        forward_(engine.prepare(c.spec(false))),
+        backward_(engine.prepare(c.spec(true))),
+        n_(size_t(c.spec(true).elements())),
+        x_(n_ * size_of(c.dtype)),
+        dy_(x_.bytes()),
+        y_(x_.bytes()),
+        dx_(x_.bytes()),
+        mean_(size_t(c.rows()) * 4),
+        rstd_(size_t(c.rows()) * 4) {
+    const Dtype param = c.param.value_or(c.dtype);
+    x_host_ = upload(x_, c.dtype, random_values(n_, values, seed));
+    dy_host_ = upload(dy_, c.dtype, random_values(n_, Values::kNormal, seed + 7));
+    std::mt19937_64 rng(seed + 1);
+    std::normal_distribution<float> normal(1.0f, 0.5f);
+    auto params = [&](device::Buffer& buffer, std::vector<float>& host, float shift) {
+      std::vector<float> v(size_t(c.c()));
+      for (float& e : v) e = normal(rng) + shift;
+      buffer = device::Buffer(v.size() * size_of(param));
+      host = upload(buffer, param, v);
+    };
+    if (c.affine != Affine::kNone) {
+      params(w_, w_host_, 0.0f);
+      dw_ = device::Buffer(size_t(c.c()) * size_of(param));
+    }
+    if (c.affine == Affine::kBoth) {
+      params(b_, b_host_, -1.0f);
+      db_ = device::Buffer(size_t(c.c()) * size_of(param));
+    }
+  }
+
+  void forward(CUstream stream = nullptr) {
+    LaunchArgs a;
+    a.x = x_.get();
+    a.y = y_.get();
+    a.weight = w_.get();
+    a.bias = b_.get();
+    a.batch = c_.n();
+    a.eps = 1e-5f;
+    a.rstd = static_cast<float*>(rstd_.get());
+    if (c_.op != Op::kRmsNorm) a.mean = static_cast<float*>(mean_.get());
+    forward_.launch(a, stream);
+  }
+  BackwardArgs args() {
+    BackwardArgs a;
+    a.x = x_.get();
+    a.dy = dy_.get();
+    a.dx = dx_.get();
+    a.rstd = static_cast<const float*>(rstd_.get());
+    if (c_.op != Op::kRmsNorm) a.mean = static_cast<const float*>(mean_.get());
+    a.weight = w_.get();
+    a.dweight = dw_.get();
+    a.dbias = db_.get();
+    a.batch = c_.n();
+    return a;
+  }
+  void poison() {
+    dx_.fill_bytes(0xff);
+    if (dw_.bytes()) dw_.fill_bytes(0xff);
+    if (db_.bytes()) db_.fill_bytes(0xff);
+    NORMJIT_CU(driver::api().cuCtxSynchronize());
+  }
+  void backward(CUstream stream = nullptr) { backward_.launch_backward(args(), stream); }
+  void run() {
+    forward();
+    poison();
+    backward();
+    NORMJIT_CU(driver::api().cuCtxSynchronize());
+  }
+
+  Errors compare(bool saved) const {
+    const Config& c = c_;
+    const Dtype param = c.param.value_or(c.dtype);
+    const std::vector<float> got_dx = reference::decode(c.dtype, download(dx_).data(), n_);
+    std::vector<float> got_dw, got_db, mean(size_t(c.rows())), rstd(size_t(c.rows()));
+    if (dw_.bytes()) got_dw = reference::decode(param, download(dw_).data(), size_t(c.c()));
+    if (db_.bytes()) got_db = reference::decode(param, download(db_).data(), size_t(c.c()));
+    rstd_.download(rstd.data(), rstd.size() * 4);
+    if (c.op != Op::kRmsNorm) mean_.download(mean.data(), mean.size() * 4);
+    const bool rms = c.op == Op::kRmsNorm;
+    const int64_t h = c.row_length();
+    const size_t channels = size_t(c.c());
+    std::vector<double> ref_dw(channels), ref_db(channels), abs_dw(channels), abs_db(channels);
+    Errors e;
+    double err2 = 0, ref2 = 0, scale2 = 0;
+    std::vector<double> xhat(static_cast<size_t>(h)), g(static_cast<size_t>(h));
+    std::vector<int64_t> at(static_cast<size_t>(h));
+    for (int64_t r = 0; r < c.rows(); ++r) {
+      for (int64_t i = 0; i < h; ++i) at[i] = c.offset(r, i);
+      double m = 0, s = 0;
+      if (saved) {
+        m = rms ? 0.0 : double(mean[size_t(r)]);
+        s = rstd[size_t(r)];
+      } else {
+        double sum = 0, sq = 0;
+        for (int64_t i = 0; i < h; ++i) sum += x_host_[at[i]];
+        if (!rms) m = sum / double(h);
+        for (int64_t i = 0; i < h; ++i) sq += (x_host_[at[i]] - m) * (x_host_[at[i]] - m);
+        s = 1.0 / std::sqrt(sq / double(h) + 1e-5);
+      }
+      double mean_g = 0, mean_gx = 0;
+      for (int64_t i = 0; i < h; ++i) {
+        const int64_t ch = c.channel(at[i]);
+        const double dy = dy_host_[at[i]];
+        xhat[i] = (double(x_host_[at[i]]) - m) * s;
+        const double w = w_host_.empty() ? 1.0 : c.weight_offset + double(w_host_[ch]);
+        g[i] = dy * w;
+        mean_g += g[i];
+        mean_gx += g[i] * xhat[i];
+        ref_dw[ch] += dy * xhat[i];
+        ref_db[ch] += dy;
+        abs_dw[ch] += std::fabs(dy * xhat[i]);
+        abs_db[ch] += std::fabs(dy);
+      }
+      mean_g = rms ? 0.0 : mean_g / double(h);
+      mean_gx /= double(h);
+      for (int64_t i = 0; i < h; ++i) {
+        const double ref = s * (g[i] - mean_g - xhat[i] * mean_gx);
+        const double got = got_dx[size_t(at[i])];
+        if (!std::isfinite(got)) e.finite = false;
+        err2 += (got - ref) * (got - ref);
+        ref2 += ref * ref;
+        scale2 += s * g[i] * s * g[i];
+      }
+    }
+    e.dx = relative(err2, std::max(ref2, scale2), e.finite);
+    const auto param_error = [&](const std::vector<float>& got, const std::vector<double>& ref,
+                                 const std::vector<double>& terms, double* out) {
+      if (got.empty()) return;
+      double err = 0, norm = 0, terms2 = 0;
+      bool ok = true;
+      for (size_t j = 0; j < channels; ++j) {
+        if (!std::isfinite(got[j])) ok = false;
+        err += (got[j] - ref[j]) * (got[j] - ref[j]);
+        norm += ref[j] * ref[j];
+        terms2 += terms[j] * terms[j];
+      }
+      *out = relative(err, saved ? norm : std::max(norm, terms2), ok);
+      e.finite = e.finite && ok;
+    };
+    param_error(got_dw, ref_dw, abs_dw, &e.dweight);
+    param_error(got_db, ref_db, abs_db, &e.dbias);
+    return e;
+  }
+
+  std::vector<unsigned char> bits() const {
+    std::vector<unsigned char> out = download(dx_);
+    for (const device::Buffer* b : {&dw_, &db_}) {
+      if (!b->bytes()) continue;
+      const std::vector<unsigned char> more = download(*b);
+      out.insert(out.end(), more.begin(), more.end());
+    }
+    return out;
+  }
+  void new_dy(uint64_t seed) {
+    dy_host_ = upload(dy_, c_.dtype, random_values(n_, Values::kNormal, seed));
+    NORMJIT_CU(driver::api().cuCtxSynchronize());
+  }
+  const Kernel& backward_kernel() const { return backward_; }
+
+ private:
+  static std::vector<float> upload(device::Buffer& buffer, Dtype d, const std::vector<float>& v) {
+    const std::vector<unsigned char> bytes = reference::encode(d, v);
+    buffer.upload(bytes.data(), bytes.size());
+    return reference::decode(d, bytes.data(), v.size());
+  }
+
+  Config c_;
+  Kernel forward_, backward_;
+  size_t n_;
+  device::Buffer x_, dy_, y_, dx_, mean_, rstd_, w_, b_, dw_, db_;
+  std::vector<float> x_host_, dy_host_, w_host_, b_host_;
+};
+
+void expect_close(const Backward& run, const Config& c, Values values, const std::string& what) {
+  const Dtype param = c.param.value_or(c.dtype);
+  for (bool saved : {true, false}) {
+    const Errors e = run.compare(saved);
+    // Against float64 statistics: the f32 mean the forward saves is off by up to 2^-24 |mean|.
+    const double slack = !saved && values == Values::kLargeMean ? std::ldexp(1e4, -23) : 0.0;
+    const std::string how = what + (saved ? " (saved statistics)" : " (float64 statistics)");
+    EXPECT_TRUE(e.finite) << c.name() << " " << how << ": an output is NaN or inf";
+    EXPECT_LT(e.dx, tolerance(c.dtype) + slack) << c.name() << " " << how << ": dx";
+    if (c.affine != Affine::kNone) {
+      EXPECT_LT(e.dweight, tolerance(param) + slack) << c.name() << " " << how << ": dweight";
+    }
+    if (c.affine == Affine::kBoth) {
+      EXPECT_LT(e.dbias, tolerance(param) + slack) << c.name() << " " << how << ": dbias";
+    }
+  }
+}
+
+Config group(std::vector<int64_t> shape, int64_t groups, Dtype dtype, Affine affine) {
+  Config c;
+  c.op = Op::kGroupNorm;
+  c.shape = std::move(shape);
+  c.groups = groups;
+  c.dtype = dtype;
+  c.affine = affine;
+  return c;
+}
+Config channels(Op op, std::vector<int64_t> shape, Dtype dtype, Affine affine) {
+  Config c;
+  c.op = op;
+  c.shape = std::move(shape);
+  c.dtype = dtype;
+  c.affine = affine;
+  return c;
+}
+
+constexpr Dtype kDtypes[] = {Dtype::kF32, Dtype::kF16, Dtype::kBF16};
+
+void prepare(Engine& engine, const std::vector<Config>& configs) {
+  std::vector<NormSpec> specs;
+  for (const Config& c : configs) {
+    specs.push_back(c.spec(false));
+    specs.push_back(c.spec(true));
+  }
+  prepare_in_parallel(engine, specs);
+}
+
+class BackwardChannelsGpu : public ::testing::Test {
+ protected:
+  void SetUp() override { NORMJIT_REQUIRE_GPU(); }
+};
+
+// GroupNorm: sizes 1, 3, 7, 65, 1000, 4097 in the spatial size, the channels per group and the
+// batch; odd maps (7x9); Stable Diffusion's shapes; every dtype and affine form.
+TEST_F(BackwardChannelsGpu, GroupNormShapesDtypesAndAffineMatchFloat64) {
+  device::PrimaryContext context;
+  Engine engine(test_engine_options());
+  const struct {
+    std::vector<int64_t> shape;
+    int64_t groups;
+  } shapes[] = {
+      {{1, 1, 1}, 1},    {{3, 6, 1}, 3},         {{3, 6, 7}, 2},         {{1, 7, 65}, 7},
+      {{2, 4, 1000}, 2}, {{3, 2, 4097}, 1},      {{7, 64, 7, 9}, 8},     {{65, 4, 3}, 2},
+      {{1, 3000, 1}, 3}, {{2, 320, 64, 64}, 32}, {{2, 640, 32, 32}, 32}, {{1000, 8, 3, 3}, 4},
+  };
+  std::vector<Config> configs;
+  for (const auto& s : shapes) {
+    for (Dtype dtype : kDtypes) {
+      for (Affine affine : {Affine::kNone, Affine::kWeight, Affine::kBoth}) {
+        configs.push_back(group(s.shape, s.groups, dtype, affine));
+      }
+    }
+  }
+  prepare(engine, configs);
+  uint64_t seed = 1;
+  for (const Config& c : configs) {
+    Backward run(engine, c, Values::kNormal, seed++);
+    run.run();
+    expect_close(run, c, Values::kNormal, "normal values");
+  }
+}
+
+// The channel forms: RMSNorm and LayerNorm over dim 1 (LayerNorm2d), the same sizes in C and S.
+TEST_F(BackwardChannelsGpu, ChannelFormsShapesDtypesAndAffineMatchFloat64) {
+  device::PrimaryContext context;
+  Engine engine(test_engine_options());
+  const std::vector<int64_t> shapes[] = {{1, 1, 1},     {3, 3, 7},       {2, 7, 65},
+                                         {1, 65, 3, 3}, {3, 64, 7, 9},   {2, 1000, 3},
+                                         {1, 3, 4097},  {2, 96, 56, 56}, {65, 16, 5}};
+  std::vector<Config> configs;
+  for (const auto& shape : shapes) {
+    for (Dtype dtype : kDtypes) {
+      configs.push_back(channels(Op::kRmsNorm, shape, dtype, Affine::kNone));
+      configs.push_back(channels(Op::kRmsNorm, shape, dtype, Affine::kWeight));
+      configs.push_back(channels(Op::kLayerNorm, shape, dtype, Affine::kNone));
+      configs.push_back(channels(Op::kLayerNorm, shape, dtype, Affine::kBoth));
+    }
+  }
+  prepare(engine, configs);
+  uint64_t seed = 1000;
+  for (const Config& c : configs) {
+    Backward run(engine, c, Values::kNormal, seed++);
+    run.run();
+    expect_close(run, c, Values::kNormal, "normal values");
+  }
+}
+
+TEST_F(BackwardChannelsGpu, AdversarialValues) {
+  device::PrimaryContext context;
+  Engine engine(test_engine_options());
+  std::vector<Config> configs;
+  for (Dtype dtype : kDtypes) {
+    configs.push_back(group({4, 64, 7, 9}, 8, dtype, Affine::kBoth));
+    configs.push_back(group({2, 8, 4097}, 2, dtype, Affine::kWeight));
+    configs.push_back(channels(Op::kRmsNorm, {4, 64, 7, 9}, dtype, Affine::kWeight));
+    configs.push_back(channels(Op::kLayerNorm, {4, 65, 33}, dtype, Affine::kBoth));
+  }
+  prepare(engine, configs);
+  uint64_t seed = 2000;
+  for (Values values : {Values::kLargeMean, Values::kTiny, Values::kConstant, Values::kNegative}) {
+    for (const Config& c : configs) {
+      Backward run(engine, c, values, seed++);
+      run.run();
+      expect_close(run, c, values, to_string(values));
+    }
+  }
+}
+
+TEST_F(BackwardChannelsGpu, ParamDtypeAndWeightOffset) {
+  device::PrimaryContext context;
+  Engine engine(test_engine_options());
+  std::vector<Config> configs;
+  for (Dtype dtype : {Dtype::kF16, Dtype::kBF16}) {
+    for (double offset : {0.0, 1.0}) {
+      Config g = group({2, 320, 16, 16}, 32, dtype, Affine::kBoth);
+      Config r = channels(Op::kRmsNorm, {2, 64, 9, 9}, dtype, Affine::kWeight);
+      Config l = channels(Op::kLayerNorm, {2, 96, 14, 14}, dtype, Affine::kBoth);
+      for (Config* c : {&g, &r, &l}) {
+        c->param = Dtype::kF32;
+        c->weight_offset = offset;
+        configs.push_back(*c);
+      }
+    }
+  }
+  prepare(engine, configs);
+  uint64_t seed = 3000;
+  for (const Config& c : configs) {
+    Backward run(engine, c, Values::kNormal, seed++);
+    run.run();
+    expect_close(run, c, Values::kNormal, "f32 parameters");
+  }
+}
+
+// The seeds' backward kernels (GroupNorm [112, 64, 512, 512], 8 groups of 2 Mi elements, with
+// weight and bias; RMSNorm over dim 1 of the same x, no weight), f32 and bf16: the kernel of the
+// seed spec serves every batch (the same key), so it runs here on 4 batch items, which keeps the
+// float64 reference and the host copies small: everything against float64 from the saved
+// statistics, and two runs bitwise equal.
+TEST_F(BackwardChannelsGpu, SeedKernels) {
+  device::PrimaryContext context;
+  Engine engine(test_engine_options());
+  std::vector<Config> seeds;
+  for (Dtype dtype : {Dtype::kF32, Dtype::kBF16}) {
+    seeds.push_back(group({112, 64, 512, 512}, 8, dtype, Affine::kBoth));
+    seeds.push_back(channels(Op::kRmsNorm, {112, 64, 512, 512}, dtype, Affine::kNone));
+  }
+  std::vector<Config> configs = seeds;
+  for (Config& c : configs) c.shape[0] = 4;
+  prepare(engine, configs);
+  uint64_t seed = 4000;
+  for (size_t i = 0; i < configs.size(); ++i) {
+    const Config& c = configs[i];
+    EXPECT_EQ(engine.prepare(c.spec(true)).key(), engine.prepare(seeds[i].spec(true)).key())
+        << seeds[i].name();
+    Backward run(engine, c, Values::kNormal, seed++);
+    run.run();
+    const Errors e = run.compare(/*saved=*/true);
+    EXPECT_TRUE(e.finite) << c.name();
+    EXPECT_LT(e.dx, tolerance(c.dtype)) << c.name();
+    if (c.affine != Affine::kNone) {
+      EXPECT_LT(e.dweight, tolerance(c.dtype)) << c.name();
+    }
+    if (c.affine == Affine::kBoth) {
+      EXPECT_LT(e.dbias, tolerance(c.dtype)) << c.name();
+    }
+    const std::vector<unsigned char> first = run.bits();
+    run.poison();
+    run.backward();
+    NORMJIT_CU(driver::api().cuCtxSynchronize());
+    EXPECT_TRUE(run.bits() == first) << c.name() << ": a second run differs";
+  }
+}
+
+// No floating-point atomics: the same inputs give the same bits, run after run and on another
+// stream (its own workspace).
+TEST_F(BackwardChannelsGpu, DeterministicBitsAcrossRunsAndStreams) {
+  device::PrimaryContext context;
+  Engine engine(test_engine_options());
+  const std::vector<Config> configs = {
+      group({64, 320, 32, 32}, 32, Dtype::kBF16, Affine::kBoth),
+      group({300, 64, 7, 9}, 8, Dtype::kF32, Affine::kWeight),
+      channels(Op::kRmsNorm, {64, 64, 32, 32}, Dtype::kF32, Affine::kWeight),
+      channels(Op::kLayerNorm, {64, 96, 28, 28}, Dtype::kBF16, Affine::kBoth),
+  };
+  prepare(engine, configs);
+  uint64_t seed = 5000;
+  for (const Config& c : configs) {
+    Backward run(engine, c, Values::kNormal, seed++);
+    run.run();
+    const std::vector<unsigned char> first = run.bits();
+    for (int i = 0; i < 2; ++i) {
+      run.poison();
+      run.backward();
+      NORMJIT_CU(driver::api().cuCtxSynchronize());
+      EXPECT_TRUE(run.bits() == first) << c.name() << ": run " << i + 2 << " differs";
+    }
+    device::Stream other;
+    run.poison();
+    run.backward(other.get());
+    NORMJIT_CU(driver::api().cuStreamSynchronize(other.get()));
+    EXPECT_TRUE(run.bits() == first) << c.name() << ": another stream differs";
+  }
+}
+
+// Graph-safe: captured on a stream it never used, replays with new dy correct each time (the
+// workspace exists before the capture and needs no reset).
+TEST_F(BackwardChannelsGpu, CudaGraphOnAFreshStreamReplaysWithNewInputs) {
+  device::PrimaryContext context;
+  Engine engine(test_engine_options());
+  const std::vector<Config> configs = {
+      group({2, 320, 32, 32}, 32, Dtype::kBF16, Affine::kBoth),
+      channels(Op::kLayerNorm, {4, 96, 28, 28}, Dtype::kBF16, Affine::kBoth),
+  };
+  prepare(engine, configs);
+  for (const Config& c : configs) {
+    Backward run(engine, c, Values::kNormal, 6000);
+    run.run();
+    expect_close(run, c, Values::kNormal, "eager");
+    device::Stream stream;
+    const CapturedGraph graph(stream.get(), [&] { run.backward(stream.get()); });
+    for (int replay = 0; replay < 3; ++replay) {
+      run.new_dy(6100 + replay);
+      run.poison();
+      graph.replay(stream.get());
+      NORMJIT_CU(driver::api().cuStreamSynchronize(stream.get()));
+      const Errors e = run.compare(/*saved=*/true);
+      EXPECT_TRUE(e.finite) << c.name() << " replay " << replay;
+      EXPECT_LT(e.dx, tolerance(c.dtype)) << c.name() << " replay " << replay;
+      EXPECT_LT(e.dweight, tolerance(c.dtype)) << c.name() << " replay " << replay;
+      EXPECT_LT(e.dbias, tolerance(c.dtype)) << c.name() << " replay " << replay;
+    }
+  }
+}
+
+// A launch over fewer batch items than the spec's shape: the statistics, dx and the sums cover
+// exactly those (the kernel serves every batch).
+TEST_F(BackwardChannelsGpu, SmallerBatchThanTheSpec) {
+  device::PrimaryContext context;
+  Engine engine(test_engine_options());
+  Config big = group({8, 64, 7, 9}, 8, Dtype::kF32, Affine::kBoth);
+  Config small = big;
+  small.shape[0] = 3;
+  // The same kernel: the batch is not part of the spec's kernel.
+  EXPECT_EQ(engine.prepare(big.spec(true)).key(), engine.prepare(small.spec(true)).key());
+  Backward run(engine, small, Values::kNormal, 7000);
+  run.run();
+  expect_close(run, small, Values::kNormal, "batch 3");
+}
+
+}  // namespace
+}  // namespace normjit::testing
