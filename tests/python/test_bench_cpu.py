@@ -270,3 +270,114 @@ def test_backward_specs_reach_the_library(tmp_path, monkeypatch):
                 assert "backward" in e.message, e.message
     finally:
         api.close()
+
+
+class ChannelsStandIn:
+    """normjit's engine and launch for CPU tensors, for the functions bench_vision calls:
+    LayerNorm over dim 1 and GroupNorm (with SiLU when the spec says activation=silu)."""
+
+    def __init__(self, torch):
+        self.torch, self.specs, self.launches = torch, [], []
+
+    def prepare(self, spec):
+        self.specs.append(dict(f.split("=", 1) for f in spec.split()))
+        return len(self.specs)
+
+    def launch(self, kernel, x, y, weight, bias, batch, eps, stream, *rest):
+        torch = self.torch
+        f = self.specs[kernel - 1]
+        self.launches.append((f["op"], batch))
+        shape = [int(s) for s in f["shape"].split(",")]
+        shape[0] = batch
+        dt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[f["dtype"]]
+        xt = host_tensor(torch, x, shape, dt).double()
+        if f["op"] == "groupnorm":
+            g = xt.reshape(batch, int(f["groups"]), -1)
+            g = (g - g.mean(-1, keepdim=True)) / torch.sqrt(g.var(-1, unbiased=False,
+                                                                 keepdim=True) + eps)
+            yt = g.reshape(shape)
+        else:
+            assert f["op"] == "layernorm" and f["normalized_dims"] == "0"
+            yt = (xt - xt.mean(1, keepdim=True)) / torch.sqrt(
+                xt.var(1, unbiased=False, keepdim=True) + eps)
+        view = (1, -1) + (1,) * (len(shape) - 2)
+        if weight:
+            yt = yt * host_tensor(torch, weight, (shape[1],), dt).double().view(view)
+        if bias:
+            yt = yt + host_tensor(torch, bias, (shape[1],), dt).double().view(view)
+        if f.get("activation") == "silu":
+            yt = torch.nn.functional.silu(yt)
+        host_tensor(torch, y, shape, dt).copy_(yt)
+        return 0
+
+
+def test_vision_flow_on_cpu(monkeypatch, tmp_path):
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed (CI installs none)")
+    import contextlib
+
+    import bench_vision as bv
+    import compare_torch as ct
+    import normjit
+    from normjit.torch import _ops
+    stand_in = ChannelsStandIn(torch)
+    monkeypatch.setattr(_ops, "_on_device", lambda x: True)
+    monkeypatch.setattr(normjit, "engine", lambda: stand_in)
+    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+    monkeypatch.setattr(_ops, "_raw_stream", lambda device: 0)
+    for name in ("_launch", "_launch_ex", "_launch_backward"):
+        monkeypatch.setattr(_ops, name, stand_in.launch)
+    monkeypatch.setattr(_ops, "_kernels", {})
+    monkeypatch.setattr(_ops, "_calls", {})
+    C = bv.Case
+    cases = [C("ln2d small", "ln2d", "ln2d", (4, 24, 6, 5), "f32", 1e-6),
+             C("ln2d small", "ln2d", "ln2d", (4, 24, 6, 5), "bf16", 1e-6),
+             C("ln2d cl", "nhwc", "ln2d", (4, 24, 6, 5), "bf16", 1e-6, channels_last=True),
+             C("gn small", "gn-silu", "gn-silu", (2, 64, 4, 4), "f16", 1e-5, groups=32)]
+    doc, out = tmp_path / "performance.md", tmp_path / "v.json"
+    args = bv.parse_args(["--reps", "2", "--warmup", "1", "--compile-backend", "aot_eager",
+                          "--doc", str(doc), "--json-out", str(out), "--seed", "4"])
+    assert bv.run(args, cases, "test", cuda=False) == 0
+    rep = bv.report_from_json(json.loads(out.read_text()))
+    rows = {r.case.key: r for r in rep.rows}
+    for r in rep.rows:
+        assert not r.error, r.error
+        for impl in ("eager", "compile"):
+            assert r.impl(impl).status == "ok" and r.impl(impl).passed, (r.case.key, impl)
+        assert r.copy.status == "ok" and r.rotation > 1
+    for key in ("ln2d small f32", "ln2d small bf16"):
+        r = rows[key]
+        assert r.normjit.status == "ok" and r.passed and r.normjit.rel_err < 1e-2
+        assert r.nhwc.status == "ok" and r.nhwc.passed and r.best_peer() is not None
+    cl = rows["ln2d cl bf16 nhwc"]
+    assert cl.normjit.status == "n/a" and "non-contiguous input" in cl.normjit.message
+    gn = rows["gn small f16"]
+    assert gn.nhwc.status == "—"
+    if gn.normjit.status == "n/a":  # this normjit.torch.group_norm has no activation keyword
+        assert "activation" in gn.normjit.message, gn.normjit.message
+    else:
+        assert gn.normjit.status == "ok" and gn.passed
+    assert ("layernorm", 4) in stand_in.launches
+    md = doc.read_text()
+    assert md.startswith(ct.VISION_BEGIN) and md.rstrip().endswith(ct.VISION_END)
+    assert "normjit n/a: it fell back: normjit.torch.layer_norm_channels: non-contiguous" in md
+    ct.check_tables(md)
+
+
+def test_vision_checks_fail_a_wrong_output():
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed (CI installs none)")
+    import bench_vision as bv
+    import compare_torch as ct
+    args = bv.parse_args(["--seed", "1"])
+    rep = bv.Report(env={}, command="", date_utc="", settings={})
+    bench = bv.Bench(args, None, rep, 1 << 16, cuda=False)
+    case = bv.Case("gn", "gn-silu", "gn-silu", (2, 64, 4, 4), "bf16", 1e-5, groups=32)
+    x = bench.random(case.shape, "bf16", bv.X_DIST)
+    w, b = torch.randn(64).bfloat16(), torch.randn(64).bfloat16()
+    good, bad = ct.Measurement(), ct.Measurement()
+    y = torch.nn.functional.silu(torch.nn.functional.group_norm(x.float(), 32, w.float(),
+                                                                b.float(), 1e-5))
+    bench.check(case, good, "normjit", x, w, b, y.bfloat16())
+    assert good.passed and good.rel_err < 1e-2
+    wrong = torch.nn.functional.group_norm(x.float(), 32, w.float(), b.float(), 1e-5)  # no SiLU
+    bench.check(case, bad, "eager", x, w, b, wrong)
+    assert bad.passed is False and bad.rel_err > 1e-2 and rep.warnings

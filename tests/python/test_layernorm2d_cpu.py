@@ -269,6 +269,8 @@ def emu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
     monkeypatch.setattr(_ops, "_raw_stream", lambda device: 0)
     monkeypatch.setattr(_ops, "_launch", e.launch)
+    for name in ("_launch_ex", "_launch_backward"):  # bound by the first prepare otherwise
+        monkeypatch.setattr(_ops, name, lambda *args: pytest.fail(f"{name} called"))
     saved = dict(_ops._kernels), dict(_ops._calls)
     _ops._kernels.clear()
     _ops._calls.clear()
