@@ -318,7 +318,8 @@ def summary(rows: list[Row]) -> tuple[str, str, str, str]:
         checks = f"**{failed} FAIL**, " + checks
     if na:
         checks += f", {na} n/a"
-    return (f"{ahead_c} of {len(vs_c)}" if vs_c else "—", f"{ahead_b} of {len(vs_b)}" if vs_b else "—",
+    return (f"{ahead_c} of {len(vs_c)}" if vs_c else "—",
+            f"{ahead_b} of {len(vs_b)}" if vs_b else "—",
             f"{min(pct):.0f}–{max(pct):.0f}%" if pct else "—", checks)
 
 
@@ -595,7 +596,8 @@ class Bench:
                 if self.cuda:
                     self.torch.cuda.synchronize()
             except TypeError as e:  # a keyword this normjit.torch does not take
-                m.status, m.message = "n/a", f"this normjit.torch refuses the call ({ct.short_error(e)})"
+                m.status = "n/a"
+                m.message = f"this normjit.torch refuses the call ({ct.short_error(e)})"
                 self.log(f"  normjit  n/a: {m.message}")
                 return None
             except Exception as e:  # noqa: BLE001

@@ -34,9 +34,9 @@ non-contiguous input, channels_last included); an input (or residual) that requi
 grad mode is on, in a function that is forward-only in normjit (rms_norm_channels,
 layer_norm_channels, group_norm, the add_* functions, rms_norm and layer_norm with their keyword
 variants); weight/bias of a dtype PyTorch refuses for that op (layer_norm, rms_norm_channels,
-layer_norm_channels, group_norm: any other than the input's; the add_* functions take any one of float32, float16, bfloat16), weight and bias of two
-dtypes, or non-contiguous weight/bias; a bias without a weight; an empty input; an eps that is no
-positive float32; a view not 16-byte aligned (or a residual or row the kernel's vector width
+layer_norm_channels, group_norm: any other than the input's; the add_* functions take any one
+of float32, float16, bfloat16), weight and bias of two dtypes, or non-contiguous weight/bias;
+a bias without a weight; an empty input; an eps that is no positive float32; a view not 16-byte aligned (or a residual or row the kernel's vector width
 finds misaligned, which the library's message names); fp8 output on a GPU before sm_89 (the
 library's message); a problem the library does not take. The warning comes first; where
 PyTorch's implementation then raises (e.g. F.layer_norm on CUDA with a bfloat16 input and a
@@ -82,7 +82,7 @@ _FP8_MAX = {torch.float8_e4m3fn: 448.0, torch.float8_e5m2: 57344.0}  # saturatio
 _AFFINE = {(False, False): "none", (True, False): "weight", (True, True): "both"}
 
 # The trailing forms, by public name: the library op. They take the variant axes and strided
-# rows; the channel forms (rms_norm_channels, group_norm) neither.
+# rows; the channel forms (rms_norm_channels, layer_norm_channels, group_norm) neither.
 _ROW_OPS = {"rms_norm": "rmsnorm", "layer_norm": "layernorm", "add_rms_norm": "rmsnorm",
             "add_layer_norm": "layernorm"}
 # The channel forms (x [N, C, *spatial], parameters [C]), by public name: the library op.
@@ -1699,7 +1699,8 @@ def layer_norm_channels(input: Tensor, weight: Optional[Tensor] = None,
                         bias: Optional[Tensor] = None, eps: float = 1e-6) -> Tensor:
     """LayerNorm's channel form: input [N, C, *spatial] normalized over dim 1 (each position's
     C values: mean, biased variance, statistics in float32), times weight [C] plus bias [C]
-    when given; the result has the input's dtype and is contiguous. The function of timm's and
+    when given; the result has the input's dtype, contiguous where normjit computes it (where
+    PyTorch's implementation runs, timm's permuted view). The function of timm's and
     SAM's LayerNorm2d (F.layer_norm of the input permuted channels-last, permuted back), for
     any number of spatial dims; eps defaults to theirs, 1e-6. Forward-only in normjit: with an
     input, weight or bias that requires grad (grad mode on), PyTorch's implementation runs, and
