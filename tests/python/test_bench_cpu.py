@@ -381,3 +381,24 @@ def test_vision_checks_fail_a_wrong_output():
     wrong = torch.nn.functional.group_norm(x.float(), 32, w.float(), b.float(), 1e-5)  # no SiLU
     bench.check(case, bad, "eager", x, w, b, wrong)
     assert bad.passed is False and bad.rel_err > 1e-2 and rep.warnings
+
+
+def test_liger_function_signatures():
+    """Where Liger-Kernel is importable, its autograd Functions take the arguments
+    bench_backward passes to apply."""
+    pytest.importorskip("torch", reason="PyTorch is not installed (CI installs none)")
+    import inspect
+
+    import bench_backward as bb
+    import compare_torch as ct
+    fns, version = ct.load_liger(*bb.LIGER_FUNCTIONS.values())
+    if not fns:
+        pytest.skip(f"Liger-Kernel: {version}")
+    params = {k: list(inspect.signature(f.forward).parameters) for k, f in fns.items()}
+    assert params == {
+        "rms_norm.LigerRMSNormFunction": ["ctx", "X", "W", "eps", "offset", "casting_mode",
+                                          "in_place", "row_mode"],
+        "layer_norm.LigerLayerNormFunction": ["ctx", "X", "W", "B", "eps"],
+        "group_norm.LigerGroupNormFunction": ["ctx", "X", "affine_scaling_weight",
+                                              "affine_shifting_bias", "num_channels",
+                                              "num_groups", "eps"]}, params
