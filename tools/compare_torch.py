@@ -936,9 +936,11 @@ def write_outputs(report: Report, args: argparse.Namespace, final: bool) -> None
     host_cost_path = Path(args.host_cost)
     host_cost = host_cost_path.read_text() if host_cost_path.exists() else None
     text = render_markdown(report, notes, plot_ref, host_cost)
-    # tools/bench_variants.py's section is measured by that script: carried over as it is.
-    kept = variants_block(doc.read_text()) if doc.exists() else None
-    doc.write_text(splice_variants(text, kept) if kept else text)
+    # The sections of tools/bench_variants.py, bench_backward.py and bench_vision.py are
+    # measured by those scripts: carried over as they are.
+    for begin, end, block in (kept_sections(doc.read_text()) if doc.exists() else []):
+        text = splice_section(text, begin, end, block)
+    doc.write_text(text)
     write_json(report, Path(args.json_out))
 
 
@@ -1976,6 +1978,18 @@ def selftest() -> int:
         Path(args.doc).write_text(splice_variants(doc, block))
         write_outputs(fake_report(), args, final=False)
         assert variants_block(Path(args.doc).read_text()) == block
+        # And the backward and vision sections, in their order after the variants.
+        backward = BACKWARD_BEGIN + "\n## Backward\n" + BACKWARD_END
+        vision = VISION_BEGIN + "\n## Vision\n" + VISION_END
+        doc = Path(args.doc).read_text()
+        doc = splice_section(doc, VISION_BEGIN, VISION_END, vision)
+        Path(args.doc).write_text(splice_section(doc, BACKWARD_BEGIN, BACKWARD_END, backward))
+        write_outputs(fake_report(), args, final=False)
+        doc = Path(args.doc).read_text()
+        assert [b for _, _, b in kept_sections(doc)] == [block, backward, vision]
+        # (inserted in the other order, regenerated in this one)
+        assert doc.index(block) < doc.index(backward) < doc.index(vision)
+        assert doc.index(vision) < doc.index("## Analysis per kernel")
         if Path(args.plot).exists():
             assert "](../p.png)" in doc and Path(args.plot).stat().st_size > 1000
             print("selftest: plot written")
@@ -2030,29 +2044,59 @@ def splice_host_cost(doc: str, text: str) -> str:
 
 VARIANTS_BEGIN = "<!-- variants: written by tools/bench_variants.py; compare_torch.py keeps it -->"
 VARIANTS_END = "<!-- variants: end -->"
+BACKWARD_BEGIN = "<!-- backward: written by tools/bench_backward.py; compare_torch.py keeps it -->"
+BACKWARD_END = "<!-- backward: end -->"
+VISION_BEGIN = "<!-- vision: written by tools/bench_vision.py; compare_torch.py keeps it -->"
+VISION_END = "<!-- vision: end -->"
+# The sections other scripts measure and write into the document, in their order there;
+# compare_torch.py carries each over as it is when it regenerates the rest.
+KEPT_SECTIONS = ((VARIANTS_BEGIN, VARIANTS_END), (BACKWARD_BEGIN, BACKWARD_END),
+                 (VISION_BEGIN, VISION_END))
 
 
-def variants_block(doc: str) -> Optional[str]:
-    """The section tools/bench_variants.py wrote into `doc`, markers included; None if none."""
-    begin = doc.find(VARIANTS_BEGIN)
-    end = doc.find(VARIANTS_END, begin)
+def section_block(doc: str, begin_marker: str, end_marker: str) -> Optional[str]:
+    """The section between the markers in `doc`, markers included; None if there is none."""
+    begin = doc.find(begin_marker)
+    end = doc.find(end_marker, begin)
     if begin < 0 or end < 0:
         return None
-    return doc[begin:end + len(VARIANTS_END)]
+    return doc[begin:end + len(end_marker)]
 
 
-def splice_variants(doc: str, block: str) -> str:
-    """`doc` with its variants section replaced by `block` (markers included), or `block`
-    inserted before the host-cost block, else before the analysis per kernel, else at the end."""
-    begin = doc.find(VARIANTS_BEGIN)
-    end = doc.find(VARIANTS_END, begin)
+def splice_section(doc: str, begin_marker: str, end_marker: str, block: str) -> str:
+    """`doc` with the section between the markers replaced by `block` (markers included), or
+    `block` inserted before the host-cost block, else before the analysis per kernel, else at
+    the end (so sections inserted one after the other keep their order)."""
+    begin = doc.find(begin_marker)
+    end = doc.find(end_marker, begin)
     if begin >= 0 and end >= 0:
-        return doc[:begin] + block + doc[end + len(VARIANTS_END):]
+        return doc[:begin] + block + doc[end + len(end_marker):]
     for anchor in (HOST_COST_BEGIN, "## Analysis per kernel"):
         at = doc.find(anchor)
         if at >= 0:
             return doc[:at] + block + "\n\n" + doc[at:]
     return doc.rstrip("\n") + "\n\n" + block + "\n"
+
+
+def kept_sections(doc: str) -> list[tuple[str, str, str]]:
+    """(begin marker, end marker, block) of each KEPT_SECTIONS section that `doc` has."""
+    found = []
+    for begin, end in KEPT_SECTIONS:
+        block = section_block(doc, begin, end)
+        if block is not None:
+            found.append((begin, end, block))
+    return found
+
+
+def variants_block(doc: str) -> Optional[str]:
+    """The section tools/bench_variants.py wrote into `doc`, markers included; None if none."""
+    return section_block(doc, VARIANTS_BEGIN, VARIANTS_END)
+
+
+def splice_variants(doc: str, block: str) -> str:
+    """`doc` with its variants section replaced by `block` (markers included), or `block`
+    inserted before the host-cost block, else before the analysis per kernel, else at the end."""
+    return splice_section(doc, VARIANTS_BEGIN, VARIANTS_END, block)
 
 
 def refresh_notes(doc: str, notes: str) -> str:

@@ -6,7 +6,8 @@
     report = njt.patch(model)                        # model's norm layers, in place
 
 Functions: rms_norm, rms_norm_channels (x [N, C, *spatial] reduced over dim 1), layer_norm,
-group_norm; the fused residual add of a decoder layer, add_rms_norm and add_layer_norm
+layer_norm_channels (LayerNorm over dim 1 of [N, C, *spatial], the module LayerNorm2d: timm's and
+SAM's), group_norm; the fused residual add of a decoder layer, add_rms_norm and add_layer_norm
 (returning (y, h), or in place as vLLM's fused_add_rms_norm); keyword-only variants of rms_norm
 and layer_norm (weight_offset for Gemma, out_dtype with fp8 and a scale, return_stats); custom
 ops torch.ops.normjit.* with fake implementations, so that torch.compile(fullgraph=True) traces
@@ -18,12 +19,13 @@ implementation with one NormjitFallbackWarning per reason. warmup() prepares the
 function's shapes before a CUDA-graph capture.
 """
 from ._ops import (NormjitFallbackWarning, add_layer_norm, add_rms_norm, group_norm, layer_norm,
-                   prepared_kernels, rms_norm, rms_norm_channels, warmup)
+                   layer_norm_channels, prepared_kernels, rms_norm, rms_norm_channels, warmup)
 from ._patch import PatchReport, patch, unpatch
-from .modules import GroupNorm, LayerNorm, RMSNorm
+from .modules import GroupNorm, LayerNorm, LayerNorm2d, RMSNorm
 
 __all__ = [
-    "rms_norm", "rms_norm_channels", "layer_norm", "group_norm", "add_rms_norm",
-    "add_layer_norm", "RMSNorm", "LayerNorm", "GroupNorm", "patch", "unpatch", "PatchReport",
+    "rms_norm", "rms_norm_channels", "layer_norm", "layer_norm_channels", "group_norm",
+    "add_rms_norm", "add_layer_norm", "RMSNorm", "LayerNorm", "LayerNorm2d", "GroupNorm", "patch",
+    "unpatch", "PatchReport",
     "warmup", "prepared_kernels", "NormjitFallbackWarning",
 ]

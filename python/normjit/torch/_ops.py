@@ -29,14 +29,14 @@ add_* functions, the PyTorch expression each docstring gives), with one warning 
 non-contiguous input normjit cannot address (rms_norm, layer_norm, add_*: normalized dims not
 contiguous, leading dims that do not collapse into two levels of row strides, a broadcast
 (stride 0) leading dim, or a row stride that is no multiple of the kernel's vector width, which
-the library's message names; rms_norm_channels and group_norm: any non-contiguous input); an
-input (or residual) that requires grad while grad mode is on, in a function that is
-forward-only in normjit (rms_norm_channels, group_norm, the add_* functions, rms_norm and
-layer_norm with their keyword variants); weight/bias of a
-dtype PyTorch refuses for that op (layer_norm, rms_norm_channels, group_norm: any other than the
-input's; the add_* functions take any one of float32, float16, bfloat16), weight and bias of two
-dtypes, or non-contiguous weight/bias; a bias without a weight; an empty input; an eps that is no
-positive float32; a view not 16-byte aligned (or a residual or row the kernel's vector width
+the library's message names; rms_norm_channels, layer_norm_channels and group_norm: any
+non-contiguous input, channels_last included); an input (or residual) that requires grad while
+grad mode is on, in a function that is forward-only in normjit (rms_norm_channels,
+layer_norm_channels, group_norm, the add_* functions, rms_norm and layer_norm with their keyword
+variants); weight/bias of a dtype PyTorch refuses for that op (layer_norm, rms_norm_channels,
+layer_norm_channels, group_norm: any other than the input's; the add_* functions take any one
+of float32, float16, bfloat16), weight and bias of two dtypes, or non-contiguous weight/bias;
+a bias without a weight; an empty input; an eps that is no positive float32; a view not 16-byte aligned (or a residual or row the kernel's vector width
 finds misaligned, which the library's message names); fp8 output on a GPU before sm_89 (the
 library's message); a problem the library does not take. The warning comes first; where
 PyTorch's implementation then raises (e.g. F.layer_norm on CUDA with a bfloat16 input and a
@@ -68,8 +68,8 @@ from torch import Tensor
 import normjit
 from normjit._capi import InvalidArgumentError, UnsupportedError
 
-__all__ = ["rms_norm", "rms_norm_channels", "layer_norm", "group_norm", "add_rms_norm",
-           "add_layer_norm", "warmup", "NormjitFallbackWarning"]
+__all__ = ["rms_norm", "rms_norm_channels", "layer_norm", "layer_norm_channels", "group_norm",
+           "add_rms_norm", "add_layer_norm", "warmup", "NormjitFallbackWarning"]
 
 
 class NormjitFallbackWarning(UserWarning):
@@ -82,9 +82,12 @@ _FP8_MAX = {torch.float8_e4m3fn: 448.0, torch.float8_e5m2: 57344.0}  # saturatio
 _AFFINE = {(False, False): "none", (True, False): "weight", (True, True): "both"}
 
 # The trailing forms, by public name: the library op. They take the variant axes and strided
-# rows; the channel forms (rms_norm_channels, group_norm) neither.
+# rows; the channel forms (rms_norm_channels, layer_norm_channels, group_norm) neither.
 _ROW_OPS = {"rms_norm": "rmsnorm", "layer_norm": "layernorm", "add_rms_norm": "rmsnorm",
             "add_layer_norm": "layernorm"}
+# The channel forms (x [N, C, *spatial], parameters [C]), by public name: the library op.
+_CHANNEL_OPS = {"rms_norm_channels": "rmsnorm", "layer_norm_channels": "layernorm",
+                "group_norm": "groupnorm"}
 # (input dtype, weight/bias dtype) pairs of two dtypes that F.layer_norm computes on CUDA, the
 # device normjit serves: none (its CUDA kernel reads weight and bias in the input's dtype and
 # raises otherwise; CPU's mixed-type kernel takes float32 parameters with a float16/bfloat16
@@ -138,8 +141,9 @@ def _reason_text(code: str, x: Tensor, weight: Optional[Tensor], bias: Optional[
     if code == "grad":
         return ("an input requires grad and this function is forward-only in normjit (normjit "
                 "trains rms_norm and layer_norm called without the keyword variants; "
-                "rms_norm_channels, group_norm, add_rms_norm, add_layer_norm and the variants "
-                "weight_offset, out_dtype, scale, return_stats have no normjit backward)")
+                "rms_norm_channels, layer_norm_channels (LayerNorm2d), group_norm, add_rms_norm, "
+                "add_layer_norm and the variants weight_offset, out_dtype, scale, return_stats "
+                "have no normjit backward yet: PyTorch's autograd trains them)")
     if code == "param_dtype":
         dtypes = ", ".join(dict.fromkeys(str(p.dtype) for p in (weight, bias) if p is not None))
         return (f"weight/bias dtype {dtypes} differs from the input's {x.dtype} (normjit takes "
@@ -463,7 +467,7 @@ def _decide(op: str, arg, x: Tensor, weight: Optional[Tensor], bias: Optional[Te
     has_weight, has_bias = weight is not None, bias is not None
     library_op = _ROW_OPS.get(op)
     if library_op is None:
-        library_op = "groupnorm" if op == "group_norm" else "rmsnorm"
+        library_op = _CHANNEL_OPS[op]
         per_item = x.numel() // x.shape[0]
         key = (library_op, tuple(x.shape[1:]), arg, x.dtype, has_weight, has_bias, device)
         spec = _channels_spec(library_op, tuple(x.shape), arg, x.dtype, has_weight, has_bias,
@@ -761,6 +765,13 @@ def _torch_rms_norm_channels(x: Tensor, weight: Optional[Tensor], eps: float) ->
     return y.to(x.dtype)
 
 
+def _torch_layer_norm_channels(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],
+                               eps: float) -> Tensor:
+    """LayerNorm over dim 1 of [N, C, *spatial] as timm's LayerNorm2d computes it: channels
+    moved last, F.layer_norm over them, moved back (a view with channels-last strides)."""
+    return F.layer_norm(x.movedim(1, -1), (x.shape[1],), weight, bias, eps).movedim(-1, 1)
+
+
 def _torch_norm(library_op: str, x: Tensor, shape: Tuple[int, ...], weight: Optional[Tensor],
                 bias: Optional[Tensor], eps: float, offset: float, out_dtype: torch.dtype,
                 scale: Optional[Tensor]) -> Tuple[Tensor, Optional[Tensor], Tensor]:
@@ -862,6 +873,14 @@ def _layer_norm_op(input: Tensor, normalized_shape: List[int], weight: Optional[
     return y if y is not None else _fresh(F.layer_norm(input, shape, weight, bias, eps), input)
 
 
+@torch.library.custom_op("normjit::layer_norm_channels", mutates_args=())
+def _layer_norm_channels_op(input: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],
+                            eps: float) -> Tensor:
+    y = _eager("layer_norm_channels", 0, input, weight, bias, eps)
+    return y if y is not None else _fresh(_torch_layer_norm_channels(input, weight, bias, eps),
+                                          input)
+
+
 @torch.library.custom_op("normjit::group_norm", mutates_args=())
 def _group_norm_op(input: Tensor, num_groups: int, weight: Optional[Tensor],
                    bias: Optional[Tensor], eps: float) -> Tensor:
@@ -874,7 +893,8 @@ def _fake(input: Tensor, *args) -> Tensor:
     return input.new_empty(input.shape)
 
 
-for _op in (_rms_norm_op, _rms_norm_channels_op, _layer_norm_op, _group_norm_op):
+for _op in (_rms_norm_op, _rms_norm_channels_op, _layer_norm_op, _layer_norm_channels_op,
+            _group_norm_op):
     _op.register_fake(_fake)
 
 
@@ -1508,6 +1528,21 @@ def _layer_norm(x: Tensor, shape: Union[int, Sequence[int]], weight: Optional[Te
     return fallback(module, x) if fallback else F.layer_norm(x, shape, weight, bias, eps)
 
 
+def _layer_norm_channels(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],
+                         eps: float, fallback: Optional[Callable] = None,
+                         module: Optional[torch.nn.Module] = None) -> Tensor:
+    if _is_compiling():
+        if _traced_why_not("layer_norm_channels", 0, x, weight, bias, eps) is None:
+            return torch.ops.normjit.layer_norm_channels(x, weight, bias, eps)
+    else:
+        y = _eager("layer_norm_channels", 0, x, weight, bias, eps)
+        if y is not None:
+            return y
+    if fallback:
+        return fallback(module, x)
+    return _torch_layer_norm_channels(x, weight, bias, eps)
+
+
 def _group_norm(x: Tensor, num_groups: int, weight: Optional[Tensor], bias: Optional[Tensor],
                 eps: float, fallback: Optional[Callable] = None,
                 module: Optional[torch.nn.Module] = None) -> Tensor:
@@ -1658,6 +1693,19 @@ def add_layer_norm(x: Tensor, residual: Tensor, normalized_shape: Union[int, Seq
     into residual and y into x and returns (x, residual)."""
     return _variant("add_layer_norm", x, residual, normalized_shape, weight, bias, eps,
                     weight_offset, out_dtype, scale, False, inplace)
+
+
+def layer_norm_channels(input: Tensor, weight: Optional[Tensor] = None,
+                        bias: Optional[Tensor] = None, eps: float = 1e-6) -> Tensor:
+    """LayerNorm's channel form: input [N, C, *spatial] normalized over dim 1 (each position's
+    C values: mean, biased variance, statistics in float32), times weight [C] plus bias [C]
+    when given; the result has the input's dtype, contiguous where normjit computes it (where
+    PyTorch's implementation runs, timm's permuted view). The function of timm's and
+    SAM's LayerNorm2d (F.layer_norm of the input permuted channels-last, permuted back), for
+    any number of spatial dims; eps defaults to theirs, 1e-6. Forward-only in normjit: with an
+    input, weight or bias that requires grad (grad mode on), PyTorch's implementation runs, and
+    its autograd trains it."""
+    return _layer_norm_channels(input, weight, bias, eps)
 
 
 def group_norm(input: Tensor, num_groups: int, weight: Optional[Tensor] = None,

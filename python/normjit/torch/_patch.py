@@ -13,7 +13,13 @@ Recognised layers:
     normalized x), and those whose forward and _norm are GemmaRMSNorm's (GemmaRMSNorm,
     Gemma2RMSNorm, Gemma3RMSNorm: float32 math times (1 + weight), rounded once), computed by
     rms_norm with weight_offset=1;
-  * timm's LayerNorm, GroupNorm, GroupNorm1, RmsNorm (trailing dims) and RmsNorm2d (channels).
+  * timm's LayerNorm, GroupNorm, GroupNorm1, RmsNorm (trailing dims) and RmsNorm2d (channels);
+  * LayerNorm over the channels of [N, C, *spatial], computed by layer_norm_channels: timm's
+    LayerNorm2d and LayerNormExp2d, and any layer of class name LayerNorm2d with a float eps and
+    weight and bias of shape [C] (or both None): torchvision's ConvNeXt, SAM, detectron2 and
+    the copies of ConvNeXt's layer in other projects, whose forward is permute + layer_norm +
+    permute (or the same function written with mean and var over dim 1). Recognised by class
+    name (the report names each), since their forwards are spelled many ways.
 Other layers whose class name has "Norm" in it are reported as skipped, with the reason.
 """
 import ast
@@ -24,7 +30,8 @@ from typing import Callable, Dict, List, Optional, Tuple, Union
 
 import torch
 
-from ._ops import _group_norm, _layer_norm, _param, _rms_norm, _rms_norm_channels, _variant
+from ._ops import (_group_norm, _layer_norm, _layer_norm_channels, _param, _rms_norm,
+                   _rms_norm_channels, _variant)
 
 __all__ = ["patch", "unpatch", "PatchReport"]
 
@@ -72,6 +79,13 @@ def _rms_norm_forward(orig: Callable) -> Callable:
 def _rms_norm_channels_forward(orig: Callable) -> Callable:
     def forward(self, input):
         return _rms_norm_channels(input, _param(self, "weight"), self.eps, orig, self)
+    return forward
+
+
+def _layer_norm_channels_forward(orig: Callable) -> Callable:
+    def forward(self, x):
+        return _layer_norm_channels(x, _param(self, "weight"), _param(self, "bias"), self.eps,
+                                    orig, self)
     return forward
 
 
@@ -148,13 +162,29 @@ _TIMM = {
     "GroupNorm1": _group_norm_forward,
     "RmsNorm": _rms_norm_forward,
     "RmsNorm2d": _rms_norm_channels_forward,
+    "LayerNorm2d": _layer_norm_channels_forward,
+    "LayerNormExp2d": _layer_norm_channels_forward,
 }
-_TIMM_SKIP = {
-    "LayerNorm2d": "LayerNorm over the channels of NCHW: LayerNorm's channel form is not in "
-                   "normjit's C API yet",
-    "LayerNormExp2d": "LayerNorm over the channels of NCHW: LayerNorm's channel form is not in "
-                      "normjit's C API yet",
-}
+
+
+def _layer_norm_2d(module: torch.nn.Module) -> Union[bool, str]:
+    """Whether a layer of class name LayerNorm2d has what layer_norm_channels reads: a float eps
+    and weight and bias, both tensors of one shape [C] or both None; else why not."""
+    eps = getattr(module, "eps", None)
+    if not isinstance(eps, float):
+        return f"its eps is {eps!r}, not a float"
+    weight, bias = getattr(module, "weight", None), getattr(module, "bias", None)
+    if weight is None and bias is None:
+        return True
+    if not (isinstance(weight, torch.Tensor) and isinstance(bias, torch.Tensor)
+            and weight.dim() == 1 and bias.shape == weight.shape):
+        return ("its weight and bias are not two tensors of one shape [C] (nor both None): "
+                f"weight {_shape_text(weight)}, bias {_shape_text(bias)}")
+    return True
+
+
+def _shape_text(t) -> str:
+    return f"of shape {list(t.shape)}" if isinstance(t, torch.Tensor) else repr(t)
 
 
 def _choose(module: torch.nn.Module) -> Union[Callable[[Callable], Callable], str]:
@@ -164,8 +194,9 @@ def _choose(module: torch.nn.Module) -> Union[Callable[[Callable], Callable], st
     if cls.__module__.startswith("timm."):
         if cls.__name__ in _TIMM:
             return _TIMM[cls.__name__]
-        if cls.__name__ in _TIMM_SKIP:
-            return _TIMM_SKIP[cls.__name__]
+    if cls.__name__ == "LayerNorm2d":
+        fits = _layer_norm_2d(module)
+        return _layer_norm_channels_forward if fits is True else f"{where}: {fits}"
     for base, factory in ((torch.nn.LayerNorm, _layer_norm_forward),
                           (torch.nn.GroupNorm, _group_norm_forward),
                           (torch.nn.RMSNorm, _rms_norm_forward)):

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The backward's performance run (issue 20), on the GPU machine: normjit's backward kernels
+# against PyTorch eager autograd, torch.compile's generated backward, Liger-Kernel and a copy of
+# the bytes a backward moves (tools/bench_backward.py), writing the backward section of
+# docs/performance.md and perf_backward.json.
+#   scripts/perf_backward.sh [bench_backward.py flags]    e.g. scripts/perf_backward.sh --quick
+# BUILD: the build directory with libnormjit.so (default: build), relative to the repository
+# root or absolute; the library is NORMJIT_LIBRARY when set, else BUILD/libnormjit.so, and a
+# --lib among the flags overrides both.
+# WHEELS (default .whl): where a Liger-Kernel wheel (liger_kernel-*.whl, pure Python) is
+# unpacked from when PyTorch's Python cannot import liger_kernel already; without one, the Liger
+# column says why it is absent.
+# OUT (the GPU machine's folder that comes back), when set: perf_backward.log,
+# perf_backward.json, backward.md (the section alone) and performance.md go there too.
+# NORMJIT_REVISION, when set, is reported as the revision measured (see scripts/perf.sh).
+# A run stops measuring after --budget-s (540 s); run the rest with --only and merge the JSON
+# files with --from-json A.json,B.json.
+# Exit status: bench_backward.py's (0 all checks pass, 1 a normjit check failed or errored,
+# 2 could not start); the files are copied in every case.
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+cd "$here"
+build=${BUILD:-build}
+export PYTHONUNBUFFERED=1
+
+wheels=${WHEELS:-$here/.whl}
+if ! python3 -c "import liger_kernel" 2>/dev/null; then
+  for w in "$wheels"/liger_kernel-*.whl; do
+    [ -f "$w" ] || continue
+    site=${TMPDIR:-/tmp}/normjit-backward-site
+    rm -rf "$site"
+    mkdir -p "$site"
+    python3 -m zipfile -e "$w" "$site"
+    export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
+    echo "perf_backward: Liger-Kernel from $(basename "$w")"
+    break
+  done
+fi
+
+lib_args=()
+if [ -n "${NORMJIT_LIBRARY:-}" ]; then lib_args=(--lib "$NORMJIT_LIBRARY"); fi
+cmd=(python3 tools/bench_backward.py --build "$build" ${lib_args[@]+"${lib_args[@]}"} "$@")
+status=0
+if [ -n "${OUT:-}" ]; then
+  mkdir -p "$OUT"
+  "${cmd[@]}" 2>&1 | tee "$OUT/perf_backward.log" || status=$?
+  if [ -f docs/performance.md ]; then cp docs/performance.md "$OUT/"; fi
+else
+  "${cmd[@]}" || status=$?
+fi
+exit "$status"

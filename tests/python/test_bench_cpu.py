@@ -1,0 +1,404 @@
+"""tools/bench_backward.py and tools/bench_vision.py where there is no GPU: their --selftest (no
+torch needed), and their measuring flows on CPU tensors (needs PyTorch): normjit standing in
+through the pointers and calls the scripts make, stand-in Liger-Kernel autograd Functions with
+Liger 0.8.5's signatures (one of them wrong on purpose), torch.compile with the aot_eager
+backend (no C++ compiler needed), so that the checks against float64, the n/a reasons, the
+best peer and the rendered tables are exercised end to end."""
+import ctypes
+import importlib.metadata
+import json
+import math
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tools"))
+
+
+@pytest.mark.parametrize("tool", ["bench_backward.py", "bench_vision.py"])
+def test_selftest(tool):
+    out = subprocess.run([sys.executable, str(REPO / "tools" / tool), "--selftest"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "selftest: ok" in out.stdout
+
+
+def fake_liger_functions(torch, wrong_layernorm_dw: bool):
+    """liger_kernel.ops.{rms_norm,layer_norm,group_norm} with autograd Functions of Liger
+    0.8.5's apply signatures; forward and backward by PyTorch (recomputed in the backward)."""
+    F = torch.nn.functional
+    calls = []
+
+    def function(name, fwd, nparams):
+        class Fn(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x, *rest):
+                ctx.rest = rest
+                ctx.save_for_backward(x, *rest[:nparams])
+                calls.append((name, tuple(x.shape)))
+                return fwd(x, *rest)
+
+            @staticmethod
+            def backward(ctx, dy):
+                x, *params = ctx.saved_tensors
+                with torch.enable_grad():
+                    leaves = [t.detach().requires_grad_() for t in [x] + params]
+                    y = fwd(leaves[0], *leaves[1:], *ctx.rest[nparams:])
+                    grads = list(torch.autograd.grad(y, leaves, dy))
+                if wrong_layernorm_dw and name == "ln":
+                    grads[1] = grads[1] + 1.0
+                return (*grads, *([None] * (len(ctx.rest) - nparams)))
+        Fn.__name__ = name
+        return Fn
+
+    def rms(x, w, eps, offset=0.0, casting_mode="llama", in_place=True, row_mode=None):
+        assert x.dim() == 2 and casting_mode == "gemma" and in_place is False
+        xf = x.float()
+        y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+        return (y * (offset + w.float()) if w is not None else y).to(x.dtype)
+
+    def ln(x, w, b, eps):
+        assert x.dim() == 2 and w.shape == (x.shape[1],)
+        return F.layer_norm(x.float(), (x.shape[1],), w.float(), b.float(), eps).to(x.dtype)
+
+    def gn(x, w, b, num_channels, num_groups, eps):
+        assert x.shape[1] == num_channels
+        return F.group_norm(x.float(), num_groups, w.float(), b.float(), eps).to(x.dtype)
+
+    mods = {"liger_kernel": types.ModuleType("liger_kernel"),
+            "liger_kernel.ops": types.ModuleType("liger_kernel.ops")}
+    for module, cls, fn, nparams in (("rms_norm", "LigerRMSNormFunction", rms, 1),
+                                     ("layer_norm", "LigerLayerNormFunction", ln, 2),
+                                     ("group_norm", "LigerGroupNormFunction", gn, 2)):
+        m = types.ModuleType(f"liger_kernel.ops.{module}")
+        setattr(m, cls, function({"rms_norm": "rms", "layer_norm": "ln",
+                                  "group_norm": "gn"}[module], fn, nparams))
+        mods[m.__name__] = m
+    return mods, calls
+
+
+def host_tensor(torch, pointer, shape, dtype):
+    n = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+    return torch.frombuffer((ctypes.c_char * n).from_address(pointer), dtype=dtype).view(shape)
+
+
+class BackwardStandIn:
+    """bench_backward's CApi for CPU tensors: prepare refuses GroupNorm and the channel forms
+    (as the library does today), launches compute bench_backward.reference into the memory the
+    pointers name, from the statistics the bench hands over."""
+
+    def __init__(self, torch, bb, ct, wrong_rstd=False):
+        self.torch, self.bb, self.ct = torch, bb, ct
+        self.specs, self.launches = [], []
+
+    def prepare(self, spec):
+        from normjit import _capi
+        fields = dict(w.split("=", 1) for w in spec.split())
+        if fields["op"] == "groupnorm" or fields.get("normalized_dims") == "0":
+            raise _capi.UnsupportedError(_capi.Status.ERROR_UNSUPPORTED, "ERROR_UNSUPPORTED",
+                                         f"backward=true is not yet supported for {fields['op']}")
+        self.specs.append(spec)
+        return len(self.specs)
+
+    def bind(self, kernel, ptrs, batch, stream):
+        torch, bb, ct = self.torch, self.bb, self.ct
+        fields = dict(w.split("=", 1) for w in self.specs[kernel - 1].split())
+        shape = tuple(int(s) for s in fields["shape"].split(","))
+        p = ct.Problem("x", "t", fields["op"], shape, fields["dtype"], float(fields["eps"]),
+                       normalized_dims=int(fields["normalized_dims"]), affine=fields["affine"])
+        dt = ct.torch_dtype(p.dtype)
+
+        def call():
+            self.launches.append((kernel, batch, dict(ptrs)))
+            assert batch == bb.launch_batch(p)
+            x, dy, dx = (host_tensor(torch, ptrs[k], p.shape, dt) for k in ("x", "dy", "dx"))
+            rstd = host_tensor(torch, ptrs["rstd"], bb.stats_shape(p), torch.float32)
+            assert (ptrs["mean"] is None) == (p.op == "rmsnorm")
+            _, _, _, _, rstd_ref = bb.reference(p, x, x, None)
+            # The statistics handed over are the float64 ones rounded to float32.
+            assert torch.equal(rstd, rstd_ref.float().reshape(rstd.shape))
+            w = host_tensor(torch, ptrs["weight"], p.param_shape, dt).double() \
+                if ptrs["weight"] else None
+            rdx, wterm, bterm, _, _ = bb.reference(p, x, dy, w)
+            dx.copy_(rdx)
+            if ptrs["dweight"]:
+                host_tensor(torch, ptrs["dweight"], p.param_shape, dt).copy_(bb.param_sum(p, wterm))
+            if ptrs["dbias"]:
+                host_tensor(torch, ptrs["dbias"], p.param_shape, dt).copy_(bb.param_sum(p, bterm))
+        return call
+
+
+@pytest.fixture
+def liger(monkeypatch):
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed (CI installs none)")
+    mods, calls = fake_liger_functions(torch, wrong_layernorm_dw=True)
+    for name, m in mods.items():
+        monkeypatch.setitem(sys.modules, name, m)
+    real_version = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version",
+                        lambda d: "0.8.5-stand-in" if d == "liger_kernel" else real_version(d))
+    return calls
+
+
+def test_backward_flow_on_cpu(liger, tmp_path):
+    import torch
+    import bench_backward as bb
+    import compare_torch as ct
+    P = ct.Problem
+    problems = [
+        P("rms channel", "seeds", "rmsnorm", (2, 8, 4, 4), "f32", 1e-5),
+        P("ln 3 dims", "seeds", "layernorm", (4, 3, 5, 6), "f32", 1e-5, normalized_dims=3,
+          affine="both"),
+        P("gn", "seeds", "groupnorm", (2, 8, 3, 3), "f32", 1e-5, groups=4, affine="both"),
+        P("rms rows", "llm", "rmsnorm", (16, 64), "bf16", 1e-6, normalized_dims=1,
+          affine="weight"),
+        P("ln rows", "llm", "layernorm", (16, 64), "bf16", 1e-5, normalized_dims=1,
+          affine="both"),
+    ]
+    doc, out = tmp_path / "performance.md", tmp_path / "b.json"
+    args = bb.parse_args(["--reps", "2", "--warmup", "1", "--compile-backend", "aot_eager",
+                          "--doc", str(doc), "--json-out", str(out), "--seed", "3"])
+    nj = BackwardStandIn(torch, bb, ct)
+    assert bb.run(args, problems, "test", nj=nj, cuda=False) == 0
+    rep = bb.report_from_json(json.loads(out.read_text()))
+    rows = {r.problem.name: r for r in rep.rows}
+    for r in rep.rows:
+        assert not r.error and not r.skipped, (r.problem.name, r.error)
+        assert r.copy.status == "ok" and r.rotation > 1
+        for impl in ("eager", "compile"):
+            assert r.impl(impl).status == "ok" and r.checks[impl].passed, (r.problem.name, impl)
+    # normjit: n/a with the library's reason where it refuses, else checked and timed.
+    for name in ("rms channel", "gn"):
+        assert rows[name].normjit.status == "n/a" and "not yet supported" in rows[name].normjit.message
+        assert "normjit" not in rows[name].checks
+    for name in ("ln 3 dims", "rms rows", "ln rows"):
+        r = rows[name]
+        assert r.normjit.status == "ok" and r.passed and len(r.normjit.times_ms) == 2
+        c = r.checks["normjit"]
+        assert c.dw_err is not None and (c.db_err is not None) == (r.problem.affine == "both")
+    # One launch per rotating set, each on its own set's pointers.
+    kernels = {k for k, _, _ in nj.launches}
+    assert len(kernels) == 3 and len({p["x"] for _, _, p in nj.launches}) > 3
+    # Liger: n/a for the channel form and for rows it cannot hold; its wrong dweight is FAIL.
+    assert rows["rms channel"].liger.status == "n/a"
+    assert rows["gn"].liger.status == "ok" and rows["gn"].checks["liger"].passed
+    assert rows["rms rows"].checks["liger"].passed and rows["rms rows"].liger.passed
+    wrong = rows["ln rows"]
+    assert wrong.liger.passed is False and not wrong.checks["liger"].passed
+    assert wrong.checks["liger"].dw_err > wrong.checks["liger"].dw_bound
+    assert wrong.checks["liger"].db_err < wrong.checks["liger"].db_bound
+    assert wrong.best_peer() in ("eager", "compile")
+    assert ("ln", (16, 64)) in liger and ("ln", (4, 90)) in liger and ("gn", (2, 8, 3, 3)) in liger
+    md = doc.read_text()
+    assert md.startswith(ct.BACKWARD_BEGIN) and md.rstrip().endswith(ct.BACKWARD_END)
+    assert "normjit n/a: backward=true is not yet supported for rmsnorm" in md
+    assert "ln rows bf16, Liger's gradients off float64" in md
+    tables = [t for t in ct.check_tables(md) if t[0] == bb.HEADERS]
+    col = {h: i for i, h in enumerate(bb.HEADERS)}
+    cells = {row[0]: row for t in tables for row in t[1:]}
+    assert cells["ln rows"][col["Liger µs"]].endswith("**FAIL**")
+    assert cells["rms channel"][col["normjit µs"]].startswith("n/a [")
+    assert cells["ln 3 dims"][col["check"]] == "pass"
+
+
+def test_backward_gradients_that_are_wrong_fail(tmp_path):
+    """In f32: gradients exact to float32 pass; a dx 1e-4 off fails; a dweight that lost one
+    row's terms fails (the bound for sums is not loose enough to hide it); a NaN fails."""
+    pytest.importorskip("torch", reason="PyTorch is not installed (CI installs none)")
+    import bench_backward as bb
+    import compare_torch as ct
+    args = bb.parse_args(["--reps", "1", "--warmup", "0", "--seed", "5"])
+    rep = bb.Report(env={}, command="", date_utc="", settings={})
+    bench = bb.Bench(args, None, rep, 1 << 16, cuda=False)
+    p = ct.Problem("ln", "t", "layernorm", (64, 256), "f32", 1e-5, normalized_dims=1,
+                   affine="both")
+    x = bench.random(p.shape, "f32", p.dists[0])
+    dy = bench.random(p.shape, "f32", bb.DY)
+    w = bench.random(p.param_shape, "f32", ct.InputDist(1.0, 0.5))
+    rdx, wterm, bterm, _, _ = bb.reference(p, x, dy, w.double())
+    exact = (rdx.float(), bb.param_sum(p, wterm).float(), bb.param_sum(p, bterm).float())
+    assert bench.check(p, x, dy, w, exact).passed
+    c = bench.check(p, x, dy, w, (exact[0] * 1.0001, exact[1], exact[2]))
+    assert not c.passed and c.dx_err > 1e-5
+    short = bb.param_sum(p, wterm[1:]).float()
+    c = bench.check(p, x, dy, w, (exact[0], short, exact[2]))
+    assert not c.passed and c.dw_err > c.dw_bound and c.db_err < c.db_bound
+    nan = exact[0].clone()
+    nan[3, 7] = math.nan
+    c = bench.check(p, x, dy, w, (nan, exact[1], exact[2]))
+    assert not c.passed and c.nonfinite == 1
+
+
+def library_file():
+    """A built libnormjit.so: $NORMJIT_LIBRARY, an installed package's (the scripts put this
+    checkout's python/ first on sys.path, whose folder has none), or build/'s; else None."""
+    import os
+    candidates = [os.environ.get("NORMJIT_LIBRARY")]
+    candidates += [str(Path(d) / "normjit" / "libnormjit.so") for d in sys.path if d]
+    candidates.append(str(REPO / "build" / "libnormjit.so"))
+    return next((c for c in candidates if c and Path(c).is_file()), None)
+
+
+def test_backward_specs_reach_the_library(tmp_path, monkeypatch):
+    """The spec texts bench_backward hands to normjit_prepare: the LLM rows compile for sm_90;
+    a seed the library has no backward kernel for yet is refused as unsupported, with a reason
+    (the n/a of the table), or compiles once it has one."""
+    import bench_backward as bb
+    from normjit import _capi
+    lib = library_file()
+    if lib is None:
+        pytest.skip("no libnormjit.so built (NORMJIT_LIBRARY, an installed package, build/)")
+    api = bb.CApi(Path(lib), str(tmp_path))
+    by = {p.key: p for p in bb.default_problems()}
+
+    def precompile(spec):
+        compiled = ctypes.c_int()
+        api.lib.check(api.lib.normjit_precompile(api.engine, spec.encode(), b"sm_90",
+                                                 ctypes.byref(compiled)))
+        return compiled.value
+    try:
+        for key in ("llm rmsnorm h4096 t1024 bf16", "llm layernorm h8192 t1024 bf16"):
+            assert precompile(bb.backward_spec(by[key])) == 1
+        for key in ("seed groupnorm bf16", "seed rmsnorm bf16"):
+            try:
+                precompile(bb.backward_spec(by[key]))
+            except _capi.UnsupportedError as e:
+                assert "backward" in e.message, e.message
+    finally:
+        api.close()
+
+
+class ChannelsStandIn:
+    """normjit's engine and launch for CPU tensors, for the functions bench_vision calls:
+    LayerNorm over dim 1 and GroupNorm (with SiLU when the spec says activation=silu)."""
+
+    def __init__(self, torch):
+        self.torch, self.specs, self.launches = torch, [], []
+
+    def prepare(self, spec):
+        self.specs.append(dict(f.split("=", 1) for f in spec.split()))
+        return len(self.specs)
+
+    def launch(self, kernel, x, y, weight, bias, batch, eps, stream, *rest):
+        torch = self.torch
+        f = self.specs[kernel - 1]
+        self.launches.append((f["op"], batch))
+        shape = [int(s) for s in f["shape"].split(",")]
+        shape[0] = batch
+        dt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[f["dtype"]]
+        xt = host_tensor(torch, x, shape, dt).double()
+        if f["op"] == "groupnorm":
+            g = xt.reshape(batch, int(f["groups"]), -1)
+            g = (g - g.mean(-1, keepdim=True)) / torch.sqrt(g.var(-1, unbiased=False,
+                                                                 keepdim=True) + eps)
+            yt = g.reshape(shape)
+        else:
+            assert f["op"] == "layernorm" and f["normalized_dims"] == "0"
+            yt = (xt - xt.mean(1, keepdim=True)) / torch.sqrt(
+                xt.var(1, unbiased=False, keepdim=True) + eps)
+        view = (1, -1) + (1,) * (len(shape) - 2)
+        if weight:
+            yt = yt * host_tensor(torch, weight, (shape[1],), dt).double().view(view)
+        if bias:
+            yt = yt + host_tensor(torch, bias, (shape[1],), dt).double().view(view)
+        if f.get("activation") == "silu":
+            yt = torch.nn.functional.silu(yt)
+        host_tensor(torch, y, shape, dt).copy_(yt)
+        return 0
+
+
+def test_vision_flow_on_cpu(monkeypatch, tmp_path):
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed (CI installs none)")
+    import contextlib
+
+    import bench_vision as bv
+    import compare_torch as ct
+    import normjit
+    from normjit.torch import _ops
+    stand_in = ChannelsStandIn(torch)
+    monkeypatch.setattr(_ops, "_on_device", lambda x: True)
+    monkeypatch.setattr(normjit, "engine", lambda: stand_in)
+    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+    monkeypatch.setattr(_ops, "_raw_stream", lambda device: 0)
+    for name in ("_launch", "_launch_ex", "_launch_backward"):
+        monkeypatch.setattr(_ops, name, stand_in.launch)
+    monkeypatch.setattr(_ops, "_kernels", {})
+    monkeypatch.setattr(_ops, "_calls", {})
+    C = bv.Case
+    cases = [C("ln2d small", "ln2d", "ln2d", (4, 24, 6, 5), "f32", 1e-6),
+             C("ln2d small", "ln2d", "ln2d", (4, 24, 6, 5), "bf16", 1e-6),
+             C("ln2d cl", "nhwc", "ln2d", (4, 24, 6, 5), "bf16", 1e-6, channels_last=True),
+             C("gn small", "gn-silu", "gn-silu", (2, 64, 4, 4), "f16", 1e-5, groups=32)]
+    doc, out = tmp_path / "performance.md", tmp_path / "v.json"
+    args = bv.parse_args(["--reps", "2", "--warmup", "1", "--compile-backend", "aot_eager",
+                          "--doc", str(doc), "--json-out", str(out), "--seed", "4"])
+    assert bv.run(args, cases, "test", cuda=False) == 0
+    rep = bv.report_from_json(json.loads(out.read_text()))
+    rows = {r.case.key: r for r in rep.rows}
+    for r in rep.rows:
+        assert not r.error, r.error
+        for impl in ("eager", "compile"):
+            assert r.impl(impl).status == "ok" and r.impl(impl).passed, (r.case.key, impl)
+        assert r.copy.status == "ok" and r.rotation > 1
+    for key in ("ln2d small f32", "ln2d small bf16"):
+        r = rows[key]
+        assert r.normjit.status == "ok" and r.passed and r.normjit.rel_err < 1e-2
+        assert r.nhwc.status == "ok" and r.nhwc.passed and r.best_peer() is not None
+    cl = rows["ln2d cl bf16 nhwc"]
+    assert cl.normjit.status == "n/a" and "non-contiguous input" in cl.normjit.message
+    gn = rows["gn small f16"]
+    assert gn.nhwc.status == "—"
+    if gn.normjit.status == "n/a":  # this normjit.torch.group_norm has no activation keyword
+        assert "activation" in gn.normjit.message, gn.normjit.message
+    else:
+        assert gn.normjit.status == "ok" and gn.passed
+    assert ("layernorm", 4) in stand_in.launches
+    md = doc.read_text()
+    assert md.startswith(ct.VISION_BEGIN) and md.rstrip().endswith(ct.VISION_END)
+    assert "normjit n/a: it fell back: normjit.torch.layer_norm_channels: non-contiguous" in md
+    ct.check_tables(md)
+
+
+def test_vision_checks_fail_a_wrong_output():
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed (CI installs none)")
+    import bench_vision as bv
+    import compare_torch as ct
+    args = bv.parse_args(["--seed", "1"])
+    rep = bv.Report(env={}, command="", date_utc="", settings={})
+    bench = bv.Bench(args, None, rep, 1 << 16, cuda=False)
+    case = bv.Case("gn", "gn-silu", "gn-silu", (2, 64, 4, 4), "bf16", 1e-5, groups=32)
+    x = bench.random(case.shape, "bf16", bv.X_DIST)
+    w, b = torch.randn(64).bfloat16(), torch.randn(64).bfloat16()
+    good, bad = ct.Measurement(), ct.Measurement()
+    y = torch.nn.functional.silu(torch.nn.functional.group_norm(x.float(), 32, w.float(),
+                                                                b.float(), 1e-5))
+    bench.check(case, good, "normjit", x, w, b, y.bfloat16())
+    assert good.passed and good.rel_err < 1e-2
+    wrong = torch.nn.functional.group_norm(x.float(), 32, w.float(), b.float(), 1e-5)  # no SiLU
+    bench.check(case, bad, "eager", x, w, b, wrong)
+    assert bad.passed is False and bad.rel_err > 1e-2 and rep.warnings
+
+
+def test_liger_function_signatures():
+    """Where Liger-Kernel is importable, its autograd Functions take the arguments
+    bench_backward passes to apply."""
+    pytest.importorskip("torch", reason="PyTorch is not installed (CI installs none)")
+    import inspect
+
+    import bench_backward as bb
+    import compare_torch as ct
+    fns, version = ct.load_liger(*bb.LIGER_FUNCTIONS.values())
+    if not fns:
+        pytest.skip(f"Liger-Kernel: {version}")
+    params = {k: list(inspect.signature(f.forward).parameters) for k, f in fns.items()}
+    assert params == {
+        "rms_norm.LigerRMSNormFunction": ["ctx", "X", "W", "eps", "offset", "casting_mode",
+                                          "in_place", "row_mode"],
+        "layer_norm.LigerLayerNormFunction": ["ctx", "X", "W", "B", "eps"],
+        "group_norm.LigerGroupNormFunction": ["ctx", "X", "affine_scaling_weight",
+                                              "affine_shifting_bias", "num_channels",
+                                              "num_groups", "eps"]}, params

@@ -1,0 +1,1329 @@
+#!/usr/bin/env python3
+"""The backward of normalization (issue 20), on the GPU machine: normjit's backward kernel
+against PyTorch eager autograd, torch.compile's generated backward, Liger-Kernel's autograd
+Functions and a device-to-device copy of the bytes a backward must move.
+
+Problems: the seed problems of docs/design.md (f32 and bf16) and LLM rows (bf16 [tokens,
+hidden], hidden 4096/8192/16384, tokens 1024/4096/16384; RMSNorm with a weight, LayerNorm with
+weight and bias). For each one and each implementation the gradients of x, weight and bias for
+a fixed dy are checked against float64 and timed:
+  normjit   its backward kernel alone (spec backward=true, normjit_prepare once, then
+            normjit_launch_backward through the C API by ctypes), given x, dy and the
+            statistics (mean, rstd in f32) a forward with save_stats writes;
+  eager     torch.autograd.grad(y, [x, weight, bias], dy, retain_graph=True) on the PyTorch
+            module's output (the backward kernels of nn.LayerNorm, nn.GroupNorm, nn.RMSNorm;
+            the channel RMSNorm's autograd of its expression);
+  compile   the same on the output of torch.compile(module, dynamic=False): AOTAutograd's
+            backward graph, compiled by Inductor at the first backward call (excluded);
+            torch._functorch.config.donated_buffer is off, since a backward with donated
+            buffers refuses retain_graph=True (it only lets the backward reuse saved tensors'
+            memory for its outputs: the same kernels);
+  liger     the same on the output of Liger-Kernel's LigerRMSNormFunction /
+            LigerLayerNormFunction / LigerGroupNormFunction (in_place=False for RMSNorm, so
+            dy is kept);
+  copy      a copy_ of the problem's backward bytes: x, dy and dx, the statistics (rstd; mean
+            too for LayerNorm and GroupNorm, f32 per row or per (n, group)), the parameters
+            and their gradients, each once (what `normjit bench --backward` counts).
+A spec normjit refuses (GroupNorm, the channel forms and rows longer than its backward kernel
+takes are not yet supported) is shown as n/a with normjit's reason.
+
+    python3 tools/bench_backward.py                     # everything (about 10 minutes)
+    python3 tools/bench_backward.py --only seeds --quick
+    python3 tools/bench_backward.py --list              # the problems, no GPU needed
+    python3 tools/bench_backward.py --selftest          # the non-GPU parts, no torch needed
+    python3 tools/bench_backward.py --from-json A.json,B.json  # re-render (runs merged)
+
+The timing method is tools/compare_torch.py's (CUDA events around each call, median, a sleep
+kernel queued first, input sets rotated past L2), with a longer sleep: an autograd.grad call
+costs more host time than a kernel launch. The section goes into docs/performance.md between
+compare_torch.BACKWARD_BEGIN/END (compare_torch.py keeps it) and the raw results into a JSON.
+
+Exit status: 0 when every normjit result that ran passed its check, 1 when a check failed or a
+normjit call errored, 2 when it could not start. Outputs are rewritten after every problem.
+Only the standard library is imported at module level (torch where it is used).
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import dataclasses
+import datetime
+import gc
+import json
+import math
+import os
+import secrets
+import shlex
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "python"))
+sys.path.insert(0, str(REPO / "tools"))
+import compare_torch as ct  # noqa: E402
+from normjit import _capi  # noqa: E402
+
+Problem = ct.Problem
+IMPLS = ("normjit", "eager", "compile", "liger", "copy")
+PEERS = ("eager", "compile", "liger")
+TITLES = {"normjit": "normjit", "eager": "eager", "compile": "compile", "liger": "Liger",
+          "copy": "copy"}
+TOLERANCE = {"f32": 1e-5, "f16": 1e-2, "bf16": 1e-2}
+# dweight and dbias are sums over every row of terms of both signs: a float32 sum is held to
+# its rounding, this fraction of the size of its terms (||sum of |term| over rows||), on top
+# of TOLERANCE of its own size.
+SUM_SLACK = 2.0 ** -23
+DY = ct.InputDist(0.0, 1.0)
+GROUP_TITLES = {"seeds": "Seed problems (docs/design.md)",
+                "llm": "LLM rows (bf16 [tokens, hidden]; RMSNorm with weight, LayerNorm with "
+                       "weight and bias)"}
+LLM_HIDDENS = (4096, 8192, 16384)
+LLM_TOKENS = (1024, 4096, 16384)
+LIGER_FUNCTIONS = {"rmsnorm": "rms_norm.LigerRMSNormFunction",
+                   "layernorm": "layer_norm.LigerLayerNormFunction",
+                   "groupnorm": "group_norm.LigerGroupNormFunction"}
+
+
+def default_problems() -> list[Problem]:
+    """The problem list. Add a line here to measure another shape."""
+    problems = [p for p in ct.default_problems() if p.group == "seeds"]
+    for hidden in LLM_HIDDENS:
+        for tokens in LLM_TOKENS:
+            quick = hidden == 4096 and tokens == 4096
+            problems += [
+                Problem(f"llm rmsnorm h{hidden} t{tokens}", "llm", "rmsnorm", (tokens, hidden),
+                        "bf16", 1e-6, normalized_dims=1, affine="weight", quick=quick),
+                Problem(f"llm layernorm h{hidden} t{tokens}", "llm", "layernorm",
+                        (tokens, hidden), "bf16", 1e-5, normalized_dims=1, affine="both",
+                        quick=quick),
+            ]
+    return problems
+
+
+# ---------------------------------------------------------------------------------------
+# What a backward is: spec, statistics, bytes
+# ---------------------------------------------------------------------------------------
+
+def channel_form(p: Problem) -> bool:
+    """x [N, C, *spatial] reduced over dim 1 (GroupNorm: per group of channels)."""
+    return p.op == "groupnorm" or p.normalized_dims == 0
+
+
+def stats_shape(p: Problem) -> tuple[int, ...]:
+    """The saved statistics, one f32 per row: [N, G] for GroupNorm, [N, *spatial] for the
+    channel forms, the leading dims for the trailing forms."""
+    if p.op == "groupnorm":
+        return (p.shape[0], p.groups)
+    if p.normalized_dims == 0:
+        return (p.shape[0],) + tuple(p.shape[2:])
+    return tuple(p.shape[:len(p.shape) - p.normalized_dims])
+
+
+def has_mean(p: Problem) -> bool:
+    return p.op != "rmsnorm"
+
+
+def launch_batch(p: Problem) -> int:
+    """normjit's batch: N for the channel and group forms, rows for the trailing forms (as
+    NormSpec::batch())."""
+    return p.shape[0] if channel_form(p) else math.prod(stats_shape(p))
+
+
+def backward_bytes(p: Problem) -> int:
+    """x and dy read, dx written; the parameters read and their gradients written; the
+    statistics read: each once."""
+    e = ct.ELEMENT_BYTES[p.dtype]
+    params = p.param_count * math.prod(p.param_shape) * e
+    stats = (2 if has_mean(p) else 1) * math.prod(stats_shape(p)) * 4
+    return 3 * p.numel * e + 2 * params + stats
+
+
+def backward_spec(p: Problem) -> str:
+    """normjit's spec text of p's backward kernel."""
+    form = f"groups={p.groups}" if p.op == "groupnorm" else f"normalized_dims={p.normalized_dims}"
+    return (f"op={p.op} shape={','.join(map(str, p.shape))} dtype={p.dtype} {form} "
+            f"affine={p.affine} eps={p.eps!r} backward=true")
+
+
+def liger_support(p: Problem) -> str:
+    """Why Liger-Kernel (0.8.5, read from its source) has no backward of p, or "" when it has:
+    its RMSNorm and LayerNorm normalize the last dim (several trailing dims given as one row),
+    one row per Triton block of at most 65536."""
+    fn = LIGER_FUNCTIONS[p.op].split(".")[1]
+    if p.op == "rmsnorm" and p.normalized_dims == 0:
+        return (f"{fn} normalizes the last dim only; this problem reduces dim 1 of "
+                "[N, C, *spatial] (Liger would need a transposed copy of x)")
+    if p.op in ("layernorm", "groupnorm") and p.affine != "both":
+        return f"{fn} takes a weight and a bias: it has no form without them"
+    if p.op != "groupnorm" and math.prod(p.param_shape) > ct.LIGER_MAX_ROW:
+        return (f"rows over {ct.LIGER_MAX_ROW} elements: {fn} keeps a row in one Triton block "
+                f"of at most {ct.LIGER_MAX_ROW} (its calculate_settings raises above)")
+    return ""
+
+
+# ---------------------------------------------------------------------------------------
+# Results
+# ---------------------------------------------------------------------------------------
+
+@dataclass
+class GradCheck:
+    """One implementation's gradients against float64: ||d - ref|| / ||ref|| of each, and the
+    bound dweight and dbias are held to (TOLERANCE plus SUM_SLACK times the size of their
+    terms, relative to ||ref||)."""
+    dx_err: Optional[float] = None
+    dw_err: Optional[float] = None
+    db_err: Optional[float] = None
+    dw_bound: Optional[float] = None
+    db_bound: Optional[float] = None
+    nonfinite: Optional[int] = None       # elements NaN/inf in dx, dweight, dbias
+    passed: bool = False
+
+    def text(self) -> str:
+        parts = [f"dx {ct.fmt_err(self.dx_err)}"]
+        if self.dw_err is not None:
+            parts.append(f"dw {ct.fmt_err(self.dw_err)}")
+        if self.db_err is not None:
+            parts.append(f"db {ct.fmt_err(self.db_err)}")
+        return ", ".join(parts)
+
+
+@dataclass
+class Row:
+    problem: Problem
+    bytes_moved: int
+    spec: str = ""
+    rotation: int = 1
+    normjit: ct.Measurement = field(default_factory=ct.Measurement)
+    eager: ct.Measurement = field(default_factory=ct.Measurement)
+    compile: ct.Measurement = field(default_factory=ct.Measurement)
+    liger: ct.Measurement = field(default_factory=ct.Measurement)
+    copy: ct.Measurement = field(default_factory=ct.Measurement)
+    checks: dict[str, GradCheck] = field(default_factory=dict)
+    error: str = ""            # the problem could not be run
+    skipped: str = ""          # not run (time budget)
+    peak_gib: Optional[float] = None
+
+    def impl(self, name: str) -> ct.Measurement:
+        return getattr(self, name)
+
+    def speedup(self, other: Optional[str]) -> Optional[float]:
+        """their time / normjit's: above 1, normjit is faster."""
+        if other is None:
+            return None
+        a, b = self.impl(other).ms, self.normjit.ms
+        return a / b if a and b else None
+
+    @property
+    def pct_copy(self) -> Optional[float]:
+        """copy of the same bytes / normjit (100%: as fast as a copy)."""
+        return 100.0 * self.copy.ms / self.normjit.ms if self.copy.ms and self.normjit.ms else None
+
+    @property
+    def passed(self) -> Optional[bool]:
+        c = self.checks.get("normjit")
+        return c.passed if c else None
+
+    def best_peer(self) -> Optional[str]:
+        """The fastest peer that was timed and whose gradients were not found wrong."""
+        timed = [k for k in PEERS if self.impl(k).status == "ok" and self.impl(k).ms
+                 and self.impl(k).passed is not False]
+        return min(timed, key=lambda k: self.impl(k).ms) if timed else None
+
+
+@dataclass
+class Report:
+    env: dict[str, str]
+    command: str
+    date_utc: str
+    settings: dict[str, Any]
+    copy_gbps: Optional[float] = None
+    rows: list[Row] = field(default_factory=list)
+    planned: int = 0
+    warnings: list[str] = field(default_factory=list)
+
+
+def row_from_dict(d: dict) -> Row:
+    names = {f.name for f in dataclasses.fields(Row)}
+    kw = {k: v for k, v in d.items() if k in names}
+    pd = dict(kw["problem"])
+    pd["shape"] = tuple(pd["shape"])
+    kw["problem"] = Problem(**pd)
+    for impl in IMPLS:
+        kw[impl] = ct.Measurement(**kw.get(impl, {}))
+    checks = {}
+    for k, c in (kw.get("checks") or {}).items():
+        c = dict(c)
+        # JSON writes NaN as null: an error a check measured (dx_err always is) was NaN.
+        if c.get("dx_err") is None:
+            c["dx_err"] = math.nan
+        checks[k] = GradCheck(**c)
+    kw["checks"] = checks
+    return Row(**kw)
+
+
+def report_from_json(data: dict) -> Report:
+    names = {f.name for f in dataclasses.fields(Report)}
+    kw = {k: v for k, v in data.items() if k in names}
+    kw["rows"] = [row_from_dict(r) for r in data.get("rows", [])]
+    return Report(**kw)
+
+
+def merge_reports(reports: list[Report]) -> Report:
+    """Several runs as one: a problem measured in a later run replaces an earlier one's, a
+    skipped one does not replace a measured one; the environment is the last run's."""
+    if len(reports) == 1:
+        return reports[0]
+    rep = dataclasses.replace(reports[-1], rows=[], warnings=[])
+    rows: dict[str, Row] = {}
+    for r in reports:
+        for row in r.rows:
+            if not (row.skipped and row.problem.key in rows):
+                rows[row.problem.key] = row
+        rep.warnings += [w for w in r.warnings if w not in rep.warnings]
+    order = {p.key: i for i, p in enumerate(default_problems())}
+    rep.rows = sorted(rows.values(), key=lambda row: order.get(row.problem.key, len(order)))
+    rep.planned = len(rep.rows)
+    rep.command = "` ; `".join(r.command for r in reports)
+    rep.date_utc = ", ".join(r.date_utc for r in reports)
+    return rep
+
+
+def report_json(rep: Report) -> dict:
+    data = dataclasses.asdict(rep)
+    for row, d in zip(rep.rows, data["rows"]):
+        best = row.best_peer()
+        d["derived"] = {"key": row.problem.key, "pct_copy": row.pct_copy, "passed": row.passed,
+                        "best_peer": best, "speedup_vs_best": row.speedup(best),
+                        **{f"speedup_vs_{k}": row.speedup(k) for k in PEERS}}
+    return data
+
+
+def write_json(rep: Report, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(ct.json_safe(report_json(rep)), indent=1, default=str, allow_nan=False)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+# ---------------------------------------------------------------------------------------
+# Markdown
+# ---------------------------------------------------------------------------------------
+
+def fmt_us(ms: Optional[float]) -> str:
+    if ms is None:
+        return "—"
+    us = ms * 1e3
+    return f"{us:.2f}" if us < 10 else f"{us:.1f}" if us < 1000 else f"{us:.0f}"
+
+
+def time_cell(row: Row, impl: str, footnotes: list[str]) -> str:
+    """The time in µs, marked when the gradients were wrong; else the status, n/a with the
+    number of its reason in footnotes (collected in order of appearance)."""
+    m = row.impl(impl)
+    if m.status == "ok":
+        failed = row.checks[impl].passed is False if impl in row.checks else m.passed is False
+        return fmt_us(m.ms) + (" **FAIL**" if failed else "")
+    if m.status == "n/a":
+        note = f"{TITLES[impl]} n/a: {m.message}"
+        if note not in footnotes:
+            footnotes.append(note)
+        return f"n/a [{footnotes.index(note) + 1}]"
+    return m.status
+
+
+def check_cell(row: Row) -> str:
+    if row.skipped:
+        return "skipped"
+    if row.error:
+        return "error"
+    if row.passed is None:
+        return row.normjit.status if row.normjit.status != "ok" else "—"
+    return "pass" if row.passed else "**FAIL**"
+
+
+HEADERS = ["problem", "shape", "reduced", "dtype", "MB moved", "normjit µs", "eager µs",
+           "compile µs", "Liger µs", "copy µs", "% of copy", "vs compile", "best peer",
+           "vs best", "normjit rel. err", "check"]
+RIGHT = set(range(4, 12)) | {HEADERS.index("vs best")}
+
+
+def table_row(row: Row, footnotes: list[str]) -> list[str]:
+    p = row.problem
+    best = row.best_peer()
+    check = row.checks.get("normjit")
+    mb = row.bytes_moved / 1e6
+    return [p.name, ct.shape_text(p.shape), p.describe(), p.dtype,
+            f"{mb:.1f}" if mb >= 1 else f"{mb:.3g}",
+            *(time_cell(row, k, footnotes) for k in IMPLS),
+            ct.fmt_num(row.pct_copy, ".1f", "%"), ct.fmt_num(row.speedup("compile"), ".2f", "x"),
+            TITLES[best] if best else "—", ct.fmt_num(row.speedup(best), ".2f", "x"),
+            check.text() if check else "—", check_cell(row)]
+
+
+def summary(rows: list[Row]) -> tuple[str, str, str]:
+    """(rows ahead of every peer, % of copy range, checks) of a group."""
+    both = [r for r in rows if r.normjit.ms and r.best_peer()]
+    ahead = sum(1 for r in both if r.normjit.ms <= r.impl(r.best_peer()).ms)
+    pct = [r.pct_copy for r in rows if r.pct_copy is not None]
+    checked = [r for r in rows if r.passed is not None]
+    failed = sum(1 for r in checked if not r.passed)
+    na = sum(1 for r in rows if r.normjit.status == "n/a")
+    checks = f"{len(checked) - failed} of {len(checked)} pass" if checked else "—"
+    if failed:
+        checks = f"**{failed} FAIL**, " + checks
+    if na:
+        checks += f", {na} n/a"
+    return (f"{ahead} of {len(both)}" if both else "—",
+            f"{min(pct):.0f}–{max(pct):.0f}%" if pct else "—", checks)
+
+
+def render_section(rep: Report) -> str:
+    out: list[str] = [ct.BACKWARD_BEGIN, ""]
+    add = out.append
+    add("## Backward (issue 20): normjit's backward kernels against eager, torch.compile and "
+        "Liger")
+    add("")
+    add("Generated by `tools/bench_backward.py` (on the GPU machine by "
+        "`scripts/perf_backward.sh`); edits are overwritten. `tools/compare_torch.py` keeps this section when it regenerates "
+        "the rest of the file.")
+    add("")
+    done = [r for r in rep.rows if not r.skipped]
+    if len(done) < rep.planned:
+        add(f"**Incomplete run: {len(done)} of {rep.planned} problems measured.**")
+        add("")
+    env_rows = [[k, v] for k, v in rep.env.items()]
+    env_rows += [["date (UTC)", rep.date_utc], ["command", f"`{rep.command}`"]]
+    out += ct.md_table(["", ""], env_rows)
+    add("")
+    s = rep.settings
+    add("Method:")
+    add("")
+    add("- Every implementation computes dx, dweight and dbias for the same x, parameters and "
+        "dy (N(0, 1)). normjit: its backward kernel alone (`normjit_prepare` of the spec under "
+        "each table's problem with `backward=true`, then `normjit_launch_backward` by ctypes), "
+        "given x, dy and the statistics a forward with `save_stats` writes (f32 mean and rstd, "
+        "computed by PyTorch in float64 from x and rounded). Eager: "
+        "`torch.autograd.grad(y, [x, weight, bias], dy, retain_graph=True)` on the output of "
+        "the PyTorch module (`nn.RMSNorm`, `nn.LayerNorm`, `nn.GroupNorm`; the channel RMSNorm "
+        "as `x / sqrt(mean(x^2, dim=1) + eps)` in fp32 math): its backward kernels. Compile: "
+        "the same call on the output of `torch.compile(module, dynamic=False)`, so that the "
+        "backward graph AOTAutograd generates and Inductor compiles runs (compiled at the first "
+        "call, excluded); `torch._functorch.config.donated_buffer` is off because a backward "
+        "with donated buffers refuses `retain_graph=True` (donation only lets the backward "
+        "reuse saved tensors' memory for its outputs). Liger: the same call on the output of "
+        "Liger-Kernel's `LigerRMSNormFunction.apply(x, w, eps, 0.0, \"gemma\", False, None)` "
+        "(in_place False: dy kept), `LigerLayerNormFunction.apply(x, w, b, eps)`, "
+        "`LigerGroupNormFunction.apply(x, w, b, C, G, eps)`, several trailing dims as one row. "
+        "Every peer's time includes whatever its backward launches (reductions of partial "
+        "dweight sums, casts).")
+    add(f"- GPU times: CUDA events around each call, median of {s.get('reps')} calls after "
+        f"{s.get('warmup')} warm-up calls, a sleep kernel queued first long enough that the "
+        "host enqueues every timed call while the GPU is busy (the events bracket GPU work, "
+        "not Python or autograd's dispatch). Problems whose x, dy and dx are smaller than 4x "
+        "L2 rotate through several sets (each with its own graph), so no call finds its data "
+        "in L2.")
+    add("- `MB moved` = x and dy read and dx written, the statistics read (rstd, and mean for "
+        "LayerNorm and GroupNorm: f32 per row, per (n, position) for the channel forms, per "
+        "(n, group) for GroupNorm), the parameters read and their gradients written, each once "
+        "(as `normjit bench --backward` counts). `copy µs`: a device-to-device `copy_` moving "
+        "those bytes (half read, half written), rotated and timed the same way; `% of copy` = "
+        "copy µs / normjit µs (the issue's goal: 85% or more).")
+    add("- `vs compile`, `vs best` = their time / normjit's (above 1: normjit faster); `best "
+        "peer`: the fastest of eager, compile and Liger whose gradients passed their check. "
+        "The copy is a floor, not a peer.")
+    add("- Checks against float64 (PyTorch on the device, the two-pass formulas, from the same "
+        "inputs): `rel. err` = ||d - ref|| / ||ref|| of dx, dweight (dw) and dbias (db). Pass: "
+        "every element written (normjit's outputs filled with NaN first) and finite; dx under "
+        "1e-5 (f32) or 1e-2 (f16/bf16); dweight and dbias, sums over every row of terms of "
+        "both signs, under that tolerance plus 2^-23 times the size of their terms "
+        "(||sum over rows of |term|||, relative to ||ref||). Every peer is checked the same "
+        "way; a time whose gradients failed is marked **FAIL** (and it is no best peer). "
+        "`n/a [k]`: the implementation has no backward for that problem, for the reason in "
+        "note k under the table (for normjit: the library's own message).")
+    add(f"- x: RMSNorm N(1, 2), LayerNorm/GroupNorm N(3, 1.5); weight N(1, 0.5), bias N(0, 1); "
+        f"random seed {s.get('seed')}.")
+    absent = [r.liger.message for r in rep.rows if r.liger.status == "absent"]
+    if absent:
+        add(f"- **Liger-Kernel is absent from this run**: {absent[0]}. scripts/perf_backward.sh "
+            "puts its wheel (`liger_kernel-*.whl` in WHEELS, default .whl) on PYTHONPATH when "
+            "`import liger_kernel` fails.")
+    if rep.copy_gbps:
+        add(f"- For scale: a device-to-device copy of 2 GiB runs at {rep.copy_gbps:.0f} GB/s "
+            "(read + written).")
+    add("")
+    groups = [g for g in GROUP_TITLES if any(r.problem.group == g for r in rep.rows)]
+    groups += sorted({r.problem.group for r in rep.rows} - set(groups))
+    if groups:
+        add("| problems | rows | normjit ahead of every peer | % of copy | normjit checks |")
+        add("|---|---:|---:|---:|---|")
+        for g in groups:
+            rows = [r for r in rep.rows if r.problem.group == g]
+            ahead, pct, checks = summary(rows)
+            add(f"| {GROUP_TITLES.get(g, g)} | {len([r for r in rows if not r.skipped])} | "
+                f"{ahead} | {pct} | {checks} |")
+        add("")
+    for g in groups:
+        add(f"### {GROUP_TITLES.get(g, g)}")
+        add("")
+        footnotes: list[str] = []
+        rows = [r for r in rep.rows if r.problem.group == g]
+        out += ct.md_table(HEADERS, [table_row(r, footnotes) for r in rows], RIGHT)
+        add("")
+        for k, note in enumerate(footnotes, 1):
+            add(f"- [{k}] {note}")
+        specs = [r.spec for r in rows if r.spec]
+        if specs:
+            add(f"- normjit's specs: `{specs[0]}`" + (" ... (one per row; the JSON has each)"
+                                                     if len(specs) > 1 else ""))
+        add("")
+    problems = []
+    for r in rep.rows:
+        key = r.problem.key
+        if r.error:
+            problems.append(f"{key}: {r.error}")
+        for impl in IMPLS:
+            m = r.impl(impl)
+            if m.status in ("error", "failed"):
+                problems.append(f"{key}, {TITLES[impl]} {m.status}: {m.message}")
+        for impl, c in r.checks.items():
+            if not c.passed:
+                problems.append(f"{key}, {TITLES[impl]}'s gradients off float64: {c.text()} "
+                                f"(bounds: dw {ct.fmt_err(c.dw_bound)}, db "
+                                f"{ct.fmt_err(c.db_bound)}), {c.nonfinite} non-finite elements")
+    skipped = [r for r in rep.rows if r.skipped]
+    if skipped:
+        problems.append(f"{len(skipped)} problems skipped: {skipped[0].skipped}")
+    if problems or rep.warnings:
+        add("Failures and warnings:")
+        add("")
+        for text in problems + rep.warnings:
+            add(f"- {text}")
+        add("")
+    out.append(ct.BACKWARD_END)
+    return "\n".join(out)
+
+
+def write_section(rep: Report, doc: Path, section_out: Optional[Path] = None) -> None:
+    block = render_section(rep)
+    text = doc.read_text() if doc.exists() else ""
+    doc.parent.mkdir(parents=True, exist_ok=True)
+    doc.write_text(ct.splice_section(text, ct.BACKWARD_BEGIN, ct.BACKWARD_END, block)
+                   if text else block + "\n")
+    if section_out:
+        section_out.parent.mkdir(parents=True, exist_ok=True)
+        section_out.write_text(block + "\n")
+
+
+def render_summary(rep: Report) -> str:
+    headers = ["problem", "dtype", "normjit", "eager", "compile", "liger", "copy", "%copy",
+               "best", "vs best", "check"]
+    lines_rows = []
+    for r in rep.rows:
+        notes: list[str] = []
+        best = r.best_peer()
+        lines_rows.append([r.problem.name, r.problem.dtype,
+                           *(time_cell(r, k, notes).replace("*", "") for k in IMPLS),
+                           ct.fmt_num(r.pct_copy, ".0f", "%"), TITLES[best] if best else "—",
+                           ct.fmt_num(r.speedup(best), ".2f", "x"),
+                           check_cell(r).replace("*", "")])
+    widths = [max(len(h), *(len(x[i]) for x in lines_rows)) if lines_rows else len(h)
+              for i, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(x, widths)) for x in lines_rows]
+    lines.append("times in µs (median); %copy = copy of the same bytes / normjit")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------
+# normjit's backward kernel through the C API
+# ---------------------------------------------------------------------------------------
+
+class CApi:
+    """libnormjit.so through the package's ctypes binding: prepare a spec, bind a backward
+    launch to fixed pointers."""
+
+    def __init__(self, path: Path, cache_dir: Optional[str], memory_only: bool = False):
+        self.nj = ct.Normjit(path)
+        self.lib = self.nj.lib
+        self.engine = self.nj.create_engine(cache_dir=cache_dir, memory_only=memory_only)
+
+    def prepare(self, spec: str) -> int:
+        k = ctypes.c_void_p()
+        self.lib.check(self.lib.normjit_prepare(self.engine, spec.encode(), ctypes.byref(k)))
+        return k.value
+
+    def bind(self, kernel: int, ptrs: dict[str, Optional[int]], batch: int,
+             stream: int) -> Callable[[], None]:
+        """A launch of the backward kernel on ptrs (x, dy, mean, rstd, weight, dx, dweight,
+        dbias: device addresses or None), the arguments converted once."""
+        args = _capi.BackwardArgs()
+        self.lib.normjit_backward_args_init(ctypes.byref(args))
+        for name in ("x", "dy", "mean", "rstd", "weight", "dx", "dweight", "dbias"):
+            setattr(args, name, ptrs.get(name))
+        args.batch = batch
+        fn, ref, lib = self.lib.normjit_launch_backward, ctypes.byref(args), self.lib
+
+        def call() -> None:
+            status = fn(kernel, ref, stream)
+            if status:
+                raise lib.error(status)
+        call.keepalive = args  # type: ignore[attr-defined]
+        return call
+
+    def close(self) -> None:
+        self.nj.destroy_engine(self.engine)
+
+
+# ---------------------------------------------------------------------------------------
+# The measurements (torch imported here)
+# ---------------------------------------------------------------------------------------
+
+def reference(p: Problem, x, dy, weight):
+    """p's backward in float64 on a chunk of x along dim 0 (whole rows, items or groups):
+    (dx, dy * xhat, dy, mean, rstd) with mean and rstd in stats_shape(p) of the chunk (mean
+    None for RMSNorm). Two-pass statistics; weight float64 or None."""
+    import torch
+    xd, dyd = x.double(), dy.double()
+    nd = xd.dim()
+    if channel_form(p):
+        param_view = (1, -1) + (1,) * (nd - 2)
+    else:
+        param_view = p.param_shape
+    g = dyd * weight.reshape(param_view) if weight is not None else dyd
+    # A view in which each row (or position, or group) is reduced over dims `dims`.
+    if p.op == "groupnorm":
+        view = lambda t: t.reshape(t.shape[0], p.groups, -1)  # noqa: E731
+        dims = (-1,)
+    elif p.normalized_dims == 0:
+        view = lambda t: t  # noqa: E731
+        dims = (1,)
+    else:
+        row = math.prod(p.param_shape)
+        view = lambda t: t.reshape(-1, row)  # noqa: E731
+        dims = (-1,)
+    xv, gv = view(xd), view(g)
+    if p.op == "rmsnorm":
+        mean = None
+        rstd = torch.rsqrt(xv.pow(2).mean(dim=dims, keepdim=True) + p.eps)
+        xhat = xv * rstd
+    else:
+        mean = xv.mean(dim=dims, keepdim=True)
+        rstd = torch.rsqrt((xv - mean).pow(2).mean(dim=dims, keepdim=True) + p.eps)
+        xhat = (xv - mean) * rstd
+    dx = gv - xhat * (gv * xhat).mean(dim=dims, keepdim=True)
+    if p.op != "rmsnorm":
+        dx = dx - gv.mean(dim=dims, keepdim=True)
+    dx = (rstd * dx).reshape(xd.shape)
+    n = xd.shape[0]
+    sshape = (n,) + stats_shape(p)[1:] if channel_form(p) else (-1,)
+    return (dx, dyd * xhat.reshape(xd.shape), dyd,
+            None if mean is None else mean.reshape(sshape), rstd.reshape(sshape))
+
+
+def param_sum(p: Problem, t):
+    """t summed over every dim but the parameters' (dim 1 of the channel forms, the trailing
+    dims of the others)."""
+    if channel_form(p):
+        return t.sum(dim=[d for d in range(t.dim()) if d != 1])
+    lead = list(range(t.dim() - p.normalized_dims))
+    return t.sum(dim=lead) if lead else t
+
+
+class Bench:
+    """Runs the problems; holds what they share."""
+
+    def __init__(self, args: argparse.Namespace, nj: Any, rep: Report, l2_bytes: int,
+                 cuda: bool):
+        import torch
+        self.torch = torch
+        self.args = args
+        self.nj = nj
+        self.rep = rep
+        self.cuda = cuda
+        self.dev = "cuda" if cuda else "cpu"
+        self.l2 = l2_bytes
+        self.gen = torch.Generator(device=self.dev)
+        self.gen.manual_seed(args.seed)
+        self.liger, rep.env["Liger-Kernel"] = ct.load_liger(*LIGER_FUNCTIONS.values())
+        self.stream = torch.cuda.current_stream().cuda_stream if cuda else 0
+        self.started = time.perf_counter()
+        self.broken = ""
+
+    def log(self, text: str) -> None:
+        print(text, flush=True)
+
+    def over_budget(self) -> bool:
+        return time.perf_counter() - self.started > self.args.budget_s
+
+    def random(self, shape, dtype: str, dist: ct.InputDist):
+        t = self.torch.empty(shape, dtype=ct.torch_dtype(dtype), device=self.dev)
+        return t.normal_(dist.mean, dist.std, generator=self.gen)
+
+    def rotation(self, p: Problem) -> int:
+        per_set = 3 * p.numel * ct.ELEMENT_BYTES[p.dtype]
+        return max(1, min(256, math.ceil(4 * self.l2 / per_set)))
+
+    def sync(self) -> None:
+        if self.cuda:
+            self.torch.cuda.synchronize()
+
+    def free(self) -> None:
+        gc.collect()
+        if self.cuda:
+            self.torch.cuda.synchronize()
+            self.torch.cuda.empty_cache()
+
+    def time_calls(self, fn: Callable[[int], Any]) -> list[float]:
+        """fn(i), i selecting the rotating set; milliseconds of each timed call (CUDA events;
+        wall clock on the CPU)."""
+        torch = self.torch
+        reps, warmup = self.args.reps, self.args.warmup
+        for i in range(warmup):
+            fn(i)
+        if not self.cuda:
+            times = []
+            for i in range(reps):
+                t0 = time.perf_counter()
+                fn(warmup + i)
+                times.append((time.perf_counter() - t0) * 1e3)
+            return times
+        torch.cuda.synchronize()
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        # An autograd.grad call costs up to a few hundred µs of host time (compile's backward
+        # the most): 1 ms of GPU sleep per call keeps the host ahead.
+        ct.gpu_sleep(min(100.0, 1.0 + 1.0 * reps))
+        for i in range(reps):
+            starts[i].record()
+            fn(warmup + i)
+            ends[i].record()
+        torch.cuda.synchronize()
+        return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+
+    def timed(self, row: Row, name: str, fn: Callable[[int], Any]) -> None:
+        m = row.impl(name)
+        try:
+            m.times_ms = self.time_calls(fn)
+        except Exception as e:  # noqa: BLE001 - one implementation must not end the problem
+            m.status, m.message, m.ms = "failed", ct.short_error(e), None
+            self.log(f"  {name:8s} timing failed: {m.message}")
+            self.free()
+            return
+        m.ms = statistics.median(m.times_ms)
+        self.log(f"  {name:8s} {fmt_us(m.ms)} µs median (min {fmt_us(min(m.times_ms))})")
+
+    def first_call(self, m: ct.Measurement, name: str, fn: Callable[[], Any]):
+        t0 = time.perf_counter()
+        try:
+            out = fn()
+            self.sync()
+        except Exception as e:  # noqa: BLE001 - torch.compile and peers fail in many ways
+            m.status, m.message = "failed", ct.short_error(e)
+            self.log(f"  {name:8s} failed: {m.message}")
+            self.free()
+            return None
+        m.first_call_s = time.perf_counter() - t0
+        m.status = "ok"
+        return out
+
+    # -- correctness ----------------------------------------------------------------------
+
+    def statistics(self, p: Problem, x) -> tuple[Any, Any]:
+        """(mean or None, rstd): f32, contiguous, stats_shape(p), from float64."""
+        torch = self.torch
+        means, rstds = [], []
+        for s in self.chunks(p, x):
+            _, _, _, mean, rstd = reference(p, x[s], x[s], None)
+            rstds.append(rstd.float())
+            if mean is not None:
+                means.append(mean.float())
+        shape = stats_shape(p)
+        rstd = torch.cat(rstds).reshape(shape).contiguous()
+        mean = torch.cat(means).reshape(shape).contiguous() if means else None
+        return mean, rstd
+
+    def chunks(self, p: Problem, x) -> list[slice]:
+        rows = x.shape[0]
+        per_item = max(1, x.numel() // rows)
+        step = rows if p.reduces_dim0 else max(1, ct.REFERENCE_CHUNK_ELEMENTS // per_item)
+        return [slice(a, min(rows, a + step)) for a in range(0, rows, step)]
+
+    def check(self, p: Problem, x, dy, weight, grads: tuple) -> GradCheck:
+        """grads (dx, dweight or None, dbias or None) against float64."""
+        torch = self.torch
+        dx, dw, db = grads
+        w64 = weight.double() if weight is not None else None
+        zero = lambda: torch.zeros((), dtype=torch.float64, device=self.dev)  # noqa: E731
+        err2, ref2 = zero(), zero()
+        bad = torch.zeros((), dtype=torch.int64, device=self.dev)
+        sums = {"dw": None, "dw_abs": None, "db": None, "db_abs": None}
+
+        def add(key, t):
+            sums[key] = t if sums[key] is None else sums[key] + t
+        for s in self.chunks(p, x):
+            rdx, wterm, bterm, _, _ = reference(p, x[s], dy[s], w64)
+            d = dx[s].double()
+            bad += (~torch.isfinite(d)).sum()
+            err2 += (d - rdx).pow(2).sum()
+            ref2 += rdx.pow(2).sum()
+            if dw is not None:
+                add("dw", param_sum(p, wterm))
+                add("dw_abs", param_sum(p, wterm.abs()))
+            if db is not None:
+                add("db", param_sum(p, bterm))
+                add("db_abs", param_sum(p, bterm.abs()))
+            del rdx, wterm, bterm, d
+        c = GradCheck()
+        r2 = ref2.item()
+        e2 = err2.item()
+        c.dx_err = math.sqrt(e2 / r2) if r2 > 0 else (0.0 if e2 == 0 else math.inf)
+        tol = TOLERANCE[p.dtype]
+        ok = c.dx_err < tol
+        for name, got in (("dw", dw), ("db", db)):
+            if got is None:
+                continue
+            ref = sums[name].reshape(p.param_shape)
+            g = got.double().reshape(p.param_shape)
+            bad += (~torch.isfinite(g)).sum()
+            norm = ref.norm().item()
+            err = (g - ref).norm().item() / norm if norm > 0 else (g - ref).norm().item()
+            bound = tol + SUM_SLACK * sums[name + "_abs"].norm().item() / max(norm, 1e-300)
+            setattr(c, f"{name}_err", err)
+            setattr(c, f"{name}_bound", bound)
+            ok = ok and err < bound  # NaN compares False
+        c.nonfinite = int(bad.item())
+        c.passed = bool(ok and c.nonfinite == 0)
+        return c
+
+    def record_check(self, row: Row, impl: str, c: GradCheck) -> None:
+        row.checks[impl] = c
+        if impl != "normjit":
+            row.impl(impl).passed = c.passed
+        row.impl(impl).rel_err = c.dx_err
+        self.log(f"  {impl:8s} {c.text()}{'' if c.passed else '  ** FAIL **'}"
+                 + (f" ({c.nonfinite} non-finite)" if c.nonfinite else ""))
+        if not c.passed and impl in ("eager", "compile"):
+            self.rep.warnings.append(f"{row.problem.key}: PyTorch {impl}'s gradients are off the "
+                                     f"float64 reference ({c.text()})")
+
+    # -- one problem ----------------------------------------------------------------------
+
+    def run(self, p: Problem) -> Row:
+        row = Row(p, backward_bytes(p), spec=backward_spec(p), rotation=self.rotation(p))
+        if self.broken or self.over_budget():
+            row.skipped = (f"the CUDA context broke ({self.broken})" if self.broken else
+                           f"the time budget (--budget-s {self.args.budget_s:g}) ran out")
+            return row
+        if self.cuda:
+            self.torch.cuda.reset_peak_memory_stats()
+        try:
+            self._run(p, row)
+        except Exception as e:  # noqa: BLE001 - one problem must not end the run
+            row.error = ct.short_error(e)
+            self.log(f"  error: {row.error}")
+        finally:
+            try:
+                import torch._dynamo
+                torch._dynamo.reset()
+                if self.cuda:
+                    row.peak_gib = self.torch.cuda.max_memory_allocated() / 2**30
+                self.free()
+            except Exception as e:  # noqa: BLE001 - a sticky CUDA error: stop
+                self.broken = ct.short_error(e)
+                row.error = row.error or self.broken
+        return row
+
+    def _run(self, p: Problem, row: Row) -> None:
+        torch = self.torch
+        n = row.rotation
+        xs = [self.random(p.shape, p.dtype, p.dists[0]) for _ in range(n)]
+        dys = [self.random(p.shape, p.dtype, DY) for _ in range(n)]
+        weight = bias = None
+        if p.affine in ("weight", "both"):
+            weight = self.random(p.param_shape, p.dtype, ct.InputDist(1.0, 0.5))
+        if p.affine == "both":
+            bias = self.random(p.param_shape, p.dtype, ct.InputDist(0.0, 1.0))
+
+        with torch.no_grad():
+            self.run_normjit(p, row, xs, dys, weight)
+        self.free()
+        self.run_autograd(p, row, "eager", xs, dys, weight, bias)
+        if self.args.skip_compile:
+            row.compile.status = "skipped"
+        else:
+            self.run_autograd(p, row, "compile", xs, dys, weight, bias)
+        if not self.liger:
+            row.liger.status, row.liger.message = "absent", self.rep.env["Liger-Kernel"]
+        elif liger_support(p):
+            row.liger.status, row.liger.message = "n/a", liger_support(p)
+        else:
+            self.run_autograd(p, row, "liger", xs, dys, weight, bias)
+        del xs, dys, weight, bias
+        self.free()
+        row.copy = self.measure_copy(row.bytes_moved, n)
+
+    def run_normjit(self, p: Problem, row: Row, xs: list, dys: list, weight) -> None:
+        torch = self.torch
+        m = row.normjit
+        t0 = time.perf_counter()
+        try:
+            kernel = self.nj.prepare(row.spec)
+        except _capi.NormjitError as e:
+            unsupported = isinstance(e, (_capi.UnsupportedError, _capi.InvalidArgumentError))
+            m.status, m.message = ("n/a" if unsupported else "error"), e.message or str(e)
+            self.log(f"  normjit  {m.status}: {m.message}")
+            return
+        m.first_call_s = time.perf_counter() - t0
+        self.log(f"  normjit  prepared in {m.first_call_s * 1e3:.0f} ms: {row.spec}")
+        stats = [self.statistics(p, x) for x in xs]
+        dxs = [torch.empty_like(x) for x in xs]
+        dw = torch.empty_like(weight) if weight is not None else None
+        db = torch.empty_like(weight) if p.affine == "both" else None
+        ptr = lambda t: t.data_ptr() if t is not None else None  # noqa: E731
+        calls = [self.nj.bind(kernel, {"x": ptr(xs[i]), "dy": ptr(dys[i]), "mean": ptr(stats[i][0]),
+                                       "rstd": ptr(stats[i][1]), "weight": ptr(weight),
+                                       "dx": ptr(dxs[i]), "dweight": ptr(dw), "dbias": ptr(db)},
+                              launch_batch(p), self.stream)
+                 for i in range(len(xs))]
+        for t in (dxs[0], dw, db):  # poison: every element must be written
+            if t is not None:
+                t.fill_(math.nan)
+        try:
+            calls[0]()
+            self.sync()
+        except _capi.NormjitError as e:
+            unsupported = isinstance(e, (_capi.UnsupportedError, _capi.InvalidArgumentError))
+            m.status, m.message = ("n/a" if unsupported else "error"), e.message or str(e)
+            self.log(f"  normjit  {m.status}: {m.message}")
+            return
+        m.status = "ok"
+        self.record_check(row, "normjit", self.check(p, xs[0], dys[0], weight, (dxs[0], dw, db)))
+        self.timed(row, "normjit", lambda i: calls[i % len(calls)]())
+
+    def forward_of(self, p: Problem, impl: str, weight, bias) -> tuple[Callable, list]:
+        """(x -> y of impl, the parameters it differentiates): fresh parameters with
+        normjit's values, requiring grad."""
+        torch = self.torch
+        if impl == "liger":
+            fn = self.liger[LIGER_FUNCTIONS[p.op]]
+            w = weight.detach().clone().requires_grad_() if weight is not None else None
+            b = bias.detach().clone().requires_grad_() if bias is not None else None
+            params = [t for t in (w, b) if t is not None]
+            if p.op == "groupnorm":
+                return (lambda x: fn.apply(x, w, b, p.shape[1], p.groups, p.eps)), params
+            row = math.prod(p.param_shape)
+            wf = w.reshape(row) if w is not None else None
+            if p.op == "rmsnorm":
+                return (lambda x: fn.apply(x.reshape(-1, row), wf, p.eps, 0.0, "gemma", False,
+                                           None)), params
+            bf = b.reshape(row)
+            return (lambda x: fn.apply(x.reshape(-1, row), wf, bf, p.eps)), params
+        saved = ct.DEVICE
+        ct.DEVICE = self.dev
+        try:
+            if p.op == "rmsnorm" and p.normalized_dims == 0:
+                w = weight.detach().clone().requires_grad_() if weight is not None else None
+                module = ct.make_channel_rmsnorm(p.eps, w)
+            else:
+                module = ct.make_module(p, weight, bias)
+        finally:
+            ct.DEVICE = saved
+        module.requires_grad_(True)
+        params = [t for t in (getattr(module, "weight", None), getattr(module, "bias", None))
+                  if t is not None]
+        if impl == "compile":
+            import torch._dynamo
+            import torch._functorch.config
+            torch._dynamo.reset()  # fresh cache: no recompile limit, no dynamic shapes
+            torch._functorch.config.donated_buffer = False
+            return torch.compile(module, dynamic=False, backend=self.args.compile_backend), params
+        return module, params
+
+    def run_autograd(self, p: Problem, row: Row, impl: str, xs: list, dys: list, weight,
+                     bias) -> None:
+        """impl's backward: torch.autograd.grad of its output, graphs kept (retain_graph) and
+        rotated like the inputs."""
+        torch = self.torch
+        m = row.impl(impl)
+        try:
+            forward, params = self.forward_of(p, impl, weight, bias)
+        except Exception as e:  # noqa: BLE001
+            m.status, m.message = "failed", ct.short_error(e)
+            self.log(f"  {impl:8s} failed: {m.message}")
+            return
+        leaves = [x.detach().requires_grad_() for x in xs]
+        ys: list = []
+
+        def grad(i: int):
+            y, dy = ys[i % len(ys)], dys[i % len(ys)]
+            return torch.autograd.grad(y, [leaves[i % len(ys)]] + params,
+                                       dy.reshape(y.shape), retain_graph=True)
+
+        def first():
+            ys.append(forward(leaves[0]))
+            return grad(0)
+        grads = self.first_call(m, impl, first)
+        if grads is None:
+            return
+        if m.first_call_s > 0.5:
+            self.log(f"  {impl:8s} first forward and backward in {m.first_call_s:.1f} s")
+        dx = grads[0]
+        dw = grads[1] if weight is not None else None
+        db = grads[2] if bias is not None else None
+        self.record_check(row, impl, self.check(p, xs[0], dys[0], weight, (dx, dw, db)))
+        del grads, dx, dw, db
+        try:
+            with torch.enable_grad():
+                ys += [forward(x) for x in leaves[1:]]
+        except Exception as e:  # noqa: BLE001
+            m.status, m.message = "failed", ct.short_error(e)
+            self.log(f"  {impl:8s} failed: {m.message}")
+            return
+        finally:
+            self.sync()
+        self.timed(row, impl, grad)
+        del ys, leaves, forward, params
+        self.free()
+
+    def measure_copy(self, nbytes: int, sets: int) -> ct.Measurement:
+        m = ct.Measurement()
+        try:
+            copy = ct.own_copy(nbytes, sets, self.dev)
+            m.times_ms = self.time_calls(copy)
+            m.ms, m.status = statistics.median(m.times_ms), "ok"
+            del copy
+        except Exception as e:  # noqa: BLE001 - the kernels' numbers stand without it
+            m.status, m.message = "failed", ct.short_error(e)
+        self.free()
+        return m
+
+
+# ---------------------------------------------------------------------------------------
+# Main
+# ---------------------------------------------------------------------------------------
+
+def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        description="Time normjit's backward kernels against PyTorch eager autograd, "
+                    "torch.compile's backward, Liger-Kernel and a copy of their bytes; write "
+                    "docs/performance.md's backward section and a JSON file.")
+    ap.add_argument("--build", default="build", help="build directory (libnormjit.so)")
+    ap.add_argument("--lib", default=None,
+                    help="libnormjit.so (default: $NORMJIT_LIBRARY, else BUILD/libnormjit.so)")
+    ap.add_argument("--only", default=None,
+                    help="comma-separated groups (seeds, llm), ops or substrings of problem names")
+    ap.add_argument("--dtypes", default="f32,bf16", help="comma-separated dtypes (f32,bf16)")
+    ap.add_argument("--quick", action="store_true",
+                    help="the seeds and hidden 4096 at 4096 tokens; 10 timed calls")
+    ap.add_argument("--reps", type=int, default=None, help="timed calls (20; --quick 10)")
+    ap.add_argument("--warmup", type=int, default=3, help="warm-up calls (3)")
+    ap.add_argument("--seed", type=int, default=None, help="random seed (default: fresh)")
+    ap.add_argument("--budget-s", type=float, default=540.0,
+                    help="skip the problems left once measuring has taken this long (540)")
+    ap.add_argument("--skip-compile", action="store_true", help="no torch.compile")
+    ap.add_argument("--compile-backend", default="inductor", help=argparse.SUPPRESS)
+    ap.add_argument("--cache-dir", default=None, help="normjit cache directory")
+    ap.add_argument("--doc", default="docs/performance.md", help="markdown with the section")
+    ap.add_argument("--section-out", default=None,
+                    help="also write the section alone here (default: $OUT/backward.md when "
+                         "OUT is set)")
+    ap.add_argument("--json-out", default=None,
+                    help="raw results (default: $OUT/perf_backward.json when OUT is set, else "
+                         "BUILD/perf_backward.json)")
+    ap.add_argument("--list", action="store_true", help="list the problems and exit")
+    ap.add_argument("--selftest", action="store_true", help="check the non-GPU parts and exit")
+    ap.add_argument("--from-json", default=None,
+                    help="measure nothing: render the section of this JSON into --doc; "
+                         "comma-separated files are merged (a later run's problem replaces an "
+                         "earlier one's; skipped problems do not replace measured ones)")
+    args = ap.parse_args(argv)
+    if args.reps is None:
+        args.reps = 10 if args.quick else 20
+    if args.reps < 1 or args.warmup < 0:
+        ap.error("--reps must be >= 1 and --warmup >= 0")
+    args.dtype_list = [d.strip() for d in args.dtypes.split(",") if d.strip()]
+    for d in args.dtype_list:
+        if d not in ct.ELEMENT_BYTES:
+            ap.error(f"--dtypes: unknown dtype {d!r} (f32, f16, bf16)")
+    root = lambda s: s if os.path.isabs(s) else str(REPO / s)  # noqa: E731
+    args.build = root(args.build)
+    lib = args.lib or os.environ.get("NORMJIT_LIBRARY") or str(Path(args.build) / "libnormjit.so")
+    args.lib = root(lib)
+    args.doc = root(args.doc)
+    out_dir = os.environ.get("OUT")
+    if args.json_out is None:
+        args.json_out = (str(Path(out_dir) / "perf_backward.json") if out_dir else
+                         str(Path(args.build) / "perf_backward.json"))
+    if args.section_out is None and out_dir:
+        args.section_out = str(Path(out_dir) / "backward.md")
+    if args.seed is None:
+        args.seed = secrets.randbelow(2**31)
+    return args
+
+
+def write_outputs(rep: Report, args: argparse.Namespace) -> None:
+    write_section(rep, Path(args.doc), Path(args.section_out) if args.section_out else None)
+    write_json(rep, Path(args.json_out))
+
+
+def run(args: argparse.Namespace, problems: list[Problem], command: str, nj: Any = None,
+        cuda: bool = True) -> int:
+    """Measures problems; nj (a stand-in of CApi) and cuda=False run the flow on the CPU."""
+    try:
+        import torch
+    except ImportError as e:
+        print(f"bench_backward: PyTorch is needed for the measurements ({e}); --list, "
+              "--selftest and --from-json work without it", file=sys.stderr)
+        return 2
+    if cuda:
+        if not torch.cuda.is_available():
+            print("bench_backward: no CUDA device visible to PyTorch", file=sys.stderr)
+            return 2
+        # normjit launches in the context current on the thread: PyTorch's primary context.
+        torch.cuda.init()
+        torch.zeros(1, device="cuda")
+        torch.cuda.synchronize()
+        try:
+            nj = CApi(Path(args.lib), args.cache_dir)
+        except (OSError, ImportError, _capi.NormjitError) as e:
+            print(f"bench_backward: cannot use {args.lib}: {e}", file=sys.stderr)
+            return 2
+        env, l2 = ct.collect_environment(Path(args.lib))
+    else:
+        env = {"device": "CPU (a stand-in for normjit; wall-clock times)",
+               "PyTorch": torch.__version__}
+        l2 = 1 << 16
+    rep = Report(env=env, command=command,
+                 date_utc=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+                 settings={"reps": args.reps, "warmup": args.warmup, "seed": args.seed,
+                           "quick": args.quick, "only": args.only, "dtypes": args.dtype_list,
+                           "budget_s": args.budget_s, "skip_compile": args.skip_compile},
+                 planned=len(problems))
+    try:
+        bench = Bench(args, nj, rep, l2, cuda)
+        for k, v in rep.env.items():
+            print(f"{k}: {v}")
+        if cuda:
+            rep.copy_gbps, _ = ct.measure_copy(args.reps, args.warmup)
+            print(f"copy bandwidth (2 GiB): {rep.copy_gbps:.0f} GB/s", flush=True)
+        bench.started = time.perf_counter()
+        for i, p in enumerate(problems, 1):
+            print(f"[{i}/{len(problems)}] {p.key} {ct.shape_text(p.shape)} {p.describe()}, "
+                  f"{backward_bytes(p) / 1e6:.1f} MB moved", flush=True)
+            rep.rows.append(bench.run(p))
+            print(f"  ({time.perf_counter() - bench.started:.0f} s so far)", flush=True)
+            write_outputs(rep, args)
+        write_outputs(rep, args)
+    finally:
+        if cuda:
+            nj.close()
+    print()
+    print(render_summary(rep))
+    print(f"\nwrote {args.doc}, {args.json_out}" + (f", {args.section_out}" if args.section_out else ""))
+    bad = [r for r in rep.rows
+           if r.error or r.passed is False or r.normjit.status not in ("ok", "n/a", "not run")]
+    return 1 if bad else 0
+
+
+def select(args: argparse.Namespace) -> list[Problem]:
+    problems = ct.select_problems(default_problems(), args.only, args.dtype_list, args.quick)
+    for p in problems:
+        p.validate()
+    return problems
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = parse_args(argv)
+    if args.selftest:
+        return selftest()
+    if args.from_json:
+        paths = [Path(f) for f in args.from_json.split(",") if f.strip()]
+        rep = merge_reports([report_from_json(json.loads(f.read_text())) for f in paths])
+        write_section(rep, Path(args.doc), Path(args.section_out) if args.section_out else None)
+        print(f"wrote the backward section of {', '.join(map(str, paths))} into {args.doc}")
+        return 0
+    problems = select(args)
+    if args.list:
+        for p in problems:
+            print(f"{p.key:36s} {ct.shape_text(p.shape):22s} {p.describe():16s} "
+                  f"{backward_bytes(p) / 1e6:10.1f} MB  {backward_spec(p)}")
+        return 0
+    if not problems:
+        print("bench_backward: no problem selected", file=sys.stderr)
+        return 2
+    argv_text = sys.argv if argv is None else ["tools/bench_backward.py", *argv]
+    return run(args, problems, shlex.join(["python3", *argv_text]))
+
+
+# ---------------------------------------------------------------------------------------
+# Self-test (no GPU, no torch)
+# ---------------------------------------------------------------------------------------
+
+def fake_report() -> Report:
+    ok = lambda ms, passed=None: ct.Measurement(status="ok", ms=ms, times_ms=[ms] * 3,  # noqa: E731
+                                               passed=passed)
+    good = lambda **kw: GradCheck(**{"dx_err": 2e-7, "dw_err": None, "db_err": None,  # noqa: E731
+                                     "nonfinite": 0, "passed": True, **kw})
+    ps = {p.key: p for p in default_problems()}
+    rows = []
+    p = ps["seed rmsnorm f32"]
+    rows.append(Row(p, backward_bytes(p), spec=backward_spec(p),
+                    normjit=ct.Measurement(status="n/a", message="backward=true is not yet "
+                                           "supported for the channel form of rmsnorm"),
+                    eager=ok(40.0, True), compile=ok(16.0, True),
+                    liger=ct.Measurement(status="n/a", message=liger_support(p)), copy=ok(14.9),
+                    checks={"eager": good(), "compile": good()}))
+    p = ps["seed layernorm bf16"]
+    rows.append(Row(p, backward_bytes(p), spec=backward_spec(p), normjit=ok(0.30),
+                    eager=ok(0.90, True), compile=ok(0.35, True),
+                    liger=ct.Measurement(status="n/a", message=liger_support(p)), copy=ok(0.27),
+                    checks={"normjit": good(dx_err=3e-3, dw_err=2e-3, db_err=1e-3, dw_bound=1e-2,
+                                            db_bound=1e-2),
+                            "eager": good(), "compile": good()}))
+    p = ps["llm rmsnorm h4096 t1024 bf16"]
+    rows.append(Row(p, backward_bytes(p), spec=backward_spec(p), rotation=8, normjit=ok(0.012),
+                    eager=ok(0.040, True), compile=ok(0.015, True), liger=ok(0.011, False),
+                    copy=ok(0.010),
+                    checks={"normjit": good(dx_err=3e-3, dw_err=4e-3, dw_bound=1.1e-2),
+                            "liger": good(dx_err=3e-3, dw_err=0.5, dw_bound=1.1e-2,
+                                          passed=False)}))
+    p = ps["llm layernorm h16384 t16384 bf16"]
+    rows.append(Row(p, backward_bytes(p), spec=backward_spec(p), normjit=ok(1.10),
+                    eager=ok(2.0, True), compile=ok(1.0, True), liger=ok(1.3, True),
+                    copy=ok(1.0),
+                    checks={"normjit": GradCheck(dx_err=math.nan, dw_err=1e-3, db_err=1e-3,
+                                                 dw_bound=1e-2, db_bound=1e-2, nonfinite=5)}))
+    p = ps["llm layernorm h8192 t1024 bf16"]
+    rows.append(Row(p, backward_bytes(p), error="OutOfMemoryError: x"))
+    p = ps["llm rmsnorm h8192 t4096 bf16"]
+    rows.append(Row(p, backward_bytes(p), skipped="the time budget (--budget-s 540) ran out"))
+    return Report(env={"device": "FakeGPU (132 SMs)", "PyTorch": "2.11.0", "Liger-Kernel": "0.8.5"},
+                  command="python3 tools/bench_backward.py --selftest",
+                  date_utc="2026-01-01 00:00 UTC", settings={"reps": 20, "warmup": 3, "seed": 7},
+                  copy_gbps=3000.0, rows=rows, planned=7,
+                  warnings=["seed rmsnorm f32: a warning"])
+
+
+def selftest() -> int:
+    problems = default_problems()
+    for p in problems:
+        p.validate()
+    keys = [p.key for p in problems]
+    assert len(keys) == len(set(keys)) == 6 + 18, keys
+    by = {p.key: p for p in problems}
+    rms, ln, gn = by["seed rmsnorm f32"], by["seed layernorm bf16"], by["seed groupnorm f32"]
+    n = 112 * 64 * 512 * 512
+    assert stats_shape(rms) == (112, 512, 512) and launch_batch(rms) == 112
+    assert backward_bytes(rms) == 3 * n * 4 + 112 * 512 * 512 * 4
+    assert stats_shape(gn) == (112, 8) and launch_batch(gn) == 112
+    assert backward_bytes(gn) == 3 * n * 4 + 4 * 64 * 4 + 2 * 112 * 8 * 4
+    m = 16 * 64 * 256 * 256
+    assert stats_shape(ln) == (16,) and launch_batch(ln) == 16
+    assert backward_bytes(ln) == 3 * m * 2 + 4 * (m // 16) * 2 + 2 * 16 * 4
+    llm = by["llm rmsnorm h16384 t4096 bf16"]
+    assert stats_shape(llm) == (4096,) and launch_batch(llm) == 4096
+    assert backward_bytes(llm) == 3 * 4096 * 16384 * 2 + 2 * 16384 * 2 + 4096 * 4
+    assert backward_spec(llm) == ("op=rmsnorm shape=4096,16384 dtype=bf16 normalized_dims=1 "
+                                  "affine=weight eps=1e-06 backward=true")
+    assert backward_spec(gn) == ("op=groupnorm shape=112,64,512,512 dtype=f32 groups=8 "
+                                 "affine=both eps=1e-05 backward=true")
+    assert backward_spec(rms).endswith("normalized_dims=0 affine=none eps=1e-05 backward=true")
+    assert "LigerRMSNormFunction normalizes the last dim" in liger_support(rms)
+    assert "65536" in liger_support(ln) and liger_support(gn) == ""
+    assert liger_support(by["llm layernorm h16384 t1024 bf16"]) == ""
+    # Selection.
+    a = parse_args(["--only", "llm", "--quick"])
+    assert [p.key for p in select(a)] == ["llm rmsnorm h4096 t4096 bf16",
+                                          "llm layernorm h4096 t4096 bf16"]
+    assert a.reps == 10 and a.budget_s == 540
+    assert len(select(parse_args(["--only", "seeds"]))) == 6
+    assert {p.dtype for p in select(parse_args(["--dtypes", "f32"]))} == {"f32"}
+    assert len(select(parse_args(["--only", "h8192"]))) == 6
+
+    # Markdown of a fake run.
+    rep = fake_report()
+    md = render_section(rep)
+    assert md.startswith(ct.BACKWARD_BEGIN) and md.endswith(ct.BACKWARD_END)
+    tables = ct.check_tables(md)
+    summ = [t for t in tables if t[0][0] == "problems"]
+    assert len(summ) == 1 and len(summ[0]) == 3, summ
+    assert summ[0][1][2:] == ["1 of 1", "90–90%", "1 of 1 pass, 1 n/a"], summ[0][1]
+    assert summ[0][2][1:] == ["3", "1 of 2", "83–91%", "**1 FAIL**, 1 of 2 pass"], summ[0][2]
+    per = [t for t in tables if t[0] == HEADERS]
+    assert len(per) == 2
+    col = {h: i for i, h in enumerate(HEADERS)}
+    seeds = {r[col["problem"]] + " " + r[col["dtype"]]: r for r in per[0][1:]}
+    r = seeds["seed rmsnorm f32"]
+    assert r[col["normjit µs"]] == "n/a [1]" and r[col["Liger µs"]] == "n/a [2]", r
+    assert r[col["best peer"]] == "compile" and r[col["vs best"]] == "—" and r[col["check"]] == "n/a"
+    assert r[col["eager µs"]] == "40000" and r[col["copy µs"]] == "14900"
+    r = seeds["seed layernorm bf16"]
+    assert r[col["normjit µs"]] == "300.0" and r[col["% of copy"]] == "90.0%", r
+    assert r[col["vs compile"]] == "1.17x" and r[col["best peer"]] == "compile", r
+    assert r[col["normjit rel. err"]] == "dx 3.0e-03, dw 2.0e-03, db 1.0e-03" and r[col["check"]] == "pass"
+    assert r[col["Liger µs"]] == "n/a [3]"
+    llm_rows = per[1][1:]
+    r = llm_rows[0]
+    # Liger is the fastest, but its dweight is wrong: marked, and no best peer.
+    assert r[col["Liger µs"]] == "11.0 **FAIL**" and r[col["best peer"]] == "compile", r
+    assert r[col["vs best"]] == "1.25x" and r[col["MB moved"]] == "25.2", r
+    r = llm_rows[1]
+    assert r[col["check"]] == "**FAIL**" and r[col["normjit rel. err"]].startswith("dx NaN"), r
+    assert r[col["best peer"]] == "compile" and r[col["vs best"]] == "0.91x"
+    assert llm_rows[2][col["check"]] == "error" and llm_rows[3][col["check"]] == "skipped"
+    for needle in ("- [1] normjit n/a: backward=true is not yet supported for the channel form",
+                   "- [2] Liger n/a: LigerRMSNormFunction normalizes the last dim only",
+                   "Incomplete run: 5 of 7 problems", "FakeGPU", "random seed 7",
+                   "`python3 tools/bench_backward.py --selftest`", "3000 GB/s",
+                   "OutOfMemoryError: x", "1 problems skipped", "Liger's gradients off float64",
+                   "5 non-finite", "a warning", "retain_graph=True", "donated_buffer",
+                   "normjit's specs: `op=rmsnorm shape=112,64,512,512 dtype=f32 normalized_dims=0"):
+        assert needle in md, needle
+    print(render_summary(rep))
+
+    # JSON round trip, the section in performance.md, merged runs.
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "b.json"
+        write_json(rep, path)
+        data = json.loads(path.read_text())
+        assert data["rows"][3]["checks"]["normjit"]["dx_err"] is None  # NaN as null
+        assert data["rows"][1]["derived"]["best_peer"] == "compile"
+        assert render_section(report_from_json(data)) == md, "re-rendered from JSON"
+        doc = Path(tmp) / "docs" / "performance.md"
+        base = "# normjit performance\n\n## Results\n\nx\n\n## Analysis per kernel\n\nnotes\n"
+        doc.parent.mkdir(parents=True)
+        doc.write_text(base)
+        assert main(["--from-json", str(path), "--doc", str(doc)]) == 0
+        text = doc.read_text()
+        assert text.count(ct.BACKWARD_BEGIN) == 1 and text.endswith("notes\n")
+        assert text.index(ct.BACKWARD_BEGIN) < text.index("## Analysis per kernel")
+        # Kept when compare_torch.py regenerates the document.
+        args = argparse.Namespace(notes=str(Path(tmp) / "notes.md"), plot=str(Path(tmp) / "p.png"),
+                                  doc=str(doc), json_out=str(Path(tmp) / "perf.json"),
+                                  host_cost=str(Path(tmp) / "host-cost.md"))
+        ct.write_outputs(ct.fake_report(), args, final=False)
+        assert md in doc.read_text() and "## Copy bandwidth" in doc.read_text()
+        # A second run of the skipped problem, merged.
+        second = fake_report()
+        second.rows = [dataclasses.replace(second.rows[1], problem=rep.rows[5].problem)]
+        second.command = "python3 tools/bench_backward.py --only h8192"
+        path2 = Path(tmp) / "b2.json"
+        write_json(second, path2)
+        assert main(["--from-json", f"{path},{path2}", "--doc", str(doc)]) == 0
+        merged = doc.read_text()
+        assert "problems skipped" not in merged and merged.count(ct.BACKWARD_BEGIN) == 1
+        assert "--selftest` ; `python3 tools/bench_backward.py --only h8192`" in merged
+        assert "Incomplete run" not in ct.section_block(merged, ct.BACKWARD_BEGIN, ct.BACKWARD_END)
+    assert main(["--list", "--only", "seeds"]) == 0
+    print("selftest: ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
