@@ -269,6 +269,12 @@ void expect_close(const Backward& run, const Config& c, Values values, const std
     const std::string how = what + (saved ? " (saved statistics)" : " (float64 statistics)");
     EXPECT_TRUE(e.finite) << c.name() << " " << how << ": an output is NaN or inf";
     EXPECT_LT(e.dx, tolerance(c.dtype) + slack) << c.name() << " " << how << ": dx";
+    // 16-bit x of mean 1e4 and std 1 rounds to multiples of 8 (f16) or 64 (bf16): nearly every
+    // element is 1e4, the variance comes from a few outliers and rstd nears 1/sqrt(eps). The f32
+    // mean's rounding (2^-24 |mean|) times that rstd then moves every xhat by up to ~0.2, and
+    // dweight/dbias (sums over every element) by as much against their terms: a property of f32
+    // statistics, not of the kernel, which the saved-statistics comparison above measures.
+    if (!saved && values == Values::kLargeMean && size_of(c.dtype) == 2) continue;
     if (c.affine != Affine::kNone) {
       EXPECT_LT(e.dweight, tolerance(param) + slack) << c.name() << " " << how << ": dweight";
     }
