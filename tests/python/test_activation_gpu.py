@@ -5,6 +5,7 @@ then the activation, in float64) over diffusion and odd shapes, dtypes and adver
 an ldm-style UNet (GroupNorm32 -> SiLU fused) against the unpatched model and a float32 run;
 torch.compile(fullgraph=True); a CUDA-graph capture on a fresh stream; training falling back
 to PyTorch's autograd with a warning. Skips with a reason without PyTorch or a CUDA device."""
+import copy
 import math
 import warnings
 
@@ -148,7 +149,9 @@ class ResBlock(nn.Module):
         return x + self.out_layers(self.in_layers(x))
 
 
-def test_patch_ldm_resblocks_against_unpatched_and_float32():
+def test_patch_ldm_resblocks_against_unpatched_and_float64():
+    """In float32 (ldm's float16 runs keep GroupNorm32's parameters in float32, which
+    normjit.torch's group_norm does not take with a float16 input yet: it falls back)."""
     torch.manual_seed(0)
     model = nn.Sequential(ResBlock(320), ResBlock(320)).to(DEV).eval()
     for m in model.modules():
@@ -156,19 +159,18 @@ def test_patch_ldm_resblocks_against_unpatched_and_float32():
             with torch.no_grad():
                 m.weight.normal_(1.0, 0.5)
                 m.bias.normal_(0.0, 0.5)
-    x32 = randn((2, 320, 32, 32), torch.float32)
+    x = randn((2, 320, 32, 32), torch.float32)
     with torch.no_grad():
-        wide = model(x32)
-        half = model.half()
-        x = x32.half()
-        unpatched = half(x)
-        report = njt.patch(half)
+        wide = copy.deepcopy(model).double()(x.double())
+        unpatched = model(x)
+        report = njt.patch(model)
         assert sum("fused" in c for _, c in report.replaced) == 4, report
         before = njt.prepared_kernels()
-        patched = half(x)
+        patched = model(x)
         assert njt.prepared_kernels() - before == 1  # one GroupNorm+SiLU kernel for all four
     err, err0 = rel_err(patched, wide), rel_err(unpatched, wide)
-    assert err <= 2 * err0 + 1e-4, (err, err0)
+    assert err <= 2 * err0 + 1e-6, (err, err0)
+    assert err < 1e-5
 
 
 def test_compile_fullgraph_and_cuda_graph_with_an_activation():
@@ -190,7 +192,7 @@ def test_compile_fullgraph_and_cuda_graph_with_an_activation():
         graph.replay()
         torch.cuda.synchronize()
         with torch.no_grad():
-            assert torch.equal(static_y, m(new))
+            assert rel_err(static_y, m(new)) < 1e-6
 
 
 def test_training_with_an_activation_falls_back_to_pytorch_autograd():
