@@ -46,6 +46,7 @@ std::string config_name(const Problem& pr) {
   if (pr.residual) os << "_res_" << to_string(*pr.residual);
   if ((pr.weight || pr.bias) && pr.param != pr.x) os << "_param_" << to_string(pr.param);
   if (pr.weight_offset != 0.0) os << "_offset";
+  if (pr.activation != Activation::kNone) os << "_" << to_string(pr.activation);
   if (pr.y != pr.x) os << "_to_" << to_string(pr.y);
   if (pr.save_stats) os << "_stats";
   if (pr.backward) os << "_backward";
@@ -71,6 +72,13 @@ class Fields {
   void size(const char* name, int64_t value) {
     os_ << "  static constexpr long long " << name << " = " << value << ";\n";
   }
+  void activation(const char* name, Activation value) {
+    const char* constant = value == Activation::kSilu   ? "kSilu"
+                           : value == Activation::kGelu ? "kGelu"
+                                                        : "kNone";
+    os_ << "  static constexpr normjit::Activation " << name
+        << " = normjit::Activation::" << constant << ";\n";
+  }
   void real(const char* name, double value) {
     // The shortest text that reads back as the double; the kernel takes it as a float.
     os_ << "  static constexpr float " << name << " = " << format_double(value) << ";\n";
@@ -88,6 +96,7 @@ void problem_fields(const Problem& pr, Fields& f) {
   f.type("Residual", pr.held());
   f.flag("kWeight", pr.weight);
   f.real("kWeightOffset", pr.weight_offset);
+  f.activation("kActivation", pr.activation);
   f.flag("kSaveStats", pr.save_stats);
 }
 

@@ -521,6 +521,9 @@ std::string variant_note(const Problem& pr) {
   }
   if (pr.weight_offset != 0.0)
     out += "; weight used as " + format_double(pr.weight_offset) + " + w";
+  if (pr.activation != Activation::kNone) {
+    out += std::string("; ") + to_string(pr.activation) + " applied to y in the same pass";
+  }
   if (pr.y != pr.x) {
     out += std::string("; y in ") + to_string(pr.y) +
            (is_fp8(pr.y) ? " (times the launch's scale, saturated)" : "");
@@ -548,6 +551,7 @@ Problem Problem::of(const NormSpec& spec) {
   pr.weight = spec.affine != Affine::kNone;
   pr.bias = spec.affine == Affine::kBoth;
   pr.weight_offset = spec.weight_offset;
+  pr.activation = spec.activation;
   pr.save_stats = spec.save_stats;
   pr.backward = spec.backward;
   return pr;

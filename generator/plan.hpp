@@ -40,6 +40,7 @@ struct Problem {
   int64_t groups = 0;             // groupnorm: G; 0 otherwise
   bool weight = false, bias = false;
   double weight_offset = 0.0;
+  Activation activation = Activation::kNone;  // applied to y after the affine step
   bool save_stats = false;
   bool backward = false;  // dx, dweight, dbias from x, dy and the saved statistics
 

@@ -23,7 +23,7 @@ constexpr const char* kFp8OutputOnly =
 // Every key of the canonical text, in the order to_string() writes them.
 constexpr const char* kSpecKeys =
     "op, shape, dtype, normalized_dims, groups, affine, eps, param_dtype, out_dtype, residual, "
-    "weight_offset, save_stats, backward";
+    "weight_offset, activation, save_stats, backward";
 
 bool checked_mul(int64_t a, int64_t b, int64_t* out) {
   return !__builtin_mul_overflow(a, b, out) && *out < kMaxElements;
@@ -248,6 +248,18 @@ const char* to_string(Affine affine) {
   return "?";
 }
 
+const char* to_string(Activation activation) {
+  switch (activation) {
+    case Activation::kNone:
+      return "none";
+    case Activation::kSilu:
+      return "silu";
+    case Activation::kGelu:
+      return "gelu";
+  }
+  return "?";
+}
+
 int size_of(Dtype dtype) {
   switch (dtype) {
     case Dtype::kF32:
@@ -295,6 +307,13 @@ Affine parse_affine(std::string_view text, const std::string& argument) {
     if (text == to_string(affine)) return affine;
   }
   throw_invalid_argument(argument, quoted_excerpt(text), "expected one of none, weight, both");
+}
+
+Activation parse_activation(std::string_view text, const std::string& argument) {
+  for (Activation activation : {Activation::kNone, Activation::kSilu, Activation::kGelu}) {
+    if (text == to_string(activation)) return activation;
+  }
+  throw_invalid_argument(argument, quoted_excerpt(text), "expected one of none, silu, gelu");
 }
 
 std::vector<int64_t> parse_shape(std::string_view text, const std::string& argument) {
@@ -411,6 +430,7 @@ NormSpec NormSpec::from_fields(const SpecFields& f) {
   s.out_dtype = f.out_dtype;
   s.residual = f.residual;
   s.weight_offset = f.weight_offset.value_or(0.0);
+  s.activation = f.activation.value_or(Activation::kNone);
   s.save_stats = f.save_stats.value_or(false);
   s.backward = f.backward.value_or(false);
   s.validate();  // as given: param_dtype without parameters is an error even if it is x's dtype
@@ -435,6 +455,11 @@ void validate_backward(const NormSpec& s) {
   auto refuse = [&](const std::string& argument, const std::string& value, const std::string& why) {
     throw_invalid_argument(argument, value, "backward=true " + why);
   };
+  if (s.activation != Activation::kNone) {
+    throw_unsupported("activation", std::string("'") + normjit::to_string(s.activation) + "'",
+                      "backward=true is not yet supported with an activation (the backward "
+                      "kernels differentiate the norm alone); leave activation out or none");
+  }
   if (s.out_dtype && *s.out_dtype != s.dtype) {
     refuse("out_dtype", std::string("'") + normjit::to_string(*s.out_dtype) + "'",
            "takes dy and writes dx in x's dtype (" + std::string(normjit::to_string(s.dtype)) +
@@ -485,6 +510,12 @@ void validate_variant(const NormSpec& s) {
   if (s.weight_offset != 0 && s.affine == Affine::kNone) {
     throw_invalid_argument("weight_offset", format_double(s.weight_offset),
                            "offsets the weight, and affine is none; give affine weight or both");
+  }
+  // A struct built by hand (the C++ API) may hold any integer in the enum.
+  if (s.activation != Activation::kNone && s.activation != Activation::kSilu &&
+      s.activation != Activation::kGelu) {
+    throw_invalid_argument("activation", std::to_string(int(s.activation)),
+                           "expected one of none, silu, gelu");
   }
   if (s.backward) validate_backward(s);
 }
@@ -588,8 +619,8 @@ bool NormSpec::operator==(const NormSpec& o) const {
   return op == o.op && shape == o.shape && dtype == o.dtype &&
          normalized_dims == o.normalized_dims && groups == o.groups && affine == o.affine &&
          eps == o.eps && param_type() == o.param_type() && out_type() == o.out_type() &&
-         residual == o.residual && weight_offset == o.weight_offset && save_stats == o.save_stats &&
-         backward == o.backward;
+         residual == o.residual && weight_offset == o.weight_offset && activation == o.activation &&
+         save_stats == o.save_stats && backward == o.backward;
 }
 
 std::string NormSpec::to_string() const {
@@ -606,6 +637,9 @@ std::string NormSpec::to_string() const {
   if (out_type() != dtype) out += std::string(" out_dtype=") + normjit::to_string(out_type());
   if (residual) out += std::string(" residual=") + normjit::to_string(*residual);
   if (weight_offset != 0) out += " weight_offset=" + format_double(weight_offset);
+  if (activation != Activation::kNone) {
+    out += std::string(" activation=") + normjit::to_string(activation);
+  }
   if (save_stats) out += " save_stats=true";
   if (backward) out += " backward=true";
   return out;
@@ -656,6 +690,8 @@ NormSpec NormSpec::parse(std::string_view text) {
       f.residual = parse_dtype(value, key);
     } else if (key == "weight_offset") {
       f.weight_offset = parse_number(value, key);  // validate() checks the range
+    } else if (key == "activation") {
+      f.activation = parse_activation(value, key);
     } else if (key == "save_stats") {
       f.save_stats = parse_bool(value, key);
     } else if (key == "backward") {

@@ -33,6 +33,7 @@ struct ClassKey {
   bool save_stats = false;
   bool backward = false;
   uint64_t weight_offset = 0;  // the double's bits (no tolerance: another value, another kernel)
+  int activation = 0;
   int64_t groups = 0;
   int64_t dims[kMaxClassDims] = {};  // the non-batch dims
 
@@ -49,6 +50,7 @@ struct ClassKey {
     k.save_stats = spec.save_stats;
     k.backward = spec.backward;
     k.weight_offset = std::bit_cast<uint64_t>(spec.weight_offset);
+    k.activation = int(spec.activation);
     k.groups = spec.groups;
     k.batch_class = normjit::batch_class(spec);
     const size_t first = spec.channel_form() ? 1 : spec.shape.size() - spec.normalized_dims;
@@ -61,7 +63,7 @@ struct ClassKey {
            normalized_dims == o.normalized_dims && rank == o.rank && batch_class == o.batch_class &&
            param_type == o.param_type && out_type == o.out_type && residual == o.residual &&
            save_stats == o.save_stats && backward == o.backward &&
-           weight_offset == o.weight_offset && groups == o.groups &&
+           weight_offset == o.weight_offset && activation == o.activation && groups == o.groups &&
            std::equal(dims, dims + rank, o.dims);
   }
 };
@@ -74,7 +76,7 @@ struct ClassKeyHash {
     mix(uint64_t(k.op) | uint64_t(k.dtype) << 8 | uint64_t(k.affine) << 16 |
         uint64_t(k.normalized_dims) << 24 | uint64_t(k.batch_class) << 32);
     mix(uint64_t(k.param_type) | uint64_t(k.out_type) << 8 | uint64_t(k.residual + 1) << 16 |
-        uint64_t(k.save_stats) << 24 | uint64_t(k.backward) << 25);
+        uint64_t(k.save_stats) << 24 | uint64_t(k.backward) << 25 | uint64_t(k.activation) << 26);
     mix(k.weight_offset);
     mix(uint64_t(k.groups));
     for (int i = 0; i < k.rank; ++i) mix(uint64_t(k.dims[i]));

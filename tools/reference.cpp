@@ -124,6 +124,18 @@ Unit unit(const NormSpec& spec, int64_t u) {
   return out;
 }
 
+double activate(Activation activation, double v) {
+  switch (activation) {
+    case Activation::kNone:
+      return v;
+    case Activation::kSilu:
+      return v / (1.0 + std::exp(-v));
+    case Activation::kGelu:
+      return 0.5 * v * std::erfc(-v * 0.70710678118654752440);
+  }
+  return v;
+}
+
 std::vector<double> normalize(const NormSpec& spec, const Unit& u, const std::vector<double>& x,
                               const std::vector<double>& weight, const std::vector<double>& bias) {
   const size_t n = x.size();
@@ -140,7 +152,7 @@ std::vector<double> normalize(const NormSpec& spec, const Unit& u, const std::ve
     double v = (x[i] - mean) * inv;
     if (!weight.empty()) v *= weight[u.param_index[i]];
     if (!bias.empty()) v += bias[u.param_index[i]];
-    y[i] = v;
+    y[i] = activate(spec.activation, v);
   }
   return y;
 }

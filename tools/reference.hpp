@@ -28,7 +28,13 @@ struct Unit {
 };
 Unit unit(const NormSpec& spec, int64_t u);
 
-// y of one unit in float64 from its x values and the full weight / bias (empty if absent).
+// The spec's activation of one value in float64: silu(v) = v / (1 + exp(-v)); gelu(v) =
+// v / 2 * (1 + erf(v / sqrt(2))), computed as v / 2 * erfc(-v / sqrt(2)) (the same function,
+// without the cancellation of 1 + erf for v << 0); none: v.
+double activate(Activation activation, double v);
+
+// y of one unit in float64 from its x values and the full weight / bias (empty if absent),
+// through the spec's activation.
 std::vector<double> normalize(const NormSpec& spec, const Unit& u, const std::vector<double>& x,
                               const std::vector<double>& weight, const std::vector<double>& bias);
 

@@ -45,6 +45,9 @@ void SpecFlags::add_to(CLI::App& app, bool required) {
       ->option_text("[DTYPE]");    // in --help, instead of the default's NUL
   add_text(app, "--weight-offset", weight_offset,
            "use (offset + weight) as the weight, in f32; Gemma's RMSNorm: 1 (default 0)");
+  add_text(app, "--activation", activation,
+           "none | silu | gelu: applied to y after the affine step, in the same kernel (gelu: "
+           "the exact erf form; default none)");
   app.add_flag("--save-stats", save_stats,
                "also write each row's mean and rstd in f32, for a backward pass");
   app.add_flag("--backward", backward,
@@ -72,6 +75,7 @@ NormSpec SpecFlags::resolve() const {
                                            : parse_dtype(*residual, "--residual");
   }
   if (weight_offset) f.weight_offset = parse_weight_offset(*weight_offset, "--weight-offset");
+  if (activation) f.activation = parse_activation(*activation, "--activation");
   if (save_stats) f.save_stats = true;
   if (backward) f.backward = true;
   return NormSpec::from_fields(f);

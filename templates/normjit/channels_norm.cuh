@@ -17,6 +17,7 @@
 // read twice, one pass of the sums of d and d^2.
 #pragma once
 
+#include "normjit/epilogue.cuh"
 #include "normjit/params.cuh"
 #include "normjit/vec.cuh"
 
@@ -29,11 +30,12 @@ namespace normjit {
 //   kSpatial            S
 //   kThreadsX, kThreadsY, kVec   TX, TY, V
 //   kWeight, kBias, kWeightOffset   y = norm * (kWeightOffset + weight[c]) + bias[c]
+//   kActivation         applied to y after the affine step (epilogue.cuh)
 //   kCached             values stay in registers between the passes
 //   kSaveStats          rstd (and, for layernorm, mean) of each (n, position) written in
 //                       f32: [N, S]
 //   kBlocksPerItem      the plan's CTAs per n (checked against this kernel's tiling)
-// y is multiplied by *p.scale before an fp8 conversion.
+// y is multiplied by *p.scale before an fp8 conversion (after the activation).
 
 // sums[j]: this thread's partial sum at its position j. Replaced by the sum over the TY
 // threads of the position, divided by C. Every thread of the CTA calls it; calls may follow
@@ -100,8 +102,7 @@ __global__ void __launch_bounds__(Cfg::kThreadsX* Cfg::kThreadsY) channels_norm(
   Y* y = static_cast<Y*>(p.y) + first;
   const P* weight = static_cast<const P*>(p.weight);
   const P* bias = static_cast<const P*>(p.bias);
-  float out_scale = 1.f;
-  if constexpr (kFp8<Y>) out_scale = *p.scale;
+  const Epilogue<Cfg> epi(p);
   auto has = [&](int c) { return kEvenChannels || c < C; };
 
   // Layernorm holds d = x - shift, shift = channel 0 of the position (x - shift is exact for
@@ -181,7 +182,8 @@ __global__ void __launch_bounds__(Cfg::kThreadsX* Cfg::kThreadsY) channels_norm(
       }
     }
   }
-  // The weight offset and the fp8 scale fold into each channel's factor (and bias).
+  // The weight offset and the fp8 scale fold into each channel's factor (and bias); the scale
+  // only where no activation comes between (Epilogue::folded_scale).
   constexpr bool kOffset = Cfg::kWeightOffset != 0.f;
 
 #pragma unroll
@@ -201,19 +203,20 @@ __global__ void __launch_bounds__(Cfg::kThreadsX* Cfg::kThreadsY) channels_norm(
       }
       float w = kWeight ? to_float(weight[c]) : 1.0f;
       if constexpr (kWeight && kOffset) w += Cfg::kWeightOffset;
-      if constexpr (kFp8<Y>) w *= out_scale;
+      if constexpr (kFp8<Y>) w *= epi.folded_scale;
       if constexpr (kRms) {
 #pragma unroll
         for (int j = 0; j < V; ++j) v[j] = v[j] * inv[j] * w;
       } else {
         float b = kBias ? to_float(bias[c]) : 0.0f;
-        if constexpr (kBias && kFp8<Y>) b *= out_scale;
+        if constexpr (kBias && kFp8<Y>) b *= epi.folded_scale;
 #pragma unroll
         for (int j = 0; j < V; ++j) {
           v[j] = (v[j] - mean[j]) * inv[j] * w;
           if constexpr (kBias) v[j] += b;
         }
       }
+      epi.template finish</*kFolded=*/true>(v);
       store_vec<Y, V>(y + i * (TY * S), v);
     }
   }

@@ -11,12 +11,14 @@
 //                             channels of S elements, parameters per channel); kGroups 0: the
 //                             parameters are per element
 //   kWeight, kBias, kWeightOffset          the affine step: y = norm * (kWeightOffset + w) + b
+//   kActivation               applied to y after the affine step (epilogue.cuh)
 //   kResidual                 h = x + residual (rounded to Residual) is normalized and written
 //   kSaveStats                each row's mean (not rmsnorm) and rstd written in f32
 //   kThreads, kVec            threads sharing a row (per CTA or per team), elements per access
 // V divides H (not always S: a groupnorm vector may span channels).
 #pragma once
 
+#include "normjit/epilogue.cuh"
 #include "normjit/params.cuh"
 #include "normjit/reduce.cuh"
 #include "normjit/vec.cuh"
@@ -105,31 +107,6 @@ struct RowIo {
       return to_float(from_float<R>(to_float(x[0]) + to_float(residual[0])));
     } else {
       return to_float(x[0]);
-    }
-  }
-};
-
-// What every row kernel does with a normalized value: the weight offset, and for fp8 output
-// the per-tensor scale (read once per launch).
-template <class C>
-struct Epilogue {
-  float out_scale = 1.f;
-  __device__ __forceinline__ explicit Epilogue(const Params& p) {
-    if constexpr (kFp8<typename C::Y>) out_scale = *p.scale;
-  }
-  // The weight used: (offset + w) in f32.
-  __device__ __forceinline__ static float weight(float w) {
-    if constexpr (C::kWeightOffset != 0.f) {
-      return C::kWeightOffset + w;
-    } else {
-      return w;
-    }
-  }
-  template <int V>
-  __device__ __forceinline__ void finish(float (&y)[V]) const {
-    if constexpr (kFp8<typename C::Y>) {
-#pragma unroll
-      for (int j = 0; j < V; ++j) y[j] *= out_scale;
     }
   }
 };
@@ -519,14 +496,14 @@ struct Slice {
     }
   }
 
-  // h (with a residual), then y = (x - mean) * rstd * (offset + weight) + bias (times the fp8
-  // scale), stored to the row; `mean` is of the shifted values, like the slice. kOneChannel: the
-  // caller knows every element of the slice lies in the channel of `begin` (groupnorm chunks
-  // that divide S), so the parameters are loaded once. `hints`: NoHints, or L2Hints (y and the
-  // parameters as their names say). KR > 0 (kGroups 0): the parameters of the slice's first KR
-  // vectors are in shared memory, `resident` (weight, then bias, each KR * THREADS * V elements
-  // at the chunk's offsets). `ahead` (kGroups 0): the parameters, already loaded
-  // (SliceParams); none are loaded here then.
+  // h (with a residual), then y = (x - mean) * rstd * (offset + weight) + bias through the
+  // epilogue (the activation, the fp8 scale: epilogue.cuh), stored to the row; `mean` is of the
+  // shifted values, like the slice. kOneChannel: the caller knows every element of the slice lies
+  // in the channel of `begin` (groupnorm chunks that divide S), so the parameters are loaded once.
+  // `hints`: NoHints, or L2Hints (y and the parameters as their names say). KR > 0 (kGroups 0): the
+  // parameters of the slice's first KR vectors are in shared memory, `resident` (weight, then bias,
+  // each KR * THREADS * V elements at the chunk's offsets). `ahead` (kGroups 0): the parameters,
+  // already loaded (SliceParams); none are loaded here then.
   template <bool kOneChannel = false, int KR = 0, class Hints = NoHints>
   __device__ __forceinline__ void store(const RowIo<C>& io, const Params& p, const Epilogue<C>& epi,
                                         long long row, long long begin, int tid, float mean,
@@ -540,17 +517,18 @@ struct Slice {
     const P* weight = static_cast<const P*>(p.weight);
     const P* bias = static_cast<const P*>(p.bias);
     // y = (v - mean) * rstd * w + b. With per-channel parameters (groupnorm) that folds into
-    // one FMA per element: scale = rstd * w, offset = b - mean * scale (the fp8 scale folded in).
+    // one FMA per element: scale = rstd * w, offset = b - mean * scale (the fp8 scale folded in
+    // where no activation comes between: Epilogue::folded_scale).
     // The (scale, offset) of the channel of element e (groupnorm).
     const auto fold = [&](long long e, float& scale, float& offset) {
       const long long c = (row % G) * CG + e / S;
       const float w = kWeight ? epi.weight(to_float(weight[c])) : 1.f;
       const float b = kBias ? to_float(bias[c]) : 0.f;
-      scale = rstd * w * epi.out_scale;
-      offset = fmaf(-mean, scale, b * epi.out_scale);
+      scale = rstd * w * epi.folded_scale;
+      offset = fmaf(-mean, scale, b * epi.folded_scale);
     };
     assume_thread(tid);
-    float scale1 = rstd * epi.out_scale, offset1 = -mean * scale1;  // a one-channel slice's
+    float scale1 = rstd * epi.folded_scale, offset1 = -mean * scale1;  // a one-channel slice's
     if constexpr (kOneChannel) fold(begin, scale1, offset1);
 #pragma unroll
     for (int k = 0; k < K; ++k) {
@@ -581,7 +559,7 @@ struct Slice {
           if constexpr (kWeight) y[j] *= epi.weight(w[j]);
           if constexpr (kBias) y[j] += b[j];
         }
-        epi.finish(y);
+        epi.template finish</*kFolded=*/false>(y);
       } else if constexpr (kOneChannel || S % V == 0) {
         // The whole vector lies in one channel.
         float scale = scale1, offset = offset1;
@@ -616,6 +594,7 @@ struct Slice {
           y[j] = fmaf(value(k, j), scale, offset);
         }
       }
+      if constexpr (G > 0) epi.template finish</*kFolded=*/true>(y);
       store_vec<typename C::Y, V>(io.y + e, y, hints.stream);
     }
   }

@@ -266,6 +266,10 @@ struct Case {
     fields.save_stats = true;
     return *this;
   }
+  Case& act(Activation a) {
+    fields.activation = a;
+    return *this;
+  }
   Case& y_over_x() {
     y_is_x = true;
     return *this;
@@ -340,6 +344,16 @@ double f32_tolerance(Values v) { return v == Values::kLargeMean ? 1e-4 : 1e-5; }
 // tolerance, 10x with large means. Outputs of 16 and 8 bits must be within the round-to-
 // nearest-even images of reference -+ slack.
 double slack_factor(Values v) { return v == Values::kLargeMean ? 1e-3 : 2e-5; }
+
+// With an activation (issue 19) the error of the value after the affine step passes through it
+// scaled by at most max |act'| (silu 1.0998, gelu 1.1289), and the activation adds its own: at
+// most 2e-6 of |act(v)| + the rms of the row's values. That is twice the bound derived from
+// its f32 formula (emulated on the host against float64 over v in [-30, 30] with f32 steps:
+// silu 7.7 ulp for |v| <= 8, gelu 4.8e-7 absolute where 1 + erf cancels, as PyTorch's does)
+// plus the 2-ulp errors of ex2.approx and div.approx; ActivationErrorOfTheEpilogueAlone
+// measures it on the device.
+constexpr double kActivationSlope = 1.13;
+constexpr double kActivationError = 2e-6;
 
 // What one launch got right and wrong.
 struct Outcome {
@@ -645,7 +659,8 @@ class VariantRun {
   // A unit's float64 statistics, and the rms of its reference output (the scale of its errors).
   struct UnitStats {
     int64_t n = 0;
-    double mean = 0, var = 0, rstd = 0, ref_rms = 0;
+    double mean = 0, var = 0, rstd = 0;
+    double ref_rms = 0;  // of the values after the affine step (times the fp8 scale)
   };
 
   size_t stats_floats() const { return size_t(rows_ * units_per_row_ + 16); }  // 16 past the end
@@ -740,11 +755,17 @@ class VariantRun {
     return {row_len_, u * row_len_, 1, 0, 1};
   }
 
-  // The float64 reference of element i of a unit (times the fp8 scale).
-  double reference(const Unit& un, const UnitStats& st, int64_t i) const {
+  // The float64 value of element i of a unit after the affine step (before the activation).
+  double affine(const Unit& un, const UnitStats& st, int64_t i) const {
     double v = (double(data_[un.offset(i)]) - st.mean) * st.rstd;
     if (!w_eff_.empty()) v *= w_eff_[un.param(i)];
     if (!bias_.empty()) v += bias_[un.param(i)];
+    return v;
+  }
+  // The float64 reference of element i of a unit: the activation of affine() (times the fp8
+  // scale).
+  double reference(const Unit& un, const UnitStats& st, int64_t i) const {
+    const double v = reference::activate(spec_.activation, affine(un, st, i));
     return is_fp8(out_) ? v * double(scale_value_) : v;
   }
 
@@ -783,10 +804,11 @@ class VariantRun {
                     }) /
              double(un.n);
     st.rstd = 1.0 / std::sqrt(st.var + double(float(spec_.eps)));  // the kernel's eps is a float
+    const double scale = is_fp8(out_) ? double(scale_value_) : 1.0;
     st.ref_rms = std::sqrt(sum_of(un.n, parallel,
                                   [&](int64_t i) {
-                                    const double r = reference(un, st, i);
-                                    return r * r;
+                                    const double a = affine(un, st, i) * scale;
+                                    return a * a;
                                   }) /
                            double(un.n));
     return st;
@@ -811,7 +833,10 @@ class VariantRun {
       p.ref2 += r * r;
       if (!rounded) continue;
       const double b = bias_.empty() ? 0.0 : std::fabs(bias_[un.param(i)]) * scale;
-      const double slack = k * (std::fabs(r) + b + st.ref_rms);
+      double slack = k * (std::fabs(affine(un, st, i)) * scale + b + st.ref_rms);
+      if (spec_.activation != Activation::kNone) {
+        slack = kActivationSlope * slack + kActivationError * (std::fabs(r) + st.ref_rms);
+      }
       const double lo = round_to(out_, r - slack), hi = round_to(out_, r + slack);
       if (g == round_to(out_, r)) ++p.exact;
       if ((g < lo || g > hi) && p.misrounded++ == 0) {
@@ -1874,6 +1899,333 @@ TEST_F(Variants, CudaGraphOfACombinedKernelOnAFreshStreamReplaysWithNewInputs) {
     }
   }
   summary.print("CUDA graph replays", t0);
+}
+
+// ---------------------------------------------------------------------------------------
+// The activation epilogue (issue 19): silu and gelu applied to y after the affine step, in the
+// same kernel, on every form and strategy, against float64 with the activation applied in
+// float64 (reference::activate); h (with a residual) and the statistics are those of the norm.
+
+const Activation kActivations[] = {Activation::kSilu, Activation::kGelu};
+
+TEST_F(Variants, ActivationEveryFormEveryDtypeEveryOutput) {
+  // Each form with odd sizes, x in f32/f16/bf16, out in x's dtype, f32 or fp8 (scales 0.5, 4).
+  std::vector<Case> cases;
+  uint64_t seed = 1300;
+  int i = 0;
+  for (Activation a : kActivations) {
+    for (Dtype x : kXDtypes) {
+      auto out = [&](Case c) {
+        switch (i++ % 4) {
+          case 0:
+            break;  // x's dtype
+          case 1:
+            c.out(Dtype::kF32);
+            break;
+          case 2:
+            c.out(Dtype::kE4M3, 0.5f);
+            break;
+          default:
+            c.out(Dtype::kE5M2, 4.0f);
+            break;
+        }
+        cases.push_back(c.act(a).with(Values::kNormal, seed++));
+      };
+      out(rms({7, 4096}, x));
+      out(rms({5, 3, 1000}, x, Affine::kNone, 2));
+      out(rms_channels({2, 64, 33, 17}, x));
+      out(rms_channels({3, 5, 7}, x, Affine::kNone));
+      out(layer_norm({3, 4097}, x));
+      out(layer_norm({5, 1000}, x, Affine::kWeight));
+      out(layer_norm_channels({2, 96, 14, 14}, x));
+      out(layer_norm_channels({2, 24, 7, 9}, x, Affine::kNone));
+      out(group_norm({2, 32, 9, 9}, x, 8));
+      out(group_norm({3, 16, 65}, x, 2, Affine::kWeight));
+      out(group_norm({2, 8, 3}, x, 4, Affine::kNone));  // channels shorter than a vector
+    }
+  }
+  run_cases("activation: forms x dtypes x outputs", cases);
+}
+
+TEST_F(Variants, ActivationGroupNormOnDiffusionShapes) {
+  // GroupNorm -> SiLU of the SD 1.5 / SDXL UNet (32 groups; 320, 640, 1280 channels at 64x64,
+  // 32x32, 8x8) and VAE ([1, 512, 128, 128]), in f16, bf16 and f32 (with f32 parameters under
+  // autocast), an odd [3, 96, 7, 9] with 8 groups, fp8 outputs; gelu on some. A row kernel, the
+  // split rows and the streamed rows all run (checked below).
+  std::vector<Case> cases;
+  uint64_t seed = 1400;
+  const Activation silu = Activation::kSilu, gelu = Activation::kGelu;
+  cases.push_back(
+      group_norm({2, 320, 64, 64}, Dtype::kF16, 32).act(silu).with(Values::kNormal, seed++));
+  cases.push_back(
+      group_norm({2, 320, 64, 64}, Dtype::kBF16, 32).act(silu).with(Values::kNormal, seed++));
+  cases.push_back(
+      group_norm({2, 320, 64, 64}, Dtype::kF32, 32).act(silu).with(Values::kNormal, seed++));
+  cases.push_back(group_norm({2, 640, 32, 32}, Dtype::kF16, 32)
+                      .params(Dtype::kF32)
+                      .act(silu)
+                      .with(Values::kNormal, seed++));
+  cases.push_back(group_norm({2, 1280, 8, 8}, Dtype::kBF16, 32)
+                      .params(Dtype::kF32)
+                      .act(silu)
+                      .with(Values::kNegative, seed++));
+  cases.push_back(
+      group_norm({1, 512, 128, 128}, Dtype::kF16, 32).act(silu).with(Values::kNormal, seed++));
+  cases.push_back(group_norm({2, 320, 64, 64}, Dtype::kBF16, 32)
+                      .act(silu)
+                      .out(Dtype::kE4M3, 4.0f)
+                      .with(Values::kNormal, seed++));
+  cases.push_back(
+      group_norm({2, 640, 32, 32}, Dtype::kF16, 32).act(gelu).with(Values::kNormal, seed++));
+  for (Dtype x : kXDtypes) {
+    for (Activation a : kActivations) {
+      cases.push_back(group_norm({3, 96, 7, 9}, x, 8).act(a).with(Values::kNormal, seed++));
+    }
+  }
+  cases.push_back(group_norm({3, 96, 7, 9}, Dtype::kF16, 8)
+                      .act(silu)
+                      .out(Dtype::kE5M2, 0.5f)
+                      .with(Values::kNormal, seed++));
+  // Rows split over CTAs ([2, 64, 256, 256], 4 groups: 1 M elements a row) and streamed
+  // ([1, 64, 512, 512], 2 groups: 8 M elements a row).
+  cases.push_back(
+      group_norm({2, 64, 256, 256}, Dtype::kBF16, 4).act(silu).with(Values::kNormal, seed++));
+  cases.push_back(group_norm({1, 64, 512, 512}, Dtype::kF32, 2)
+                      .act(silu)
+                      .stats()
+                      .with(Values::kNormal, seed++));
+  run_cases("activation: GroupNorm on diffusion shapes", cases);
+  device::PrimaryContext context;
+  const Target target = device::target_of(context.device());
+  std::set<std::string> ran;
+  for (const Case& c : cases) ran.insert(strategy_of(NormSpec::from_fields(c.fields), target));
+  for (Strategy s : {Strategy::kRowRegisters, Strategy::kRowSplit, Strategy::kRowStream}) {
+    EXPECT_TRUE(ran.count(to_string(s))) << "no case selected " << to_string(s);
+  }
+}
+
+TEST_F(Variants, ActivationLongAndOddRowsEveryStrategy) {
+  // Row lengths 1, 3, 7, 65, 4097, 100003 (row kernels), 1000003 (split over CTAs) and
+  // 5000011 (streamed), with silu and gelu; LayerNorm2d with C not a multiple of anything and
+  // read twice (4099 channels).
+  std::vector<Case> cases;
+  uint64_t seed = 1500;
+  const int64_t lengths[] = {1, 3, 7, 65, 4097, 100003, 1000003, 5000011};
+  const int64_t rows[] = {3, 1, 7, 5, 3, 2, 2, 2};
+  int i = 0;
+  for (int l = 0; l < 8; ++l) {
+    for (Activation a : kActivations) {
+      const Dtype x = kXDtypes[i++ % 3];
+      Case c = i % 2 ? rms({rows[l], lengths[l]}, x) : layer_norm({rows[l], lengths[l]}, x);
+      cases.push_back(c.act(a).with(i % 4 == 3 ? Values::kNegative : Values::kNormal, seed++));
+    }
+  }
+  cases.push_back(layer_norm_channels({1, 4099, 4}, Dtype::kF32, Affine::kBoth)
+                      .act(Activation::kGelu)
+                      .with(Values::kNormal, seed++));
+  cases.push_back(layer_norm_channels({2, 4099, 3}, Dtype::kBF16, Affine::kWeight)
+                      .act(Activation::kSilu)
+                      .with(Values::kNormal, seed++));
+  run_cases("activation: odd and long rows", cases);
+}
+
+TEST_F(Variants, ActivationWithResidualStatsOffsetAndStridedRows) {
+  // h = x + residual is written exactly (before the activation), the saved statistics are the
+  // norm's, the weight offset comes before the activation; strided rows and in-place y.
+  std::vector<Case> cases;
+  uint64_t seed = 1600;
+  for (Activation a : kActivations) {
+    cases.push_back(rms({7, 4096}, Dtype::kBF16)
+                        .params(Dtype::kF32)
+                        .add_residual(Dtype::kBF16, /*in_place=*/true)
+                        .act(a)
+                        .with(Values::kNormal, seed++));
+    cases.push_back(layer_norm({5, 3000}, Dtype::kF16)
+                        .add_residual(Dtype::kF32, /*in_place=*/false)
+                        .act(a)
+                        .stats()
+                        .y_over_x()
+                        .with(Values::kNormal, seed++));
+    cases.push_back(rms({128, 5120}, Dtype::kBF16)
+                        .offset(1.0)
+                        .add_residual(Dtype::kBF16, true)
+                        .out(Dtype::kE4M3, 0.5f)
+                        .act(a)
+                        .stats()
+                        .rows_at(slice(16, 3 * 5120), slice(0, 5120 + 16))
+                        .residual_at(slice(32, 5120 + 32), {})
+                        .with(Values::kNormal, seed++));
+    cases.push_back(rms({7, 8, 128}, Dtype::kBF16)
+                        .two_level(8)
+                        .act(a)
+                        .rows_at(heads(0, 12 * 128, 128), heads(16, 8 * 144, 144))
+                        .with(Values::kNormal, seed++));
+    cases.push_back(layer_norm({2, 1000003}, Dtype::kBF16)
+                        .add_residual(Dtype::kF32, false)
+                        .act(a)
+                        .stats()
+                        .with(Values::kNormal, seed++));
+    cases.push_back(group_norm({2, 32, 7, 7}, Dtype::kF32, 8)
+                        .offset(0.5)
+                        .act(a)
+                        .stats()
+                        .with(Values::kNegative, seed++));
+    cases.push_back(layer_norm_channels({2, 64, 9, 9}, Dtype::kF16)
+                        .offset(1.0)
+                        .act(a)
+                        .stats()
+                        .with(Values::kNormal, seed++));
+  }
+  run_cases("activation with the other axes", cases);
+}
+
+TEST_F(Variants, ActivationAdversarialValues) {
+  // Large mean (1e4, std 1), tiny values, constant rows (the output is the bias alone), all
+  // negative; and a weight offset of 40, which spreads y over about -150..150: exp(-v)
+  // overflows f32 for v < -88.7 (silu's quotient is then -0, its float64 value below 1e-36) and
+  // erf saturates.
+  std::vector<Case> cases;
+  uint64_t seed = 1700;
+  int i = 0;
+  for (Values v : {Values::kLargeMean, Values::kTiny, Values::kConstant, Values::kNegative}) {
+    for (Activation a : kActivations) {
+      auto d = [&] { return kXDtypes[i++ % 3]; };
+      cases.push_back(layer_norm({3, 1000}, d()).act(a).out(Dtype::kF32).with(v, seed++));
+      cases.push_back(rms({3, 4096}, d()).act(a).out(Dtype::kE4M3, 4.0f).with(v, seed++));
+      cases.push_back(group_norm({2, 32, 9, 9}, d(), 8).act(a).with(v, seed++));
+      cases.push_back(rms_channels({2, 64, 9, 7}, d()).act(a).out(Dtype::kF16).with(v, seed++));
+      cases.push_back(layer_norm_channels({2, 96, 9, 7}, d()).act(a).with(v, seed++));
+    }
+  }
+  for (Activation a : kActivations) {
+    for (Dtype x : kXDtypes) {
+      cases.push_back(layer_norm({5, 1000}, x).offset(40.0).act(a).with(Values::kNormal, seed++));
+      cases.push_back(
+          group_norm({2, 32, 9, 9}, x, 8).offset(40.0).act(a).with(Values::kNormal, seed++));
+    }
+    cases.push_back(rms({3, 4096}, Dtype::kBF16)
+                        .offset(40.0)
+                        .act(a)
+                        .out(Dtype::kF32)
+                        .with(Values::kNormal, seed++));
+  }
+  run_cases("activation: adversarial values", cases);
+}
+
+// The activation's own error, apart from the norm's: the same inputs through the kernel with
+// and without the activation (f32 out), and the first's output against the float64 activation
+// of the second's. The pre-activation values are the same arithmetic in both kernels (only the
+// epilogue differs), so what is left is the f32 activation of ex2.approx, div.approx and erff.
+// Bound: 2e-6 of |ref| + 1e-6 absolute (kActivationError; twice what the host emulation of the
+// formulas and the intrinsics' documented errors give). The measured worst is printed.
+TEST_F(Variants, ActivationErrorOfTheEpilogueAlone) {
+  device::PrimaryContext context;
+  Engine engine(test_engine_options());
+  const auto t0 = std::chrono::steady_clock::now();
+  // y spread over about -25..25 (a weight offset of 8 on N(1, 0.5) weights, biases around -1),
+  // one row of the row kernel, the channel kernel and a GroupNorm row kernel.
+  const std::vector<Case> bases = {
+      layer_norm({16, 4096}, Dtype::kF32).offset(8.0).with(Values::kNormal, 1801),
+      layer_norm_channels({4, 64, 32, 32}, Dtype::kF32).offset(8.0).with(Values::kNormal, 1802),
+      group_norm({2, 64, 16, 16}, Dtype::kF32, 8).offset(8.0).with(Values::kNormal, 1803),
+  };
+  for (Activation a : kActivations) {
+    double worst = 0, worst_ulps = 0, worst_at = 0;
+    int64_t checked = 0, beyond = 0;
+    for (Case base : bases) {
+      Case with = base;
+      with.act(a);
+      try {
+        VariantRun plain(base), activated(with);
+        const int64_t batch = plain.spec().batch();
+        engine.prepare(plain.spec()).launch(plain.args(batch), nullptr);
+        engine.prepare(activated.spec()).launch(activated.args(batch), nullptr);
+        NORMJIT_CU(driver::api().cuCtxSynchronize());
+        const std::vector<unsigned char> y0 = plain.written(batch).y,
+                                         y1 = activated.written(batch).y;
+        ASSERT_EQ(y0.size(), y1.size());
+        for (size_t e = 0; e < y0.size() / 4; ++e) {
+          float v, got;
+          std::memcpy(&v, &y0[4 * e], 4);
+          std::memcpy(&got, &y1[4 * e], 4);
+          const double ref = reference::activate(a, double(v));
+          const double err = std::fabs(double(got) - ref);
+          const double bound = kActivationError * std::fabs(ref) + 0.5 * kActivationError;
+          ++checked;
+          if (!(err <= bound) && beyond++ == 0) {
+            ADD_FAILURE() << to_string(a) << "(" << v << ") = " << got << ", float64 " << ref
+                          << " (bound " << bound << ")";
+          }
+          if (err / (std::fabs(ref) + 1.0) > worst) {
+            worst = err / (std::fabs(ref) + 1.0);
+            worst_at = v;
+          }
+          if (std::fabs(ref) > 1e-3) {
+            const double ulp = std::ldexp(1.0, std::ilogb(float(ref)) - 23);
+            worst_ulps = std::max(worst_ulps, err / ulp);
+          }
+        }
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << to_string(a) << ": " << e.what();
+      }
+    }
+    EXPECT_EQ(beyond, 0) << to_string(a) << ": " << beyond << " of " << checked
+                         << " values beyond the bound";
+    EXPECT_GT(checked, 100000) << to_string(a);
+    std::printf(
+        "[ measured ] %s: %lld values, worst |err| / (|ref| + 1) %.3g (at v = %.6g), worst %.2f "
+        "ulp where |ref| > 1e-3\n",
+        to_string(a), static_cast<long long>(checked), worst, worst_at, worst_ulps);
+  }
+  std::printf("[ summary  ] activation epilogue alone: %.1f s\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+}
+
+TEST_F(Variants, ActivationCudaGraphOfGroupNormSiluReplaysWithNewInputs) {
+  // The SD UNet's GroupNorm -> SiLU kernel captured on a fresh non-blocking stream, replayed
+  // with new x (and fp8 scale) in the captured buffers, checked against float64 each time.
+  const auto t0 = std::chrono::steady_clock::now();
+  device::PrimaryContext context;
+  Engine engine(test_engine_options());
+  const Target target = device::target_of(context.device());
+  const Case unet =
+      group_norm({2, 320, 64, 64}, Dtype::kF16, 32).act(Activation::kSilu).with(Values::kNormal, 1);
+  const Case fp8 = layer_norm_channels({2, 96, 14, 14}, Dtype::kBF16)
+                       .act(Activation::kGelu)
+                       .out(Dtype::kE4M3, 0.5f)
+                       .with(Values::kNormal, 2);
+  prepare_in_parallel(engine, {unet, fp8});
+  Summary summary;
+  for (const Case& c : {unet, fp8}) {
+    std::string what = format_shape(*c.fields.shape);
+    try {
+      const NormSpec spec = NormSpec::from_fields(c.fields);
+      VariantRun run(c);
+      const Kernel kernel = engine.prepare(spec);
+      const std::string strat = strategy_of(spec, target);
+      summary.strategies.insert(strat);
+      what = line_of(run, c, spec.batch(), strat);
+      std::printf("[ variant  ] %s\n", what.c_str());
+      device::Stream stream;
+      CapturedGraph graph(stream.get(),
+                          [&] { kernel.launch(run.args(spec.batch()), stream.handle()); });
+      const Values kinds[] = {Values::kNormal, Values::kNegative, Values::kLargeMean};
+      const float scales[] = {0.5f, 4.0f, 100.0f};
+      for (int r = 0; r < 3; ++r) {
+        run.generate(kinds[r], Values::kNormal, 20 + r, scales[r]);
+        graph.replay(stream.get());
+        stream.synchronize();
+        const Outcome o = run.check(spec.batch());
+        print_result(spec, o);
+        expect_outcome(spec, o, kinds[r], what + " | replay " + std::to_string(r), summary);
+        ++summary.cases;
+      }
+    } catch (const std::exception& e) {
+      ++summary.failed_to_run;
+      ADD_FAILURE() << what << ": " << e.what();
+    }
+  }
+  summary.print("activation: CUDA graph replays", t0);
 }
 
 }  // namespace

@@ -4,7 +4,8 @@
 // the same names), cache metadata and error messages:
 //   op=groupnorm shape=112,64,512,512 dtype=f32 groups=8 affine=both eps=1e-05
 // The variant axes follow, each only when not its default, in this order:
-//   ... param_dtype=f32 out_dtype=e4m3 residual=bf16 weight_offset=1 save_stats=true
+//   ... param_dtype=f32 out_dtype=e4m3 residual=bf16 weight_offset=1 activation=silu
+//   save_stats=true
 // and, last, backward=true (the gradient kernel of the same problem).
 #pragma once
 
@@ -22,10 +23,15 @@ enum class Op { kRmsNorm, kLayerNorm, kGroupNorm };
 // e4m3 and e5m2 (the OCP fp8 formats, saturating) are output dtypes only.
 enum class Dtype { kF32, kF16, kBF16, kE4M3, kE5M2 };
 enum class Affine { kNone, kWeight, kBoth };
+// Applied to y after the affine step, before the output conversion (and its fp8 scale):
+// silu(v) = v / (1 + exp(-v)); gelu is the exact erf form, v / 2 * (1 + erf(v / sqrt(2)))
+// (PyTorch's F.gelu with approximate='none').
+enum class Activation { kNone, kSilu, kGelu };
 
 const char* to_string(Op op);
 const char* to_string(Dtype dtype);
 const char* to_string(Affine affine);
+const char* to_string(Activation activation);
 int size_of(Dtype dtype);  // bytes per element
 bool is_fp8(Dtype dtype);  // e4m3 or e5m2
 
@@ -36,6 +42,7 @@ Dtype parse_dtype(std::string_view text, const std::string& argument = "dtype");
 // The output: any dtype, fp8 included.
 Dtype parse_out_dtype(std::string_view text, const std::string& argument = "out_dtype");
 Affine parse_affine(std::string_view text, const std::string& argument = "affine");
+Activation parse_activation(std::string_view text, const std::string& argument = "activation");
 // Commas only ("8,64,32,32"); every size a decimal integer within 64 bits (validate() checks
 // that each is at least 1), at most kMaxRank of them.
 std::vector<int64_t> parse_shape(std::string_view text, const std::string& argument = "shape");
@@ -72,6 +79,7 @@ struct SpecFields {
   std::optional<Dtype> out_dtype;
   std::optional<Dtype> residual;  // the residual's dtype: x's or f32
   std::optional<double> weight_offset;
+  std::optional<Activation> activation;
   std::optional<bool> save_stats;
   std::optional<bool> backward;
 };
@@ -96,6 +104,9 @@ struct NormSpec {
   std::optional<Dtype> residual;
   // The weight used is (weight_offset + weight) in f32 (Gemma's RMSNorm: 1); needs a weight.
   double weight_offset = 0.0;
+  // Applied to y after the affine step (and the weight offset), before the output conversion;
+  // with a residual, h is written as it was (the activation is of y only). Not with backward.
+  Activation activation = Activation::kNone;
   // Also write each row's mean (layernorm, groupnorm) and rstd in f32, for a backward pass.
   bool save_stats = false;
   // The backward kernel of this problem instead of the forward: from x, dy, the statistics the

@@ -9,7 +9,9 @@ Functions: rms_norm, rms_norm_channels (x [N, C, *spatial] reduced over dim 1), 
 layer_norm_channels (LayerNorm over dim 1 of [N, C, *spatial], the module LayerNorm2d: timm's and
 SAM's), group_norm; the fused residual add of a decoder layer, add_rms_norm and add_layer_norm
 (returning (y, h), or in place as vLLM's fused_add_rms_norm); keyword-only variants of rms_norm
-and layer_norm (weight_offset for Gemma, out_dtype with fp8 and a scale, return_stats); custom
+and layer_norm (weight_offset for Gemma, out_dtype with fp8 and a scale, return_stats); an
+activation keyword (None, 'silu', 'gelu') on every function and module, applied in the same
+kernel (GroupNorm -> SiLU of diffusion models; patch() fuses an nn.Sequential's pairs); custom
 ops torch.ops.normjit.* with fake implementations, so that torch.compile(fullgraph=True) traces
 them. rms_norm and layer_norm (and the RMSNorm/LayerNorm modules, patched layers) train:
 autograd runs normjit's backward kernels (custom ops rms_norm_backward/layer_norm_backward);

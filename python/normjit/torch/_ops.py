@@ -49,6 +49,13 @@ without scale or a scale without one, weight_offset without a weight) raise Valu
 the argument and its value; group_norm raises PyTorch's own ValueError where a group has one
 value (F.group_norm's check).
 
+The activation keyword (activation=None, 'silu' or 'gelu'; rms_norm, rms_norm_channels,
+layer_norm, group_norm, add_rms_norm, add_layer_norm, and the modules) applies F.silu or F.gelu
+(approximate='none') to y after the affine step (and the weight offset), before the output
+dtype's conversion (fp8: before the scale), in the same kernel; h and the statistics are the
+norm's. Calls with an activation are forward-only in normjit: with an input that requires grad
+they run PyTorch's norm and activation (and its autograd), with the warning.
+
 Training (the section "Training" below): rms_norm and layer_norm without their keyword variants
 have autograd through the custom ops rms_norm_train/layer_norm_train (forward with saved
 statistics) and rms_norm_backward/layer_norm_backward (normjit's backward kernel through
@@ -80,6 +87,8 @@ _DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
 _OUT_DTYPES = {**_DTYPES, torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
 _FP8_MAX = {torch.float8_e4m3fn: 448.0, torch.float8_e5m2: 57344.0}  # saturation bounds
 _AFFINE = {(False, False): "none", (True, False): "weight", (True, True): "both"}
+# The activation keyword: None, or the spec's name of it (the custom ops' schemas take "none").
+_ACTIVATIONS = {None: None, "none": None, "silu": "silu", "gelu": "gelu"}
 
 # The trailing forms, by public name: the library op. They take the variant axes and strided
 # rows; the channel forms (rms_norm_channels, layer_norm_channels, group_norm) neither.
@@ -142,8 +151,8 @@ def _reason_text(code: str, x: Tensor, weight: Optional[Tensor], bias: Optional[
         return ("an input requires grad and this function is forward-only in normjit (normjit "
                 "trains rms_norm and layer_norm called without the keyword variants; "
                 "rms_norm_channels, layer_norm_channels (LayerNorm2d), group_norm, add_rms_norm, "
-                "add_layer_norm and the variants weight_offset, out_dtype, scale, return_stats "
-                "have no normjit backward yet: PyTorch's autograd trains them)")
+                "add_layer_norm and the variants weight_offset, out_dtype, scale, return_stats, "
+                "activation have no normjit backward yet: PyTorch's autograd trains them)")
     if code == "param_dtype":
         dtypes = ", ".join(dict.fromkeys(str(p.dtype) for p in (weight, bias) if p is not None))
         return (f"weight/bias dtype {dtypes} differs from the input's {x.dtype} (normjit takes "
@@ -286,9 +295,29 @@ def _as_offset(op: str, weight_offset) -> float:
                     f"{type(weight_offset).__name__} ({weight_offset!r})")
 
 
+def _as_activation(op: str, activation) -> Optional[str]:
+    """The activation keyword as the spec names it: None (also for 'none'), 'silu', 'gelu'."""
+    try:
+        return _ACTIVATIONS[activation]
+    except (KeyError, TypeError):
+        pass
+    if activation is not None and not isinstance(activation, str):
+        raise TypeError(f"normjit.torch.{op}: activation must be None, 'silu' or 'gelu', not "
+                        f"{type(activation).__name__} ({activation!r})")
+    raise ValueError(f"normjit.torch.{op}: activation {activation!r} is not one of None, "
+                     "'silu', 'gelu' (F.silu, F.gelu with approximate='none')")
+
+
+def _activate(y: Tensor, activation: Optional[str]) -> Tensor:
+    """PyTorch's activation of a fallback's y (the kernels apply the same one)."""
+    if activation is None:
+        return y
+    return F.silu(y) if activation == "silu" else F.gelu(y)
+
+
 def _check_variant(op: str, x: Tensor, weight: Optional[Tensor], variant: tuple,
                    scale) -> None:
-    offset, out_dtype, _, inplace = variant
+    offset, out_dtype, _, inplace, _ = variant
     if offset != 0 and weight is None:
         raise ValueError(f"normjit.torch.{op}: weight_offset {offset!r} needs a weight (the "
                          "weight used is weight_offset + weight)")
@@ -347,7 +376,8 @@ def _rows_spec(op: str, shape: Tuple[int, ...], normalized_dims: int, dtype: tor
                has_weight: bool, has_bias: bool, eps: float,
                param_dtype: Optional[torch.dtype] = None, out_dtype: Optional[torch.dtype] = None,
                residual: Optional[torch.dtype] = None, weight_offset: float = 0.0,
-               save_stats: bool = False, backward: bool = False) -> str:
+               save_stats: bool = False, backward: bool = False,
+               activation: Optional[str] = None) -> str:
     """The canonical spec text of a trailing-dims problem (rmsnorm, layernorm); the variant
     axes follow eps where they are not the default, in the canonical order; backward=True: the
     problem's backward kernel."""
@@ -362,6 +392,8 @@ def _rows_spec(op: str, shape: Tuple[int, ...], normalized_dims: int, dtype: tor
         text += f" residual={_DTYPES[residual]}"
     if weight_offset:
         text += f" weight_offset={float(weight_offset)!r}"
+    if activation is not None:
+        text += f" activation={activation}"
     if save_stats:
         text += " save_stats=true"
     if backward:
@@ -370,11 +402,13 @@ def _rows_spec(op: str, shape: Tuple[int, ...], normalized_dims: int, dtype: tor
 
 
 def _channels_spec(op: str, shape: Tuple[int, ...], groups: int, dtype: torch.dtype,
-                   has_weight: bool, has_bias: bool, eps: float) -> str:
+                   has_weight: bool, has_bias: bool, eps: float,
+                   activation: Optional[str] = None) -> str:
     """The canonical spec text of x [N, C, *spatial]: rmsnorm's channel form or groupnorm."""
     return (f"op={op} shape={','.join(map(str, shape))} dtype={_DTYPES[dtype]}"
             + (f" groups={groups}" if op == "groupnorm" else " normalized_dims=0")
-            + f" affine={_AFFINE[has_weight, has_bias]} eps={float(eps)!r}")
+            + f" affine={_AFFINE[has_weight, has_bias]} eps={float(eps)!r}"
+            + (f" activation={activation}" if activation is not None else ""))
 
 
 def _prepare(key: tuple, spec: str, per_item: int) -> tuple:
@@ -468,10 +502,15 @@ def _decide(op: str, arg, x: Tensor, weight: Optional[Tensor], bias: Optional[Te
     library_op = _ROW_OPS.get(op)
     if library_op is None:
         library_op = _CHANNEL_OPS[op]
+        # The channel forms take one variant: the activation (variant[4]).
+        activation = variant[4] if variant is not None else None
         per_item = x.numel() // x.shape[0]
         key = (library_op, tuple(x.shape[1:]), arg, x.dtype, has_weight, has_bias, device)
+        if activation is not None:
+            key = (library_op, tuple(x.shape[1:]), arg, x.dtype, has_weight, has_bias,
+                   activation, device)
         spec = _channels_spec(library_op, tuple(x.shape), arg, x.dtype, has_weight, has_bias,
-                              eps)
+                              eps, activation)
         kernel, per_item = _prepare(key, spec, per_item)
         if kernel is None:
             return per_item  # the library's message
@@ -490,15 +529,17 @@ def _decide(op: str, arg, x: Tensor, weight: Optional[Tensor], bias: Optional[Te
         if kernel is None:
             return per_item
         return (kernel, x.numel() // per_item, float(eps), device)
-    offset, out_dtype, stats, inplace = variant or (0.0, None, False, False)
+    offset, out_dtype, stats, inplace, activation = variant or (0.0, None, False, False, None)
     y_dtype = out_dtype if out_dtype is not None else x.dtype
     h_dtype = residual.dtype if residual is not None else None
-    # The spec's variant axes: param_dtype, out_dtype, residual, weight_offset, save_stats.
+    # The spec's variant axes: param_dtype, out_dtype, residual, weight_offset, save_stats,
+    # activation.
     axes = (param_dtype if param_dtype != x.dtype else None,
-            y_dtype if y_dtype != x.dtype else None, h_dtype, float(offset), bool(stats))
+            y_dtype if y_dtype != x.dtype else None, h_dtype, float(offset), bool(stats),
+            activation)
     key = (library_op, arg, x.dtype, has_weight, has_bias, axes, device)
     spec = _rows_spec(library_op, (batch,) + arg, len(arg), x.dtype, has_weight, has_bias, eps,
-                      *axes)
+                      *axes[:5], activation=activation)
     kernel, message = _prepare(key, spec, per_item)
     if kernel is None:
         return message
@@ -668,10 +709,13 @@ def _run(ex: _Ex, x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],
 
 
 def _eager(op: str, arg, x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],
-           eps: Optional[float]) -> Optional[Tensor]:
+           eps: Optional[float], variant: Optional[tuple] = None) -> Optional[Tensor]:
     """normjit's y; or None, after the fallback warning, when PyTorch's implementation must
-    compute this call."""
-    decision = _decision(op, arg, x, weight, bias, eps)
+    compute this call. variant: the channel forms' activation (variant[4]), or None."""
+    if variant is None:
+        decision = _decision(op, arg, x, weight, bias, eps)
+    else:
+        decision = _decision_ex(op, arg, x, weight, bias, eps, variant, None, None)
     if decision.__class__ is tuple:
         kernel, batch, eps_f, device = decision
         xp = x.data_ptr()
@@ -774,13 +818,14 @@ def _torch_layer_norm_channels(x: Tensor, weight: Optional[Tensor], bias: Option
 
 def _torch_norm(library_op: str, x: Tensor, shape: Tuple[int, ...], weight: Optional[Tensor],
                 bias: Optional[Tensor], eps: float, offset: float, out_dtype: torch.dtype,
-                scale: Optional[Tensor]) -> Tuple[Tensor, Optional[Tensor], Tensor]:
+                scale: Optional[Tensor],
+                activation: Optional[str] = None) -> Tuple[Tensor, Optional[Tensor], Tensor]:
     """(y, mean, rstd) of the variant functions, in float32 (or wider) from x:
     rmsnorm: rstd = rsqrt(mean(x^2) + eps), n = x * rstd;
     layernorm: mean, biased var; rstd = rsqrt(var + eps), n = (x - mean) * rstd;
-    then n * (weight_offset + weight) + bias, and y = n.to(out_dtype), or for fp8
-    (n * scale).clamp(-max, max).to(out_dtype). mean (layernorm) and rstd keep the reduced
-    dims (size 1)."""
+    then n * (weight_offset + weight) + bias, n = activation(n) (F.silu, F.gelu), and
+    y = n.to(out_dtype), or for fp8 (n * scale).clamp(-max, max).to(out_dtype). mean
+    (layernorm) and rstd keep the reduced dims (size 1)."""
     acc = torch.promote_types(x.dtype, torch.float32)
     xf = x.to(acc)
     dims = tuple(range(x.dim() - len(shape), x.dim()))
@@ -796,6 +841,7 @@ def _torch_norm(library_op: str, x: Tensor, shape: Tuple[int, ...], weight: Opti
         n = n * (weight.to(acc) + offset if offset else weight.to(acc))
     if bias is not None:
         n = n + bias.to(acc)
+    n = _activate(n, activation)
     fp8_max = _FP8_MAX.get(out_dtype)
     if fp8_max is not None:
         y = (n * scale.reshape(()).to(acc)).clamp(-fp8_max, fp8_max).to(out_dtype)
@@ -819,7 +865,7 @@ def _torch_variant(op: str, x: Tensor, residual: Optional[Tensor],
     rstd), contiguous, statistics in float32, None where not asked for; in place, written into
     x and residual (returned as y and h). Where PyTorch's own function refuses the parameters'
     dtypes (those normjit does not take, on any device), its exception."""
-    offset, out_dtype, stats, inplace = variant
+    offset, out_dtype, stats, inplace, activation = variant
     if ((op == "rms_norm" or op == "layer_norm") and weight is not None
             and (weight.dtype != x.dtype or (bias is not None and bias.dtype != x.dtype))
             and not _params_ok(op, x, weight, bias)):
@@ -830,7 +876,8 @@ def _torch_variant(op: str, x: Tensor, residual: Optional[Tensor],
         acc = torch.promote_types(torch.promote_types(x.dtype, residual.dtype), torch.float32)
         h = (x.to(acc) + residual.to(acc)).to(residual.dtype)
     y, mean, rstd = _torch_norm(_ROW_OPS[op], h if h is not None else x, shape, weight, bias, eps,
-                                offset, out_dtype if out_dtype is not None else x.dtype, scale)
+                                offset, out_dtype if out_dtype is not None else x.dtype, scale,
+                                activation)
     if inplace:
         residual.copy_(h)
         x.copy_(y)
@@ -859,10 +906,19 @@ def _rms_norm_op(input: Tensor, normalized_shape: List[int], weight: Optional[Te
     return y if y is not None else _fresh(F.rms_norm(input, shape, weight, eps), input)
 
 
+def _channel_variant(op: str, activation: str) -> Optional[tuple]:
+    """The variant of a channel-form call from its op's activation argument ("none": None)."""
+    activation = _as_activation(op, activation)
+    return None if activation is None else (0.0, None, False, False, activation)
+
+
 @torch.library.custom_op("normjit::rms_norm_channels", mutates_args=())
-def _rms_norm_channels_op(input: Tensor, weight: Optional[Tensor], eps: float) -> Tensor:
-    y = _eager("rms_norm_channels", 0, input, weight, None, eps)
-    return y if y is not None else _fresh(_torch_rms_norm_channels(input, weight, eps), input)
+def _rms_norm_channels_op(input: Tensor, weight: Optional[Tensor], eps: float,
+                          activation: str = "none") -> Tensor:
+    variant = _channel_variant("rms_norm_channels", activation)
+    y = _eager("rms_norm_channels", 0, input, weight, None, eps, variant)
+    return y if y is not None else _fresh(
+        _activate(_torch_rms_norm_channels(input, weight, eps), variant and variant[4]), input)
 
 
 @torch.library.custom_op("normjit::layer_norm", mutates_args=())
@@ -883,10 +939,12 @@ def _layer_norm_channels_op(input: Tensor, weight: Optional[Tensor], bias: Optio
 
 @torch.library.custom_op("normjit::group_norm", mutates_args=())
 def _group_norm_op(input: Tensor, num_groups: int, weight: Optional[Tensor],
-                   bias: Optional[Tensor], eps: float) -> Tensor:
-    y = _eager("group_norm", num_groups, input, weight, bias, eps)
-    return y if y is not None else _fresh(F.group_norm(input, num_groups, weight, bias, eps),
-                                          input)
+                   bias: Optional[Tensor], eps: float, activation: str = "none") -> Tensor:
+    variant = _channel_variant("group_norm", activation)
+    y = _eager("group_norm", num_groups, input, weight, bias, eps, variant)
+    return y if y is not None else _fresh(
+        _activate(F.group_norm(input, num_groups, weight, bias, eps), variant and variant[4]),
+        input)
 
 
 def _fake(input: Tensor, *args) -> Tensor:
@@ -906,9 +964,9 @@ for _op in (_rms_norm_op, _rms_norm_channels_op, _layer_norm_op, _layer_norm_cha
 def _op_outputs(op: str, x: Tensor, residual: Optional[Tensor], normalized_shape: List[int],
                 weight: Optional[Tensor], bias: Optional[Tensor], eps: float,
                 weight_offset: float, out_dtype: Optional[torch.dtype], scale: Optional[Tensor],
-                stats: bool, inplace: bool) -> tuple:
+                stats: bool, inplace: bool, activation: str = "none") -> tuple:
     shape = tuple(normalized_shape)
-    variant = (float(weight_offset), out_dtype, stats, inplace)
+    variant = (float(weight_offset), out_dtype, stats, inplace, _as_activation(op, activation))
     out = _eager_variant(op, shape, x, weight, bias, eps, variant, residual, scale)
     if out.__class__ is not tuple:
         out = _torch_variant(op, x, residual, shape, weight, bias, eps, variant, scale)
@@ -918,71 +976,73 @@ def _op_outputs(op: str, x: Tensor, residual: Optional[Tensor], normalized_shape
 @torch.library.custom_op("normjit::rms_norm_ex", mutates_args=())
 def _rms_norm_ex_op(input: Tensor, normalized_shape: List[int], weight: Optional[Tensor],
                     eps: float, weight_offset: float, out_dtype: Optional[torch.dtype],
-                    scale: Optional[Tensor]) -> Tensor:
+                    scale: Optional[Tensor], activation: str = "none") -> Tensor:
     return _op_outputs("rms_norm", input, None, normalized_shape, weight, None, eps,
-                       weight_offset, out_dtype, scale, False, False)[0]
+                       weight_offset, out_dtype, scale, False, False, activation)[0]
 
 
 @torch.library.custom_op("normjit::rms_norm_stats", mutates_args=())
 def _rms_norm_stats_op(input: Tensor, normalized_shape: List[int], weight: Optional[Tensor],
                        eps: float, weight_offset: float, out_dtype: Optional[torch.dtype],
-                       scale: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+                       scale: Optional[Tensor], activation: str = "none") -> Tuple[Tensor, Tensor]:
     y, _, _, rstd = _op_outputs("rms_norm", input, None, normalized_shape, weight, None, eps,
-                                weight_offset, out_dtype, scale, True, False)
+                                weight_offset, out_dtype, scale, True, False, activation)
     return y, rstd
 
 
 @torch.library.custom_op("normjit::layer_norm_ex", mutates_args=())
 def _layer_norm_ex_op(input: Tensor, normalized_shape: List[int], weight: Optional[Tensor],
                       bias: Optional[Tensor], eps: float, weight_offset: float,
-                      out_dtype: Optional[torch.dtype], scale: Optional[Tensor]) -> Tensor:
+                      out_dtype: Optional[torch.dtype], scale: Optional[Tensor],
+                      activation: str = "none") -> Tensor:
     return _op_outputs("layer_norm", input, None, normalized_shape, weight, bias, eps,
-                       weight_offset, out_dtype, scale, False, False)[0]
+                       weight_offset, out_dtype, scale, False, False, activation)[0]
 
 
 @torch.library.custom_op("normjit::layer_norm_stats", mutates_args=())
 def _layer_norm_stats_op(input: Tensor, normalized_shape: List[int], weight: Optional[Tensor],
                          bias: Optional[Tensor], eps: float, weight_offset: float,
-                         out_dtype: Optional[torch.dtype],
-                         scale: Optional[Tensor]) -> Tuple[Tensor, Tensor, Tensor]:
+                         out_dtype: Optional[torch.dtype], scale: Optional[Tensor],
+                         activation: str = "none") -> Tuple[Tensor, Tensor, Tensor]:
     y, _, mean, rstd = _op_outputs("layer_norm", input, None, normalized_shape, weight, bias,
-                                   eps, weight_offset, out_dtype, scale, True, False)
+                                   eps, weight_offset, out_dtype, scale, True, False, activation)
     return y, mean, rstd
 
 
 @torch.library.custom_op("normjit::add_rms_norm", mutates_args=())
 def _add_rms_norm_op(x: Tensor, residual: Tensor, normalized_shape: List[int],
                      weight: Optional[Tensor], eps: float, weight_offset: float,
-                     out_dtype: Optional[torch.dtype],
-                     scale: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+                     out_dtype: Optional[torch.dtype], scale: Optional[Tensor],
+                     activation: str = "none") -> Tuple[Tensor, Tensor]:
     y, h, _, _ = _op_outputs("add_rms_norm", x, residual, normalized_shape, weight, None, eps,
-                             weight_offset, out_dtype, scale, False, False)
+                             weight_offset, out_dtype, scale, False, False, activation)
     return y, h
 
 
 @torch.library.custom_op("normjit::add_rms_norm_inplace", mutates_args=("x", "residual"))
 def _add_rms_norm_inplace_op(x: Tensor, residual: Tensor, normalized_shape: List[int],
-                             weight: Optional[Tensor], eps: float, weight_offset: float) -> None:
+                             weight: Optional[Tensor], eps: float, weight_offset: float,
+                             activation: str = "none") -> None:
     _op_outputs("add_rms_norm", x, residual, normalized_shape, weight, None, eps, weight_offset,
-                None, None, False, True)
+                None, None, False, True, activation)
 
 
 @torch.library.custom_op("normjit::add_layer_norm", mutates_args=())
 def _add_layer_norm_op(x: Tensor, residual: Tensor, normalized_shape: List[int],
                        weight: Optional[Tensor], bias: Optional[Tensor], eps: float,
                        weight_offset: float, out_dtype: Optional[torch.dtype],
-                       scale: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+                       scale: Optional[Tensor], activation: str = "none") -> Tuple[Tensor, Tensor]:
     y, h, _, _ = _op_outputs("add_layer_norm", x, residual, normalized_shape, weight, bias, eps,
-                             weight_offset, out_dtype, scale, False, False)
+                             weight_offset, out_dtype, scale, False, False, activation)
     return y, h
 
 
 @torch.library.custom_op("normjit::add_layer_norm_inplace", mutates_args=("x", "residual"))
 def _add_layer_norm_inplace_op(x: Tensor, residual: Tensor, normalized_shape: List[int],
                                weight: Optional[Tensor], bias: Optional[Tensor], eps: float,
-                               weight_offset: float) -> None:
+                               weight_offset: float, activation: str = "none") -> None:
     _op_outputs("add_layer_norm", x, residual, normalized_shape, weight, bias, eps,
-                weight_offset, None, None, False, True)
+                weight_offset, None, None, False, True, activation)
 
 
 def _fake_y(x: Tensor, out_dtype: Optional[torch.dtype]) -> Tensor:
@@ -994,43 +1054,47 @@ def _fake_stat(x: Tensor, normalized_shape: List[int]) -> Tensor:
 
 
 @_rms_norm_ex_op.register_fake
-def _(input, normalized_shape, weight, eps, weight_offset, out_dtype, scale):
+def _(input, normalized_shape, weight, eps, weight_offset, out_dtype, scale, activation="none"):
     return _fake_y(input, out_dtype)
 
 
 @_rms_norm_stats_op.register_fake
-def _(input, normalized_shape, weight, eps, weight_offset, out_dtype, scale):
+def _(input, normalized_shape, weight, eps, weight_offset, out_dtype, scale, activation="none"):
     return _fake_y(input, out_dtype), _fake_stat(input, normalized_shape)
 
 
 @_layer_norm_ex_op.register_fake
-def _(input, normalized_shape, weight, bias, eps, weight_offset, out_dtype, scale):
+def _(input, normalized_shape, weight, bias, eps, weight_offset, out_dtype, scale,
+      activation="none"):
     return _fake_y(input, out_dtype)
 
 
 @_layer_norm_stats_op.register_fake
-def _(input, normalized_shape, weight, bias, eps, weight_offset, out_dtype, scale):
+def _(input, normalized_shape, weight, bias, eps, weight_offset, out_dtype, scale,
+      activation="none"):
     return (_fake_y(input, out_dtype), _fake_stat(input, normalized_shape),
             _fake_stat(input, normalized_shape))
 
 
 @_add_rms_norm_op.register_fake
-def _(x, residual, normalized_shape, weight, eps, weight_offset, out_dtype, scale):
+def _(x, residual, normalized_shape, weight, eps, weight_offset, out_dtype, scale,
+      activation="none"):
     return _fake_y(x, out_dtype), residual.new_empty(residual.shape)
 
 
 @_add_layer_norm_op.register_fake
-def _(x, residual, normalized_shape, weight, bias, eps, weight_offset, out_dtype, scale):
+def _(x, residual, normalized_shape, weight, bias, eps, weight_offset, out_dtype, scale,
+      activation="none"):
     return _fake_y(x, out_dtype), residual.new_empty(residual.shape)
 
 
 @_add_rms_norm_inplace_op.register_fake
-def _(x, residual, normalized_shape, weight, eps, weight_offset):
+def _(x, residual, normalized_shape, weight, eps, weight_offset, activation="none"):
     return None
 
 
 @_add_layer_norm_inplace_op.register_fake
-def _(x, residual, normalized_shape, weight, bias, eps, weight_offset):
+def _(x, residual, normalized_shape, weight, bias, eps, weight_offset, activation="none"):
     return None
 
 
@@ -1039,31 +1103,34 @@ def _traced_variant(op: str, x: Tensor, residual: Optional[Tensor], shape: Tuple
                     scale: Optional[Tensor]) -> tuple:
     """Under torch.compile: the custom op of a variant call, its outputs as (y, h, mean,
     rstd)."""
-    offset, out_dtype, stats, inplace = variant
+    offset, out_dtype, stats, inplace, activation = variant
     ops = torch.ops.normjit
     shape = list(shape)
+    act = activation or "none"
     if op == "rms_norm":
         if stats:
-            y, rstd = ops.rms_norm_stats(x, shape, weight, eps, offset, out_dtype, scale)
+            y, rstd = ops.rms_norm_stats(x, shape, weight, eps, offset, out_dtype, scale, act)
             return y, None, None, rstd
-        return ops.rms_norm_ex(x, shape, weight, eps, offset, out_dtype, scale), None, None, None
+        return (ops.rms_norm_ex(x, shape, weight, eps, offset, out_dtype, scale, act), None,
+                None, None)
     if op == "layer_norm":
         if stats:
             y, mean, rstd = ops.layer_norm_stats(x, shape, weight, bias, eps, offset, out_dtype,
-                                                 scale)
+                                                 scale, act)
             return y, None, mean, rstd
-        return (ops.layer_norm_ex(x, shape, weight, bias, eps, offset, out_dtype, scale), None,
-                None, None)
+        return (ops.layer_norm_ex(x, shape, weight, bias, eps, offset, out_dtype, scale, act),
+                None, None, None)
     if op == "add_rms_norm":
         if inplace:
-            ops.add_rms_norm_inplace(x, residual, shape, weight, eps, offset)
+            ops.add_rms_norm_inplace(x, residual, shape, weight, eps, offset, act)
             return x, residual, None, None
-        y, h = ops.add_rms_norm(x, residual, shape, weight, eps, offset, out_dtype, scale)
+        y, h = ops.add_rms_norm(x, residual, shape, weight, eps, offset, out_dtype, scale, act)
         return y, h, None, None
     if inplace:
-        ops.add_layer_norm_inplace(x, residual, shape, weight, bias, eps, offset)
+        ops.add_layer_norm_inplace(x, residual, shape, weight, bias, eps, offset, act)
         return x, residual, None, None
-    y, h = ops.add_layer_norm(x, residual, shape, weight, bias, eps, offset, out_dtype, scale)
+    y, h = ops.add_layer_norm(x, residual, shape, weight, bias, eps, offset, out_dtype, scale,
+                              act)
     return y, h, None, None
 
 
@@ -1499,15 +1566,20 @@ def _rms_norm(x: Tensor, shape: Union[int, Sequence[int]], weight: Optional[Tens
 
 def _rms_norm_channels(x: Tensor, weight: Optional[Tensor], eps: float,
                        fallback: Optional[Callable] = None,
-                       module: Optional[torch.nn.Module] = None) -> Tensor:
+                       module: Optional[torch.nn.Module] = None,
+                       activation: Optional[str] = None) -> Tensor:
     if _is_compiling():
         if _traced_why_not("rms_norm_channels", 0, x, weight, None, eps) is None:
-            return torch.ops.normjit.rms_norm_channels(x, weight, eps)
+            if activation is None:
+                return torch.ops.normjit.rms_norm_channels(x, weight, eps)
+            return torch.ops.normjit.rms_norm_channels(x, weight, eps, activation)
     else:
-        y = _eager("rms_norm_channels", 0, x, weight, None, eps)
+        y = _eager("rms_norm_channels", 0, x, weight, None, eps,
+                   None if activation is None else (0.0, None, False, False, activation))
         if y is not None:
             return y
-    return fallback(module, x) if fallback else _torch_rms_norm_channels(x, weight, eps)
+    return _activate(fallback(module, x) if fallback else _torch_rms_norm_channels(x, weight, eps),
+                     activation)
 
 
 def _layer_norm(x: Tensor, shape: Union[int, Sequence[int]], weight: Optional[Tensor],
@@ -1545,29 +1617,38 @@ def _layer_norm_channels(x: Tensor, weight: Optional[Tensor], bias: Optional[Ten
 
 def _group_norm(x: Tensor, num_groups: int, weight: Optional[Tensor], bias: Optional[Tensor],
                 eps: float, fallback: Optional[Callable] = None,
-                module: Optional[torch.nn.Module] = None) -> Tensor:
+                module: Optional[torch.nn.Module] = None,
+                activation: Optional[str] = None) -> Tensor:
+    """group_norm; with an activation ('silu', 'gelu'), the fused kernel, or the fallback's
+    y (a patched layer's own forward, or F.group_norm) through PyTorch's activation."""
     if _is_compiling():
         if _traced_why_not("group_norm", num_groups, x, weight, bias, eps) is None:
-            return torch.ops.normjit.group_norm(x, num_groups, weight, bias, eps)
+            if activation is None:
+                return torch.ops.normjit.group_norm(x, num_groups, weight, bias, eps)
+            return torch.ops.normjit.group_norm(x, num_groups, weight, bias, eps, activation)
     else:
-        y = _eager("group_norm", num_groups, x, weight, bias, eps)
+        y = _eager("group_norm", num_groups, x, weight, bias, eps,
+                   None if activation is None else (0.0, None, False, False, activation))
         if y is not None:
             return y
-    return fallback(module, x) if fallback else F.group_norm(x, num_groups, weight, bias, eps)
+    return _activate(
+        fallback(module, x) if fallback else F.group_norm(x, num_groups, weight, bias, eps),
+        activation)
 
 
 def _variant(op: str, x: Tensor, residual: Optional[Tensor],
              shape: Union[int, Sequence[int]], weight: Optional[Tensor], bias: Optional[Tensor],
              eps: Optional[float], offset: float, out_dtype: Optional[torch.dtype],
              scale: Optional[Tensor], stats: bool, inplace: bool,
-             fallback: Optional[Callable] = None, module: Optional[torch.nn.Module] = None):
+             fallback: Optional[Callable] = None, module: Optional[torch.nn.Module] = None,
+             activation: Optional[str] = None):
     """A call with the variant arguments: normjit's outputs, or PyTorch's expression (a
-    patched layer's own forward, fallback(module, x), where given)."""
+    patched layer's own forward, fallback(module, x), where given, through the activation)."""
     if shape.__class__ is not tuple:
         shape = _as_shape(op, shape)
     if offset.__class__ is not float:
         offset = _as_offset(op, offset)
-    variant = (offset, out_dtype, bool(stats), bool(inplace))
+    variant = (offset, out_dtype, bool(stats), bool(inplace), activation)
     if _is_compiling():
         eps_f = _eps(x, eps)
         if _traced_why_not(op, shape, x, weight, bias, eps_f, variant, residual, scale) is None:
@@ -1578,7 +1659,7 @@ def _variant(op: str, x: Tensor, residual: Optional[Tensor],
         if out.__class__ is tuple:
             return _result(op, out, variant)
     if fallback is not None:
-        return fallback(module, x)
+        return _activate(fallback(module, x), activation)
     return _result(op, _torch_variant(op, x, residual, shape, weight, bias, eps, variant, scale),
                    variant)
 
@@ -1596,7 +1677,8 @@ def _result(op: str, out: tuple, variant: tuple):
 def rms_norm(input: Tensor, normalized_shape: Union[int, Sequence[int]],
              weight: Optional[Tensor] = None, eps: Optional[float] = None, *,
              weight_offset: float = 0.0, out_dtype: Optional[torch.dtype] = None,
-             scale: Optional[Tensor] = None, return_stats: bool = False):
+             scale: Optional[Tensor] = None, return_stats: bool = False,
+             activation: Optional[str] = None):
     """torch.nn.functional.rms_norm: RMSNorm over the trailing `normalized_shape` of input,
     statistics in float32; eps None means torch.finfo(input.dtype).eps, as in PyTorch. The
     result has the input's dtype, as F.rms_norm's, also for a weight of another dtype
@@ -1612,53 +1694,64 @@ def rms_norm(input: Tensor, normalized_shape: Union[int, Sequence[int]],
         on the input's device: y = saturate(normalized * scale) (scale only with fp8).
       return_stats: returns (y, rstd), rstd float32 of shape input.shape[:-k] + (1,) * k for
         k normalized dims, as torch.ops.aten._fused_rms_norm's.
+      activation: None, 'silu' or 'gelu' (F.silu; F.gelu, approximate='none'), applied to n
+        in the same kernel (forward-only: with an input that requires grad, PyTorch computes
+        the expression, with a NormjitFallbackWarning).
     The expression: xf = input.float(); rstd = torch.rsqrt(xf.square().mean(dims,
-    keepdim=True) + eps); n = xf * rstd * (weight_offset + weight.float()); y = n.to(out_dtype)
-    (default the input's dtype), for fp8 (n * scale).clamp(-max, max).to(out_dtype) with max
-    the format's largest finite value (448, 57344)."""
+    keepdim=True) + eps); n = activation(xf * rstd * (weight_offset + weight.float()));
+    y = n.to(out_dtype) (default the input's dtype), for fp8 (n * scale).clamp(-max,
+    max).to(out_dtype) with max the format's largest finite value (448, 57344)."""
     # The variant arguments at their defaults: torch.nn.functional's call, the cheapest path
     # (spelled out here: a helper's call costs about 0.1 us).
-    if (out_dtype is None and scale is None and return_stats is False
+    if (out_dtype is None and scale is None and return_stats is False and activation is None
             and weight_offset.__class__ is float and weight_offset == 0.0):
         return _rms_norm(input, normalized_shape, weight, eps)
     return _variant("rms_norm", input, None, normalized_shape, weight, None, eps, weight_offset,
-                    out_dtype, scale, return_stats, False)
+                    out_dtype, scale, return_stats, False, None, None,
+                    _as_activation("rms_norm", activation))
 
 
-def rms_norm_channels(input: Tensor, weight: Optional[Tensor] = None,
-                      eps: float = 1e-5) -> Tensor:
+def rms_norm_channels(input: Tensor, weight: Optional[Tensor] = None, eps: float = 1e-5, *,
+                      activation: Optional[str] = None) -> Tensor:
     """RMSNorm's channel form: input [N, C, *spatial] reduced over dim 1,
-    x / sqrt(mean(x^2, dim=1, keepdim=True) + eps), times weight [C] when given."""
-    return _rms_norm_channels(input, weight, eps)
+    x / sqrt(mean(x^2, dim=1, keepdim=True) + eps), times weight [C] when given; activation
+    None, 'silu' or 'gelu' (F.silu; F.gelu, approximate='none') of that, in the same kernel."""
+    if activation is None:
+        return _rms_norm_channels(input, weight, eps)
+    return _rms_norm_channels(input, weight, eps, None, None,
+                              _as_activation("rms_norm_channels", activation))
 
 
 def layer_norm(input: Tensor, normalized_shape: Union[int, Sequence[int]],
                weight: Optional[Tensor] = None, bias: Optional[Tensor] = None,
                eps: float = 1e-5, *, weight_offset: float = 0.0,
                out_dtype: Optional[torch.dtype] = None, scale: Optional[Tensor] = None,
-               return_stats: bool = False):
+               return_stats: bool = False, activation: Optional[str] = None):
     """torch.nn.functional.layer_norm: over the trailing `normalized_shape`, biased variance,
     statistics in float32. The result has the input's dtype. weight and bias of another dtype
     than the input fall back to F.layer_norm, which raises on CUDA (and computes some mixes on
     CPU). An input whose rows are strided is read in place, the result is contiguous.
 
     Keyword-only variants, as rms_norm's: weight_offset (zero-centred gamma: the weight used
-    is weight_offset + weight, in float32), out_dtype and scale (fp8), and return_stats, which
+    is weight_offset + weight, in float32), out_dtype and scale (fp8), return_stats, which
     returns (y, mean, rstd) as torch.ops.aten.native_layer_norm on CUDA does (float32, shape
-    input.shape[:-k] + (1,) * k). The expression: xf = input.float(); var, mean =
-    torch.var_mean(xf, dims, correction=0, keepdim=True); rstd = torch.rsqrt(var + eps);
-    n = (xf - mean) * rstd * (weight_offset + weight.float()) + bias.float(); y as rms_norm's."""
-    if (out_dtype is None and scale is None and return_stats is False
+    input.shape[:-k] + (1,) * k), and activation (None, 'silu', 'gelu'). The expression:
+    xf = input.float(); var, mean = torch.var_mean(xf, dims, correction=0, keepdim=True);
+    rstd = torch.rsqrt(var + eps); n = activation((xf - mean) * rstd * (weight_offset +
+    weight.float()) + bias.float()); y as rms_norm's."""
+    if (out_dtype is None and scale is None and return_stats is False and activation is None
             and weight_offset.__class__ is float and weight_offset == 0.0):
         return _layer_norm(input, normalized_shape, weight, bias, eps)
     return _variant("layer_norm", input, None, normalized_shape, weight, bias, eps,
-                    weight_offset, out_dtype, scale, return_stats, False)
+                    weight_offset, out_dtype, scale, return_stats, False, None, None,
+                    _as_activation("layer_norm", activation))
 
 
 def add_rms_norm(x: Tensor, residual: Tensor, normalized_shape: Union[int, Sequence[int]],
                  weight: Optional[Tensor] = None, eps: Optional[float] = None, *,
                  weight_offset: float = 0.0, out_dtype: Optional[torch.dtype] = None,
-                 scale: Optional[Tensor] = None, inplace: bool = False) -> Tuple[Tensor, Tensor]:
+                 scale: Optional[Tensor] = None, inplace: bool = False,
+                 activation: Optional[str] = None) -> Tuple[Tensor, Tensor]:
     """The residual add and RMSNorm of a decoder layer in one pass (vLLM's and FlashInfer's
     fused_add_rms_norm): returns (y, h) with
 
@@ -1672,16 +1765,19 @@ def add_rms_norm(x: Tensor, residual: Tensor, normalized_shape: Union[int, Seque
     torch.finfo(x.dtype).eps. weight may have another dtype than x (float32, float16,
     bfloat16). x and residual may be strided as rms_norm's input.
     inplace=True writes h into residual and y into x (out_dtype None or x's dtype) and returns
-    (x, residual), as vLLM's fused_add_rms_norm(input, residual, weight, eps)."""
+    (x, residual), as vLLM's fused_add_rms_norm(input, residual, weight, eps). activation
+    (None, 'silu', 'gelu') applies to y only, as rms_norm's; h is the sum."""
     return _variant("add_rms_norm", x, residual, normalized_shape, weight, None, eps,
-                    weight_offset, out_dtype, scale, False, inplace)
+                    weight_offset, out_dtype, scale, False, inplace, None, None,
+                    _as_activation("add_rms_norm", activation))
 
 
 def add_layer_norm(x: Tensor, residual: Tensor, normalized_shape: Union[int, Sequence[int]],
                    weight: Optional[Tensor] = None, bias: Optional[Tensor] = None,
                    eps: float = 1e-5, *, weight_offset: float = 0.0,
                    out_dtype: Optional[torch.dtype] = None, scale: Optional[Tensor] = None,
-                   inplace: bool = False) -> Tuple[Tensor, Tensor]:
+                   inplace: bool = False,
+                   activation: Optional[str] = None) -> Tuple[Tensor, Tensor]:
     """add_rms_norm's LayerNorm: returns (y, h) with
 
         h = (x.float() + residual.float()).to(residual.dtype)
@@ -1690,9 +1786,10 @@ def add_layer_norm(x: Tensor, residual: Tensor, normalized_shape: Union[int, Seq
 
     (layer_norm's expression: statistics and affine step in float32 from h). weight and bias
     have one dtype of float32, float16, bfloat16 (any, whatever x's). inplace=True writes h
-    into residual and y into x and returns (x, residual)."""
+    into residual and y into x and returns (x, residual). activation as add_rms_norm's."""
     return _variant("add_layer_norm", x, residual, normalized_shape, weight, bias, eps,
-                    weight_offset, out_dtype, scale, False, inplace)
+                    weight_offset, out_dtype, scale, False, inplace, None, None,
+                    _as_activation("add_layer_norm", activation))
 
 
 def layer_norm_channels(input: Tensor, weight: Optional[Tensor] = None,
@@ -1709,10 +1806,16 @@ def layer_norm_channels(input: Tensor, weight: Optional[Tensor] = None,
 
 
 def group_norm(input: Tensor, num_groups: int, weight: Optional[Tensor] = None,
-               bias: Optional[Tensor] = None, eps: float = 1e-5) -> Tensor:
+               bias: Optional[Tensor] = None, eps: float = 1e-5, *,
+               activation: Optional[str] = None) -> Tensor:
     """torch.nn.functional.group_norm: input [N, C, *spatial], num_groups dividing C, weight
-    and bias [C]."""
-    return _group_norm(input, num_groups, weight, bias, eps)
+    and bias [C]. activation None, 'silu' or 'gelu': F.silu(F.group_norm(...)) (diffusion's
+    GroupNorm -> SiLU), or F.gelu with approximate='none', in one kernel (forward-only: with an
+    input that requires grad, PyTorch computes both, with a NormjitFallbackWarning)."""
+    if activation is None:
+        return _group_norm(input, num_groups, weight, bias, eps)
+    return _group_norm(input, num_groups, weight, bias, eps, None, None,
+                       _as_activation("group_norm", activation))
 
 
 def _param(module: torch.nn.Module, name: str) -> Optional[Tensor]:

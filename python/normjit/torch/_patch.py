@@ -20,7 +20,18 @@ Recognised layers:
     the copies of ConvNeXt's layer in other projects, whose forward is permute + layer_norm +
     permute (or the same function written with mean and var over dim 1). Recognised by class
     name (the report names each), since their forwards are spelled many ways.
+  * the original Stable Diffusion's (ldm's) GroupNorm32 (GroupNorm of x.float(), cast back to
+    x's dtype: normjit's GroupNorm, which rounds once).
 Other layers whose class name has "Norm" in it are reported as skipped, with the reason.
+
+GroupNorm -> SiLU: in an nn.Sequential, a GroupNorm layer immediately followed by an nn.SiLU
+(ldm's ResBlock in_layers/out_layers, VAE blocks written as Sequentials) is fused: the
+GroupNorm computes F.silu of its output in the same kernel (activation='silu') and the SiLU's
+place in the Sequential holds an nn.Identity (unpatch() puts the SiLU back). Not fused, and
+reported as skipped with the reason: a GroupNorm or SiLU module that appears at more than one
+place in the model, or that has hooks; and modules that hold a GroupNorm and an nn.SiLU as
+attributes and call them in code (diffusers' ResnetBlock2D applies its one `nonlinearity` after
+norm1, after norm2 and to the time embedding): their GroupNorms are patched alone.
 """
 import ast
 import inspect
@@ -62,10 +73,17 @@ def _layer_norm_forward(orig: Callable) -> Callable:
     return forward
 
 
-def _group_norm_forward(orig: Callable) -> Callable:
-    def forward(self, input):
-        return _group_norm(input, self.num_groups, _param(self, "weight"), _param(self, "bias"),
-                           self.eps, orig, self)
+def _group_norm_forward(orig: Callable, activation: Optional[str] = None) -> Callable:
+    """activation 'silu': a GroupNorm fused with the SiLU that followed it (its fallback is its
+    own forward, then F.silu)."""
+    if activation is None:
+        def forward(self, input):
+            return _group_norm(input, self.num_groups, _param(self, "weight"),
+                               _param(self, "bias"), self.eps, orig, self)
+    else:
+        def forward(self, input):
+            return _group_norm(input, self.num_groups, _param(self, "weight"),
+                               _param(self, "bias"), self.eps, orig, self, activation)
     return forward
 
 
@@ -156,6 +174,27 @@ def _is_gemma_rms_norm(cls: type) -> Union[bool, str]:
         return f"cannot compare its forward with GemmaRMSNorm's ({type(e).__name__}: {e})"
 
 
+class _LdmGroupNorm32(torch.nn.GroupNorm):
+    """ldm's GroupNorm32 (ldm/modules/diffusionmodules/util.py), whose forward a layer's is
+    compared with."""
+
+    def forward(self, x):
+        return super().forward(x.float()).type(x.dtype)
+
+
+_ldm_group_norm_body: Optional[str] = None
+
+
+def _is_ldm_group_norm32(cls: type) -> bool:
+    global _ldm_group_norm_body
+    try:
+        if _ldm_group_norm_body is None:
+            _ldm_group_norm_body = _body(_LdmGroupNorm32.forward)
+        return _body(cls.forward) == _ldm_group_norm_body
+    except (OSError, TypeError, SyntaxError):
+        return False
+
+
 _TIMM = {
     "LayerNorm": _layer_norm_forward,
     "GroupNorm": _group_norm_forward,
@@ -197,6 +236,9 @@ def _choose(module: torch.nn.Module) -> Union[Callable[[Callable], Callable], st
     if cls.__name__ == "LayerNorm2d":
         fits = _layer_norm_2d(module)
         return _layer_norm_channels_forward if fits is True else f"{where}: {fits}"
+    if (isinstance(module, torch.nn.GroupNorm) and cls.__name__ == "GroupNorm32"
+            and _is_ldm_group_norm32(cls)):
+        return _group_norm_forward
     for base, factory in ((torch.nn.LayerNorm, _layer_norm_forward),
                           (torch.nn.GroupNorm, _group_norm_forward),
                           (torch.nn.RMSNorm, _rms_norm_forward)):
@@ -228,21 +270,94 @@ def _choose(module: torch.nn.Module) -> Union[Callable[[Callable], Callable], st
     return ""
 
 
-_patched_classes: Dict[type, type] = {}
+_patched_classes: Dict[Tuple[type, Optional[str]], type] = {}
 
 
-def _patched_class(cls: type, factory: Callable[[Callable], Callable]) -> type:
-    patched = _patched_classes.get(cls)
+def _patched_class(cls: type, factory: Callable[..., Callable],
+                   activation: Optional[str] = None) -> type:
+    patched = _patched_classes.get((cls, activation))
     if patched is None:
-        patched = type("Normjit" + cls.__name__, (cls,), {
-            "forward": factory(cls.forward),
+        fused = f" and the SiLU that followed it (activation={activation!r})" if activation else ""
+        patched = type("Normjit" + cls.__name__ + ("SiLU" if activation else ""), (cls,), {
+            "forward": factory(cls.forward, activation) if activation else factory(cls.forward),
             "_normjit_original_class": cls,
+            "_normjit_activation": activation,
             "__module__": __name__,
-            "__doc__": f"{cls.__module__}.{cls.__qualname__}, computed by normjit "
+            "__doc__": f"{cls.__module__}.{cls.__qualname__}{fused}, computed by normjit "
                        "(normjit.torch.patch); its own forward when normjit cannot serve a call.",
         })
-        _patched_classes[cls] = patched
+        _patched_classes[(cls, activation)] = patched
     return patched
+
+
+class _FusedAway(torch.nn.Identity):
+    """The place of an nn.SiLU that patch() fused into the GroupNorm before it; keeps the SiLU
+    (not as a submodule) for unpatch()."""
+
+    def __init__(self, original: torch.nn.Module, into: str) -> None:
+        super().__init__()
+        self.__dict__["_normjit_original_module"] = original
+        self.__dict__["_normjit_fused_into"] = into
+
+    def extra_repr(self) -> str:
+        return f"fused into {self._normjit_fused_into or '(root)'} by normjit.torch.patch"
+
+
+def _name(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _fuse_group_norm_silu(model: torch.nn.Module, report: PatchReport) -> set:
+    """Fuses each nn.Sequential's GroupNorm -> nn.SiLU pair that may be fused (see the module's
+    docstring), reporting it, and reports the pairs and modules that are not fused. Returns
+    the ids of the GroupNorm layers it patched."""
+    places: Dict[int, List[str]] = {}
+    for name, module in model.named_modules(remove_duplicate=False):
+        places.setdefault(id(module), []).append(name)
+    fused = set()
+    for seq_name, seq in list(model.named_modules()):
+        children = list(seq._modules.items())
+        if not isinstance(seq, torch.nn.Sequential):
+            # GroupNorms and a SiLU held as attributes, called in code: not rewritten.
+            norms = [n for n, m in children if "GroupNorm" in type(m).__name__
+                     and _choose(m) is _group_norm_forward]
+            silus = [n for n, m in children if type(m) is torch.nn.SiLU]
+            if norms and silus:
+                report.skipped.append((seq_name, _name(type(seq)), (
+                    f"GroupNorm {', '.join(norms)} not fused with the SiLU {', '.join(silus)}: "
+                    "the forward calls them in code, and one SiLU module may serve several "
+                    "inputs (diffusers' ResnetBlock2D applies its nonlinearity after norm1, "
+                    "norm2 and to the time embedding); only an nn.Sequential's GroupNorm "
+                    "immediately followed by its own nn.SiLU is fused (the GroupNorms are "
+                    "patched alone)")))
+            continue
+        prefix = seq_name + "." if seq_name else ""
+        for (norm_key, norm), (silu_key, silu) in zip(children, children[1:]):
+            if (type(silu) is not torch.nn.SiLU or "GroupNorm" not in type(norm).__name__
+                    or _choose(norm) is not _group_norm_forward):
+                continue  # (a GroupNorm patched before has another class: left as it is)
+            why = ""
+            for what, m in (("GroupNorm", norm), ("SiLU", silu)):
+                others = [p or "(root)" for p in places[id(m)]]
+                if len(others) > 1:
+                    why = (f"the {what} module is shared: it is at {', '.join(others)}, so "
+                           "fusing would change what the other places compute")
+                    break
+                if m._forward_hooks or m._forward_pre_hooks:
+                    why = f"the {what} has forward hooks, which would see another output"
+                    break
+            if why:
+                report.skipped.append((prefix + silu_key, _name(type(silu)),
+                                       f"not fused with the GroupNorm {prefix + norm_key}: {why}"))
+                continue
+            norm.__class__ = _patched_class(type(norm), _group_norm_forward, "silu")
+            seq._modules[silu_key] = _FusedAway(silu, prefix + norm_key)
+            fused.add(id(norm))
+            report.replaced.append((prefix + norm_key, (
+                f"{_name(type(norm)._normjit_original_class)} + {_name(type(silu))} at "
+                f"{prefix + silu_key} (fused: activation='silu'; the SiLU's place holds an "
+                "nn.Identity)")))
+    return fused
 
 
 def patch(model: torch.nn.Module) -> PatchReport:
@@ -250,8 +365,11 @@ def patch(model: torch.nn.Module) -> PatchReport:
     in place; returns what was replaced and what was skipped, and why. Idempotent: a layer
     patched before is reported as skipped ("already patched")."""
     report = PatchReport()
+    fused = _fuse_group_norm_silu(model, report)
     for name, module in model.named_modules():
         cls = type(module)
+        if id(module) in fused:
+            continue
         if "_normjit_original_class" in cls.__dict__:
             report.skipped.append((name, cls._normjit_original_class.__name__, "already patched"))
             continue
@@ -265,8 +383,13 @@ def patch(model: torch.nn.Module) -> PatchReport:
 
 
 def unpatch(model: torch.nn.Module) -> int:
-    """Undoes patch(model): every patched layer gets its class back. Returns how many."""
+    """Undoes patch(model): every patched layer gets its class back, and every SiLU fused into
+    a GroupNorm its place. Returns how many layers got their class back."""
     count = 0
+    for module in list(model.modules()):
+        for key, child in list(module._modules.items()):
+            if isinstance(child, _FusedAway):
+                module._modules[key] = child._normjit_original_module
     for module in model.modules():
         original = type(module).__dict__.get("_normjit_original_class")
         if original is not None:

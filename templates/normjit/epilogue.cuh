@@ -1,0 +1,75 @@
+// The epilogue every forward kernel applies to a normalized value, between the affine step and
+// the output conversion: the weight offset, the activation, and for fp8 output the per-tensor
+// scale. The kernels' configurations name them (generator/emit.cpp):
+//   Y               the output dtype (fp8: the scale applies)
+//   kWeightOffset   the weight used is (kWeightOffset + w) in f32
+//   kActivation     applied to y after the affine step, before the fp8 scale and the conversion
+// y = conversion(scale * activation(norm * (kWeightOffset + w) + b)).
+#pragma once
+
+#include "normjit/dtype.cuh"
+#include "normjit/params.cuh"
+
+namespace normjit {
+
+// The host's normjit::Activation (generator), spelled by name in each configuration.
+enum class Activation { kNone, kSilu, kGelu };
+
+// One value through the activation, in f32. Fast device forms, each within a few f32 ulps of
+// the float64 function where it is not tiny beside the output's scale:
+//   silu(v) = v / (1 + exp(-v)): __expf (ex2.approx, 2 ulp plus |v| * 2^-24 relative from the
+//     rounding of v * log2(e)) and __fdividef (2 ulp; the quotient is -0 where 1 + exp(-v)
+//     passes 2^126, v < -87.3, whose silu is below 1e-36);
+//   gelu(v) = v / 2 * (1 + erf(v / sqrt(2))) (PyTorch's exact GELU, approximate='none'): erff
+//     (libdevice, 2 ulp); for v << 0 the sum 1 + erf cancels as PyTorch's does, so the error
+//     there is about 2^-24 * |v| absolute, not relative to the tiny gelu(v).
+// tests/gpu/variants_test.cpp (Activation*) measures both against float64 on the device.
+template <Activation A>
+__device__ __forceinline__ float activate(float v) {
+  if constexpr (A == Activation::kSilu) {
+    return __fdividef(v, 1.0f + __expf(-v));
+  } else if constexpr (A == Activation::kGelu) {
+    return 0.5f * v * (1.0f + erff(v * 0.707106781186547524f));
+  } else {
+    return v;
+  }
+}
+
+// What every forward kernel does with a normalized value after its affine step. A kernel that
+// folds the parameters of a channel into one (scale, offset) folds `folded_scale` of the fp8
+// scale into them: all of it without an activation (one FMA per element), none with one (the
+// activation comes first).
+template <class C>
+struct Epilogue {
+  float out_scale = 1.f;     // fp8 output: *p.scale, read once per launch
+  float folded_scale = 1.f;  // the part of out_scale that the affine step may include
+  __device__ __forceinline__ explicit Epilogue(const Params& p) {
+    if constexpr (kFp8<typename C::Y>) {
+      out_scale = *p.scale;
+      if constexpr (C::kActivation == Activation::kNone) folded_scale = out_scale;
+    }
+  }
+  // The weight used: (offset + w) in f32.
+  __device__ __forceinline__ static float weight(float w) {
+    if constexpr (C::kWeightOffset != 0.f) {
+      return C::kWeightOffset + w;
+    } else {
+      return w;
+    }
+  }
+  // y after the affine step: the activation, then the fp8 scale unless the affine step
+  // included it (kFolded: it was given folded_scale).
+  template <bool kFolded, int V>
+  __device__ __forceinline__ void finish(float (&y)[V]) const {
+    if constexpr (C::kActivation != Activation::kNone) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) y[j] = activate<C::kActivation>(y[j]);
+    }
+    if constexpr (kFp8<typename C::Y> && !(kFolded && C::kActivation == Activation::kNone)) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) y[j] *= out_scale;
+    }
+  }
+};
+
+}  // namespace normjit

@@ -1,0 +1,447 @@
+"""normjit.torch's activation keyword (issue 19) where there is no GPU: group_norm,
+rms_norm_channels, rms_norm, layer_norm, add_rms_norm and add_layer_norm with activation='silu'
+or 'gelu' and the modules' keyword. On CPU tensors every call falls back to PyTorch's norm then
+F.silu / F.gelu (approximate='none'), with one warning per reason; bad values name the argument.
+With the engine and the launch stubbed (CPU tensors then take the launch path, nothing is
+launched), the spec texts that reach the library carry the activation (and compile for sm_90
+here); an input that requires grad falls back to PyTorch's autograd of norm and activation.
+patch() fuses an nn.Sequential's GroupNorm -> SiLU (ldm's ResBlock) and reports what it does
+not fuse (a shared SiLU, diffusers' ResnetBlock2D). Needs PyTorch; no GPU."""
+import contextlib
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed (CI installs none: the "
+                                            "PyPI wheel brings several GB of CUDA libraries)")
+import torch.nn.functional as F  # noqa: E402
+from torch import nn  # noqa: E402
+
+import normjit  # noqa: E402
+import normjit.torch as njt  # noqa: E402
+from normjit.torch import _ops  # noqa: E402
+from normjit.torch import _patch  # noqa: E402
+
+ACTS = {"silu": F.silu, "gelu": F.gelu}
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+
+
+@pytest.fixture(autouse=True)
+def fresh_warnings():
+    _ops._warned.clear()
+    yield
+    _ops._warned.clear()
+
+
+@pytest.fixture
+def quiet():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", njt.NormjitFallbackWarning)
+        yield
+
+
+def act64(v, name):
+    """The activation in float64, written out: silu v / (1 + exp(-v)); gelu v/2 erfc(-v/sqrt2)."""
+    v = v.double()
+    if name == "silu":
+        return v / (1 + torch.exp(-v))
+    return 0.5 * v * torch.special.erfc(-v / 2 ** 0.5)
+
+
+# ---------------------------------------------------------------------------------------
+# Fallback on CPU tensors: PyTorch's norm, then its activation; one warning
+# ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("act", ["silu", "gelu"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_group_norm_activation_on_cpu_is_torch_norm_then_activation(act, dtype):
+    x = torch.randn(2, 32, 5, 7).to(dtype)
+    w, b = torch.randn(32).to(dtype), torch.randn(32).to(dtype)
+    with pytest.warns(njt.NormjitFallbackWarning, match="group_norm: input on cpu"):
+        y = njt.group_norm(x, 8, w, b, 1e-5, activation=act)
+    assert torch.equal(y, ACTS[act](F.group_norm(x, 8, w, b, 1e-5)))
+    ref = act64(F.group_norm(x.double(), 8, w.double(), b.double(), 1e-5), act)
+    tol = 1e-6 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(y.double(), ref, rtol=tol, atol=tol)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", njt.NormjitFallbackWarning)  # once per reason
+        njt.group_norm(x, 8, w, b, 1e-5, activation=act)
+
+
+@pytest.mark.parametrize("act", ["silu", "gelu"])
+def test_every_function_takes_the_activation_on_cpu(act, quiet):
+    f = ACTS[act]
+    x = torch.randn(3, 16, 4, 4)
+    w = torch.randn(16)
+    assert torch.equal(njt.rms_norm_channels(x, w, 1e-5, activation=act),
+                       f(njt.rms_norm_channels(x, w, 1e-5)))
+    r = torch.randn(6, 64)
+    wr, br = torch.randn(64), torch.randn(64)
+    torch.testing.assert_close(njt.rms_norm(r, 64, wr, 1e-6, activation=act),
+                               f(F.rms_norm(r, (64,), wr, 1e-6)))
+    torch.testing.assert_close(njt.layer_norm(r, 64, wr, br, activation=act),
+                               f(F.layer_norm(r, (64,), wr, br)))
+    # With the variants: the activation after the weight offset, before the fp8 scale.
+    scale = torch.tensor([4.0])
+    y = njt.rms_norm(r, 64, wr, 1e-6, weight_offset=1.0, activation=act,
+                     out_dtype=torch.float8_e4m3fn, scale=scale)
+    n = f(r * torch.rsqrt(r.square().mean(-1, keepdim=True) + 1e-6) * (1 + wr))
+    assert torch.equal(y, (n * 4.0).clamp(-448, 448).to(torch.float8_e4m3fn))
+    y, mean, rstd = njt.layer_norm(r, 64, wr, br, activation=act, return_stats=True)
+    var, m = torch.var_mean(r, -1, correction=0, keepdim=True)
+    torch.testing.assert_close(mean, m)
+    torch.testing.assert_close(rstd, torch.rsqrt(var + 1e-5))  # the norm's statistics
+    # With a residual: h is the sum, the activation is of y only.
+    res = torch.randn(6, 64)
+    y, h = njt.add_rms_norm(r, res, 64, wr, 1e-6, activation=act)
+    assert torch.equal(h, r + res)
+    torch.testing.assert_close(y, f(F.rms_norm(r + res, (64,), wr, 1e-6)))
+    y, h = njt.add_layer_norm(r, res, 64, wr, br, activation=act)
+    torch.testing.assert_close(y, f(F.layer_norm(r + res, (64,), wr, br)))
+
+
+def test_activation_none_is_the_plain_call(quiet):
+    x = torch.randn(2, 16, 3, 3)
+    assert torch.equal(njt.group_norm(x, 4, activation=None), F.group_norm(x, 4))
+    assert torch.equal(njt.group_norm(x, 4, activation="none"), F.group_norm(x, 4))
+    r = torch.randn(3, 32)
+    assert torch.equal(njt.rms_norm(r, 32, activation="none"), F.rms_norm(r, (32,)))
+
+
+@pytest.mark.parametrize("call, error, match", [
+    (lambda x: njt.group_norm(x, 4, activation="relu"), ValueError,
+     r"group_norm: activation 'relu' is not one of None, 'silu', 'gelu'"),
+    (lambda x: njt.group_norm(x, 4, activation="SiLU"), ValueError, r"activation 'SiLU'"),
+    (lambda x: njt.rms_norm_channels(x, activation=1), TypeError,
+     r"rms_norm_channels: activation must be None, 'silu' or 'gelu', not int \(1\)"),
+    (lambda x: njt.rms_norm(x.flatten(1), 144, activation=F.silu), TypeError,
+     r"rms_norm: activation must be None, 'silu' or 'gelu', not function"),
+    (lambda x: njt.layer_norm(x, (16, 3, 3), activation="tanh"), ValueError,
+     r"layer_norm: activation 'tanh'"),
+    (lambda x: njt.GroupNorm(4, 16, activation="swish"), ValueError,
+     r"GroupNorm: activation 'swish'"),
+    (lambda x: torch.ops.normjit.group_norm(x, 4, None, None, 1e-5, "relu"), ValueError,
+     r"group_norm: activation 'relu'"),
+])
+def test_bad_activation_names_the_argument_and_value(call, error, match, quiet):
+    with pytest.raises(error, match=match):
+        call(torch.randn(2, 16, 3, 3))
+
+
+# ---------------------------------------------------------------------------------------
+# Modules
+# ---------------------------------------------------------------------------------------
+
+def test_group_norm_module_keyword_state_dict_and_cpu_forward(quiet):
+    m = njt.GroupNorm(8, 32, eps=1e-6, activation="silu")
+    ref = nn.GroupNorm(8, 32, eps=1e-6)
+    with torch.no_grad():
+        ref.weight.normal_()
+        ref.bias.normal_()
+    m.load_state_dict(ref.state_dict())
+    assert list(m.state_dict()) == list(ref.state_dict()) == ["weight", "bias"]
+    assert "activation='silu'" in repr(m) and "activation" not in repr(njt.GroupNorm(8, 32))
+    x = torch.randn(2, 32, 6, 6)
+    with torch.no_grad():
+        assert torch.equal(m(x), F.silu(ref(x)))
+    assert njt.GroupNorm(8, 32, activation="none").activation is None
+    ln = njt.LayerNorm(48, activation="gelu")
+    rms = njt.RMSNorm(48, eps=1e-6, activation="silu")
+    r = torch.randn(5, 48)
+    with torch.no_grad():
+        # (the variant functions' fallback is their documented float32 expression)
+        torch.testing.assert_close(ln(r), F.gelu(F.layer_norm(r, (48,), ln.weight, ln.bias)))
+        torch.testing.assert_close(rms(r), F.silu(F.rms_norm(r, (48,), rms.weight, 1e-6)))
+    assert list(ln.state_dict()) == ["weight", "bias"] and list(rms.state_dict()) == ["weight"]
+
+
+def test_training_with_an_activation_is_pytorchs_autograd(quiet):
+    """Forward-only in normjit: the gradient is PyTorch's of norm and activation."""
+    m = njt.GroupNorm(4, 16, activation="gelu")
+    x = torch.randn(2, 16, 5, 5, requires_grad=True)
+    m(x).square().sum().backward()
+    x2 = x.detach().clone().requires_grad_()
+    ref = nn.GroupNorm(4, 16)
+    F.gelu(ref(x2)).square().sum().backward()
+    torch.testing.assert_close(x.grad, x2.grad)
+    torch.testing.assert_close(m.weight.grad, ref.weight.grad)
+
+
+# ---------------------------------------------------------------------------------------
+# What reaches the library (engine and launch stubbed)
+# ---------------------------------------------------------------------------------------
+
+class Stub:
+    """Records the spec texts prepared and the launches; launches write nothing."""
+
+    def __init__(self):
+        self.specs, self.launches = [], []
+
+    def prepare(self, spec):
+        self.specs.append(spec)
+        return 0x7F0000001000 + 0x100 * len(self.specs)
+
+    def launch(self, *args):
+        self.launches.append(("launch", args))
+        return 0
+
+    def launch_ex(self, *args):
+        self.launches.append(("launch_ex", args))
+        return 0
+
+
+@pytest.fixture
+def stub(monkeypatch):
+    """CPU tensors take the launch path; every other check (grad included) is the real one."""
+    s = Stub()
+    monkeypatch.setattr(_ops, "_on_device", lambda x: True)
+    monkeypatch.setattr(normjit, "engine", lambda: s)
+    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+    monkeypatch.setattr(_ops, "_raw_stream", lambda device: 0)
+    monkeypatch.setattr(_ops, "_launch", s.launch)
+    monkeypatch.setattr(_ops, "_launch_ex", s.launch_ex)
+    saved = dict(_ops._kernels), dict(_ops._calls)
+    _ops._kernels.clear()
+    _ops._calls.clear()
+    try:
+        yield s
+    finally:
+        _ops._kernels.clear()
+        _ops._calls.clear()
+        _ops._kernels.update(saved[0])
+        _ops._calls.update(saved[1])
+
+
+def test_specs_carry_the_activation_and_plain_calls_do_not(stub):
+    x = torch.randn(2, 320, 8, 8, dtype=torch.float16)
+    w, b = torch.randn(320, dtype=torch.float16), torch.randn(320, dtype=torch.float16)
+    y = njt.group_norm(x, 32, w, b, 1e-5, activation="silu")
+    assert y.shape == x.shape and y.dtype == x.dtype
+    assert stub.specs[-1] == ("op=groupnorm shape=2,320,8,8 dtype=f16 groups=32 affine=both "
+                              "eps=1e-05 activation=silu")
+    assert stub.launches[-1][0] == "launch"
+    njt.group_norm(x, 32, w, b, 1e-5)
+    assert stub.specs[-1] == ("op=groupnorm shape=2,320,8,8 dtype=f16 groups=32 affine=both "
+                              "eps=1e-05")
+    njt.group_norm(x, 32, w, b, 1e-5, activation="gelu")
+    assert stub.specs[-1].endswith("eps=1e-05 activation=gelu")
+    assert len(stub.specs) == 3, "one kernel per activation"
+    njt.group_norm(x, 32, w, b, 1e-5, activation="silu")  # prepared: no new spec
+    assert len(stub.specs) == 3 and len(stub.launches) == 4
+    njt.rms_norm_channels(x, w, activation="gelu")
+    assert stub.specs[-1] == ("op=rmsnorm shape=2,320,8,8 dtype=f16 normalized_dims=0 "
+                              "affine=weight eps=1e-05 activation=gelu")
+    r = torch.randn(7, 256, dtype=torch.bfloat16)
+    wr = torch.randn(256)
+    njt.rms_norm(r, 256, wr, 1e-6, activation="silu")
+    assert stub.specs[-1] == ("op=rmsnorm shape=7,256 dtype=bf16 normalized_dims=1 "
+                              "affine=weight eps=1e-06 param_dtype=f32 activation=silu")
+    assert stub.launches[-1][0] == "launch_ex"
+    njt.layer_norm(r, 256, out_dtype=torch.float8_e4m3fn, scale=torch.tensor([2.0]),
+                   weight_offset=0.0, activation="gelu", return_stats=True)
+    assert stub.specs[-1] == ("op=layernorm shape=7,256 dtype=bf16 normalized_dims=1 "
+                              "affine=none eps=1e-05 out_dtype=e4m3 activation=gelu "
+                              "save_stats=true")
+    res = torch.randn(7, 256, dtype=torch.bfloat16)
+    njt.add_rms_norm(r, res, 256, wr, 1e-6, activation="silu", inplace=True)
+    assert stub.specs[-1] == ("op=rmsnorm shape=7,256 dtype=bf16 normalized_dims=1 "
+                              "affine=weight eps=1e-06 param_dtype=f32 residual=bf16 "
+                              "activation=silu")
+    # The module's forward: the kernel of the first call's spec (prepared once).
+    count = len(stub.specs)
+    m = njt.GroupNorm(32, 320, activation="silu").half()
+    with torch.no_grad():
+        m(x)
+    assert len(stub.specs) == count
+    kind, args = stub.launches[-1]
+    assert kind == "launch" and args[0] == 0x7F0000001000 + 0x100 * 1  # the first spec's
+    assert args[1] == x.data_ptr() and args[3] == m.weight.data_ptr()
+
+
+def test_spec_texts_compile_for_sm_90(stub, tmp_path):
+    """What the package asks for is what the library takes (NVRTC runs here, no GPU)."""
+    x = torch.randn(3, 96, 7, 9, dtype=torch.bfloat16)
+    njt.group_norm(x, 8, activation="gelu")
+    njt.rms_norm(torch.randn(2, 100), 100, activation="silu")
+    njt.rms_norm_channels(torch.randn(2, 16, 5), activation="silu")
+    assert len(stub.specs) == 3
+    with normjit.Engine(cache_dir=str(tmp_path)) as engine:
+        for spec in stub.specs:
+            assert engine.precompile(spec, arch="sm_90") is True, spec
+
+
+def test_requires_grad_with_an_activation_falls_back_with_the_reason(stub):
+    x = torch.randn(2, 16, 5, 5, requires_grad=True)
+    w, b = torch.randn(16), torch.randn(16)
+    with pytest.warns(njt.NormjitFallbackWarning, match="requires grad.*activation"):
+        y = njt.group_norm(x, 4, w, b, activation="silu")
+    assert stub.launches == [] and y.grad_fn is not None
+    y.sum().backward()
+    x2 = x.detach().clone().requires_grad_()
+    F.silu(F.group_norm(x2, 4, w, b)).sum().backward()
+    torch.testing.assert_close(x.grad, x2.grad)
+    # rms_norm trains through normjit without an activation; with one, PyTorch's autograd.
+    r = torch.randn(3, 64, requires_grad=True)
+    with pytest.warns(njt.NormjitFallbackWarning, match="requires grad"):
+        y = njt.rms_norm(r, 64, activation="gelu")
+    assert stub.launches == []
+    torch.testing.assert_close(y, F.gelu(F.rms_norm(r, (64,))))
+
+
+def test_fake_implementations_and_the_compiled_graph(stub):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    ops = torch.ops.normjit
+    with FakeTensorMode():
+        x = torch.empty(2, 64, 8, 8, dtype=torch.float16)
+        assert ops.group_norm(x, 8, None, None, 1e-5, "silu").shape == x.shape
+        assert ops.rms_norm_channels(x, None, 1e-5, "gelu").dtype == torch.float16
+        r = torch.empty(4, 128, dtype=torch.bfloat16)
+        y = ops.rms_norm_ex(r, [128], None, 1e-6, 0.0, torch.float8_e4m3fn,
+                            torch.empty(1), "silu")
+        assert y.dtype == torch.float8_e4m3fn
+    calls = []
+
+    def backend(gm, example_inputs):
+        calls.extend((str(n.target), n.args) for n in gm.graph.nodes if n.op == "call_function")
+        return gm.forward
+
+    def fn(x, r):
+        return (njt.group_norm(x, 8, activation="silu"),
+                njt.layer_norm(r, 128, activation="gelu"))
+
+    x = torch.randn(2, 64, 8, 8)
+    r = torch.randn(4, 128)
+    torch.compile(fn, backend=backend, fullgraph=True)(x, r)
+    targets = {target.removesuffix(".default"): args for target, args in calls}
+    assert targets["normjit.group_norm"][1:] == (8, None, None, 1e-5, "silu"), calls
+    assert targets["normjit.layer_norm_ex"][-1] == "gelu", calls
+
+
+def test_opcheck_of_the_ops_with_an_activation(quiet):
+    x = torch.randn(2, 16, 3, 3)
+    torch.library.opcheck(torch.ops.normjit.group_norm, (x, 4, None, None, 1e-5, "silu"))
+    torch.library.opcheck(torch.ops.normjit.rms_norm_channels, (x, None, 1e-5, "gelu"))
+    torch.library.opcheck(torch.ops.normjit.rms_norm_ex,
+                          (x.flatten(1), [144], None, 1e-6, 0.0, None, None, "silu"))
+
+
+# ---------------------------------------------------------------------------------------
+# patch(): GroupNorm -> SiLU pairs
+# ---------------------------------------------------------------------------------------
+
+class GroupNorm32(nn.GroupNorm):
+    """ldm/modules/diffusionmodules/util.py's."""
+
+    def forward(self, x):
+        return super().forward(x.float()).type(x.dtype)
+
+
+class LdmResBlock(nn.Module):
+    """The original Stable Diffusion's ResBlock, reduced: in_layers and out_layers are
+    Sequentials of GroupNorm32, SiLU, (Dropout,) conv."""
+
+    def __init__(self, channels=32):
+        super().__init__()
+        self.in_layers = nn.Sequential(GroupNorm32(8, channels), nn.SiLU(),
+                                       nn.Conv2d(channels, channels, 3, padding=1))
+        self.out_layers = nn.Sequential(GroupNorm32(8, channels), nn.SiLU(), nn.Dropout(0.0),
+                                        nn.Conv2d(channels, channels, 3, padding=1))
+
+    def forward(self, x):
+        return x + self.out_layers(self.in_layers(x))
+
+
+class DiffusersResnetBlock2D(nn.Module):
+    """diffusers' ResnetBlock2D, reduced: one SiLU module applied three times in forward."""
+
+    def __init__(self, channels=32, temb=16):
+        super().__init__()
+        self.norm1 = nn.GroupNorm(8, channels)
+        self.conv1 = nn.Conv2d(channels, channels, 3, padding=1)
+        self.time_emb_proj = nn.Linear(temb, channels)
+        self.norm2 = nn.GroupNorm(8, channels)
+        self.conv2 = nn.Conv2d(channels, channels, 3, padding=1)
+        self.nonlinearity = nn.SiLU()
+
+    def forward(self, x, temb):
+        h = self.conv1(self.nonlinearity(self.norm1(x)))
+        h = h + self.time_emb_proj(self.nonlinearity(temb))[:, :, None, None]
+        return x + self.conv2(self.nonlinearity(self.norm2(h)))
+
+
+def test_patch_fuses_ldm_group_norm_silu_and_unpatch_restores(quiet):
+    torch.manual_seed(0)
+    model = nn.Sequential(LdmResBlock(), LdmResBlock()).eval()
+    x = torch.randn(2, 32, 8, 8)
+    with torch.no_grad():
+        before = model(x)
+    silus = [m for m in model.modules() if isinstance(m, nn.SiLU)]
+    report = njt.patch(model)
+    fused = [(n, c) for n, c in report.replaced if "fused" in c]
+    assert [n for n, _ in fused] == ["0.in_layers.0", "0.out_layers.0", "1.in_layers.0",
+                                     "1.out_layers.0"], report
+    assert "GroupNorm32 + torch.nn.modules.activation.SiLU at 0.in_layers.1" in fused[0][1]
+    assert "activation='silu'" in fused[0][1]
+    for block in model:
+        for seq in (block.in_layers, block.out_layers):
+            assert isinstance(seq[1], nn.Identity) and not isinstance(seq[1], nn.SiLU)
+            assert type(seq[0])._normjit_activation == "silu"
+            assert isinstance(seq[0], GroupNorm32)  # still the layer it was
+    assert not any(isinstance(m, nn.SiLU) for m in model.modules())
+    with torch.no_grad():
+        assert torch.equal(model(x), before)  # CPU: GroupNorm32's forward, then F.silu
+    again = njt.patch(model)
+    assert not any("fused" in c for _, c in again.replaced), again
+    assert njt.unpatch(model) == 4
+    assert [m for m in model.modules() if isinstance(m, nn.SiLU)] == silus  # the same objects
+    assert all(type(block.in_layers[0]) is GroupNorm32 for block in model)
+    with torch.no_grad():
+        assert torch.equal(model(x), before)
+
+
+def test_patch_reports_the_shared_silu_of_diffusers_resnet_block(quiet):
+    torch.manual_seed(0)
+    block = DiffusersResnetBlock2D().eval()
+    x, temb = torch.randn(2, 32, 8, 8), torch.randn(2, 16)
+    with torch.no_grad():
+        before = block(x, temb)
+    report = njt.patch(block)
+    assert [n for n, _ in report.replaced] == ["norm1", "norm2"], report
+    assert not any("fused" in c for _, c in report.replaced)
+    (skip,) = [s for s in report.skipped if "not fused" in s[2]]
+    assert skip[0] == "" and "DiffusersResnetBlock2D" in skip[1]
+    assert "GroupNorm norm1, norm2 not fused with the SiLU nonlinearity" in skip[2]
+    assert "ResnetBlock2D" in skip[2] and "time embedding" in skip[2]
+    assert type(block.nonlinearity) is nn.SiLU
+    assert getattr(type(block.norm1), "_normjit_activation", None) is None
+    with torch.no_grad():
+        assert torch.equal(block(x, temb), before)
+
+
+def test_patch_does_not_fuse_a_shared_or_hooked_silu(quiet):
+    act = nn.SiLU()
+    model = nn.Sequential(nn.Sequential(nn.GroupNorm(2, 8), act),
+                          nn.Sequential(nn.GroupNorm(2, 8), act))
+    report = njt.patch(model)
+    skipped = [s for s in report.skipped if "not fused" in s[2]]
+    assert [s[0] for s in skipped] == ["0.1", "1.1"], report
+    assert "the SiLU module is shared: it is at 0.1, 1.1" in skipped[0][2]
+    assert model[0][1] is act and model[1][1] is act
+    assert [n for n, _ in report.replaced] == ["0.0", "1.0"]  # the GroupNorms, alone
+    hooked = nn.Sequential(nn.GroupNorm(2, 8), nn.SiLU())
+    hooked[1].register_forward_hook(lambda m, i, o: None)
+    report = njt.patch(hooked)
+    assert isinstance(hooked[1], nn.SiLU)
+    assert any("SiLU has forward hooks" in s[2] for s in report.skipped), report
+
+
+def test_fused_pair_launches_one_kernel_with_the_activation(stub):
+    model = nn.Sequential(nn.GroupNorm(32, 320), nn.SiLU(), nn.Conv2d(320, 8, 1)).half()
+    njt.patch(model)
+    x = torch.randn(1, 320, 4, 4, dtype=torch.float16)
+    with torch.no_grad():
+        model[0](x)
+        model[1](x)
+    assert stub.specs == ["op=groupnorm shape=1,320,4,4 dtype=f16 groups=32 affine=both "
+                          "eps=1e-05 activation=silu"]
+    assert len(stub.launches) == 1

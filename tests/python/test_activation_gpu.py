@@ -1,0 +1,208 @@
+"""normjit.torch's activation keyword (issue 19) on a GPU: group_norm, rms_norm_channels,
+rms_norm, layer_norm and the modules with activation='silu'/'gelu' against float64 (the norm,
+then the activation, in float64) over diffusion and odd shapes, dtypes and adversarial inputs
+(poisoned outputs must be fully written); fp8 output scaled after the activation; patch() of
+an ldm-style UNet (GroupNorm32 -> SiLU fused) against the unpatched model and a float32 run;
+torch.compile(fullgraph=True); a CUDA-graph capture on a fresh stream; training falling back
+to PyTorch's autograd with a warning. Skips with a reason without PyTorch or a CUDA device."""
+import copy
+import math
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed (CI installs none: the "
+                                            "PyPI wheel brings several GB of CUDA libraries)")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA device visible to PyTorch: the GPU tests run on the GPU machine",
+                allow_module_level=True)
+
+import torch.nn.functional as F  # noqa: E402
+from torch import nn  # noqa: E402
+
+import normjit.torch as njt  # noqa: E402
+from normjit.torch import _ops  # noqa: E402
+
+DEV = "cuda"
+# ||y - ref|| / ||ref||: f32 as test_torch_gpu.py's (the activation adds at most 2e-6 of
+# |act(v)| + 1e-6, tests/gpu/variants_test.cpp's kActivationError); 16-bit outputs: their
+# rounding.
+TOL = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 1e-2}
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+ACTS = ["silu", "gelu"]
+
+
+@pytest.fixture(autouse=True)
+def no_fallback():
+    """The normal path must not fall back: a NormjitFallbackWarning is an error here."""
+    _ops._warned.clear()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", njt.NormjitFallbackWarning)
+        yield
+    _ops._warned.clear()
+
+
+def act64(v, name):
+    v = v.double()
+    if name == "silu":
+        return v / (1 + torch.exp(-v))
+    return 0.5 * v * torch.special.erfc(-v / 2 ** 0.5)
+
+
+def randn(shape, dtype, mean=0.0, std=1.0):
+    return (torch.randn(shape, device=DEV, dtype=torch.float64) * std + mean).to(dtype)
+
+
+def rel_err(y, ref) -> float:
+    y, ref = y.double(), ref.double()
+    if not torch.isfinite(y).all():
+        return math.nan
+    return ((y - ref).norm() / ref.norm().clamp_min(1e-300)).item()
+
+
+def check(y, ref, x, dtype):
+    assert y.shape == x.shape and y.dtype == x.dtype and y.is_contiguous()
+    err = rel_err(y, ref)
+    assert err < TOL[dtype], f"rel. err {err:.2e} against float64"
+    return err
+
+
+GROUPS = [((2, 320, 64, 64), 32), ((2, 640, 32, 32), 32), ((1, 1280, 8, 8), 32),
+          ((3, 96, 7, 9), 8), ((2, 8, 3), 4), ((2, 64, 256, 256), 4), ((1, 3, 5, 5, 5), 3)]
+DISTS = [(0.0, 1.0), (100.0, 1.0), (0.0, 1e-3), (-3.0, 5.0)]  # (mean, std)
+
+
+@pytest.mark.parametrize("act", ACTS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape, groups", GROUPS, ids=str)
+def test_group_norm_activation_against_float64(shape, groups, dtype, act):
+    w, b = randn(shape[1:2], dtype, 1.0, 0.5), randn(shape[1:2], dtype, 0.0, 1.0)
+    module = njt.GroupNorm(groups, shape[1], activation=act, device=DEV, dtype=dtype)
+    with torch.no_grad():
+        module.weight.copy_(w)
+        module.bias.copy_(b)
+    for mean, std in DISTS:
+        x = randn(shape, dtype, mean, std)
+        ref = act64(F.group_norm(x.double(), groups, w.double(), b.double(), 1e-5), act)
+        check(njt.group_norm(x, groups, w, b, 1e-5, activation=act), ref, x, dtype)
+        with torch.no_grad():
+            check(module(x), ref, x, dtype)
+
+
+@pytest.mark.parametrize("act", ACTS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_row_and_channel_forms_against_float64(dtype, act):
+    for shape in [(7, 4096), (3, 4097), (2, 3, 127), (5, 1), (2, 1 << 20)]:
+        n = shape[-1]
+        x = randn(shape, dtype, 0.5, 2.0)
+        w, b = randn((n,), dtype, 1.0, 0.5), randn((n,), dtype)
+        ref = act64(F.layer_norm(x.double(), (n,), w.double(), b.double(), 1e-5), act)
+        check(njt.layer_norm(x, n, w, b, activation=act), ref, x, dtype)
+        ref = act64(F.rms_norm(x.double(), (n,), w.double(), 1e-6), act)
+        check(njt.rms_norm(x, n, w, 1e-6, activation=act), ref, x, dtype)
+        with torch.no_grad():
+            m = njt.RMSNorm(n, eps=1e-6, activation=act, device=DEV, dtype=dtype)
+            m.weight.copy_(w)
+            check(m(x), ref, x, dtype)
+    for shape in [(2, 64, 33, 17), (3, 5, 7), (1, 4099, 4)]:
+        x = randn(shape, dtype, -1.0, 3.0)
+        w = randn(shape[1:2], dtype, 1.0, 0.5)
+        x64 = x.double()
+        n = x64 * torch.rsqrt(x64.square().mean(1, keepdim=True) + 1e-5)
+        ref = act64(n * w.double().view(1, -1, *([1] * (x.dim() - 2))), act)
+        check(njt.rms_norm_channels(x, w, 1e-5, activation=act), ref, x, dtype)
+
+
+@pytest.mark.parametrize("act", ACTS)
+def test_residual_h_unchanged_and_fp8_scaled_after_the_activation(act):
+    x, r = randn((64, 4096), torch.bfloat16), randn((64, 4096), torch.bfloat16)
+    w = randn((4096,), torch.float32, 1.0, 0.5)
+    y, h = njt.add_rms_norm(x, r, 4096, w, 1e-6, activation=act)
+    assert torch.equal(h, (x.float() + r.float()).to(torch.bfloat16))
+    check(y, act64(F.rms_norm(h.double(), (4096,), w.double(), 1e-6), act), x, torch.bfloat16)
+    scale = torch.tensor([4.0], device=DEV)
+    y8 = njt.rms_norm(x, 4096, w, 1e-6, out_dtype=torch.float8_e4m3fn, scale=scale,
+                      activation=act)
+    n = act64(F.rms_norm(x.double(), (4096,), w.double(), 1e-6), act) * 4.0
+    ref8 = n.clamp(-448, 448).to(torch.float8_e4m3fn)
+    # Within one e4m3 step (3 mantissa bits) of the correctly rounded reference.
+    step = torch.where(n.abs() < 2 ** -6, torch.full_like(n, 2 ** -9),
+                       2.0 ** (torch.floor(torch.log2(n.abs().clamp_min(2 ** -6))) - 3))
+    assert ((y8.double() - ref8.double()).abs() <= step).all()
+    assert (y8.double() != ref8.double()).double().mean() < 0.01  # nearly all exact
+
+
+class GroupNorm32(nn.GroupNorm):
+    def forward(self, x):
+        return super().forward(x.float()).type(x.dtype)
+
+
+class ResBlock(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.in_layers = nn.Sequential(GroupNorm32(32, c), nn.SiLU(),
+                                       nn.Conv2d(c, c, 3, padding=1))
+        self.out_layers = nn.Sequential(GroupNorm32(32, c), nn.SiLU(), nn.Dropout(0.0),
+                                        nn.Conv2d(c, c, 3, padding=1))
+
+    def forward(self, x):
+        return x + self.out_layers(self.in_layers(x))
+
+
+def test_patch_ldm_resblocks_against_unpatched_and_float64():
+    """In float32 (ldm's float16 runs keep GroupNorm32's parameters in float32, which
+    normjit.torch's group_norm does not take with a float16 input yet: it falls back)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(ResBlock(320), ResBlock(320)).to(DEV).eval()
+    for m in model.modules():
+        if isinstance(m, nn.GroupNorm):
+            with torch.no_grad():
+                m.weight.normal_(1.0, 0.5)
+                m.bias.normal_(0.0, 0.5)
+    x = randn((2, 320, 32, 32), torch.float32)
+    with torch.no_grad():
+        wide = copy.deepcopy(model).double()(x.double())
+        unpatched = model(x)
+        report = njt.patch(model)
+        assert sum("fused" in c for _, c in report.replaced) == 4, report
+        before = njt.prepared_kernels()
+        patched = model(x)
+        assert njt.prepared_kernels() - before == 1  # one GroupNorm+SiLU kernel for all four
+    err, err0 = rel_err(patched, wide), rel_err(unpatched, wide)
+    assert err <= 2 * err0 + 1e-6, (err, err0)
+    assert err < 1e-5
+
+
+def test_compile_fullgraph_and_cuda_graph_with_an_activation():
+    m = njt.GroupNorm(32, 320, activation="silu", device=DEV, dtype=torch.float16)
+    x = randn((2, 320, 16, 16), torch.float16)
+    torch._dynamo.reset()
+    compiled = torch.compile(m, fullgraph=True)
+    with torch.no_grad():
+        assert rel_err(compiled(x), m(x)) < 1e-3
+    static_x = randn((2, 320, 16, 16), torch.float16)
+    njt.warmup(m, static_x)
+    stream = torch.cuda.Stream()
+    graph = torch.cuda.CUDAGraph()
+    with torch.no_grad(), torch.cuda.graph(graph, stream=stream):
+        static_y = m(static_x)
+    for _ in range(3):
+        new = randn((2, 320, 16, 16), torch.float16, -1.0, 2.0)
+        static_x.copy_(new)
+        graph.replay()
+        torch.cuda.synchronize()
+        with torch.no_grad():
+            assert rel_err(static_y, m(new)) < 1e-6
+
+
+def test_training_with_an_activation_falls_back_to_pytorch_autograd():
+    m = njt.GroupNorm(8, 64, activation="gelu", device=DEV)
+    x = randn((2, 64, 9, 9), torch.float32).requires_grad_()
+    with pytest.warns(njt.NormjitFallbackWarning, match="requires grad.*activation"):
+        y = m(x)
+    y.square().sum().backward()
+    x2 = x.detach().clone().requires_grad_()
+    ref = nn.GroupNorm(8, 64, device=DEV)
+    F.gelu(ref(x2)).square().sum().backward()
+    torch.testing.assert_close(x.grad, x2.grad)
+    torch.testing.assert_close(m.weight.grad, ref.weight.grad)
