@@ -23,7 +23,7 @@ constexpr const char* kFp8OutputOnly =
 // Every key of the canonical text, in the order to_string() writes them.
 constexpr const char* kSpecKeys =
     "op, shape, dtype, normalized_dims, groups, affine, eps, param_dtype, out_dtype, residual, "
-    "weight_offset, save_stats, backward";
+    "weight_offset, save_stats, layout, backward";
 
 bool checked_mul(int64_t a, int64_t b, int64_t* out) {
   return !__builtin_mul_overflow(a, b, out) && *out < kMaxElements;
@@ -248,6 +248,16 @@ const char* to_string(Affine affine) {
   return "?";
 }
 
+const char* to_string(Layout layout) {
+  switch (layout) {
+    case Layout::kNchw:
+      return "nchw";
+    case Layout::kNhwc:
+      return "nhwc";
+  }
+  return "?";
+}
+
 int size_of(Dtype dtype) {
   switch (dtype) {
     case Dtype::kF32:
@@ -295,6 +305,14 @@ Affine parse_affine(std::string_view text, const std::string& argument) {
     if (text == to_string(affine)) return affine;
   }
   throw_invalid_argument(argument, quoted_excerpt(text), "expected one of none, weight, both");
+}
+
+Layout parse_layout(std::string_view text, const std::string& argument) {
+  for (Layout layout : {Layout::kNchw, Layout::kNhwc}) {
+    if (text == to_string(layout)) return layout;
+  }
+  throw_invalid_argument(argument, quoted_excerpt(text),
+                         "expected one of nchw, nhwc (nhwc: channels innermost)");
 }
 
 std::vector<int64_t> parse_shape(std::string_view text, const std::string& argument) {
@@ -412,6 +430,7 @@ NormSpec NormSpec::from_fields(const SpecFields& f) {
   s.residual = f.residual;
   s.weight_offset = f.weight_offset.value_or(0.0);
   s.save_stats = f.save_stats.value_or(false);
+  s.layout = f.layout.value_or(Layout::kNchw);
   s.backward = f.backward.value_or(false);
   s.validate();  // as given: param_dtype without parameters is an error even if it is x's dtype
   // One canonical form: a dtype equal to x's is the default, and -0 is no offset.
@@ -491,6 +510,16 @@ void validate_variant(const NormSpec& s) {
       throw_invalid_argument(
           "residual", quoted(*s.residual),
           std::string("must be x's dtype (") + normjit::to_string(s.dtype) + ") or f32");
+    }
+  }
+  if (s.nhwc()) {
+    if (s.op != Op::kGroupNorm && !s.channel_form()) {
+      throw_invalid_argument(
+          "layout", "'nhwc'",
+          std::string("orders the channels of [N, C, *spatial] innermost; the trailing form of ") +
+              normjit::to_string(s.op) + " (normalized_dims " + std::to_string(s.normalized_dims) +
+              ") normalizes contiguous trailing dims: leave layout out, or give normalized_dims "
+              "0 (the channel form)");
     }
   }
   check_weight_offset(s.weight_offset, "weight_offset", format_double(s.weight_offset));
@@ -601,7 +630,7 @@ bool NormSpec::operator==(const NormSpec& o) const {
          normalized_dims == o.normalized_dims && groups == o.groups && affine == o.affine &&
          eps == o.eps && param_type() == o.param_type() && out_type() == o.out_type() &&
          residual == o.residual && weight_offset == o.weight_offset && save_stats == o.save_stats &&
-         backward == o.backward;
+         layout == o.layout && backward == o.backward;
 }
 
 std::string NormSpec::to_string() const {
@@ -619,6 +648,7 @@ std::string NormSpec::to_string() const {
   if (residual) out += std::string(" residual=") + normjit::to_string(*residual);
   if (weight_offset != 0) out += " weight_offset=" + format_double(weight_offset);
   if (save_stats) out += " save_stats=true";
+  if (layout != Layout::kNchw) out += std::string(" layout=") + normjit::to_string(layout);
   if (backward) out += " backward=true";
   return out;
 }
@@ -670,6 +700,8 @@ NormSpec NormSpec::parse(std::string_view text) {
       f.weight_offset = parse_number(value, key);  // validate() checks the range
     } else if (key == "save_stats") {
       f.save_stats = parse_bool(value, key);
+    } else if (key == "layout") {
+      f.layout = parse_layout(value, key);
     } else if (key == "backward") {
       f.backward = parse_bool(value, key);
     } else {
