@@ -405,6 +405,13 @@ std::string group_nhwc(const Problem& pr, const Target& target, KernelPlan& p) {
   const std::string shape_note = "C = " + std::to_string(c) + ", " + std::to_string(groups) +
                                  " groups, S = " + std::to_string(s);
   p.vec = vector_width(c, kAccessBytes / size_of(pr.x));
+  // Vectors within one group, where that keeps 8-byte accesses: a vector spanning groups holds
+  // each channel's statistics and parameters (on the VAE's C/G = 4 in 16 bits, 16-byte vectors
+  // spilled ~100 bytes of registers, `normjit dump --emit resources`; 8-byte ones fewer).
+  const int64_t per_group = c / groups;
+  if (per_group % p.vec != 0 && vector_width(per_group, p.vec) * size_of(pr.x) >= 8) {
+    p.vec = vector_width(per_group, p.vec);
+  }
   p.param_vec = p.vec;
   const int64_t tx = c / p.vec;
   if (tx > kGroupThreads) {

@@ -194,7 +194,7 @@ __global__ void __launch_bounds__(Cfg::kThreadsX* Cfg::kThreadsY, Cfg::kBlocksPe
       const int local = piece * int(kPiece) + ty + k * TY;  // within the segment
       held[k].zero();
       if (kAllValid || local < positions) {
-        held[k].load(x + (first + local) * C, NoHint{});
+        held[k].load(x + (long long)(first + local) * C, NoHint{});
         ++valid;
       }
     }
@@ -381,7 +381,7 @@ __global__ void __launch_bounds__(Cfg::kThreadsX* Cfg::kThreadsY, Cfg::kBlocksPe
           float out[V];
 #pragma unroll
           for (int j = 0; j < V; ++j) out[j] = normalize(held[k][j] - shift[j], j);
-          store_vec<Y, V>(y + (first + local) * C, out);
+          store_vec<Y, V>(y + (long long)(first + local) * C, out);
         }
       }
     }
