@@ -754,11 +754,13 @@ KernelPlan plan(const NormSpec& spec, const Target& target) {
     if (pr.nhwc) {
       // The channel forms, channels last: each position's C channels are one contiguous row.
       p.rows_per_item = spec.spatial();
+      const std::string params = !pr.weight ? ""
+                                 : pr.bias  ? ", weight and bias [C] per element of a row"
+                                            : ", weight [C] per element of a row";
       why = "layout nhwc: the C = " + std::to_string(pr.channels) + " channels of each of the " +
             std::to_string(spec.spatial()) +
             " positions per item are contiguous, normalized as rows of the row kernel (N x " +
-            std::to_string(spec.spatial()) + " rows, weight" + (pr.bias ? " and bias" : "") +
-            " [C] per element of a row); " + why;
+            std::to_string(spec.spatial()) + " rows at a constant stride" + params + "); " + why;
     }
     if (pr.op == Op::kGroupNorm && p.vec > 1 && pr.spatial % p.vec != 0) {
       why += "; " + std::to_string(p.vec * size_of(pr.x)) +
