@@ -27,6 +27,8 @@ Template template_of(Strategy strategy) {
       return {"normjit/group_backward.cuh", "normjit::group_backward"};
     case Strategy::kChannelsBackward:
       return {"normjit/channels_backward.cuh", "normjit::channels_backward"};
+    case Strategy::kGroupNhwc:
+      return {"normjit/group_nhwc.cuh", "normjit::group_nhwc"};
   }
   return {"?", "?"};
 }
@@ -36,8 +38,10 @@ Template template_of(Strategy strategy) {
 std::string config_name(const Problem& pr) {
   std::ostringstream os;
   os << to_string(pr.op) << "_" << to_string(pr.x);
-  if (pr.channel_form) {
-    os << "_c" << pr.channels << "_s" << pr.spatial;
+  if (pr.channel_form || (pr.nhwc && pr.groups > 0)) {
+    os << "_c" << pr.channels;
+    if (pr.groups > 0) os << "_g" << pr.groups;
+    os << "_s" << pr.spatial;
   } else if (pr.groups > 0) {
     os << "_g" << pr.groups << "_h" << pr.row_length;
   } else {
@@ -49,6 +53,7 @@ std::string config_name(const Problem& pr) {
   if (pr.activation != Activation::kNone) os << "_" << to_string(pr.activation);
   if (pr.y != pr.x) os << "_to_" << to_string(pr.y);
   if (pr.save_stats) os << "_stats";
+  if (pr.nhwc) os << "_nhwc";
   if (pr.backward) os << "_backward";
   return os.str();
 }
@@ -148,8 +153,31 @@ void row_fields(const KernelPlan& p, Fields& f) {
     case Strategy::kRowBackward:
     case Strategy::kGroupBackward:
     case Strategy::kChannelsBackward:
+    case Strategy::kGroupNhwc:
       break;
   }
+  // The channel forms in nhwc: rows of C, one after another (a constant stride, not the
+  // launch's row layout).
+  if (pr.nhwc) f.flag("kContiguousRows", true);
+}
+
+// The channels-last GroupNorm kernel's configuration (group_nhwc.cuh).
+void group_nhwc_fields(const KernelPlan& p, Fields& f) {
+  const Problem& pr = p.problem;
+  f.flag("kBias", pr.bias);
+  f.integer("kChannels", pr.channels);
+  f.integer("kGroups", pr.groups);
+  f.integer("kChannelsPerGroup", pr.channels / pr.groups);
+  f.size("kSpatial", pr.spatial);
+  f.integer("kThreadsX", p.block_x);
+  f.integer("kThreadsY", p.block_y);
+  f.integer("kVec", p.vec);
+  f.integer("kVectors", p.vectors);
+  f.integer("kPieces", p.pieces);
+  f.size("kChunks", p.split_chunks);
+  f.size("kSegment", p.segment);
+  f.integer("kBlocksPerSm", p.split_blocks_per_sm);
+  f.size("kWorkspaceSlotFloats", p.workspace_slot_floats());
 }
 
 // The backward kernel's configuration (row_backward.cuh): dy and dx take x's dtype, dweight
@@ -250,6 +278,9 @@ EmittedKernel emit(const KernelPlan& plan) {
   } else if (plan.strategy == Strategy::kChannels) {
     problem_fields(plan.problem, fields);
     channels_fields(plan, fields);
+  } else if (plan.strategy == Strategy::kGroupNhwc) {
+    problem_fields(plan.problem, fields);
+    group_nhwc_fields(plan, fields);
   } else {
     problem_fields(plan.problem, fields);
     row_fields(plan, fields);

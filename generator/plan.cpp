@@ -246,6 +246,8 @@ Strategy choose_strategy(const Problem& pr, const Target& target) {
     return Strategy::kRowBackward;  // plan() refuses the rows it cannot hold
   }
   if (pr.channel_form) return Strategy::kChannels;
+  // Channels last: GroupNorm has its own kernel; the channel forms are rows of C (below).
+  if (pr.nhwc && pr.op == Op::kGroupNorm) return Strategy::kGroupNhwc;
   if (pr.row_length <= int64_t{kMaxTeam} * kMaxTeamValues) return Strategy::kRowRegisters;
   const SplitLayout layout = choose_split_layout(pr, target, row_vector_width(pr));
   return layout.chunks <= split_capacity(target) ? Strategy::kRowSplit : Strategy::kRowStream;
@@ -509,6 +511,103 @@ std::string channels_backward(const Problem& pr, KernelPlan& p) {
   return why.str();
 }
 
+// ---------------------------------------------------------------------------------------
+// kGroupNhwc
+
+// A CTA of up to kGroupThreads threads: TX = C/V across the channels of a position, TY across
+// positions. Its shared memory (static) holds a float per thread and channel of its vector
+// ([TY][C]) and two per group, within kGroupSmemBytes.
+constexpr int64_t kGroupThreads = 1024;
+constexpr int64_t kGroupSmemBytes = 46 * 1024;
+// Registers (32-bit words) a thread holds its values in: at most kGroupWords (x read once; the
+// item then fits on the chip), aiming for kGroupAimWords so that a small item spreads over more
+// CTAs (more SMs reading it) where the chip has them.
+constexpr int64_t kGroupWords = 32;
+constexpr int64_t kGroupAimWords = 16;
+constexpr int64_t kGroupStreamVectors = 4;  // positions per thread per piece when streamed
+
+std::string group_nhwc(const Problem& pr, const Target& target, KernelPlan& p) {
+  const int64_t c = pr.channels, s = pr.spatial, groups = pr.groups;
+  const std::string shape_note = "C = " + std::to_string(c) + ", " + std::to_string(groups) +
+                                 " groups, S = " + std::to_string(s);
+  p.vec = vector_width(c, kAccessBytes / size_of(pr.x));
+  // Vectors within one group, where that keeps 8-byte accesses: a vector spanning groups holds
+  // each channel's statistics and parameters (on the VAE's C/G = 4 in 16 bits, 16-byte vectors
+  // spilled ~100 bytes of registers, `normjit dump --emit resources`; 8-byte ones fewer).
+  const int64_t per_group = c / groups;
+  if (per_group % p.vec != 0 && vector_width(per_group, p.vec) * size_of(pr.x) >= 8) {
+    p.vec = vector_width(per_group, p.vec);
+  }
+  p.param_vec = p.vec;
+  const int64_t tx = c / p.vec;
+  if (tx > kGroupThreads) {
+    throw_unsupported("shape", "(" + shape_note + ")",
+                      "layout=nhwc groupnorm covers a position's channels with one row of a CTA: "
+                      "at most " +
+                          std::to_string(kGroupThreads) + " accesses of " + std::to_string(p.vec) +
+                          " channels; " + std::to_string(c) + " channels are not yet supported");
+  }
+  const auto smem = [&](int64_t rows) { return rows * c * 4 + groups * 8; };
+  // No more position rows than the item has, and at least a warp.
+  int64_t ty = std::max(std::min(kGroupThreads / tx, s), ceil_div(32, tx));
+  while (ty > 1 && smem(ty) > kGroupSmemBytes) --ty;
+  if (smem(ty) > kGroupSmemBytes || tx * ty < 32) {
+    throw_unsupported("shape", "(" + shape_note + ")",
+                      "layout=nhwc groupnorm needs a CTA of at least 32 threads whose partials "
+                      "(a float per channel, two per group) fit " +
+                          std::to_string(kGroupSmemBytes) +
+                          " bytes of shared memory; these channels are not yet supported");
+  }
+  const int per_word = size_of(pr.x) == 2 && p.vec % 2 == 0 ? 2 : 1;  // 16-bit pairs packed
+  const int64_t k_most = std::max<int64_t>(1, kGroupWords * per_word / p.vec);
+  const int64_t k_aim = std::max<int64_t>(1, kGroupAimWords * per_word / p.vec);
+  const int64_t capacity = split_capacity(target);
+  p.block_x = int(tx);
+  p.block_y = int(ty);
+  p.split_blocks_per_sm = kSplitBlocksPerSm;
+  std::ostringstream why;
+  why << "layout nhwc: each CTA covers all " << c << " channels (" << tx << " threads of "
+      << p.vec * size_of(pr.x) << "-byte accesses along the contiguous channels) of " << ty
+      << " positions at a time; ";
+  if (ceil_div(s, ty * k_most) <= capacity) {
+    // The fewest positions per thread that still spread the item over the chip, then even
+    // segments.
+    int64_t k = std::min(k_aim, ceil_div(s, ty));
+    if (ceil_div(s, ty * k) > capacity) k = ceil_div(s, ty * capacity);
+    const int64_t chunks = ceil_div(s, ty * k);
+    k = ceil_div(s, chunks * ty);
+    p.vectors = k;
+    p.pieces = 1;
+    p.segment = ty * k;
+    p.split_chunks = ceil_div(s, p.segment);
+    why << "an item (n) split over " << p.split_chunks << " CTAs of " << p.segment << " positions, "
+        << k << " per thread kept in registers (x read once)";
+  } else {
+    // Larger than the chip holds: every co-resident CTA streams its segment twice.
+    const int64_t k = std::min(kGroupStreamVectors, ceil_div(s, ty));
+    const int64_t piece = ty * k;
+    p.vectors = k;
+    p.pieces = int(ceil_div(ceil_div(s, capacity), piece));
+    p.segment = p.pieces * piece;
+    p.split_chunks = ceil_div(s, p.segment);
+    why << "an item (n) larger than the chip holds, split over " << p.split_chunks
+        << " co-resident CTAs of " << p.segment << " positions, each streaming its segment "
+        << "twice in " << p.pieces << " pieces of " << k
+        << " positions per thread (statistics, then normalize: x is read twice)";
+  }
+  if (p.split_chunks > 1) {
+    why << "; each CTA's per-group (mean, M2) exchanged through the workspace and merged with "
+           "Chan's formula in a fixed order (cooperative launch, deterministic)";
+  } else {
+    why << "; one CTA per item, no exchange";
+  }
+  if (pr.groups > 0 && (pr.channels / pr.groups) % p.vec != 0) {
+    why << "; a vector may span groups (C/G = " << pr.channels / pr.groups
+        << "), each channel taking its group's statistics";
+  }
+  return why.str();
+}
+
 // What the variant axes add to the plan's one-line reason.
 std::string variant_note(const Problem& pr) {
   std::string out;
@@ -541,11 +640,13 @@ Problem Problem::of(const NormSpec& spec) {
   pr.y = spec.out_type();
   pr.param = spec.param_type();
   pr.residual = spec.residual;
-  pr.channel_form = spec.op != Op::kGroupNorm && spec.channel_form();
+  pr.channel_form = spec.op != Op::kGroupNorm && spec.channel_form() && !spec.nhwc();
+  pr.nhwc = spec.nhwc();
   pr.row_length = spec.row_length();
   if (spec.channel_form()) {
     pr.channels = spec.channels();
-    pr.spatial = spec.spatial();
+    // Channels last, the channel forms are rows of C: their kernel is the same for every S.
+    pr.spatial = spec.nhwc() && spec.op != Op::kGroupNorm ? 1 : spec.spatial();
   }
   pr.groups = spec.op == Op::kGroupNorm ? spec.groups : 0;
   pr.weight = spec.affine != Affine::kNone;
@@ -577,6 +678,8 @@ int64_t KernelPlan::grid(int64_t batch, int64_t co_resident) const {
     }
     case Strategy::kChannelsBackward:
       return std::max<int64_t>(1, std::min(co_resident, blocks_per_item * batch));
+    case Strategy::kGroupNhwc:
+      return cooperative() ? std::min(co_resident / split_chunks, batch) * split_chunks : batch;
   }
   return 0;
 }
@@ -589,6 +692,10 @@ int64_t KernelPlan::workspace_slot_floats() const {
     return cooperative() ? (problem.weight + problem.bias) * padded_floats(length) : 0;
   }
   if (strategy == Strategy::kGroupBackward) return 0;  // no per-CTA slots
+  // Two u64 counters, then 4 generations of G x P partials of one u64 (group_nhwc.cuh).
+  if (strategy == Strategy::kGroupNhwc) {
+    return cooperative() ? 4 + 4 * 2 * problem.groups * split_chunks : 0;
+  }
   // Two u64 counters, then 4 generations of P partials in 16-byte slots (exchange.cuh).
   return cooperative() ? 16 * split_chunks + 4 : 0;
 }
@@ -625,6 +732,8 @@ const char* to_string(Strategy strategy) {
       return "group-backward";
     case Strategy::kChannelsBackward:
       return "channels-backward";
+    case Strategy::kGroupNhwc:
+      return "group-nhwc";
   }
   return "?";
 }
@@ -655,6 +764,11 @@ std::string KernelPlan::grid_text() const {
              " CTAs per row x as many rows as stay co-resident "
              "(cooperative launch, " +
              std::to_string(split_blocks_per_sm) + " CTAs per SM)";
+    case Strategy::kGroupNhwc:
+      if (!cooperative()) return "batch CTAs (one per item)";
+      return std::to_string(split_chunks) +
+             " CTAs per item x as many items as stay co-resident (cooperative launch, " +
+             std::to_string(split_blocks_per_sm) + " CTAs per SM)";
   }
   return "?";
 }
@@ -662,6 +776,7 @@ std::string KernelPlan::grid_text() const {
 std::string KernelPlan::to_string() const {
   std::ostringstream os;
   os << "strategy: " << normjit::to_string(strategy) << "\n"
+     << "layout: " << (problem.nhwc ? "nhwc" : "nchw") << "\n"
      << "arch: " << arch << "\n"
      << "block: " << block_x << "x" << block_y << " (" << block_x * block_y << " threads)\n"
      << "grid: " << grid_text() << "\n"
@@ -704,6 +819,11 @@ std::string KernelPlan::to_string() const {
       os << "vectors per thread per piece: " << vectors << "\n"
          << "segment: " << segment << " elements per CTA\n";
       break;
+    case Strategy::kGroupNhwc:
+      os << "positions per thread per piece: " << vectors << "\n"
+         << "segment: " << segment << " positions per CTA, " << pieces
+         << (pieces == 1 ? " piece (in registers)" : " pieces (streamed, read twice)") << "\n";
+      break;
   }
   os << "shared memory: " << smem_bytes << " bytes dynamic\n"
      << "why: " << why << "\n";
@@ -713,10 +833,13 @@ std::string KernelPlan::to_string() const {
 int batch_class(const NormSpec& spec) {
   // Only the row kernel's parameters depend on it (row_registers): trailing forms with
   // parameters, rows that fit one team.
-  const bool row_registers = spec.op != Op::kGroupNorm && !spec.channel_form() && !spec.backward &&
-                             spec.row_length() <= int64_t{kMaxTeam} * kMaxTeamValues;
-  return row_registers && spec.affine != Affine::kNone && spec.batch() <= kFewRows ? kBatchFewRows
-                                                                                   : kBatchAny;
+  // The channel forms in nhwc are rows too: N x S of them.
+  const bool rows_form = spec.op != Op::kGroupNorm && (!spec.channel_form() || spec.nhwc());
+  const bool row_registers =
+      rows_form && !spec.backward && spec.row_length() <= int64_t{kMaxTeam} * kMaxTeamValues;
+  if (!row_registers || spec.affine == Affine::kNone) return kBatchAny;
+  const int64_t rows = spec.channel_form() ? spec.batch() * spec.spatial() : spec.batch();
+  return rows <= kFewRows ? kBatchFewRows : kBatchAny;
 }
 
 std::vector<NormSpec> batch_class_specs(const NormSpec& spec) {
@@ -724,7 +847,15 @@ std::vector<NormSpec> batch_class_specs(const NormSpec& spec) {
   NormSpec other = spec;
   // The leading dims of another class: one row, or kFewRows + 1 rows.
   const size_t leading = spec.shape.size() - spec.normalized_dims;
-  if (spec.op == Op::kGroupNorm || spec.channel_form() || leading == 0) return out;
+  if (spec.op == Op::kGroupNorm || leading == 0) return out;
+  if (spec.channel_form()) {
+    if (!spec.nhwc()) return out;
+    // nhwc: N x S rows; the batch N alone changes.
+    const int64_t s = spec.spatial();
+    other.shape[0] = batch_class(spec) == kBatchFewRows ? kFewRows / s + 1 : 1;
+    if (batch_class(other) != batch_class(spec)) out.push_back(other);
+    return out;
+  }
   for (size_t i = 0; i < leading; ++i) other.shape[i] = 1;
   if (batch_class(spec) == kBatchFewRows) other.shape[0] = kFewRows + 1;
   if (batch_class(other) != batch_class(spec)) out.push_back(other);
@@ -777,6 +908,8 @@ KernelPlan plan(const NormSpec& spec, const Target& target) {
   } else if (p.strategy == Strategy::kChannels) {
     size_channels(pr, p);
     why = p.why;
+  } else if (p.strategy == Strategy::kGroupNhwc) {
+    why = group_nhwc(pr, target, p);
   } else {
     size_rows_common(pr, p);
     switch (p.strategy) {
@@ -793,7 +926,19 @@ KernelPlan plan(const NormSpec& spec, const Target& target) {
       case Strategy::kRowBackward:
       case Strategy::kGroupBackward:
       case Strategy::kChannelsBackward:
+      case Strategy::kGroupNhwc:
         break;
+    }
+    if (pr.nhwc) {
+      // The channel forms, channels last: each position's C channels are one contiguous row.
+      p.rows_per_item = spec.spatial();
+      const std::string params = !pr.weight ? ""
+                                 : pr.bias  ? ", weight and bias [C] per element of a row"
+                                            : ", weight [C] per element of a row";
+      why = "layout nhwc: the C = " + std::to_string(pr.channels) + " channels of each of the " +
+            std::to_string(spec.spatial()) +
+            " positions per item are contiguous, normalized as rows of the row kernel (N x " +
+            std::to_string(spec.spatial()) + " rows at a constant stride" + params + "); " + why;
     }
     if (pr.op == Op::kGroupNorm && p.vec > 1 && pr.spatial % p.vec != 0) {
       why += "; " + std::to_string(p.vec * size_of(pr.x)) +

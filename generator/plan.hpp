@@ -24,6 +24,8 @@ enum class Strategy {
                       // waves, a grid barrier per wave, dx from the row's sums (x read twice)
   kChannelsBackward,  // channel-form backward: a thread owns positions, loops over C; CTAs
                       // loop over tiles, their dweight/dbias partials summed in a fixed order
+  kGroupNhwc,         // groupnorm, channels last: a CTA covers every channel of its positions, an
+                      // item (n) over P CTAs exchanging per-group partials (group_nhwc.cuh)
 };
 const char* to_string(Strategy strategy);
 
@@ -33,11 +35,14 @@ struct Problem {
   Op op = Op::kRmsNorm;
   Dtype x = Dtype::kF32, y = Dtype::kF32, param = Dtype::kF32;
   std::optional<Dtype> residual;  // h = x + residual, in this dtype
-  bool channel_form = false;      // rmsnorm or layernorm over dim 1
-  int64_t row_length = 0;         // H: elements normalized together (channel form: C)
-  int64_t channels = 0;           // channel and group forms: C
-  int64_t spatial = 1;            // channel and group forms: S, elements per channel
-  int64_t groups = 0;             // groupnorm: G; 0 otherwise
+  bool channel_form = false;      // rmsnorm or layernorm over dim 1, channels strided (nchw)
+  // layout=nhwc, channels innermost. The channel forms are then rows of C contiguous elements
+  // (row_length C, spatial 1: their kernel does not depend on S; plan.rows_per_item = S).
+  bool nhwc = false;
+  int64_t row_length = 0;  // H: elements normalized together (channel form: C)
+  int64_t channels = 0;    // channel and group forms: C
+  int64_t spatial = 1;     // channel and group forms: S, elements per channel
+  int64_t groups = 0;      // groupnorm: G; 0 otherwise
   bool weight = false, bias = false;
   double weight_offset = 0.0;
   Activation activation = Activation::kNone;  // applied to y after the affine step
@@ -54,7 +59,8 @@ struct KernelPlan {
   std::string arch;              // target name, "sm_90"
   int block_x = 1, block_y = 1;  // threads per CTA
   int64_t blocks_per_item = 1;   // kChannels: CTAs per batch item
-  int64_t rows_per_item = 1;     // row strategies: rows per batch item (groups)
+  int64_t rows_per_item = 1;     // row strategies: rows per batch item (groups; nhwc channel
+                                 // forms: S positions, the launch's rows being N x S)
   int rows_per_block = 1;        // kRowRegisters: rows per CTA
   int64_t split_chunks = 0;      // kRowSplit, kRowStream: CTAs per row (P)
   int split_blocks_per_sm = 0;   // kRowSplit, kRowStream: residency built for
@@ -67,7 +73,9 @@ struct KernelPlan {
   bool staged = false;            // kRowSplit: the next row staged in shared memory
   int64_t resident_vectors = 0;   // kRowSplit: vectors per thread with parameters on chip
   int prefetch = 0;               // kRowSplit: 0 none; 1 after a row's partial; 2 its barrier
-  int64_t segment = 0;            // kRowStream: elements of a row per CTA
+  int64_t segment = 0;            // kRowStream: elements of a row per CTA; kGroupNhwc: positions
+  int pieces = 0;                 // kGroupNhwc: pieces of `vectors` positions per thread per
+                                  // segment; 1: held in registers (x read once), else streamed
   bool params_ahead = false;      // kRowRegisters: parameters loaded with x, not at the store
   int64_t units_per_channel = 0;  // kGroupBackward: units of block_x * vectors * vec positions
                                   // that cover a channel (T)
@@ -81,7 +89,8 @@ struct KernelPlan {
     return strategy == Strategy::kRowSplit || strategy == Strategy::kRowStream ||
            strategy == Strategy::kGroupBackward ||
            ((strategy == Strategy::kRowBackward || strategy == Strategy::kChannelsBackward) &&
-            (problem.weight || problem.bias));
+            (problem.weight || problem.bias)) ||
+           (strategy == Strategy::kGroupNhwc && split_chunks > 1);
   }
   // CTAs of a launch over `batch` items; for cooperative kernels, `co_resident` is how many
   // CTAs of this kernel the device holds at once.

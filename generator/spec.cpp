@@ -23,7 +23,7 @@ constexpr const char* kFp8OutputOnly =
 // Every key of the canonical text, in the order to_string() writes them.
 constexpr const char* kSpecKeys =
     "op, shape, dtype, normalized_dims, groups, affine, eps, param_dtype, out_dtype, residual, "
-    "weight_offset, activation, save_stats, backward";
+    "weight_offset, activation, save_stats, layout, backward";
 
 bool checked_mul(int64_t a, int64_t b, int64_t* out) {
   return !__builtin_mul_overflow(a, b, out) && *out < kMaxElements;
@@ -260,6 +260,16 @@ const char* to_string(Activation activation) {
   return "?";
 }
 
+const char* to_string(Layout layout) {
+  switch (layout) {
+    case Layout::kNchw:
+      return "nchw";
+    case Layout::kNhwc:
+      return "nhwc";
+  }
+  return "?";
+}
+
 int size_of(Dtype dtype) {
   switch (dtype) {
     case Dtype::kF32:
@@ -314,6 +324,14 @@ Activation parse_activation(std::string_view text, const std::string& argument) 
     if (text == to_string(activation)) return activation;
   }
   throw_invalid_argument(argument, quoted_excerpt(text), "expected one of none, silu, gelu");
+}
+
+Layout parse_layout(std::string_view text, const std::string& argument) {
+  for (Layout layout : {Layout::kNchw, Layout::kNhwc}) {
+    if (text == to_string(layout)) return layout;
+  }
+  throw_invalid_argument(argument, quoted_excerpt(text),
+                         "expected one of nchw, nhwc (nhwc: channels innermost)");
 }
 
 std::vector<int64_t> parse_shape(std::string_view text, const std::string& argument) {
@@ -432,6 +450,7 @@ NormSpec NormSpec::from_fields(const SpecFields& f) {
   s.weight_offset = f.weight_offset.value_or(0.0);
   s.activation = f.activation.value_or(Activation::kNone);
   s.save_stats = f.save_stats.value_or(false);
+  s.layout = f.layout.value_or(Layout::kNchw);
   s.backward = f.backward.value_or(false);
   s.validate();  // as given: param_dtype without parameters is an error even if it is x's dtype
   // One canonical form: a dtype equal to x's is the default, and -0 is no offset.
@@ -459,6 +478,11 @@ void validate_backward(const NormSpec& s) {
     throw_unsupported("activation", std::string("'") + normjit::to_string(s.activation) + "'",
                       "backward=true is not yet supported with an activation (the backward "
                       "kernels differentiate the norm alone); leave activation out or none");
+  }
+  if (s.nhwc()) {
+    throw_unsupported("layout", "'nhwc'",
+                      "backward=true is not yet supported for layout=nhwc (the backward kernels "
+                      "take [N, C, *spatial] in its row-major order); leave layout out or nchw");
   }
   if (s.out_dtype && *s.out_dtype != s.dtype) {
     refuse("out_dtype", std::string("'") + normjit::to_string(*s.out_dtype) + "'",
@@ -504,6 +528,16 @@ void validate_variant(const NormSpec& s) {
       throw_invalid_argument(
           "residual", quoted(*s.residual),
           std::string("must be x's dtype (") + normjit::to_string(s.dtype) + ") or f32");
+    }
+  }
+  if (s.nhwc()) {
+    if (s.op != Op::kGroupNorm && !s.channel_form()) {
+      throw_invalid_argument(
+          "layout", "'nhwc'",
+          std::string("orders the channels of [N, C, *spatial] innermost; the trailing form of ") +
+              normjit::to_string(s.op) + " (normalized_dims " + std::to_string(s.normalized_dims) +
+              ") normalizes contiguous trailing dims: leave layout out, or give normalized_dims "
+              "0 (the channel form)");
     }
   }
   check_weight_offset(s.weight_offset, "weight_offset", format_double(s.weight_offset));
@@ -620,7 +654,7 @@ bool NormSpec::operator==(const NormSpec& o) const {
          normalized_dims == o.normalized_dims && groups == o.groups && affine == o.affine &&
          eps == o.eps && param_type() == o.param_type() && out_type() == o.out_type() &&
          residual == o.residual && weight_offset == o.weight_offset && activation == o.activation &&
-         save_stats == o.save_stats && backward == o.backward;
+         save_stats == o.save_stats && layout == o.layout && backward == o.backward;
 }
 
 std::string NormSpec::to_string() const {
@@ -641,6 +675,7 @@ std::string NormSpec::to_string() const {
     out += std::string(" activation=") + normjit::to_string(activation);
   }
   if (save_stats) out += " save_stats=true";
+  if (layout != Layout::kNchw) out += std::string(" layout=") + normjit::to_string(layout);
   if (backward) out += " backward=true";
   return out;
 }
@@ -694,6 +729,8 @@ NormSpec NormSpec::parse(std::string_view text) {
       f.activation = parse_activation(value, key);
     } else if (key == "save_stats") {
       f.save_stats = parse_bool(value, key);
+    } else if (key == "layout") {
+      f.layout = parse_layout(value, key);
     } else if (key == "backward") {
       f.backward = parse_bool(value, key);
     } else {

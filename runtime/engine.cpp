@@ -32,6 +32,7 @@ struct ClassKey {
   int residual = -1;  // the residual's dtype; -1: no residual
   bool save_stats = false;
   bool backward = false;
+  bool nhwc = false;
   uint64_t weight_offset = 0;  // the double's bits (no tolerance: another value, another kernel)
   int activation = 0;
   int64_t groups = 0;
@@ -49,6 +50,7 @@ struct ClassKey {
     k.residual = spec.residual ? int(*spec.residual) : -1;
     k.save_stats = spec.save_stats;
     k.backward = spec.backward;
+    k.nhwc = spec.nhwc();
     k.weight_offset = std::bit_cast<uint64_t>(spec.weight_offset);
     k.activation = int(spec.activation);
     k.groups = spec.groups;
@@ -62,7 +64,7 @@ struct ClassKey {
     return context == o.context && op == o.op && dtype == o.dtype && affine == o.affine &&
            normalized_dims == o.normalized_dims && rank == o.rank && batch_class == o.batch_class &&
            param_type == o.param_type && out_type == o.out_type && residual == o.residual &&
-           save_stats == o.save_stats && backward == o.backward &&
+           save_stats == o.save_stats && backward == o.backward && nhwc == o.nhwc &&
            weight_offset == o.weight_offset && activation == o.activation && groups == o.groups &&
            std::equal(dims, dims + rank, o.dims);
   }
@@ -76,7 +78,8 @@ struct ClassKeyHash {
     mix(uint64_t(k.op) | uint64_t(k.dtype) << 8 | uint64_t(k.affine) << 16 |
         uint64_t(k.normalized_dims) << 24 | uint64_t(k.batch_class) << 32);
     mix(uint64_t(k.param_type) | uint64_t(k.out_type) << 8 | uint64_t(k.residual + 1) << 16 |
-        uint64_t(k.save_stats) << 24 | uint64_t(k.backward) << 25 | uint64_t(k.activation) << 26);
+        uint64_t(k.save_stats) << 24 | uint64_t(k.backward) << 25 | uint64_t(k.activation) << 26 |
+        uint64_t(k.nhwc) << 28);
     mix(k.weight_offset);
     mix(uint64_t(k.groups));
     for (int i = 0; i < k.rank; ++i) mix(uint64_t(k.dims[i]));
@@ -796,6 +799,11 @@ Params launch_params(const NormSpec& spec, const LaunchArgs& args) {
   params.bias = args.bias;
   params.workspace = nullptr;  // launch() sets it for split plans
   params.batch = args.batch;
+  if (spec.nhwc() && spec.op != Op::kGroupNorm) {
+    // The channel forms in nhwc run the row kernel over N x S rows of C (contiguous: the kernel
+    // takes their stride as a constant); the grid counts them as the plan's rows per item.
+    params.batch = args.batch * spec.spatial();
+  }
   params.eps = args.eps;
   params.residual = args.residual;
   params.residual_out = args.residual_out;

@@ -18,12 +18,13 @@ void add_bench_command(CLI::App& app);
 // The spec flags shared by dump, bench and the manifest's field names:
 // --op --shape --dtype --normalized-dims --groups --affine --eps, and the variant axes
 // --param-dtype --out-dtype --residual [DTYPE] --weight-offset --activation --save-stats
+// --layout
 // --backward.
 // Each holds the text as given, or nothing when the flag is left out: every value given is
 // parsed and validated by resolve(), none ("", -1, nan) stands for "not given".
 struct SpecFlags {
   std::optional<std::string> op, shape, dtype, normalized_dims, groups, affine, eps;
-  std::optional<std::string> param_dtype, out_dtype, weight_offset, activation;
+  std::optional<std::string> param_dtype, out_dtype, weight_offset, activation, layout;
   std::optional<std::string> residual;  // kResidualOfX when given without a value
   bool save_stats = false;
   bool backward = false;

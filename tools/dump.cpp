@@ -148,7 +148,7 @@ std::string dump_entry(const DumpOptions& o) {
   const SpecFlags& f = o.spec;
   if (f.op || f.shape || f.dtype || f.normalized_dims || f.groups || f.affine || f.eps ||
       f.param_dtype || f.out_dtype || f.weight_offset || f.residual || f.activation ||
-      f.save_stats || f.backward || o.arch) {
+      f.save_stats || f.layout || f.backward || o.arch) {
     throw_invalid_argument("--cache-entry", "'" + key + "'",
                            "names a compiled kernel; leave out the spec flags and --arch");
   }

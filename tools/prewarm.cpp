@@ -359,6 +359,8 @@ NormSpec entry_spec(const nlohmann::json& entry) {
     } else if (name == "save_stats") {
       if (!value.is_boolean()) wrong_type(name, value, "true or false");
       f.save_stats = value.get<bool>();
+    } else if (name == "layout") {
+      f.layout = parse_layout(string_field(name, value, "\"nhwc\""), name);
     } else if (name == "backward") {
       if (!value.is_boolean()) wrong_type(name, value, "true or false");
       f.backward = value.get<bool>();
@@ -366,7 +368,7 @@ NormSpec entry_spec(const nlohmann::json& entry) {
       throw_invalid_argument("field", json_text(nlohmann::json(name)),
                              "unknown; the fields are op, shape, dtype, normalized_dims, groups, "
                              "affine, eps, param_dtype, out_dtype, residual, weight_offset, "
-                             "activation, save_stats, backward");
+                             "activation, save_stats, layout, backward");
     }
   }
   return NormSpec::from_fields(f);
@@ -761,10 +763,10 @@ void add_prewarm_command(CLI::App& app) {
       "The manifest is a JSON list of specs whose fields are the spec flags' names: op, shape\n"
       "(list of ints), dtype, normalized_dims, groups, affine, eps, param_dtype, out_dtype,\n"
       "residual (a dtype), weight_offset (a number), activation (none, silu or gelu),\n"
-      "save_stats and backward (true or false); omitted fields take the flags' defaults, a\n"
-      "field given twice is an error; at most 16 MiB. Exits non-zero if any kernel fails.\n"
-      "--check compiles nothing and fails if any kernel is missing from the directory (CI of\n"
-      "deployment images).");
+      "save_stats and backward (true or false), layout (nchw or nhwc); omitted fields take the\n"
+      "flags' defaults, a field given twice is an error; at most 16 MiB. Exits non-zero if any\n"
+      "kernel fails. --check compiles nothing and fails if any kernel is missing from the\n"
+      "directory (CI of deployment images).");
   prewarm->add_option("manifest", options->manifest, "JSON manifest of specs")->required();
   prewarm
       ->add_option("--arch", options->archs,

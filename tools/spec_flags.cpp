@@ -50,6 +50,9 @@ void SpecFlags::add_to(CLI::App& app, bool required) {
            "the exact erf form; default none)");
   app.add_flag("--save-stats", save_stats,
                "also write each row's mean and rstd in f32, for a backward pass");
+  add_text(app, "--layout", layout,
+           "nchw | nhwc: memory order of [N, C, *spatial] for groupnorm and the channel forms; "
+           "nhwc: channels innermost (channels_last), the shape still N,C,... (default nchw)");
   app.add_flag("--backward", backward,
                "the backward kernel: dx, dweight and dbias from x, dy and the saved mean and "
                "rstd (every op and form; trailing rows of up to 8192 elements)");
@@ -77,6 +80,7 @@ NormSpec SpecFlags::resolve() const {
   if (weight_offset) f.weight_offset = parse_weight_offset(*weight_offset, "--weight-offset");
   if (activation) f.activation = parse_activation(*activation, "--activation");
   if (save_stats) f.save_stats = true;
+  if (layout) f.layout = parse_layout(*layout, "--layout");
   if (backward) f.backward = true;
   return NormSpec::from_fields(f);
 }

@@ -44,14 +44,27 @@ __device__ __forceinline__ long long total_rows(const Params& p) {
   return p.batch * (C::kGroups > 0 ? C::kGroups : 1);
 }
 
+// Rows one after another, kRowLength elements apart, at a constant stride: groupnorm's (n, g),
+// and the channel forms in nhwc (each position's C channels), whose configuration says
+// kContiguousRows. Otherwise the launch's row layout (the trailing forms).
+template <class C, class = void>
+struct ContiguousRows {
+  static constexpr bool value = C::kGroups > 0;
+};
+template <class C>
+struct ContiguousRows<C, decltype(void(C::kContiguousRows))> {
+  static constexpr bool value = C::kContiguousRows;
+};
+
 // Where row `row` of each tensor starts (elements): the trailing forms take the launch's
 // two-level row layout (Params::inner_rows, and each tensor's RowPitch), its quotient and
-// remainder computed once per row without a division; groupnorm rows are contiguous.
+// remainder computed once per row without a division; contiguous rows (ContiguousRows) start
+// at row * kRowLength.
 template <class C>
 struct RowIndex {
   long long outer, inner;  // row / inner_rows, row % inner_rows
   __device__ __forceinline__ RowIndex(const Params& p, long long row) {
-    if constexpr (C::kGroups > 0) {
+    if constexpr (ContiguousRows<C>::value) {
       outer = row, inner = 0;
     } else {
       const unsigned long long n = static_cast<unsigned long long>(row);
@@ -60,7 +73,7 @@ struct RowIndex {
     }
   }
   __device__ __forceinline__ long long start(const RowPitch& pitch) const {
-    if constexpr (C::kGroups > 0) {
+    if constexpr (ContiguousRows<C>::value) {
       return outer * C::kRowLength;
     } else {
       return outer * pitch.outer + inner * pitch.inner;

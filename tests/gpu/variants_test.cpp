@@ -24,6 +24,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -295,6 +296,10 @@ struct Case {
   }
   Case& two_level(int64_t rows_per_group) {
     inner_rows = rows_per_group;
+    return *this;
+  }
+  Case& nhwc() {
+    fields.layout = Layout::kNhwc;
     return *this;
   }
 };
@@ -699,10 +704,22 @@ class VariantRun {
     for (int64_t r = 0; r < rows_; ++r) end = std::max(end, start(p, r) + row_len_);
     return end + p.extra;
   }
+  // Layout rows between logical order ([N, C, S] per item) and the buffer. layout=nhwc: each
+  // item is permuted to [S, C] (channels innermost), as torch's channels_last holds it.
   void scatter(Tensor& t, const std::vector<unsigned char>& logical) {
     const int64_t e = size_of(t.dtype);
     for (int64_t r = 0; r < rows_; ++r) {
-      std::memcpy(&t.before[start(t.at, r) * e], &logical[r * row_len_ * e], row_len_ * e);
+      if (spec_.nhwc()) {
+        const int64_t c = spec_.channels(), s = spec_.spatial();
+        for (int64_t ch = 0; ch < c; ++ch) {
+          for (int64_t pos = 0; pos < s; ++pos) {
+            std::memcpy(&t.before[(start(t.at, r) + pos * c + ch) * e],
+                        &logical[(r * row_len_ + ch * s + pos) * e], e);
+          }
+        }
+      } else {
+        std::memcpy(&t.before[start(t.at, r) * e], &logical[r * row_len_ * e], row_len_ * e);
+      }
     }
   }
   std::vector<unsigned char> gather(const Tensor& t, const std::vector<unsigned char>& physical,
@@ -710,7 +727,17 @@ class VariantRun {
     const int64_t e = size_of(t.dtype);
     std::vector<unsigned char> out(size_t(batch * row_len_ * e));
     for (int64_t r = 0; r < batch; ++r) {
-      std::memcpy(&out[r * row_len_ * e], &physical[start(t.at, r) * e], row_len_ * e);
+      if (spec_.nhwc()) {
+        const int64_t c = spec_.channels(), s = spec_.spatial();
+        for (int64_t ch = 0; ch < c; ++ch) {
+          for (int64_t pos = 0; pos < s; ++pos) {
+            std::memcpy(&out[(r * row_len_ + ch * s + pos) * e],
+                        &physical[(start(t.at, r) + pos * c + ch) * e], e);
+          }
+        }
+      } else {
+        std::memcpy(&out[r * row_len_ * e], &physical[start(t.at, r) * e], row_len_ * e);
+      }
     }
     return out;
   }
@@ -2226,6 +2253,222 @@ TEST_F(Variants, ActivationCudaGraphOfGroupNormSiluReplaysWithNewInputs) {
     }
   }
   summary.print("activation: CUDA graph replays", t0);
+}
+
+// layout=nhwc (issue 19 item 2): GroupNorm and the channel forms on channels-last tensors. The
+// input is the logical [N, C, *spatial] tensor permuted to [N, *spatial, C] (VariantRun's
+// scatter), the output permuted back (gather), and both compared with the float64 reference
+// of the logical tensor, as every other case.
+
+Case nhwc_group(std::vector<int64_t> shape, Dtype d, int64_t groups, Affine a = Affine::kBoth) {
+  return group_norm(std::move(shape), d, groups, a).nhwc();
+}
+Case nhwc_rms(std::vector<int64_t> shape, Dtype d, Affine a = Affine::kWeight) {
+  return rms_channels(std::move(shape), d, a).nhwc();
+}
+Case nhwc_layer(std::vector<int64_t> shape, Dtype d, Affine a = Affine::kBoth) {
+  return layer_norm_channels(std::move(shape), d, a).nhwc();
+}
+
+TEST_F(Variants, NhwcMatchesFloat64OnOddVisionAndDiffusionShapes) {
+  std::vector<Case> cases;
+  uint64_t seed = 3000;
+  // Odd spatial sizes, 1x1, 3-D volumes, C not a multiple of the vector width (3, 65), C = 96
+  // with 3 groups; every dtype and affine form.
+  const std::vector<std::pair<std::vector<int64_t>, int64_t>> small = {
+      {{2, 64, 7, 9}, 8},    {{3, 32, 1, 1}, 4}, {{2, 32, 5, 6, 7}, 8},   {{2, 3, 7, 9}, 3},
+      {{2, 65, 7, 9}, 5},    {{2, 96, 7, 9}, 3}, {{1, 96, 3, 5, 7}, 3},   {{4, 40, 33}, 4},
+      {{2, 130, 17, 3}, 13}, {{1, 1, 5, 5}, 1},  {{2, 48, 2, 3, 4, 5}, 6}};
+  for (const auto& [shape, groups] : small) {
+    for (Dtype d : kXDtypes) {
+      for (Affine a : {Affine::kNone, Affine::kWeight, Affine::kBoth}) {
+        cases.push_back(nhwc_group(shape, d, groups, a).with(Values::kNormal, seed++));
+        cases.push_back(nhwc_layer(shape, d, a).with(Values::kNormal, seed++));
+        if (a != Affine::kBoth)
+          cases.push_back(nhwc_rms(shape, d, a).with(Values::kNormal, seed++));
+      }
+    }
+  }
+  // The SD 1.5/SDXL UNet and VAE GroupNorms (G = 32) and ConvNeXt's LayerNorm2d: the exchange
+  // between CTAs, items held in registers and (VAE f32) streamed twice.
+  for (Dtype d : kXDtypes) {
+    for (const std::vector<int64_t>& shape : std::vector<std::vector<int64_t>>{
+             {2, 320, 64, 64}, {1, 512, 128, 128}, {2, 1280, 8, 8}, {1, 128, 256, 256}}) {
+      cases.push_back(nhwc_group(shape, d, 32).with(Values::kNormal, seed++));
+    }
+  }
+  for (Dtype d : {Dtype::kF32, Dtype::kBF16, Dtype::kF16}) {
+    cases.push_back(nhwc_layer({8, 96, 56, 56}, d).with(Values::kNormal, seed++));
+    cases.push_back(nhwc_layer({8, 768, 7, 7}, d).with(Values::kNormal, seed++));
+    cases.push_back(nhwc_rms({4, 192, 28, 28}, d).with(Values::kNormal, seed++));
+  }
+  // Channels beyond one row team (split rows), and many items over few slots.
+  cases.push_back(nhwc_layer({2, 40000, 3}, Dtype::kF32).with(Values::kNormal, seed++));
+  cases.push_back(nhwc_group({300, 64, 8, 8}, Dtype::kBF16, 8).with(Values::kNormal, seed++));
+  cases.push_back(nhwc_group({40, 256, 32, 32}, Dtype::kF16, 32).with(Values::kNormal, seed++));
+  run_cases("layout nhwc", cases);
+}
+
+TEST_F(Variants, NhwcWithEachVariantAxis) {
+  // param_dtype, out_dtype (fp8 with a scale, saturating), weight_offset, save_stats and the
+  // activation on the channels-last kernels: GroupNorm in one CTA per item, exchanged between CTAs,
+  // streamed; the channel forms as rows.
+  std::vector<Case> cases;
+  uint64_t seed = 3500;
+  const std::vector<Case> bases = {
+      nhwc_group({2, 96, 7, 9}, Dtype::kBF16, 3),
+      nhwc_group({2, 320, 32, 32}, Dtype::kF16, 32),
+      nhwc_group({1, 128, 256, 256}, Dtype::kF32, 32),
+      nhwc_group({2, 65, 5, 7}, Dtype::kF32, 5),
+      nhwc_layer({4, 96, 14, 14}, Dtype::kBF16),
+      nhwc_layer({2, 65, 9, 7}, Dtype::kF32),
+      nhwc_rms({4, 64, 9, 7}, Dtype::kF16),
+  };
+  for (const Case& base : bases) {
+    const Dtype x = *base.fields.dtype;
+    cases.push_back(Case(base)
+                        .params(x == Dtype::kF32 ? Dtype::kBF16 : Dtype::kF32)
+                        .with(Values::kNormal, seed++));
+    for (Dtype out : kOutDtypes) {
+      if (out == x) continue;
+      cases.push_back(Case(base).out(out, is_fp8(out) ? 4.0f : 1.0f).with(Values::kNormal, seed++));
+    }
+    cases.push_back(
+        Case(base).out(Dtype::kE4M3, 100.0f).with(Values::kNormal, seed++));  // saturates
+    cases.push_back(Case(base).offset(1.0).with(Values::kNormal, seed++));
+    cases.push_back(Case(base).stats().with(Values::kNormal, seed++));
+    cases.push_back(Case(base)
+                        .params(Dtype::kF32)
+                        .out(Dtype::kE5M2, 0.5f)
+                        .offset(0.5)
+                        .stats()
+                        .with(Values::kNormal, seed++));
+    // The activation epilogue: silu alone, and gelu before an fp8 scale.
+    cases.push_back(Case(base).act(Activation::kSilu).with(Values::kNormal, seed++));
+    cases.push_back(
+        Case(base).act(Activation::kGelu).out(Dtype::kE4M3, 4.0f).with(Values::kNegative, seed++));
+  }
+  run_cases("layout nhwc with each variant axis", cases);
+}
+
+TEST_F(Variants, NhwcAdversarialValues) {
+  // Large mean (1e4, std 1: each group's shift keeps the statistics exact), tiny values,
+  // constant groups (variance 0: y = bias), all negative.
+  std::vector<Case> cases;
+  uint64_t seed = 3800;
+  for (Values v : {Values::kLargeMean, Values::kTiny, Values::kConstant, Values::kNegative}) {
+    for (Dtype d : kXDtypes) {
+      cases.push_back(nhwc_group({2, 320, 16, 16}, d, 32).stats().with(v, seed++));
+      cases.push_back(nhwc_group({1, 128, 256, 256}, d, 32).stats().with(v, seed++));
+      cases.push_back(nhwc_group({2, 65, 7, 9}, d, 13).out(Dtype::kF32).with(v, seed++));
+      cases.push_back(nhwc_layer({2, 96, 9, 7}, d).stats().out(Dtype::kF32).with(v, seed++));
+      cases.push_back(nhwc_rms({2, 64, 9, 7}, d).stats().with(v, seed++));
+    }
+  }
+  run_cases("layout nhwc adversarial values", cases);
+}
+
+TEST_F(Variants, NhwcItemBitsDoNotDependOnTheLaunchBatch) {
+  // GroupNorm's items over slots of P CTAs (fewer slots than items at the largest batch), and
+  // the channel forms' N x S rows: an item's y and statistics have the same bits whatever the
+  // batch launched, and nothing past the batch is written.
+  const auto t0 = std::chrono::steady_clock::now();
+  device::PrimaryContext context;
+  const Target target = device::target_of(context.device());
+  Engine engine(test_engine_options());
+  const std::vector<std::pair<Case, std::vector<int64_t>>> runs = {
+      // 11 CTAs per item: 12 slots on 132 SMs, fewer than the 40 items.
+      {nhwc_group({40, 320, 32, 32}, Dtype::kBF16, 32).stats().with(Values::kNormal, 1),
+       {1, 2, 13, 40}},
+      {nhwc_group({6, 128, 256, 256}, Dtype::kF32, 32).stats().with(Values::kNormal, 2), {1, 2, 6}},
+      {nhwc_group({9, 96, 7, 9}, Dtype::kF16, 3).stats().with(Values::kNormal, 3), {1, 4, 9}},
+      {nhwc_layer({9, 96, 14, 14}, Dtype::kBF16).stats().with(Values::kNormal, 4), {1, 4, 9}},
+  };
+  Summary summary;
+  for (const auto& [c, batches] : runs) {
+    std::string what = format_shape(*c.fields.shape);
+    try {
+      const NormSpec spec = NormSpec::from_fields(c.fields);
+      VariantRun run(c);
+      const Kernel kernel = engine.prepare(spec);
+      const std::string strat = strategy_of(spec, target);
+      what = line_of(run, c, batches.back(), strat);
+      std::printf("[ variant  ] %s\n", what.c_str());
+      run.reset();
+      kernel.launch(run.args(batches.back()), nullptr);
+      NORMJIT_CU(driver::api().cuCtxSynchronize());
+      const Written full = run.written(batches.back());
+      const Outcome o = run.check(batches.back());
+      print_result(spec, o);
+      expect_outcome(spec, o, c.values, what, summary);
+      ++summary.cases;
+      for (int64_t b : batches) {
+        run.reset();
+        kernel.launch(run.args(b), nullptr);
+        NORMJIT_CU(driver::api().cuCtxSynchronize());
+        const Written w = run.written(b);
+        for (const auto& [got, all, name] :
+             {std::tuple{&w.y, &full.y, "y"}, std::tuple{&w.mean, &full.mean, "mean"},
+              std::tuple{&w.rstd, &full.rstd, "rstd"}}) {
+          ASSERT_LE(got->size(), all->size());
+          EXPECT_EQ(std::memcmp(got->data(), all->data(), got->size()), 0)
+              << what << ": batch " << b << ": " << name << " bits differ from the batch "
+              << batches.back() << " launch";
+        }
+        const Outcome ob = run.check(b, /*against_reference=*/false);
+        EXPECT_EQ(ob.outside_writes, 0) << what << ": batch " << b << ": " << ob.first_outside;
+      }
+    } catch (const std::exception& e) {
+      ++summary.failed_to_run;
+      ADD_FAILURE() << what << ": " << e.what();
+    }
+  }
+  summary.print("layout nhwc batch invariance", t0);
+}
+
+TEST_F(Variants, NhwcCudaGraphOnAFreshStreamReplaysWithNewInputs) {
+  // The exchanging GroupNorm kernel (its workspace per capture) and a channel-form row kernel,
+  // captured on a stream first used inside the capture, replayed with new x and scale.
+  const auto t0 = std::chrono::steady_clock::now();
+  device::PrimaryContext context;
+  Engine engine(test_engine_options());
+  const Target target = device::target_of(context.device());
+  const Case group = nhwc_group({2, 320, 64, 64}, Dtype::kF16, 32)
+                         .out(Dtype::kE4M3, 0.5f)
+                         .stats()
+                         .with(Values::kNormal, 1);
+  const Case rows = nhwc_layer({8, 96, 56, 56}, Dtype::kBF16).offset(1.0).with(Values::kNormal, 2);
+  prepare_in_parallel(engine, {group, rows});
+  Summary summary;
+  for (const Case& c : {group, rows}) {
+    std::string what = format_shape(*c.fields.shape);
+    try {
+      const NormSpec spec = NormSpec::from_fields(c.fields);
+      VariantRun run(c);
+      const Kernel kernel = engine.prepare(spec);
+      const std::string strat = strategy_of(spec, target);
+      what = line_of(run, c, spec.batch(), strat);
+      std::printf("[ variant  ] %s\n", what.c_str());
+      device::Stream stream;
+      CapturedGraph graph(stream.get(),
+                          [&] { kernel.launch(run.args(spec.batch()), stream.handle()); });
+      const Values kinds[] = {Values::kNormal, Values::kNegative, Values::kLargeMean};
+      const float scales[] = {0.5f, 4.0f, 100.0f};
+      for (int r = 0; r < 3; ++r) {
+        run.generate(kinds[r], Values::kNormal, 20 + r, scales[r]);
+        graph.replay(stream.get());
+        stream.synchronize();
+        const Outcome o = run.check(spec.batch());
+        print_result(spec, o);
+        expect_outcome(spec, o, kinds[r], what + " | replay " + std::to_string(r), summary);
+        ++summary.cases;
+      }
+    } catch (const std::exception& e) {
+      ++summary.failed_to_run;
+      ADD_FAILURE() << what << ": " << e.what();
+    }
+  }
+  summary.print("layout nhwc CUDA graph replays", t0);
 }
 
 }  // namespace

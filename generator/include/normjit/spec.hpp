@@ -5,7 +5,7 @@
 //   op=groupnorm shape=112,64,512,512 dtype=f32 groups=8 affine=both eps=1e-05
 // The variant axes follow, each only when not its default, in this order:
 //   ... param_dtype=f32 out_dtype=e4m3 residual=bf16 weight_offset=1 activation=silu
-//   save_stats=true
+//   save_stats=true layout=nhwc
 // and, last, backward=true (the gradient kernel of the same problem).
 #pragma once
 
@@ -27,11 +27,16 @@ enum class Affine { kNone, kWeight, kBoth };
 // silu(v) = v / (1 + exp(-v)); gelu is the exact erf form, v / 2 * (1 + erf(v / sqrt(2)))
 // (PyTorch's F.gelu with approximate='none').
 enum class Activation { kNone, kSilu, kGelu };
+// Memory order of [N, C, *spatial] (channel and group forms): kNchw row-major as the shape
+// reads; kNhwc channels innermost ([N, *spatial, C] in memory: PyTorch's channels_last and
+// channels_last_3d, and [N, L, C] for a 1-D [N, C, L]). The shape stays the logical one.
+enum class Layout { kNchw, kNhwc };
 
 const char* to_string(Op op);
 const char* to_string(Dtype dtype);
 const char* to_string(Affine affine);
 const char* to_string(Activation activation);
+const char* to_string(Layout layout);
 int size_of(Dtype dtype);  // bytes per element
 bool is_fp8(Dtype dtype);  // e4m3 or e5m2
 
@@ -43,6 +48,7 @@ Dtype parse_dtype(std::string_view text, const std::string& argument = "dtype");
 Dtype parse_out_dtype(std::string_view text, const std::string& argument = "out_dtype");
 Affine parse_affine(std::string_view text, const std::string& argument = "affine");
 Activation parse_activation(std::string_view text, const std::string& argument = "activation");
+Layout parse_layout(std::string_view text, const std::string& argument = "layout");
 // Commas only ("8,64,32,32"); every size a decimal integer within 64 bits (validate() checks
 // that each is at least 1), at most kMaxRank of them.
 std::vector<int64_t> parse_shape(std::string_view text, const std::string& argument = "shape");
@@ -81,6 +87,7 @@ struct SpecFields {
   std::optional<double> weight_offset;
   std::optional<Activation> activation;
   std::optional<bool> save_stats;
+  std::optional<Layout> layout;
   std::optional<bool> backward;
 };
 
@@ -109,6 +116,9 @@ struct NormSpec {
   Activation activation = Activation::kNone;
   // Also write each row's mean (layernorm, groupnorm) and rstd in f32, for a backward pass.
   bool save_stats = false;
+  // The memory order of x and y (the channel and group forms): kNhwc, channels innermost. The
+  // shape, weight, bias and statistics keep their logical [N, C, *spatial] meaning.
+  Layout layout = Layout::kNchw;
   // The backward kernel of this problem instead of the forward: from x, dy, the statistics the
   // forward saved (save_stats) and the weight, it writes dx (x's dtype) and dweight and dbias
   // (the parameters' dtype) reduced over every row (groupnorm and the channel forms: over n and
@@ -129,6 +139,7 @@ struct NormSpec {
 
   // Derived sizes.
   bool channel_form() const { return normalized_dims == 0; }  // reduce over dim 1 (all ops)
+  bool nhwc() const { return layout == Layout::kNhwc; }
   int64_t batch() const;           // N for channel/group forms, product of leading dims otherwise
   int64_t channels() const;        // shape[1] (channel and group forms)
   int64_t spatial() const;         // product of shape[2:] (channel and group forms)

@@ -3,8 +3,8 @@
 An eager call costs one dict lookup before its launch: the decision for a call (launch this
 prepared kernel, or fall back for this reason) is cached under a key of everything the
 argument checks and the fallback reasons read (op, normalized_shape or groups, eps, the variant
-arguments, grad mode, and each tensor's class, shape, dtype, device, contiguity and
-requires_grad), so the checks run once per kind of call and what follows a hit is the outputs'
+arguments, grad mode, and each tensor's class, shape, dtype, device, contiguity (the input's
+strides where it is not contiguous) and requires_grad), so the checks run once per kind of call and what follows a hit is the outputs'
 torch.empty and one call of normjit_launch on the current stream (through the extension module
 normjit._launch, or ctypes where it is missing: normjit._capi.launch_function). Calls that need
 the variant axes (weight_offset, out_dtype and scale, return_stats, the residual of add_rms_norm
@@ -21,7 +21,11 @@ bfloat16 (F.rms_norm returns the input's dtype); layer_norm none (F.layer_norm o
 for every mix: such calls fall back and raise PyTorch's exception). They read inputs whose
 normalized dims are contiguous and whose leading dims collapse into at most two levels of row
 strides (a slice of a wider tensor, per-head [tokens, heads, dim] views of a qkv projection)
-without a copy, and return a contiguous result.
+without a copy, and return a contiguous result. rms_norm_channels and group_norm (and the
+modules that call them) read a channels-last input (torch.channels_last, channels_last_3d, and
+[N, L, C] memory for [N, C, L]) in place through normjit's layout=nhwc kernels, and return a
+result in the input's memory format: channels last stays channels last, contiguous stays
+contiguous.
 
 A call normjit cannot serve runs PyTorch's implementation (for the variant arguments and the
 add_* functions, the PyTorch expression each docstring gives), with one warning per reason
@@ -29,14 +33,15 @@ add_* functions, the PyTorch expression each docstring gives), with one warning 
 non-contiguous input normjit cannot address (rms_norm, layer_norm, add_*: normalized dims not
 contiguous, leading dims that do not collapse into two levels of row strides, a broadcast
 (stride 0) leading dim, or a row stride that is no multiple of the kernel's vector width, which
-the library's message names; rms_norm_channels, layer_norm_channels and group_norm: any
-non-contiguous input, channels_last included); an input (or residual) that requires grad while
+the library's message names; rms_norm_channels, layer_norm_channels and group_norm: a
+non-contiguous input that is not channels last); an input (or residual) that requires grad while
 grad mode is on, in a function that is forward-only in normjit (rms_norm_channels,
 layer_norm_channels, group_norm, the add_* functions, rms_norm and layer_norm with their keyword
 variants); weight/bias of a dtype PyTorch refuses for that op (layer_norm, rms_norm_channels,
 layer_norm_channels, group_norm: any other than the input's; the add_* functions take any one
 of float32, float16, bfloat16), weight and bias of two dtypes, or non-contiguous weight/bias;
-a bias without a weight; an empty input; an eps that is no positive float32; a view not 16-byte aligned (or a residual or row the kernel's vector width
+a bias without a weight; an empty input; an eps that is no positive float32; a view not 16-byte
+aligned (or a residual or row the kernel's vector width
 finds misaligned, which the library's message names); fp8 output on a GPU before sm_89 (the
 library's message); a problem the library does not take. The warning comes first; where
 PyTorch's implementation then raises (e.g. F.layer_norm on CUDA with a bfloat16 input and a
@@ -146,7 +151,8 @@ def _reason_text(code: str, x: Tensor, weight: Optional[Tensor], bias: Optional[
         return f"input dtype {x.dtype} (normjit takes float32, float16, bfloat16)"
     if code == "layout":
         return (f"non-contiguous input (shape {list(x.shape)}, strides {list(x.stride())}; "
-                "normjit takes contiguous row-major tensors)")
+                "normjit takes contiguous row-major tensors, and channels-last ones for "
+                "rms_norm_channels and group_norm)")
     if code == "grad":
         return ("an input requires grad and this function is forward-only in normjit (normjit "
                 "trains rms_norm and layer_norm called without the keyword variants; "
@@ -200,6 +206,31 @@ def _on_device(x: Tensor) -> bool:
     return x.is_cuda
 
 
+def _channels_last(x: Tensor) -> bool:
+    """Whether x [N, C, *spatial] lies densely with its channels innermost: torch's
+    channels_last (4-D) and channels_last_3d (5-D) strides, and their analogue for any rank
+    ([N, L, C] in memory for [N, C, L]). Strides of dims of size 1 do not matter, as in
+    Tensor.is_contiguous."""
+    if x.dim() < 3:
+        return False
+    shape, stride = x.shape, x.stride()
+    expected = 1
+    for d in (1, *range(x.dim() - 1, 1, -1), 0):
+        if shape[d] != 1 and stride[d] != expected:
+            return False
+        expected *= shape[d]
+    return True
+
+
+def _empty_like_layout(x: Tensor, dtype: Optional[torch.dtype] = None) -> Tensor:
+    """A fresh tensor of x's shape in the memory format the channel ops return: channels last
+    where x is channels last (and not also contiguous), contiguous otherwise."""
+    dtype = x.dtype if dtype is None else dtype
+    if not x.is_contiguous() and _channels_last(x):
+        return x.new_empty((x.shape[0], *x.shape[2:], x.shape[1]), dtype=dtype).movedim(-1, 1)
+    return x.new_empty(x.shape, dtype=dtype)
+
+
 def _why_not(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], eps: float,
              op: str = "", residual: Optional[Tensor] = None,
              grad: bool = True) -> Optional[str]:
@@ -211,7 +242,9 @@ def _why_not(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], eps: f
         return "device"
     if x.dtype not in _DTYPES:
         return "dtype"
-    if not x.is_contiguous() and op not in _ROW_OPS:
+    # The channel ops read a channels-last input in place (layout=nhwc); other strides fall
+    # back. The row ops' strides are checked at launch.
+    if not x.is_contiguous() and op not in _ROW_OPS and not _channels_last(x):
         return "layout"
     if grad and torch.is_grad_enabled() and (x.requires_grad
                                     or (weight is not None and weight.requires_grad)
@@ -403,12 +436,14 @@ def _rows_spec(op: str, shape: Tuple[int, ...], normalized_dims: int, dtype: tor
 
 def _channels_spec(op: str, shape: Tuple[int, ...], groups: int, dtype: torch.dtype,
                    has_weight: bool, has_bias: bool, eps: float,
-                   activation: Optional[str] = None) -> str:
-    """The canonical spec text of x [N, C, *spatial]: rmsnorm's channel form or groupnorm."""
+                   activation: Optional[str] = None, nhwc: bool = False) -> str:
+    """The canonical spec text of x [N, C, *spatial]: a channel form or groupnorm; nhwc: the
+    input lies channels last (layout=nhwc)."""
     return (f"op={op} shape={','.join(map(str, shape))} dtype={_DTYPES[dtype]}"
             + (f" groups={groups}" if op == "groupnorm" else " normalized_dims=0")
             + f" affine={_AFFINE[has_weight, has_bias]} eps={float(eps)!r}"
-            + (f" activation={activation}" if activation is not None else ""))
+            + (f" activation={activation}" if activation is not None else "")
+            + (" layout=nhwc" if nhwc else ""))
 
 
 def _prepare(key: tuple, spec: str, per_item: int) -> tuple:
@@ -505,12 +540,11 @@ def _decide(op: str, arg, x: Tensor, weight: Optional[Tensor], bias: Optional[Te
         # The channel forms take one variant: the activation (variant[4]).
         activation = variant[4] if variant is not None else None
         per_item = x.numel() // x.shape[0]
-        key = (library_op, tuple(x.shape[1:]), arg, x.dtype, has_weight, has_bias, device)
-        if activation is not None:
-            key = (library_op, tuple(x.shape[1:]), arg, x.dtype, has_weight, has_bias,
-                   activation, device)
+        nhwc = not x.is_contiguous()  # _why_not let it through: channels last
+        key = (library_op, tuple(x.shape[1:]), arg, x.dtype, has_weight, has_bias, activation,
+               nhwc, device)
         spec = _channels_spec(library_op, tuple(x.shape), arg, x.dtype, has_weight, has_bias,
-                              eps, activation)
+                              eps, activation, nhwc)
         kernel, per_item = _prepare(key, spec, per_item)
         if kernel is None:
             return per_item  # the library's message
@@ -573,8 +607,9 @@ def _decision(op: str, arg, x: Tensor, weight: Optional[Tensor], bias: Optional[
             # key starts with a class, so None marks an absent weight or bias unambiguously.
             # x's fields are spelled out (the common call's tuple built in one go); weight
             # and bias take _tensor_key's, which reads the same fields.
+            # A non-contiguous x's strides: channels last or not decides the call.
             key = (op, arg, eps, _grad_enabled(), x.__class__, x.shape, x.dtype, x.device,
-                   x.is_contiguous(), x.requires_grad,
+                   x.is_contiguous() or x.stride(), x.requires_grad,
                    *(_NO_TENSOR if weight is None else _tensor_key(weight)),
                    *(_NO_TENSOR if bias is None else _tensor_key(bias)))
             return _calls[key]
@@ -722,7 +757,7 @@ def _eager(op: str, arg, x: Tensor, weight: Optional[Tensor], bias: Optional[Ten
         wp = weight.data_ptr() if weight is not None else None
         bp = bias.data_ptr() if bias is not None else None
         if not (xp | (wp or 0) | (bp or 0)) & 15:
-            y = torch.empty_like(x)
+            y = torch.empty_like(x)  # x is dense: its strides (a channels-last x's too)
             if _multi_device and torch.cuda.current_device() != device:
                 with torch.cuda.device(device):
                     status = _launch(kernel, xp, y.data_ptr(), wp, bp, batch, eps_f,
@@ -906,6 +941,11 @@ def _rms_norm_op(input: Tensor, normalized_shape: List[int], weight: Optional[Te
     return y if y is not None else _fresh(F.rms_norm(input, shape, weight, eps), input)
 
 
+def _fresh_channels(y: Tensor, x: Tensor) -> Tensor:
+    """A fallback's y in the layout the channel ops' fake implementation promised."""
+    return _empty_like_layout(x).copy_(y)
+
+
 def _channel_variant(op: str, activation: str) -> Optional[tuple]:
     """The variant of a channel-form call from its op's activation argument ("none": None)."""
     activation = _as_activation(op, activation)
@@ -917,7 +957,7 @@ def _rms_norm_channels_op(input: Tensor, weight: Optional[Tensor], eps: float,
                           activation: str = "none") -> Tensor:
     variant = _channel_variant("rms_norm_channels", activation)
     y = _eager("rms_norm_channels", 0, input, weight, None, eps, variant)
-    return y if y is not None else _fresh(
+    return y if y is not None else _fresh_channels(
         _activate(_torch_rms_norm_channels(input, weight, eps), variant and variant[4]), input)
 
 
@@ -933,8 +973,8 @@ def _layer_norm_op(input: Tensor, normalized_shape: List[int], weight: Optional[
 def _layer_norm_channels_op(input: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],
                             eps: float) -> Tensor:
     y = _eager("layer_norm_channels", 0, input, weight, bias, eps)
-    return y if y is not None else _fresh(_torch_layer_norm_channels(input, weight, bias, eps),
-                                          input)
+    return y if y is not None else _fresh_channels(
+        _torch_layer_norm_channels(input, weight, bias, eps), input)
 
 
 @torch.library.custom_op("normjit::group_norm", mutates_args=())
@@ -942,7 +982,7 @@ def _group_norm_op(input: Tensor, num_groups: int, weight: Optional[Tensor],
                    bias: Optional[Tensor], eps: float, activation: str = "none") -> Tensor:
     variant = _channel_variant("group_norm", activation)
     y = _eager("group_norm", num_groups, input, weight, bias, eps, variant)
-    return y if y is not None else _fresh(
+    return y if y is not None else _fresh_channels(
         _activate(F.group_norm(input, num_groups, weight, bias, eps), variant and variant[4]),
         input)
 
@@ -951,9 +991,15 @@ def _fake(input: Tensor, *args) -> Tensor:
     return input.new_empty(input.shape)
 
 
-for _op in (_rms_norm_op, _rms_norm_channels_op, _layer_norm_op, _layer_norm_channels_op,
-            _group_norm_op):
+def _fake_channels(input: Tensor, *args) -> Tensor:
+    """The channel ops return the input's memory format: channels last stays channels last."""
+    return _empty_like_layout(input)
+
+
+for _op in (_rms_norm_op, _layer_norm_op):
     _op.register_fake(_fake)
+for _op in (_rms_norm_channels_op, _layer_norm_channels_op, _group_norm_op):
+    _op.register_fake(_fake_channels)
 
 
 # The variant functions' ops: y (the _ex ops), y and statistics (_stats), y and h (add_*), and
@@ -1715,7 +1761,9 @@ def rms_norm_channels(input: Tensor, weight: Optional[Tensor] = None, eps: float
                       activation: Optional[str] = None) -> Tensor:
     """RMSNorm's channel form: input [N, C, *spatial] reduced over dim 1,
     x / sqrt(mean(x^2, dim=1, keepdim=True) + eps), times weight [C] when given; activation
-    None, 'silu' or 'gelu' (F.silu; F.gelu, approximate='none') of that, in the same kernel."""
+    None, 'silu' or 'gelu' (F.silu; F.gelu, approximate='none') of that, in the same kernel. A
+    channels-last input (channels_last, channels_last_3d, or any rank's analogue) is read in
+    place and the result is channels last too; a contiguous input gives a contiguous result."""
     if activation is None:
         return _rms_norm_channels(input, weight, eps)
     return _rms_norm_channels(input, weight, eps, None, None,
@@ -1811,7 +1859,11 @@ def group_norm(input: Tensor, num_groups: int, weight: Optional[Tensor] = None,
     """torch.nn.functional.group_norm: input [N, C, *spatial], num_groups dividing C, weight
     and bias [C]. activation None, 'silu' or 'gelu': F.silu(F.group_norm(...)) (diffusion's
     GroupNorm -> SiLU), or F.gelu with approximate='none', in one kernel (forward-only: with an
-    input that requires grad, PyTorch computes both, with a NormjitFallbackWarning)."""
+    input that requires grad, PyTorch computes both, with a NormjitFallbackWarning). A
+    channels-last input (channels_last, channels_last_3d, or any rank's analogue) is normalized
+    in place of its memory order, without the copy PyTorch's CUDA GroupNorm makes, and the result
+    keeps the input's memory format (channels last stays channels last; a contiguous input gives
+    a contiguous result, as F.group_norm's)."""
     if activation is None:
         return _group_norm(input, num_groups, weight, bias, eps)
     return _group_norm(input, num_groups, weight, bias, eps, None, None,

@@ -91,9 +91,10 @@ typedef struct normjit_kernel normjit_kernel;
  * valid until normjit_engine_destroy; preparing the same spec again returns the same handle. */
 normjit_status normjit_prepare(normjit_engine* engine, const char* spec, normjit_kernel** out);
 
-/* Enqueues a prepared kernel on stream: batch is N (channel and group forms) or the number of
- * rows (trailing forms); weight and bias as the spec's affine says (NULL otherwise). Checks
- * the arguments, then launches: no allocation, no synchronisation, nothing a CUDA-graph
+/* Enqueues a prepared kernel on stream: batch is N (channel and group forms, layout=nhwc
+ * included: x and y are then [N, *spatial, C] in memory) or the number of rows (trailing
+ * forms); weight and bias as the spec's affine says (NULL otherwise). Checks the arguments,
+ * then launches: no allocation, no synchronisation, nothing a CUDA-graph
  * capture cannot record, so it may be captured on any stream. */
 normjit_status normjit_launch(const normjit_kernel* kernel, const void* x, void* y,
                               const void* weight, const void* bias, int64_t batch, double eps,

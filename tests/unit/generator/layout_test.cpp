@@ -1,0 +1,295 @@
+// The layout axis (issue 19 item 2): `layout=nchw|nhwc`, channels innermost for GroupNorm and the
+// channel forms. Its text, its default (left out of the canonical text: today's specs and keys are
+// unchanged), its validation, and the plans: the channel forms become rows of C through the row
+// kernels (N x S rows, the kernel independent of S), GroupNorm has its own kernel.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "generator/emit.hpp"
+#include "generator/plan.hpp"
+#include "normjit/error.hpp"
+#include "normjit/spec.hpp"
+
+namespace normjit {
+namespace {
+
+constexpr size_t npos = std::string::npos;
+
+bool has(const std::string& text, const std::string& word) { return text.find(word) != npos; }
+
+// The message of the Error that parsing `text` throws, with its code checked.
+std::string refusal(const std::string& text, ErrorCode code = ErrorCode::kInvalidArgument) {
+  try {
+    NormSpec::parse(text);
+  } catch (const Error& e) {
+    EXPECT_EQ(int(e.code()), int(code)) << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "accepted: " << text;
+  return "";
+}
+
+std::string refusal_of_plan(const std::string& text) {
+  try {
+    plan(NormSpec::parse(text), Target::parse("sm_90"));
+  } catch (const Error& e) {
+    EXPECT_EQ(int(e.code()), int(ErrorCode::kUnsupported)) << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "planned: " << text;
+  return "";
+}
+
+const Target kH100 = Target::parse("sm_90");
+
+TEST(SpecLayout, DefaultIsNchwAndLeftOutOfTheText) {
+  const NormSpec plain = NormSpec::parse("op=groupnorm shape=2,64,8,8 groups=8");
+  EXPECT_EQ(plain.layout, Layout::kNchw);
+  EXPECT_FALSE(plain.nhwc());
+  EXPECT_EQ(plain.to_string(),
+            "op=groupnorm shape=2,64,8,8 dtype=f32 groups=8 affine=both eps=1e-05");
+  // Given as the default, it is still the same spec and text.
+  const NormSpec nchw = NormSpec::parse("op=groupnorm shape=2,64,8,8 groups=8 layout=nchw");
+  EXPECT_EQ(nchw, plain);
+  EXPECT_EQ(nchw.to_string(), plain.to_string());
+  // And so the same kernel source (the cache key's main input).
+  EXPECT_EQ(emit(plan(nchw, kH100)).source, emit(plan(plain, kH100)).source);
+}
+
+TEST(SpecLayout, NhwcRoundTripsAfterSaveStatsBeforeBackward) {
+  for (const char* text :
+       {"op=groupnorm shape=2,320,64,64 dtype=f16 groups=32 affine=both eps=1e-05 layout=nhwc",
+        "op=rmsnorm shape=8,96,56,56 dtype=bf16 affine=weight eps=1e-06 layout=nhwc",
+        "op=layernorm shape=8,768,7,7 dtype=f32 normalized_dims=0 affine=both eps=1e-06 "
+        "layout=nhwc",
+        "op=groupnorm shape=2,32,5,6,7 dtype=bf16 groups=8 affine=both eps=1e-05 "
+        "param_dtype=f32 out_dtype=e4m3 weight_offset=1 save_stats=true layout=nhwc",
+        "op=rmsnorm shape=4,3,9 dtype=f32 affine=none eps=1e-05 layout=nhwc"}) {
+    const NormSpec spec = NormSpec::parse(text);
+    EXPECT_TRUE(spec.nhwc()) << text;
+    EXPECT_EQ(spec.to_string(), text);
+    EXPECT_EQ(NormSpec::parse(spec.to_string()), spec) << text;
+  }
+  // Any order in, the canonical order out.
+  EXPECT_EQ(
+      NormSpec::parse("layout=nhwc save_stats=true op=groupnorm shape=2,64,8 groups=8").to_string(),
+      "op=groupnorm shape=2,64,8 dtype=f32 groups=8 affine=both eps=1e-05 save_stats=true "
+      "layout=nhwc");
+  // The layout is part of the spec's identity.
+  EXPECT_NE(NormSpec::parse("op=groupnorm shape=2,64,8 groups=8 layout=nhwc"),
+            NormSpec::parse("op=groupnorm shape=2,64,8 groups=8"));
+}
+
+TEST(SpecLayout, BadValuesAndTrailingFormsAreRefusedNamingTheArgument) {
+  const std::string gn = "op=groupnorm shape=2,64,8,8 groups=8 ";
+  std::string e = refusal(gn + "layout=NHWC");
+  EXPECT_TRUE(has(e, "invalid layout 'NHWC'") && has(e, "nchw, nhwc")) << e;
+  e = refusal(gn + "layout=");
+  EXPECT_TRUE(has(e, "invalid layout ''")) << e;
+  e = refusal(gn + "layout=nhwc layout=nchw");
+  EXPECT_TRUE(has(e, "'layout'") && has(e, "twice")) << e;
+  // Trailing forms normalize contiguous trailing dims: no channels to put last.
+  e = refusal("op=layernorm shape=2,64,8,8 layout=nhwc");
+  EXPECT_TRUE(has(e, "invalid layout 'nhwc'") && has(e, "trailing form of layernorm") &&
+              has(e, "normalized_dims 3") && has(e, "normalized_dims 0"))
+      << e;
+  e = refusal("op=rmsnorm shape=4,4096 normalized_dims=1 layout=nhwc");
+  EXPECT_TRUE(has(e, "invalid layout 'nhwc'") && has(e, "rmsnorm")) << e;
+  // A residual stays a trailing-form axis.
+  e = refusal("op=rmsnorm shape=4,64,8 residual=f32 layout=nhwc");
+  EXPECT_TRUE(has(e, "residual")) << e;
+  // The keys list names it.
+  e = refusal("op=rmsnorm shape=4,64 lay=nhwc");
+  EXPECT_TRUE(has(e, "layout")) << e;
+  // No backward kernel reads channels last yet.
+  e = refusal("op=groupnorm shape=2,64,8 groups=8 layout=nhwc backward=true",
+              ErrorCode::kUnsupported);
+  EXPECT_TRUE(has(e, "layout") && has(e, "nhwc") && has(e, "backward")) << e;
+}
+
+TEST(SpecLayout, FromFieldsAndValidateOfAStructBuiltByHand) {
+  SpecFields f;
+  f.op = Op::kRmsNorm;
+  f.shape = std::vector<int64_t>{2, 16, 3, 3};
+  f.layout = Layout::kNhwc;
+  const NormSpec spec = NormSpec::from_fields(f);
+  EXPECT_TRUE(spec.nhwc());
+  NormSpec bad = spec;
+  bad.normalized_dims = 2;
+  try {
+    bad.validate();
+    ADD_FAILURE() << "validated";
+  } catch (const Error& e) {
+    EXPECT_TRUE(has(e.what(), "invalid layout 'nhwc'")) << e.what();
+  }
+}
+
+// The channel forms in nhwc: rows of C contiguous elements, N x S of them, through the row
+// kernels; the kernel (its source) does not depend on S or N.
+TEST(PlanLayout, ChannelFormsAreRowsOfCThroughTheRowKernel) {
+  const KernelPlan p =
+      plan(NormSpec::parse("op=layernorm shape=8,96,56,56 dtype=bf16 normalized_dims=0 "
+                           "layout=nhwc"),
+           kH100);
+  EXPECT_EQ(p.strategy, Strategy::kRowRegisters);
+  EXPECT_FALSE(p.problem.channel_form);
+  EXPECT_TRUE(p.problem.nhwc);
+  EXPECT_EQ(p.problem.row_length, 96);
+  EXPECT_EQ(p.rows_per_item, 56 * 56);
+  EXPECT_EQ(p.vec, 8);  // 96 bf16: 16-byte accesses along the channels
+  // The grid covers N x S rows.
+  EXPECT_EQ(p.grid(8, 0), (8 * 56 * 56 + p.rows_per_block - 1) / p.rows_per_block);
+  const std::string text = p.to_string();
+  EXPECT_TRUE(has(text, "layout: nhwc") && has(text, "strategy: row-registers") &&
+              has(text, "rows of the row kernel"))
+      << text;
+  // Another spatial size and batch: the same kernel source.
+  const KernelPlan other =
+      plan(NormSpec::parse("op=layernorm shape=2,96,28,17 dtype=bf16 normalized_dims=0 "
+                           "layout=nhwc"),
+           kH100);
+  EXPECT_EQ(emit(other).source, emit(p).source);
+  // ... and not the trailing form's (whose rows take the launch's strides).
+  const KernelPlan trailing =
+      plan(NormSpec::parse("op=layernorm shape=8,96 dtype=bf16 normalized_dims=1"), kH100);
+  EXPECT_NE(emit(trailing).source, emit(p).source);
+  const std::string source = emit(p).source;
+  EXPECT_TRUE(has(source, "static constexpr bool kContiguousRows = true;")) << source;
+  EXPECT_TRUE(has(source, "layernorm_bf16_h96_nhwc")) << source;
+  EXPECT_FALSE(has(emit(trailing).source, "kContiguousRows"));
+  // nchw stays the channel kernel.
+  EXPECT_EQ(
+      plan(NormSpec::parse("op=layernorm shape=8,96,56,56 dtype=bf16 normalized_dims=0"), kH100)
+          .strategy,
+      Strategy::kChannels);
+}
+
+TEST(PlanLayout, ChannelFormRowsOfOddAndLongChannelCounts) {
+  // C = 3: scalar accesses; C = 65536: rows longer than a team, split over CTAs.
+  const KernelPlan three =
+      plan(NormSpec::parse("op=rmsnorm shape=2,3,7,9 dtype=f16 layout=nhwc"), kH100);
+  EXPECT_EQ(three.strategy, Strategy::kRowRegisters);
+  EXPECT_EQ(three.vec, 1);
+  EXPECT_EQ(three.rows_per_item, 63);
+  const KernelPlan wide = plan(
+      NormSpec::parse("op=rmsnorm shape=1,65536,2 dtype=f32 affine=weight layout=nhwc"), kH100);
+  EXPECT_EQ(wide.strategy, Strategy::kRowSplit);
+  EXPECT_EQ(wide.rows_per_item, 2);
+}
+
+// The row kernel's few-rows class counts the N x S rows of an nhwc launch.
+TEST(PlanLayout, BatchClassCountsPositionsAsRows) {
+  const NormSpec few = NormSpec::parse("op=rmsnorm shape=2,64,4,4 affine=weight layout=nhwc");
+  EXPECT_EQ(batch_class(few), kBatchFewRows);  // 32 rows
+  const NormSpec many = NormSpec::parse("op=rmsnorm shape=2,64,16,16 affine=weight layout=nhwc");
+  EXPECT_EQ(batch_class(many), kBatchAny);  // 512 rows
+  // nchw channel forms have no batch class.
+  EXPECT_EQ(batch_class(NormSpec::parse("op=rmsnorm shape=2,64,4,4 affine=weight")), kBatchAny);
+  // What precompile compiles: each class a launch of this spec's other dims can take.
+  const std::vector<NormSpec> from_few = batch_class_specs(few);
+  ASSERT_EQ(from_few.size(), 2u);
+  EXPECT_EQ(batch_class(from_few[1]), kBatchAny);
+  EXPECT_EQ(from_few[1].shape, (std::vector<int64_t>{17, 64, 4, 4}));
+  const std::vector<NormSpec> from_many = batch_class_specs(many);
+  ASSERT_EQ(from_many.size(), 2u);
+  EXPECT_EQ(batch_class(from_many[1]), kBatchFewRows);
+  EXPECT_EQ(from_many[1].shape[0], 1);
+  // Positions beyond the few-rows class even at N = 1: one class only.
+  EXPECT_EQ(batch_class_specs(NormSpec::parse("op=rmsnorm shape=4,64,32,32 affine=weight "
+                                              "layout=nhwc"))
+                .size(),
+            1u);
+}
+
+TEST(PlanLayout, GroupNormHasItsOwnKernelSpecializedOnCGAndS) {
+  const KernelPlan p = plan(
+      NormSpec::parse("op=groupnorm shape=2,320,64,64 dtype=f16 groups=32 layout=nhwc"), kH100);
+  EXPECT_EQ(p.strategy, Strategy::kGroupNhwc);
+  EXPECT_EQ(p.vec, 8);
+  EXPECT_EQ(p.block_x * p.vec, 320);  // a CTA row covers the channels of one position
+  EXPECT_LE(p.block_x * p.block_y, 1024);
+  EXPECT_EQ(p.pieces, 1);
+  // Segments cover S, none empty.
+  EXPECT_LT((p.split_chunks - 1) * p.segment, 64 * 64);
+  EXPECT_GE(p.split_chunks * p.segment, 64 * 64);
+  EXPECT_EQ(p.segment, int64_t{p.block_y} * p.vectors * p.pieces);
+  EXPECT_TRUE(p.cooperative());
+  EXPECT_EQ(p.workspace_slot_floats(), 4 + 8 * 32 * p.split_chunks);
+  // Items over the slots the device holds: one slot of P CTAs per item here.
+  EXPECT_EQ(p.grid(2, 132), std::min<int64_t>(132 / p.split_chunks, 2) * p.split_chunks);
+  EXPECT_EQ(p.workspace_floats(132), 132 / p.split_chunks * p.workspace_slot_floats());
+  const std::string text = p.to_string();
+  EXPECT_TRUE(has(text, "strategy: group-nhwc") && has(text, "layout: nhwc") &&
+              has(text, "x read once") && has(text, "Chan's formula") && has(text, "deterministic"))
+      << text;
+  const std::string source = emit(p).source;
+  for (const char* field :
+       {"static constexpr int kChannels = 320;", "static constexpr int kGroups = 32;",
+        "static constexpr int kChannelsPerGroup = 10;",
+        "static constexpr long long kSpatial = 4096;", "static constexpr int kVec = 8;",
+        "static constexpr int kPieces = 1;", "kWorkspaceSlotFloats",
+        "normjit::group_nhwc<normjit::groupnorm_f16_c320_g32_s4096_nhwc>",
+        "#include \"normjit/group_nhwc.cuh\""}) {
+    EXPECT_TRUE(has(source, field)) << field << "\n" << source;
+  }
+}
+
+TEST(PlanLayout, GroupNormItemsLargerThanTheChipStreamTwice) {
+  // The VAE's f32 [1, 128, 256, 256]: 8 Mi elements per item, more than 132 SMs' registers.
+  const KernelPlan f32 = plan(
+      NormSpec::parse("op=groupnorm shape=1,128,256,256 dtype=f32 groups=32 layout=nhwc"), kH100);
+  EXPECT_EQ(f32.strategy, Strategy::kGroupNhwc);
+  EXPECT_GT(f32.pieces, 1);
+  EXPECT_LE(f32.split_chunks, 132);
+  EXPECT_TRUE(has(f32.to_string(), "read twice")) << f32.to_string();
+  // In bf16 it fits (16-bit pairs held packed): read once.
+  const KernelPlan bf16 = plan(
+      NormSpec::parse("op=groupnorm shape=1,128,256,256 dtype=bf16 groups=32 layout=nhwc"), kH100);
+  EXPECT_EQ(bf16.pieces, 1);
+  EXPECT_LE(bf16.split_chunks, 132);
+  // C/G = 4 channels: 8-byte vectors, each within one group.
+  EXPECT_EQ(bf16.vec, 4);
+}
+
+TEST(PlanLayout, GroupNormSmallItemsNeedNoExchange) {
+  const KernelPlan p =
+      plan(NormSpec::parse("op=groupnorm shape=2,32,5,6,7 groups=8 layout=nhwc"), kH100);
+  EXPECT_EQ(p.split_chunks, 1);
+  EXPECT_FALSE(p.cooperative());
+  EXPECT_EQ(p.workspace_slot_floats(), 0);
+  EXPECT_EQ(p.grid(5, 0), 5);
+  EXPECT_TRUE(has(p.to_string(), "no exchange")) << p.to_string();
+  // C not a multiple of any vector: scalar accesses, vectors of one channel.
+  const KernelPlan odd =
+      plan(NormSpec::parse("op=groupnorm shape=2,65,7,9 groups=5 dtype=bf16 layout=nhwc"), kH100);
+  EXPECT_EQ(odd.vec, 1);
+  EXPECT_EQ(odd.block_x, 65);
+  // C = 96, G = 3: 32 channels per group, 16-byte bf16 vectors.
+  const KernelPlan three =
+      plan(NormSpec::parse("op=groupnorm shape=2,96,7,9 groups=3 dtype=bf16 layout=nhwc"), kH100);
+  EXPECT_EQ(three.vec, 8);
+  // A CTA of at least a warp even for 3 channels and one position.
+  const KernelPlan tiny =
+      plan(NormSpec::parse("op=groupnorm shape=4,3,1,1 groups=3 layout=nhwc"), kH100);
+  EXPECT_GE(tiny.block_x * tiny.block_y, 32);
+  EXPECT_EQ(tiny.block_x, 3);
+}
+
+TEST(PlanLayout, GroupNormRefusesChannelsOneCtaRowCannotCover) {
+  // 4099 odd channels: scalar accesses, more than 1024 of them per position.
+  const std::string e =
+      refusal_of_plan("op=groupnorm shape=1,4099,2,2 groups=1 dtype=f32 layout=nhwc");
+  EXPECT_TRUE(has(e, "unsupported shape") && has(e, "4099") && has(e, "layout=nhwc")) << e;
+}
+
+TEST(PlanLayout, GroupNormSpanningVectorsAreNamedInThePlan) {
+  // C/G = 10 with 16-byte f16 vectors of 8: a vector may span two groups.
+  const KernelPlan p = plan(
+      NormSpec::parse("op=groupnorm shape=2,320,64,64 dtype=bf16 groups=32 layout=nhwc"), kH100);
+  EXPECT_EQ(p.vec, 8);
+  EXPECT_TRUE(has(p.why, "span groups")) << p.why;
+}
+
+}  // namespace
+}  // namespace normjit
