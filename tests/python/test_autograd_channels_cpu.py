@@ -633,12 +633,15 @@ def test_a_non_contiguous_gradient_falls_back_with_one_warning(emu, op):
 
 @pytest.mark.parametrize("op", OPS)
 def test_a_channels_last_input_falls_back_in_the_forward(emu, op):
-    """normjit reads [N, C, *spatial] contiguous: a channels_last input runs PyTorch's function
-    and its autograd, with the reason; no launch."""
+    """The backward kernels read [N, C, *spatial] contiguous (layout=nhwc is inference-only): a
+    channels_last input that requires grad runs PyTorch's function and its autograd, with the
+    reason; no launch."""
     torch.manual_seed(8)
     x = torch.randn(2, 6, 3, 4).to(memory_format=torch.channels_last).requires_grad_()
     w = torch.randn(6, requires_grad=True)
-    with pytest.warns(njt.NormjitFallbackWarning, match=rf"{op}: non-contiguous input"):
+    with pytest.warns(njt.NormjitFallbackWarning,
+                      match=rf"{op}: a channels-last input that requires grad \(strides "
+                            r"\[72, 1, 24, 6\]; normjit's backward kernels take"):
         y = ours(op, x, w, None, 1e-5, 3)
     dy = torch.randn(2, 6, 3, 4)
     y.backward(dy)
@@ -739,17 +742,10 @@ def test_double_backward_is_pytorchs(emu):
     assert b.grad is None and leaves[2].grad.abs().max() == 0  # dx and dweight take no bias
 
 
-@pytest.mark.skipif(tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2]) < (2, 15),
-                    reason="with PyTorch before 2.15 (2.11 on the GPU machine) dynamo raises an "
-                           "InternalTorchDynamoError tracing the emulated launch path; "
-                           "test_autograd_channels_gpu.py's fullgraph training step covers "
-                           "compile on the real one")
-def test_compile_traces_forward_and_backward_ops_without_graph_breaks(emu):
-    """torch.compile(fullgraph=True) of a training step: the forward graph has the _train ops,
-    the backward graph the backward ops; the gradients are the eager ones."""
+def keeping_backend(graphs):
+    """An aot_autograd backend that keeps the code of the forward and backward graphs."""
     from functorch.compile import make_boxed_func
     from torch._dynamo.backends.common import aot_autograd
-    graphs = {"fw": [], "bw": []}
 
     def keep(kind):
         def compiler(gm, example_inputs):
@@ -757,7 +753,23 @@ def test_compile_traces_forward_and_backward_ops_without_graph_breaks(emu):
             return make_boxed_func(gm.forward)
         return compiler
 
-    backend = aot_autograd(fw_compiler=keep("fw"), bw_compiler=keep("bw"))
+    return aot_autograd(fw_compiler=keep("fw"), bw_compiler=keep("bw"))
+
+
+needs_2_15 = pytest.mark.skipif(
+    tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2]) < (2, 15),
+    reason="with PyTorch before 2.15 (2.11 on the GPU machine) dynamo raises an "
+           "InternalTorchDynamoError tracing the emulated launch path; "
+           "test_autograd_channels_gpu.py's fullgraph training step covers compile on the real "
+           "one")
+
+
+@needs_2_15
+def test_compile_traces_forward_and_backward_ops_without_graph_breaks(emu):
+    """torch.compile(fullgraph=True) of a training step: the forward graph has the _train ops,
+    the backward graph the backward ops; the gradients are the eager ones."""
+    graphs = {"fw": [], "bw": []}
+    backend = keeping_backend(graphs)
     torch.manual_seed(13)
     gw, gb = torch.randn(8, requires_grad=True), torch.randn(8, requires_grad=True)
     rw = torch.randn(8, requires_grad=True)
@@ -787,3 +799,32 @@ def test_compile_traces_forward_and_backward_ops_without_graph_breaks(emu):
     step(x).backward()
     for got, t in zip(compiled, (x,) + params):
         close(got, t.grad.double(), 1e-6)
+
+
+@needs_2_15
+@pytest.mark.parametrize("case", ["channels_last", "activation"])
+def test_compile_of_what_normjit_does_not_train_is_pytorchs(emu, case):
+    """Under torch.compile, a channels-last input that requires grad, and group_norm with an
+    activation, trace PyTorch's function (no training op, no launch), as in eager."""
+    graphs = {"fw": [], "bw": []}
+    w, b = torch.randn(8, requires_grad=True), torch.randn(8, requires_grad=True)
+    x = torch.randn(2, 8, 3, 5)
+    activation = None
+    if case == "channels_last":
+        x = x.to(memory_format=torch.channels_last)
+    else:
+        activation = "silu"
+    x.requires_grad_()
+    fn = lambda t: njt.group_norm(t, 4, w, b, 1e-5, activation=activation)  # noqa: E731
+    torch._dynamo.reset()
+    try:
+        y = torch.compile(fn, fullgraph=True, backend=keeping_backend(graphs))(x)
+        y.square().sum().backward()
+    finally:
+        torch._dynamo.reset()
+    assert "normjit" not in "\n".join(graphs["fw"] + graphs["bw"])
+    assert emu.launches == []
+    ref = F.group_norm(x.detach().double().requires_grad_(), 4, w.double(), b.double(), 1e-5)
+    if activation:
+        ref = F.silu(ref)
+    close(y.detach(), ref.detach(), 1e-6)
