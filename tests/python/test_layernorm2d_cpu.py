@@ -1,9 +1,10 @@
 """normjit.torch's LayerNorm over channels (layer_norm_channels, the module LayerNorm2d, patched
 LayerNorm2d layers of timm, SAM, torchvision) where there is no GPU: the fallback on CPU tensors
-(timm's permute + layer_norm + permute, with one warning), training through PyTorch's autograd,
-argument errors, timm's constructor and state_dict compatibility, patch()'s choices and report,
-and, with the library emulated on host memory, the spec, batch and pointers of its launches,
-channels_last inputs falling back, and torch.compile tracing the op. Needs PyTorch; no GPU."""
+(timm's permute + layer_norm + permute, with one warning) and its autograd, argument errors,
+timm's constructor and state_dict compatibility, patch()'s choices and report, and, with the
+library emulated on host memory, the spec, batch and pointers of its launches, channels_last
+inputs falling back, and torch.compile tracing the op (training through normjit's kernels:
+test_autograd_channels_cpu.py). Needs PyTorch; no GPU."""
 import contextlib
 import ctypes
 import math
@@ -310,7 +311,7 @@ def test_weight_only_and_no_affine_are_their_own_kernels(emu):
     assert [s.split(" affine=")[1] for s in emu.specs] == ["weight eps=1e-05", "none eps=1e-06"]
 
 
-def test_channels_last_and_grad_fall_back_with_their_reasons(emu):
+def test_channels_last_falls_back_with_its_reason(emu):
     x = torch.randn(2, 8, 4, 4).to(memory_format=torch.channels_last)
     w, b = torch.randn(8), torch.randn(8)
     with pytest.warns(njt.NormjitFallbackWarning, match=r"layer_norm_channels: non-contiguous "
@@ -318,11 +319,7 @@ def test_channels_last_and_grad_fall_back_with_their_reasons(emu):
         y = njt.layer_norm_channels(x, w, b)
     assert torch.equal(y, timm_layer_norm_2d(x, w, b, 1e-6)) and not emu.launches
     x = torch.randn(2, 8, 4, 4, requires_grad=True)
-    with pytest.warns(njt.NormjitFallbackWarning, match=r"layer_norm_channels \(LayerNorm2d\)"):
-        y = njt.layer_norm_channels(x, w, b)
-    y.sum().backward()
-    assert not emu.launches and x.grad is not None
-    with torch.no_grad():  # inference of the same tensor launches
+    with torch.no_grad():  # inference of a tensor that requires grad launches
         njt.layer_norm_channels(x, w, b)
     assert len(emu.launches) == 1
 

@@ -1,9 +1,9 @@
 """normjit.torch's LayerNorm over channels on a GPU: layer_norm_channels and LayerNorm2d against
 float64 across ConvNeXt/SAM shapes, odd sizes, 1-D and 3-D spatial dims, dtypes and affine forms
 with adversarial inputs (outputs poisoned first must be fully written); timm's LayerNorm2d and
-the patched layer; what falls back (channels_last, grad) and that it still computes PyTorch's
-result; torch.compile(fullgraph=True); a CUDA-graph capture; patch() on timm's ConvNeXt against
-the unpatched model run in a wider dtype. Skips with a reason without PyTorch or a CUDA device."""
+the patched layer; what falls back (channels_last) and that it still computes PyTorch's result,
+training through normjit; torch.compile(fullgraph=True); a CUDA-graph capture; patch() on timm's
+ConvNeXt against the unpatched model run in a wider dtype. Skips with a reason without PyTorch or a CUDA device."""
 import copy
 import math
 import warnings
@@ -118,10 +118,11 @@ def test_one_kernel_serves_every_batch():
     assert njt.prepared_kernels() - before <= 1
 
 
-def test_channels_last_and_grad_fall_back_and_compute_pytorchs_result():
+def test_channels_last_falls_back_and_grad_trains_through_normjit():
     """Until the channels-last layout is in the package, a channels_last input falls back with
     its reason (or, once it is, is served): either way the result is LayerNorm over dim 1.
-    An input that requires grad trains through PyTorch's autograd, with the reason."""
+    An input that requires grad trains through normjit's backward kernel, without a warning
+    (test_autograd_channels_gpu.py checks it across shapes)."""
     w, b = randn((32,), torch.float32, 1.0, 0.5), randn((32,), torch.float32)
     x = randn((4, 32, 10, 10), torch.float32, 2.0).to(memory_format=torch.channels_last)
     with warnings.catch_warnings(record=True) as caught:
@@ -132,8 +133,8 @@ def test_channels_last_and_grad_fall_back_and_compute_pytorchs_result():
     assert rel_err(y, reference(x, w, b, 1e-6)) < 1e-5
     xg = x.contiguous().requires_grad_()
     wg, bg = w.clone().requires_grad_(), b.clone().requires_grad_()
-    with pytest.warns(njt.NormjitFallbackWarning, match=r"layer_norm_channels \(LayerNorm2d\)"):
-        y = njt.layer_norm_channels(xg, wg, bg)
+    y = njt.layer_norm_channels(xg, wg, bg)
+    assert "layer_norm_channels_train" in y.grad_fn.name()  # normjit's training op
     dy = torch.randn_like(y)
     got = torch.autograd.grad(y, (xg, wg, bg), dy)
     x64 = xg.detach().double().requires_grad_()

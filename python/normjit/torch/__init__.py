@@ -13,11 +13,11 @@ and layer_norm (weight_offset for Gemma, out_dtype with fp8 and a scale, return_
 activation keyword (None, 'silu', 'gelu') on every function and module, applied in the same
 kernel (GroupNorm -> SiLU of diffusion models; patch() fuses an nn.Sequential's pairs); custom
 ops torch.ops.normjit.* with fake implementations, so that torch.compile(fullgraph=True) traces
-them. rms_norm and layer_norm (and the RMSNorm/LayerNorm modules, patched layers) train:
-autograd runs normjit's backward kernels (custom ops rms_norm_backward/layer_norm_backward);
-the other functions and the keyword variants are forward-only. A call normjit cannot serve
-runs PyTorch's own
-implementation with one NormjitFallbackWarning per reason. warmup() prepares the kernels of a
+them. rms_norm, layer_norm, rms_norm_channels, layer_norm_channels and group_norm (and the
+modules, patched layers) train: autograd runs normjit's backward kernels (custom ops
+<function>_backward); add_rms_norm, add_layer_norm and the keyword variants are forward-only.
+A call normjit cannot serve runs PyTorch's own implementation with one NormjitFallbackWarning
+per reason. warmup() prepares the kernels of a
 function's shapes before a CUDA-graph capture.
 """
 from ._ops import (NormjitFallbackWarning, add_layer_norm, add_rms_norm, group_norm, layer_norm,

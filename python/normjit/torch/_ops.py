@@ -35,9 +35,9 @@ contiguous, leading dims that do not collapse into two levels of row strides, a 
 (stride 0) leading dim, or a row stride that is no multiple of the kernel's vector width, which
 the library's message names; rms_norm_channels, layer_norm_channels and group_norm: a
 non-contiguous input that is not channels last); an input (or residual) that requires grad while
-grad mode is on, in a function that is forward-only in normjit (rms_norm_channels,
-layer_norm_channels, group_norm, the add_* functions, rms_norm and layer_norm with their keyword
-variants); weight/bias of a dtype PyTorch refuses for that op (layer_norm, rms_norm_channels,
+grad mode is on, in a function that is forward-only in normjit (the add_* functions, rms_norm
+and layer_norm with their keyword variants, any function with an activation); weight/bias of a
+dtype PyTorch refuses for that op (layer_norm, rms_norm_channels,
 layer_norm_channels, group_norm: any other than the input's; the add_* functions take any one
 of float32, float16, bfloat16), weight and bias of two dtypes, or non-contiguous weight/bias;
 a bias without a weight; an empty input; an eps that is no positive float32; a view not 16-byte
@@ -61,12 +61,15 @@ dtype's conversion (fp8: before the scale), in the same kernel; h and the statis
 norm's. Calls with an activation are forward-only in normjit: with an input that requires grad
 they run PyTorch's norm and activation (and its autograd), with the warning.
 
-Training (the section "Training" below): rms_norm and layer_norm without their keyword variants
-have autograd through the custom ops rms_norm_train/layer_norm_train (forward with saved
-statistics) and rms_norm_backward/layer_norm_backward (normjit's backward kernel through
-normjit_launch_backward, or PyTorch's gradient, with a warning per reason, where it cannot serve:
-a non-contiguous or other-dtype gradient, a strided input, rows past the backward kernels', a
-double backward).
+Training (the section "Training" below): rms_norm and layer_norm without their keyword
+variants, rms_norm_channels, layer_norm_channels and group_norm (without an activation) have
+autograd through the custom ops <function>_train (forward with saved statistics:
+rms_norm_train, layer_norm_train, rms_norm_channels_train, layer_norm_channels_train,
+group_norm_train) and <function>_backward (normjit's backward kernel through
+normjit_launch_backward, or PyTorch's gradient, with a warning per reason, where it cannot
+serve: a non-contiguous or other-dtype gradient, a strided or channels-last input, a problem the
+library has no backward kernel for (its message: rows past the backward kernels', groups past
+group_norm's workspace), a double backward).
 """
 import math
 import threading
@@ -155,8 +158,8 @@ def _reason_text(code: str, x: Tensor, weight: Optional[Tensor], bias: Optional[
                 "rms_norm_channels and group_norm)")
     if code == "grad":
         return ("an input requires grad and this function is forward-only in normjit (normjit "
-                "trains rms_norm and layer_norm called without the keyword variants; "
-                "rms_norm_channels, layer_norm_channels (LayerNorm2d), group_norm, add_rms_norm, "
+                "trains rms_norm and layer_norm called without the keyword variants, "
+                "rms_norm_channels, layer_norm_channels and group_norm; add_rms_norm, "
                 "add_layer_norm and the variants weight_offset, out_dtype, scale, return_stats, "
                 "activation have no normjit backward yet: PyTorch's autograd trains them)")
     if code == "param_dtype":
@@ -164,6 +167,10 @@ def _reason_text(code: str, x: Tensor, weight: Optional[Tensor], bias: Optional[
         return (f"weight/bias dtype {dtypes} differs from the input's {x.dtype} (normjit takes "
                 "one parameter dtype of float32, float16, bfloat16 where PyTorch computes the "
                 "case on CUDA: rms_norm and the add_* functions; not layer_norm)")
+    if code == "train_layout":
+        return (f"a channels-last input that requires grad (strides {list(x.stride())}; normjit's "
+                "backward kernels take [N, C, *spatial] contiguous: PyTorch's autograd trains "
+                "it)")
     if code == "param_layout":
         return "non-contiguous weight or bias"
     if code == "bias_only":
@@ -527,9 +534,8 @@ def _decide(op: str, arg, x: Tensor, weight: Optional[Tensor], bias: Optional[Te
     eps = _eps(x, eps)
     why = _why_not(x, weight, bias, eps, op, residual)
     if why == "grad" and variant is None and op in _TRAINED:
-        # Trained through the autograd ops (rms_norm_train, layer_norm_train), if nothing else
-        # stands in the way.
-        return _why_not(x, weight, bias, eps, op, residual, False) or _TRAIN
+        # Trained through the autograd ops (<function>_train), if nothing else stands in the way.
+        return _train_why_not(op, x, weight, bias, eps) or _TRAIN
     if why:
         return why
     device = x.device.index
@@ -1181,22 +1187,29 @@ def _traced_variant(op: str, x: Tensor, residual: Optional[Tensor], shape: Tuple
 
 
 # ---------------------------------------------------------------------------------------
-# Training: autograd of rms_norm and layer_norm
+# Training: autograd
 # ---------------------------------------------------------------------------------------
 # rms_norm and layer_norm (the functions without their keyword variants, the modules, patched
+# layers), rms_norm_channels, layer_norm_channels and group_norm (and their modules and patched
 # layers) called in grad mode with an input, weight or bias that requires grad run the custom op
-# rms_norm_train / layer_norm_train: normjit's forward with save_stats (y has the same bits as
-# without), returning y and the statistics (float32, shape as return_stats's), which its
-# autograd saves with x and the weight, marked non-differentiable and never handed to the
-# caller. Its backward is the custom op rms_norm_backward / layer_norm_backward, which launches
-# the backward kernel (the spec's backward=true: dx, and dweight/dbias summed over every row in
-# a fixed order) on the current stream into tensors allocated by PyTorch, so that
-# torch.compile traces forward and backward and a CUDA graph records both. Where the backward
-# kernel cannot serve a call (see _decide_backward), the gradient is PyTorch's, from the same
-# statistics, with one NormjitFallbackWarning per reason; a double backward (create_graph=True)
-# is PyTorch's, differentiable, from x itself.
+# <function>_train: normjit's forward with save_stats (y has the same bits as without),
+# returning y and the statistics (float32, one per normalized row: per row of the trailing
+# forms, per (n, position) of the channel forms, per (n, group) of group_norm; shaped as
+# _stats_of says), which its autograd saves with x and the weight, marked non-differentiable
+# and never handed to the caller. Its backward is the custom op <function>_backward, which
+# launches the backward kernel (the spec's backward=true: dx, and dweight/dbias summed over
+# every row, or over n and the positions, in a fixed order) on the current stream into tensors
+# allocated by PyTorch, so that torch.compile traces forward and backward and a CUDA graph
+# records both. Where the backward kernel cannot serve a call (see _decide_backward), the
+# gradient is PyTorch's, from the same statistics, with one NormjitFallbackWarning per reason;
+# a double backward (create_graph=True) is PyTorch's, differentiable, from x itself.
 
-_TRAINED = ("rms_norm", "layer_norm")
+_TRAINED = ("rms_norm", "layer_norm", "rms_norm_channels", "layer_norm_channels", "group_norm")
+_LIBRARY_OPS = {**_ROW_OPS, **_CHANNEL_OPS}
+# Where the custom ops of each trained function (<function>, <function>_train) take the weight,
+# the bias (None: no bias) and eps among their inputs (the input is the first).
+_INPUTS_AT = {"rms_norm": (2, None, 3), "layer_norm": (2, 3, 4), "rms_norm_channels": (1, None, 2),
+              "layer_norm_channels": (1, 2, 3), "group_norm": (2, 3, 4)}
 
 
 class _Train:
@@ -1210,12 +1223,178 @@ class _Train:
 _TRAIN = _Train()
 
 
-def _train(op: str, shape: Tuple[int, ...], x: Tensor, weight: Optional[Tensor],
-           bias: Optional[Tensor], eps: float) -> Tensor:
+def _train(op: str, arg, x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],
+           eps: float) -> Tensor:
+    """y of the training op of op (arg: normalized_shape, num_groups, or 0)."""
+    ops = torch.ops.normjit
     if op == "rms_norm":
-        return torch.ops.normjit.rms_norm_train(x, list(shape), weight, eps)[0]
-    return torch.ops.normjit.layer_norm_train(x, list(shape), weight, bias, eps)[0]
+        return ops.rms_norm_train(x, list(arg), weight, eps)[0]
+    if op == "layer_norm":
+        return ops.layer_norm_train(x, list(arg), weight, bias, eps)[0]
+    if op == "rms_norm_channels":
+        return ops.rms_norm_channels_train(x, weight, eps)[0]
+    if op == "layer_norm_channels":
+        return ops.layer_norm_channels_train(x, weight, bias, eps)[0]
+    return ops.group_norm_train(x, arg, weight, bias, eps)[0]
 
+
+def _train_why_not(op: str, x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],
+                   eps: float) -> Optional[str]:
+    """For a call of a trained function with an input that requires grad: None when its training
+    op serves it, else why not (_why_not's reasons but grad; a channels-last input of the
+    channel forms, which the inference kernels take and the backward kernels do not).
+    Traceable by dynamo."""
+    why = _why_not(x, weight, bias, eps, op, None, False)
+    if why is None and op in _CHANNEL_OPS and not x.is_contiguous():
+        return "train_layout"
+    return why
+
+
+def _trains(op: str, x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],
+            eps: float) -> bool:
+    """Under torch.compile, for a call _traced_why_not gave a reason: whether the training op
+    serves it (the reason is an input that requires grad, and nothing else stands in the way:
+    _why_not checks grad after device, dtype and layout)."""
+    return _train_why_not(op, x, weight, bias, eps) is None
+
+
+def _reduction(op: str, arg, shape: Sequence[int]) -> Tuple[tuple, tuple, tuple]:
+    """How op normalizes a tensor of `shape` (arg: normalized_shape, num_groups, or 0): viewed
+    as `view`, it is reduced over `dims`, with one statistic per index of the other dims in
+    row-major order (the library's layout of saved statistics); weight and bias, viewed as
+    `param`, broadcast against the view's trailing dims. Works on symbolic shapes."""
+    shape = tuple(shape)
+    if op in _ROW_OPS:
+        return shape, tuple(range(len(shape) - len(arg), len(shape))), tuple(arg)
+    ones = (1,) * (len(shape) - 2)
+    if op == "group_norm":  # [N, G, C / G, *spatial] over (C / G, *spatial)
+        per_group = shape[1] // arg
+        return ((shape[0], arg, per_group) + shape[2:], tuple(range(2, len(shape) + 1)),
+                (arg, per_group) + ones)
+    return shape, (1,), (shape[1],) + ones  # over the channels
+
+
+def _stats_of(op: str, arg, shape: Sequence[int]) -> Tuple[int, ...]:
+    """The shape of the statistics a training forward saves: the view's, the reduced dims of
+    size 1 (as return_stats's for the trailing forms; [N, 1, *spatial] for the channel forms;
+    [N, G, 1, ...] for group_norm)."""
+    view, dims, _ = _reduction(op, arg, shape)
+    return tuple(1 if d in dims else s for d, s in enumerate(view))
+
+
+def _stats_per(op: str) -> str:
+    if op in _ROW_OPS:
+        return "row"
+    return "(n, group)" if op == "group_norm" else "(n, position)"
+
+
+def _torch_stats(library_op: str, xf: Tensor, dims: tuple,
+                 eps: float) -> Tuple[Optional[Tensor], Tensor]:
+    """(mean, rstd) of xf over dims, the reduced dims kept (size 1), in xf's dtype: rmsnorm's
+    rstd = rsqrt(mean(x^2) + eps) (mean None); layernorm's mean and rsqrt(biased var + eps)."""
+    if library_op == "rmsnorm":
+        return None, torch.rsqrt(xf.square().mean(dims, keepdim=True) + eps)
+    var, mean = torch.var_mean(xf, dims, correction=0, keepdim=True)
+    return mean, torch.rsqrt(var + eps)
+
+
+def _remember(key: Optional[tuple], decision):
+    """Caches a decision under key (None: not cacheable) in _calls; returns it."""
+    if key is not None:
+        if len(_calls) >= _CALLS_MAX:
+            _calls.clear()
+        _calls[key] = decision
+    return decision
+
+
+# The training forward of the channel forms and group_norm: their kernel with save_stats,
+# launched through normjit_launch_ex (the trailing forms' is the variant path, _op_outputs).
+
+def _channels_kernel(op: str, arg, x: Tensor, has_weight: bool, has_bias: bool, eps: float,
+                     axis: str) -> tuple:
+    """_prepare's (kernel, per item) of a channel form or group_norm for x's shape class with
+    one more axis of the spec: "save_stats" (the training forward) or "backward"; or (None, the
+    library's message) where it does not take the problem."""
+    library_op = _CHANNEL_OPS[op]
+    key = (library_op, tuple(x.shape[1:]), arg, x.dtype, has_weight, has_bias, axis,
+           x.device.index)
+    spec = (_channels_spec(library_op, tuple(x.shape), arg, x.dtype, has_weight, has_bias, eps)
+            + f" {axis}=true")
+    return _prepare(key, spec, x.numel() // x.shape[0])
+
+
+def _decide_channels_train(op: str, arg, x: Tensor, weight: Optional[Tensor],
+                           bias: Optional[Tensor], eps: float) -> Union[_Ex, str]:
+    """Checks the arguments, then: an _Ex launching the save_stats kernel of a channel form or
+    group_norm, or why normjit cannot serve the call."""
+    _check(op, arg, x, weight, bias)
+    why = _train_why_not(op, x, weight, bias, eps)
+    if why:
+        return why
+    kernel, message = _channels_kernel(op, arg, x, weight is not None, bias is not None, eps,
+                                       "save_stats")
+    if kernel is None:
+        return message
+    ex = _Ex()
+    ex.kernel, ex.batch, ex.eps = kernel, x.shape[0], float(eps)
+    ex.device, ex.torch_device = x.device.index, x.device
+    ex.shape, ex.k, ex.y_dtype, ex.h_dtype = x.shape, 0, x.dtype, None
+    ex.stats_shape = _stats_of(op, arg, x.shape)
+    ex.mean = _CHANNEL_OPS[op] != "rmsnorm"
+    ex.inplace = ex.strided = False
+    ex.by_strides = {}
+    return ex
+
+
+def _torch_channels(op: str, arg, x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],
+                    eps: float) -> Tensor:
+    """PyTorch's y of a channel form or group_norm."""
+    if op == "rms_norm_channels":
+        return _torch_rms_norm_channels(x, weight, eps)
+    if op == "layer_norm_channels":
+        return _torch_layer_norm_channels(x, weight, bias, eps)
+    return F.group_norm(x, arg, weight, bias, eps)
+
+
+def _channels_train_decision(op: str, arg, x: Tensor, weight: Optional[Tensor],
+                             bias: Optional[Tensor], eps: float) -> Union[_Ex, str]:
+    """_decide_channels_train's answer, cached as _decision's."""
+    key = None
+    if eps.__class__ is float:
+        try:
+            key = ("save_stats", op, arg, eps, *_tensor_key(x),
+                   *(_NO_TENSOR if weight is None else _tensor_key(weight)),
+                   *(_NO_TENSOR if bias is None else _tensor_key(bias)))
+            return _calls[key]
+        except KeyError:
+            pass
+        except (AttributeError, TypeError):
+            key = None
+    return _remember(key, _decide_channels_train(op, arg, x, weight, bias, eps))
+
+
+def _channels_train(op: str, arg, x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],
+                    eps: float) -> Tuple[Tensor, Optional[Tensor], Tensor]:
+    """(y, mean, rstd) of the training forward of a channel form or group_norm (mean None for
+    rmsnorm): normjit's kernel with save_stats, or, after the fallback warning, PyTorch's y and
+    the statistics in float32; every output fresh and contiguous."""
+    decision = _channels_train_decision(op, arg, x, weight, bias, eps)
+    if decision.__class__ is _Ex:
+        out = _run(decision, x, weight, bias, None, None)
+        if out.__class__ is tuple:
+            y, _, mean, rstd = out
+            return y, mean, rstd
+        decision = out
+    _fallback_warn(op, decision, x, weight, bias, eps)
+    y = _fresh(_torch_channels(op, arg, x, weight, bias, eps), x)
+    view, dims, _ = _reduction(op, arg, x.shape)
+    acc = torch.promote_types(x.dtype, torch.float32)
+    mean, rstd = _torch_stats(_CHANNEL_OPS[op], x.to(acc).reshape(view), dims, eps)
+    return (y, None if mean is None else mean.to(torch.float32).contiguous(),
+            rstd.to(torch.float32).contiguous())
+
+
+# The backward
 
 def _backward_reason_text(code: str, dy: Tensor, x: Tensor, weight: Optional[Tensor],
                           eps: float) -> str:
@@ -1248,83 +1427,81 @@ def _backward_warn(op: str, code: str, dy: Tensor, x: Tensor, weight: Optional[T
                   "; computing the gradient with PyTorch", NormjitFallbackWarning, stacklevel=3)
 
 
-def _sum_rows(t: Tensor, k: int) -> Tensor:
-    """t summed over its leading dims (all but the trailing k); t itself when there are none
-    (Tensor.sum(()) would sum everything)."""
-    lead = tuple(range(t.dim() - k))
-    return t.sum(lead) if lead else t
+def _sum_over(t: Tensor, dims: tuple) -> Tensor:
+    """t summed over dims, kept (size 1); t itself when there are none (Tensor.sum(()) would sum
+    everything)."""
+    return t.sum(dims, keepdim=True) if dims else t
 
 
-def _torch_backward(op: str, shape: Tuple[int, ...], dy: Tensor, x: Tensor,
-                    weight: Optional[Tensor], has_bias: bool, mean: Optional[Tensor],
-                    rstd: Optional[Tensor], eps: float) -> Tuple[Tensor, Optional[Tensor],
-                                                                 Optional[Tensor]]:
+def _torch_backward(op: str, arg, dy: Tensor, x: Tensor, weight: Optional[Tensor],
+                    has_bias: bool, mean: Optional[Tensor], rstd: Optional[Tensor],
+                    eps: float) -> Tuple[Tensor, Optional[Tensor], Optional[Tensor]]:
     """(dx, dweight, dbias) of op in PyTorch, in float32 (or wider), from the saved statistics;
     rstd None: from statistics computed here from x, a function autograd can differentiate
-    (double backward). With xhat = (x - mean) * rstd (rmsnorm: x * rstd) and g = dy * weight:
-    dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) (rmsnorm: without mean(g)), dweight =
-    sum over rows of dy * xhat, dbias = sum over rows of dy; contiguous, in the dtypes of x and
-    of the weight."""
-    k = len(shape)
+    (double backward). On x viewed as _reduction says, with xhat = (x - mean) * rstd (rmsnorm:
+    x * rstd) and g = dy * weight: dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) (rmsnorm:
+    without mean(g)), means over the normalized dims; dweight = sum of dy * xhat, dbias = sum of
+    dy over the dims the parameters broadcast along (the rows; n and the positions); contiguous,
+    in the dtypes of x and of the weight."""
+    view, dims, param = _reduction(op, arg, x.shape)
+    rms = _LIBRARY_OPS[op] == "rmsnorm"
     acc = torch.promote_types(x.dtype, torch.float32)
-    dims = tuple(range(x.dim() - k, x.dim()))
-    xf, dyf = x.to(acc), dy.to(acc)
+    xf, dyf = x.to(acc).reshape(view), dy.to(acc).reshape(view)
     if rstd is None:
-        if op == "rms_norm":
-            rstd = torch.rsqrt(xf.square().mean(dims, keepdim=True) + eps)
-        else:
-            var, mean = torch.var_mean(xf, dims, correction=0, keepdim=True)
-            rstd = torch.rsqrt(var + eps)
+        mean, rstd = _torch_stats(_LIBRARY_OPS[op], xf, dims, eps)
     else:
-        stats = _stats_shape(x.shape, k)
+        stats = _stats_of(op, arg, x.shape)
         rstd = rstd.to(acc).reshape(stats)
         if mean is not None:
             mean = mean.to(acc).reshape(stats)
-    xhat = xf * rstd if op == "rms_norm" else (xf - mean) * rstd
-    g = dyf * weight.to(acc) if weight is not None else dyf
+    xhat = xf * rstd if rms else (xf - mean) * rstd
+    g = dyf * weight.to(acc).reshape(param) if weight is not None else dyf
     dx = g - xhat * (g * xhat).mean(dims, keepdim=True)
-    if op != "rms_norm":
+    if not rms:
         dx = dx - g.mean(dims, keepdim=True)
-    dx = (rstd * dx).to(x.dtype).contiguous()
-    dw = _sum_rows(dyf * xhat, k).to(weight.dtype) if weight is not None else None
-    db = _sum_rows(dyf, k).to(weight.dtype) if has_bias else None
+    dx = (rstd * dx).to(x.dtype).reshape(x.shape).contiguous()
+    lead = len(view) - len(param)
+    summed = tuple(d for d in range(len(view)) if d < lead or param[d - lead] == 1)
+    dw = db = None
+    if weight is not None:
+        dw = _sum_over(dyf * xhat, summed).reshape(weight.shape).to(weight.dtype)
+    if has_bias:
+        db = _sum_over(dyf, summed).reshape(weight.shape).to(weight.dtype)
     return dx, dw, db
 
 
-def _check_backward(op: str, shape: Tuple[int, ...], dy: Tensor, x: Tensor,
-                    mean: Optional[Tensor], rstd: Tensor, weight: Optional[Tensor],
-                    has_bias: bool) -> None:
+def _check_backward(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor], rstd: Tensor,
+                    weight: Optional[Tensor], has_bias: bool) -> None:
     """The backward ops' arguments (what the train ops hand over; checked for direct callers),
     ValueError naming the argument and its value."""
     what = f"normjit.torch.{op} backward"
-    _check_rows(op, x, shape, weight, None)
+    _check(op, arg, x, weight, None)
     for name, t in (("grad", dy), ("rstd", rstd), ("mean", mean)):
         if t is not None:
             _check_tensor(op, name, t, x)
     if dy.shape != x.shape:
         raise ValueError(f"{what}: grad has shape {list(dy.shape)}; expected the input's, "
                          f"{list(x.shape)}")
-    stats = _stats_shape(x.shape, len(shape))
+    stats = _stats_of(op, arg, x.shape)
     for name, t in (("mean", mean), ("rstd", rstd)):
         if t is None:
-            if name == "rstd" or op == "layer_norm":
+            if name == "rstd" or _LIBRARY_OPS[op] != "rmsnorm":
                 raise ValueError(f"{what}: {name} is None; expected the forward's saved {name}")
             continue
         if t.dtype != torch.float32 or t.numel() != math.prod(stats):
             raise ValueError(f"{what}: {name} has shape {list(t.shape)} and dtype {t.dtype}; "
-                             f"expected {list(stats)} torch.float32 (one per row)")
+                             f"expected {list(stats)} torch.float32 (one per {_stats_per(op)})")
     if has_bias and weight is None:
         raise ValueError(f"{what}: has_bias without a weight (normjit's affine is none, weight "
                          "or both)")
 
 
-def _decide_backward(op: str, shape: Tuple[int, ...], dy: Tensor, x: Tensor,
-                     mean: Optional[Tensor], rstd: Tensor, weight: Optional[Tensor],
-                     has_bias: bool, eps: float) -> Union[tuple, str]:
+def _decide_backward(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor], rstd: Tensor,
+                     weight: Optional[Tensor], has_bias: bool, eps: float) -> Union[tuple, str]:
     """Checks the arguments, then: a launch (kernel, batch, device index) of the backward
     kernel, or why it cannot serve the call (a reason code, or the library's message: a
     problem it has no backward kernel for, such as rows longer than it takes)."""
-    _check_backward(op, shape, dy, x, mean, rstd, weight, has_bias)
+    _check_backward(op, arg, dy, x, mean, rstd, weight, has_bias)
     why = _why_not(x, weight, None, eps, op, None, False)
     if why:
         return why
@@ -1336,14 +1513,17 @@ def _decide_backward(op: str, shape: Tuple[int, ...], dy: Tensor, x: Tensor,
         return "grad_layout"
     if not rstd.is_contiguous() or (mean is not None and not mean.is_contiguous()):
         return "stats_layout"
-    library_op = _ROW_OPS[op]
-    per_item = math.prod(shape)
-    batch = x.numel() // per_item
     has_weight = weight is not None
+    if op in _CHANNEL_OPS:  # one launch item per n
+        kernel, message = _channels_kernel(op, arg, x, has_weight, has_bias, eps, "backward")
+        return message if kernel is None else (kernel, x.shape[0], x.device.index)
+    library_op = _ROW_OPS[op]
+    per_item = math.prod(arg)
+    batch = x.numel() // per_item
     param_dtype = weight.dtype if has_weight else None
     device = x.device.index
-    key = (library_op, shape, x.dtype, has_weight, has_bias, param_dtype, "backward", device)
-    spec = _rows_spec(library_op, (batch,) + shape, len(shape), x.dtype, has_weight, has_bias,
+    key = (library_op, arg, x.dtype, has_weight, has_bias, param_dtype, "backward", device)
+    spec = _rows_spec(library_op, (batch,) + arg, len(arg), x.dtype, has_weight, has_bias,
                       eps, param_dtype, backward=True)
     kernel, message = _prepare(key, spec, per_item)
     if kernel is None:
@@ -1351,14 +1531,14 @@ def _decide_backward(op: str, shape: Tuple[int, ...], dy: Tensor, x: Tensor,
     return (kernel, batch, device)
 
 
-def _backward_decision(op: str, shape: Tuple[int, ...], dy: Tensor, x: Tensor,
-                       mean: Optional[Tensor], rstd: Tensor, weight: Optional[Tensor],
-                       has_bias: bool, eps: float) -> Union[tuple, str]:
+def _backward_decision(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor],
+                       rstd: Tensor, weight: Optional[Tensor], has_bias: bool,
+                       eps: float) -> Union[tuple, str]:
     """_decide_backward's answer, cached as _decision's."""
     key = None
     if eps.__class__ is float:
         try:
-            key = ("backward", op, shape, eps, has_bias, *_tensor_key(dy), *_tensor_key(x),
+            key = ("backward", op, arg, eps, has_bias, *_tensor_key(dy), *_tensor_key(x),
                    *_tensor_key(rstd), *(_NO_TENSOR if mean is None else _tensor_key(mean)),
                    *(_NO_TENSOR if weight is None else _tensor_key(weight)))
             return _calls[key]
@@ -1366,21 +1546,16 @@ def _backward_decision(op: str, shape: Tuple[int, ...], dy: Tensor, x: Tensor,
             pass
         except (AttributeError, TypeError):
             key = None
-    decision = _decide_backward(op, shape, dy, x, mean, rstd, weight, has_bias, eps)
-    if key is not None:
-        if len(_calls) >= _CALLS_MAX:
-            _calls.clear()
-        _calls[key] = decision
-    return decision
+    return _remember(key, _decide_backward(op, arg, dy, x, mean, rstd, weight, has_bias, eps))
 
 
-def _backward(op: str, shape: Tuple[int, ...], dy: Tensor, x: Tensor, mean: Optional[Tensor],
-              rstd: Tensor, weight: Optional[Tensor], has_bias: bool,
+def _backward(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor], rstd: Tensor,
+              weight: Optional[Tensor], has_bias: bool,
               eps: float) -> Tuple[Tensor, Optional[Tensor], Optional[Tensor]]:
     """(dx, dweight, dbias): normjit's backward kernel, or, after the fallback warning,
     PyTorch's gradient from the same statistics. dweight None without a weight, dbias None
     without a bias."""
-    decision = _backward_decision(op, shape, dy, x, mean, rstd, weight, has_bias, eps)
+    decision = _backward_decision(op, arg, dy, x, mean, rstd, weight, has_bias, eps)
     if decision.__class__ is tuple:
         kernel, batch, device = decision
         xp, dyp, rp = x.data_ptr(), dy.data_ptr(), rstd.data_ptr()
@@ -1409,8 +1584,10 @@ def _backward(op: str, shape: Tuple[int, ...], dy: Tensor, x: Tensor, mean: Opti
                 raise error
             decision = error.message  # checked before anything was enqueued
     _backward_warn(op, decision, dy, x, weight, eps)
-    return _torch_backward(op, shape, dy, x, weight, has_bias, mean, rstd, eps)
+    return _torch_backward(op, arg, dy, x, weight, has_bias, mean, rstd, eps)
 
+
+# The training forward ops: y and the statistics (float32, _stats_of's shape).
 
 @torch.library.custom_op("normjit::rms_norm_train", mutates_args=())
 def _rms_norm_train_op(input: Tensor, normalized_shape: List[int], weight: Optional[Tensor],
@@ -1428,161 +1605,239 @@ def _layer_norm_train_op(input: Tensor, normalized_shape: List[int], weight: Opt
     return y, mean, rstd
 
 
+@torch.library.custom_op("normjit::rms_norm_channels_train", mutates_args=())
+def _rms_norm_channels_train_op(input: Tensor, weight: Optional[Tensor],
+                                eps: float) -> Tuple[Tensor, Tensor]:
+    y, _, rstd = _channels_train("rms_norm_channels", 0, input, weight, None, eps)
+    return y, rstd
+
+
+@torch.library.custom_op("normjit::layer_norm_channels_train", mutates_args=())
+def _layer_norm_channels_train_op(input: Tensor, weight: Optional[Tensor],
+                                  bias: Optional[Tensor],
+                                  eps: float) -> Tuple[Tensor, Tensor, Tensor]:
+    return _channels_train("layer_norm_channels", 0, input, weight, bias, eps)
+
+
+@torch.library.custom_op("normjit::group_norm_train", mutates_args=())
+def _group_norm_train_op(input: Tensor, num_groups: int, weight: Optional[Tensor],
+                         bias: Optional[Tensor], eps: float) -> Tuple[Tensor, Tensor, Tensor]:
+    return _channels_train("group_norm", num_groups, input, weight, bias, eps)
+
+
+def _fake_train(op: str, input: Tensor, arg, count: int) -> tuple:
+    """y and count - 1 statistics of op's training forward."""
+    stats = _stats_of(op, arg, input.shape)
+    return (input.new_empty(input.shape),
+            *(input.new_empty(stats, dtype=torch.float32) for _ in range(count - 1)))
+
+
 @_rms_norm_train_op.register_fake
 def _(input, normalized_shape, weight, eps):
-    return _fake_y(input, None), _fake_stat(input, normalized_shape)
+    return _fake_train("rms_norm", input, normalized_shape, 2)
 
 
 @_layer_norm_train_op.register_fake
 def _(input, normalized_shape, weight, bias, eps):
-    return (_fake_y(input, None), _fake_stat(input, normalized_shape),
-            _fake_stat(input, normalized_shape))
+    return _fake_train("layer_norm", input, normalized_shape, 3)
 
+
+@_rms_norm_channels_train_op.register_fake
+def _(input, weight, eps):
+    return _fake_train("rms_norm_channels", input, 0, 2)
+
+
+@_layer_norm_channels_train_op.register_fake
+def _(input, weight, bias, eps):
+    return _fake_train("layer_norm_channels", input, 0, 3)
+
+
+@_group_norm_train_op.register_fake
+def _(input, num_groups, weight, bias, eps):
+    return _fake_train("group_norm", input, num_groups, 3)
+
+
+# The backward ops: (dx, dweight[, dbias]) from the forward's input, its saved statistics and
+# the gradient of its output; dweight and dbias are empty tensors where the call has no such
+# parameter (an op's outputs are tensors).
 
 def _no_param(input: Tensor) -> Tensor:
-    """What a backward op returns for a parameter the call does not have (an op's outputs are
-    tensors): an empty tensor of the input's dtype."""
+    """What a backward op returns for a parameter the call does not have: an empty tensor of
+    the input's dtype."""
     return input.new_empty((0,))
+
+
+def _grad_outputs(input: Tensor, dx: Tensor, dw: Optional[Tensor],
+                  db: Optional[Tensor]) -> Tuple[Tensor, Tensor, Tensor]:
+    return (dx, dw if dw is not None else _no_param(input),
+            db if db is not None else _no_param(input))
 
 
 @torch.library.custom_op("normjit::rms_norm_backward", mutates_args=())
 def _rms_norm_backward_op(grad: Tensor, input: Tensor, rstd: Tensor, weight: Optional[Tensor],
                           normalized_shape: List[int], eps: float) -> Tuple[Tensor, Tensor]:
-    """(dx, dweight) of rms_norm from the forward's input, its saved rstd and the gradient of
-    its output; dweight is an empty tensor without a weight."""
-    dx, dw, _ = _backward("rms_norm", tuple(normalized_shape), grad, input, None, rstd, weight,
-                          False, eps)
-    return dx, dw if dw is not None else _no_param(input)
+    """(dx, dweight) of rms_norm."""
+    return _grad_outputs(input, *_backward("rms_norm", tuple(normalized_shape), grad, input,
+                                           None, rstd, weight, False, eps))[:2]
 
 
 @torch.library.custom_op("normjit::layer_norm_backward", mutates_args=())
 def _layer_norm_backward_op(grad: Tensor, input: Tensor, mean: Tensor, rstd: Tensor,
                             weight: Optional[Tensor], has_bias: bool, normalized_shape: List[int],
                             eps: float) -> Tuple[Tensor, Tensor, Tensor]:
-    """(dx, dweight, dbias) of layer_norm; dweight and dbias are empty tensors where the call
-    has no such parameter."""
-    dx, dw, db = _backward("layer_norm", tuple(normalized_shape), grad, input, mean, rstd, weight,
-                           has_bias, eps)
-    return (dx, dw if dw is not None else _no_param(input),
-            db if db is not None else _no_param(input))
+    """(dx, dweight, dbias) of layer_norm."""
+    return _grad_outputs(input, *_backward("layer_norm", tuple(normalized_shape), grad, input,
+                                           mean, rstd, weight, has_bias, eps))
 
 
-@_rms_norm_backward_op.register_fake
-def _(grad, input, rstd, weight, normalized_shape, eps):
-    return (input.new_empty(input.shape),
-            weight.new_empty(weight.shape) if weight is not None else _no_param(input))
+@torch.library.custom_op("normjit::rms_norm_channels_backward", mutates_args=())
+def _rms_norm_channels_backward_op(grad: Tensor, input: Tensor, rstd: Tensor,
+                                   weight: Optional[Tensor],
+                                   eps: float) -> Tuple[Tensor, Tensor]:
+    """(dx, dweight) of rms_norm_channels."""
+    return _grad_outputs(input, *_backward("rms_norm_channels", 0, grad, input, None, rstd,
+                                           weight, False, eps))[:2]
 
 
-@_layer_norm_backward_op.register_fake
-def _(grad, input, mean, rstd, weight, has_bias, normalized_shape, eps):
+@torch.library.custom_op("normjit::layer_norm_channels_backward", mutates_args=())
+def _layer_norm_channels_backward_op(grad: Tensor, input: Tensor, mean: Tensor, rstd: Tensor,
+                                     weight: Optional[Tensor], has_bias: bool,
+                                     eps: float) -> Tuple[Tensor, Tensor, Tensor]:
+    """(dx, dweight, dbias) of layer_norm_channels."""
+    return _grad_outputs(input, *_backward("layer_norm_channels", 0, grad, input, mean, rstd,
+                                           weight, has_bias, eps))
+
+
+@torch.library.custom_op("normjit::group_norm_backward", mutates_args=())
+def _group_norm_backward_op(grad: Tensor, input: Tensor, mean: Tensor, rstd: Tensor,
+                            weight: Optional[Tensor], has_bias: bool, num_groups: int,
+                            eps: float) -> Tuple[Tensor, Tensor, Tensor]:
+    """(dx, dweight, dbias) of group_norm."""
+    return _grad_outputs(input, *_backward("group_norm", num_groups, grad, input, mean, rstd,
+                                           weight, has_bias, eps))
+
+
+def _fake_grads(input: Tensor, weight: Optional[Tensor],
+                has_bias: bool) -> Tuple[Tensor, Tensor, Tensor]:
     return (input.new_empty(input.shape),
             weight.new_empty(weight.shape) if weight is not None else _no_param(input),
             weight.new_empty(weight.shape) if has_bias and weight is not None
             else _no_param(input))
 
 
+@_rms_norm_backward_op.register_fake
+def _(grad, input, rstd, weight, normalized_shape, eps):
+    return _fake_grads(input, weight, False)[:2]
+
+
+@_layer_norm_backward_op.register_fake
+def _(grad, input, mean, rstd, weight, has_bias, normalized_shape, eps):
+    return _fake_grads(input, weight, has_bias)
+
+
+@_rms_norm_channels_backward_op.register_fake
+def _(grad, input, rstd, weight, eps):
+    return _fake_grads(input, weight, False)[:2]
+
+
+@_layer_norm_channels_backward_op.register_fake
+def _(grad, input, mean, rstd, weight, has_bias, eps):
+    return _fake_grads(input, weight, has_bias)
+
+
+@_group_norm_backward_op.register_fake
+def _(grad, input, mean, rstd, weight, has_bias, num_groups, eps):
+    return _fake_grads(input, weight, has_bias)
+
+
+def _backward_op(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor], rstd: Tensor,
+                 weight: Optional[Tensor], has_bias: bool, eps: float) -> tuple:
+    """(dx, dweight, dbias) by op's backward op (the last two placeholders where absent)."""
+    ops = torch.ops.normjit
+    if op == "rms_norm":
+        return (*ops.rms_norm_backward(dy, x, rstd, weight, list(arg), eps), None)
+    if op == "layer_norm":
+        return ops.layer_norm_backward(dy, x, mean, rstd, weight, has_bias, list(arg), eps)
+    if op == "rms_norm_channels":
+        return (*ops.rms_norm_channels_backward(dy, x, rstd, weight, eps), None)
+    if op == "layer_norm_channels":
+        return ops.layer_norm_channels_backward(dy, x, mean, rstd, weight, has_bias, eps)
+    return ops.group_norm_backward(dy, x, mean, rstd, weight, has_bias, arg, eps)
+
+
+# Autograd of the training ops (and of the plain ops of rms_norm and layer_norm, called directly
+# as torch.ops.normjit.rms_norm with inputs that require grad: they save no statistics, so their
+# backward computes them first, one more pass over x in PyTorch; the public functions train
+# through the _train ops instead).
+
 def _grads(ctx, op: str, dy: Optional[Tensor], x: Tensor, weight: Optional[Tensor],
-           has_bias: bool, mean: Optional[Tensor], rstd: Optional[Tensor]) -> tuple:
-    """The gradients of op's forward op for its inputs (input, normalized_shape, weight[, bias],
-    eps): the backward op, or in a double backward PyTorch's differentiable expression. rstd
-    None (an op that saved no statistics): they are computed here first, in float32."""
+           mean: Optional[Tensor], rstd: Optional[Tensor]) -> tuple:
+    """The gradients of op's forward op for its inputs: the backward op, or in a double backward
+    PyTorch's differentiable expression. rstd None (an op that saved no statistics): they are
+    computed here first, in float32."""
+    w_at, b_at, _ = _INPUTS_AT[op]
     need = ctx.needs_input_grad
-    need_w = weight is not None and need[2]
-    need_b = has_bias and need[3]
+    has_bias = ctx.has_bias
+    need_w = weight is not None and need[w_at]
+    need_b = has_bias and need[b_at]
     dx = dw = db = None
     if dy is not None and (need[0] or need_w or need_b):
         if torch.is_grad_enabled():  # create_graph=True
             _backward_warn(op, "double", dy, x, weight, ctx.eps)
-            dx, dw, db = _torch_backward(op, ctx.shape, dy, x, weight, has_bias, None, None,
+            dx, dw, db = _torch_backward(op, ctx.arg, dy, x, weight, has_bias, None, None,
                                          ctx.eps)
         else:
             if rstd is None:
-                _, mean, rstd = _torch_norm(_ROW_OPS[op], x, ctx.shape, None, None, ctx.eps, 0.0,
-                                            x.dtype, None)
+                view, dims, _ = _reduction(op, ctx.arg, x.shape)
+                acc = torch.promote_types(x.dtype, torch.float32)
+                mean, rstd = _torch_stats(_LIBRARY_OPS[op], x.to(acc).reshape(view), dims,
+                                          ctx.eps)
                 rstd = rstd.float().contiguous()
                 mean = mean.float().contiguous() if mean is not None else None
-            if op == "rms_norm":
-                dx, dw = torch.ops.normjit.rms_norm_backward(dy, x, rstd, weight,
-                                                             list(ctx.shape), ctx.eps)
-            else:
-                dx, dw, db = torch.ops.normjit.layer_norm_backward(dy, x, mean, rstd, weight,
-                                                                   has_bias, list(ctx.shape),
-                                                                   ctx.eps)
-    grads = [dx if need[0] else None, None, dw if need_w else None]
-    if op == "layer_norm":
-        grads.append(db if need_b else None)
-    grads.append(None)  # eps
+            dx, dw, db = _backward_op(op, ctx.arg, dy, x, mean, rstd, weight, has_bias, ctx.eps)
+    grads = [None] * len(need)
+    grads[0] = dx if need[0] else None
+    if need_w:
+        grads[w_at] = dw
+    if need_b:
+        grads[b_at] = db
     return tuple(grads)
 
 
-def _setup(ctx, x: Tensor, shape, weight: Optional[Tensor], eps: float, stats: tuple) -> None:
-    ctx.mark_non_differentiable(*stats)
-    ctx.set_materialize_grads(False)
-    ctx.save_for_backward(x, weight, *stats)
-    ctx.shape, ctx.eps = tuple(shape), eps
+def _autograd(op: str, saves_stats: bool) -> Tuple[Callable, Callable]:
+    """(backward, setup_context) of op's training op (saves_stats: its outputs are y and the
+    statistics) or of its plain op (y alone)."""
+    w_at, b_at, eps_at = _INPUTS_AT[op]
+
+    def setup_context(ctx, inputs, output):
+        stats = tuple(output[1:]) if saves_stats else ()
+        ctx.mark_non_differentiable(*stats)
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(inputs[0], inputs[w_at], *stats)
+        if op in _ROW_OPS:
+            ctx.arg = tuple(inputs[1])
+        else:
+            ctx.arg = inputs[1] if op == "group_norm" else 0
+        ctx.eps = inputs[eps_at]
+        ctx.has_bias = b_at is not None and inputs[b_at] is not None
+
+    def backward(ctx, dy, *_stats_grads):
+        x, weight, *stats = ctx.saved_tensors
+        mean, rstd = (None, None) if not stats else (None, stats[0]) if len(stats) == 1 \
+            else stats
+        return _grads(ctx, op, dy, x, weight, mean, rstd)
+
+    return backward, setup_context
 
 
-def _rms_norm_train_setup(ctx, inputs, output):
-    x, shape, weight, eps = inputs
-    _setup(ctx, x, shape, weight, eps, output[1:])
-
-
-def _rms_norm_train_backward(ctx, dy, _drstd):
-    x, weight, rstd = ctx.saved_tensors
-    return _grads(ctx, "rms_norm", dy, x, weight, False, None, rstd)
-
-
-def _layer_norm_train_setup(ctx, inputs, output):
-    x, shape, weight, bias, eps = inputs
-    ctx.has_bias = bias is not None
-    _setup(ctx, x, shape, weight, eps, output[1:])
-
-
-def _layer_norm_train_backward(ctx, dy, _dmean, _drstd):
-    x, weight, mean, rstd = ctx.saved_tensors
-    return _grads(ctx, "layer_norm", dy, x, weight, ctx.has_bias, mean, rstd)
-
-
-_rms_norm_train_op.register_autograd(_rms_norm_train_backward,
-                                     setup_context=_rms_norm_train_setup)
-_layer_norm_train_op.register_autograd(_layer_norm_train_backward,
-                                       setup_context=_layer_norm_train_setup)
-
-
-# The plain ops, called directly (torch.ops.normjit.rms_norm) with inputs that require grad:
-# they save no statistics, so their backward computes them first (one more pass over x in
-# PyTorch); the public functions train through the _train ops instead.
-
-def _plain_setup(ctx, x: Tensor, shape, weight: Optional[Tensor], eps: float) -> None:
-    ctx.set_materialize_grads(False)
-    ctx.save_for_backward(x, weight)
-    ctx.shape, ctx.eps = tuple(shape), eps
-
-
-def _rms_norm_plain_setup(ctx, inputs, output):
-    x, shape, weight, eps = inputs
-    _plain_setup(ctx, x, shape, weight, eps)
-
-
-def _rms_norm_plain_backward(ctx, dy):
-    x, weight = ctx.saved_tensors
-    return _grads(ctx, "rms_norm", dy, x, weight, False, None, None)
-
-
-def _layer_norm_plain_setup(ctx, inputs, output):
-    x, shape, weight, bias, eps = inputs
-    ctx.has_bias = bias is not None
-    _plain_setup(ctx, x, shape, weight, eps)
-
-
-def _layer_norm_plain_backward(ctx, dy):
-    x, weight = ctx.saved_tensors
-    return _grads(ctx, "layer_norm", dy, x, weight, ctx.has_bias, None, None)
-
-
-_rms_norm_op.register_autograd(_rms_norm_plain_backward, setup_context=_rms_norm_plain_setup)
-_layer_norm_op.register_autograd(_layer_norm_plain_backward,
-                                 setup_context=_layer_norm_plain_setup)
+for _op, _name, _saves_stats in (
+        (_rms_norm_train_op, "rms_norm", True), (_layer_norm_train_op, "layer_norm", True),
+        (_rms_norm_channels_train_op, "rms_norm_channels", True),
+        (_layer_norm_channels_train_op, "layer_norm_channels", True),
+        (_group_norm_train_op, "group_norm", True),
+        (_rms_norm_op, "rms_norm", False), (_layer_norm_op, "layer_norm", False)):
+    _backward_fn, _setup_fn = _autograd(_name, _saves_stats)
+    _op.register_autograd(_backward_fn, setup_context=_setup_fn)
 
 
 # ---------------------------------------------------------------------------------------
@@ -1619,6 +1874,8 @@ def _rms_norm_channels(x: Tensor, weight: Optional[Tensor], eps: float,
             if activation is None:
                 return torch.ops.normjit.rms_norm_channels(x, weight, eps)
             return torch.ops.normjit.rms_norm_channels(x, weight, eps, activation)
+        if activation is None and _trains("rms_norm_channels", x, weight, None, eps):
+            return torch.ops.normjit.rms_norm_channels_train(x, weight, eps)[0]
     else:
         y = _eager("rms_norm_channels", 0, x, weight, None, eps,
                    None if activation is None else (0.0, None, False, False, activation))
@@ -1652,6 +1909,8 @@ def _layer_norm_channels(x: Tensor, weight: Optional[Tensor], bias: Optional[Ten
     if _is_compiling():
         if _traced_why_not("layer_norm_channels", 0, x, weight, bias, eps) is None:
             return torch.ops.normjit.layer_norm_channels(x, weight, bias, eps)
+        if _trains("layer_norm_channels", x, weight, bias, eps):
+            return torch.ops.normjit.layer_norm_channels_train(x, weight, bias, eps)[0]
     else:
         y = _eager("layer_norm_channels", 0, x, weight, bias, eps)
         if y is not None:
@@ -1672,6 +1931,8 @@ def _group_norm(x: Tensor, num_groups: int, weight: Optional[Tensor], bias: Opti
             if activation is None:
                 return torch.ops.normjit.group_norm(x, num_groups, weight, bias, eps)
             return torch.ops.normjit.group_norm(x, num_groups, weight, bias, eps, activation)
+        if activation is None and _trains("group_norm", x, weight, bias, eps):
+            return torch.ops.normjit.group_norm_train(x, num_groups, weight, bias, eps)[0]
     else:
         y = _eager("group_norm", num_groups, x, weight, bias, eps,
                    None if activation is None else (0.0, None, False, False, activation))
@@ -1847,9 +2108,8 @@ def layer_norm_channels(input: Tensor, weight: Optional[Tensor] = None,
     when given; the result has the input's dtype, contiguous where normjit computes it (where
     PyTorch's implementation runs, timm's permuted view). The function of timm's and
     SAM's LayerNorm2d (F.layer_norm of the input permuted channels-last, permuted back), for
-    any number of spatial dims; eps defaults to theirs, 1e-6. Forward-only in normjit: with an
-    input, weight or bias that requires grad (grad mode on), PyTorch's implementation runs, and
-    its autograd trains it."""
+    any number of spatial dims; eps defaults to theirs, 1e-6. Trains through normjit's backward
+    kernel (an input, weight or bias that requires grad, grad mode on)."""
     return _layer_norm_channels(input, weight, bias, eps)
 
 

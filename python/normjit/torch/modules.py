@@ -82,8 +82,8 @@ class LayerNorm2d(torch.nn.LayerNorm):
     torch.nn.LayerNorm: device, dtype, bias), computed by normjit: LayerNorm over the channels
     (dim 1) of [N, C, *spatial], weight and bias [C]. Its parameters and state_dict keys
     (weight, bias) are timm's and SAM's LayerNorm2d's, so their checkpoints load; the result is
-    contiguous [N, C, *spatial]. Trains through PyTorch's autograd (normjit's backward of the
-    channel form is not there yet): see normjit.torch.layer_norm_channels."""
+    contiguous [N, C, *spatial]. Trains through normjit's backward kernel, as GroupNorm: see
+    normjit.torch.layer_norm_channels."""
 
     def __init__(self, num_channels: int, eps: float = 1e-6, affine: bool = True, **kwargs):
         super().__init__(num_channels, eps=eps, elementwise_affine=affine, **kwargs)
