@@ -255,10 +255,15 @@ class Emulator:
         shape[0] = batch
         dtype = _DT[f["dtype"]]
         n = math.prod(shape)
-        xt = memory(x, n, dtype).view(shape)
+        nhwc = f.get("layout") == "nhwc"  # memory [N, *spatial, C]
+        stored = [shape[0], *shape[2:], shape[1]] if nhwc else shape
+        xt = memory(x, n, dtype).view(stored)
+        if nhwc:
+            xt = xt.movedim(-1, 1)
         w = memory(weight, shape[1], dtype) if weight else None
         b = memory(bias, shape[1], dtype) if bias else None
-        memory(y, n, dtype).view(shape).copy_(float64_reference(xt, w, b, eps))
+        yt = float64_reference(xt, w, b, eps)
+        memory(y, n, dtype).view(stored).copy_(yt.movedim(1, -1) if nhwc else yt)
         return 0
 
 
@@ -311,20 +316,29 @@ def test_weight_only_and_no_affine_are_their_own_kernels(emu):
     assert [s.split(" affine=")[1] for s in emu.specs] == ["weight eps=1e-05", "none eps=1e-06"]
 
 
-def test_channels_last_falls_back_with_its_reason(emu):
+def test_channels_last_reads_in_place_and_other_strides_fall_back(emu):
+    # channels_last: the layout=nhwc kernel on the input's own memory, the result channels last.
     x = torch.randn(2, 8, 4, 4).to(memory_format=torch.channels_last)
     w, b = torch.randn(8), torch.randn(8)
+    y = njt.layer_norm_channels(x, w, b)
+    assert len(emu.launches) == 1 and "layout=nhwc" in emu.specs[-1], emu.specs
+    assert emu.launches[0][1] == x.data_ptr()
+    assert y.is_contiguous(memory_format=torch.channels_last) and not y.is_contiguous()
+    torch.testing.assert_close(y, timm_layer_norm_2d(x, w, b, 1e-6), rtol=1e-5, atol=1e-5)
+    # Any other stride falls back, naming it.
+    s = torch.randn(2, 8, 4, 8)[..., ::2]
     with pytest.warns(njt.NormjitFallbackWarning, match=r"layer_norm_channels: non-contiguous "
                                                         r"input \(shape \[2, 8, 4, 4\]"):
-        y = njt.layer_norm_channels(x, w, b)
-    assert torch.equal(y, timm_layer_norm_2d(x, w, b, 1e-6)) and not emu.launches
+        y = njt.layer_norm_channels(s, w, b)
+    assert torch.equal(y, timm_layer_norm_2d(s, w, b, 1e-6)) and len(emu.launches) == 1
+    emu.launches.clear()
     x = torch.randn(2, 8, 4, 4, requires_grad=True)
     with torch.no_grad():  # inference of a tensor that requires grad launches
         njt.layer_norm_channels(x, w, b)
     assert len(emu.launches) == 1
 
 
-def test_patched_timm_layer_launches_and_falls_back_to_its_own_forward(emu, timm_module):
+def test_patched_timm_layer_launches_channels_last_too_and_falls_back_to_its_own_forward(emu, timm_module):
     layer = timm_module.LayerNorm2d(8)
     with torch.no_grad():
         layer.weight.normal_()
@@ -337,10 +351,13 @@ def test_patched_timm_layer_launches_and_falls_back_to_its_own_forward(emu, timm
         got = layer(x)
     assert len(emu.launches) == 1
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
-    with pytest.warns(njt.NormjitFallbackWarning, match="non-contiguous"):
-        y = layer(x.to(memory_format=torch.channels_last))  # timm's own forward
-    assert len(emu.launches) == 1 and not y.is_contiguous()
+    y = layer(x.to(memory_format=torch.channels_last))  # the nhwc kernel, in place
+    assert len(emu.launches) == 2 and "layout=nhwc" in emu.specs[-1]
+    assert y.is_contiguous(memory_format=torch.channels_last) and not y.is_contiguous()
     torch.testing.assert_close(y, want, rtol=1e-5, atol=1e-5)
+    with pytest.warns(njt.NormjitFallbackWarning, match="non-contiguous"):
+        y = layer(torch.randn(2, 8, 3, 6)[..., ::2])  # timm's own forward
+    assert len(emu.launches) == 2
 
 
 def test_compile_traces_the_op_without_graph_breaks(emu):

@@ -61,10 +61,11 @@ def test_precompile_compiles_once_then_hits_the_cache(tmp_path):
 
 def test_engine_options_reach_the_library(tmp_path):
     with normjit.Engine(cache_dir=str(tmp_path / "c")) as engine:
-        assert engine.precompile("op=layernorm shape=4,1000 dtype=bf16 normalized_dims=1",
+        assert engine.precompile("op=layernorm shape=4,4096 dtype=bf16 normalized_dims=1",
                                  arch="sm_80") is True
         # Two kernels: a row kernel with parameters is planned apart for launches of few rows
-        # (a batch class), and precompile compiles every class of the spec.
+        # (a batch class: rows of 4096 bf16 load their parameters with x only there), and
+        # precompile compiles every class of the spec.
         assert engine.counters().nvrtc_compiles == 2
     assert any((tmp_path / "c").rglob("*"))
     # jit_disabled: a miss is an error naming the spec.
