@@ -2105,8 +2105,9 @@ def layer_norm_channels(input: Tensor, weight: Optional[Tensor] = None,
                         bias: Optional[Tensor] = None, eps: float = 1e-6) -> Tensor:
     """LayerNorm's channel form: input [N, C, *spatial] normalized over dim 1 (each position's
     C values: mean, biased variance, statistics in float32), times weight [C] plus bias [C]
-    when given; the result has the input's dtype, contiguous where normjit computes it (where
-    PyTorch's implementation runs, timm's permuted view). The function of timm's and
+    when given; the result has the input's dtype and memory format where normjit computes it (a
+    channels-last input is read in place, the result channels last too; where PyTorch's
+    implementation runs, timm's permuted view). The function of timm's and
     SAM's LayerNorm2d (F.layer_norm of the input permuted channels-last, permuted back), for
     any number of spatial dims; eps defaults to theirs, 1e-6. Trains through normjit's backward
     kernel (an input, weight or bias that requires grad, grad mode on)."""

@@ -81,8 +81,8 @@ class LayerNorm2d(torch.nn.LayerNorm):
     """timm's LayerNorm2d(num_channels, eps=1e-6, affine=True, **kwargs) (keyword arguments go to
     torch.nn.LayerNorm: device, dtype, bias), computed by normjit: LayerNorm over the channels
     (dim 1) of [N, C, *spatial], weight and bias [C]. Its parameters and state_dict keys
-    (weight, bias) are timm's and SAM's LayerNorm2d's, so their checkpoints load; the result is
-    contiguous [N, C, *spatial]. Trains through normjit's backward kernel, as GroupNorm: see
+    (weight, bias) are timm's and SAM's LayerNorm2d's, so their checkpoints load; the result keeps
+    the input's memory format (contiguous or channels last). Trains through normjit's backward kernel, as GroupNorm: see
     normjit.torch.layer_norm_channels."""
 
     def __init__(self, num_channels: int, eps: float = 1e-6, affine: bool = True, **kwargs):
