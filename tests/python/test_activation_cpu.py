@@ -75,6 +75,12 @@ def test_every_function_takes_the_activation_on_cpu(act, quiet):
     w = torch.randn(16)
     assert torch.equal(njt.rms_norm_channels(x, w, 1e-5, activation=act),
                        f(njt.rms_norm_channels(x, w, 1e-5)))
+    b = torch.randn(16)
+    assert torch.equal(njt.layer_norm_channels(x, w, b, 1e-6, activation=act),
+                       f(njt.layer_norm_channels(x, w, b, 1e-6)))
+    m = njt.LayerNorm2d(16, activation=act)
+    assert f"activation='{act}'" in repr(m)
+    assert torch.equal(m(x), f(njt.layer_norm_channels(x, m.weight, m.bias, 1e-6)))
     r = torch.randn(6, 64)
     wr, br = torch.randn(64), torch.randn(64)
     torch.testing.assert_close(njt.rms_norm(r, 64, wr, 1e-6, activation=act),
@@ -231,6 +237,9 @@ def test_specs_carry_the_activation_and_plain_calls_do_not(stub):
     njt.rms_norm_channels(x, w, activation="gelu")
     assert stub.specs[-1] == ("op=rmsnorm shape=2,320,8,8 dtype=f16 normalized_dims=0 "
                               "affine=weight eps=1e-05 activation=gelu")
+    njt.layer_norm_channels(x, w, b, activation="silu")
+    assert stub.specs[-1] == ("op=layernorm shape=2,320,8,8 dtype=f16 normalized_dims=0 "
+                              "affine=both eps=1e-06 activation=silu")
     r = torch.randn(7, 256, dtype=torch.bfloat16)
     wr = torch.randn(256)
     njt.rms_norm(r, 256, wr, 1e-6, activation="silu")

@@ -158,7 +158,11 @@ def timm_module(monkeypatch):
 def test_layer_norm_2d_takes_timms_arguments_and_loads_their_checkpoints(timm_module, quiet):
     import inspect
     theirs = timm_module.LayerNorm2d
-    assert inspect.signature(njt.LayerNorm2d.__init__) == inspect.signature(theirs.__init__)
+    # timm's parameters, plus the keyword-only activation (before **kwargs).
+    ours_params = dict(inspect.signature(njt.LayerNorm2d.__init__).parameters)
+    activation = ours_params.pop("activation")
+    assert activation.kind == inspect.Parameter.KEYWORD_ONLY and activation.default is None
+    assert list(ours_params.values()) == list(inspect.signature(theirs.__init__).parameters.values())
     ours = njt.LayerNorm2d(6)
     assert isinstance(ours, torch.nn.LayerNorm) and ours.eps == 1e-6
     assert ours.normalized_shape == (6,) and ours.weight.shape == ours.bias.shape == (6,)

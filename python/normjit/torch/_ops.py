@@ -977,10 +977,12 @@ def _layer_norm_op(input: Tensor, normalized_shape: List[int], weight: Optional[
 
 @torch.library.custom_op("normjit::layer_norm_channels", mutates_args=())
 def _layer_norm_channels_op(input: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],
-                            eps: float) -> Tensor:
-    y = _eager("layer_norm_channels", 0, input, weight, bias, eps)
+                            eps: float, activation: str = "none") -> Tensor:
+    variant = _channel_variant("layer_norm_channels", activation)
+    y = _eager("layer_norm_channels", 0, input, weight, bias, eps, variant)
     return y if y is not None else _fresh_channels(
-        _torch_layer_norm_channels(input, weight, bias, eps), input)
+        _activate(_torch_layer_norm_channels(input, weight, bias, eps), variant and variant[4]),
+        input)
 
 
 @torch.library.custom_op("normjit::group_norm", mutates_args=())
@@ -1905,19 +1907,23 @@ def _layer_norm(x: Tensor, shape: Union[int, Sequence[int]], weight: Optional[Te
 
 def _layer_norm_channels(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],
                          eps: float, fallback: Optional[Callable] = None,
-                         module: Optional[torch.nn.Module] = None) -> Tensor:
+                         module: Optional[torch.nn.Module] = None,
+                         activation: Optional[str] = None) -> Tensor:
     if _is_compiling():
         if _traced_why_not("layer_norm_channels", 0, x, weight, bias, eps) is None:
-            return torch.ops.normjit.layer_norm_channels(x, weight, bias, eps)
-        if _trains("layer_norm_channels", x, weight, bias, eps):
+            if activation is None:
+                return torch.ops.normjit.layer_norm_channels(x, weight, bias, eps)
+            return torch.ops.normjit.layer_norm_channels(x, weight, bias, eps, activation)
+        if activation is None and _trains("layer_norm_channels", x, weight, bias, eps):
             return torch.ops.normjit.layer_norm_channels_train(x, weight, bias, eps)[0]
     else:
-        y = _eager("layer_norm_channels", 0, x, weight, bias, eps)
+        y = _eager("layer_norm_channels", 0, x, weight, bias, eps,
+                   None if activation is None else (0.0, None, False, False, activation))
         if y is not None:
             return y
-    if fallback:
-        return fallback(module, x)
-    return _torch_layer_norm_channels(x, weight, bias, eps)
+    return _activate(
+        fallback(module, x) if fallback else _torch_layer_norm_channels(x, weight, bias, eps),
+        activation)
 
 
 def _group_norm(x: Tensor, num_groups: int, weight: Optional[Tensor], bias: Optional[Tensor],
@@ -2102,7 +2108,8 @@ def add_layer_norm(x: Tensor, residual: Tensor, normalized_shape: Union[int, Seq
 
 
 def layer_norm_channels(input: Tensor, weight: Optional[Tensor] = None,
-                        bias: Optional[Tensor] = None, eps: float = 1e-6) -> Tensor:
+                        bias: Optional[Tensor] = None, eps: float = 1e-6, *,
+                        activation: Optional[str] = None) -> Tensor:
     """LayerNorm's channel form: input [N, C, *spatial] normalized over dim 1 (each position's
     C values: mean, biased variance, statistics in float32), times weight [C] plus bias [C]
     when given; the result has the input's dtype and memory format where normjit computes it (a
@@ -2110,8 +2117,13 @@ def layer_norm_channels(input: Tensor, weight: Optional[Tensor] = None,
     implementation runs, timm's permuted view). The function of timm's and
     SAM's LayerNorm2d (F.layer_norm of the input permuted channels-last, permuted back), for
     any number of spatial dims; eps defaults to theirs, 1e-6. Trains through normjit's backward
-    kernel (an input, weight or bias that requires grad, grad mode on)."""
-    return _layer_norm_channels(input, weight, bias, eps)
+    kernel (an input, weight or bias that requires grad, grad mode on). activation None, 'silu' or
+    'gelu' (F.silu; F.gelu, approximate='none') of the result, in the same kernel (forward-only:
+    with an input that requires grad, PyTorch computes both, with a NormjitFallbackWarning)."""
+    if activation is None:
+        return _layer_norm_channels(input, weight, bias, eps)
+    return _layer_norm_channels(input, weight, bias, eps, None, None,
+                                _as_activation("layer_norm_channels", activation))
 
 
 def group_norm(input: Tensor, num_groups: int, weight: Optional[Tensor] = None,

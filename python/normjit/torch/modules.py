@@ -79,18 +79,24 @@ class GroupNorm(torch.nn.GroupNorm):
 
 class LayerNorm2d(torch.nn.LayerNorm):
     """timm's LayerNorm2d(num_channels, eps=1e-6, affine=True, **kwargs) (keyword arguments go to
-    torch.nn.LayerNorm: device, dtype, bias), computed by normjit: LayerNorm over the channels
-    (dim 1) of [N, C, *spatial], weight and bias [C]. Its parameters and state_dict keys
-    (weight, bias) are timm's and SAM's LayerNorm2d's, so their checkpoints load; the result keeps
-    the input's memory format (contiguous or channels last). Trains through normjit's backward kernel, as GroupNorm: see
-    normjit.torch.layer_norm_channels."""
+    torch.nn.LayerNorm: device, dtype, bias), plus the keyword-only activation=None ('silu',
+    'gelu'), computed by normjit: LayerNorm over the channels (dim 1) of [N, C, *spatial], weight
+    and bias [C]. Its parameters and state_dict keys (weight, bias) are timm's and SAM's
+    LayerNorm2d's, so their checkpoints load; the result keeps the input's memory format
+    (contiguous or channels last). Trains through normjit's backward kernel, as GroupNorm (with
+    an activation, through PyTorch): see normjit.torch.layer_norm_channels."""
 
-    def __init__(self, num_channels: int, eps: float = 1e-6, affine: bool = True, **kwargs):
+    def __init__(self, num_channels: int, eps: float = 1e-6, affine: bool = True, *,
+                 activation: Optional[str] = None, **kwargs):
         super().__init__(num_channels, eps=eps, elementwise_affine=affine, **kwargs)
+        self.activation = _as_activation("LayerNorm2d", activation)
 
     def forward(self, input: Tensor) -> Tensor:
         return _layer_norm_channels(input, _param(self, "weight"), _param(self, "bias"),
-                                    self.eps)
+                                    self.eps, None, None, self.activation)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + _activation_repr(self)
 
 
 def _with_activation(ours: type, theirs: type) -> None:
