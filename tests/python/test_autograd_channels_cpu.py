@@ -739,7 +739,9 @@ def test_double_backward_is_pytorchs(emu):
     (rgx.square().sum() + rgw.sum()).backward()
     close(x.grad, leaves[0].grad, 1e-4)
     close(w.grad, leaves[1].grad, 1e-4)
-    assert b.grad is None and leaves[2].grad.abs().max() == 0  # dx and dweight take no bias
+    # dx and dweight take no bias (PyTorch leaves the float64 bias's grad None or zero)
+    assert b.grad is None
+    assert leaves[2].grad is None or leaves[2].grad.abs().max() == 0
 
 
 def keeping_backend(graphs):
