@@ -47,6 +47,15 @@ void size_channels(const Problem& pr, KernelPlan& p) {
   // Split the channels over block_y threads so each keeps at most kChannelValues values.
   p.block_y = std::min(32, pow2_ceil(ceil_div(c * p.vec, kChannelValues)));
   p.block_x = std::clamp(256 / p.block_y, 32, 256);
+  // Where a position's channels take 32 threads, 16 positions per CTA (512 threads) rather than
+  // 32 when the accesses are vectors (16 of them still coalesce): a CTA of 1024 threads has 64
+  // registers a thread, which spilled 64 cached values (`normjit dump --emit resources`), and
+  // half as many CTAs per item. On the H100 (normjit bench, the positions per CTA switched by a
+  // throwaway environment variable; performance-notes) LayerNorm2d on ConvNeXt's maps (C 192
+  // to 512, f32 and bf16) and RMSNorm with C of 512 to 2048 on 8x8 and 16x16 maps ran 5-41%
+  // faster, but f32 RMSNorm with C = 2048 on 8x8 (read twice) 3% slower; maps of odd size
+  // (scalar accesses, 7x7) ran 2% slower, so they keep 32.
+  if (p.block_y == 32 && p.vec > 1) p.block_x = 16;
   p.cached = ceil_div(c, p.block_y) * p.vec <= kRegisterValues;
   p.blocks_per_item = ceil_div(s, int64_t{p.block_x} * p.vec);
   std::ostringstream why;
@@ -82,7 +91,10 @@ constexpr int kSplitValues = 32;  // f32 values per thread of the split kernel
 constexpr int kSplitMaxVectors = 16;
 constexpr int kSplitMaxSpanningVectors = 8;
 constexpr int kSplitBlocksPerSm = 1;  // split CTAs resident per SM (__launch_bounds__)
-constexpr int kStreamVectors = 4;     // vectors per thread in flight in each of its passes
+// The batch GroupNorm's split plans are sized for (N is not part of the kernel): two items, as
+// diffusion UNets run with classifier-free guidance; one item takes the same waves or fewer.
+constexpr int64_t kGroupWaveItems = 2;
+constexpr int kStreamVectors = 4;  // vectors per thread in flight in each of its passes
 
 // 16-bit values are held packed two to a register (row_common.cuh), so the same registers
 // hold twice as many: half the CTAs per row, twice the rows in flight.
@@ -184,6 +196,27 @@ SplitLayout split_layout(const Problem& pr, const Target& target, int vec, int v
   l.chunks = ceil_div(row_vectors, int64_t{kSplitThreads} * std::clamp(values / vec, 1, most));
   l.vectors = ceil_div(row_vectors, l.chunks * kSplitThreads);
   l.chunks = ceil_div(row_vectors, l.vectors * kSplitThreads);
+  if (pr.op == Op::kGroupNorm) {
+    // GroupNorm's rows are the N x G groups, G known: fewer vectors per thread (more CTAs per
+    // row) where that runs kGroupWaveItems items in fewer waves of co-resident rows, or in as
+    // many with smaller chunks. Each wave costs several microseconds beyond its bytes (its
+    // loads' latency, the exchange and its barrier): on the H100 (normjit bench, the CTAs per
+    // row switched by a throwaway environment variable; performance-notes) G = 32 groups of
+    // 40960 f16 elements ran 12.8 -> 11.2 us for N = 2 at 2 CTAs per row (one wave) and 14.6
+    // at 4 (two waves); 163840-element groups 31.9 -> 25.7 us at 4 (two even waves of 33 and 31
+    // rows, where 3 gave 44 and 20); one item ran faster at each choice.
+    const int64_t capacity = split_capacity(target);
+    const int64_t rows = kGroupWaveItems * pr.groups;
+    const auto waves = [&](int64_t chunks) { return ceil_div(rows, capacity / chunks); };
+    int64_t best = l.chunks;
+    for (int64_t v = l.vectors - 1; v >= 1; --v) {
+      const int64_t chunks = ceil_div(row_vectors, v * kSplitThreads);
+      if (chunks > capacity) break;
+      if (waves(chunks) <= waves(best)) best = chunks;
+    }
+    l.vectors = ceil_div(row_vectors, best * kSplitThreads);
+    l.chunks = ceil_div(row_vectors, l.vectors * kSplitThreads);
+  }
   // Stage the next row in shared memory when cp.async can move the vectors (4-16 bytes)
   // and kSplitBlocksPerSm CTAs still fit the SM's shared memory. The stage holds x: a row
   // with a residual is not staged (h = x + residual is formed as it loads).
@@ -520,10 +553,11 @@ std::string channels_backward(const Problem& pr, KernelPlan& p) {
 constexpr int64_t kGroupThreads = 1024;
 constexpr int64_t kGroupSmemBytes = 46 * 1024;
 // Registers (32-bit words) a thread holds its values in: at most kGroupWords (x read once; the
-// item then fits on the chip), aiming for kGroupAimWords so that a small item spreads over more
-// CTAs (more SMs reading it) where the chip has them.
+// item then fits on the chip).
 constexpr int64_t kGroupWords = 32;
-constexpr int64_t kGroupAimWords = 16;
+// The least x a CTA of the channels-last kernel takes when an item is split: 8 positions of
+// 1280 f16 channels (20 KiB) ran fastest of the segments measured (performance-notes).
+constexpr int64_t kGroupMinSegmentBytes = 16 * 1024;
 constexpr int64_t kGroupStreamVectors = 4;  // positions per thread per piece when streamed
 
 std::string group_nhwc(const Problem& pr, const Target& target, KernelPlan& p) {
@@ -560,8 +594,28 @@ std::string group_nhwc(const Problem& pr, const Target& target, KernelPlan& p) {
   }
   const int per_word = size_of(pr.x) == 2 && p.vec % 2 == 0 ? 2 : 1;  // 16-bit pairs packed
   const int64_t k_most = std::max<int64_t>(1, kGroupWords * per_word / p.vec);
-  const int64_t k_aim = std::max<int64_t>(1, kGroupAimWords * per_word / p.vec);
   const int64_t capacity = split_capacity(target);
+  const bool in_registers = ceil_div(s, ty * k_most) <= capacity;
+  int64_t k = 0;
+  if (in_registers) {
+    // The smallest segments that let kGroupWaveItems items share one wave of co-resident CTAs
+    // (where registers cannot hold that, the item alone), fewer position rows per CTA before
+    // more positions per thread, then even segments. Each wave costs several microseconds
+    // beyond its bytes (as the split rows' waves above): on the H100 (normjit bench, segments
+    // switched by a throwaway environment variable; performance-notes) two items of 8x8,
+    // 16x16 and 32x32 maps ran 13.9 -> 10.3, 15.1 -> 12.0 and 15.6 -> 14.5 us with smaller
+    // segments in one wave, and 19.8 -> 29 us where they took two.
+    const int64_t per_wave = capacity / kGroupWaveItems;
+    int64_t target = ceil_div(s, per_wave);
+    if (target > ty * k_most) target = ceil_div(s, capacity);
+    // ... but a CTA's share stays at least kGroupMinSegmentBytes of x (a small item needs no
+    // exchange at all).
+    target = std::min(s, std::max(target, ceil_div(kGroupMinSegmentBytes, c * size_of(pr.x))));
+    k = ceil_div(target, ty);
+    ty = std::max(ceil_div(target, k), ceil_div(32, tx));
+    const int64_t chunks = ceil_div(s, ty * k);
+    k = ceil_div(s, chunks * ty);
+  }
   p.block_x = int(tx);
   p.block_y = int(ty);
   p.split_blocks_per_sm = kSplitBlocksPerSm;
@@ -569,13 +623,7 @@ std::string group_nhwc(const Problem& pr, const Target& target, KernelPlan& p) {
   why << "layout nhwc: each CTA covers all " << c << " channels (" << tx << " threads of "
       << p.vec * size_of(pr.x) << "-byte accesses along the contiguous channels) of " << ty
       << " positions at a time; ";
-  if (ceil_div(s, ty * k_most) <= capacity) {
-    // The fewest positions per thread that still spread the item over the chip, then even
-    // segments.
-    int64_t k = std::min(k_aim, ceil_div(s, ty));
-    if (ceil_div(s, ty * k) > capacity) k = ceil_div(s, ty * capacity);
-    const int64_t chunks = ceil_div(s, ty * k);
-    k = ceil_div(s, chunks * ty);
+  if (in_registers) {
     p.vectors = k;
     p.pieces = 1;
     p.segment = ty * k;

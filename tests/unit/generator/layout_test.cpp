@@ -254,7 +254,7 @@ TEST(PlanLayout, GroupNormItemsLargerThanTheChipStreamTwice) {
 
 TEST(PlanLayout, GroupNormSmallItemsNeedNoExchange) {
   const KernelPlan p =
-      plan(NormSpec::parse("op=groupnorm shape=2,32,5,6,7 groups=8 layout=nhwc"), kH100);
+      plan(NormSpec::parse("op=groupnorm shape=2,32,3,5,7 groups=8 layout=nhwc"), kH100);
   EXPECT_EQ(p.split_chunks, 1);
   EXPECT_FALSE(p.cooperative());
   EXPECT_EQ(p.workspace_slot_floats(), 0);
@@ -289,6 +289,26 @@ TEST(PlanLayout, GroupNormSpanningVectorsAreNamedInThePlan) {
       NormSpec::parse("op=groupnorm shape=2,320,64,64 dtype=bf16 groups=32 layout=nhwc"), kH100);
   EXPECT_EQ(p.vec, 8);
   EXPECT_TRUE(has(p.why, "span groups")) << p.why;
+}
+
+// Channels last, an item split over CTAs: segments as small as let two items share one wave
+// (at most 66 CTAs an item on the H100), of at least 16 KiB of x each.
+TEST(PlanLayout, GroupNormNhwcSegmentsLetTwoItemsShareAWave) {
+  const auto at = [](const std::string& spec) { return plan(NormSpec::parse(spec), kH100); };
+  const KernelPlan unet = at("op=groupnorm shape=2,320,64,64 dtype=f16 groups=32 layout=nhwc");
+  EXPECT_EQ(unet.pieces, 1);
+  EXPECT_EQ(unet.split_chunks, 66);  // 4096 positions: 63 a CTA
+  EXPECT_EQ(unet.segment, 63);
+  EXPECT_EQ(unet.segment, int64_t{unet.block_y} * unet.vectors);
+  // 1280 channels of 8x8: 8 positions (20 KiB of f16) a CTA, 8 CTAs an item.
+  const KernelPlan small = at("op=groupnorm shape=2,1280,8,8 dtype=f16 groups=32 layout=nhwc");
+  EXPECT_EQ(small.segment, 8);
+  EXPECT_EQ(small.split_chunks, 8);
+  // Larger than two items per wave allow in registers: the item alone fills the wave.
+  const KernelPlan large = at("op=groupnorm shape=1,512,128,128 dtype=f16 groups=32 layout=nhwc");
+  EXPECT_EQ(large.pieces, 1);
+  EXPECT_GT(large.split_chunks, 66);
+  EXPECT_LE(large.split_chunks, 132);
 }
 
 }  // namespace
