@@ -70,14 +70,22 @@ class Buffer {
   void* get() const { return reinterpret_cast<void*>(ptr_); }
   CUdeviceptr ptr() const { return ptr_; }
   size_t bytes() const { return bytes_; }
+  // upload and fill_bytes return once the device memory holds the bytes. The driver's
+  // "synchronous" copy from pageable memory and memset may still be running on the legacy
+  // stream when they return, and a stream created CU_STREAM_NON_BLOCKING (Stream below) is not
+  // ordered after it: a kernel launched there next could read the old x or have its y
+  // overwritten by the fill (seen on the H100 as poisoned outputs of graph replays when another
+  // process shared the GPU and slowed the memset). Tools and tests only, never a launch path.
   void upload(const void* host, size_t bytes, size_t offset = 0) {
     NORMJIT_CU(driver::api().cuMemcpyHtoD(ptr_ + offset, host, bytes));
+    NORMJIT_CU(driver::api().cuCtxSynchronize());
   }
   void download(void* host, size_t bytes, size_t offset = 0) const {
     NORMJIT_CU(driver::api().cuMemcpyDtoH(host, ptr_ + offset, bytes));
   }
   void fill_bytes(unsigned char value) {
     NORMJIT_CU(driver::api().cuMemsetD8(ptr_, value, bytes_));
+    NORMJIT_CU(driver::api().cuCtxSynchronize());
   }
 
  private:
