@@ -29,6 +29,8 @@ Template template_of(Strategy strategy) {
       return {"normjit/channels_backward.cuh", "normjit::channels_backward"};
     case Strategy::kGroupNhwc:
       return {"normjit/group_nhwc.cuh", "normjit::group_nhwc"};
+    case Strategy::kRowSplitBackward:
+      return {"normjit/row_split_backward.cuh", "normjit::row_split_backward"};
   }
   return {"?", "?"};
 }
@@ -154,6 +156,7 @@ void row_fields(const KernelPlan& p, Fields& f) {
     case Strategy::kGroupBackward:
     case Strategy::kChannelsBackward:
     case Strategy::kGroupNhwc:
+    case Strategy::kRowSplitBackward:
       break;
   }
   // The channel forms in nhwc: rows of C, one after another (a constant stride, not the
@@ -195,6 +198,29 @@ void backward_fields(const KernelPlan& p, Fields& f) {
   f.integer("kRowsPerBlock", p.rows_per_block);
   f.integer("kVec", p.vec);
   f.integer("kVectors", p.vectors);
+  f.size("kWorkspaceHeaderFloats", p.workspace_header_floats());
+  f.size("kWorkspaceSlotFloats", p.workspace_slot_floats());
+}
+
+// The split backward kernel's configuration (row_split_backward.cuh): dy and dx take x's dtype,
+// dweight and dbias the parameters'.
+void split_backward_fields(const KernelPlan& p, Fields& f) {
+  const Problem& pr = p.problem;
+  f.type("X", pr.x);
+  f.type("Param", pr.param);
+  f.flag("kRms", pr.op == Op::kRmsNorm);
+  f.flag("kWeight", pr.weight);
+  f.flag("kBias", pr.bias);
+  f.real("kWeightOffset", pr.weight_offset);
+  f.size("kRowLength", pr.row_length);
+  f.integer("kThreads", p.block_x);
+  f.integer("kBlocksPerSm", p.split_blocks_per_sm);
+  f.integer("kVec", p.vec);
+  f.integer("kVectors", p.vectors);
+  f.size("kParts", p.split_chunks);
+  f.size("kSegment", p.segment);
+  f.size("kPieces", p.pieces);
+  f.integer("kWaveRows", int(p.wave_rows));
   f.size("kWorkspaceHeaderFloats", p.workspace_header_floats());
   f.size("kWorkspaceSlotFloats", p.workspace_slot_floats());
 }
@@ -271,6 +297,8 @@ EmittedKernel emit(const KernelPlan& plan) {
   Fields fields(os);
   if (plan.strategy == Strategy::kRowBackward) {
     backward_fields(plan, fields);
+  } else if (plan.strategy == Strategy::kRowSplitBackward) {
+    split_backward_fields(plan, fields);
   } else if (plan.strategy == Strategy::kGroupBackward) {
     group_backward_fields(plan, fields);
   } else if (plan.strategy == Strategy::kChannelsBackward) {

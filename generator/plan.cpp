@@ -272,11 +272,14 @@ SplitLayout choose_split_layout(const Problem& pr, const Target& target, int vec
 // ---------------------------------------------------------------------------------------
 // The choice of strategy
 
+bool row_backward_holds(const Problem& pr);  // kRowBackward below
+
 Strategy choose_strategy(const Problem& pr, const Target& target) {
   if (pr.backward) {
     if (pr.op == Op::kGroupNorm) return Strategy::kGroupBackward;
     if (pr.channel_form) return Strategy::kChannelsBackward;
-    return Strategy::kRowBackward;  // plan() refuses the rows it cannot hold
+    // Rows one team holds in registers; longer ones split over CTAs.
+    return row_backward_holds(pr) ? Strategy::kRowBackward : Strategy::kRowSplitBackward;
   }
   if (pr.channel_form) return Strategy::kChannels;
   // Channels last: GroupNorm has its own kernel; the channel forms are rows of C (below).
@@ -427,11 +430,24 @@ constexpr int kBackwardRowsPerTeam = 4;
 constexpr int kBackwardHeaderFloats = 8;  // the grid barrier's counter, padded to 32 bytes
 constexpr int kBackwardSlotAlign = 8;     // floats: each CTA's partial starts 32-byte aligned
 
+// Floats rounded up to whole kBackwardSlotAlign: every workspace region starts 32-byte aligned.
+int64_t padded_floats(int64_t floats) {
+  return ceil_div(floats, kBackwardSlotAlign) * kBackwardSlotAlign;
+}
+
 // Vectors per thread and team size of a backward row of `vectors` vectors of `vec` elements.
 void backward_team(int64_t vectors, int vec, int* team, int64_t* per_thread) {
   const int aim = std::max(1, kBackwardValues / vec);
   *team = int(std::min<int64_t>(kBackwardMaxTeam, pow2_ceil(ceil_div(vectors, aim))));
   *per_thread = ceil_div(vectors, *team);
+}
+
+bool row_backward_holds(const Problem& pr) {
+  const int vec = row_vector_width(pr);
+  int team = 0;
+  int64_t per_thread = 0;
+  backward_team(ceil_div(pr.row_length, vec), vec, &team, &per_thread);
+  return per_thread * vec <= kBackwardValues;
 }
 
 std::string row_backward(const Problem& pr, KernelPlan& p) {
@@ -455,6 +471,90 @@ std::string row_backward(const Problem& pr, KernelPlan& p) {
 }
 
 // ---------------------------------------------------------------------------------------
+// kRowSplitBackward
+
+// A CTA of the split backward: 256 threads, two per SM, so that at 128 registers a thread (2 x
+// 256 x 128 fill the SM's 64 Ki) each holds kBackwardValues values each of x, dy, the weight
+// and its dweight and dbias sums, as row_backward's teams do; with two CTAs per SM one loads and
+// computes while the other waits on its row's exchange. Not yet measured.
+constexpr int kSplitBackwardThreads = 256;
+constexpr int kSplitBackwardBlocksPerSm = 2;
+// Streamed parts (rows longer than the CTAs hold): values per thread of a piece (x, dy, the
+// weight and the piece's dweight and dbias, beside the 2 W sums of the wave's rows), and rows
+// per wave W where there are parameters: their accumulators (f32, a CTA's columns, in the
+// workspace) are read and written once per wave, 1/W of a row's traffic per row. Without
+// parameters a wave is one row (nothing to amortize; the row's second read is then the most
+// recent one in L2). Not yet measured.
+constexpr int kSplitBackwardPieceValues = 8;
+constexpr int kSplitBackwardWaveRows = 16;
+
+std::string row_split_backward(const Problem& pr, const Target& target, KernelPlan& p) {
+  const int64_t h = pr.row_length;
+  const int64_t vectors = ceil_div(h, p.vec);
+  const int64_t capacity = int64_t{kSplitBackwardBlocksPerSm} * target.sm_count;
+  const int64_t threads = kSplitBackwardThreads;
+  p.block_x = kSplitBackwardThreads;
+  p.split_blocks_per_sm = kSplitBackwardBlocksPerSm;
+  // Held: the fewest CTAs whose threads hold the row at kBackwardValues each, then the fewest
+  // vectors per thread that still fit it in as many, so that the parts are even.
+  const int64_t most = std::max(1, kBackwardValues / p.vec);
+  int64_t chunks = ceil_div(vectors, threads * most);
+  std::ostringstream why;
+  if (chunks <= capacity) {
+    p.vectors = ceil_div(vectors, chunks * threads);
+    p.split_chunks = ceil_div(vectors, p.vectors * threads);
+    p.pieces = 1;
+    p.wave_rows = 1;
+    p.segment = threads * p.vectors * p.vec;
+    why << "backward: rows of " << h << " elements split over " << p.split_chunks
+        << " co-resident CTAs of " << p.segment << " elements (" << p.vectors * p.vec
+        << " values each of x and dy per thread, " << p.vec * size_of(pr.x)
+        << "-byte accesses), kept in registers (x and dy read once); per row, each CTA's sums "
+           "of g and g * xhat exchanged with the row's other CTAs and added in chunk order";
+  } else {
+    // Streamed: every co-resident CTA takes a part of units of one vector per thread, in pieces
+    // of up to kSplitBackwardPieceValues values per thread that divide it (rounded up to a
+    // multiple where that moves little), as row_stream's parts.
+    const int per_piece = std::max(1, kSplitBackwardPieceValues / p.vec);
+    const int64_t unit = threads * p.vec;
+    int64_t units = ceil_div(h, capacity * unit);
+    if (units >= 4 * per_piece) units = ceil_div(units, per_piece) * per_piece;
+    int k = per_piece;
+    while (units % k != 0) --k;
+    p.vectors = k;
+    p.pieces = int(units / k);
+    p.segment = units * unit;
+    p.split_chunks = ceil_div(h, p.segment);
+    p.wave_rows = params_of(pr) > 0 ? kSplitBackwardWaveRows : 1;
+    why << "backward: rows of " << h << " elements exceed what " << capacity
+        << " co-resident CTAs hold in registers: each row is split over " << p.split_chunks
+        << " co-resident CTAs of " << p.segment << " elements, each streaming its part twice in "
+        << p.pieces << " pieces of " << p.vectors * p.vec << " values per thread (x and dy read "
+        << "twice); a slot's rows in waves of up to " << p.wave_rows
+        << (p.wave_rows == 1 ? " row" : " rows")
+        << ", each CTA's sums of g and g * xhat of a wave's rows exchanged once and added in "
+           "chunk order";
+  }
+  why << "; " << kSplitBackwardBlocksPerSm << " CTAs of " << kSplitBackwardThreads
+      << " threads per SM";
+  if (pr.weight || pr.bias) {
+    why << "; each CTA sums " << (pr.bias ? "dweight and dbias" : "dweight") << " of its columns"
+        << (p.pieces == 1 ? " in registers"
+                          : " over a wave in registers, then into its f32 accumulators in the "
+                            "workspace")
+        << ", then the partials of the CTAs that share a part are added in slot order after a "
+           "grid barrier (deterministic, no float atomics)";
+  }
+  return why.str();
+}
+
+int64_t row_split_backward_slot_floats(const KernelPlan& p) {
+  const int64_t exchange =
+      kBackwardHeaderFloats + padded_floats(2 * 2 * p.wave_rows * p.split_chunks);
+  return exchange + p.split_chunks * params_of(p.problem) * padded_floats(p.segment);
+}
+
+// ---------------------------------------------------------------------------------------
 // kGroupBackward
 
 // A unit is a team's positions of one channel: at most kBackwardValues per thread of each of x
@@ -470,10 +570,6 @@ constexpr int64_t kGroupWaveBytes = int64_t{16} << 20;
 constexpr int64_t kGroupWaveUnits = int64_t{1} << 16;
 // The largest workspace a backward plan may ask for (floats): larger is refused, not allocated.
 constexpr int64_t kBackwardMaxWorkspaceFloats = int64_t{64} << 20;
-
-int64_t padded_floats(int64_t floats) {
-  return ceil_div(floats, kBackwardSlotAlign) * kBackwardSlotAlign;
-}
 
 std::string group_backward(const Problem& pr, KernelPlan& p) {
   const int64_t s = pr.spatial, cg = pr.channels / pr.groups;
@@ -715,6 +811,7 @@ int64_t KernelPlan::grid(int64_t batch, int64_t co_resident) const {
       return ceil_div(rows, rows_per_block);
     case Strategy::kRowStream:
     case Strategy::kRowSplit:
+    case Strategy::kRowSplitBackward:
       return std::min(co_resident / split_chunks, rows) * split_chunks;
     case Strategy::kRowBackward:
       return std::max<int64_t>(
@@ -740,6 +837,7 @@ int64_t KernelPlan::workspace_slot_floats() const {
     return cooperative() ? (problem.weight + problem.bias) * padded_floats(length) : 0;
   }
   if (strategy == Strategy::kGroupBackward) return 0;  // no per-CTA slots
+  if (strategy == Strategy::kRowSplitBackward) return row_split_backward_slot_floats(*this);
   // Two u64 counters, then 4 generations of G x P partials of one u64 (group_nhwc.cuh).
   if (strategy == Strategy::kGroupNhwc) {
     return cooperative() ? 4 + 4 * 2 * problem.groups * split_chunks : 0;
@@ -749,9 +847,9 @@ int64_t KernelPlan::workspace_slot_floats() const {
 }
 
 int64_t KernelPlan::workspace_header_floats() const {
-  const bool backward = strategy == Strategy::kRowBackward ||
-                        strategy == Strategy::kChannelsBackward ||
-                        strategy == Strategy::kGroupBackward;
+  const bool backward =
+      strategy == Strategy::kRowBackward || strategy == Strategy::kChannelsBackward ||
+      strategy == Strategy::kGroupBackward || strategy == Strategy::kRowSplitBackward;
   return backward && cooperative() ? kBackwardHeaderFloats : 0;
 }
 
@@ -761,6 +859,9 @@ int64_t KernelPlan::workspace_floats(int64_t co_resident) const {
   if (strategy == Strategy::kRowBackward || strategy == Strategy::kChannelsBackward)
     return workspace_header_floats() + co_resident * workspace_slot_floats();
   if (strategy == Strategy::kGroupBackward) return group_backward_workspace_floats(*this);
+  // kRowSplitBackward: the grid barrier's counter, then a slot per P co-resident CTAs.
+  if (strategy == Strategy::kRowSplitBackward)
+    return workspace_header_floats() + co_resident / split_chunks * workspace_slot_floats();
   return co_resident / split_chunks * workspace_slot_floats();
 }
 
@@ -782,6 +883,8 @@ const char* to_string(Strategy strategy) {
       return "channels-backward";
     case Strategy::kGroupNhwc:
       return "group-nhwc";
+    case Strategy::kRowSplitBackward:
+      return "row-split-backward";
   }
   return "?";
 }
@@ -811,6 +914,11 @@ std::string KernelPlan::grid_text() const {
       return std::to_string(split_chunks) +
              " CTAs per row x as many rows as stay co-resident "
              "(cooperative launch, " +
+             std::to_string(split_blocks_per_sm) + " CTAs per SM)";
+    case Strategy::kRowSplitBackward:
+      return std::to_string(split_chunks) +
+             " CTAs per row x as many rows as stay co-resident, each slot of " +
+             std::to_string(split_chunks) + " CTAs looping over its rows (cooperative launch, " +
              std::to_string(split_blocks_per_sm) + " CTAs per SM)";
     case Strategy::kGroupNhwc:
       if (!cooperative()) return "batch CTAs (one per item)";
@@ -866,6 +974,12 @@ std::string KernelPlan::to_string() const {
     case Strategy::kRowStream:
       os << "vectors per thread per piece: " << vectors << "\n"
          << "segment: " << segment << " elements per CTA\n";
+      break;
+    case Strategy::kRowSplitBackward:
+      os << "vectors per thread" << (pieces == 1 ? "" : " per piece") << ": " << vectors << "\n"
+         << "segment: " << segment << " elements per CTA, " << pieces
+         << (pieces == 1 ? " piece (in registers)" : " pieces (streamed, read twice)") << "\n"
+         << "rows per exchange: " << wave_rows << "\n";
       break;
     case Strategy::kGroupNhwc:
       os << "positions per thread per piece: " << vectors << "\n"
@@ -939,20 +1053,20 @@ KernelPlan plan(const NormSpec& spec, const Target& target) {
     why = channels_backward(pr, p);
   } else if (p.strategy == Strategy::kRowBackward) {
     size_rows_common(pr, p);
-    int team = 0;
-    int64_t per_thread = 0;
-    backward_team(ceil_div(pr.row_length, p.vec), p.vec, &team, &per_thread);
-    if (per_thread * p.vec > kBackwardValues) {
-      throw_unsupported("shape", "'" + format_shape(spec.shape) + "'",
-                        "backward=true holds a row in the registers of one team (at most " +
-                            std::to_string(kBackwardMaxTeam) + " threads of " +
-                            std::to_string(kBackwardValues) + " values: rows of up to " +
-                            std::to_string(kBackwardMaxTeam * kBackwardValues) +
-                            " elements, fewer where the row length is not a multiple of " +
-                            std::to_string(kAccessBytes / size_of(pr.x)) + "); rows of " +
-                            std::to_string(pr.row_length) + " elements are not yet supported");
-    }
     why = row_backward(pr, p);
+  } else if (p.strategy == Strategy::kRowSplitBackward) {
+    size_rows_common(pr, p);
+    why = row_split_backward(pr, target, p);
+    const int64_t co_resident = int64_t{p.split_blocks_per_sm} * target.sm_count;
+    if (p.workspace_floats(co_resident) > kBackwardMaxWorkspaceFloats) {
+      throw_unsupported("shape", "'" + format_shape(spec.shape) + "'",
+                        "backward=true of rows split over CTAs keeps each CTA's partial sums of "
+                        "its columns in a workspace; rows of " +
+                            std::to_string(pr.row_length) + " elements need " +
+                            std::to_string(p.workspace_floats(co_resident)) +
+                            " floats, more than the " +
+                            std::to_string(kBackwardMaxWorkspaceFloats) + " supported");
+    }
   } else if (p.strategy == Strategy::kChannels) {
     size_channels(pr, p);
     why = p.why;
@@ -975,6 +1089,7 @@ KernelPlan plan(const NormSpec& spec, const Target& target) {
       case Strategy::kGroupBackward:
       case Strategy::kChannelsBackward:
       case Strategy::kGroupNhwc:
+      case Strategy::kRowSplitBackward:
         break;
     }
     if (pr.nhwc) {

@@ -26,6 +26,9 @@ enum class Strategy {
                       // loop over tiles, their dweight/dbias partials summed in a fixed order
   kGroupNhwc,         // groupnorm, channels last: a CTA covers every channel of its positions, an
                       // item (n) over P CTAs exchanging per-group partials (group_nhwc.cuh)
+  kRowSplitBackward,  // backward of rows longer than one team holds: a row over P co-resident
+                      // CTAs exchanging its two sums; held in registers, or streamed twice in
+                      // waves of rows; dweight/dbias partials per CTA summed in a fixed order
 };
 const char* to_string(Strategy strategy);
 
@@ -62,8 +65,8 @@ struct KernelPlan {
   int64_t rows_per_item = 1;     // row strategies: rows per batch item (groups; nhwc channel
                                  // forms: S positions, the launch's rows being N x S)
   int rows_per_block = 1;        // kRowRegisters: rows per CTA
-  int64_t split_chunks = 0;      // kRowSplit, kRowStream: CTAs per row (P)
-  int split_blocks_per_sm = 0;   // kRowSplit, kRowStream: residency built for
+  int64_t split_chunks = 0;      // kRowSplit, kRowStream, kRowSplitBackward: CTAs per row (P)
+  int split_blocks_per_sm = 0;   // kRowSplit, kRowStream, kRowSplitBackward: residency built for
   int vec = 1;                   // elements per global access of x and y
   int param_vec = 1;             // elements per access of weight and bias
   int smem_bytes = 0;            // dynamic shared memory per CTA
@@ -73,13 +76,16 @@ struct KernelPlan {
   bool staged = false;            // kRowSplit: the next row staged in shared memory
   int64_t resident_vectors = 0;   // kRowSplit: vectors per thread with parameters on chip
   int prefetch = 0;               // kRowSplit: 0 none; 1 after a row's partial; 2 its barrier
-  int64_t segment = 0;            // kRowStream: elements of a row per CTA; kGroupNhwc: positions
-  int pieces = 0;                 // kGroupNhwc: pieces of `vectors` positions per thread per
-                                  // segment; 1: held in registers (x read once), else streamed
+  int64_t segment = 0;            // kRowStream, kRowSplitBackward: elements of a row per CTA;
+                                  // kGroupNhwc: positions
+  int pieces = 0;                 // kGroupNhwc, kRowSplitBackward: pieces of `vectors` vectors
+                                  // (kGroupNhwc: positions) per thread per segment; 1: held in
+                                  // registers (x read once), else streamed (read twice)
   bool params_ahead = false;      // kRowRegisters: parameters loaded with x, not at the store
   int64_t units_per_channel = 0;  // kGroupBackward: units of block_x * vectors * vec positions
                                   // that cover a channel (T)
-  int64_t wave_rows = 0;          // kGroupBackward: rows (n, g) per wave (R)
+  int64_t wave_rows = 0;          // kGroupBackward: rows (n, g) per wave (R);
+                                  // kRowSplitBackward: rows of a slot per exchange (W)
   int batch_class = 0;            // batch_class() of the spec planned
   std::string why;                // one line: why this strategy and shape
 
@@ -87,7 +93,7 @@ struct KernelPlan {
   // workspace.
   bool cooperative() const {
     return strategy == Strategy::kRowSplit || strategy == Strategy::kRowStream ||
-           strategy == Strategy::kGroupBackward ||
+           strategy == Strategy::kGroupBackward || strategy == Strategy::kRowSplitBackward ||
            ((strategy == Strategy::kRowBackward || strategy == Strategy::kChannelsBackward) &&
             (problem.weight || problem.bias)) ||
            (strategy == Strategy::kGroupNhwc && split_chunks > 1);
@@ -96,10 +102,11 @@ struct KernelPlan {
   // CTAs of this kernel the device holds at once.
   int64_t grid(int64_t batch, int64_t co_resident) const;
   // Workspace floats of one slot (P CTAs sharing a row; kRowBackward: one CTA's partial sums of
-  // dweight and dbias) of a cooperative kernel: the kernel static_asserts that it lays out as
-  // many (exchange.cuh, row_backward.cuh).
+  // dweight and dbias; kRowSplitBackward: the slot's exchange and its P CTAs' partials) of a
+  // cooperative kernel: the kernel static_asserts that it lays out as many (exchange.cuh,
+  // row_backward.cuh, row_split_backward.cuh).
   int64_t workspace_slot_floats() const;
-  // Workspace floats before the first slot (kRowBackward: the grid barrier's counter; the
+  // Workspace floats before the first slot (the backward kernels: the grid barrier's counter; the
   // kernel static_asserts the same).
   int64_t workspace_header_floats() const;
   // Workspace floats a launch of a cooperative kernel needs, for `co_resident` as above

@@ -1,8 +1,8 @@
-// What the backward kernels share (row_backward.cuh, group_backward.cuh, channels_backward.cuh):
-// a pair of sums reduced together, reads of what other CTAs wrote, the grid barrier that
-// orders their phases, and the fixed-order sum of the CTAs' partials of dweight and dbias. No
-// floating-point atomics anywhere: CTAs exchange f32 partials through the workspace and add them in
-// a fixed order.
+// What the backward kernels share (row_backward.cuh, row_split_backward.cuh, group_backward.cuh,
+// channels_backward.cuh): a pair of sums reduced together, reads of what other CTAs wrote, the
+// grid barrier that orders their phases, and the fixed-order sum of the CTAs' partials of dweight
+// and dbias. No floating-point atomics anywhere: CTAs exchange f32 partials through the workspace
+// and add them in a fixed order.
 #pragma once
 
 #include "normjit/dtype.cuh"
@@ -14,6 +14,11 @@ namespace normjit {
 constexpr int kBarrierFloats = 8;
 constexpr int kSlotAlign = 8;    // floats (generator/plan.cpp: kBackwardSlotAlign)
 constexpr int kColumnLanes = 8;  // lanes that sum one column's partials (a power of 2 <= 32)
+
+// Floats rounded up to whole kSlotAlign: every workspace region starts 32-byte aligned.
+__host__ __device__ constexpr long long padded_floats(long long floats) {
+  return (floats + kSlotAlign - 1) / kSlotAlign * kSlotAlign;
+}
 
 // Two sums reduced together: LayerNorm's row sums of g and g * xhat (row_backward.cuh);
 // GroupNorm's sums of dy and dy * xhat (group_backward.cuh).

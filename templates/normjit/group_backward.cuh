@@ -39,11 +39,6 @@
 
 namespace normjit {
 
-// Floats rounded up to whole kSlotAlign: every workspace region starts 32-byte aligned.
-__host__ __device__ constexpr long long padded_floats(long long floats) {
-  return (floats + kSlotAlign - 1) / kSlotAlign * kSlotAlign;
-}
-
 // C: the configuration generator/emit.cpp writes:
 //   X, Param                   dtypes of x, dy and dx; of weight, bias, dweight and dbias
 //   kWeight, kBias             the forward's affine step: y = xhat * (kWeightOffset + w) + b

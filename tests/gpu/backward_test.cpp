@@ -33,13 +33,20 @@ struct Config {
   Affine affine = Affine::kBoth;
   std::optional<Dtype> param;  // nullopt: x's dtype
   double weight_offset = 0;
+  std::vector<int64_t> normalized;  // the normalized dims, their product `hidden`; empty: {hidden}
 
   NormSpec spec(bool backward) const {
     SpecFields f;
     f.op = op;
-    f.shape = std::vector<int64_t>{rows, hidden};
+    std::vector<int64_t> shape = {rows};
+    if (normalized.empty()) {
+      shape.push_back(hidden);
+    } else {
+      shape.insert(shape.end(), normalized.begin(), normalized.end());
+    }
+    f.shape = shape;
     f.dtype = dtype;
-    f.normalized_dims = 1;
+    f.normalized_dims = normalized.empty() ? 1 : int(normalized.size());
     f.affine = affine;
     f.param_dtype = param;
     f.weight_offset = weight_offset;
@@ -554,6 +561,250 @@ TEST_F(BackwardGpu, CApiLaunchesTheSameKernel) {
   EXPECT_NE(std::string(normjit_last_error()).find("normjit_launch_backward"), std::string::npos)
       << normjit_last_error();
   normjit_engine_destroy(e);
+}
+
+// ---------------------------------------------------------------------------------------
+// Rows longer than one team holds (more than 8192 elements): the row-split-backward kernel, a
+// row over P co-resident CTAs exchanging its sums; parts held in registers (rows up to about a
+// million elements on the H100: hidden 16384 is 4 CTAs of 4096), or streamed twice in waves of
+// up to 16 rows (the LayerNorm seed's 4 Mi elements; rows of 2 Mi here, so that a wave of 16
+// and a second one fit the device and the host's float64 reference quickly).
+
+constexpr int64_t kStreamedRow = int64_t{1} << 21;  // streamed on the H100 (> 264 x 4096)
+
+Config long_config(Op op, Affine affine, Dtype dtype, int64_t hidden, int64_t rows) {
+  Config c;
+  c.op = op;
+  c.affine = affine;
+  c.dtype = dtype;
+  c.hidden = hidden;
+  c.rows = rows;
+  return c;
+}
+
+// The plan these tests mean to exercise: the split backward, held or streamed.
+void expect_split(const Backward& run, const Config& c, bool streamed) {
+  const std::string plan = run.backward_kernel().plan_text();
+  EXPECT_NE(plan.find("strategy: row-split-backward"), std::string::npos) << c.name() << plan;
+  EXPECT_NE(plan.find(streamed ? "(streamed, read twice)" : "(in registers)"), std::string::npos)
+      << c.name() << plan;
+}
+
+TEST_F(BackwardGpu, LongRowsEveryDtypeAndAffineMatchFloat64) {
+  device::PrimaryContext context;
+  Engine engine(test_engine_options());
+  std::vector<Config> configs;
+  for (int64_t hidden : {8193, 16384, 65537}) {
+    for (Dtype dtype : kDtypes) {
+      for (const OpAffine& form : kForms) {
+        // One row; a few (fewer than the slots); more rows than slots (each slot loops).
+        for (int64_t rows : {1, 7, 300}) {
+          configs.push_back(long_config(form.op, form.affine, dtype, hidden, rows));
+        }
+      }
+    }
+  }
+  std::vector<NormSpec> specs;
+  for (const Config& c : configs) {
+    specs.push_back(c.spec(false));
+    specs.push_back(c.spec(true));
+  }
+  prepare_in_parallel(engine, specs);
+  uint64_t seed = 1000;
+  for (const Config& c : configs) {
+    Backward run(engine, c, Values::kNormal, seed++);
+    expect_split(run, c, /*streamed=*/false);
+    run.run();
+    expect_exact(run, c, "saved statistics");
+    expect_chain(run, c, Values::kNormal, "float64 statistics");
+  }
+}
+
+// A prime length (scalar accesses, a short last part) near what the co-resident CTAs hold.
+TEST_F(BackwardGpu, PrimeRowOfAMillionElements) {
+  device::PrimaryContext context;
+  Engine engine(test_engine_options());
+  uint64_t seed = 1100;
+  for (const Config& c : {long_config(Op::kLayerNorm, Affine::kBoth, Dtype::kF32, 1000003, 3),
+                          long_config(Op::kLayerNorm, Affine::kBoth, Dtype::kBF16, 1000003, 5),
+                          long_config(Op::kRmsNorm, Affine::kWeight, Dtype::kF16, 1000003, 2)}) {
+    Backward run(engine, c, Values::kNormal, seed++);
+    run.run();
+    expect_exact(run, c, "saved statistics");
+    expect_chain(run, c, Values::kNormal, "float64 statistics");
+  }
+}
+
+// Streamed parts: one wave (3 rows), and a wave of 16 rows then one of 4 (the CTAs' dweight and
+// dbias accumulators read back and added in the second); no parameters: a row per wave.
+TEST_F(BackwardGpu, StreamedRowsInWaves) {
+  device::PrimaryContext context;
+  Engine engine(test_engine_options());
+  uint64_t seed = 1200;
+  for (Dtype dtype : kDtypes) {
+    for (const OpAffine& form : kForms) {
+      for (int64_t rows : {3, 20}) {
+        if (rows == 20 && dtype == Dtype::kF16) continue;  // f32 and bf16 cover the waves
+        const Config c = long_config(form.op, form.affine, dtype, kStreamedRow, rows);
+        Backward run(engine, c, Values::kNormal, seed++);
+        expect_split(run, c, /*streamed=*/true);
+        run.run();
+        expect_exact(run, c, "saved statistics");
+        expect_chain(run, c, Values::kNormal, "float64 statistics");
+      }
+    }
+  }
+}
+
+// The design's LayerNorm seed: x [16, 64, 256, 256] normalized over (64, 256, 256), weight and
+// bias of 4 Mi elements, f32: 16 rows of 4 Mi elements, one wave over every co-resident CTA.
+TEST_F(BackwardGpu, LayerNormSeed) {
+  device::PrimaryContext context;
+  Engine engine(test_engine_options());
+  Config c = long_config(Op::kLayerNorm, Affine::kBoth, Dtype::kF32, 64 * 256 * 256, 16);
+  c.normalized = {64, 256, 256};
+  Backward run(engine, c, Values::kNormal, 1300);
+  expect_split(run, c, /*streamed=*/true);
+  run.run();
+  expect_exact(run, c, "saved statistics");
+  expect_chain(run, c, Values::kNormal, "float64 statistics");
+}
+
+TEST_F(BackwardGpu, LongRowsAdversarialValues) {
+  device::PrimaryContext context;
+  Engine engine(test_engine_options());
+  uint64_t seed = 1400;
+  for (Values values : {Values::kLargeMean, Values::kTiny, Values::kConstant, Values::kNegative}) {
+    for (Dtype dtype : kDtypes) {
+      for (const OpAffine& form : kForms) {
+        for (int64_t hidden : {16384, 65537}) {
+          const Config c = long_config(form.op, form.affine, dtype, hidden, 64);
+          Backward run(engine, c, values, seed++);
+          run.run();
+          expect_exact(run, c, to_string(values));
+          expect_chain(run, c, values, to_string(values));
+        }
+      }
+      // Streamed: a large mean and a tiny variance.
+      if (values == Values::kLargeMean || values == Values::kTiny) {
+        const Config c = long_config(Op::kLayerNorm, Affine::kBoth, dtype, kStreamedRow, 3);
+        Backward run(engine, c, values, seed++);
+        run.run();
+        expect_exact(run, c, to_string(values));
+        expect_chain(run, c, values, to_string(values));
+      }
+    }
+  }
+}
+
+TEST_F(BackwardGpu, LongRowsParamDtypeWeightOffsetAndInPlace) {
+  device::PrimaryContext context;
+  Engine engine(test_engine_options());
+  uint64_t seed = 1500;
+  for (int64_t hidden : {int64_t{16384}, kStreamedRow}) {
+    for (const OpAffine& form : {kForms[1], kForms[4]}) {
+      Config c = long_config(form.op, form.affine, Dtype::kBF16, hidden, hidden > 65536 ? 3 : 300);
+      c.param = Dtype::kF32;
+      c.weight_offset = 1.0;
+      Backward run(engine, c, Values::kNormal, seed++);
+      run.run();
+      expect_exact(run, c, "f32 parameters, weight offset");
+      expect_chain(run, c, Values::kNormal, "f32 parameters, weight offset");
+      // dx over dy.
+      const Config d = long_config(form.op, form.affine, Dtype::kBF16, hidden, 5);
+      Backward in_place(engine, d, Values::kNormal, seed++);
+      in_place.run(/*in_place=*/true);
+      const Errors e = in_place.compare(/*saved=*/true, &in_place.dy());
+      EXPECT_TRUE(e.finite) << d.name();
+      EXPECT_LT(e.dx, tolerance(d.dtype)) << d.name() << ": in place";
+      EXPECT_LT(e.dweight, tolerance(d.dtype)) << d.name() << ": in place";
+    }
+  }
+}
+
+// No floating-point atomics: the same bits run after run and on another stream (its own
+// workspace, whose counters start from 0).
+TEST_F(BackwardGpu, LongRowsDeterministicBits) {
+  device::PrimaryContext context;
+  Engine engine(test_engine_options());
+  const Config configs[] = {
+      long_config(Op::kLayerNorm, Affine::kBoth, Dtype::kBF16, 16384, 4096),
+      long_config(Op::kRmsNorm, Affine::kWeight, Dtype::kF32, 16384, 1000),
+      long_config(Op::kLayerNorm, Affine::kBoth, Dtype::kF32, 65537, 500),
+      long_config(Op::kLayerNorm, Affine::kBoth, Dtype::kBF16, kStreamedRow, 20),
+  };
+  for (const Config& c : configs) {
+    Backward run(engine, c, Values::kNormal, 1600 + c.hidden);
+    run.run();
+    expect_exact(run, c, "first run");
+    const std::vector<unsigned char> first = run.bits();
+    for (int i = 0; i < 2; ++i) {
+      run.poison();
+      run.backward();
+      NORMJIT_CU(driver::api().cuCtxSynchronize());
+      EXPECT_TRUE(run.bits() == first) << c.name() << ": run " << i + 2 << " differs";
+    }
+    device::Stream other;
+    run.poison();
+    run.backward(other.get());
+    NORMJIT_CU(driver::api().cuStreamSynchronize(other.get()));
+    EXPECT_TRUE(run.bits() == first) << c.name() << ": another stream differs";
+  }
+}
+
+// A row's dx has the same bits whether it is launched alone, with a few rows or within the whole
+// batch (its dweight does not: it sums the rows): held parts looping over rows per slot, and
+// streamed ones in waves of one row or of 16.
+TEST_F(BackwardGpu, LongRowsDxDoesNotDependOnTheBatch) {
+  device::PrimaryContext context;
+  Engine engine(test_engine_options());
+  const Config configs[] = {
+      long_config(Op::kLayerNorm, Affine::kBoth, Dtype::kF32, 16384, 2000),
+      long_config(Op::kRmsNorm, Affine::kWeight, Dtype::kBF16, 16384, 2000),
+      long_config(Op::kLayerNorm, Affine::kBoth, Dtype::kF32, 65537, 300),
+      long_config(Op::kLayerNorm, Affine::kBoth, Dtype::kF32, kStreamedRow, 20),
+  };
+  for (const Config& c : configs) {
+    Backward run(engine, c, Values::kNormal, 1700 + c.hidden);
+    run.run();
+    const std::vector<unsigned char> all = download(run.dx());
+    for (int64_t rows : {int64_t{1}, int64_t{3}}) {
+      BackwardArgs a = run.args();
+      a.batch = rows;  // the first rows only
+      run.poison();
+      run.backward_kernel().launch_backward(a, nullptr);
+      NORMJIT_CU(driver::api().cuCtxSynchronize());
+      const std::vector<unsigned char> few = download(run.dx());
+      const size_t bytes = size_t(rows * c.hidden) * size_of(c.dtype);
+      EXPECT_EQ(std::memcmp(all.data(), few.data(), bytes), 0)
+          << c.name() << ": dx of the first " << rows << " rows launched alone differs";
+    }
+  }
+}
+
+// Graph-safe: captured on a stream it never used, replays with new dy in the captured buffer
+// correct each time (the exchange's counters and the barrier's need no reset).
+TEST_F(BackwardGpu, LongRowsCudaGraphOnAFreshStream) {
+  device::PrimaryContext context;
+  Engine engine(test_engine_options());
+  const Config configs[] = {
+      long_config(Op::kRmsNorm, Affine::kWeight, Dtype::kBF16, 16384, 1000),
+      long_config(Op::kLayerNorm, Affine::kBoth, Dtype::kBF16, kStreamedRow, 20),
+  };
+  for (const Config& c : configs) {
+    Backward run(engine, c, Values::kNormal, 1800);
+    run.run();  // eager first, on the default stream
+    expect_exact(run, c, "eager");
+    device::Stream stream;
+    const CapturedGraph graph(stream.get(), [&] { run.backward(stream.get()); });
+    for (int replay = 0; replay < 3; ++replay) {
+      run.new_dy(1900 + replay);
+      run.poison();
+      graph.replay(stream.get());
+      NORMJIT_CU(driver::api().cuStreamSynchronize(stream.get()));
+      expect_exact(run, c, "replay " + std::to_string(replay));
+    }
+  }
 }
 
 // Pointers the plan's vector accesses cannot take are refused, naming the argument, before

@@ -89,11 +89,17 @@ def test_the_backward_spec_texts_it_prepares_compile(spec, tmp_path):
         assert engine.precompile(spec, arch="sm_90") is True
 
 
-def test_rows_past_the_backward_kernels_are_refused_by_the_library(tmp_path):
-    spec = _ops._rows_spec("rmsnorm", (3, 8193), 1, torch.float32, True, False, 1e-6,
-                           backward=True)
+def test_long_rows_have_backward_kernels_and_the_longest_are_refused(tmp_path):
+    """Rows past 8192 elements take the split backward (LLM hidden 16384, the LayerNorm seed);
+    rows whose CTAs' dweight/dbias partials outgrow its workspace are refused, naming them."""
     with normjit.Engine(cache_dir=str(tmp_path)) as engine:
-        with pytest.raises(normjit.UnsupportedError, match="8193"):
+        for shape, k, dtype in [((3, 8193), 1, torch.float32), ((7, 16384), 1, torch.bfloat16),
+                                ((16, 64, 256, 256), 3, torch.float32)]:
+            spec = _ops._rows_spec("layernorm", shape, k, dtype, True, True, 1e-5, backward=True)
+            assert engine.precompile(spec, arch="sm_90") is True, spec
+        spec = _ops._rows_spec("layernorm", (2, 40000000), 1, torch.float32, True, True, 1e-5,
+                               backward=True)
+        with pytest.raises(normjit.UnsupportedError, match="40000000"):
             engine.precompile(spec, arch="sm_90")
 
 
@@ -461,9 +467,9 @@ def test_a_non_contiguous_gradient_falls_back_with_one_warning(emu):
     assert "launch_backward" not in emu.kinds()
 
 
-def test_rows_without_a_backward_kernel_fall_back(emu, tmp_path):
-    """Rows of 8193 elements: the forward is normjit's, the library has no backward kernel for
-    them, so PyTorch computes the gradient (its message in the warning)."""
+def test_rows_past_8192_elements_train_through_normjits_backward(emu, tmp_path):
+    """Rows of 8193 elements: the library has a backward kernel for them (the split backward),
+    so the gradient is normjit's, with no fallback warning."""
     with normjit.Engine(cache_dir=str(tmp_path), memory_only=True) as engine:
         emu.library = engine
         original = engine.precompile
@@ -476,9 +482,9 @@ def test_rows_without_a_backward_kernel_fall_back(emu, tmp_path):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", njt.NormjitFallbackWarning)
             njt.rms_norm(x, 8193, w, 1e-6).backward(dy)
-    assert emu.kinds() == ["launch_ex"]
-    messages = fallbacks(caught)
-    assert len(messages) == 1 and "rms_norm backward: unsupported shape" in messages[0], messages
+    assert emu.kinds() == ["launch_ex", "launch_backward"]
+    assert fallbacks(caught) == []
+    assert emu.specs[-1].endswith(" backward=true") and "shape=2,8193" in emu.specs[-1]
     ref = reference_grads("rms", x, (8193,), w, None, 1e-6, dy)
     close(x.grad, ref[0], 1e-5)
     close(w.grad, ref[1], 1e-5)

@@ -251,15 +251,34 @@ def test_a_strided_input_is_normalized_by_normjit_and_its_gradient_by_pytorch():
     assert gq[:, 256:].abs().max().item() == 0
 
 
-def test_rows_without_a_backward_kernel_fall_back():
+@pytest.mark.parametrize("op,shape,dtype,affine", [
+    ("rms", (3, 16384), torch.float32, "weight"),
+    ("rms", (64, 16384), torch.bfloat16, "weight"),  # LLM hidden 16384
+    ("layer", (5, 65537), torch.float16, "both"),
+    ("layer", (3, 2 ** 21), torch.bfloat16, "both"),  # streamed: past what the chip holds
+    ("layer", (16, 64, 256, 256), torch.float32, "both"),  # the LayerNorm seed
+], ids=["rms-f32-16384", "rms-bf16-16384", "ln-f16-65537", "ln-bf16-2M", "ln-f32-seed"])
+def test_rows_longer_than_one_team_train_through_normjit(op, shape, dtype, affine):
+    """Rows past 8192 elements: the split backward kernel, not PyTorch's gradient (the autouse
+    fixture makes a fallback an error)."""
     torch.manual_seed(5)
-    x, dy = randn((3, 16384), torch.float32, 1.0, 2.0), randn((3, 16384), torch.float32)
-    w = randn((16384,), torch.float32, 1.0, 0.5)
-    with pytest.warns(njt.NormjitFallbackWarning, match="rms_norm backward: unsupported"):
-        _, (gx, gw) = grads_of(lambda x, w: njt.rms_norm(x, 16384, w, 1e-6), (x, w), dy)
-    _, (rx, rw) = grads_of(lambda x, w: F.rms_norm(x, (16384,), w, 1e-6),
-                           (x.double(), w.double()), dy.double())
-    assert rel_err(gx, rx) < 1e-5 and rel_err(gw, rw) < 1e-5
+    normalized = shape[1:]
+    x, dy = randn(shape, dtype, 1.0, 2.0), randn(shape, dtype)
+    w = randn(normalized, dtype, 1.0, 0.5)
+    b = randn(normalized, dtype, 0.0, 0.5) if affine == "both" else None
+    if op == "rms":
+        fn = lambda x, w: njt.rms_norm(x, normalized, w, 1e-6)  # noqa: E731
+        ref = lambda x, w: F.rms_norm(x, normalized, w, 1e-6)  # noqa: E731
+        inputs = (x, w)
+    else:
+        fn = lambda x, w, b: njt.layer_norm(x, normalized, w, b, 1e-5)  # noqa: E731
+        ref = lambda x, w, b: F.layer_norm(x, normalized, w, b, 1e-5)  # noqa: E731
+        inputs = (x, w, b)
+    _, grads = grads_of(fn, inputs, dy)
+    _, refs = grads_of(ref, [t.double() for t in inputs], dy.double())
+    tol = 1e-5 if dtype == torch.float32 else TOL[dtype]
+    for name, got, want in zip(("dx", "dweight", "dbias"), grads, refs):
+        assert rel_err(got, want) < tol, (name, rel_err(got, want))
 
 
 @pytest.mark.parametrize("call", [

@@ -68,8 +68,8 @@ rms_norm_train, layer_norm_train, rms_norm_channels_train, layer_norm_channels_t
 group_norm_train) and <function>_backward (normjit's backward kernel through
 normjit_launch_backward, or PyTorch's gradient, with a warning per reason, where it cannot
 serve: a non-contiguous or other-dtype gradient, a strided or channels-last input, a problem the
-library has no backward kernel for (its message: rows past the backward kernels', groups past
-group_norm's workspace), a double backward).
+library has no backward kernel for (its message: rows or groups whose partials outgrow the
+backward workspace), a double backward).
 """
 import math
 import threading
@@ -1502,7 +1502,7 @@ def _decide_backward(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor]
                      weight: Optional[Tensor], has_bias: bool, eps: float) -> Union[tuple, str]:
     """Checks the arguments, then: a launch (kernel, batch, device index) of the backward
     kernel, or why it cannot serve the call (a reason code, or the library's message: a
-    problem it has no backward kernel for, such as rows longer than it takes)."""
+    problem it has no backward kernel for, such as rows whose partials outgrow its workspace)."""
     _check_backward(op, arg, dy, x, mean, rstd, weight, has_bias)
     why = _why_not(x, weight, None, eps, op, None, False)
     if why:

@@ -182,23 +182,17 @@ TEST(BackwardPlan, GridIsCappedByTheDeviceAndOwnsSeveralRowsPerTeam) {
   EXPECT_EQ(p.grid(1000000, 500), 500);
 }
 
-TEST(BackwardPlan, RowsTooLongForOneTeamAreUnsupportedNamingTheShape) {
+// Longer rows take the split backward (split_backward_test.cpp).
+TEST(BackwardPlan, RowsLongerThanOneTeamHoldsAreSplitNotRefused) {
   const Target h100 = Target::parse("sm_90");
   for (const char* text : {"op=layernorm shape=2,8193 dtype=bf16 backward=true",
                            "op=layernorm shape=2,16384 dtype=bf16 backward=true",
                            "op=rmsnorm shape=2,1000000 normalized_dims=1 backward=true"}) {
-    try {
-      plan(NormSpec::parse(text), h100);
-      ADD_FAILURE() << "planned: " << text;
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
-      EXPECT_TRUE(has(e.what(), "unsupported shape '2,")) << e.what();
-      EXPECT_TRUE(has(e.what(), "rows of up to 8192 elements")) << e.what();
-      EXPECT_TRUE(has(e.what(), "are not yet supported")) << e.what();
-    }
+    EXPECT_EQ(plan(NormSpec::parse(text), h100).strategy, Strategy::kRowSplitBackward) << text;
   }
-  EXPECT_NO_THROW(
-      plan(NormSpec::parse("op=layernorm shape=2,8192 dtype=bf16 backward=true"), h100));
+  EXPECT_EQ(
+      plan(NormSpec::parse("op=layernorm shape=2,8192 dtype=bf16 backward=true"), h100).strategy,
+      Strategy::kRowBackward);
 }
 
 TEST(BackwardEmit, ConfigurationNamesEveryConstantTheKernelChecks) {
