@@ -243,6 +243,7 @@ void group_backward_fields(const KernelPlan& p, Fields& f) {
   f.integer("kVectors", p.vectors);
   f.size("kUnitsPerChannel", p.units_per_channel);
   f.size("kWaveRows", p.wave_rows);
+  f.flag("kPrefetchNextWave", p.prefetch != 0);
   f.size("kWorkspaceFloats", p.workspace_floats(0));
 }
 

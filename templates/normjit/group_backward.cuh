@@ -50,6 +50,7 @@ namespace normjit {
 //   kVec, kVectors             V: elements per access (V divides S); K: vectors per thread
 //   kUnitsPerChannel           T: units of TEAM * K * V positions that cover S
 //   kWaveRows                  R: rows (n, g) per wave
+//   kPrefetchNextWave          step 2 starts pulling the next wave's x and dy into L2
 //   kWorkspaceFloats           the plan's workspace (checked against the layout above)
 template <class C>
 __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock) group_backward(Params p) {
@@ -192,11 +193,21 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock) group_backward(
     // The owners take the previous wave (its channel sums were written before this barrier).
     if (wave > 0) accumulate(wave - 1, first - R, R, /*last=*/false);
 
-    // 2. dx, and the channel sums.
+    // 2. dx, and the channel sums. Each unit first starts pulling the same unit of the next wave
+    // into L2 (its x and dy, sm_90+), so that wave's step 1 reads them from there while this
+    // step's dx goes out: DRAM reads overlap the writes instead of following them.
+    const long long next_units =
+        rows - (first + R) < R ? (rows - (first + R)) * kUnitsPerRow : R * kUnitsPerRow;
     for (long long base = (long long)blockIdx.x * ROWS; base < units;
          base += (long long)gridDim.x * ROWS) {
       const long long u = base + threadIdx.y;
       const bool active = u < units;
+      if (C::kPrefetchNextWave && tid == 0 && u < next_units) {
+        const Unit next = unit_at(first + R, u);
+        const long long end = S - next.t * L < L ? S - next.t * L : L;
+        prefetch_l2(static_cast<const X*>(p.x) + next.begin, 0, end);
+        prefetch_l2(static_cast<const X*>(p.dy) + next.begin, 0, end);
+      }
       const Unit at = unit_at(first, active ? u : 0);
       const float* row_partials = partials + (at.row - first) * kUnitsPerRow * 2;
       // The row's sums of g and g * xhat from its CG * T partials: thread tid adds the

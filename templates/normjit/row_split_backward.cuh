@@ -167,22 +167,6 @@ struct GradExchange {
   }
 };
 
-// Starts pulling the elements [begin, end) of a row into L2 (sm_90+: one bulk prefetch of their
-// 16-byte-aligned bytes, issued by the calling thread). A hint: nothing waits for it.
-template <class T>
-__device__ __forceinline__ void prefetch_l2(const T* row, long long begin, long long end) {
-#if __CUDA_ARCH__ >= 900
-  const unsigned long long first =
-      (reinterpret_cast<unsigned long long>(row + begin) + 15) & ~15ull;
-  const unsigned long long last = reinterpret_cast<unsigned long long>(row + end) & ~15ull;
-  if (last > first) {
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(first),
-                 "r"(static_cast<unsigned int>(last - first))
-                 : "memory");
-  }
-#endif
-}
-
 constexpr int kSumLanes = 8;    // lanes that add one column vector's partials where slots are many
 constexpr int kFewSlots = 8;    // at most this many slots: one lane per column vector
 constexpr int kSumColumns = 4;  // columns per lane (one 16-byte load of each partial)
