@@ -290,6 +290,10 @@ def merge_reports(reports: list[Report]) -> Report:
     rep.planned = len(rep.rows)
     rep.command = "` ; `".join(r.command for r in reports)
     rep.date_utc = ", ".join(r.date_utc for r in reports)
+    # Runs of different revisions or environments: every value, in the runs' order.
+    for key in rep.env:
+        values = [r.env.get(key, "") for r in reports]
+        rep.env[key] = ", ".join(dict.fromkeys(v for v in values if v))
     return rep
 
 
