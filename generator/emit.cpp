@@ -183,16 +183,22 @@ void group_nhwc_fields(const KernelPlan& p, Fields& f) {
   f.size("kWorkspaceSlotFloats", p.workspace_slot_floats());
 }
 
+// What every backward configuration starts with: dy and dx take x's dtype, dweight and dbias
+// the parameters'; the forward's affine step (kRms where the kernel serves both operators).
+void backward_dtypes_and_affine(const Problem& pr, bool rms_flag, Fields& f) {
+  f.type("X", pr.x);
+  f.type("Param", pr.param);
+  if (rms_flag) f.flag("kRms", pr.op == Op::kRmsNorm);
+  f.flag("kWeight", pr.weight);
+  f.flag("kBias", pr.bias);
+  f.real("kWeightOffset", pr.weight_offset);
+}
+
 // The backward kernel's configuration (row_backward.cuh): dy and dx take x's dtype, dweight
 // and dbias the parameters'.
 void backward_fields(const KernelPlan& p, Fields& f) {
   const Problem& pr = p.problem;
-  f.type("X", pr.x);
-  f.type("Param", pr.param);
-  f.flag("kRms", pr.op == Op::kRmsNorm);
-  f.flag("kWeight", pr.weight);
-  f.flag("kBias", pr.bias);
-  f.real("kWeightOffset", pr.weight_offset);
+  backward_dtypes_and_affine(pr, /*rms_flag=*/true, f);
   f.size("kRowLength", pr.row_length);
   f.integer("kThreads", p.block_x);
   f.integer("kRowsPerBlock", p.rows_per_block);
@@ -206,12 +212,7 @@ void backward_fields(const KernelPlan& p, Fields& f) {
 // dweight and dbias the parameters'.
 void split_backward_fields(const KernelPlan& p, Fields& f) {
   const Problem& pr = p.problem;
-  f.type("X", pr.x);
-  f.type("Param", pr.param);
-  f.flag("kRms", pr.op == Op::kRmsNorm);
-  f.flag("kWeight", pr.weight);
-  f.flag("kBias", pr.bias);
-  f.real("kWeightOffset", pr.weight_offset);
+  backward_dtypes_and_affine(pr, /*rms_flag=*/true, f);
   f.size("kRowLength", pr.row_length);
   f.integer("kThreads", p.block_x);
   f.integer("kBlocksPerSm", p.split_blocks_per_sm);
@@ -228,11 +229,7 @@ void split_backward_fields(const KernelPlan& p, Fields& f) {
 // The groupnorm backward kernel's configuration (group_backward.cuh).
 void group_backward_fields(const KernelPlan& p, Fields& f) {
   const Problem& pr = p.problem;
-  f.type("X", pr.x);
-  f.type("Param", pr.param);
-  f.flag("kWeight", pr.weight);
-  f.flag("kBias", pr.bias);
-  f.real("kWeightOffset", pr.weight_offset);
+  backward_dtypes_and_affine(pr, /*rms_flag=*/false, f);
   f.integer("kChannels", pr.channels);
   f.integer("kGroups", pr.groups);
   f.integer("kChannelsPerGroup", pr.channels / pr.groups);
@@ -250,12 +247,7 @@ void group_backward_fields(const KernelPlan& p, Fields& f) {
 // The channel-form backward kernel's configuration (channels_backward.cuh).
 void channels_backward_fields(const KernelPlan& p, Fields& f) {
   const Problem& pr = p.problem;
-  f.type("X", pr.x);
-  f.type("Param", pr.param);
-  f.flag("kRms", pr.op == Op::kRmsNorm);
-  f.flag("kWeight", pr.weight);
-  f.flag("kBias", pr.bias);
-  f.real("kWeightOffset", pr.weight_offset);
+  backward_dtypes_and_affine(pr, /*rms_flag=*/true, f);
   f.integer("kChannels", pr.channels);
   f.size("kSpatial", pr.spatial);
   f.integer("kThreadsX", p.block_x);
