@@ -54,9 +54,14 @@ void size_channels(const Problem& pr, KernelPlan& p) {
   // throwaway environment variable; performance-notes) LayerNorm2d on ConvNeXt's maps (C 192
   // to 512, f32 and bf16) and RMSNorm with C of 512 to 2048 on 8x8 and 16x16 maps ran 5-41%
   // faster, but f32 RMSNorm with C = 2048 on 8x8 (read twice) 3% slower; maps of odd size
-  // (scalar accesses, 7x7) ran 2% slower, so they keep 32.
-  if (p.block_y == 32 && p.vec > 1) p.block_x = 16;
-  p.cached = ceil_div(c, p.block_y) * p.vec <= kRegisterValues;
+  // (scalar accesses, 7x7) ran 2% slower, so they keep 32 where a thread holds at most
+  // kChannelValues values. Above that (C over 1024 with scalar accesses) 1024 threads spilled
+  // (C 2048 on 7x7: 104 bytes) and 16 positions ran 1.15-1.75x faster (bf16 RMSNorm C 2048 on
+  // 7x7: 40.8 -> 23.7 us; LayerNorm2d 44.2 -> 20.8; read twice, C 4096: 42.3 -> 41.0;
+  // performance-notes, "Channel forms on small maps").
+  const int64_t per_thread = ceil_div(c, p.block_y) * p.vec;
+  if (p.block_y == 32 && (p.vec > 1 || per_thread > kChannelValues)) p.block_x = 16;
+  p.cached = per_thread <= kRegisterValues;
   p.blocks_per_item = ceil_div(s, int64_t{p.block_x} * p.vec);
   std::ostringstream why;
   why << "reduce over dim 1: each thread owns " << p.vec << " contiguous spatial positions ("

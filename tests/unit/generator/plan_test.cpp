@@ -190,9 +190,21 @@ TEST(Plan, EveryThreadKeepsABoundedNumberOfValues) {
   EXPECT_EQ(wide.block_x * wide.block_y, 512);
   EXPECT_TRUE(wide.cached);
   EXPECT_EQ(wide.blocks_per_item, 7);  // 784 positions in vectors of 8: 98 over 16 threads
-  // Scalar accesses (a 7x7 map) keep 32 positions per CTA.
+  // Scalar accesses (a 7x7 map) keep 32 positions per CTA while a thread holds at most 32
+  // values; more (C 2048: 64 values, or read twice) would spill at 1024 threads: 16 positions.
   EXPECT_EQ(plan(NormSpec::parse("op=layernorm shape=32,768,7,7 normalized_dims=0"), t).block_x,
             32);
+  EXPECT_EQ(plan(NormSpec::parse("op=rmsnorm shape=32,1024,7,7 dtype=bf16"), t).block_x, 32);
+  for (const char* spec :
+       {"op=rmsnorm shape=32,2048,7,7 dtype=bf16",
+        "op=layernorm shape=8,1536,7,7 normalized_dims=0", "op=rmsnorm shape=2,4096,9,9"}) {
+    const KernelPlan p = plan(NormSpec::parse(spec), t);
+    EXPECT_EQ(p.block_x, 16) << spec;
+    EXPECT_EQ(p.block_y, 32) << spec;
+    EXPECT_EQ(p.blocks_per_item, (NormSpec::parse(spec).spatial() + 15) / 16) << spec;
+  }
+  EXPECT_TRUE(plan(NormSpec::parse("op=rmsnorm shape=32,2048,7,7 dtype=bf16"), t).cached);
+  EXPECT_FALSE(plan(NormSpec::parse("op=rmsnorm shape=2,4096,9,9"), t).cached);
 }
 
 TEST(Emit, IsDeterministicAndInstantiatesTheTemplateWithOneNamedConfiguration) {
