@@ -31,6 +31,8 @@ Template template_of(Strategy strategy) {
       return {"normjit/group_nhwc.cuh", "normjit::group_nhwc"};
     case Strategy::kRowSplitBackward:
       return {"normjit/row_split_backward.cuh", "normjit::row_split_backward"};
+    case Strategy::kChannelsSlab:
+      return {"normjit/channels_slab.cuh", "normjit::channels_slab"};
   }
   return {"?", "?"};
 }
@@ -120,6 +122,20 @@ void channels_fields(const KernelPlan& p, Fields& f) {
   f.size("kBlocksPerItem", p.blocks_per_item);
 }
 
+void channels_slab_fields(const KernelPlan& p, Fields& f) {
+  const Problem& pr = p.problem;
+  f.flag("kRms", pr.op == Op::kRmsNorm);
+  f.flag("kBias", pr.bias);
+  f.integer("kChannels", pr.channels);
+  f.size("kSpatial", pr.spatial);
+  f.integer("kThreads", p.block_x);
+  f.integer("kCluster", p.blocks_per_item);
+  f.integer("kVec", p.vec);
+  f.integer("kGroups", p.sums_per_position);
+  f.size("kBlocksPerItem", p.blocks_per_item);
+  f.size("kDynamicSmemBytes", p.smem_bytes);
+}
+
 void row_fields(const KernelPlan& p, Fields& f) {
   const Problem& pr = p.problem;
   f.flag("kRms", pr.op == Op::kRmsNorm);
@@ -152,6 +168,7 @@ void row_fields(const KernelPlan& p, Fields& f) {
       f.size("kWorkspaceSlotFloats", p.workspace_slot_floats());
       break;
     case Strategy::kChannels:
+    case Strategy::kChannelsSlab:
     case Strategy::kRowBackward:
     case Strategy::kGroupBackward:
     case Strategy::kChannelsBackward:
@@ -299,6 +316,9 @@ EmittedKernel emit(const KernelPlan& plan) {
   } else if (plan.strategy == Strategy::kChannels) {
     problem_fields(plan.problem, fields);
     channels_fields(plan, fields);
+  } else if (plan.strategy == Strategy::kChannelsSlab) {
+    problem_fields(plan.problem, fields);
+    channels_slab_fields(plan, fields);
   } else if (plan.strategy == Strategy::kGroupNhwc) {
     problem_fields(plan.problem, fields);
     group_nhwc_fields(plan, fields);

@@ -29,6 +29,9 @@ enum class Strategy {
   kRowSplitBackward,  // backward of rows longer than one team holds: a row over P co-resident
                       // CTAs exchanging its two sums; held in registers, or streamed twice in
                       // waves of rows; dweight/dbias partials per CTA summed in a fixed order
+  kChannelsSlab,      // rms/layernorm over dim 1 of small maps (sm_90): an item over a cluster of
+                      // K CTAs, each copying its C/K channels' contiguous slab into shared memory,
+                      // the per-position sums exchanged through distributed shared memory
 };
 const char* to_string(Strategy strategy);
 
@@ -61,7 +64,7 @@ struct KernelPlan {
   Problem problem;
   std::string arch;              // target name, "sm_90"
   int block_x = 1, block_y = 1;  // threads per CTA
-  int64_t blocks_per_item = 1;   // kChannels: CTAs per batch item
+  int64_t blocks_per_item = 1;   // kChannels: CTAs per batch item; kChannelsSlab: the cluster (K)
   int64_t rows_per_item = 1;     // row strategies: rows per batch item (groups; nhwc channel
                                  // forms: S positions, the launch's rows being N x S)
   int rows_per_block = 1;        // kRowRegisters: rows per CTA
@@ -87,6 +90,7 @@ struct KernelPlan {
                                   // that cover a channel (T)
   int64_t wave_rows = 0;          // kGroupBackward: rows (n, g) per wave (R);
                                   // kRowSplitBackward: rows of a slot per exchange (W)
+  int sums_per_position = 0;      // kChannelsSlab: threads that sum a position's channels (G)
   int batch_class = 0;            // batch_class() of the spec planned
   std::string why;                // one line: why this strategy and shape
 

@@ -46,6 +46,8 @@ struct ArchFacts {
   int full_size_sm_count;  // multiprocessors of the arch's full-size part, for offline plans
   int smem_per_sm_kib;     // shared memory per SM (the CUDA programming guide's table)
   bool fp8_convert;        // cvt.rn.satfinite.{e4m3,e5m2}x2.f32 (sm_89 and later)
+  bool clusters;           // thread-block clusters, distributed shared memory and bulk copies
+                           // (cp.async.bulk): sm_90 and later
 };
 ArchFacts arch_facts(int sm);
 

@@ -2270,6 +2270,74 @@ Case nhwc_layer(std::vector<int64_t> shape, Dtype d, Affine a = Affine::kBoth) {
   return layer_norm_channels(std::move(shape), d, a).nhwc();
 }
 
+TEST_F(Variants, ChannelsSlabOnSmallOddMapsEveryDtypeAxisAndCluster) {
+  // The slab kernel (channels_slab.cuh, sm_90): items over clusters of 1, 2, 4 and 8 CTAs, maps
+  // of 1, 3x3, 5x5, 7x7, 9x9, 13x13 and 3-D, both operators, every dtype, with each variant axis,
+  // adversarial values (LayerNorm's shift by channel 0 across the cluster: large means).
+  struct Map {
+    std::vector<int64_t> shape;
+    int cluster;  // f32 x: the plan's CTAs per item, checked on sm_90
+  };
+  const std::vector<Map> maps = {
+      {{3, 2048, 7, 7}, 8},  // ResNet's last stage: 8 slabs of 256 channels
+      {{2, 768, 7, 7}, 8},   // ConvNeXt-T's last stage
+      {{5, 96, 7, 7}, 2},    // 18816 bytes: two slabs
+      {{4, 64, 1}, 1},       // S = 1: a 1x1 map
+      {{2, 1024, 3, 3}, 4},  // 36864 bytes: four of 9216
+      {{3, 200, 9, 9}, 2},   // slabs of a quarter would not be whole 16-byte vectors
+      {{2, 48, 5, 5}, 1},    {{1, 512, 13, 13}, 8},
+      {{2, 16, 3, 5, 7}, 1},  // a 3-D volume of 105 positions
+  };
+  std::vector<Case> cases;
+  uint64_t seed = 2500;
+  int i = 0;
+  device::PrimaryContext context;
+  const Target target = device::target_of(context.device());
+  for (const Map& m : maps) {
+    for (Dtype x : kXDtypes) {
+      Case r = rms_channels(m.shape, x);
+      Case l = layer_norm_channels(m.shape, x, i % 2 ? Affine::kWeight : Affine::kBoth);
+      if (target.sm >= 90 && x == Dtype::kF32) {
+        for (const Case* c : {&r, &l}) {
+          const NormSpec spec = NormSpec::from_fields(c->fields);
+          const KernelPlan p = plan(spec, target);
+          EXPECT_EQ(p.strategy, Strategy::kChannelsSlab) << spec.to_string();
+          EXPECT_EQ(p.blocks_per_item, m.cluster) << spec.to_string();
+        }
+      }
+      switch (i++ % 5) {
+        case 0:
+          break;
+        case 1:
+          r.params(Dtype::kF32).offset(1.0);
+          l.stats();
+          break;
+        case 2:
+          r.out(Dtype::kE4M3, 0.5f).stats();
+          l.act(Activation::kSilu).out(Dtype::kF32);
+          break;
+        case 3:
+          r.act(Activation::kGelu);
+          l.params(Dtype::kF32).out(Dtype::kE5M2, 4.0f).offset(0.5);
+          break;
+        default:
+          r.stats().offset(0.5);
+          l.stats().act(Activation::kGelu);
+          break;
+      }
+      cases.push_back(r.with(Values::kNormal, seed++));
+      cases.push_back(l.with(Values::kNormal, seed++));
+    }
+  }
+  for (Values v : {Values::kLargeMean, Values::kTiny, Values::kConstant, Values::kNegative}) {
+    for (Dtype x : kXDtypes) {
+      cases.push_back(layer_norm_channels({2, 768, 7, 7}, x).stats().with(v, seed++));
+      cases.push_back(rms_channels({3, 2048, 7, 7}, x).with(v, seed++));
+    }
+  }
+  run_cases("channels slab: small odd maps", cases);
+}
+
 TEST_F(Variants, NhwcMatchesFloat64OnOddVisionAndDiffusionShapes) {
   std::vector<Case> cases;
   uint64_t seed = 3000;

@@ -190,21 +190,72 @@ TEST(Plan, EveryThreadKeepsABoundedNumberOfValues) {
   EXPECT_EQ(wide.block_x * wide.block_y, 512);
   EXPECT_TRUE(wide.cached);
   EXPECT_EQ(wide.blocks_per_item, 7);  // 784 positions in vectors of 8: 98 over 16 threads
-  // Scalar accesses (a 7x7 map) keep 32 positions per CTA while a thread holds at most 32
-  // values; more (C 2048: 64 values, or read twice) would spill at 1024 threads: 16 positions.
-  EXPECT_EQ(plan(NormSpec::parse("op=layernorm shape=32,768,7,7 normalized_dims=0"), t).block_x,
+  // Scalar accesses (a 7x7 map; before sm_90, which takes the slab kernel there) keep 32
+  // positions per CTA while a thread holds at most 32 values; more (C 2048: 64 values, or read
+  // twice) would spill at 1024 threads: 16 positions.
+  const Target sm80 = Target::parse("sm_80");
+  EXPECT_EQ(plan(NormSpec::parse("op=layernorm shape=32,768,7,7 normalized_dims=0"), sm80).block_x,
             32);
-  EXPECT_EQ(plan(NormSpec::parse("op=rmsnorm shape=32,1024,7,7 dtype=bf16"), t).block_x, 32);
+  EXPECT_EQ(plan(NormSpec::parse("op=rmsnorm shape=32,1024,7,7 dtype=bf16"), sm80).block_x, 32);
   for (const char* spec :
        {"op=rmsnorm shape=32,2048,7,7 dtype=bf16",
         "op=layernorm shape=8,1536,7,7 normalized_dims=0", "op=rmsnorm shape=2,4096,9,9"}) {
-    const KernelPlan p = plan(NormSpec::parse(spec), t);
+    const KernelPlan p = plan(NormSpec::parse(spec), sm80);
     EXPECT_EQ(p.block_x, 16) << spec;
     EXPECT_EQ(p.block_y, 32) << spec;
     EXPECT_EQ(p.blocks_per_item, (NormSpec::parse(spec).spatial() + 15) / 16) << spec;
   }
-  EXPECT_TRUE(plan(NormSpec::parse("op=rmsnorm shape=32,2048,7,7 dtype=bf16"), t).cached);
-  EXPECT_FALSE(plan(NormSpec::parse("op=rmsnorm shape=2,4096,9,9"), t).cached);
+  EXPECT_TRUE(plan(NormSpec::parse("op=rmsnorm shape=32,2048,7,7 dtype=bf16"), sm80).cached);
+  EXPECT_FALSE(plan(NormSpec::parse("op=rmsnorm shape=2,4096,9,9"), sm80).cached);
+}
+
+TEST(Plan, SmallOddMapsOnSm90TakeTheSlabKernelOverAClusterOfCtas) {
+  const Target sm90 = Target::parse("sm_90");
+  // RMSNorm C 2048 on 7x7, bf16: 200704 bytes an item, 8 CTAs of 256 channels (25088 bytes).
+  const KernelPlan p = plan(NormSpec::parse("op=rmsnorm shape=32,2048,7,7 dtype=bf16"), sm90);
+  EXPECT_EQ(p.strategy, Strategy::kChannelsSlab);
+  EXPECT_EQ(p.blocks_per_item, 8);
+  EXPECT_EQ(p.grid(32, 0), 256);
+  EXPECT_EQ(p.vec, 8);                // 16-byte vectors of x: x and y must be 16-byte aligned
+  EXPECT_EQ(p.sums_per_position, 5);  // 256 threads over 49 positions
+  // The slab, then f32: 2 x 256 factors, 5 x 49 partials, five arrays of 49 (slab_smem_bytes).
+  EXPECT_EQ(p.smem_bytes, 256 * 49 * 2 + 4 * (2 * 256 + 5 * 49 + 5 * 49));
+  // The smallest cluster whose slabs are at most 16 KiB, else the largest that divides C.
+  EXPECT_EQ(plan(NormSpec::parse("op=layernorm shape=8,96,7,7 normalized_dims=0 dtype=bf16"), sm90)
+                .blocks_per_item,
+            1);  // 9408 bytes
+  EXPECT_EQ(
+      plan(NormSpec::parse("op=layernorm shape=8,96,7,7 normalized_dims=0"), sm90).blocks_per_item,
+      2);  // 18816 bytes: two slabs of 9408
+  // 64800 bytes: slabs of a quarter (16200 bytes) are not whole 16-byte vectors; two of 32400.
+  EXPECT_EQ(plan(NormSpec::parse("op=rmsnorm shape=8,200,9,9"), sm90).blocks_per_item, 2);
+  // Where it does not apply: before sm_90, vector accesses (14x14), slabs that are not whole
+  // 16-byte vectors (C 3 of f32 on 7x7: 588 bytes), maps over 256 positions, backward,
+  // channels last, and items whose slabs stay over 96 KiB (C 32768 of f32 on 7x7).
+  for (const auto& [spec, target] : std::vector<std::pair<std::string, std::string>>{
+           {"op=rmsnorm shape=32,2048,7,7 dtype=bf16", "sm_80"},
+           {"op=rmsnorm shape=32,2048,14,14 dtype=bf16", "sm_90"},
+           {"op=rmsnorm shape=2,3,7,7", "sm_90"},
+           {"op=rmsnorm shape=2,64,17,17", "sm_90"},
+           {"op=rmsnorm shape=2,32768,7,7", "sm_90"},
+       }) {
+    EXPECT_EQ(plan(NormSpec::parse(spec), Target::parse(target)).strategy, Strategy::kChannels)
+        << spec << " on " << target;
+  }
+  EXPECT_EQ(plan(NormSpec::parse("op=rmsnorm shape=32,2048,7,7 backward=true"), sm90).strategy,
+            Strategy::kChannelsBackward);
+  EXPECT_NE(
+      plan(NormSpec::parse("op=layernorm shape=8,768,7,7 normalized_dims=0 layout=nhwc"), sm90)
+          .strategy,
+      Strategy::kChannelsSlab);
+  // The emitted configuration names the constants the kernel checks against its own layout.
+  const std::string source = emit(p).source;
+  for (const char* line : {"static constexpr int kCluster = 8;", "static constexpr int kVec = 8;",
+                           "static constexpr int kGroups = 5;",
+                           "static constexpr long long kDynamicSmemBytes = 29096;"}) {
+    EXPECT_NE(source.find(line), std::string::npos) << line;
+  }
+  EXPECT_NE(source.find("#include \"normjit/channels_slab.cuh\""), std::string::npos);
 }
 
 TEST(Emit, IsDeterministicAndInstantiatesTheTemplateWithOneNamedConfiguration) {
