@@ -301,10 +301,12 @@ TEST(BackwardPlan, ChannelFormsOwnPositionsAndSumPartialsPerCta) {
     bool cached;
     int64_t tiles;
   } cases[] = {
-      {"op=rmsnorm shape=112,64,512,512", 4, 16, 16, true, 4096},
-      {"op=rmsnorm shape=112,64,512,512 dtype=bf16 affine=weight", 8, 8, 32, true, 4096},
-      {"op=layernorm shape=4,64,7,9 normalized_dims=0", 1, 64, 4, true, 1},
-      {"op=layernorm shape=4,1000,3,3 normalized_dims=0 dtype=bf16", 1, 8, 32, false, 2},
+      // 32 values of x (and of dy) a thread: tiles of 128 positions in every dtype.
+      {"op=rmsnorm shape=112,64,512,512", 4, 32, 8, true, 2048},
+      {"op=rmsnorm shape=112,64,512,512 dtype=bf16 affine=weight", 8, 16, 16, true, 2048},
+      {"op=layernorm shape=4,64,7,9 normalized_dims=0", 1, 128, 2, true, 1},
+      {"op=layernorm shape=4,1000,3,3 normalized_dims=0 dtype=bf16", 1, 8, 32, true, 2},
+      {"op=layernorm shape=4,2048,3,3 normalized_dims=0 dtype=bf16", 1, 8, 32, false, 2},
   };
   for (const Case& c : cases) {
     const NormSpec spec = NormSpec::parse(std::string(c.spec) + " backward=true");
