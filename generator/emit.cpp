@@ -109,12 +109,17 @@ void problem_fields(const Problem& pr, Fields& f) {
   f.flag("kSaveStats", pr.save_stats);
 }
 
-void channels_fields(const KernelPlan& p, Fields& f) {
-  const Problem& pr = p.problem;
+// What both channel-form kernels (registers, slab) are told first: the operator, the bias and
+// the [C, S] of an item.
+void channel_form_fields(const Problem& pr, Fields& f) {
   f.flag("kRms", pr.op == Op::kRmsNorm);
   f.flag("kBias", pr.bias);
   f.integer("kChannels", pr.channels);
   f.size("kSpatial", pr.spatial);
+}
+
+void channels_fields(const KernelPlan& p, Fields& f) {
+  channel_form_fields(p.problem, f);
   f.integer("kThreadsX", p.block_x);
   f.integer("kThreadsY", p.block_y);
   f.integer("kVec", p.vec);
@@ -123,11 +128,7 @@ void channels_fields(const KernelPlan& p, Fields& f) {
 }
 
 void channels_slab_fields(const KernelPlan& p, Fields& f) {
-  const Problem& pr = p.problem;
-  f.flag("kRms", pr.op == Op::kRmsNorm);
-  f.flag("kBias", pr.bias);
-  f.integer("kChannels", pr.channels);
-  f.size("kSpatial", pr.spatial);
+  channel_form_fields(p.problem, f);
   f.integer("kThreads", p.block_x);
   f.integer("kCluster", p.blocks_per_item);
   f.integer("kVec", p.vec);
