@@ -44,22 +44,6 @@ __device__ __forceinline__ float load_global_cg(const float* p) {
   return v;
 }
 
-// Starts pulling the elements [begin, end) of x (a row, a unit) into L2 (sm_90+: one bulk prefetch
-// of their 16-byte-aligned bytes, issued by the calling thread). A hint: nothing waits for it.
-template <class T>
-__device__ __forceinline__ void prefetch_l2(const T* row, long long begin, long long end) {
-#if __CUDA_ARCH__ >= 900
-  const unsigned long long first =
-      (reinterpret_cast<unsigned long long>(row + begin) + 15) & ~15ull;
-  const unsigned long long last = reinterpret_cast<unsigned long long>(row + end) & ~15ull;
-  if (last > first) {
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(first),
-                 "r"(static_cast<unsigned int>(last - first))
-                 : "memory");
-  }
-#endif
-}
-
 // Returns once every CTA of the grid has arrived (all co-resident: a cooperative launch); the
 // writes of every CTA before it are visible to the reads of every CTA after it. Needs no reset:
 // CTA 0 adds 2^31 - (gridDim.x - 1) and the others 1, so each barrier flips the counter's top

@@ -34,21 +34,10 @@
 
 namespace normjit {
 
-// Starts pulling this CTA's chunk of `row` (the one at `begin`) into L2: one bulk prefetch
-// (sm_90+) of the chunk's 16-byte-aligned bytes, issued by one thread. A hint: nothing waits.
+// Starts pulling this CTA's chunk of `row` (the one at `begin`) into L2 (prefetch_l2, vec.cuh).
 template <class T, long long H, long long kChunk>
 __device__ __forceinline__ void prefetch_chunk(const T* row, long long begin) {
-#if __CUDA_ARCH__ >= 900
-  const long long end = begin + kChunk < H ? begin + kChunk : H;
-  const unsigned long long first =
-      (reinterpret_cast<unsigned long long>(row + begin) + 15) & ~15ull;
-  const unsigned long long last = reinterpret_cast<unsigned long long>(row + end) & ~15ull;
-  if (last > first) {
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(first),
-                 "r"(static_cast<unsigned int>(last - first))
-                 : "memory");
-  }
-#endif
+  prefetch_l2(row, begin, begin + kChunk < H ? begin + kChunk : H);
 }
 
 // C: the row kernels' names (row_common.cuh), and

@@ -211,4 +211,21 @@ __device__ __forceinline__ void store_vec(T* p, const float (&in)[V], Hint hint 
   }
 }
 
+// Starts pulling the elements [begin, end) of a tensor (a row, a unit, a chunk) into L2 (sm_90+:
+// one bulk prefetch of their 16-byte-aligned bytes, issued by the calling thread). A hint: nothing
+// waits for it.
+template <class T>
+__device__ __forceinline__ void prefetch_l2(const T* row, long long begin, long long end) {
+#if __CUDA_ARCH__ >= 900
+  const unsigned long long first =
+      (reinterpret_cast<unsigned long long>(row + begin) + 15) & ~15ull;
+  const unsigned long long last = reinterpret_cast<unsigned long long>(row + end) & ~15ull;
+  if (last > first) {
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(first),
+                 "r"(static_cast<unsigned int>(last - first))
+                 : "memory");
+  }
+#endif
+}
+
 }  // namespace normjit
