@@ -10,36 +10,14 @@
 #include <string>
 #include <vector>
 
-#include "tests/unit/tools/run_tool.hpp"
+#include "tests/unit/tools/tool_flags.hpp"
 
 namespace normjit::testing {
 namespace {
 
-constexpr const char* kErrorPrefix = "normjit: error: ";
 constexpr size_t npos = std::string::npos;
 
-class VariantFlags : public ::testing::Test {
- protected:
-  ToolResult run(const std::vector<std::string>& args) {
-    return run_tool(args, {"NORMJIT_CACHE_DIR=" + cache_.path(), "NORMJIT_CACHE_READONLY"});
-  }
-  // Expects an error exit with exactly one error line; returns that line.
-  std::string single_error(const std::vector<std::string>& args) {
-    const ToolResult r = run(args);
-    EXPECT_NE(r.exit_code, 0) << r.describe();
-    const std::vector<std::string> lines = r.err_lines(kErrorPrefix);
-    EXPECT_EQ(lines.size(), 1u) << r.describe();
-    return lines.empty() ? "" : lines[0];
-  }
-  std::string manifest(const std::string& text) {
-    const std::string path = dir_ / ("manifest" + std::to_string(count_++) + ".json");
-    write_file(path, text);
-    return path;
-  }
-
-  TempDir dir_, cache_;
-  int count_ = 0;
-};
+class VariantFlags : public ToolFlags {};
 
 TEST_F(VariantFlags, EverySubcommandWithSpecFlagsOffersThem) {
   for (const char* command : {"dump", "bench"}) {
