@@ -45,7 +45,6 @@ import gc
 import json
 import math
 import os
-import secrets
 import shlex
 import statistics
 import sys
@@ -733,29 +732,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     ap.add_argument("--from-json", default=None,
                     help="measure nothing: render the section of this JSON into --doc; "
                          "comma-separated files are merged")
-    args = ap.parse_args(argv)
-    if args.reps is None:
-        args.reps = 10 if args.quick else 20
-    if args.reps < 1 or args.warmup < 0:
-        ap.error("--reps must be >= 1 and --warmup >= 0")
-    args.dtype_list = [d.strip() for d in args.dtypes.split(",") if d.strip()]
-    for d in args.dtype_list:
-        if d not in ct.ELEMENT_BYTES:
-            ap.error(f"--dtypes: unknown dtype {d!r} (f32, f16, bf16)")
-    root = lambda s: s if os.path.isabs(s) else str(REPO / s)  # noqa: E731
-    args.build = root(args.build)
-    lib = args.lib or os.environ.get("NORMJIT_LIBRARY") or str(Path(args.build) / "libnormjit.so")
-    args.lib = root(lib)
-    args.doc = root(args.doc)
-    out_dir = os.environ.get("OUT")
-    if args.json_out is None:
-        args.json_out = (str(Path(out_dir) / "perf_vision.json") if out_dir else
-                         str(Path(args.build) / "perf_vision.json"))
-    if args.section_out is None and out_dir:
-        args.section_out = str(Path(out_dir) / "vision.md")
-    if args.seed is None:
-        args.seed = secrets.randbelow(2**31)
-    return args
+    return ct.finish_bench_args(ap, ap.parse_args(argv), "vision")
 
 
 def write_outputs(rep: Report, args: argparse.Namespace) -> None:

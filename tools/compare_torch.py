@@ -1564,6 +1564,48 @@ def measure_jit_latency(build: Path, timeout_s: int) -> JitLatency:
 # Main
 # ---------------------------------------------------------------------------------------
 
+def repo_path(path: str) -> str:
+    """A path relative to the repository root (wherever the script is started from), or as given
+    where absolute."""
+    return path if os.path.isabs(path) else str(REPO / path)
+
+
+def check_run_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """--reps and --warmup in range, and --dtypes split into args.dtype_list, each one known."""
+    if args.reps < 1 or args.warmup < 0:
+        ap.error("--reps must be >= 1 and --warmup >= 0")
+    args.dtype_list = [d.strip() for d in args.dtypes.split(",") if d.strip()]
+    for d in args.dtype_list:
+        if d not in ELEMENT_BYTES:
+            ap.error(f"--dtypes: unknown dtype {d!r} (f32, f16, bf16)")
+
+
+def finish_bench_args(ap: argparse.ArgumentParser, args: argparse.Namespace,
+                      name: str) -> argparse.Namespace:
+    """The options tools/bench_backward.py and tools/bench_vision.py share, made whole after
+    parsing: --reps (10 with --quick, else 20) and --warmup checked, --dtypes split and checked,
+    paths relative to the repository root, the library (--lib, else NORMJIT_LIBRARY, else
+    BUILD/libnormjit.so), the JSON (OUT/perf_NAME.json where OUT is set, else
+    BUILD/perf_NAME.json), the section alone (OUT/NAME.md where OUT is set) and a fresh seed
+    where none is given."""
+    if args.reps is None:
+        args.reps = 10 if args.quick else 20
+    check_run_args(ap, args)
+    args.build = repo_path(args.build)
+    lib = args.lib or os.environ.get("NORMJIT_LIBRARY") or str(Path(args.build) / "libnormjit.so")
+    args.lib = repo_path(lib)
+    args.doc = repo_path(args.doc)
+    out_dir = os.environ.get("OUT")
+    if args.json_out is None:
+        args.json_out = (str(Path(out_dir) / f"perf_{name}.json") if out_dir else
+                         str(Path(args.build) / f"perf_{name}.json"))
+    if args.section_out is None and out_dir:
+        args.section_out = str(Path(out_dir) / f"{name}.md")
+    if args.seed is None:
+        args.seed = secrets.randbelow(2**31)
+    return args
+
+
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         description="Time normjit (C API by ctypes) against PyTorch eager and torch.compile, "
@@ -1609,18 +1651,11 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
         args.reps = 5 if args.quick else 20
     if args.warmup is None:
         args.warmup = 2 if args.quick else 3
-    if args.reps < 1 or args.warmup < 0:
-        ap.error("--reps must be >= 1 and --warmup >= 0")
-    args.dtype_list = [d.strip() for d in args.dtypes.split(",") if d.strip()]
-    for d in args.dtype_list:
-        if d not in ELEMENT_BYTES:
-            ap.error(f"--dtypes: unknown dtype {d!r} (f32, f16, bf16)")
-    # Paths relative to the repository root, wherever the script is started from.
-    root = lambda s: s if os.path.isabs(s) else str(REPO / s)  # noqa: E731
-    args.build = root(args.build)
-    args.lib = root(args.lib) if args.lib else str(Path(args.build) / "libnormjit.so")
-    args.doc, args.plot, args.notes = root(args.doc), root(args.plot), root(args.notes)
-    args.host_cost = root(args.host_cost)
+    check_run_args(ap, args)
+    args.build = repo_path(args.build)
+    args.lib = repo_path(args.lib) if args.lib else str(Path(args.build) / "libnormjit.so")
+    args.doc, args.plot, args.notes = repo_path(args.doc), repo_path(args.plot), repo_path(args.notes)
+    args.host_cost = repo_path(args.host_cost)
     if args.json_out is None:
         out_dir = os.environ.get("OUT")
         args.json_out = str(Path(out_dir) / "perf.json") if out_dir else str(Path(args.build) / "perf.json")
