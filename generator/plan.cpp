@@ -40,10 +40,24 @@ constexpr int kAccessBytes = 16;  // widest global access of x per thread
 constexpr int kChannelValues = 32;
 constexpr int kRegisterValues = 64;
 
+// The values a thread of the channel kernel holds with vectors of v elements.
+int64_t channel_values(int64_t c, int v) {
+  return ceil_div(c, std::min(32, pow2_ceil(ceil_div(c * v, kChannelValues)))) * v;
+}
+
 void size_channels(const Problem& pr, KernelPlan& p) {
   const int64_t c = pr.channels;
   const int64_t s = pr.spatial;
   p.vec = vector_width(s, kAccessBytes / size_of(pr.x));
+  // Where the values would not fit registers (x read twice), narrower vectors, down to 8 bytes,
+  // that let them stay: on the H100 (normjit bench of scripts/specs/channel-read-twice.txt, the
+  // rule switched by a throwaway environment variable; performance-notes) f32 RMSNorm and
+  // LayerNorm with C 1024 on 14x14 and 28x28 maps ran 10-12% faster with 8-byte accesses held
+  // than with 16-byte ones read twice; bf16 with 4-byte accesses 8-14% slower (hence 8 bytes).
+  while (p.vec * size_of(pr.x) > 8 && channel_values(c, p.vec) > kRegisterValues &&
+         channel_values(c, p.vec / 2) <= kRegisterValues) {
+    p.vec /= 2;
+  }
   // Split the channels over block_y threads so each keeps at most kChannelValues values.
   p.block_y = std::min(32, pow2_ceil(ceil_div(c * p.vec, kChannelValues)));
   p.block_x = std::clamp(256 / p.block_y, 32, 256);

@@ -181,7 +181,17 @@ TEST(Plan, EveryThreadKeepsABoundedNumberOfValues) {
   EXPECT_EQ(per_thread("op=rmsnorm shape=2,512,64,64"), 64);
   EXPECT_TRUE(cached("op=rmsnorm shape=2,512,64,64"));
   EXPECT_TRUE(cached("op=rmsnorm shape=2,256,64,64 dtype=bf16"));
-  EXPECT_FALSE(cached("op=rmsnorm shape=2,1024,64,64"));
+  EXPECT_FALSE(cached("op=rmsnorm shape=2,4096,64,64"));
+  EXPECT_FALSE(cached("op=rmsnorm shape=2,1024,64,64 dtype=bf16"));
+  // f32 with C 1024: 8-byte vectors keep 64 values a thread in registers where 16-byte ones
+  // would need 128 (read twice); never narrower than 8 bytes (bf16 keeps 16, read twice).
+  const KernelPlan narrow = plan(NormSpec::parse("op=rmsnorm shape=32,1024,14,14"), t);
+  EXPECT_EQ(narrow.vec, 2);
+  EXPECT_TRUE(narrow.cached);
+  EXPECT_EQ(per_thread("op=rmsnorm shape=32,1024,14,14"), 64);
+  EXPECT_EQ(plan(NormSpec::parse("op=rmsnorm shape=2,1024,64,64 dtype=bf16"), t).vec, 8);
+  EXPECT_EQ(plan(NormSpec::parse("op=rmsnorm shape=32,1024,14,14 dtype=bf16"), t).vec, 4);
+  EXPECT_EQ(plan(NormSpec::parse("op=rmsnorm shape=2,2048,64,64"), t).vec, 4);  // 2: 128 values
   // 64 cached values a thread: 512 threads a CTA (128 registers each, where 1024 threads leave
   // 64, fewer than the values), and the same values in registers.
   const KernelPlan wide = plan(NormSpec::parse("op=layernorm shape=32,256,28,28 dtype=bf16 "
