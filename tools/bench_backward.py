@@ -428,13 +428,15 @@ def render_section(rep: Report) -> str:
         f"{s.get('warmup')} warm-up calls, a sleep kernel queued first long enough that the "
         "host enqueues every timed call while the GPU is busy (the events bracket GPU work, "
         "not Python or autograd's dispatch). Problems whose x, dy and dx are smaller than 4x "
-        "L2 rotate through several sets (each with its own graph), so no call finds its data "
-        "in L2.")
+        "L2 rotate through several sets (each with its own graph), so no call finds its inputs "
+        "in L2; dx is one buffer for every set (a peer's dx is a new tensor that PyTorch's "
+        "caching allocator places in the block the previous call freed).")
     add("- `MB moved` = x and dy read and dx written, the statistics read (rstd, and mean for "
         "LayerNorm and GroupNorm: f32 per row, per (n, position) for the channel forms, per "
         "(n, group) for GroupNorm), the parameters read and their gradients written, each once "
         "(as `normjit bench --backward` counts). `copy µs`: a device-to-device `copy_` moving "
-        "those bytes (half read, half written), rotated and timed the same way; `% of copy` = "
+        "those bytes (half read, half written), its source rotated, its destination one buffer, "
+        "timed the same way; `% of copy` = "
         "copy µs / normjit µs (the issue's goal: 85% or more).")
     add("- `vs compile`, `vs best` = their time / normjit's (above 1: normjit faster); `best "
         "peer`: the fastest of eager, compile and Liger whose gradients passed their check. "
@@ -884,7 +886,7 @@ class Bench:
         m.first_call_s = time.perf_counter() - t0
         self.log(f"  normjit  prepared in {m.first_call_s * 1e3:.0f} ms: {row.spec}")
         stats = [self.statistics(p, x) for x in xs]
-        dxs = [torch.empty_like(x) for x in xs]
+        dxs = [torch.empty_like(xs[0])] * len(xs)  # one dx, as autograd's allocations give the peers
         dw = torch.empty_like(weight) if weight is not None else None
         db = torch.empty_like(weight) if p.affine == "both" else None
         ptr = lambda t: t.data_ptr() if t is not None else None  # noqa: E731

@@ -585,9 +585,12 @@ def render_section(rep: Report) -> str:
         f"{s.get('warmup')} warm-up calls, a sleep kernel queued first (the events bracket GPU "
         "work, not Python or dispatch). The inputs rotate through enough sets that the bytes "
         "touched between two uses of one set exceed 4x L2, and L2 is flushed (a read of "
-        "2x L2) between the warm-up and the timed calls.")
+        "2x L2) between the warm-up and the timed calls. A separate output y is one buffer "
+        "for every set, as the peers' outputs are (PyTorch's caching allocator hands each "
+        "call the block the previous one freed); in-place outputs (h into the residual) "
+        "rotate with their inputs.")
     add("- `copy µs`: a device-to-device `copy_` moving the variant's bytes (half read, half "
-        "written), rotated and timed the same way; `% of copy` = copy µs / normjit µs (the "
+        "written), its source rotated, its destination one buffer, timed the same way; `% of copy` = copy µs / normjit µs (the "
         "issue's goal: 90% or more at large token counts). `MB moved` = the variant's bytes: "
         "x read, the residual read and h written, y written, parameters read once.")
     add("- `vs compile` = compile µs / normjit µs (above 1: normjit is faster).")
@@ -1149,6 +1152,9 @@ class Bench:
         T, hidden = row.tokens, row.hidden
         n = row.rotation = self.rotation(row.bytes_moved)
         sets = [self.make_set(v, T, hidden) for _ in range(n)]
+        for s in sets[1:]:  # one y, as each peer's allocator gives it: only the inputs rotate
+            if "y" in s:
+                s["y"] = sets[0]["y"]
         targs = [self.torch_args(v, s, p) for s in sets]
         ptr = lambda t: t.data_ptr() if t is not None else None  # noqa: E731
         calls = []

@@ -363,8 +363,9 @@ def render_section(rep: Report) -> str:
         "between two uses of one set exceed 4x L2. normjit's time is its kernel's (the "
         "package's call allocates y with PyTorch's caching allocator, no GPU work).")
     add("- `MB moved` = x read, y written, weight and bias read, once each; `copy µs`: a "
-        "device-to-device `copy_` of those bytes (half read, half written), rotated and timed "
-        "the same way; `% of copy` = copy µs / normjit µs (the issue's goal: within 10% of it, "
+        "device-to-device `copy_` of those bytes (half read, half written), its source rotated, "
+        "its destination one buffer (every implementation's y is one block of the caching "
+        "allocator), timed the same way; `% of copy` = copy µs / normjit µs (the issue's goal: within 10% of it, "
         "90% or more, on the large rows). `vs compile`, `vs best` = their time / normjit's "
         "(above 1: normjit faster; the issue's goal: ahead of compile on every row); `best "
         "peer`: the fastest of eager, compile (and F.layer_norm NHWC) whose output passed.")

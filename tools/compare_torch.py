@@ -370,13 +370,13 @@ def load_liger(*names: str) -> tuple[dict[str, Callable], str]:
 
 def own_copy(nbytes: int, sets: int, device: str) -> Callable[[int], Any]:
     """fn(i): a device-to-device `copy_` moving nbytes (half read from one uint8 tensor, half
-    written to another) on pair i % sets, rotated like the kernels' inputs; the pairs live as
-    long as fn."""
+    written to another): the source i % sets, rotated like the kernels' inputs, into one
+    destination, as every implementation writes one output; the tensors live as long as fn."""
     import torch
     half = max(1, nbytes // 2)
     src = [torch.empty(half, dtype=torch.uint8, device=device).fill_(7) for _ in range(sets)]
-    dst = [torch.empty_like(s) for s in src]
-    return lambda i: dst[i % sets].copy_(src[i % sets])
+    dst = torch.empty_like(src[0])
+    return lambda i: dst.copy_(src[i % sets])
 
 
 # ---------------------------------------------------------------------------------------
@@ -674,13 +674,17 @@ def render_markdown(report: Report, notes: Optional[str], plot_name: Optional[st
         "every timed call while the GPU is busy: the events bracket GPU work, not Python, "
         "ctypes or PyTorch dispatch (host overhead per call is in the JIT latency table).")
     add("- Problems whose x and y together are smaller than 4x L2 rotate through several "
-        "input/output sets (column `rotation` in the JSON), so no call finds its data in L2.")
+        "inputs (column `rotation` in the JSON), so no call finds its x in L2. Each "
+        "implementation writes one output buffer on every call: PyTorch's caching allocator "
+        "hands a peer's new y the block its previous call freed (as it does in a model), and "
+        "normjit and the copy are given the same (before 2026-11-24 they rotated their "
+        "outputs too, which cost them the write-back of the previous calls' y).")
     add("- Bytes moved = x read once + y written once + parameters read once; GB/s and "
         "`% of copy BW` use them for every implementation (`% of copy BW` = GB/s / the 2 GiB "
         "copy's bandwidth below); `floor ms` = bytes / that bandwidth.")
     add("- `copy ms`: a device-to-device `copy_` of the problem's own bytes (half read from one "
-        "uint8 tensor, half written to another), rotated through as many pairs as the "
-        "problem's input/output sets and timed exactly as the kernels; `% of copy` = copy ms / "
+        "uint8 tensor, half written to another), its source rotated as the kernels' inputs, "
+        "its destination one buffer, timed exactly as the kernels; `% of copy` = copy ms / "
         "normjit ms (100%: normjit as fast as a copy of the same bytes).")
     add("- `vs eager`, `vs compile`, `vs Liger`: their time / normjit's time (above 1: normjit "
         "faster). Eager is the reference module of PyTorch (`torch.nn.LayerNorm`, "
@@ -1300,7 +1304,9 @@ class Runner:
         dist = p.dists[0]
         n = r.rotation
         xs = [self.random(p.shape, p.dtype, dist) for _ in range(n)]
-        ys = [torch.empty_like(xs[0]) for _ in range(n)]
+        # One output for every rotating input, as each peer has: PyTorch's caching allocator
+        # hands a peer's y the block its previous call freed, so only the inputs rotate.
+        ys = [torch.empty_like(xs[0])]
         weight = bias = None
         if p.affine in ("weight", "both"):
             weight = self.random(p.param_shape, p.dtype, InputDist(1.0, 0.5))
@@ -1308,7 +1314,7 @@ class Runner:
             bias = self.random(p.param_shape, p.dtype, InputDist(0.0, 1.0))
         stream = torch.cuda.current_stream().cuda_stream
         ptr = lambda t: t.data_ptr() if t is not None else None  # noqa: E731
-        calls = [self.nj.bind(self.engine, p, xs[i].data_ptr(), ys[i].data_ptr(), ptr(weight),
+        calls = [self.nj.bind(self.engine, p, xs[i].data_ptr(), ys[0].data_ptr(), ptr(weight),
                               ptr(bias), stream) for i in range(n)]
         module = make_module(p, weight, bias)
         outputs = {}
