@@ -40,8 +40,10 @@ __device__ __forceinline__ float shfl_first(float v, int width) {
 
 // Reduces v over the TEAM threads with the same threadIdx.y (blockDim = (TEAM, ROWS)); every
 // thread of the team gets the identical result. All threads of the block must call it.
-// `scratch` holds ROWS * max(1, TEAM / 32) values.
-template <int TEAM, int ROWS, class V>
+// `scratch` holds ROWS * max(1, TEAM / 32) values. kReuse: the caller writes `scratch` again
+// after this call (another reduction), so the call ends with a barrier; without it the caller
+// gives each reduction its own scratch and no thread waits for the others' reads.
+template <int TEAM, int ROWS, bool kReuse = true, class V>
 __device__ __forceinline__ V team_reduce(V v, V* scratch) {
   constexpr int kWidth = TEAM < 32 ? TEAM : 32;
 #pragma unroll
@@ -49,26 +51,41 @@ __device__ __forceinline__ V team_reduce(V v, V* scratch) {
   if constexpr (TEAM <= 32) {
     return shfl_first(v, kWidth);
   } else {
-    // Lane 0 of each warp leaves its value in scratch; the team's first warp merges them
-    // with shuffles (log2 steps, not one sequential merge per warp in every thread) and
-    // leaves the total in scratch for everyone.
     constexpr int kWarps = TEAM / 32;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     V* row_scratch = scratch + threadIdx.y * kWarps;
     if (lane == 0) row_scratch[warp] = v;
     __syncthreads();
-    if (warp == 0) {
-      V total = lane < kWarps ? row_scratch[lane] : V{};
+    if constexpr (kWarps * sizeof(V) <= 32) {
+      // Every thread merges the warps' values itself, value i with value i + offset, offset
+      // halving: the order of the shuffles below, so the same bits, with one barrier and no
+      // broadcast through shared memory (on few-row launches each barrier is latency).
+      V part[kWarps];
+#pragma unroll
+      for (int i = 0; i < kWarps; ++i) part[i] = row_scratch[i];
 #pragma unroll
       for (int offset = kWarps / 2; offset > 0; offset /= 2) {
-        total = merge(total, shfl_down(total, offset, 32));
+#pragma unroll
+        for (int i = 0; i < offset; ++i) part[i] = merge(part[i], part[i + offset]);
       }
-      if (lane == 0) row_scratch[0] = total;
+      if constexpr (kReuse) __syncthreads();
+      return part[0];
+    } else {
+      // Many warps (or wide values): the team's first warp merges them with shuffles (log2
+      // steps, fewer registers than holding them all) and leaves the total in scratch.
+      if (warp == 0) {
+        V total = lane < kWarps ? row_scratch[lane] : V{};
+#pragma unroll
+        for (int offset = kWarps / 2; offset > 0; offset /= 2) {
+          total = merge(total, shfl_down(total, offset, 32));
+        }
+        if (lane == 0) row_scratch[0] = total;
+      }
+      __syncthreads();
+      const V total = row_scratch[0];
+      if constexpr (kReuse) __syncthreads();
+      return total;
     }
-    __syncthreads();
-    const V total = row_scratch[0];
-    __syncthreads();  // scratch may be reused by the caller
-    return total;
   }
 }
 

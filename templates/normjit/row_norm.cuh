@@ -45,17 +45,20 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock) row_norm(Params
   const Epilogue<C> epi(p);
   slice.load(io, 0, threadIdx.x, io.shift());
   float mean = 0.f, rstd;
+  // Each reduction has its own scratch: none waits for the others' reads of the previous one.
   if constexpr (C::kRms) {
     __shared__ float scratch[ROWS * kWarps];
-    rstd = rsqrtf(team_reduce<TEAM, ROWS>(slice.sum_squares(), scratch) * (1.0f / H) + p.eps);
+    rstd = rsqrtf(team_reduce<TEAM, ROWS, false>(slice.sum_squares(), scratch) * (1.0f / H) +
+                  p.eps);
   } else if constexpr (RowSlice::kPacked) {
-    __shared__ float scratch[ROWS * kWarps];
-    mean = team_reduce<TEAM, ROWS>(slice.sum(), scratch) * (1.0f / H);
-    rstd = rsqrtf(team_reduce<TEAM, ROWS>(slice.squared_deviations(mean), scratch) * (1.0f / H) +
+    __shared__ float scratch[2][ROWS * kWarps];
+    mean = team_reduce<TEAM, ROWS, false>(slice.sum(), scratch[0]) * (1.0f / H);
+    rstd = rsqrtf(team_reduce<TEAM, ROWS, false>(slice.squared_deviations(mean), scratch[1]) *
+                      (1.0f / H) +
                   p.eps);
   } else {
     __shared__ Stats scratch[ROWS * kWarps];
-    const Stats s = team_reduce<TEAM, ROWS>(slice.stats(), scratch);
+    const Stats s = team_reduce<TEAM, ROWS, false>(slice.stats(), scratch);
     mean = s.mean;
     rstd = rsqrtf(s.m2 * (1.0f / H) + p.eps);
   }
