@@ -48,8 +48,8 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock) row_norm(Params
   // Each reduction has its own scratch: none waits for the others' reads of the previous one.
   if constexpr (C::kRms) {
     __shared__ float scratch[ROWS * kWarps];
-    rstd = rsqrtf(team_reduce<TEAM, ROWS, false>(slice.sum_squares(), scratch) * (1.0f / H) +
-                  p.eps);
+    rstd =
+        rsqrtf(team_reduce<TEAM, ROWS, false>(slice.sum_squares(), scratch) * (1.0f / H) + p.eps);
   } else if constexpr (RowSlice::kPacked) {
     __shared__ float scratch[2][ROWS * kWarps];
     mean = team_reduce<TEAM, ROWS, false>(slice.sum(), scratch[0]) * (1.0f / H);
