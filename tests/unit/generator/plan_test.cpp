@@ -375,6 +375,14 @@ TEST(PlanRows, ParametersLoadedWithXWhenTheyFitThirtyTwoRegisters) {
   EXPECT_FALSE(ahead("op=layernorm shape=1000,4096 dtype=bf16"));
   EXPECT_TRUE(ahead("op=layernorm shape=256,4096 dtype=bf16"));
   EXPECT_FALSE(ahead("op=layernorm shape=257,4096 dtype=bf16"));
+  // With a residual, x and the residual are both in flight before h is formed: 16 + 16 words,
+  // and the weight's 16 are loaded at the store (a few rows still load it with x).
+  EXPECT_FALSE(
+      ahead("op=rmsnorm shape=1024,4096 normalized_dims=1 dtype=bf16 affine=weight residual=bf16"));
+  EXPECT_TRUE(
+      ahead("op=rmsnorm shape=256,4096 normalized_dims=1 dtype=bf16 affine=weight residual=bf16"));
+  EXPECT_TRUE(
+      ahead("op=rmsnorm shape=1024,2048 normalized_dims=1 dtype=bf16 affine=weight residual=bf16"));
   EXPECT_NE(batch_class(NormSpec::parse("op=layernorm shape=256,4096")),
             batch_class(NormSpec::parse("op=layernorm shape=257,4096")));
   // Kernels whose plan never depends on the batch have one class.
