@@ -311,15 +311,18 @@ def grid(variants: list[Variant], quick: bool, tokens: Optional[list[int]] = Non
 
 def launch_fields(v: Variant, tokens: int, ptr: dict[str, Optional[int]]) -> dict[str, Any]:
     """normjit_launch_args of one case: ptr has x, y (None: y over x), r, w, b, scale (device
-    addresses or None). Strides in elements; 0 is contiguous."""
+    addresses or None), and optionally h (h written there, not over the residual). Strides in
+    elements; 0 is contiguous."""
+    y_over_x = v.y_over_x and ptr.get("h") is None  # separate outputs: y where given
     f: dict[str, Any] = {
-        "x": ptr["x"], "y": ptr["x"] if v.y_over_x else ptr["y"], "weight": ptr["w"],
+        "x": ptr["x"], "y": ptr["x"] if y_over_x else ptr["y"], "weight": ptr["w"],
         "bias": ptr.get("b") if v.affine == "both" else None, "batch": v.rows(tokens),
         "eps": v.eps, "inner_rows": 1, "x_strides": (0, 0), "y_strides": (0, 0),
         "residual": None, "residual_out": None, "scale": None,
     }
     if v.residual:
-        f["residual"] = f["residual_out"] = ptr["r"]
+        f["residual"] = ptr["r"]
+        f["residual_out"] = ptr.get("h") or ptr["r"]
     if v.fp8:
         f["scale"] = ptr["scale"]
     if v.qk:
@@ -341,7 +344,7 @@ def fill_launch_args(a: Any, fields: dict[str, Any]) -> None:
 # Results
 # ---------------------------------------------------------------------------------------
 
-IMPLS = ("normjit", "eager", "compile", "liger", "copy")
+IMPLS = ("normjit", "eager", "compile", "liger", "copy", "separate")
 
 
 @dataclass
@@ -363,6 +366,10 @@ class Check:
     ulps: Optional[float] = None          # largest |y - ref| in steps of the output dtype at ref
     nonfinite: Optional[int] = None       # y elements NaN/inf (poisoned and not written)
     h_mismatches: Optional[int] = None    # residual variants: h elements != x + r in bf16
+    # Residual variants, the launch with separate outputs (set 0's inputs after the in-place
+    # check): h elements != x + r in bf16, and y elements left unwritten (poisoned) or NaN.
+    separate_h_mismatches: Optional[int] = None
+    separate_nonfinite: Optional[int] = None
     untouched: Optional[bool] = None      # QK-norm: qkv unchanged by the launch
     passed: bool = False
 
@@ -379,6 +386,9 @@ class Row:
     compile: Timing = field(default_factory=Timing)
     liger: Timing = field(default_factory=Timing)
     copy: Timing = field(default_factory=Timing)
+    # Residual variants: normjit writing y and h to separate buffers, one each for every input
+    # set as the peers' outputs are, instead of over x and the residual (which rotate).
+    separate: Timing = field(default_factory=Timing)
     check: Optional[Check] = None
     error: str = ""           # the case could not be run
     skipped: str = ""         # not run (time budget)
@@ -387,9 +397,10 @@ class Row:
     def impl(self, name: str) -> Timing:
         return getattr(self, name)
 
-    def speedup(self, other: str) -> Optional[float]:
-        """their time / normjit's: above 1, normjit is faster."""
-        a, b = self.impl(other).us, self.normjit.us
+    def speedup(self, other: str, mine: str = "normjit") -> Optional[float]:
+        """their time / normjit's (mine: "separate" for the separate outputs): above 1, normjit
+        is faster."""
+        a, b = self.impl(other).us, self.impl(mine).us
         return a / b if a and b else None
 
     @property
@@ -521,26 +532,37 @@ def check_cell(row: Row) -> str:
     return "pass" if row.check.passed else "**FAIL**"
 
 
-def table_headers(with_liger: bool) -> list[str]:
-    return (["tokens", "hidden", "MB moved", "normjit µs", "eager µs", "compile µs"]
+def table_headers(with_liger: bool, with_separate: bool = False) -> list[str]:
+    return (["tokens", "hidden", "MB moved", "normjit µs"]
+            + (["separate µs"] if with_separate else []) + ["eager µs", "compile µs"]
             + (["Liger µs"] if with_liger else [])
-            + ["copy µs", "% of copy", "vs compile", "error (rel. / max)", "check"])
+            + ["copy µs", "% of copy", "vs compile"]
+            + (["separate vs compile"] if with_separate else [])
+            + ["error (rel. / max)", "check"])
 
 
 def table_row(v: Variant, row: Row, with_liger: bool) -> list[str]:
     cells = [str(row.tokens), v.hidden_text(row.hidden), fmt_mb(row.bytes_moved),
-             timing_cell(row.normjit), timing_cell(row.eager), timing_cell(row.compile)]
+             timing_cell(row.normjit)]
+    if v.residual:
+        cells.append(timing_cell(row.separate))
+    cells += [timing_cell(row.eager), timing_cell(row.compile)]
     if with_liger:
         cells.append(timing_cell(row.liger))
     cells += [timing_cell(row.copy), ct.fmt_num(row.pct_copy, ".0f", "%"),
-              ct.fmt_num(row.speedup("compile"), ".2f", "x"), error_cell(row), check_cell(row)]
-    return cells
+              ct.fmt_num(row.speedup("compile"), ".2f", "x")]
+    if v.residual:
+        cells.append(ct.fmt_num(row.speedup("compile", "separate"), ".2f", "x"))
+    return cells + [error_cell(row), check_cell(row)]
 
 
 def variant_summary(rows: list[Row]) -> tuple[str, str, str]:
     """(rows at or ahead of compile, % of copy at large token counts, checks)"""
     both = [r for r in rows if r.normjit.us and r.compile.us]
     ahead = sum(1 for r in both if r.normjit.us <= r.compile.us)
+    sep = [r for r in rows if r.separate.us and r.compile.us]
+    sep_text = (f"; y and h separate: {sum(1 for r in sep if r.separate.us <= r.compile.us)} "
+                f"of {len(sep)}" if sep else "")
     pct = [r.pct_copy for r in rows if r.tokens >= LARGE_TOKENS and r.pct_copy is not None]
     pct_text = f"{min(pct):.0f}–{max(pct):.0f}%" if pct else "—"
     checked = [r for r in rows if r.check]
@@ -551,7 +573,7 @@ def variant_summary(rows: list[Row]) -> tuple[str, str, str]:
         checks = f"**{failed} FAIL**, " + checks
     if errors:
         checks += f", {errors} error"
-    return (f"{ahead} of {len(both)}" if both else "—"), pct_text, checks
+    return (f"{ahead} of {len(both)}{sep_text}" if both else "—"), pct_text, checks
 
 
 def render_section(rep: Report) -> str:
@@ -594,6 +616,13 @@ def render_section(rep: Report) -> str:
         "issue's goal: 90% or more at large token counts). `MB moved` = the variant's bytes: "
         "x read, the residual read and h written, y written, parameters read once.")
     add("- `vs compile` = compile µs / normjit µs (above 1: normjit is faster).")
+    add("- Residual variants (in place, as vLLM's fused_add_rms_norm) also have `separate µs`: "
+        "the same kernel writing y and h to separate buffers, one each for every input set, "
+        "as the peers' outputs are (they return new tensors). In place, y and h go over "
+        "inputs that rotate, so a problem under 4x L2 pays the write-back of earlier calls' "
+        "outputs that the peers' reused blocks do not; `separate vs compile` = compile µs / "
+        "separate µs. Checked on one set: h bit-equal to x + r, every element of y written, "
+        "the inputs unchanged.")
     add("- `error`: normjit's y against the expression in float64 (with h = x + r rounded to "
         "bf16, as the variant defines it): ||y - ref|| / ||ref||, and the largest |y - ref| in "
         "steps (ulp) of the output dtype at ref (bf16 steps taken at no less than "
@@ -639,9 +668,9 @@ def render_section(rep: Report) -> str:
         add("```")
         add("")
         with_liger = bool(v.liger)
-        right = set(range(len(table_headers(with_liger)) - 2))
-        out += ct.md_table(table_headers(with_liger), [table_row(v, r, with_liger) for r in rows],
-                           right)
+        headers = table_headers(with_liger, v.residual)
+        right = set(range(len(headers) - 2))
+        out += ct.md_table(headers, [table_row(v, r, with_liger) for r in rows], right)
         add("")
 
     problems = []
@@ -661,6 +690,9 @@ def render_section(rep: Report) -> str:
                 f"{'NaN' if c.ulps is not None and math.isnan(c.ulps) else c.ulps} ulp, "
                 f"{c.nonfinite} non-finite (unwritten) elements"
                 + (f", {c.h_mismatches} h elements off" if c.h_mismatches else "")
+                + (f"; separate outputs: {c.separate_h_mismatches} h elements off, "
+                   f"{c.separate_nonfinite} y elements non-finite (or the inputs changed)"
+                   if c.separate_h_mismatches is not None else "")
                 + (", qkv changed" if c.untouched is False else ""))
     skipped = [r for r in rep.rows if r.skipped]
     if skipped:
@@ -696,13 +728,14 @@ def write_section(rep: Report, doc: Path, section_out: Optional[Path] = None) ->
 
 def render_summary(rep: Report) -> str:
     """The short table printed at the end of the run."""
-    headers = ["case", "normjit", "eager", "compile", "liger", "copy", "%copy", "vs comp",
-               "error", "check"]
+    headers = ["case", "normjit", "separate", "eager", "compile", "liger", "copy", "%copy",
+               "vs comp", "error", "check"]
     rows = []
     for r in rep.rows:
         v = VARIANT_BY_KEY[r.variant]
         rows.append([f"{v.number} {v.key} h{v.hidden_text(r.hidden)} t{r.tokens}",
-                     timing_cell(r.normjit), timing_cell(r.eager), timing_cell(r.compile),
+                     timing_cell(r.normjit), timing_cell(r.separate) if v.residual else "",
+                     timing_cell(r.eager), timing_cell(r.compile),
                      timing_cell(r.liger), timing_cell(r.copy), ct.fmt_num(r.pct_copy, ".0f", "%"),
                      ct.fmt_num(r.speedup("compile"), ".2f", "x"), error_cell(r),
                      check_cell(r).replace("*", "")])
@@ -1232,6 +1265,7 @@ class Bench:
         outs.clear()
         del x0, r0, qkv0
         self.free()
+        separate = self.separate_calls(v, row, kernel, sets, p) if calls and v.residual else []
 
         # Timing: the peers first (normjit's in-place variants change their inputs' values).
         if row.eager.status == "ok":
@@ -1240,11 +1274,58 @@ class Bench:
             self.timed(row, "compile", lambda i: compiled(*targs[i % n]))
         if row.liger.status == "ok":
             self.timed(row, "liger", lambda i: liger(*targs[i % n]))
+        if row.separate.status == "ok":
+            self.timed(row, "separate", lambda i: separate[i % n]())
         if row.normjit.status == "ok":
             self.timed(row, "normjit", lambda i: calls[i % n]())
-        del sets, targs, calls
+        del sets, targs, calls, separate
         self.free()
         row.copy = self.measure_copy(row.bytes_moved, n)
+
+
+    def separate_calls(self, v: Variant, row: Row, kernel: int, sets: list[dict],
+                       p: dict) -> list[Callable[[], None]]:
+        """The launches of a residual variant with y and h written to separate buffers, one
+        each for every set (as the peers' outputs are), and their check on set 0, whose x and
+        residual hold the in-place check's y and h by now: h bit-equal to x + r in bf16, every
+        element of y written (poisoned first) and finite, x and the residual unchanged."""
+        ptr = lambda t: t.data_ptr() if t is not None else None  # noqa: E731
+        s0 = sets[0]
+        y = s0["y"] if "y" in s0 else torch.empty(s0["x"].shape, dtype=out_torch_dtype(v),
+                                                   device=self.dev)
+        h = torch.empty_like(s0["r"])
+        calls = []
+        for s in sets:
+            a = self.nj.new_args()
+            fill_launch_args(a, launch_fields(v, row.tokens, {
+                "x": ptr(s["x"]), "y": ptr(y), "r": ptr(s["r"]), "h": ptr(h), "w": ptr(p["w"]),
+                "b": ptr(p.get("b")), "scale": ptr(p.get("scale"))}))
+            if isinstance(self.nj, StandIn):
+                self.nj.register(s["x"], y, s["r"], h, *p.values())
+            calls.append(self.nj.bind(kernel, a, self.stream))
+        if row.normjit.status != "ok" or row.check is None:
+            row.separate.status = "skipped"
+            return []
+        x0, r0 = s0["x"].clone(), s0["r"].clone()
+        (y.view(torch.uint8).fill_(0x7F) if v.fp8 else y.fill_(math.nan))
+        h.fill_(math.nan)
+        try:
+            calls[0]()
+            self.sync()
+        except _capi.NormjitError as e:
+            row.separate.status, row.separate.message = "error", str(e)
+            self.log(f"  separate error: {e}")
+            return []
+        c = row.check
+        c.separate_h_mismatches = int((h != (x0.float() + r0.float()).to(r0.dtype)).sum().item())
+        c.separate_nonfinite = int((~y.float().isfinite()).sum().item())
+        unchanged = torch.equal(s0["x"], x0) and torch.equal(s0["r"], r0)
+        c.passed = (c.passed and c.separate_h_mismatches == 0 and c.separate_nonfinite == 0
+                    and unchanged)
+        if not unchanged:
+            self.log("  separate: the launch changed x or the residual")
+        row.separate.status = "ok"
+        return calls
 
 
 def out_torch_dtype(v: Variant):
@@ -1487,7 +1568,7 @@ def fake_report() -> Report:
     rows = [
         Row("add-rmsnorm", 16384, 4096, v1.bytes_moved(16384, 4096), normjit=ok(190.0),
             eager=ok(900.0), compile=ok(200.0), liger=ok(210.0), copy=ok(180.0),
-            check=passed(h_mismatches=0)),
+            separate=ok(160.0), check=passed(h_mismatches=0)),
         Row("add-rmsnorm", 1, 4096, v1.bytes_moved(1, 4096), rotation=256, normjit=ok(2.5),
             eager=ok(31.0), compile=ok(4.1), liger=Timing(status="failed", message="boom | x"),
             copy=ok(2.2), check=passed(h_mismatches=3, passed=False)),
@@ -1550,6 +1631,10 @@ def selftest(lib: Path) -> int:
     assert f["bias"] is None and f["scale"] is None and f["batch"] == 7 and f["inner_rows"] == 1
     f = launch_fields(v["combined"], 7, ptrs)
     assert f["y"] == 0x2000 and f["scale"] == 0x6000 and f["residual_out"] == 0x3000
+    # Separate outputs: y and h where given, x and the residual only read.
+    f = launch_fields(v["add-rmsnorm"], 7, {**ptrs, "h": 0x7000})
+    assert f["y"] == 0x2000 and f["x"] == 0x1000 and f["residual_out"] == 0x7000
+    assert f["residual"] == 0x3000
     f = launch_fields(v["qk-norm"], 5, ptrs)
     assert f["batch"] == 5 * 32 and f["inner_rows"] == 32 and f["x_strides"] == (6144, 128)
     assert f["y_strides"] == (0, 0) and f["residual"] is None and f["y"] == 0x2000
@@ -1613,18 +1698,22 @@ def selftest(lib: Path) -> int:
     assert len(summary) == 1 and [r[0] for r in summary[0][1:]] == [
         "1. add-rmsnorm", "3. fp8-out", "4. gemma", "5. qk-norm", "7. add-layernorm"], summary
     s = {r[0]: r for r in summary[0][1:]}
-    assert s["1. add-rmsnorm"][2:] == ["2 of 2", "95–95%", "**1 FAIL**, 1 of 2 pass"], s
+    assert s["1. add-rmsnorm"][2:] == ["2 of 2; y and h separate: 1 of 1", "95–95%",
+                                       "**1 FAIL**, 1 of 2 pass"], s
     assert s["7. add-layernorm"][1] == "0" and s["5. qk-norm"][4] == "1 of 1 pass, 1 error"
     per = [t for t in tables if t[0][0] == "tokens"]
     assert len(per) == 5
-    assert per[0][0] == table_headers(True) and per[1][0] == table_headers(False)
-    col = {h: i for i, h in enumerate(table_headers(True))}
+    assert per[0][0] == table_headers(True, True) and per[1][0] == table_headers(False)
+    assert per[4][0] == table_headers(False, True)
+    col = {h: i for i, h in enumerate(table_headers(True, True))}
     r1 = per[0][1]  # sorted by tokens: t1 first
     assert r1[col["tokens"]] == "1" and r1[col["normjit µs"]] == "2.50"
     assert r1[col["Liger µs"]] == "failed" and r1[col["check"]] == "**FAIL**"
     r2 = per[0][2]
     assert r2[col["normjit µs"]] == "190.0" and r2[col["eager µs"]] == "900.0"
     assert r2[col["% of copy"]] == "95%" and r2[col["vs compile"]] == "1.05x", r2
+    assert r2[col["separate µs"]] == "160.0" and r2[col["separate vs compile"]] == "1.25x", r2
+    assert r1[col["separate µs"]] == "not run" and r1[col["separate vs compile"]] == "—", r1
     assert r2[col["error (rel. / max)"]] == "2.9e-03 / 0.50 ulp" and r2[col["check"]] == "pass"
     assert r2[col["MB moved"]] == "536.9" and r1[col["MB moved"]] == "0.041", (r1, r2)
     col = {h: i for i, h in enumerate(table_headers(False))}
@@ -1639,7 +1728,7 @@ def selftest(lib: Path) -> int:
     col = {h: i for i, h in enumerate(table_headers(False))}
     qk = {r[0]: r for r in per[3][1:]}
     assert qk["16"][col["check"]] == "error" and qk["128"][col["hidden"]] == "32x128"
-    assert per[4][1][col["check"]] == "skipped"
+    assert per[4][1][{h: i for i, h in enumerate(table_headers(False, True))}["check"]] == "skipped"
     for needle in ("Incomplete run: 7 of 9", "FakeGPU", "`python3 tools/bench_variants.py --selftest`",
                    "3000 GB/s", "3 h elements off", "OutOfMemoryError",
                    "unsupported: weight_offset: not on sm_80", "1 cases skipped",
