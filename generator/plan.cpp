@@ -650,7 +650,8 @@ constexpr int kGroupBackwardTeam = 256;
 // Rows per wave: as many as keep the wave's x and dy in L2 (the second read, for dx, then comes
 // from there), at least one. 16 MiB: a third of the H100's L2, leaving room for the next wave's
 // prefetch and dx on its way out (the f32 GroupNorm seed: 1 row of 2 Mi elements per wave,
-// bf16: 2). Not yet measured.
+// bf16: 2). On the H100 waves of 8, 32 and 48 MiB ran the seeds and the diffusion shapes up to
+// 1.3x slower (performance-notes, 2026-11-24).
 constexpr int64_t kGroupWaveBytes = int64_t{16} << 20;
 // ... and at most this many units per wave, which bounds the workspace (partials: 2 floats per
 // unit, two buffers) where channels are tiny (S = 1: a unit per channel).
