@@ -391,7 +391,7 @@ constexpr int kParamsAheadWords = 32;
 // loaded with x only where the loads in flight together take at most this many: the slice,
 // twice over with a residual (x and the residual both arrive before h is formed), and the
 // parameters. On the H100 (normjit bench, a throwaway switch, two rounds) counting the residual
-// ran add + RMSNorm bf16 1024 x 4096 7% faster (72 registers, 7 CTAs an SM, to 56 and 9:
+// ran add + RMSNorm bf16 1024 x 4096 7% faster (72 registers, 7 CTAs an SM, to 55 and 9:
 // the 1024 rows in one wave) and 1024 x 8192 2% faster; 1 to 128 and 4096 tokens the same.
 constexpr int kParamsAheadWordsManyRows = 32;
 
