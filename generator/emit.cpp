@@ -153,6 +153,7 @@ void row_fields(const KernelPlan& p, Fields& f) {
     case Strategy::kRowRegisters:
       f.integer("kRowsPerBlock", p.rows_per_block);
       f.flag("kParamsAhead", p.params_ahead);
+      f.flag("kEarlyResidualStore", p.early_h);
       break;
     case Strategy::kRowSplit:
       f.size("kChunks", p.split_chunks);

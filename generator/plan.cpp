@@ -422,10 +422,16 @@ std::string row_registers(const Problem& pr, KernelPlan& p) {
   why << "rows of " << h << " elements fit in the registers of " << team << " threads (" << values
       << " values each, " << p.vec * size_of(pr.x) << "-byte accesses); " << p.rows_per_block
       << " rows per CTA; x is read once";
+  // RMSNorm of a few rows writes h as soon as it is formed, its stores overlapping the
+  // reduction (LayerNorm's shift reads the residual's first element, which h may overwrite).
+  // On the H100 (normjit bench, add + RMSNorm bf16, two rounds; performance-notes) that ran 1 to
+  // 128 tokens 3-4% faster and 1024 to 4096 tokens about 1% slower, so only the few-rows class.
+  p.early_h = few && pr.residual && pr.op == Op::kRmsNorm;
   if (p.params_ahead) {
     why << "; the parameters are loaded with x"
         << (few ? " (a launch of at most " + std::to_string(kFewRows) + " rows)" : "");
   }
+  if (p.early_h) why << "; h written as it is formed, before the reduction";
   return why.str();
 }
 

@@ -86,6 +86,7 @@ struct KernelPlan {
                                   // (kGroupNhwc: positions) per thread per segment; 1: held in
                                   // registers (x read once), else streamed (read twice)
   bool params_ahead = false;      // kRowRegisters: parameters loaded with x, not at the store
+  bool early_h = false;           // kRowRegisters: h written as formed, before the reduction
   int64_t units_per_channel = 0;  // kGroupBackward: units of block_x * vectors * vec positions
                                   // that cover a channel (T)
   int64_t wave_rows = 0;          // kGroupBackward: rows (n, g) per wave (R);

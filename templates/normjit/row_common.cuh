@@ -509,7 +509,20 @@ struct Slice {
     }
   }
 
-  // h (with a residual), then y = (x - mean) * rstd * (offset + weight) + bias through the
+  // With a residual: writes every valid vector of this thread's h (store<..., false> then skips
+  // it).
+  template <class Hint>
+  __device__ __forceinline__ void store_h_all(const RowIo<C>& io, long long begin, int tid,
+                                              Hint hint) const {
+    assume_thread(tid);
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const long long e = begin + (long long)(tid + k * THREADS) * V;
+      if (e < H) store_h(io, k, e, hint);
+    }
+  }
+
+  // h (with a residual; kStoreH), then y = (x - mean) * rstd * (offset + weight) + bias through the
   // epilogue (the activation, the fp8 scale: epilogue.cuh), stored to the row; `mean` is of the
   // shifted values, like the slice. kOneChannel: the caller knows every element of the slice lies
   // in the channel of `begin` (groupnorm chunks that divide S), so the parameters are loaded once.
@@ -517,7 +530,7 @@ struct Slice {
   // parameters of the slice's first KR vectors are in shared memory, `resident` (weight, then bias,
   // each KR * THREADS * V elements at the chunk's offsets). `ahead` (kGroups 0): the parameters,
   // already loaded (SliceParams); none are loaded here then.
-  template <bool kOneChannel = false, int KR = 0, class Hints = NoHints>
+  template <bool kOneChannel = false, int KR = 0, class Hints = NoHints, bool kStoreH = true>
   __device__ __forceinline__ void store(const RowIo<C>& io, const Params& p, const Epilogue<C>& epi,
                                         long long row, long long begin, int tid, float mean,
                                         float rstd, Hints hints = {},
@@ -547,7 +560,7 @@ struct Slice {
     for (int k = 0; k < K; ++k) {
       const long long e = begin + (long long)(tid + k * THREADS) * V;
       if (e >= H) continue;
-      if constexpr (C::kResidual) store_h(io, k, e, hints.stream);
+      if constexpr (C::kResidual && kStoreH) store_h(io, k, e, hints.stream);
       float y[V];
       if constexpr (G == 0) {
         float w[V], b[V];

@@ -20,6 +20,7 @@ namespace normjit {
 //   kRowsPerBlock   ROWS: rows per CTA (blockDim = (TEAM, ROWS))
 //   kVectors        K: vectors per thread
 //   kParamsAhead    the parameters are loaded with x (SliceParams), not as y is stored
+//   kEarlyResidualStore  h is written as soon as it is formed (RMSNorm with a residual)
 template <class C>
 __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock) row_norm(Params p) {
   constexpr int TEAM = C::kThreads, ROWS = C::kRowsPerBlock;
@@ -44,6 +45,14 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock) row_norm(Params
   }
   const Epilogue<C> epi(p);
   slice.load(io, 0, threadIdx.x, io.shift());
+  // kEarlyResidualStore (RMSNorm with a residual): h is written as soon as it is formed, so its
+  // stores overlap the reduction. (LayerNorm's waits for the store: every thread of the team
+  // reads the residual's first element for its shift, and h may be written over the residual.)
+  static_assert(!C::kEarlyResidualStore || (C::kResidual && C::kRms),
+                "an early h is RMSNorm's, with a residual");
+  if constexpr (C::kEarlyResidualStore) {
+    if (active) slice.store_h_all(io, 0, threadIdx.x, NoHint{});
+  }
   float mean = 0.f, rstd;
   // Each reduction has its own scratch: none waits for the others' reads of the previous one.
   if constexpr (C::kRms) {
@@ -64,8 +73,9 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock) row_norm(Params
   }
   if (!active) return;
   if (threadIdx.x == 0) save_row_stats<C>(p, row, slice.shift_ + mean, rstd);
-  slice.store(io, p, epi, row, 0, threadIdx.x, mean, rstd, NoHints{}, nullptr,
-              C::kParamsAhead ? &ahead : nullptr);
+  slice.template store<false, 0, NoHints, !C::kEarlyResidualStore>(
+      io, p, epi, row, 0, threadIdx.x, mean, rstd, NoHints{}, nullptr,
+      C::kParamsAhead ? &ahead : nullptr);
 }
 
 }  // namespace normjit
