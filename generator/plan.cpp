@@ -1114,7 +1114,9 @@ std::string KernelPlan::to_string() const {
   return os.str();
 }
 
-int batch_class(const NormSpec& spec) {
+int batch_class(const NormSpec& spec) { return batch_class(spec, spec.batch()); }
+
+int batch_class(const NormSpec& spec, int64_t batch) {
   // Only the row kernel's parameters depend on it (row_registers): trailing forms with
   // parameters, rows that fit one team.
   // The channel forms in nhwc are rows too: N x S of them.
@@ -1122,7 +1124,7 @@ int batch_class(const NormSpec& spec) {
   const bool row_registers =
       rows_form && !spec.backward && spec.row_length() <= int64_t{kMaxTeam} * kMaxTeamValues;
   if (!row_registers || spec.affine == Affine::kNone) return kBatchAny;
-  const int64_t rows = spec.channel_form() ? spec.batch() * spec.spatial() : spec.batch();
+  const int64_t rows = spec.channel_form() ? batch * spec.spatial() : batch;
   return rows <= kFewRows ? kBatchFewRows : kBatchAny;
 }
 

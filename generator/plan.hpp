@@ -134,6 +134,10 @@ constexpr int kBatchAny = 0;
 constexpr int kBatchFewRows = 1;
 constexpr int64_t kFewRows = 256;  // rows (batch x groups) of the few-rows class, at most
 int batch_class(const NormSpec& spec);
+// The class of a launch of spec's kernel over `batch` (rows of the trailing forms, N of the
+// channel forms), as if the spec's leading dims were that batch: what a prepared kernel of
+// several classes launches by. No allocation (the launch path calls it).
+int batch_class(const NormSpec& spec, int64_t batch);
 // The spec and, where its kernel depends on the batch class, a spec of each other class (its
 // leading dims changed): what precompile() compiles so that a prewarmed spec serves every batch.
 std::vector<NormSpec> batch_class_specs(const NormSpec& spec);

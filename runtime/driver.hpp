@@ -59,7 +59,9 @@ namespace normjit::driver {
   X(cuGraphInstantiateWithFlags, 11040)                \
   X(cuGraphLaunch, 10000)                              \
   X(cuGraphDestroy, 10000)                             \
-  X(cuGraphExecDestroy, 10000)
+  X(cuGraphExecDestroy, 10000)                         \
+  X(cuGraphGetNodes, 10000)                            \
+  X(cuGraphKernelNodeGetParams, 12000)
 
 struct Api {
 #define NORMJIT_DECLARE_MEMBER(name, version) decltype(&::name) name = nullptr;

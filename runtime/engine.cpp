@@ -213,6 +213,9 @@ class EngineImpl {
   ~EngineImpl();
 
   Kernel prepare(const NormSpec& spec);
+  // The kernel of spec's own batch class (prepare() adds the other's).
+  Kernel prepare_class(const NormSpec& spec, CUcontext context);
+  bool loaded(const NormSpec& spec, CUcontext context) const;
   bool precompile(const NormSpec& spec, const std::string& arch);
   bool precompile_one(const NormSpec& spec, const std::string& arch);
   EngineCounters counters() const;
@@ -398,6 +401,40 @@ std::shared_ptr<const LoadedKernel> EngineImpl::build(const NormSpec& spec, CUco
 Kernel EngineImpl::prepare(const NormSpec& spec) {
   spec.validate();
   const CUcontext context = current_context();
+  const std::vector<NormSpec> classes = batch_class_specs(spec);
+  if (classes.size() == 1) return prepare_class(spec, context);
+  const NormSpec& other = classes[1];
+  // Both missing: the other class compiles on a second thread beside this one (NVRTC and the
+  // cache are thread-safe), so a first prepare takes about one compile's time.
+  std::future<Kernel> other_kernel;
+  if (!loaded(spec, context) && !loaded(other, context)) {
+    other_kernel = std::async(std::launch::async, [this, &other, context] {
+      NORMJIT_CU(driver::api().cuCtxSetCurrent(context));
+      return prepare_class(other, context);
+    });
+  }
+  Kernel out = prepare_class(spec, context);  // on a throw, other_kernel's destructor waits
+  try {
+    out.other_ = (other_kernel.valid() ? other_kernel.get() : prepare_class(other, context)).impl_;
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::kCacheMiss) throw;
+    // JIT off and the other class in no cache layer (a cache prewarmed by precompile holds
+    // both): this class's kernel serves every batch, the same bits, planned for the other.
+    cache::warn("the kernel of " + other.to_string() + " (launches of " +
+                (batch_class(other) == kBatchFewRows ? "at most " : "more than ") +
+                std::to_string(kFewRows) +
+                " rows) is in no cache layer and JIT is off: the kernel of " + spec.to_string() +
+                " serves them");
+  }
+  return out;
+}
+
+bool EngineImpl::loaded(const NormSpec& spec, CUcontext context) const {
+  const Table* table = table_.load(std::memory_order_acquire);
+  return table->count(ClassKey::of(spec, context)) > 0;
+}
+
+Kernel EngineImpl::prepare_class(const NormSpec& spec, CUcontext context) {
   const ClassKey key = ClassKey::of(spec, context);
   Kernel out;
   {
@@ -913,9 +950,14 @@ const char* to_string(Source source) {
   return "?";
 }
 
+const detail::LoadedKernel& Kernel::for_batch(int64_t batch) const {
+  if (other_ && batch_class(impl_->spec, batch) != impl_->plan.batch_class) return *other_;
+  return *impl_;
+}
+
 void Kernel::launch(const LaunchArgs& args, CUstream_st* stream) const {
   if (!impl_) throw Error(ErrorCode::kInvalidArgument, "launch of an empty normjit::Kernel");
-  const detail::LoadedKernel& k = *impl_;
+  const detail::LoadedKernel& k = for_batch(args.batch);
   const NormSpec& spec = k.spec;
   const KernelPlan& plan = k.plan;
   Params params = detail::launch_params(spec, args);

@@ -226,6 +226,20 @@ class CapturedGraph {
   CapturedGraph(const CapturedGraph&) = delete;
   CapturedGraph& operator=(const CapturedGraph&) = delete;
   void replay(CUstream stream) const { NORMJIT_CU(driver::api().cuGraphLaunch(exec_, stream)); }
+  // The functions of the graph's kernel nodes (in the order the driver lists them).
+  std::vector<CUfunction> kernel_functions() const {
+    const driver::Api& cu = driver::api();
+    size_t count = 0;
+    NORMJIT_CU(cu.cuGraphGetNodes(graph_, nullptr, &count));
+    std::vector<CUgraphNode> nodes(count);
+    NORMJIT_CU(cu.cuGraphGetNodes(graph_, nodes.data(), &count));
+    std::vector<CUfunction> out;
+    for (CUgraphNode node : nodes) {
+      CUDA_KERNEL_NODE_PARAMS params{};
+      if (cu.cuGraphKernelNodeGetParams(node, &params) == CUDA_SUCCESS) out.push_back(params.func);
+    }
+    return out;
+  }
 
  private:
   CUgraph graph_ = nullptr;

@@ -1594,6 +1594,55 @@ TEST_F(Variants, BatchInvarianceRowBitsDoNotDependOnTheLaunchBatch) {
   summary.print("batch invariance", t0);
 }
 
+TEST_F(Variants, APreparedKernelLaunchesTheKernelOfEachBatchClass) {
+  // A row kernel with parameters has a plan for launches of at most 256 rows (decode: the
+  // parameters loaded with x, h written early) and one for more. Whatever batch the spec was
+  // prepared with, a launch runs its own class's kernel: the function a captured launch
+  // records is the one of the kernel prepared for that batch, and the two classes differ.
+  device::PrimaryContext context;
+  Engine engine(test_engine_options());
+  const Case few =
+      rms({1, 4096}, Dtype::kBF16).add_residual(Dtype::kBF16, false).with(Values::kNormal, 1);
+  Case many = few;
+  many.fields.shape = std::vector<int64_t>{1000, 4096};
+  const NormSpec few_spec = NormSpec::from_fields(few.fields);
+  const NormSpec many_spec = NormSpec::from_fields(many.fields);
+  ASSERT_NE(batch_class(few_spec), batch_class(many_spec));
+  const uint64_t compiles_before = engine.counters().nvrtc_compiles;
+  const uint64_t disk_before = engine.counters().disk_hits;
+  const Kernel from_few = engine.prepare(few_spec);
+  // Both classes compiled or loaded by the one prepare; the other spec then a memory hit.
+  EXPECT_EQ(engine.counters().nvrtc_compiles + engine.counters().disk_hits - compiles_before -
+                disk_before,
+            2u);
+  const Kernel from_many = engine.prepare(many_spec);
+  EXPECT_EQ(engine.counters().nvrtc_compiles + engine.counters().disk_hits - compiles_before -
+                disk_before,
+            2u);
+  VariantRun run(many);
+  device::Stream stream;
+  auto recorded = [&](const Kernel& k, int64_t batch) {
+    CapturedGraph graph(stream.get(), [&] { k.launch(run.args(batch), stream.handle()); });
+    const std::vector<CUfunction> f = graph.kernel_functions();
+    EXPECT_EQ(f.size(), 1u) << "kernel nodes of one launch";
+    return f.empty() ? CUfunction{} : f[0];
+  };
+  for (int64_t rows : {int64_t{1}, kFewRows, kFewRows + 1, int64_t{1000}}) {
+    const CUfunction own = recorded(rows <= kFewRows ? from_few : from_many, rows);
+    EXPECT_EQ(recorded(from_few, rows), own) << rows << " rows, the kernel prepared for 1 row";
+    EXPECT_EQ(recorded(from_many, rows), own) << rows << " rows, the kernel prepared for 1000";
+  }
+  EXPECT_NE(recorded(from_few, 1), recorded(from_few, 1000));
+  // And what the 1000-row launch of the kernel prepared for one row wrote is right.
+  run.reset();
+  from_few.launch(run.args(1000), nullptr);
+  NORMJIT_CU(driver::api().cuCtxSynchronize());
+  Summary summary;
+  const Outcome o = run.check(1000);
+  print_result(many_spec, o);
+  expect_outcome(many_spec, o, many.values, "rmsnorm 1000 x 4096 from a 1-row prepare", summary);
+}
+
 // ---------------------------------------------------------------------------------------
 // Every axis at once, LLM shapes, odd rows, long rows, adversarial values.
 

@@ -94,7 +94,13 @@ class Kernel {
  private:
   friend class detail::EngineImpl;
   friend const void* detail::identity(const Kernel& kernel);
+  // The loaded kernel of the launch's batch class: impl_ (the spec's) or other_.
+  const detail::LoadedKernel& for_batch(int64_t batch) const;
   std::shared_ptr<const detail::LoadedKernel> impl_;
+  // A row kernel with parameters is planned for launches of few rows (decode) apart from the
+  // rest (batch_class): the other class's kernel, which launches of that class run. Null
+  // when the spec has one class (or, with JIT off, the other is in no cache).
+  std::shared_ptr<const detail::LoadedKernel> other_;
   Source source_ = Source::kMemory;
 };
 
@@ -124,7 +130,11 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // A ready kernel for the current context (or the primary context of options.device).
+  // A ready kernel for the current context (or the primary context of options.device), for
+  // launches of any batch: where the plan of a row kernel depends on the batch class (at most
+  // 256 rows, or more), the kernel of each class is compiled or loaded (two at once on a
+  // miss) and every launch runs its own class's; the bits of a row are the same in both. The
+  // spec's batch picks the class that spec(), key() and plan_text() report.
   Kernel prepare(const NormSpec& spec);
   // prepare(spec) then launch with batch and eps from the spec.
   void run(const NormSpec& spec, const void* x, void* y, const void* weight, const void* bias,
