@@ -1128,6 +1128,15 @@ int batch_class(const NormSpec& spec, int64_t batch) {
   return rows <= kFewRows ? kBatchFewRows : kBatchAny;
 }
 
+bool has_two_batch_classes(const NormSpec& spec) {
+  // As batch_class_specs decides, without building the other spec: one row (N = 1) and more
+  // than kFewRows rows (N > kFewRows: at least that many rows) fall in different classes.
+  const size_t leading = spec.shape.size() - spec.normalized_dims;
+  if (spec.op == Op::kGroupNorm || leading == 0) return false;
+  if (spec.channel_form() && !spec.nhwc()) return false;
+  return batch_class(spec, 1) != batch_class(spec, kFewRows + 1);
+}
+
 std::vector<NormSpec> batch_class_specs(const NormSpec& spec) {
   std::vector<NormSpec> out = {spec};
   NormSpec other = spec;

@@ -141,5 +141,7 @@ int batch_class(const NormSpec& spec, int64_t batch);
 // The spec and, where its kernel depends on the batch class, a spec of each other class (its
 // leading dims changed): what precompile() compiles so that a prewarmed spec serves every batch.
 std::vector<NormSpec> batch_class_specs(const NormSpec& spec);
+// Whether batch_class_specs(spec) has two specs; no allocation (Engine::prepare's hot path).
+bool has_two_batch_classes(const NormSpec& spec);
 
 }  // namespace normjit

@@ -395,6 +395,26 @@ TEST(PlanRows, ParametersLoadedWithXWhenTheyFitThirtyTwoRegisters) {
   EXPECT_EQ(batch_class_specs(NormSpec::parse("op=layernorm shape=2,3,4096"))[1].batch(), 257);
   EXPECT_EQ(batch_class_specs(NormSpec::parse("op=layernorm shape=300,4096"))[1].batch(), 1);
   EXPECT_EQ(batch_class_specs(NormSpec::parse("op=groupnorm shape=2,64,7,7 groups=8")).size(), 1u);
+  // Engine::prepare asks has_two_batch_classes (no allocation) what batch_class_specs builds,
+  // and launches by batch_class(spec, batch).
+  for (const char* text :
+       {"op=layernorm shape=2,3,4096", "op=layernorm shape=300,4096", "op=layernorm shape=4096",
+        "op=layernorm shape=2,4096 affine=none", "op=rmsnorm shape=1,4096 normalized_dims=1",
+        "op=rmsnorm shape=1,4096 normalized_dims=1 affine=weight residual=bf16 dtype=bf16",
+        "op=rmsnorm shape=3,40000 normalized_dims=1 affine=weight",
+        "op=rmsnorm shape=2,64,32,32 affine=weight", "op=groupnorm shape=2,64,7,7 groups=8",
+        "op=rmsnorm shape=2,64,4,4 affine=weight layout=nhwc",
+        "op=rmsnorm shape=2,64,32,32 affine=weight layout=nhwc",
+        "op=layernorm shape=300,64,4,4 normalized_dims=0 layout=nhwc",
+        "op=layernorm shape=2,64,4096 backward=true"}) {
+    const NormSpec spec = NormSpec::parse(text);
+    const std::vector<NormSpec> classes = batch_class_specs(spec);
+    EXPECT_EQ(has_two_batch_classes(spec), classes.size() == 2) << text;
+    for (const NormSpec& each : classes) {
+      const int64_t batch = each.batch();
+      EXPECT_EQ(batch_class(spec, batch), batch_class(each)) << text << ", batch " << batch;
+    }
+  }
   EXPECT_NE(plan(NormSpec::parse("op=layernorm shape=1,4096"), t)
                 .to_string()
                 .find("parameters loaded: with x"),
