@@ -616,6 +616,11 @@ def render_section(rep: Report) -> str:
         "issue's goal: 90% or more at large token counts). `MB moved` = the variant's bytes: "
         "x read, the residual read and h written, y written, parameters read once.")
     add("- `vs compile` = compile µs / normjit µs (above 1: normjit is faster).")
+    add("- normjit: each (variant, hidden) prepared once, from the spec of one row (as an "
+        "inference engine prepares a shape class), and launched for every token count: "
+        "`prepare` compiles the kernel of each batch class (at most 256 rows, or more; the "
+        "same bits), and every launch runs its own (before ed2cecc every launch here ran the "
+        "few-rows kernel).")
     add("- Residual variants (in place, as vLLM's fused_add_rms_norm) also have `separate µs`: "
         "the same kernel writing y and h to separate buffers, one each for every input set, "
         "as the peers' outputs are (they return new tensors). In place, y and h go over "
