@@ -1046,6 +1046,19 @@ std::string KernelPlan::grid_text() const {
   return "?";
 }
 
+std::string KernelPlan::batch_class_text() const {
+  const std::string few = std::to_string(kFewRows);
+  if (batch_class == kBatchFewRows) {
+    return "few rows (launches of at most " + few +
+           (two_classes ? " rows; a prepared kernel runs the other class's plan for more)" : ")");
+  }
+  if (two_classes) {
+    return "more than " + few + " rows (a prepared kernel runs the few-rows plan for launches of " +
+           "at most " + few + ")";
+  }
+  return "any";
+}
+
 std::string KernelPlan::to_string() const {
   std::ostringstream os;
   os << "strategy: " << normjit::to_string(strategy) << "\n"
@@ -1065,10 +1078,7 @@ std::string KernelPlan::to_string() const {
       break;
     case Strategy::kRowRegisters:
       os << "vectors per thread: " << vectors << "\n"
-         << "batch class: "
-         << (batch_class == kBatchFewRows ? "few rows (at most " + std::to_string(kFewRows) + ")"
-                                          : std::string("any"))
-         << "\n"
+         << "batch class: " << batch_class_text() << "\n"
          << "parameters loaded: " << (params_ahead ? "with x" : "at the store") << "\n";
       break;
     case Strategy::kRowBackward:
@@ -1170,6 +1180,7 @@ KernelPlan plan(const NormSpec& spec, const Target& target) {
   p.problem = pr;
   p.arch = target.name();
   p.batch_class = batch_class(spec);
+  p.two_classes = has_two_batch_classes(spec);
   p.strategy = choose_strategy(pr, target);
   std::string why;
   if (p.strategy == Strategy::kGroupBackward) {

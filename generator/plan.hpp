@@ -93,6 +93,8 @@ struct KernelPlan {
                                   // kRowSplitBackward: rows of a slot per exchange (W)
   int sums_per_position = 0;      // kChannelsSlab: threads that sum a position's channels (G)
   int batch_class = 0;            // batch_class() of the spec planned
+  bool two_classes = false;       // has_two_batch_classes(): launches of the other class run
+                                  // another plan (Engine::prepare loads both)
   std::string why;                // one line: why this strategy and shape
 
   // CTAs exchange partials (of a row, or of dweight/dbias): launched cooperatively, with a
@@ -121,6 +123,8 @@ struct KernelPlan {
 
   std::string grid_text() const;  // the grid as a formula of the batch
   std::string to_string() const;  // multi-line, for `normjit dump --emit plan`
+  // The launches this plan serves ("any", or one of two batch classes), for to_string().
+  std::string batch_class_text() const;
 };
 
 KernelPlan plan(const NormSpec& spec, const Target& target);

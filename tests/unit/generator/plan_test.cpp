@@ -419,6 +419,19 @@ TEST(PlanRows, ParametersLoadedWithXWhenTheyFitThirtyTwoRegisters) {
                 .to_string()
                 .find("parameters loaded: with x"),
             std::string::npos);
+  // `normjit dump` says which launches a plan serves.
+  const auto class_line = [&](const char* text) {
+    const std::string s = plan(NormSpec::parse(text), t).to_string();
+    const size_t at = s.find("batch class: ");
+    return at == std::string::npos ? std::string() : s.substr(at, s.find('\n', at) - at);
+  };
+  EXPECT_EQ(class_line("op=layernorm shape=1,4096"),
+            "batch class: few rows (launches of at most 256 rows; a prepared kernel runs the "
+            "other class's plan for more)");
+  EXPECT_EQ(class_line("op=layernorm shape=300,4096"),
+            "batch class: more than 256 rows (a prepared kernel runs the few-rows plan for "
+            "launches of at most 256)");
+  EXPECT_EQ(class_line("op=layernorm shape=300,4096 affine=none"), "batch class: any");
 }
 
 // The row team's size: 16 values per thread (f32), 32 packed 16-bit ones, 16 for 16-bit rows
