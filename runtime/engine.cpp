@@ -215,7 +215,6 @@ class EngineImpl {
   Kernel prepare(const NormSpec& spec);
   // The kernel of spec's own batch class (prepare() adds the other's).
   Kernel prepare_class(const NormSpec& spec, CUcontext context);
-  bool loaded(const NormSpec& spec, CUcontext context) const;
   bool precompile(const NormSpec& spec, const std::string& arch);
   bool precompile_one(const NormSpec& spec, const std::string& arch);
   EngineCounters counters() const;
@@ -402,29 +401,27 @@ Kernel EngineImpl::prepare(const NormSpec& spec) {
   spec.validate();
   const CUcontext context = current_context();
   if (!has_two_batch_classes(spec)) return prepare_class(spec, context);
-  {
-    // The hot path, both classes loaded: two lookups, no allocation. The other class's key
-    // differs in its batch class alone (the batch dims are no part of a key).
-    const ClassKey key = ClassKey::of(spec, context);
-    ClassKey other_key = key;
-    other_key.batch_class = key.batch_class == kBatchAny ? kBatchFewRows : kBatchAny;
-    const Table* table = table_.load(std::memory_order_acquire);
-    const auto own = table->find(key), other = table->find(other_key);
-    if (own != table->end() && other != table->end()) {
-      memory_hits_++;
-      Kernel out;
-      out.impl_ = own->second;
-      out.other_ = other->second;
-      out.source_ = Source::kMemory;
-      return out;
-    }
+  // The hot path, both classes loaded: two lookups, no allocation. The other class's key
+  // differs in its batch class alone (the batch dims are no part of a key).
+  const ClassKey key = ClassKey::of(spec, context);
+  ClassKey other_key = key;
+  other_key.batch_class = key.batch_class == kBatchAny ? kBatchFewRows : kBatchAny;
+  const Table* table = table_.load(std::memory_order_acquire);
+  const auto own_hit = table->find(key), other_hit = table->find(other_key);
+  if (own_hit != table->end() && other_hit != table->end()) {
+    memory_hits_++;
+    Kernel out;
+    out.impl_ = own_hit->second;
+    out.other_ = other_hit->second;
+    out.source_ = Source::kMemory;
+    return out;
   }
   const std::vector<NormSpec> classes = batch_class_specs(spec);
   const NormSpec& other = classes[1];
   // Both missing: the other class compiles on a second thread beside this one (NVRTC and the
   // cache are thread-safe), so a first prepare takes about one compile's time.
   std::future<Kernel> other_kernel;
-  if (!loaded(spec, context) && !loaded(other, context)) {
+  if (own_hit == table->end() && other_hit == table->end()) {
     other_kernel = std::async(std::launch::async, [this, &other, context] {
       NORMJIT_CU(driver::api().cuCtxSetCurrent(context));
       return prepare_class(other, context);
@@ -444,11 +441,6 @@ Kernel EngineImpl::prepare(const NormSpec& spec) {
                 " serves them");
   }
   return out;
-}
-
-bool EngineImpl::loaded(const NormSpec& spec, CUcontext context) const {
-  const Table* table = table_.load(std::memory_order_acquire);
-  return table->count(ClassKey::of(spec, context)) > 0;
 }
 
 Kernel EngineImpl::prepare_class(const NormSpec& spec, CUcontext context) {
