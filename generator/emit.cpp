@@ -223,6 +223,7 @@ void backward_fields(const KernelPlan& p, Fields& f) {
   f.integer("kRowsPerBlock", p.rows_per_block);
   f.integer("kVec", p.vec);
   f.integer("kVectors", p.vectors);
+  f.flag("kPrefetchNextRow", p.prefetch != 0);
   f.size("kWorkspaceHeaderFloats", p.workspace_header_floats());
   f.size("kWorkspaceSlotFloats", p.workspace_slot_floats());
 }

@@ -517,8 +517,10 @@ constexpr int kBackwardMaxTeam = 512;
 constexpr int kBackwardBlock = 256;  // threads per CTA where teams are smaller
 // Each team normalizes at least this many rows before the grid is capped below the CTAs the
 // device holds: every CTA adds one partial of dweight/dbias (a row's worth of f32 each) to the
-// final sum, so a CTA should own several rows.
-constexpr int kBackwardRowsPerTeam = 4;
+// final sum, so a CTA should own several rows. 8 rather than 4: on the H100 bf16 rows of 4096
+// with 1024 tokens (256 CTAs of 4 rows, or 128 of 8) ran 5-6% faster, larger batches the same
+// (their grid is the CTAs the device holds either way; performance-notes, 2026-11-24).
+constexpr int kBackwardRowsPerTeam = 8;
 constexpr int kBackwardHeaderFloats = 8;  // the grid barrier's counter, padded to 32 bytes
 constexpr int kBackwardSlotAlign = 8;     // floats: each CTA's partial starts 32-byte aligned
 
@@ -542,7 +544,7 @@ bool row_backward_holds(const Problem& pr) {
   return per_thread * vec <= kBackwardValues;
 }
 
-std::string row_backward(const Problem& pr, KernelPlan& p) {
+std::string row_backward(const Problem& pr, const Target& target, KernelPlan& p) {
   const int64_t h = pr.row_length;
   int team = 0;
   backward_team(ceil_div(h, p.vec), p.vec, &team, &p.vectors);
@@ -554,6 +556,14 @@ std::string row_backward(const Problem& pr, KernelPlan& p) {
       << p.vectors * p.vec << " values each of x and dy, " << p.vec * size_of(pr.x)
       << "-byte accesses); " << p.rows_per_block
       << " rows per CTA, each CTA looping over rows; dx from the saved statistics";
+  // Where a team is the whole CTA, it starts pulling its next row's x and dy into L2 (sm_90: two
+  // bulk prefetches) as it takes a row, so that row's loads wait on L2 rather than DRAM: a CTA's
+  // rows are otherwise loaded one after the other, each after the previous one's reduction. On
+  // the H100 (performance-notes, 2026-11-24) that ran bf16 rows of 4096 and 8192 with 4096 and
+  // 16384 tokens 4-11% faster (1024 tokens: the same); f32 rows of 768 in CTAs of 4 teams ran
+  // 14% slower with it, so CTAs of several teams go without.
+  p.prefetch = target.sm >= 90 && p.rows_per_block == 1 ? 1 : 0;
+  if (p.prefetch) why << "; each CTA prefetches its next row's x and dy into L2";
   if (pr.weight || pr.bias) {
     why << "; each CTA sums " << (pr.bias ? "dweight and dbias" : "dweight")
         << " of its rows in f32, then the CTAs' partials are added in a fixed order after a grid "
@@ -1197,7 +1207,7 @@ KernelPlan plan(const NormSpec& spec, const Target& target) {
     why = channels_backward(pr, p);
   } else if (p.strategy == Strategy::kRowBackward) {
     size_rows_common(pr, p);
-    why = row_backward(pr, p);
+    why = row_backward(pr, target, p);
   } else if (p.strategy == Strategy::kRowSplitBackward) {
     size_rows_common(pr, p);
     why = row_split_backward(pr, target, p);

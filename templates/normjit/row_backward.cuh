@@ -47,6 +47,8 @@ struct RowGradSums<true> {
 //   kRowLength                H: elements normalized together
 //   kThreads, kRowsPerBlock   TEAM, ROWS: blockDim = (TEAM, ROWS)
 //   kVec, kVectors            V: elements per access (V divides H); K: vectors per thread
+//   kPrefetchNextRow          a team starts pulling its next row's x and dy into L2 as it takes
+//                             a row (sm_90+; the plan sets it where a team is the whole CTA)
 //   kWorkspaceHeaderFloats    the plan's floats before the slots (checked against the layout)
 //   kWorkspaceSlotFloats      the plan's floats per CTA slot (checked against the layout)
 template <class C>
@@ -101,6 +103,13 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock) row_backward(Pa
     const X* dy = static_cast<const X*>(p.dy) + (active ? row : 0) * H;
     const float rstd = active ? p.rstd[row] : 0.f;
     const float mean = kRms || !active ? 0.f : p.mean[row];
+    if (C::kPrefetchNextRow && tid == 0) {
+      const long long next = row + (long long)gridDim.x * ROWS;
+      if (next < rows) {
+        prefetch_l2(static_cast<const X*>(p.x) + next * H, 0, H);
+        prefetch_l2(static_cast<const X*>(p.dy) + next * H, 0, H);
+      }
+    }
     float xhat[K][V], g[K][V];
 #pragma unroll
     for (int k = 0; k < K; ++k) {

@@ -175,11 +175,31 @@ TEST(BackwardPlan, GridIsCappedByTheDeviceAndOwnsSeveralRowsPerTeam) {
   const Target h100 = Target::parse("sm_90");
   const KernelPlan p = plan(NormSpec::parse("op=layernorm shape=4,1000 backward=true"), h100);
   ASSERT_EQ(p.rows_per_block, 4);
+  // 4 teams a CTA, 8 rows a team: 32 rows a CTA until the device is full.
   EXPECT_EQ(p.grid(1, 500), 1);
-  EXPECT_EQ(p.grid(16, 500), 1);
-  EXPECT_EQ(p.grid(17, 500), 2);
-  EXPECT_EQ(p.grid(1000, 500), 63);
+  EXPECT_EQ(p.grid(32, 500), 1);
+  EXPECT_EQ(p.grid(33, 500), 2);
+  EXPECT_EQ(p.grid(1000, 500), 32);
   EXPECT_EQ(p.grid(1000000, 500), 500);
+}
+
+// A CTA that is one team prefetches its next row into L2 on sm_90; CTAs of several teams, and
+// sm_80 (no bulk prefetch), do not.
+TEST(BackwardPlan, OneTeamCtasPrefetchTheNextRowOnSm90) {
+  const Target h100 = Target::parse("sm_90"), a100 = Target::parse("sm_80");
+  const NormSpec wide = NormSpec::parse(
+      "op=rmsnorm shape=1024,4096 dtype=bf16 normalized_dims=1 "
+      "affine=weight backward=true");
+  const KernelPlan one_team = plan(wide, h100);
+  ASSERT_EQ(one_team.strategy, Strategy::kRowBackward);
+  ASSERT_EQ(one_team.rows_per_block, 1);
+  EXPECT_EQ(one_team.prefetch, 1);
+  EXPECT_TRUE(has(one_team.to_string(), "prefetches its next row")) << one_team.to_string();
+  EXPECT_EQ(plan(wide, a100).prefetch, 0);
+  const KernelPlan four_teams =
+      plan(NormSpec::parse("op=layernorm shape=4,768 backward=true"), h100);
+  ASSERT_GT(four_teams.rows_per_block, 1);
+  EXPECT_EQ(four_teams.prefetch, 0);
 }
 
 // Longer rows take the split backward (split_backward_test.cpp).

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The whole GPU suite in one call of the GPU machine: the C++ GPU tests (gpu_tests, GoogleTest)
+# in SHARDS shards and the Python suite (tests/python, GPU tests included) in WORKERS
+# pytest-xdist workers, all at once on the one GPU, each under a time limit.
+#   scripts/gpu_suite.sh [build-dir]      (default: build-gpu)
+# build-dir holds tests/gpu/gpu_tests and the library it links (built on the build machine and
+# carried). The Python package comes from WHEELS (default .whl: its wheel, built with `pip wheel
+# --no-deps -w .whl .`), unpacked into a folder put on PYTHONPATH; PyTorch, pytest and
+# pytest-xdist are the machine's. Limits: TG (gtest shards) and TP (pytest), seconds.
+# Logs go to $OUT (default build-gpu-out). Exit status: non-zero when any part failed or timed out.
+set -uo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+cd "$here"
+build=${1:-$here/build-gpu}
+out=${OUT:-$here/build-gpu-out}
+shards=${SHARDS:-3}
+workers=${WORKERS:-4}
+wheels=${WHEELS:-$here/.whl}
+site=${NORMJIT_SITE:-/tmp/normjit-suite-site}
+mkdir -p "$out"
+nvidia-smi -L > "$out/device.txt" 2>&1
+
+export NORMJIT_CACHE_DIR=${NORMJIT_CACHE_DIR:-/tmp/normjit-suite-cache}
+export PYTHONUNBUFFERED=1
+pids=()
+for ((i = 0; i < shards; i++)); do
+  GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i timeout "${TG:-480}" \
+    "$build/tests/gpu/gpu_tests" --gtest_brief=1 > "$out/gtest-$i.log" 2>&1 &
+  pids+=($!)
+done
+
+rm -rf "$site" && mkdir -p "$site"
+for w in "$wheels"/normjit-*.whl; do python3 -m zipfile -e "$w" "$site"; done
+PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH} timeout "${TP:-420}" python3 -m pytest -q -rs \
+  -p no:cacheprovider -n "$workers" tests/python > "$out/pytest.log" 2>&1
+pytest_status=$?
+
+status=0
+for ((i = 0; i < shards; i++)); do
+  wait "${pids[$i]}"
+  rc=$?
+  echo "gpu_tests shard $i: exit $rc; $(grep -E '^\[  (PASSED|FAILED)  \]' "$out/gtest-$i.log" | tr '\n' ' ')"
+  grep -E '^\[  FAILED  \]' "$out/gtest-$i.log" | head -20
+  ((rc == 0)) || status=1
+done
+echo "pytest: exit $pytest_status; $(tail -1 "$out/pytest.log")"
+grep -E '^(FAILED|ERROR)' "$out/pytest.log" | head -20
+((pytest_status == 0)) || status=1
+echo "gpu_suite: exit $status; logs in $out"
+exit "$status"
