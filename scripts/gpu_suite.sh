@@ -7,7 +7,8 @@
 # carried). The Python package comes from WHEELS (default .whl: its wheel, built with `pip wheel
 # --no-deps -w .whl .`), unpacked into a folder put on PYTHONPATH; PyTorch, pytest and
 # pytest-xdist are the machine's. Limits: TG (gtest shards) and TP (pytest), seconds.
-# Logs go to $OUT (default build-gpu-out). Exit status: non-zero when any part failed or timed out.
+# Logs go to $OUT (default build-gpu-out; the Python tests also leave their reports there).
+# Exit status: non-zero when any part failed or timed out.
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
@@ -22,16 +23,19 @@ nvidia-smi -L > "$out/device.txt" 2>&1
 
 export NORMJIT_CACHE_DIR=${NORMJIT_CACHE_DIR:-/tmp/normjit-suite-cache}
 export PYTHONUNBUFFERED=1
+# The deployment tests run the normjit tool: this build's, not the path it was built at.
+export NORMJIT_TOOL=${NORMJIT_TOOL:-$(cd "$build" && pwd)/tools/normjit}
 pids=()
 for ((i = 0; i < shards; i++)); do
-  GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i timeout "${TG:-480}" \
+  LD_LIBRARY_PATH=$(cd "$build" && pwd)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
+    GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i timeout "${TG:-480}" \
     "$build/tests/gpu/gpu_tests" --gtest_brief=1 > "$out/gtest-$i.log" 2>&1 &
   pids+=($!)
 done
 
 rm -rf "$site" && mkdir -p "$site"
 for w in "$wheels"/normjit-*.whl; do python3 -m zipfile -e "$w" "$site"; done
-PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH} timeout "${TP:-420}" python3 -m pytest -q -rs \
+PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH} timeout "${TP:-420}" python3 -m pytest -q -rfE \
   -p no:cacheprovider -n "$workers" tests/python > "$out/pytest.log" 2>&1
 pytest_status=$?
 
@@ -44,7 +48,11 @@ for ((i = 0; i < shards; i++)); do
   ((rc == 0)) || status=1
 done
 echo "pytest: exit $pytest_status; $(tail -1 "$out/pytest.log")"
-grep -E '^(FAILED|ERROR)' "$out/pytest.log" | head -20
+if ((pytest_status != 0)); then
+  grep -E '^(FAILED|ERROR)' "$out/pytest.log" | head -20
+  # The first failure's report, for a caller that only sees the end of the output.
+  awk '/^_{5,} .* _{5,}$/ {n++} n == 1' "$out/pytest.log" | tail -40
+fi
 ((pytest_status == 0)) || status=1
 echo "gpu_suite: exit $status; logs in $out"
 exit "$status"
