@@ -581,6 +581,11 @@ std::string row_backward(const Problem& pr, const Target& target, KernelPlan& p)
 // computes while the other waits on its row's exchange. Not yet measured.
 constexpr int kSplitBackwardThreads = 256;
 constexpr int kSplitBackwardBlocksPerSm = 2;
+// RMSNorm's held parts fit 3 CTAs per SM (80 registers; ptxas spills 8 bytes with a weight):
+// on the H100 bf16 rows of 16384 with a weight ran 3% (1024 tokens) to 12% (16384) faster so.
+// LayerNorm's spill 36-160 bytes at 3 and ran 17-25% slower: they keep 2 (performance-notes,
+// 2026-11-24).
+constexpr int kSplitBackwardBlocksPerSmRmsHeld = 3;
 // Streamed parts (rows longer than the CTAs hold): values per thread of a piece (x, dy, the
 // weight and the piece's dweight and dbias, beside the 2 W sums of the wave's rows), and rows
 // per wave W where there are parameters: their accumulators (f32, a CTA's columns, in the
@@ -593,16 +598,19 @@ constexpr int kSplitBackwardWaveRows = 16;
 std::string row_split_backward(const Problem& pr, const Target& target, KernelPlan& p) {
   const int64_t h = pr.row_length;
   const int64_t vectors = ceil_div(h, p.vec);
-  const int64_t capacity = int64_t{kSplitBackwardBlocksPerSm} * target.sm_count;
+  const bool rms = pr.op == Op::kRmsNorm;
+  const int held_blocks = rms ? kSplitBackwardBlocksPerSmRmsHeld : kSplitBackwardBlocksPerSm;
   const int64_t threads = kSplitBackwardThreads;
   p.block_x = kSplitBackwardThreads;
-  p.split_blocks_per_sm = kSplitBackwardBlocksPerSm;
   // Held: the fewest CTAs whose threads hold the row at kBackwardValues each, then the fewest
   // vectors per thread that still fit it in as many, so that the parts are even.
   const int64_t most = std::max(1, kBackwardValues / p.vec);
   int64_t chunks = ceil_div(vectors, threads * most);
+  const bool held = chunks <= int64_t{held_blocks} * target.sm_count;
+  p.split_blocks_per_sm = held ? held_blocks : kSplitBackwardBlocksPerSm;
+  const int64_t capacity = int64_t{p.split_blocks_per_sm} * target.sm_count;
   std::ostringstream why;
-  if (chunks <= capacity) {
+  if (held) {
     p.vectors = ceil_div(vectors, chunks * threads);
     p.split_chunks = ceil_div(vectors, p.vectors * threads);
     p.pieces = 1;
@@ -637,8 +645,7 @@ std::string row_split_backward(const Problem& pr, const Target& target, KernelPl
         << ", each CTA's sums of g and g * xhat of a wave's rows exchanged once and added in "
            "chunk order";
   }
-  why << "; " << kSplitBackwardBlocksPerSm << " CTAs of " << kSplitBackwardThreads
-      << " threads per SM";
+  why << "; " << p.split_blocks_per_sm << " CTAs of " << kSplitBackwardThreads << " threads per SM";
   if (pr.weight || pr.bias) {
     why << "; each CTA sums " << (pr.bias ? "dweight and dbias" : "dweight") << " of its columns"
         << (p.pieces == 1 ? " in registers"

@@ -44,15 +44,18 @@ TEST(SplitBackwardPlan, HeldPartsAreEvenAndFitTheCoResidentCtas) {
     const char* spec;
     int vec;
     int64_t vectors, parts, segment;
+    int blocks_per_sm;  // RMSNorm's held parts 3, LayerNorm's 2
   } cases[] = {
       // LLM hidden 16384: 4 CTAs of 256 threads x 16 values.
-      {"op=rmsnorm shape=4096,16384 normalized_dims=1 dtype=bf16 affine=weight", 8, 2, 4, 4096},
-      {"op=layernorm shape=16,16384", 4, 4, 4, 4096},
+      {"op=rmsnorm shape=4096,16384 normalized_dims=1 dtype=bf16 affine=weight", 8, 2, 4, 4096, 3},
+      {"op=layernorm shape=16,16384", 4, 4, 4, 4096, 2},
       // Odd rows: scalar accesses, the fewest vectors per thread that keep the parts even.
-      {"op=rmsnorm shape=3,8193 normalized_dims=1 affine=none", 1, 11, 3, 2816},
-      {"op=layernorm shape=3,65537", 1, 16, 17, 4096},
+      {"op=rmsnorm shape=3,8193 normalized_dims=1 affine=none", 1, 11, 3, 2816, 3},
+      {"op=layernorm shape=3,65537", 1, 16, 17, 4096, 2},
       // A prime near what 264 CTAs (2 per SM on 132) hold: 245 parts, the last one short.
-      {"op=layernorm shape=2,1000003 dtype=f16", 1, 16, 245, 4096},
+      {"op=layernorm shape=2,1000003 dtype=f16", 1, 16, 245, 4096, 2},
+      // RMSNorm of a row 264 CTAs would not hold, held by 3 per SM (396): 293 parts.
+      {"op=rmsnorm shape=2,1200001 normalized_dims=1 dtype=f16", 1, 16, 293, 4096, 3},
   };
   for (const Case& c : cases) {
     const KernelPlan p = plan_of(c.spec);
@@ -61,7 +64,7 @@ TEST(SplitBackwardPlan, HeldPartsAreEvenAndFitTheCoResidentCtas) {
     EXPECT_EQ(p.param_vec, c.vec) << c.spec;
     EXPECT_EQ(p.block_x, 256) << c.spec;
     EXPECT_EQ(p.block_y, 1) << c.spec;
-    EXPECT_EQ(p.split_blocks_per_sm, 2) << c.spec;
+    EXPECT_EQ(p.split_blocks_per_sm, c.blocks_per_sm) << c.spec;
     EXPECT_EQ(p.vectors, c.vectors) << c.spec;
     EXPECT_LE(p.vectors * p.vec, 16) << c.spec;
     EXPECT_EQ(p.split_chunks, c.parts) << c.spec;
@@ -90,8 +93,10 @@ TEST(SplitBackwardPlan, RowsLongerThanTheChipHoldsAreStreamedInWaves) {
       // No parameters: a row per wave.
       {"op=layernorm shape=16,64,256,256 normalized_dims=3 dtype=bf16 affine=none", 8, 1, 8, 16384,
        256, 1},
-      // Odd, one element past what the held parts take: 17 pieces of one vector.
-      {"op=rmsnorm shape=2,1081345 normalized_dims=1 affine=weight", 1, 1, 17, 4352, 249, 16},
+      // Odd, one element past what the held parts take (264 CTAs): 17 pieces of one vector.
+      {"op=layernorm shape=2,1081345 affine=weight", 1, 1, 17, 4352, 249, 16},
+      // RMSNorm holds 396 CTAs' worth (3 per SM); one element more is streamed on 264.
+      {"op=rmsnorm shape=2,1622017 normalized_dims=1 affine=weight", 1, 5, 5, 6400, 254, 16},
   };
   for (const Case& c : cases) {
     const KernelPlan p = plan_of(c.spec);
