@@ -583,7 +583,7 @@ constexpr int kSplitBackwardThreads = 256;
 constexpr int kSplitBackwardBlocksPerSm = 2;
 // RMSNorm's held parts fit 3 CTAs per SM (80 registers; ptxas spills 8 bytes with a weight):
 // on the H100 bf16 rows of 16384 with a weight ran 3% (1024 tokens) to 12% (16384) faster so.
-// LayerNorm's spill 36-160 bytes at 3 and ran 17-25% slower: they keep 2 (performance-notes,
+// LayerNorm's spill 36-160 bytes at 3 and ran 16-25% slower: they keep 2 (performance-notes,
 // 2026-11-24).
 constexpr int kSplitBackwardBlocksPerSmRmsHeld = 3;
 // Streamed parts (rows longer than the CTAs hold): values per thread of a piece (x, dy, the
