@@ -27,3 +27,19 @@ def out_dir():
     if out:
         Path(out).mkdir(parents=True, exist_ok=True)
     return Path(out) if out else None
+
+
+class NoDeviceGuard:
+    """Stands in for torch.cuda.device where CPU tensors take the launch path through a stub:
+    its context does nothing. A class, not a function: PyTorch's own code tests
+    isinstance(d, torch.cuda.device) (torch.compile on a GPU machine asks for the device's
+    capability while it traces), which a function there would break."""
+
+    def __init__(self, device):
+        self.device = device
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False

@@ -7,7 +7,6 @@ launched), the spec texts that reach the library carry the activation (and compi
 here); an input that requires grad falls back to PyTorch's autograd of norm and activation.
 patch() fuses an nn.Sequential's GroupNorm -> SiLU (ldm's ResBlock) and reports what it does
 not fuse (a shared SiLU, diffusers' ResnetBlock2D). Needs PyTorch; no GPU."""
-import contextlib
 import warnings
 
 import pytest
@@ -21,6 +20,7 @@ import normjit  # noqa: E402
 import normjit.torch as njt  # noqa: E402
 from normjit.torch import _ops  # noqa: E402
 from normjit.torch import _patch  # noqa: E402
+from conftest import NoDeviceGuard  # noqa: E402
 
 ACTS = {"silu": F.silu, "gelu": F.gelu}
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
@@ -202,7 +202,7 @@ def stub(monkeypatch):
     s = Stub()
     monkeypatch.setattr(_ops, "_on_device", lambda x: True)
     monkeypatch.setattr(normjit, "engine", lambda: s)
-    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "device", NoDeviceGuard)
     monkeypatch.setattr(_ops, "_raw_stream", lambda device: 0)
     monkeypatch.setattr(_ops, "_launch", s.launch)
     monkeypatch.setattr(_ops, "_launch_ex", s.launch_ex)

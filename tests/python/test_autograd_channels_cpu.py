@@ -11,7 +11,6 @@ reference (F.group_norm, permute + F.layer_norm, the RMSNorm channel formula), t
 patched layers, the fallbacks (non-contiguous dy, channels_last input, a problem the library has
 no backward kernel for, double backward) and torch.compile(fullgraph=True) tracing the training
 and backward ops. Needs PyTorch; no GPU."""
-import contextlib
 import ctypes
 import math
 import warnings
@@ -25,6 +24,7 @@ import torch.nn.functional as F  # noqa: E402
 import normjit  # noqa: E402
 import normjit.torch as njt  # noqa: E402
 from normjit.torch import _ops  # noqa: E402
+from conftest import NoDeviceGuard  # noqa: E402
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 OPS = ["group_norm", "rms_norm_channels", "layer_norm_channels"]
@@ -431,7 +431,7 @@ def emu(monkeypatch):
     e = Emulator()
     monkeypatch.setattr(_ops, "_on_device", lambda x: True)
     monkeypatch.setattr(normjit, "engine", lambda: e)
-    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "device", NoDeviceGuard)
     monkeypatch.setattr(_ops, "_raw_stream", lambda device: 0)
     monkeypatch.setattr(_ops, "_launch", e.launch)
     monkeypatch.setattr(_ops, "_launch_ex", e.launch_ex)

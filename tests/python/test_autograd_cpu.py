@@ -10,7 +10,6 @@ autograd of PyTorch's reference, the fallbacks of the backward (a non-contiguous
 library has no backward kernel for, double backward), torch.compile(fullgraph=True) tracing
 forward and backward ops, and normjit._launch.launch_backward against ctypes. Needs PyTorch;
 no GPU."""
-import contextlib
 import ctypes
 import math
 import os
@@ -27,6 +26,7 @@ import torch.nn.functional as F  # noqa: E402
 import normjit  # noqa: E402
 import normjit.torch as njt  # noqa: E402
 from normjit.torch import _ops  # noqa: E402
+from conftest import NoDeviceGuard  # noqa: E402
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
@@ -343,7 +343,7 @@ def emu(monkeypatch):
     e = Emulator()
     monkeypatch.setattr(_ops, "_on_device", lambda x: True)
     monkeypatch.setattr(normjit, "engine", lambda: e)
-    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "device", NoDeviceGuard)
     monkeypatch.setattr(_ops, "_raw_stream", lambda device: 0)
     monkeypatch.setattr(_ops, "_launch", e.launch)
     monkeypatch.setattr(_ops, "_launch_ex", e.launch_ex)

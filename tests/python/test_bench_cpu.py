@@ -14,6 +14,7 @@ import types
 from pathlib import Path
 
 import pytest
+from conftest import NoDeviceGuard
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tools"))
@@ -317,7 +318,6 @@ class ChannelsStandIn:
 
 def test_vision_flow_on_cpu(monkeypatch, tmp_path):
     torch = pytest.importorskip("torch", reason="PyTorch is not installed (CI installs none)")
-    import contextlib
 
     import bench_vision as bv
     import compare_torch as ct
@@ -328,7 +328,7 @@ def test_vision_flow_on_cpu(monkeypatch, tmp_path):
     monkeypatch.setenv("NORMJIT_LIBRARY", str(normjit.library_path()))
     monkeypatch.setattr(_ops, "_on_device", lambda x: True)
     monkeypatch.setattr(normjit, "engine", lambda: stand_in)
-    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "device", NoDeviceGuard)
     monkeypatch.setattr(_ops, "_raw_stream", lambda device: 0)
     for name in ("_launch", "_launch_ex", "_launch_backward"):
         monkeypatch.setattr(_ops, name, stand_in.launch)

@@ -5,7 +5,6 @@ timm's constructor and state_dict compatibility, patch()'s choices and report, a
 library emulated on host memory, the spec, batch and pointers of its launches, channels_last
 inputs falling back, and torch.compile tracing the op (training through normjit's kernels:
 test_autograd_channels_cpu.py). Needs PyTorch; no GPU."""
-import contextlib
 import ctypes
 import math
 import sys
@@ -21,6 +20,7 @@ import torch.nn.functional as F  # noqa: E402
 import normjit  # noqa: E402
 import normjit.torch as njt  # noqa: E402
 from normjit.torch import _ops  # noqa: E402
+from conftest import NoDeviceGuard  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -276,7 +276,7 @@ def emu(monkeypatch):
     e = Emulator()
     monkeypatch.setattr(_ops, "_on_device", lambda x: True)
     monkeypatch.setattr(normjit, "engine", lambda: e)
-    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "device", NoDeviceGuard)
     monkeypatch.setattr(_ops, "_raw_stream", lambda device: 0)
     monkeypatch.setattr(_ops, "_launch", e.launch)
     for name in ("_launch_ex", "_launch_backward"):  # bound by the first prepare otherwise

@@ -4,7 +4,6 @@ call them) without a GPU: which inputs count as channels last, the spec texts th
 that a channels-last input is launched in place (its own pointer: no copy) and its result
 keeps the memory format, a contiguous input is unchanged, and other strides fall back with the
 package's warning. The fake implementations promise the same layouts. Needs PyTorch; no GPU."""
-import contextlib
 import ctypes
 import warnings
 
@@ -17,6 +16,7 @@ import torch.nn.functional as F  # noqa: E402
 import normjit  # noqa: E402
 import normjit.torch as njt  # noqa: E402
 from normjit.torch import _ops  # noqa: E402
+from conftest import NoDeviceGuard  # noqa: E402
 
 _DT = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 
@@ -127,7 +127,7 @@ def emu(monkeypatch):
     e = Emulator()
     monkeypatch.setattr(_ops, "_on_device", lambda x: True)
     monkeypatch.setattr(normjit, "engine", lambda: e)
-    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "device", NoDeviceGuard)
     monkeypatch.setattr(_ops, "_raw_stream", lambda device: 0)
     monkeypatch.setattr(_ops, "_launch", e.launch)
     saved = dict(_ops._kernels), dict(_ops._calls)

@@ -7,7 +7,6 @@ shapes and dtypes of the real ones. With the engine and the launch stubbed (CPU 
 take the launch path, nothing is launched), what reaches the library is checked: the spec texts
 (which compile for sm_90 here), the pointers (a strided view is passed as it is, no copy), the
 row strides and the outputs. Needs PyTorch; no GPU."""
-import contextlib
 import warnings
 
 import pytest
@@ -19,6 +18,7 @@ import torch.nn.functional as F  # noqa: E402
 import normjit  # noqa: E402
 import normjit.torch as njt  # noqa: E402
 from normjit.torch import _ops  # noqa: E402
+from conftest import NoDeviceGuard  # noqa: E402
 
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
 LOW = [torch.float16, torch.bfloat16]
@@ -393,7 +393,7 @@ def stub(monkeypatch):
 
     monkeypatch.setattr(_ops, "_why_not", why_not_on_cpu)
     monkeypatch.setattr(normjit, "engine", lambda: s)
-    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "device", NoDeviceGuard)
     monkeypatch.setattr(_ops, "_raw_stream", lambda device: 0)
     monkeypatch.setattr(_ops, "_launch", s.launch)
     monkeypatch.setattr(_ops, "_launch_ex", s.launch_ex)
