@@ -578,7 +578,9 @@ std::string row_backward(const Problem& pr, const Target& target, KernelPlan& p)
 // A CTA of the split backward: 256 threads, two per SM, so that at 128 registers a thread (2 x
 // 256 x 128 fill the SM's 64 Ki) each holds kBackwardValues values each of x, dy, the weight
 // and its dweight and dbias sums, as row_backward's teams do; with two CTAs per SM one loads and
-// computes while the other waits on its row's exchange. Not yet measured.
+// computes while the other waits on its row's exchange. On the H100 (performance-notes,
+// 2026-11-24) held parts of 8 values (more CTAs a row) ran 1.1-1.8x slower at 2, 3 or 4 CTAs
+// per SM, and streamed parts at 3 per SM 2-30% slower.
 constexpr int kSplitBackwardThreads = 256;
 constexpr int kSplitBackwardBlocksPerSm = 2;
 // RMSNorm's held parts fit 3 CTAs per SM (80 registers; ptxas spills 8 bytes with a weight):
@@ -591,7 +593,8 @@ constexpr int kSplitBackwardBlocksPerSmRmsHeld = 3;
 // per wave W where there are parameters: their accumulators (f32, a CTA's columns, in the
 // workspace) are read and written once per wave, 1/W of a row's traffic per row. Without
 // parameters a wave is one row (nothing to amortize; the row's second read is then the most
-// recent one in L2). Not yet measured.
+// recent one in L2). On the H100 pieces of 4 values or waves of 8 rows ran the LayerNorm seeds as
+// fast or up to 12% slower (performance-notes, 2026-11-24).
 constexpr int kSplitBackwardPieceValues = 8;
 constexpr int kSplitBackwardWaveRows = 16;
 
