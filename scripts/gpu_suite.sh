@@ -14,7 +14,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
 build=${1:-$here/build-gpu}
 out=${OUT:-$here/build-gpu-out}
-shards=${SHARDS:-3}
+shards=${SHARDS:-4}
 workers=${WORKERS:-4}
 wheels=${WHEELS:-$here/.whl}
 site=${NORMJIT_SITE:-/tmp/normjit-suite-site}
