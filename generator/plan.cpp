@@ -560,7 +560,7 @@ std::string row_backward(const Problem& pr, const Target& target, KernelPlan& p)
   // bulk prefetches) as it takes a row, so that row's loads wait on L2 rather than DRAM: a CTA's
   // rows are otherwise loaded one after the other, each after the previous one's reduction. On
   // the H100 (performance-notes, 2026-11-24) that ran bf16 rows of 4096 and 8192 with 4096 and
-  // 16384 tokens 4-11% faster (1024 tokens: the same); f32 rows of 768 in CTAs of 4 teams ran
+  // 16384 tokens 2-11% faster (1024 tokens: the same); f32 rows of 768 in CTAs of 4 teams ran
   // 14% slower with it, so CTAs of several teams go without.
   p.prefetch = target.sm >= 90 && p.rows_per_block == 1 ? 1 : 0;
   if (p.prefetch) why << "; each CTA prefetches its next row's x and dy into L2";
