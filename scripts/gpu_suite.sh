@@ -8,7 +8,7 @@
 # --no-deps -w .whl .`), unpacked into a folder put on PYTHONPATH; PyTorch, pytest and
 # pytest-xdist are the machine's. Limits: TG (gtest shards) and TP (pytest), seconds.
 # Logs go to $OUT (default build-gpu-out; the Python tests also leave their reports there).
-# Exit status: non-zero when any part failed or timed out.
+# Exit status: 0 all passed; 1 a part failed or timed out; 2 the build or the wheel is missing.
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
@@ -18,23 +18,33 @@ shards=${SHARDS:-4}
 workers=${WORKERS:-4}
 wheels=${WHEELS:-$here/.whl}
 site=${NORMJIT_SITE:-/tmp/normjit-suite-site}
+if [ ! -x "$build/tests/gpu/gpu_tests" ]; then
+  echo "gpu_suite: no $build/tests/gpu/gpu_tests (a build folder, carried to this machine)" >&2
+  exit 2
+fi
+build=$(cd "$build" && pwd)
+wheel=$(ls "$wheels"/normjit-*.whl 2>/dev/null | head -1)
+if [ -z "$wheel" ]; then
+  echo "gpu_suite: no normjit wheel in $wheels (build one with: pip wheel --no-deps -w .whl .)" >&2
+  exit 2
+fi
 mkdir -p "$out"
 nvidia-smi -L > "$out/device.txt" 2>&1
 
 export NORMJIT_CACHE_DIR=${NORMJIT_CACHE_DIR:-/tmp/normjit-suite-cache}
 export PYTHONUNBUFFERED=1
 # The deployment tests run the normjit tool: this build's, not the path it was built at.
-export NORMJIT_TOOL=${NORMJIT_TOOL:-$(cd "$build" && pwd)/tools/normjit}
+export NORMJIT_TOOL=${NORMJIT_TOOL:-$build/tools/normjit}
 pids=()
 for ((i = 0; i < shards; i++)); do
-  LD_LIBRARY_PATH=$(cd "$build" && pwd)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
+  LD_LIBRARY_PATH=$build${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
     GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i timeout "${TG:-480}" \
     "$build/tests/gpu/gpu_tests" --gtest_brief=1 > "$out/gtest-$i.log" 2>&1 &
   pids+=($!)
 done
 
 rm -rf "$site" && mkdir -p "$site"
-for w in "$wheels"/normjit-*.whl; do python3 -m zipfile -e "$w" "$site"; done
+python3 -m zipfile -e "$wheel" "$site"
 PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH} timeout "${TP:-420}" python3 -m pytest -q -rfE \
   -p no:cacheprovider -n "$workers" tests/python > "$out/pytest.log" 2>&1
 pytest_status=$?
