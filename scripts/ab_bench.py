@@ -14,6 +14,7 @@ the JSON of every run to --out.
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -22,6 +23,10 @@ def parse_variant(text):
     name, sep, rest = text.partition("=")
     if not sep or not name or not rest:
         raise argparse.ArgumentTypeError(f"--variant {text!r}: expected NAME=BUILD[:VAR=VALUE,...]")
+    if not re.fullmatch(r"[A-Za-z0-9._-]+", name):
+        raise argparse.ArgumentTypeError(
+            f"--variant {text!r}: the name {name!r} takes letters, digits, '.', '_' and '-' only "
+            "(it names the variant's JSON files and cache folder)")
     build, _, env_text = rest.partition(":")
     env = {}
     for item in filter(None, env_text.split(",")):

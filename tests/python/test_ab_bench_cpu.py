@@ -85,6 +85,10 @@ def test_a_bad_variant_is_named(tmp_path):
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 2
     assert "'NOEQ' is not VAR=VALUE" in run.stderr
+    run = subprocess.run([sys.executable, str(SCRIPT), "--specs", "x", "--variant", "a/b=dir"],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2
+    assert "the name 'a/b' takes letters, digits" in run.stderr
 
 
 def test_a_failing_build_is_reported_and_its_cells_are_na(tmp_path):
