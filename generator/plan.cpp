@@ -1,6 +1,7 @@
 #include "generator/plan.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <sstream>
 
 #include "normjit/error.hpp"
@@ -787,18 +788,83 @@ constexpr int64_t kGroupWords = 32;
 constexpr int64_t kGroupMinSegmentBytes = 16 * 1024;
 constexpr int64_t kGroupStreamVectors = 4;  // positions per thread per piece when streamed
 
+// Registers beyond its held values a thread of the channels-last kernel takes (addresses,
+// statistics, parameters): with 32 words held in CTAs of 1024 threads ptxas spilled 52 bytes
+// (`normjit dump --emit resources` of f16 [1, 512, 64, 64] in tiles of one group).
+constexpr int64_t kGroupTileOverheadWords = 40;
+constexpr int64_t kGroupTileMinAccessBytes = 8;
+constexpr int64_t kSmRegisters = 65536;  // 32-bit registers per SM on every arch from sm_70 on
+
+// A tile of whole groups that one CTA covers at every position of an item (kTiles > 1).
+struct NhwcTile {
+  int64_t groups = 0;  // groups per tile
+  int vec = 1;
+  int64_t tx = 0, ty = 0, k = 0;  // threads across the tile's channels, across positions;
+                                  // positions per thread
+};
+
+// The vector of the channels-last kernel over `channels` contiguous channels of groups of
+// `per_group`: 16-byte accesses, narrowed to stay in one group where 8-byte ones remain.
+int nhwc_vector(const Problem& pr, int64_t channels, int64_t per_group) {
+  int vec = vector_width(channels, kAccessBytes / size_of(pr.x));
+  if (per_group % vec != 0 && vector_width(per_group, vec) * size_of(pr.x) >= 8) {
+    vec = vector_width(per_group, vec);
+  }
+  return vec;
+}
+
+// Shared memory (bytes) of a CTA of `rows` position rows over `channels` channels in `groups`
+// groups (group_nhwc.cuh: a float per thread and channel, two per group).
+int64_t nhwc_smem(int64_t rows, int64_t channels, int64_t groups) {
+  return rows * channels * 4 + groups * 8;
+}
+
+// The tile of the fewest groups whose CTA holds all S positions of the item in registers (at
+// most kGroupWords words a thread, kGroupThreads threads) with accesses of at least
+// kGroupTileMinAccessBytes, if any. On the H100 (normjit bench, f16 SD UNet maps of two items,
+// G = 32, tiles of 1, 2, 4 and 8 groups against the exchange; performance-notes) one group a
+// tile ran 8x8 maps of 1280 channels in 5.0 us where the exchange took 10.4, 16x16 in 7.6
+// (11.7) and 32x32 of 640 in 10.3 (14.4); larger tiles fell between the two. 64x64 maps of 320
+// channels (4-byte accesses of a group's 10 channels) ran 19.3 against 17.0: refused.
+std::optional<NhwcTile> nhwc_tile(const Problem& pr) {
+  const int64_t per_group = pr.channels / pr.groups;
+  for (int64_t gt = 1; gt < pr.groups; ++gt) {
+    if (pr.groups % gt != 0) continue;
+    NhwcTile t;
+    t.groups = gt;
+    const int64_t channels = gt * per_group;
+    t.vec = nhwc_vector(pr, channels, per_group);
+    if (t.vec * size_of(pr.x) < kGroupTileMinAccessBytes) continue;
+    t.tx = channels / t.vec;
+    const int per_word = size_of(pr.x) == 2 && t.vec % 2 == 0 ? 2 : 1;
+    const int64_t k_most = std::max<int64_t>(1, kGroupWords * per_word / t.vec);
+    // The fewest positions per thread (the most threads loading at once) that fit the CTA, its
+    // held words and kGroupTileOverheadWords more within a thread's share of the SM's registers.
+    for (int64_t k = 1; k <= k_most; ++k) {
+      const int64_t ty = std::max(ceil_div(pr.spatial, k), ceil_div(32, t.tx));
+      const int64_t threads = t.tx * ty;
+      const int64_t words = ceil_div(k * t.vec, per_word);
+      if (threads > kGroupThreads || nhwc_smem(ty, channels, gt) > kGroupSmemBytes ||
+          words + kGroupTileOverheadWords > kSmRegisters / (ceil_div(threads, 32) * 32)) {
+        continue;
+      }
+      t.k = ceil_div(pr.spatial, ty);
+      t.ty = ceil_div(pr.spatial, t.k);
+      t.ty = std::max(t.ty, ceil_div(32, t.tx));
+      return t;
+    }
+  }
+  return std::nullopt;
+}
+
 std::string group_nhwc(const Problem& pr, const Target& target, KernelPlan& p) {
   const int64_t c = pr.channels, s = pr.spatial, groups = pr.groups;
   const std::string shape_note = "C = " + std::to_string(c) + ", " + std::to_string(groups) +
                                  " groups, S = " + std::to_string(s);
-  p.vec = vector_width(c, kAccessBytes / size_of(pr.x));
   // Vectors within one group, where that keeps 8-byte accesses: a vector spanning groups holds
   // each channel's statistics and parameters (on the VAE's C/G = 4 in 16 bits, 16-byte vectors
   // spilled ~100 bytes of registers, `normjit dump --emit resources`; 8-byte ones fewer).
-  const int64_t per_group = c / groups;
-  if (per_group % p.vec != 0 && vector_width(per_group, p.vec) * size_of(pr.x) >= 8) {
-    p.vec = vector_width(per_group, p.vec);
-  }
+  p.vec = nhwc_vector(pr, c, c / groups);
   p.param_vec = p.vec;
   const int64_t tx = c / p.vec;
   if (tx > kGroupThreads) {
@@ -808,7 +874,7 @@ std::string group_nhwc(const Problem& pr, const Target& target, KernelPlan& p) {
                           std::to_string(kGroupThreads) + " accesses of " + std::to_string(p.vec) +
                           " channels; " + std::to_string(c) + " channels are not yet supported");
   }
-  const auto smem = [&](int64_t rows) { return rows * c * 4 + groups * 8; };
+  const auto smem = [&](int64_t rows) { return nhwc_smem(rows, c, groups); };
   // No more position rows than the item has, and at least a warp.
   int64_t ty = std::max(std::min(kGroupThreads / tx, s), ceil_div(32, tx));
   while (ty > 1 && smem(ty) > kGroupSmemBytes) --ty;
@@ -850,7 +916,27 @@ std::string group_nhwc(const Problem& pr, const Target& target, KernelPlan& p) {
   why << "layout nhwc: each CTA covers all " << c << " channels (" << tx << " threads of "
       << p.vec * size_of(pr.x) << "-byte accesses along the contiguous channels) of " << ty
       << " positions at a time; ";
-  if (in_registers) {
+  // Items the exchange would split: where a tile of whole groups holds every position of the
+  // item, N x (G / tile groups) CTAs need no exchange.
+  const std::optional<NhwcTile> tile =
+      in_registers && ceil_div(s, ty * k) > 1 ? nhwc_tile(pr) : std::nullopt;
+  if (tile) {
+    p.vec = p.param_vec = tile->vec;
+    p.block_x = int(tile->tx);
+    p.block_y = int(tile->ty);
+    p.blocks_per_item = groups / tile->groups;
+    p.vectors = tile->k;
+    p.pieces = 1;
+    p.segment = tile->ty * tile->k;
+    p.split_chunks = 1;
+    why.str("");
+    why << "layout nhwc: each CTA covers a tile of " << tile->groups << " group"
+        << (tile->groups == 1 ? "" : "s") << " (" << tile->groups * (c / groups) << " channels, "
+        << tile->tx << " threads of " << tile->vec * size_of(pr.x)
+        << "-byte accesses along the contiguous channels) at all " << s << " positions of an item, "
+        << tile->ty << " at a time, " << tile->k << " per thread kept in registers (x read once): "
+        << p.blocks_per_item << " CTAs per item";
+  } else if (in_registers) {
     p.vectors = k;
     p.pieces = 1;
     p.segment = ty * k;
@@ -873,8 +959,10 @@ std::string group_nhwc(const Problem& pr, const Target& target, KernelPlan& p) {
   if (p.split_chunks > 1) {
     why << "; each CTA's per-group (mean, M2) exchanged through the workspace and merged with "
            "Chan's formula in a fixed order (cooperative launch, deterministic)";
-  } else {
+  } else if (p.blocks_per_item == 1) {
     why << "; one CTA per item, no exchange";
+  } else {
+    why << ", no exchange";
   }
   if (pr.groups > 0 && (pr.channels / pr.groups) % p.vec != 0) {
     why << "; a vector may span groups (C/G = " << pr.channels / pr.groups
@@ -956,7 +1044,8 @@ int64_t KernelPlan::grid(int64_t batch, int64_t co_resident) const {
     case Strategy::kChannelsBackward:
       return std::max<int64_t>(1, std::min(co_resident, blocks_per_item * batch));
     case Strategy::kGroupNhwc:
-      return cooperative() ? std::min(co_resident / split_chunks, batch) * split_chunks : batch;
+      return cooperative() ? std::min(co_resident / split_chunks, batch) * split_chunks
+                           : batch * blocks_per_item;
   }
   return 0;
 }
@@ -1058,7 +1147,11 @@ std::string KernelPlan::grid_text() const {
              std::to_string(split_chunks) + " CTAs looping over its rows (cooperative launch, " +
              std::to_string(split_blocks_per_sm) + " CTAs per SM)";
     case Strategy::kGroupNhwc:
-      if (!cooperative()) return "batch CTAs (one per item)";
+      if (!cooperative()) {
+        return blocks_per_item == 1 ? "batch CTAs (one per item)"
+                                    : std::to_string(blocks_per_item) +
+                                          " x batch CTAs (one per tile of groups of an item)";
+      }
       return std::to_string(split_chunks) +
              " CTAs per item x as many items as stay co-resident (cooperative launch, " +
              std::to_string(split_blocks_per_sm) + " CTAs per SM)";

@@ -64,7 +64,8 @@ struct KernelPlan {
   Problem problem;
   std::string arch;              // target name, "sm_90"
   int block_x = 1, block_y = 1;  // threads per CTA
-  int64_t blocks_per_item = 1;   // kChannels: CTAs per batch item; kChannelsSlab: the cluster (K)
+  int64_t blocks_per_item = 1;   // kChannels: CTAs per batch item; kChannelsSlab: the cluster (K);
+                                 // kGroupNhwc: tiles of whole groups across the channels
   int64_t rows_per_item = 1;     // row strategies: rows per batch item (groups; nhwc channel
                                  // forms: S positions, the launch's rows being N x S)
   int rows_per_block = 1;        // kRowRegisters: rows per CTA

@@ -11,6 +11,10 @@
 // is split over P CTAs of kSegment positions each (a slot); the grid holds `slots` of them, and
 // slot s works on items s, s + slots, ...
 //
+// kTiles > 1 (small items, P == 1): the C channels are cut into kTiles tiles of whole groups,
+// CT = C / kTiles channels each, and a CTA covers one tile of one item (all its S positions):
+// N x kTiles CTAs, none exchanging anything. TX * V == CT; with one tile CT == C.
+//
 // kPieces == 1: a thread holds its K vectors in registers between the statistics and the store
 // (x read once). kPieces > 1 (items larger than the chip holds): each CTA streams its segment in
 // pieces of TY*K positions twice, statistics then normalize (x read twice).
@@ -38,7 +42,8 @@ namespace normjit {
 //   kSaveStats                   mean and rstd of each (n, g) written in f32: [N, G]
 //   kChannels, kGroups, kSpatial   C, G, S
 //   kChannelsPerGroup            CG = C / G
-//   kThreadsX, kThreadsY, kVec   TX, TY (blockDim), V: channels per access (TX * V == C)
+//   kTiles                       CTAs across an item's channels, each a tile of whole groups
+//   kThreadsX, kThreadsY, kVec   TX, TY (blockDim), V: channels per access (TX * V == C / kTiles)
 //   kVectors                     K: positions per thread per piece
 //   kPieces                      pieces per segment; 1: the values stay in registers
 //   kChunks                      P: CTAs per item
@@ -119,13 +124,14 @@ struct GroupShifts {
   }
 };
 
-// The sum of a group's TY x CG floats in part ([TY][C]) over the lanes of one warp, every lane
-// getting the same bits.
+// The sum of a group's TY x CG floats in part ([TY][CT]; group: within the tile) over the lanes
+// of one warp, every lane getting the same bits.
 template <class Cfg>
 __device__ __forceinline__ float group_total(const float* part, int group, int lane) {
-  constexpr int C = Cfg::kChannels, CG = Cfg::kChannelsPerGroup, TY = Cfg::kThreadsY;
+  constexpr int CT = Cfg::kChannels / Cfg::kTiles, CG = Cfg::kChannelsPerGroup;
+  constexpr int TY = Cfg::kThreadsY;
   float total = 0.f;
-  for (int i = lane; i < TY * CG; i += 32) total += part[(i / CG) * C + group * CG + i % CG];
+  for (int i = lane; i < TY * CG; i += 32) total += part[(i / CG) * CT + group * CG + i % CG];
   return warp_sum(total);
 }
 
@@ -138,15 +144,18 @@ __global__ void __launch_bounds__(Cfg::kThreadsX* Cfg::kThreadsY, Cfg::kBlocksPe
   constexpr int C = Cfg::kChannels, G = Cfg::kGroups, CG = Cfg::kChannelsPerGroup;
   constexpr int TX = Cfg::kThreadsX, TY = Cfg::kThreadsY, V = Cfg::kVec, K = Cfg::kVectors;
   constexpr long long S = Cfg::kSpatial, kSeg = Cfg::kSegment, kChunks = Cfg::kChunks;
-  constexpr int kPieces = Cfg::kPieces;
+  constexpr int kPieces = Cfg::kPieces, kTiles = Cfg::kTiles;
+  constexpr int CT = C / kTiles, GT = CT / CG;  // a tile's channels and groups
   constexpr bool kWeight = Cfg::kWeight, kBias = Cfg::kBias;
   constexpr long long kPiece = (long long)TY * K;  // positions per piece
   constexpr long long H = (long long)CG * S;       // elements per (n, g)
   constexpr int kThreads = TX * TY;
   // Only whole warps take part in the group reductions (TX*TY need not be a multiple of 32).
   constexpr int kReduceWarps = kThreads / 32;
-  static_assert(TX * V == C, "a CTA row covers the channels of one position");
+  static_assert(TX * V == CT, "a CTA row covers the channels of one position's tile");
   static_assert(C == G * CG, "groups divide the channels");
+  static_assert(CT * kTiles == C && GT * CG == CT, "tiles are whole groups");
+  static_assert(kTiles == 1 || kChunks == 1, "a tile's CTA covers all S positions");
   static_assert(kSeg == kPiece * kPieces, "a segment is whole pieces");
   static_assert((kChunks - 1) * kSeg < S && S <= kChunks * kSeg, "P segments cover S, none empty");
   static_assert(kReduceWarps >= 1, "at least one whole warp");
@@ -158,22 +167,25 @@ __global__ void __launch_bounds__(Cfg::kThreadsX* Cfg::kThreadsY, Cfg::kBlocksPe
   // channels looks its group up.
   constexpr bool kOneGroup = CG % V == 0;
 
-  __shared__ float part[TY * C];     // [ty][c]: a thread's per-channel partials
-  __shared__ float2 group_stats[G];  // per group: the CTA's mean, then the item's (mean, rstd)
+  __shared__ float part[TY * CT];     // [ty][c]: a thread's per-channel partials (in the tile)
+  __shared__ float2 group_stats[GT];  // per group: the CTA's mean, then the item's (mean, rstd)
   __shared__ unsigned long long base_generation;
 
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int tid = ty * TX + tx, warp = tid / 32, lane = tid % 32;
-  const int slots = int(gridDim.x / kChunks);
-  const int slot = int(blockIdx.x / kChunks);
-  const int chunk = int(blockIdx.x - slot * kChunks);
+  // blockIdx.x = (slot * kTiles + tile) * kChunks + chunk, one of kTiles and kChunks being 1.
+  const int slots = int(gridDim.x / (kChunks * kTiles));
+  const int slot = int(blockIdx.x / (kChunks * kTiles));
+  const int chunk = int(blockIdx.x % kChunks);
+  const int tile = kTiles == 1 ? 0 : int(blockIdx.x % kTiles);
   // Positions fit an int: the plan refuses groups of 2^31 elements or more.
   const int first = int(chunk * kSeg);  // this CTA's first position of each item
   // Valid positions of this CTA's segment: every segment but the last is full.
   constexpr long long kLastSeg = S - (kChunks - 1) * kSeg;
   const int positions = int(chunk + 1 < kChunks ? kSeg : kLastSeg);
-  const int c0 = tx * V;
-  const auto group_of = [&](int j) { return kOneGroup ? c0 / CG : (c0 + j) / CG; };
+  const int c0 = tile * CT + tx * V;  // the thread's first channel of the item
+  // The group of the thread's channel j within the tile (group_stats' index).
+  const auto group_of = [&](int j) { return kOneGroup ? tx * V / CG : (tx * V + j) / CG; };
   const Exchange exchange(p.workspace, slot);
 
   long long item = slot;
@@ -237,7 +249,7 @@ __global__ void __launch_bounds__(Cfg::kThreadsX* Cfg::kThreadsY, Cfg::kBlocksPe
         for (int j = 0; j < V; ++j) sum[j] += kAllValid || k < valid ? held[k][j] - shift[j] : 0.f;
       }
 #pragma unroll
-      for (int j = 0; j < V; ++j) part[ty * C + c0 + j] = sum[j];
+      for (int j = 0; j < V; ++j) part[ty * CT + tx * V + j] = sum[j];
     } else {
 #pragma unroll
       for (int j = 0; j < V; ++j) mean[j] = m2[j] = 0.f;
@@ -264,11 +276,11 @@ __global__ void __launch_bounds__(Cfg::kThreadsX* Cfg::kThreadsY, Cfg::kBlocksPe
         count += float(n);
       }
 #pragma unroll
-      for (int j = 0; j < V; ++j) part[ty * C + c0 + j] = count * mean[j];
+      for (int j = 0; j < V; ++j) part[ty * CT + tx * V + j] = count * mean[j];
     }
     __syncthreads();  // the sums are in
     if (warp < kReduceWarps) {
-      for (int group = warp; group < G; group += kReduceWarps) {
+      for (int group = warp; group < GT; group += kReduceWarps) {
         const float total = group_total<Cfg>(part, group, lane);
         if (lane == 0) group_stats[group].x = total / cta_count;
       }
@@ -293,7 +305,7 @@ __global__ void __launch_bounds__(Cfg::kThreadsX* Cfg::kThreadsY, Cfg::kBlocksPe
         const float d = mean[j] - group_mean;
         total = m2[j] + count * d * d;
       }
-      part[ty * C + c0 + j] = total;
+      part[ty * CT + tx * V + j] = total;
     }
     __syncthreads();  // the M2 are in
 
@@ -301,7 +313,7 @@ __global__ void __launch_bounds__(Cfg::kThreadsX* Cfg::kThreadsY, Cfg::kBlocksPe
     // group's M2 (the warp that wrote its mean) publishes the CTA's partial, then merges the P
     // partials of that group.
     if (warp < kReduceWarps) {
-      for (int group = warp; group < G; group += kReduceWarps) {
+      for (int group = warp; group < GT; group += kReduceWarps) {
         Stats s = {cta_count, group_stats[group].x, group_total<Cfg>(part, group, lane)};
         if constexpr (kChunks > 1) {
           const unsigned int tag = generation_tag(g);
@@ -331,9 +343,10 @@ __global__ void __launch_bounds__(Cfg::kThreadsX* Cfg::kThreadsY, Cfg::kBlocksPe
           group_stats[group] = make_float2(s.mean, rstd);
           if constexpr (Cfg::kSaveStats) {
             if (chunk == 0) {
-              const T* group_first = static_cast<const T*>(p.x) + item * (S * C) + group * CG;
-              p.mean[item * G + group] = to_float(*group_first) + s.mean;
-              p.rstd[item * G + group] = rstd;
+              const int g_item = tile * GT + group;  // the group within the item
+              const T* group_first = static_cast<const T*>(p.x) + item * (S * C) + g_item * CG;
+              p.mean[item * G + g_item] = to_float(*group_first) + s.mean;
+              p.rstd[item * G + g_item] = rstd;
             }
           }
         }

@@ -2476,6 +2476,7 @@ TEST_F(Variants, NhwcAdversarialValues) {
   for (Values v : {Values::kLargeMean, Values::kTiny, Values::kConstant, Values::kNegative}) {
     for (Dtype d : kXDtypes) {
       cases.push_back(nhwc_group({2, 320, 16, 16}, d, 32).stats().with(v, seed++));
+      cases.push_back(nhwc_group({2, 1280, 8, 8}, d, 32).stats().with(v, seed++));  // tiles
       cases.push_back(nhwc_group({1, 128, 256, 256}, d, 32).stats().with(v, seed++));
       cases.push_back(nhwc_group({2, 65, 7, 9}, d, 13).out(Dtype::kF32).with(v, seed++));
       cases.push_back(nhwc_layer({2, 96, 9, 7}, d).stats().out(Dtype::kF32).with(v, seed++));
@@ -2544,8 +2545,9 @@ TEST_F(Variants, NhwcItemBitsDoNotDependOnTheLaunchBatch) {
 }
 
 TEST_F(Variants, NhwcCudaGraphOnAFreshStreamReplaysWithNewInputs) {
-  // The exchanging GroupNorm kernel (its workspace per capture) and a channel-form row kernel,
-  // captured on a stream first used inside the capture, replayed with new x and scale.
+  // The exchanging GroupNorm kernel (its workspace per capture), the tiled one (a CTA per group
+  // of an item) and a channel-form row kernel, captured on a stream first used inside the
+  // capture, replayed with new x and scale.
   const auto t0 = std::chrono::steady_clock::now();
   device::PrimaryContext context;
   Engine engine(test_engine_options());
@@ -2555,9 +2557,11 @@ TEST_F(Variants, NhwcCudaGraphOnAFreshStreamReplaysWithNewInputs) {
                          .stats()
                          .with(Values::kNormal, 1);
   const Case rows = nhwc_layer({8, 96, 56, 56}, Dtype::kBF16).offset(1.0).with(Values::kNormal, 2);
-  prepare_in_parallel(engine, {group, rows});
+  const Case tiles =
+      nhwc_group({2, 1280, 8, 8}, Dtype::kBF16, 32).act(Activation::kSilu).with(Values::kNormal, 3);
+  prepare_in_parallel(engine, {group, rows, tiles});
   Summary summary;
-  for (const Case& c : {group, rows}) {
+  for (const Case& c : {group, rows, tiles}) {
     std::string what = format_shape(*c.fields.shape);
     try {
       const NormSpec spec = NormSpec::from_fields(c.fields);

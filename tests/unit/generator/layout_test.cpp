@@ -235,6 +235,50 @@ TEST(PlanLayout, GroupNormHasItsOwnKernelSpecializedOnCGAndS) {
   }
 }
 
+// Small maps: a CTA per tile of one group covers every position of an item, N x G CTAs and no
+// exchange; where a group's channels allow only 4-byte accesses (C/G = 10 in f16), the exchange.
+TEST(PlanLayout, GroupNormSmallMapsTakeATileOfOneGroupPerCta) {
+  const KernelPlan p = plan(
+      NormSpec::parse("op=groupnorm shape=2,1280,8,8 dtype=f16 groups=32 layout=nhwc"), kH100);
+  EXPECT_EQ(p.strategy, Strategy::kGroupNhwc);
+  EXPECT_EQ(p.blocks_per_item, 32);
+  EXPECT_EQ(p.block_x * p.vec, 40);  // a CTA row covers one group's channels
+  EXPECT_EQ(p.vec, 8);
+  EXPECT_GE(int64_t{p.block_y} * p.vectors, 64);  // every position of the item
+  EXPECT_EQ(p.split_chunks, 1);
+  EXPECT_FALSE(p.cooperative());
+  EXPECT_EQ(p.workspace_floats(132), 0);
+  EXPECT_EQ(p.grid(2, 132), 64);
+  EXPECT_EQ(p.grid(7, 132), 7 * 32);  // not capped by the CTAs the device holds
+  const std::string text = p.to_string();
+  EXPECT_TRUE(has(text, "tile of 1 group") && has(text, "no exchange") &&
+              has(text, "32 x batch CTAs"))
+      << text;
+  EXPECT_TRUE(has(emit(p).source, "static constexpr int kTiles = 32;")) << emit(p).source;
+
+  // An item one CTA holds needs no tiles.
+  const KernelPlan narrow = plan(
+      NormSpec::parse("op=groupnorm shape=2,64,8,8 dtype=f16 groups=32 layout=nhwc"), kH100);
+  EXPECT_EQ(narrow.blocks_per_item, 1);  // one CTA holds an item: no tiles needed
+  const KernelPlan spanning = plan(
+      NormSpec::parse("op=groupnorm shape=2,320,64,64 dtype=f16 groups=32 layout=nhwc"), kH100);
+  EXPECT_EQ(spanning.blocks_per_item, 1);
+  EXPECT_TRUE(spanning.cooperative());
+  // Tiles are whole groups: C/G channels times a divisor of G.
+  for (const char* text : {"op=groupnorm shape=2,640,32,32 dtype=f16 groups=32 layout=nhwc",
+                           "op=groupnorm shape=40,256,32,32 dtype=bf16 groups=32 layout=nhwc",
+                           "op=groupnorm shape=2,1280,16,16 dtype=f32 groups=32 layout=nhwc"}) {
+    const NormSpec spec = NormSpec::parse(text);
+    const KernelPlan t = plan(spec, kH100);
+    ASSERT_GT(t.blocks_per_item, 1) << text;
+    EXPECT_EQ(spec.groups % t.blocks_per_item, 0) << text;
+    EXPECT_EQ(int64_t{t.block_x} * t.vec * t.blocks_per_item, spec.channels()) << text;
+    EXPECT_GE(t.vec * size_of(spec.dtype), 8) << text;
+    EXPECT_LE(t.block_x * t.block_y, 1024) << text;
+    EXPECT_GE(int64_t{t.block_y} * t.vectors, spec.spatial()) << text;
+  }
+}
+
 TEST(PlanLayout, GroupNormItemsLargerThanTheChipStreamTwice) {
   // The VAE's f32 [1, 128, 256, 256]: 8 Mi elements per item, more than 132 SMs' registers.
   const KernelPlan f32 = plan(
@@ -300,10 +344,7 @@ TEST(PlanLayout, GroupNormNhwcSegmentsLetTwoItemsShareAWave) {
   EXPECT_EQ(unet.split_chunks, 66);  // 4096 positions: 63 a CTA
   EXPECT_EQ(unet.segment, 63);
   EXPECT_EQ(unet.segment, int64_t{unet.block_y} * unet.vectors);
-  // 1280 channels of 8x8: 8 positions (20 KiB of f16) a CTA, 8 CTAs an item.
-  const KernelPlan small = at("op=groupnorm shape=2,1280,8,8 dtype=f16 groups=32 layout=nhwc");
-  EXPECT_EQ(small.segment, 8);
-  EXPECT_EQ(small.split_chunks, 8);
+  // (1280 channels of 8x8 take tiles of one group instead: the test above.)
   // Larger than two items per wave allow in registers: the item alone fills the wave.
   const KernelPlan large = at("op=groupnorm shape=1,512,128,128 dtype=f16 groups=32 layout=nhwc");
   EXPECT_EQ(large.pieces, 1);
