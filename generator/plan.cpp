@@ -584,11 +584,15 @@ std::string row_backward(const Problem& pr, const Target& target, KernelPlan& p)
 // per SM, and streamed parts at 3 per SM 2-30% slower.
 constexpr int kSplitBackwardThreads = 256;
 constexpr int kSplitBackwardBlocksPerSm = 2;
-// RMSNorm's held parts fit 3 CTAs per SM (80 registers; ptxas spills 8 bytes with a weight):
-// on the H100 bf16 rows of 16384 with a weight ran 3% (1024 tokens) to 12% (16384) faster so.
-// LayerNorm's spill 36-160 bytes at 3 and ran 16-25% slower: they keep 2 (performance-notes,
-// 2026-11-24).
-constexpr int kSplitBackwardBlocksPerSmRmsHeld = 3;
+// Held parts without a bias fit 3 CTAs per SM (80 registers) with the weight loaded again for
+// each row (from L1) instead of held: no spills (`normjit dump --emit resources`; held, RMSNorm's
+// weight spilled 8 bytes and LayerNorm's 36). On the H100 (performance-notes, 2026-11-24) bf16
+// RMSNorm rows of 16384 with a weight ran 3% (1024 tokens) to 12% (16384) faster at 3 than at 2
+// with the weight held, and 1-2% faster again with it reloaded; LayerNorm with a weight only 10%
+// faster (4096 tokens). With a bias, a thread also sums dbias: 64 bytes spilled even with the
+// weight reloaded, 7-11% slower than at 2 (and reloading at 2 2-3% slower): they keep 2 and
+// hold the weight.
+constexpr int kSplitBackwardBlocksPerSmHeld = 3;
 // Streamed parts (rows longer than the CTAs hold): values per thread of a piece (x, dy, the
 // weight and the piece's dweight and dbias, beside the 2 W sums of the wave's rows), and rows
 // per wave W where there are parameters: their accumulators (f32, a CTA's columns, in the
@@ -602,8 +606,9 @@ constexpr int kSplitBackwardWaveRows = 16;
 std::string row_split_backward(const Problem& pr, const Target& target, KernelPlan& p) {
   const int64_t h = pr.row_length;
   const int64_t vectors = ceil_div(h, p.vec);
-  const bool rms = pr.op == Op::kRmsNorm;
-  const int held_blocks = rms ? kSplitBackwardBlocksPerSmRmsHeld : kSplitBackwardBlocksPerSm;
+  // (f32 LayerNorm with a weight spills 24-40 bytes at 3 even so: it keeps 2.)
+  const bool three = !pr.bias && (pr.op == Op::kRmsNorm || size_of(pr.x) == 2 || !pr.weight);
+  const int held_blocks = three ? kSplitBackwardBlocksPerSmHeld : kSplitBackwardBlocksPerSm;
   const int64_t threads = kSplitBackwardThreads;
   p.block_x = kSplitBackwardThreads;
   // Held: the fewest CTAs whose threads hold the row at kBackwardValues each, then the fewest
@@ -620,11 +625,14 @@ std::string row_split_backward(const Problem& pr, const Target& target, KernelPl
     p.pieces = 1;
     p.wave_rows = 1;
     p.segment = threads * p.vectors * p.vec;
+    p.reload_weight = pr.weight && p.split_blocks_per_sm == kSplitBackwardBlocksPerSmHeld;
     why << "backward: rows of " << h << " elements split over " << p.split_chunks
         << " co-resident CTAs of " << p.segment << " elements (" << p.vectors * p.vec
         << " values each of x and dy per thread, " << p.vec * size_of(pr.x)
-        << "-byte accesses), kept in registers (x and dy read once); per row, each CTA's sums "
-           "of g and g * xhat exchanged with the row's other CTAs and added in chunk order";
+        << "-byte accesses), kept in registers (x and dy read once"
+        << (p.reload_weight ? "; the weight loaded again with each row, from L1" : "")
+        << "); per row, each CTA's sums of g and g * xhat exchanged with the row's other CTAs "
+           "and added in chunk order";
   } else {
     // Streamed: every co-resident CTA takes a part of units of one vector per thread, in pieces
     // of up to kSplitBackwardPieceValues values per thread that divide it (rounded up to a

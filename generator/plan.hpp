@@ -89,6 +89,8 @@ struct KernelPlan {
                                   // registers (x read once), else streamed (read twice)
   bool params_ahead = false;      // kRowRegisters: parameters loaded with x, not at the store
   bool early_h = false;           // kRowRegisters: h written as formed, before the reduction
+  bool reload_weight = false;     // kRowSplitBackward, held parts: the weight loaded again for
+                                  // each row (from L1) instead of held in registers
   int64_t units_per_channel = 0;  // kGroupBackward: units of block_x * vectors * vec positions
                                   // that cover a channel (T)
   int64_t wave_rows = 0;          // kGroupBackward: rows (n, g) per wave (R);

@@ -260,6 +260,7 @@ __device__ __forceinline__ void add_slices_in_order(const float* slices, long lo
 //   kParts, kSegment          P: CTAs per row; kSeg: elements of a row per CTA
 //   kPieces                   pieces of THREADS * K * V elements per part; 1: held in registers
 //   kWaveRows                 W: rows of a slot per exchange (held: 1)
+//   kReloadWeight             held: the weight loaded with each row instead of held
 //   kWorkspaceHeaderFloats    the plan's floats before the slots (checked against the layout)
 //   kWorkspaceSlotFloats      the plan's floats per slot (checked against the layout)
 template <class C>
@@ -322,8 +323,10 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm) row_split_backwa
 
   if constexpr (kPieces == 1) {
     // Held: the part in registers, a row at a time.
+    // The weight is held for the whole launch, or (kReloadWeight) loaded again with each row's
+    // x and dy (from L1: the CTA's columns are the same every row), which frees its registers.
     float w[kWeight ? K : 1][V];
-    if constexpr (kWeight) load_weight(begin, w);
+    if constexpr (kWeight && !C::kReloadWeight) load_weight(begin, w);
     float dw[kWeight ? K : 1][V] = {}, db[kBias ? K : 1][V] = {};
     for (long long row = slot; row < rows; row += slots, ++g) {
       const float rstd = p.rstd[row];
@@ -341,6 +344,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm) row_split_backwa
           for (int j = 0; j < V; ++j) xhat[k][j] = mean, gv[k][j] = 0.f;
         }
       }
+      if constexpr (kWeight && C::kReloadWeight) load_weight(begin, w);
       GradSums sums[1] = {{0.f, 0.f}};
 #pragma unroll
       for (int k = 0; k < K; ++k) {
