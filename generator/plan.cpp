@@ -682,6 +682,15 @@ int64_t row_split_backward_slot_floats(const KernelPlan& p) {
 // and dy, in a team of at most kGroupBackwardTeam threads (one CTA of kBackwardBlock threads
 // holds 256 / team units).
 constexpr int kGroupBackwardTeam = 256;
+// 16-bit channels of at least kGroupBackwardLargeChannel positions take kGroupBackwardLargeValues
+// values a thread (units of 16384 positions, a quarter as many partials to reduce; 236
+// registers, one CTA an SM, no spills). On the H100 (normjit bench of
+// scripts/specs/groupnorm-backward.txt, the values switched by a throwaway environment
+// variable; performance-notes) the bf16 seeds [112|8, 64, 512, 512] ran 13% faster and f16 VAE
+// maps of 65536 and 262144 positions 4-6%; channels of 16384 positions and fewer 16-35% slower,
+// f32 the same or slower (32 values: slower everywhere).
+constexpr int kGroupBackwardLargeValues = 64;
+constexpr int64_t kGroupBackwardLargeChannel = 65536;
 // Rows per wave: as many as keep the wave's x and dy in L2 (the second read, for dx, then comes
 // from there), at least one. 16 MiB: a third of the H100's L2, leaving room for the next wave's
 // prefetch and dx on its way out (the f32 GroupNorm seed: 1 row of 2 Mi elements per wave,
@@ -700,7 +709,10 @@ std::string group_backward(const Problem& pr, const Target& target, KernelPlan& 
   p.param_vec = 1;
   p.rows_per_item = pr.groups;
   const int64_t vectors = s / p.vec;  // of a channel
-  const int aim = std::max(1, kBackwardValues / p.vec);
+  const int values = size_of(pr.x) == 2 && s >= kGroupBackwardLargeChannel
+                         ? kGroupBackwardLargeValues
+                         : kBackwardValues;
+  const int aim = std::max(1, values / p.vec);
   p.block_x = int(std::min<int64_t>(kGroupBackwardTeam, pow2_ceil(ceil_div(vectors, aim))));
   p.vectors = std::min<int64_t>(aim, ceil_div(vectors, p.block_x));
   p.block_y = p.rows_per_block = std::max(1, kBackwardBlock / p.block_x);

@@ -253,7 +253,10 @@ TEST(BackwardPlan, GroupNormUnitsWavesAndWorkspace) {
   } cases[] = {
       // The seeds: 2 Mi-element groups; a wave's x and dy fit 16 MiB (f32: one row, bf16: two).
       {"op=groupnorm shape=112,64,512,512 groups=8", 4, 256, 1, 4, 64, 1},
-      {"op=groupnorm shape=112,64,512,512 groups=8 dtype=bf16", 8, 256, 1, 2, 64, 2},
+      // 16-bit channels of 65536 positions or more: 64 values a thread, units of 16384.
+      {"op=groupnorm shape=112,64,512,512 groups=8 dtype=bf16", 8, 256, 1, 8, 16, 2},
+      {"op=groupnorm shape=1,256,256,256 groups=32 dtype=f16", 8, 256, 1, 8, 4, 8},
+      {"op=groupnorm shape=2,320,128,128 groups=32 dtype=f16", 8, 256, 1, 2, 4, 25},
       // Stable Diffusion's: a unit per channel of 4096, 10 channels per group.
       {"op=groupnorm shape=2,320,64,64 groups=32", 4, 256, 1, 4, 1, 51},
       // Odd maps: scalar accesses, small teams, several units per CTA.
@@ -273,11 +276,13 @@ TEST(BackwardPlan, GroupNormUnitsWavesAndWorkspace) {
     EXPECT_EQ(p.vectors, c.vectors) << c.spec;
     EXPECT_EQ(p.units_per_channel, c.units_per_channel) << c.spec;
     EXPECT_EQ(p.wave_rows, c.wave_rows) << c.spec;
-    // T units cover a channel, none empty; a thread holds at most 16 values of x and of dy.
+    // T units cover a channel, none empty; a thread holds at most 16 values of x and of dy (64
+    // in 16 bits on channels of 65536 positions and more).
     const int64_t unit = int64_t{p.block_x} * p.vectors * p.vec;
     EXPECT_GE(p.units_per_channel * unit, spec.spatial()) << c.spec;
     EXPECT_LT((p.units_per_channel - 1) * unit, spec.spatial()) << c.spec;
-    EXPECT_LE(p.vectors * p.vec, 16) << c.spec;
+    EXPECT_LE(p.vectors * p.vec, size_of(spec.dtype) == 2 && spec.spatial() >= 65536 ? 64 : 16)
+        << c.spec;
     EXPECT_EQ(spec.spatial() % p.vec, 0) << c.spec;
     EXPECT_TRUE(has(p.to_string(), "strategy: group-backward")) << c.spec;
   }
