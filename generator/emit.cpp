@@ -244,6 +244,7 @@ void split_backward_fields(const KernelPlan& p, Fields& f) {
   f.size("kPieces", p.pieces);
   f.integer("kWaveRows", int(p.wave_rows));
   f.flag("kReloadWeight", p.reload_weight);
+  f.flag("kSharedBiasSums", p.shared_sums);
   f.size("kWorkspaceHeaderFloats", p.workspace_header_floats());
   f.size("kWorkspaceSlotFloats", p.workspace_slot_floats());
 }

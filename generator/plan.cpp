@@ -584,14 +584,14 @@ std::string row_backward(const Problem& pr, const Target& target, KernelPlan& p)
 // per SM, and streamed parts at 3 per SM 2-30% slower.
 constexpr int kSplitBackwardThreads = 256;
 constexpr int kSplitBackwardBlocksPerSm = 2;
-// Held parts without a bias fit 3 CTAs per SM (80 registers) with the weight loaded again for
-// each row (from L1) instead of held: no spills (`normjit dump --emit resources`; held, RMSNorm's
-// weight spilled 8 bytes and LayerNorm's 36). On the H100 (performance-notes, 2026-11-24) bf16
+// Held parts fit 3 CTAs per SM (80 registers) with the weight loaded again for each row (from
+// L1) instead of held, and with a bias each thread's dbias sums in shared memory (16 KiB a CTA):
+// no spills (`normjit dump --emit resources`; held, RMSNorm's weight spilled 8 bytes, LayerNorm's
+// 36, and with dbias in registers 64-160). On the H100 (performance-notes, 2026-11-24) bf16
 // RMSNorm rows of 16384 with a weight ran 3% (1024 tokens) to 12% (16384) faster at 3 than at 2
 // with the weight held, and 1-2% faster again with it reloaded; LayerNorm with a weight only 10%
-// faster (4096 tokens). With a bias, a thread also sums dbias: 64 bytes spilled even with the
-// weight reloaded, 7-11% slower than at 2 (and reloading at 2 2-3% slower): they keep 2 and
-// hold the weight.
+// faster (4096 tokens); LayerNorm with weight and bias 3-11% faster with dbias in shared memory
+// (7-11% slower at 3 with dbias in registers, spilling).
 constexpr int kSplitBackwardBlocksPerSmHeld = 3;
 // Streamed parts (rows longer than the CTAs hold): values per thread of a piece (x, dy, the
 // weight and the piece's dweight and dbias, beside the 2 W sums of the wave's rows), and rows
@@ -606,8 +606,8 @@ constexpr int kSplitBackwardWaveRows = 16;
 std::string row_split_backward(const Problem& pr, const Target& target, KernelPlan& p) {
   const int64_t h = pr.row_length;
   const int64_t vectors = ceil_div(h, p.vec);
-  // (f32 LayerNorm with a weight spills 24-40 bytes at 3 even so: it keeps 2.)
-  const bool three = !pr.bias && (pr.op == Op::kRmsNorm || size_of(pr.x) == 2 || !pr.weight);
+  // (f32 LayerNorm with a weight and no bias spills 24-40 bytes at 3 even so: it keeps 2.)
+  const bool three = pr.bias || pr.op == Op::kRmsNorm || size_of(pr.x) == 2 || !pr.weight;
   const int held_blocks = three ? kSplitBackwardBlocksPerSmHeld : kSplitBackwardBlocksPerSm;
   const int64_t threads = kSplitBackwardThreads;
   p.block_x = kSplitBackwardThreads;
@@ -626,6 +626,7 @@ std::string row_split_backward(const Problem& pr, const Target& target, KernelPl
     p.wave_rows = 1;
     p.segment = threads * p.vectors * p.vec;
     p.reload_weight = pr.weight && p.split_blocks_per_sm == kSplitBackwardBlocksPerSmHeld;
+    p.shared_sums = pr.bias && p.split_blocks_per_sm == kSplitBackwardBlocksPerSmHeld;
     why << "backward: rows of " << h << " elements split over " << p.split_chunks
         << " co-resident CTAs of " << p.segment << " elements (" << p.vectors * p.vec
         << " values each of x and dy per thread, " << p.vec * size_of(pr.x)
@@ -660,9 +661,10 @@ std::string row_split_backward(const Problem& pr, const Target& target, KernelPl
   why << "; " << p.split_blocks_per_sm << " CTAs of " << kSplitBackwardThreads << " threads per SM";
   if (pr.weight || pr.bias) {
     why << "; each CTA sums " << (pr.bias ? "dweight and dbias" : "dweight") << " of its columns"
-        << (p.pieces == 1 ? " in registers"
-                          : " over a wave in registers, then into its f32 accumulators in the "
-                            "workspace")
+        << (p.pieces > 1      ? " over a wave in registers, then into its f32 accumulators in "
+                                "the workspace"
+            : p.shared_sums ? " in registers (dbias in shared memory)"
+                            : " in registers")
         << ", then the partials of the CTAs that share a part are added in slot order after a "
            "grid barrier (deterministic, no float atomics)";
   }

@@ -91,6 +91,7 @@ struct KernelPlan {
   bool early_h = false;           // kRowRegisters: h written as formed, before the reduction
   bool reload_weight = false;     // kRowSplitBackward, held parts: the weight loaded again for
                                   // each row (from L1) instead of held in registers
+  bool shared_sums = false;       // kRowSplitBackward, held parts: dbias summed in shared memory
   int64_t units_per_channel = 0;  // kGroupBackward: units of block_x * vectors * vec positions
                                   // that cover a channel (T)
   int64_t wave_rows = 0;          // kGroupBackward: rows (n, g) per wave (R);

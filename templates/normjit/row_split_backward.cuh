@@ -261,6 +261,7 @@ __device__ __forceinline__ void add_slices_in_order(const float* slices, long lo
 //   kPieces                   pieces of THREADS * K * V elements per part; 1: held in registers
 //   kWaveRows                 W: rows of a slot per exchange (held: 1)
 //   kReloadWeight             held: the weight loaded with each row instead of held
+//   kSharedBiasSums           held: each thread's dbias sums in shared memory, not registers
 //   kWorkspaceHeaderFloats    the plan's floats before the slots (checked against the layout)
 //   kWorkspaceSlotFloats      the plan's floats per slot (checked against the layout)
 template <class C>
@@ -328,6 +329,20 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm) row_split_backwa
     float w[kWeight ? K : 1][V];
     if constexpr (kWeight && !C::kReloadWeight) load_weight(begin, w);
     float dw[kWeight ? K : 1][V] = {}, db[kBias ? K : 1][V] = {};
+    // kSharedBiasSums: the dbias sums live in shared memory ([k][j][tid]: a warp's accesses are
+    // consecutive words), each thread touching only its own, so no barrier orders them.
+    constexpr bool kSharedDb = kBias && C::kSharedBiasSums;
+    __shared__ float db_shared[kSharedDb ? K * V * THREADS : 1];
+    const auto db_at = [&](int k, int j) -> float& {
+      return db_shared[(k * V + j) * THREADS + tid];
+    };
+    if constexpr (kSharedDb) {
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+#pragma unroll
+        for (int j = 0; j < V; ++j) db_at(k, j) = 0.f;
+      }
+    }
     for (long long row = slot; row < rows; row += slots, ++g) {
       const float rstd = p.rstd[row];
       const float mean = kRms ? 0.f : p.mean[row];
@@ -352,7 +367,11 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm) row_split_backwa
         for (int j = 0; j < V; ++j) {
           xhat[k][j] = (xhat[k][j] - mean) * rstd;  // 0 past the row's end
           if constexpr (kWeight) dw[k][j] = fmaf(gv[k][j], xhat[k][j], dw[k][j]);
-          if constexpr (kBias) db[k][j] += gv[k][j];
+          if constexpr (kSharedDb) {
+            db_at(k, j) += gv[k][j];
+          } else if constexpr (kBias) {
+            db[k][j] += gv[k][j];
+          }
           if constexpr (kWeight) gv[k][j] *= w[k][j];
           if constexpr (!kRms) sums[0].g += gv[k][j];
           sums[0].gx = fmaf(gv[k][j], xhat[k][j], sums[0].gx);
@@ -388,6 +407,10 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm) row_split_backwa
         if (col(begin, k) >= end) continue;
         const long long local = col(begin, k) - begin;
         if constexpr (kWeight) store_vec<float, V>(slice + local, dw[k]);
+        if constexpr (kSharedDb) {
+#pragma unroll
+          for (int j = 0; j < V; ++j) db[k][j] = db_at(k, j);
+        }
         if constexpr (kBias) store_vec<float, V>(slice + (kParams - 1) * kPaddedSeg + local, db[k]);
       }
     }

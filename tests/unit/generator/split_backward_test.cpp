@@ -44,21 +44,22 @@ TEST(SplitBackwardPlan, HeldPartsAreEvenAndFitTheCoResidentCtas) {
     const char* spec;
     int vec;
     int64_t vectors, parts, segment;
-    int blocks_per_sm;  // 3 without a bias (f32 LayerNorm with a weight: 2), else 2
+    int blocks_per_sm;  // 3 (f32 LayerNorm with a weight and no bias: 2)
     bool reload;        // the weight loaded again each row: at 3 per SM with a weight
   } cases[] = {
       // LLM hidden 16384: 4 CTAs of 256 threads x 16 values.
       {"op=rmsnorm shape=4096,16384 normalized_dims=1 dtype=bf16 affine=weight", 8, 2, 4, 4096, 3,
        true},
-      {"op=layernorm shape=16,16384", 4, 4, 4, 4096, 2, false},
+      {"op=layernorm shape=16,16384", 4, 4, 4, 4096, 3, true},
+      {"op=layernorm shape=16,16384 dtype=bf16", 8, 2, 4, 4096, 3, true},
       {"op=layernorm shape=16,16384 dtype=bf16 affine=weight", 8, 2, 4, 4096, 3, true},
       {"op=layernorm shape=16,16384 affine=weight", 4, 4, 4, 4096, 2, false},
       {"op=layernorm shape=16,16384 affine=none", 4, 4, 4, 4096, 3, false},
       // Odd rows: scalar accesses, the fewest vectors per thread that keep the parts even.
       {"op=rmsnorm shape=3,8193 normalized_dims=1 affine=none", 1, 11, 3, 2816, 3, false},
-      {"op=layernorm shape=3,65537", 1, 16, 17, 4096, 2, false},
-      // A prime near what 264 CTAs (2 per SM on 132) hold: 245 parts, the last one short.
-      {"op=layernorm shape=2,1000003 dtype=f16", 1, 16, 245, 4096, 2, false},
+      {"op=layernorm shape=3,65537", 1, 16, 17, 4096, 3, true},
+      // A prime near what 396 CTAs (3 per SM on 132) hold: 245 parts, the last one short.
+      {"op=layernorm shape=2,1000003 dtype=f16", 1, 16, 245, 4096, 3, true},
       // RMSNorm of a row 264 CTAs would not hold, held by 3 per SM (396): 293 parts.
       {"op=rmsnorm shape=2,1200001 normalized_dims=1 dtype=f16", 1, 16, 293, 4096, 3, false},
   };
@@ -73,6 +74,9 @@ TEST(SplitBackwardPlan, HeldPartsAreEvenAndFitTheCoResidentCtas) {
     EXPECT_EQ(p.reload_weight, c.reload) << c.spec;
     EXPECT_EQ(has(p.why, "weight loaded again with each row"), c.reload) << c.spec;
     EXPECT_EQ(has(emit(p).source, "kReloadWeight = true;"), c.reload) << c.spec;
+    // dbias summed in shared memory wherever a bias is held at 3 per SM.
+    EXPECT_EQ(p.shared_sums, p.problem.bias) << c.spec;
+    EXPECT_EQ(has(emit(p).source, "kSharedBiasSums = true;"), p.problem.bias) << c.spec;
     EXPECT_EQ(p.vectors, c.vectors) << c.spec;
     EXPECT_LE(p.vectors * p.vec, 16) << c.spec;
     EXPECT_EQ(p.split_chunks, c.parts) << c.spec;
