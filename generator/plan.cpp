@@ -661,8 +661,8 @@ std::string row_split_backward(const Problem& pr, const Target& target, KernelPl
   why << "; " << p.split_blocks_per_sm << " CTAs of " << kSplitBackwardThreads << " threads per SM";
   if (pr.weight || pr.bias) {
     why << "; each CTA sums " << (pr.bias ? "dweight and dbias" : "dweight") << " of its columns"
-        << (p.pieces > 1      ? " over a wave in registers, then into its f32 accumulators in "
-                                "the workspace"
+        << (p.pieces > 1    ? " over a wave in registers, then into its f32 accumulators in "
+                              "the workspace"
             : p.shared_sums ? " in registers (dbias in shared memory)"
                             : " in registers")
         << ", then the partials of the CTAs that share a part are added in slot order after a "
@@ -956,8 +956,8 @@ std::string group_nhwc(const Problem& pr, const Target& target, KernelPlan& p) {
         << (tile->groups == 1 ? "" : "s") << " (" << tile->groups * (c / groups) << " channels, "
         << tile->tx << " threads of " << tile->vec * size_of(pr.x)
         << "-byte accesses along the contiguous channels) at all " << s << " positions of an item, "
-        << tile->ty << " at a time, " << tile->k << " per thread kept in registers (x read once): "
-        << p.blocks_per_item << " CTAs per item";
+        << tile->ty << " at a time, " << tile->k
+        << " per thread kept in registers (x read once): " << p.blocks_per_item << " CTAs per item";
   } else if (in_registers) {
     p.vectors = k;
     p.pieces = 1;

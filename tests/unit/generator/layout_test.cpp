@@ -238,8 +238,8 @@ TEST(PlanLayout, GroupNormHasItsOwnKernelSpecializedOnCGAndS) {
 // Small maps: a CTA per tile of one group covers every position of an item, N x G CTAs and no
 // exchange; where a group's channels allow only 4-byte accesses (C/G = 10 in f16), the exchange.
 TEST(PlanLayout, GroupNormSmallMapsTakeATileOfOneGroupPerCta) {
-  const KernelPlan p = plan(
-      NormSpec::parse("op=groupnorm shape=2,1280,8,8 dtype=f16 groups=32 layout=nhwc"), kH100);
+  const KernelPlan p =
+      plan(NormSpec::parse("op=groupnorm shape=2,1280,8,8 dtype=f16 groups=32 layout=nhwc"), kH100);
   EXPECT_EQ(p.strategy, Strategy::kGroupNhwc);
   EXPECT_EQ(p.blocks_per_item, 32);
   EXPECT_EQ(p.block_x * p.vec, 40);  // a CTA row covers one group's channels
@@ -257,8 +257,8 @@ TEST(PlanLayout, GroupNormSmallMapsTakeATileOfOneGroupPerCta) {
   EXPECT_TRUE(has(emit(p).source, "static constexpr int kTiles = 32;")) << emit(p).source;
 
   // An item one CTA holds needs no tiles.
-  const KernelPlan narrow = plan(
-      NormSpec::parse("op=groupnorm shape=2,64,8,8 dtype=f16 groups=32 layout=nhwc"), kH100);
+  const KernelPlan narrow =
+      plan(NormSpec::parse("op=groupnorm shape=2,64,8,8 dtype=f16 groups=32 layout=nhwc"), kH100);
   EXPECT_EQ(narrow.blocks_per_item, 1);  // one CTA holds an item: no tiles needed
   const KernelPlan spanning = plan(
       NormSpec::parse("op=groupnorm shape=2,320,64,64 dtype=f16 groups=32 layout=nhwc"), kH100);
