@@ -167,7 +167,17 @@ __global__ void __launch_bounds__(Cfg::kThreadsX* Cfg::kThreadsY, Cfg::kBlocksPe
   // channels looks its group up.
   constexpr bool kOneGroup = CG % V == 0;
 
-  __shared__ float part[TY * CT];     // [ty][c]: a thread's per-channel partials (in the tile)
+  // Where a warp would merge more than one group (fewer whole warps than groups), the block polls
+  // the G x P partials of the item in one round instead, each thread its share, into shared memory
+  // (over `part` where they fit there, read by then; else beside it, within the 48 KiB of static
+  // shared memory), and each group's warp merges them from there in the order it would have
+  // polled them (the same bits): the groups' polls no longer wait one after the other.
+  constexpr bool kInPart = GT * kChunks * 2 <= TY * CT;
+  constexpr bool kFitsApart = TY * CT * 4 + GT * 8 + 16 + GT * kChunks * 8 <= 48 * 1024;
+  constexpr bool kPollAll = kChunks > 1 && GT > kReduceWarps && (kInPart || kFitsApart);
+  __shared__ unsigned long long apart[kPollAll && !kInPart ? GT * kChunks : 1];
+  // [ty][c]: a thread's per-channel partials (in the tile); with kPollAll, then the partials
+  __shared__ alignas(8) float part[TY * CT];
   __shared__ float2 group_stats[GT];  // per group: the CTA's mean, then the item's (mean, rstd)
   __shared__ unsigned long long base_generation;
 
@@ -192,8 +202,6 @@ __global__ void __launch_bounds__(Cfg::kThreadsX* Cfg::kThreadsY, Cfg::kBlocksPe
   if (item >= p.batch) return;  // the whole CTA: no items for this slot in this launch
   if (kChunks > 1 && tid == 0) base_generation = exchange.base_generation();
   const Epilogue<Cfg> epi(p);
-  __syncthreads();
-  unsigned long long g = kChunks > 1 ? base_generation : 0;
 
   HeldVec<T, V> held[K];  // one piece: its K vectors (all of them while kPieces == 1)
   // Full segments of one piece need no bounds tests.
@@ -227,19 +235,21 @@ __global__ void __launch_bounds__(Cfg::kThreadsX* Cfg::kThreadsY, Cfg::kBlocksPe
     }
   };
 
-  for (; item < p.batch; item += slots, ++g) {
+  // Thread 0 reads the slot's first generation while the block loads its first item: the other
+  // threads see it in shared memory after step 1's barrier, before step 3 uses it.
+  for (unsigned long long done = 0; item < p.batch; item += slots, ++done) {
     const T* x = static_cast<const T*>(p.x) + item * (S * C) + c0;
     Y* y = static_cast<Y*>(p.y) + item * (S * C) + c0;
     GroupShifts<Cfg> shift;
     shift.load(x - c0, c0);
+    int valid = K;
+    if constexpr (kPieces == 1) valid = load_piece(x, 0);
 
     // 1. Each thread's sum per channel of the shifted values, then the CTA's mean per group.
     // Held (one piece): exact two passes over the registers, the second below. Streamed: each
     // thread's (count, mean, M2) per channel, its pieces merged with Chan's formula.
     float count = 0.f, mean[kPieces == 1 ? 1 : V], m2[kPieces == 1 ? 1 : V];
-    int valid = K;
     if constexpr (kPieces == 1) {
-      valid = load_piece(x, 0);
       float sum[V];
 #pragma unroll
       for (int j = 0; j < V; ++j) sum[j] = 0.f;
@@ -311,44 +321,75 @@ __global__ void __launch_bounds__(Cfg::kThreadsX* Cfg::kThreadsY, Cfg::kBlocksPe
 
     // 3. Each group's merged (mean, rstd) of the item, left in group_stats: the warp that sums a
     // group's M2 (the warp that wrote its mean) publishes the CTA's partial, then merges the P
-    // partials of that group.
+    // partials of that group (kPollAll: after the block has polled all of them).
+    const unsigned long long g = (kChunks > 1 ? base_generation : 0) + done;
+    const unsigned int tag = generation_tag(g);
+    // The P partials of a group merged in a fixed order: lane l those of the CTAs l, l + 32, ...,
+    // then the same tree in every lane and every CTA: the same bits everywhere.
+    const auto merge_in = [&](Stats s, int c, unsigned long long partial) {
+      return merge(s, unpack_partial(partial, float((c + 1 < kChunks ? kSeg : kLastSeg) * CG)));
+    };
+    const auto merge_lanes = [&](Stats s) {
+#pragma unroll
+      for (int offset = 16; offset > 0; offset /= 2) {
+        const Stats other = {__shfl_xor_sync(0xffffffffu, s.n, offset),
+                             __shfl_xor_sync(0xffffffffu, s.mean, offset),
+                             __shfl_xor_sync(0xffffffffu, s.m2, offset)};
+        s = lane & offset ? merge(other, s) : merge(s, other);
+      }
+      return s;
+    };
+    const auto poll = [&](int group, int c) {
+      const unsigned long long* in = exchange.word(g, group, c);
+      unsigned long long w = load_relaxed(in);
+      while (partial_tag(w) != tag) {
+        // A short sleep between polls, as exchange.cuh's.
+        __nanosleep(256);
+        w = load_relaxed(in);
+      }
+      return w;
+    };
+    // The item's (mean, rstd) of a group from its merged statistics, in group_stats (lane 0).
+    const auto finish = [&](int group, Stats s) {
+      const float rstd = rsqrtf(s.m2 * (1.0f / H) + p.eps);
+      if (lane == 0) {
+        group_stats[group] = make_float2(s.mean, rstd);
+        if constexpr (Cfg::kSaveStats) {
+          if (chunk == 0) {
+            const int g_item = tile * GT + group;  // the group within the item
+            const T* group_first = static_cast<const T*>(p.x) + item * (S * C) + g_item * CG;
+            p.mean[item * G + g_item] = to_float(*group_first) + s.mean;
+            p.rstd[item * G + g_item] = rstd;
+          }
+        }
+      }
+    };
     if (warp < kReduceWarps) {
       for (int group = warp; group < GT; group += kReduceWarps) {
         Stats s = {cta_count, group_stats[group].x, group_total<Cfg>(part, group, lane)};
         if constexpr (kChunks > 1) {
-          const unsigned int tag = generation_tag(g);
           if (lane == 0) store_relaxed(exchange.word(g, group, chunk), pack_partial(s, tag));
-          s = {0.f, 0.f, 0.f};
-          for (int c = lane; c < kChunks; c += 32) {
-            const unsigned long long* in = exchange.word(g, group, c);
-            unsigned long long w = load_relaxed(in);
-            while (partial_tag(w) != tag) {
-              // A short sleep between polls, as exchange.cuh's.
-              __nanosleep(256);
-              w = load_relaxed(in);
-            }
-            s = merge(s, unpack_partial(w, float((c + 1 < kChunks ? kSeg : kLastSeg) * CG)));
-          }
-          // The same tree in every lane and every CTA: the same bits everywhere.
-#pragma unroll
-          for (int offset = 16; offset > 0; offset /= 2) {
-            const Stats other = {__shfl_xor_sync(0xffffffffu, s.n, offset),
-                                 __shfl_xor_sync(0xffffffffu, s.mean, offset),
-                                 __shfl_xor_sync(0xffffffffu, s.m2, offset)};
-            s = lane & offset ? merge(other, s) : merge(s, other);
-          }
         }
-        const float rstd = rsqrtf(s.m2 * (1.0f / H) + p.eps);
-        if (lane == 0) {
-          group_stats[group] = make_float2(s.mean, rstd);
-          if constexpr (Cfg::kSaveStats) {
-            if (chunk == 0) {
-              const int g_item = tile * GT + group;  // the group within the item
-              const T* group_first = static_cast<const T*>(p.x) + item * (S * C) + g_item * CG;
-              p.mean[item * G + g_item] = to_float(*group_first) + s.mean;
-              p.rstd[item * G + g_item] = rstd;
-            }
-          }
+        if constexpr (kChunks > 1 && !kPollAll) {
+          s = {0.f, 0.f, 0.f};
+          for (int c = lane; c < kChunks; c += 32) s = merge_in(s, c, poll(group, c));
+          s = merge_lanes(s);
+        }
+        if constexpr (!kPollAll) finish(group, s);
+      }
+    }
+    if constexpr (kPollAll) {
+      if constexpr (kInPart) __syncthreads();  // part is read: it takes the partials now
+      unsigned long long* words = kInPart ? reinterpret_cast<unsigned long long*>(part) : apart;
+      constexpr int kWords = GT * int(kChunks);
+      for (int k = tid; k < kWords; k += kThreads)
+        words[k] = poll(k / int(kChunks), k % int(kChunks));
+      __syncthreads();  // every partial is in
+      if (warp < kReduceWarps) {
+        for (int group = warp; group < GT; group += kReduceWarps) {
+          Stats s = {0.f, 0.f, 0.f};
+          for (int c = lane; c < kChunks; c += 32) s = merge_in(s, c, words[group * kChunks + c]);
+          finish(group, merge_lanes(s));
         }
       }
     }
