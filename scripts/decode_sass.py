@@ -81,6 +81,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--normjit", required=True, help="the normjit CLI")
     ap.add_argument("--hidden", type=int, default=4096)
+    ap.add_argument("--list", action="store_true",
+                    help="also print normjit's instructions up to its first load of x")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="decode-sass-")
     ptxas = nvidia_bin("ptxas")
@@ -122,6 +124,10 @@ def main():
     vec_bytes = 16
     print(f"[1, {a.hidden}] bf16 RMSNorm with a weight, sm_90")
     report("normjit", nj, x_loads_nj)
+    if a.list:
+        first = next(i for i, ins in enumerate(nj) if re.search(r"\bLDG", ins))
+        for i, ins in enumerate(nj[:first + 1]):
+            print(f"  {i:4d}  {ins}")
     report(f"Liger ({warps} warps, BLOCK_SIZE {block})", lg,
            max(1, a.hidden * 2 // vec_bytes // (32 * warps)))
     return 0

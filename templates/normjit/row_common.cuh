@@ -58,13 +58,18 @@ struct ContiguousRows<C, decltype(void(C::kContiguousRows))> {
 
 // Where row `row` of each tensor starts (elements): the trailing forms take the launch's
 // two-level row layout (Params::inner_rows, and each tensor's RowPitch), its quotient and
-// remainder computed once per row without a division; contiguous rows (ContiguousRows) start
-// at row * kRowLength.
+// remainder computed once per row without a division (none at all with one level); contiguous rows
+// (ContiguousRows) start at row * kRowLength.
 template <class C>
 struct RowIndex {
   long long outer, inner;  // row / inner_rows, row % inner_rows
-  __device__ __forceinline__ RowIndex(const Params& p, long long row) {
+  // one_level_branch (a constant where it is inlined): test inner_rows == 1 first.
+  __device__ __forceinline__ RowIndex(const Params& p, long long row, bool one_level_branch) {
     if constexpr (ContiguousRows<C>::value) {
+      outer = row, inner = 0;
+    } else if (one_level_branch && p.inner_rows == 1) {
+      // One level (every launch but per-head rows): a uniform branch that keeps the division's
+      // 64-bit multiply-high off the path to the first load (decode rows 3-6% faster; notes).
       outer = row, inner = 0;
     } else {
       const unsigned long long n = static_cast<unsigned long long>(row);
@@ -100,8 +105,11 @@ struct RowIo {
   const R* residual = nullptr;
   R* h = nullptr;
 
-  __device__ __forceinline__ RowIo(const Params& p, long long row) {
-    const RowIndex<C> at(p, row);
+  // one_level_branch: see RowIndex; row_norm's (a decode row's latency) and no other kernel's,
+  // whose registers the second path raised (a split LayerNorm row of 65537 spilled 72 bytes, the
+  // streamed rows' two-row pass 68 on sm_80).
+  __device__ __forceinline__ RowIo(const Params& p, long long row, bool one_level_branch = false) {
+    const RowIndex<C> at(p, row, one_level_branch);
     x = static_cast<const X*>(p.x) + at.start(p.x_rows);
     y = static_cast<typename C::Y*>(p.y) + at.start(p.y_rows);
     if constexpr (C::kResidual) {

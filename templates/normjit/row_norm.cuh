@@ -31,7 +31,7 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock) row_norm(Params
   static_assert((long long)C::kVectors * TEAM * C::kVec >= H, "a team holds its whole row");
   const long long row = (long long)blockIdx.x * ROWS + threadIdx.y;
   const bool active = row < total_rows<C>(p);
-  const RowIo<C> io(p, active ? row : 0);
+  const RowIo<C> io(p, active ? row : 0, true);
   RowSlice slice;
   // An inactive team (past the last row) loads row 0 and joins the team reduction, storing
   // nothing: every team loads whole rows, so a vector that lies within every thread's row needs
