@@ -603,9 +603,15 @@ def render_section(rep: Report) -> str:
         "on the largest token count); dynamo specializes tokens = 1 and compiles that once "
         "more; compile time is excluded. Liger-Kernel's forward is timed where it has the "
         "variant (it also writes rstd; its fused add writes h to a new tensor).")
-    add(f"- GPU times: CUDA events around each call, median of {s.get('reps')} calls after "
-        f"{s.get('warmup')} warm-up calls, a sleep kernel queued first (the events bracket GPU "
-        "work, not Python or dispatch). The inputs rotate through enough sets that the bytes "
+    rounds = s.get("rounds", 1)
+    how = (f"median of {rounds * s.get('reps', 0)} calls: {rounds} rounds of {s.get('reps')} "
+           f"calls, each after {s.get('warmup')} warm-up calls, the implementations of a row "
+           "taken in turn within each round (eager, compile, Liger, separate, normjit), so "
+           "that a drift of the clocks or of the host's pace falls on all of them alike"
+           if rounds > 1 else
+           f"median of {s.get('reps')} calls after {s.get('warmup')} warm-up calls")
+    add(f"- GPU times: CUDA events around each call, {how}; a sleep kernel queued first (the "
+        "events bracket GPU work, not Python or dispatch). The inputs rotate through enough sets that the bytes "
         "touched between two uses of one set exceed 4x L2, and L2 is flushed (a read of "
         "2x L2) between the warm-up and the timed calls. A separate output y is one buffer "
         "for every set, as the peers' outputs are (PyTorch's caching allocator hands each "
@@ -968,16 +974,16 @@ class Bench:
             torch.cuda.synchronize()
             torch.cuda.empty_cache()
 
-    def time_calls(self, fn: Callable[[int], Any]) -> list[float]:
-        """fn(i), i selecting the rotating set; microseconds of each timed call."""
+    def time_calls(self, fn: Callable[[int], Any], start: int = 0) -> list[float]:
+        """fn(start + i), i selecting the rotating set; microseconds of each timed call."""
         reps, warmup = self.args.reps, self.args.warmup
         for i in range(warmup):
-            fn(i)
+            fn(start + i)
         if not self.cuda:
             times = []
             for i in range(reps):
                 t0 = time.perf_counter()
-                fn(warmup + i)
+                fn(start + warmup + i)
                 times.append((time.perf_counter() - t0) * 1e6)
             return times
         self.flush_buf.sum()  # evict what the warm-up left in L2 (reads: no dirty lines)
@@ -987,21 +993,33 @@ class Bench:
         ct.gpu_sleep(min(50.0, 1.0 + 0.25 * reps))
         for i in range(reps):
             starts[i].record()
-            fn(warmup + i)
+            fn(start + warmup + i)
             ends[i].record()
         torch.cuda.synchronize()
         return [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
 
-    def timed(self, row: Row, name: str, fn: Callable[[int], Any]) -> None:
-        t = row.impl(name)
-        try:
-            t.times_us = self.time_calls(fn)
-        except Exception as e:  # noqa: BLE001
-            t.status, t.message, t.us = "failed", ct.short_error(e), None
-            self.log(f"  {name:8s} timing failed: {t.message}")
-            self.free()
-            return
-        t.us = statistics.median(t.times_us)
+    def timed_rounds(self, row: Row, timers: list[tuple[str, Callable[[int], Any]]]) -> None:
+        """Times each (name, fn) in --rounds rounds, every one in turn within a round (--reps
+        calls after --warmup each time), so that a drift of the clocks or of the host's pace
+        during the row falls on all of them alike; each one's median is of all its calls. One
+        that fails is marked failed and left out of the later rounds."""
+        times: dict[str, list[float]] = {name: [] for name, _ in timers}
+        live = list(timers)
+        per_round = self.args.reps + self.args.warmup
+        for k in range(self.args.rounds):
+            for name, fn in list(live):
+                try:
+                    times[name] += self.time_calls(fn, k * per_round)
+                except Exception as e:  # noqa: BLE001
+                    t = row.impl(name)
+                    t.status, t.message, t.us = "failed", ct.short_error(e), None
+                    self.log(f"  {name:8s} timing failed: {t.message}")
+                    self.free()
+                    live.remove((name, fn))
+                    del times[name]
+        for name, ts in times.items():
+            t = row.impl(name)
+            t.times_us, t.us = ts, statistics.median(ts)
 
     def first_call(self, t: Timing, name: str, fn: Callable[[], Any]):
         t0 = time.perf_counter()
@@ -1021,7 +1039,9 @@ class Bench:
         t = Timing()
         copy = ct.own_copy(nbytes, sets, self.dev)  # compare_torch.py times the same copy
         try:
-            t.times_us = self.time_calls(copy)
+            per_round = self.args.reps + self.args.warmup
+            t.times_us = [us for k in range(self.args.rounds)
+                          for us in self.time_calls(copy, k * per_round)]
             t.us, t.status = statistics.median(t.times_us), "ok"
         except Exception as e:  # noqa: BLE001
             t.status, t.message = "failed", ct.short_error(e)
@@ -1272,17 +1292,21 @@ class Bench:
         self.free()
         separate = self.separate_calls(v, row, kernel, sets, p) if calls and v.residual else []
 
-        # Timing: the peers first (normjit's in-place variants change their inputs' values).
+        # Timing, in rounds that take the implementations in turn; in each the peers come
+        # first (normjit's in-place variants change their inputs' values, which the peers'
+        # times do not depend on, and the checks above are done).
+        timers = []
         if row.eager.status == "ok":
-            self.timed(row, "eager", lambda i: v.expression(*targs[i % n]))
+            timers.append(("eager", lambda i: v.expression(*targs[i % n])))
         if row.compile.status == "ok":
-            self.timed(row, "compile", lambda i: compiled(*targs[i % n]))
+            timers.append(("compile", lambda i: compiled(*targs[i % n])))
         if row.liger.status == "ok":
-            self.timed(row, "liger", lambda i: liger(*targs[i % n]))
+            timers.append(("liger", lambda i: liger(*targs[i % n])))
         if row.separate.status == "ok":
-            self.timed(row, "separate", lambda i: separate[i % n]())
+            timers.append(("separate", lambda i: separate[i % n]()))
         if row.normjit.status == "ok":
-            self.timed(row, "normjit", lambda i: calls[i % n]())
+            timers.append(("normjit", lambda i: calls[i % n]()))
+        self.timed_rounds(row, timers)
         del sets, targs, calls, separate
         self.free()
         row.copy = self.measure_copy(row.bytes_moved, n)
@@ -1376,7 +1400,11 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
                          "10 timed calls")
     ap.add_argument("--tokens", default=None, help="comma-separated token counts (every hidden)")
     ap.add_argument("--hiddens", default=None, help="comma-separated hidden sizes")
-    ap.add_argument("--reps", type=int, default=None, help="timed calls (20; --quick 10)")
+    ap.add_argument("--reps", type=int, default=None,
+                    help="timed calls per round (20; --quick 10)")
+    ap.add_argument("--rounds", type=int, default=None,
+                    help="rounds of every row's timing, the implementations taken in turn "
+                         "within each (5; --quick and --cpu-check 1)")
     ap.add_argument("--warmup", type=int, default=3, help="warm-up calls (3)")
     ap.add_argument("--seed", type=int, default=None, help="random seed (default: fresh)")
     ap.add_argument("--budget-s", type=float, default=330.0,
@@ -1406,8 +1434,14 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if args.reps is None:
         args.reps = 10 if args.quick else 20
-    if args.reps < 1 or args.warmup < 0:
-        ap.error("--reps must be >= 1 and --warmup >= 0")
+    if args.rounds is None:
+        args.rounds = 1 if args.quick or args.cpu_check else 5
+    if args.reps < 1:
+        ap.error(f"--reps {args.reps}: must be at least 1")
+    if args.warmup < 0:
+        ap.error(f"--warmup {args.warmup}: must be 0 or more")
+    if args.rounds < 1:
+        ap.error(f"--rounds {args.rounds}: must be at least 1")
     ints = lambda s: [int(t) for t in s.split(",") if t.strip()] if s else None  # noqa: E731
     try:
         args.token_list, args.hidden_list = ints(args.tokens), ints(args.hiddens)
@@ -1470,7 +1504,8 @@ def run(args: argparse.Namespace, groups: list[list[Case]], command: str) -> int
         env, l2 = ct.collect_environment(Path(args.lib))
     rep = Report(env=env, command=command,
                  date_utc=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-                 settings={"reps": args.reps, "warmup": args.warmup, "seed": args.seed,
+                 settings={"reps": args.reps, "rounds": args.rounds, "warmup": args.warmup,
+                           "seed": args.seed,
                            "quick": args.quick, "only": args.only, "tokens": args.token_list,
                            "hiddens": args.hidden_list, "budget_s": args.budget_s,
                            "skip_compile": args.skip_compile},

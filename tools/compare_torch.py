@@ -669,10 +669,19 @@ def render_markdown(report: Report, notes: Optional[str], plot_name: Optional[st
     s = report.settings
     add("## Method")
     add("")
-    add(f"- Times are GPU times: CUDA events around each call, median of {s.get('reps')} calls "
-        f"after {s.get('warmup')} warm-up calls. A sleep kernel is queued first so that the host enqueues "
-        "every timed call while the GPU is busy: the events bracket GPU work, not Python, "
-        "ctypes or PyTorch dispatch (host overhead per call is in the JIT latency table).")
+    rounds = s.get("rounds", 1)
+    if rounds > 1:
+        how = (f"median of {rounds * s.get('reps', 0)} calls: {rounds} rounds of "
+               f"{s.get('reps')} calls, each after {s.get('warmup')} warm-up calls, the "
+               "implementations of a problem taken in turn within each round (normjit, eager, "
+               "compile, Liger; the copy after them), so that a drift of the clocks or of the "
+               "host's pace falls on all of them alike")
+    else:
+        how = f"median of {s.get('reps')} calls after {s.get('warmup')} warm-up calls"
+    add(f"- Times are GPU times: CUDA events around each call, {how}. A sleep kernel is queued "
+        "first (each round) so that the host enqueues every timed call while the GPU is busy: "
+        "the events bracket GPU work, not Python, ctypes or PyTorch dispatch (host overhead "
+        "per call is in the JIT latency table).")
     add("- Problems whose x and y together are smaller than 4x L2 rotate through several "
         "inputs (column `rotation` in the JSON), so no call finds its x in L2. Each "
         "implementation writes one output buffer on every call: PyTorch's caching allocator "
@@ -1369,15 +1378,17 @@ class Runner:
         present.clear()
         free_device_memory()
 
-        # Timing.
+        # Timing, in rounds that take the implementations in turn.
+        timers = []
         if r.normjit.status == "ok":
-            self.timed(r, p, "normjit", lambda i: calls[i % n]())
+            timers.append(("normjit", lambda i: calls[i % n]()))
         if r.eager.status == "ok":
-            self.timed(r, p, "eager", lambda i: module(xs[i % n]))
+            timers.append(("eager", lambda i: module(xs[i % n])))
         if compiled is not None:
-            self.timed(r, p, "compile", lambda i: compiled(xs[i % n]))
+            timers.append(("compile", lambda i: compiled(xs[i % n])))
         if liger is not None:
-            self.timed(r, p, "liger", lambda i: liger(xs[i % n]))
+            timers.append(("liger", lambda i: liger(xs[i % n])))
+        self.timed(r, p, timers)
 
         # More input distributions: normjit and Liger.
         if r.normjit.status == "ok" or liger is not None:
@@ -1412,7 +1423,7 @@ class Runner:
             self.log(f"  copy     failed: {r.copy.message}")
             free_device_memory()
             return
-        self.timed(r, p, "copy", copy)
+        self.timed(r, p, [("copy", copy)])
         if r.copy.ms is not None:
             r.copy.status = "ok"
         del copy
@@ -1457,20 +1468,35 @@ class Runner:
         self.log(f"  {name:8s} {what} {m.first_call_s:.2f} s")
         return y
 
-    def timed(self, r: ProblemResult, p: Problem, name: str, fn: Callable[[int], Any]) -> None:
-        m = r.impl(name)
-        try:
-            m.times_ms = time_cuda(fn, self.args.reps, self.args.warmup)
-        except Exception as e:  # noqa: BLE001
-            m.status, m.message, m.ms = "failed", short_error(e), None
-            self.log(f"  {name:8s} timing failed: {m.message}")
-            free_device_memory()
-            return
-        m.ms = statistics.median(m.times_ms)
-        gbps = p.bytes_moved / (m.ms * 1e-3) / 1e9
-        pct = f", {100 * gbps / self.copy_gbps:.1f}% of copy" if self.copy_gbps else ""
-        self.log(f"  {name:8s} {fmt_ms(m.ms)} ms median (min {fmt_ms(min(m.times_ms))}), "
-                 f"{gbps:.0f} GB/s{pct}")
+    def timed(self, r: ProblemResult, p: Problem,
+              timers: list[tuple[str, Callable[[int], Any]]]) -> None:
+        """Times each (name, fn) in --rounds rounds, every one in turn within a round (--reps
+        calls after --warmup each time), so that a drift of the GPU's clocks or the host's pace
+        during the problem falls on all of them alike; each one's median is of all its calls.
+        One that fails is marked failed and left out of the later rounds."""
+        times: dict[str, list[float]] = {name: [] for name, _ in timers}
+        live = list(timers)
+        per_round = self.args.reps + self.args.warmup
+        for k in range(self.args.rounds):
+            for name, fn in list(live):
+                try:
+                    times[name] += time_cuda(lambda i, fn=fn, k=k: fn(k * per_round + i),
+                                             self.args.reps, self.args.warmup)
+                except Exception as e:  # noqa: BLE001
+                    m = r.impl(name)
+                    m.status, m.message, m.ms = "failed", short_error(e), None
+                    self.log(f"  {name:8s} timing failed: {m.message}")
+                    free_device_memory()
+                    live.remove((name, fn))
+                    del times[name]
+        for name, t in times.items():
+            m = r.impl(name)
+            m.times_ms = t
+            m.ms = statistics.median(t)
+            gbps = p.bytes_moved / (m.ms * 1e-3) / 1e9
+            pct = f", {100 * gbps / self.copy_gbps:.1f}% of copy" if self.copy_gbps else ""
+            self.log(f"  {name:8s} {fmt_ms(m.ms)} ms median (min {fmt_ms(min(t))}), "
+                     f"{gbps:.0f} GB/s{pct}")
 
 
 # ---------------------------------------------------------------------------------------
@@ -1577,9 +1603,14 @@ def repo_path(path: str) -> str:
 
 
 def check_run_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """--reps and --warmup in range, and --dtypes split into args.dtype_list, each one known."""
-    if args.reps < 1 or args.warmup < 0:
-        ap.error("--reps must be >= 1 and --warmup >= 0")
+    """--reps, --warmup and --rounds (where the tool has it) in range, and --dtypes split into
+    args.dtype_list, each one known."""
+    if args.reps < 1:
+        ap.error(f"--reps {args.reps}: must be at least 1")
+    if args.warmup < 0:
+        ap.error(f"--warmup {args.warmup}: must be 0 or more")
+    if getattr(args, "rounds", 1) < 1:
+        ap.error(f"--rounds {args.rounds}: must be at least 1")
     args.dtype_list = [d.strip() for d in args.dtypes.split(",") if d.strip()]
     for d in args.dtype_list:
         if d not in ELEMENT_BYTES:
@@ -1626,7 +1657,11 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
                     help="comma-separated dtypes to run (f32, f16, bf16); default f32,bf16")
     ap.add_argument("--quick", action="store_true",
                     help="a few problems (the seeds and one of each other kind), 5 timed runs")
-    ap.add_argument("--reps", type=int, default=None, help="timed runs per measurement (20; --quick 5)")
+    ap.add_argument("--reps", type=int, default=None,
+                    help="timed runs per measurement and round (20; --quick 5)")
+    ap.add_argument("--rounds", type=int, default=None,
+                    help="rounds of every problem's timing, the implementations taken in turn "
+                         "within each (5; --quick 1)")
     ap.add_argument("--warmup", type=int, default=None, help="warm-up calls (3; --quick 2)")
     ap.add_argument("--seed", type=int, default=None, help="random seed (default: fresh)")
     ap.add_argument("--skip-compile", action="store_true", help="no torch.compile")
@@ -1655,6 +1690,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
 
     if args.reps is None:
         args.reps = 5 if args.quick else 20
+    if args.rounds is None:
+        args.rounds = 1 if args.quick else 5
     if args.warmup is None:
         args.warmup = 2 if args.quick else 3
     check_run_args(ap, args)
@@ -1699,7 +1736,8 @@ def run_gpu(args: argparse.Namespace, problems: list[Problem], command: str) -> 
     liger_why = env["Liger-Kernel"]
     report = Report(env=env, command=command,
                     date_utc=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-                    settings={"reps": args.reps, "warmup": args.warmup, "seed": args.seed,
+                    settings={"reps": args.reps, "rounds": args.rounds, "warmup": args.warmup,
+                              "seed": args.seed,
                               "quick": args.quick, "only": args.only, "dtypes": args.dtype_list},
                     copy_gbps=None, copy_times_ms=[], results=[], planned=len(problems), jit=None)
     for k, v in env.items():

@@ -7,6 +7,7 @@ exercised end to end."""
 import argparse
 import importlib.metadata
 import math
+import statistics
 import subprocess
 import sys
 import types
@@ -135,7 +136,7 @@ def test_runner_on_cpu(monkeypatch, tmp_path):
           affine="both"),
         P("gn", "sd", "groupnorm", (2, 8, 3, 3), "f32", 1e-5, groups=4, affine="both"),
     ]
-    args = argparse.Namespace(seed=3, reps=3, warmup=1, skip_compile=True)
+    args = argparse.Namespace(seed=3, reps=3, rounds=2, warmup=1, skip_compile=True)
     warnings = []
     runner = ct.Runner(args, StandInNormjit(torch, ct), 0, 1 << 20, 3000.0, warnings, fns,
                        version)
@@ -144,7 +145,9 @@ def test_runner_on_cpu(monkeypatch, tmp_path):
     for r in results:
         assert not r.error, r.error
         assert r.passed, (r.problem.name, r.checks)
-        assert r.copy.status == "ok" and r.copy.ms is not None and len(r.copy.times_ms) == 3
+        # Every timed implementation: reps calls in each of the rounds.
+        assert r.copy.status == "ok" and r.copy.ms is not None and len(r.copy.times_ms) == 6
+        assert len(r.normjit.times_ms) == 6 and len(r.eager.times_ms) == 6
         assert r.rotation > 1  # tiny problems rotate through sets, the copy too
     assert by["rms channel"].liger.status == "n/a"
     assert by["ln long"].liger.status == "n/a" and "65536" in by["ln long"].liger.message
@@ -181,6 +184,50 @@ def test_runner_on_cpu(monkeypatch, tmp_path):
     report.results = [r]
     md = ct.render_markdown(report, None, None)
     assert "Liger-Kernel is absent from this run**: not measured (ModuleNotFoundError" in md
+
+
+def test_timing_rounds_take_the_implementations_in_turn(monkeypatch):
+    """Runner.timed (no torch needed: time_cuda stubbed): every implementation is timed in
+    each round, in the order given, on rotating-set indices that go on from round to round;
+    the median is of all rounds' calls; one that fails is marked and left out of later rounds
+    while the others go on."""
+    import compare_torch as ct
+    order = []
+
+    def fake_time_cuda(fn, reps, warmup):
+        for i in range(warmup + reps):
+            fn(i)
+        return [float(len(order))] * reps
+
+    monkeypatch.setattr(ct, "time_cuda", fake_time_cuda)
+    monkeypatch.setattr(ct, "free_device_memory", lambda: None)
+    runner = object.__new__(ct.Runner)
+    runner.args = argparse.Namespace(reps=2, warmup=1, rounds=3)
+    runner.copy_gbps = None
+    runner.log = lambda text: None
+    p = ct.Problem("rows", "llm", "rmsnorm", (16, 64), "bf16", 1e-6, normalized_dims=1)
+    r = ct.ProblemResult(problem=p)
+    seen = {"normjit": [], "eager": [], "liger": []}
+
+    def call(name):
+        def fn(i):
+            order.append(name)
+            seen[name].append(i)
+            if name == "liger" and len(seen["liger"]) > 3:
+                raise RuntimeError("liger broke in round 2")
+        return fn
+
+    r.liger.status = "ok"
+    runner.timed(r, p, [(n, call(n)) for n in ("normjit", "eager", "liger")])
+    # Round 1: normjit, eager, liger (3 calls each: 1 warm-up, 2 timed); round 2: liger fails
+    # on its first timed call; round 3 without it.
+    assert order == (["normjit"] * 3 + ["eager"] * 3 + ["liger"] * 3 + ["normjit"] * 3
+                     + ["eager"] * 3 + ["liger"] + ["normjit"] * 3 + ["eager"] * 3)
+    assert seen["normjit"] == [0, 1, 2, 3, 4, 5, 6, 7, 8] and seen["liger"] == [0, 1, 2, 3]
+    assert len(r.normjit.times_ms) == 6 and r.normjit.ms == statistics.median(r.normjit.times_ms)
+    assert r.normjit.times_ms[:2] != r.normjit.times_ms[-2:]  # the rounds' calls, not one round's
+    assert r.liger.status == "failed" and "round 2" in r.liger.message and r.liger.ms is None
+    assert r.eager.ms is not None and len(r.eager.times_ms) == 6
 
 
 def test_liger_signatures():
