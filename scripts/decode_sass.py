@@ -82,7 +82,7 @@ def main():
     ap.add_argument("--normjit", required=True, help="the normjit CLI")
     ap.add_argument("--hidden", type=int, default=4096)
     ap.add_argument("--list", action="store_true",
-                    help="also print normjit's instructions up to its first load of x")
+                    help="also print both kernels' instructions")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="decode-sass-")
     ptxas = nvidia_bin("ptxas")
@@ -125,12 +125,17 @@ def main():
     print(f"[1, {a.hidden}] bf16 RMSNorm with a weight, sm_90")
     report("normjit", nj, x_loads_nj)
     if a.list:
-        first = next(i for i, ins in enumerate(nj) if re.search(r"\bLDG", ins))
-        for i, ins in enumerate(nj[:first + 1]):
-            print(f"  {i:4d}  {ins}")
+        print_listing(nj)
     report(f"Liger ({warps} warps, BLOCK_SIZE {block})", lg,
            max(1, a.hidden * 2 // vec_bytes // (32 * warps)))
+    if a.list:
+        print_listing(lg)
     return 0
+
+
+def print_listing(sass):
+    for i, ins in enumerate(sass):
+        print(f"  {i:4d}  {ins}")
 
 
 if __name__ == "__main__":

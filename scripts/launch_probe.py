@@ -24,6 +24,7 @@ import re
 import statistics
 import subprocess
 import sys
+from pathlib import Path
 
 import torch
 
@@ -103,7 +104,25 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--normjit", required=True, help="the normjit CLI (for `dump`)")
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--sets", type=int, default=64,
+                    help="x rotates over this many buffers (default 64: x stays in L2); 0: enough "
+                         "that the calls between two uses of one read 4x L2, as the tables' "
+                         "rotation does (x comes from DRAM)")
+    ap.add_argument("--lib", help="also time the C API's one-shot normjit_rmsnorm of this "
+                                  "libnormjit.so, as tools/compare_torch.py calls it")
+    ap.add_argument("--table-loop", action="store_true",
+                    help="time with compare_torch.py's loop (5 rounds of 20 calls after 3 "
+                         "warm-up calls, the calls taken in turn) instead of this script's")
+    ap.add_argument("--cases", default=",".join(f"{t}x{h}" for t, h in CASES),
+                    help="TOKENSxHIDDEN,... (default %(default)s)")
     a = ap.parse_args()
+    if a.sets < 0:
+        ap.error(f"--sets {a.sets}: must be 0 or more")
+    try:
+        cases = [tuple(int(v) for v in c.split("x")) for c in a.cases.split(",") if c]
+        assert cases and all(len(c) == 2 and min(c) > 0 for c in cases)
+    except (ValueError, AssertionError):
+        ap.error(f"--cases {a.cases!r}: expected TOKENSxHIDDEN,... with positive sizes")
     if not torch.cuda.is_available():
         print("launch_probe: needs a CUDA device", file=sys.stderr)
         return 2
@@ -115,7 +134,14 @@ def main() -> int:
         rms_norm_forward = None
     torch.manual_seed(0)
     results = []
-    for tokens, hidden in CASES:
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    import compare_torch as ct
+    nj = engine = None
+    if a.lib:
+        nj = ct.Normjit(Path(a.lib))
+        engine = nj.create_engine()
+    for tokens, hidden in cases:
         spec = ["--op", "rmsnorm", "--shape", f"{tokens},{hidden}", "--dtype", "bf16",
                 "--normalized-dims", "1", "--affine", "weight", "--eps", "1e-6"]
         ptx = subprocess.run([a.normjit, "dump", *spec, "--emit", "ptx"], check=True,
@@ -129,9 +155,9 @@ def main() -> int:
         globals_lines = [l for l in ptx.splitlines() if re.match(r"\s*(\.weak )?\.global ", l)]
         no_globals = "\n".join(l for l in ptx.splitlines() if l not in globals_lines)
         visible = no_globals.replace(".weak .entry", ".visible .entry")
-        sets = 64
-        xs = [torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16)
-              for _ in range(sets)]
+        x_bytes = tokens * hidden * 2
+        sets = a.sets or -(-4 * l2 // x_bytes)
+        xs = list(torch.randn(sets, tokens, hidden, device="cuda", dtype=torch.bfloat16).unbind(0))
         w = torch.rand(hidden, device="cuda", dtype=torch.bfloat16) + 0.5
         y = torch.empty_like(xs[0])
         p = Params(y=y.data_ptr(), weight=w.data_ptr(), batch=tokens, eps=1e-6, inner_rows=1,
@@ -148,6 +174,13 @@ def main() -> int:
                                           grid, block, p),
             "copy": lambda x: y.copy_(x),
         }
+        if nj is not None:
+            prob = ct.Problem("decode", "decode", "rmsnorm", (tokens, hidden), "bf16", 1e-6,
+                              normalized_dims=1, affine="weight")
+            stream = torch.cuda.current_stream().cuda_stream
+            bound = {x.data_ptr(): nj.bind(engine, prob, x.data_ptr(), y.data_ptr(),
+                                           w.data_ptr(), None, stream) for x in xs}
+            fns["c-api"] = lambda x: bound[x.data_ptr()]()
         if rms_norm_forward:
             fns["liger"] = lambda x: rms_norm_forward(x, w, 1e-6, 0.0, "gemma", None)[0]
         ref = njt.rms_norm(xs[0], (hidden,), w, 1e-6)
@@ -156,13 +189,24 @@ def main() -> int:
         same = bool(torch.equal(ref, y))
         times = {k: [] for k in fns}
         with torch.no_grad():
-            for _ in range(ROUNDS):
-                for k, fn in fns.items():
-                    times[k].append(measure(fn, xs))
-        row = {"tokens": tokens, "hidden": hidden, "grid": grid, "block": block,
+            if a.table_loop:
+                # compare_torch.py's Runner.timed: every round takes the calls in turn, and
+                # each round's median is printed (the table takes the median of all).
+                per_round = 23
+                for k in range(5):
+                    for name, fn in fns.items():
+                        t = ct.time_cuda(lambda i, fn=fn, k=k: fn(xs[(k * per_round + i) % sets]),
+                                         20, 3)
+                        times[name].append(statistics.median(t) * 1e3)
+            else:
+                for _ in range(ROUNDS):
+                    for k, fn in fns.items():
+                        times[k].append(measure(fn, xs))
+        row = {"tokens": tokens, "hidden": hidden, "grid": grid, "block": block, "sets": sets,
                "ptx_matches_normjit_torch": same, "event_us": times}
         results.append(row)
-        print(f"[{tokens}, {hidden}] bf16 rmsnorm, grid {grid} x {block} threads; the ctypes "
+        print(f"[{tokens}, {hidden}] bf16 rmsnorm, grid {grid} x {block} threads, x over {sets} "
+              f"sets ({'from DRAM' if sets * x_bytes >= 4 * l2 else 'L2-resident'}); the ctypes "
               f"launch of normjit's PTX gives normjit.torch's bits: {same}")
         for k, v in times.items():
             print(f"  {k:18s} " + "  ".join(f"{t:6.2f}" for t in v) + " us")

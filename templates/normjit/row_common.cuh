@@ -69,7 +69,7 @@ struct RowIndex {
       outer = row, inner = 0;
     } else if (one_level_branch && p.inner_rows == 1) {
       // One level (every launch but per-head rows): a uniform branch that keeps the division's
-      // 64-bit multiply-high off the path to the first load (decode rows 3-6% faster; notes).
+      // 64-bit multiply-high off the path to the first load (decode rows up to 6% faster; notes).
       outer = row, inner = 0;
     } else {
       const unsigned long long n = static_cast<unsigned long long>(row);
