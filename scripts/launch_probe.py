@@ -113,6 +113,9 @@ def main() -> int:
     ap.add_argument("--table-loop", action="store_true",
                     help="time with compare_torch.py's loop (5 rounds of 20 calls after 3 "
                          "warm-up calls, the calls taken in turn) instead of this script's")
+    ap.add_argument("--separate", action="store_true",
+                    help="allocate the x sets as separate tensors, as compare_torch.py does "
+                         "(default: views of one tensor)")
     ap.add_argument("--cases", default=",".join(f"{t}x{h}" for t, h in CASES),
                     help="TOKENSxHIDDEN,... (default %(default)s)")
     a = ap.parse_args()
@@ -157,7 +160,12 @@ def main() -> int:
         visible = no_globals.replace(".weak .entry", ".visible .entry")
         x_bytes = tokens * hidden * 2
         sets = a.sets or -(-4 * l2 // x_bytes)
-        xs = list(torch.randn(sets, tokens, hidden, device="cuda", dtype=torch.bfloat16).unbind(0))
+        if a.separate:
+            xs = [torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16)
+                  for _ in range(sets)]
+        else:
+            xs = list(torch.randn(sets, tokens, hidden, device="cuda",
+                                  dtype=torch.bfloat16).unbind(0))
         w = torch.rand(hidden, device="cuda", dtype=torch.bfloat16) + 0.5
         y = torch.empty_like(xs[0])
         p = Params(y=y.data_ptr(), weight=w.data_ptr(), batch=tokens, eps=1e-6, inner_rows=1,
@@ -181,6 +189,17 @@ def main() -> int:
             bound = {x.data_ptr(): nj.bind(engine, prob, x.data_ptr(), y.data_ptr(),
                                            w.data_ptr(), None, stream) for x in xs}
             fns["c-api"] = lambda x: bound[x.data_ptr()]()
+            # The same call writing a new y from PyTorch's caching allocator on every call, as
+            # the peers' outputs are (the block the previous call freed).
+            shape = (ctypes.c_int64 * 2)(tokens, hidden)
+            bf16 = int(ct._capi.Dtype.BF16)
+
+            def new_y(x):
+                out = torch.empty_like(x)
+                nj.check(nj.lib.normjit_rmsnorm(engine, x.data_ptr(), out.data_ptr(),
+                                                w.data_ptr(), shape, 2, 1, bf16, 1e-6, stream))
+                return out
+            fns["c-api-new-y"] = new_y
         if rms_norm_forward:
             fns["liger"] = lambda x: rms_norm_forward(x, w, 1e-6, 0.0, "gemma", None)[0]
         ref = njt.rms_norm(xs[0], (hidden,), w, 1e-6)
