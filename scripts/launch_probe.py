@@ -14,8 +14,11 @@ ROUNDS rounds interleaved:
   empty-208          a kernel that only returns, with the same 208-byte parameter
   empty-208-globals  ... with the .global constants of normjit's PTX beside it
   liger, copy        Liger-Kernel's rms_norm_forward and a copy_ of x into one buffer
+  c-api, c-api-new-y  (with --lib) compare_torch.py's call of the C API, on a fixed y and on a
+                     y from PyTorch's caching allocator on every call
 On the GPU machine:
   python3 scripts/launch_probe.py --normjit build-gpu/tools/normjit [--json out.json]
+  ... --sets 0 (x from DRAM, as in the tables) --table-loop --lib build-gpu/libnormjit.so
 """
 import argparse
 import ctypes
@@ -30,6 +33,8 @@ import torch
 
 CALLS = 50
 ROUNDS = 3
+# --table-loop: compare_torch.py's defaults (--rounds, --reps, --warmup).
+TABLE_ROUNDS, TABLE_REPS, TABLE_WARMUP = 5, 20, 3
 CASES = [(1, 4096), (128, 8192)]
 
 
@@ -211,11 +216,11 @@ def main() -> int:
             if a.table_loop:
                 # compare_torch.py's Runner.timed: every round takes the calls in turn, and
                 # each round's median is printed (the table takes the median of all).
-                per_round = 23
-                for k in range(5):
+                per_round = TABLE_REPS + TABLE_WARMUP
+                for k in range(TABLE_ROUNDS):
                     for name, fn in fns.items():
                         t = ct.time_cuda(lambda i, fn=fn, k=k: fn(xs[(k * per_round + i) % sets]),
-                                         20, 3)
+                                         TABLE_REPS, TABLE_WARMUP)
                         times[name].append(statistics.median(t) * 1e3)
             else:
                 for _ in range(ROUNDS):

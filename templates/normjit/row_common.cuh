@@ -58,8 +58,8 @@ struct ContiguousRows<C, decltype(void(C::kContiguousRows))> {
 
 // Where row `row` of each tensor starts (elements): the trailing forms take the launch's
 // two-level row layout (Params::inner_rows, and each tensor's RowPitch), its quotient and
-// remainder computed once per row without a division (none at all with one level); contiguous rows
-// (ContiguousRows) start at row * kRowLength.
+// remainder computed once per row without a division (row_norm skips it for one level);
+// contiguous rows (ContiguousRows) start at row * kRowLength.
 template <class C>
 struct RowIndex {
   long long outer, inner;  // row / inner_rows, row % inner_rows
@@ -106,8 +106,8 @@ struct RowIo {
   R* h = nullptr;
 
   // one_level_branch: see RowIndex; row_norm's (a decode row's latency) and no other kernel's,
-  // whose registers the second path raised (a split LayerNorm row of 65537 spilled 72 bytes, the
-  // streamed rows' two-row pass 68 on sm_80).
+  // whose registers the second path raised (a split LayerNorm row of 65537 spilled 72 bytes; the
+  // streamed rows' two-row pass took a 24-byte stack frame on sm_80).
   __device__ __forceinline__ RowIo(const Params& p, long long row, bool one_level_branch = false) {
     const RowIndex<C> at(p, row, one_level_branch);
     x = static_cast<const X*>(p.x) + at.start(p.x_rows);
