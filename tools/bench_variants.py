@@ -1003,20 +1003,14 @@ class Bench:
         calls after --warmup each time), so that a drift of the clocks or of the host's pace
         during the row falls on all of them alike; each one's median is of all its calls. One
         that fails is marked failed and left out of the later rounds."""
-        times: dict[str, list[float]] = {name: [] for name, _ in timers}
-        live = list(timers)
-        per_round = self.args.reps + self.args.warmup
-        for k in range(self.args.rounds):
-            for name, fn in list(live):
-                try:
-                    times[name] += self.time_calls(fn, k * per_round)
-                except Exception as e:  # noqa: BLE001
-                    t = row.impl(name)
-                    t.status, t.message, t.us = "failed", ct.short_error(e), None
-                    self.log(f"  {name:8s} timing failed: {t.message}")
-                    self.free()
-                    live.remove((name, fn))
-                    del times[name]
+        def failed(name: str, e: BaseException) -> None:
+            t = row.impl(name)
+            t.status, t.message, t.us = "failed", ct.short_error(e), None
+            self.log(f"  {name:8s} timing failed: {t.message}")
+            self.free()
+
+        times = ct.time_rounds(timers, self.args.rounds, self.args.reps + self.args.warmup,
+                               self.time_calls, failed)
         for name, ts in times.items():
             t = row.impl(name)
             t.times_us, t.us = ts, statistics.median(ts)

@@ -1215,6 +1215,27 @@ def time_cuda(fn: Callable[[int], Any], reps: int, warmup: int) -> list[float]:
     return [s.elapsed_time(e) for s, e in zip(starts, ends)]
 
 
+def time_rounds(timers: list[tuple[str, Callable[[int], Any]]], rounds: int, per_round: int,
+                time_fn: Callable[[Callable[[int], Any], int], list[float]],
+                failed: Callable[[str, BaseException], None]) -> dict[str, list[float]]:
+    """Each (name, fn) timed in `rounds` rounds, every one in turn within a round:
+    time_fn(fn, start) times a round's calls, fn(start + i) for its i-th (warm-up calls
+    included), start going on by per_round from round to round through the rotating sets.
+    Returns each name's times of all rounds; one whose timing raises goes to failed(name, e)
+    and is left out of the later rounds and of the result."""
+    times: dict[str, list[float]] = {name: [] for name, _ in timers}
+    live = list(timers)
+    for k in range(rounds):
+        for name, fn in list(live):
+            try:
+                times[name] += time_fn(fn, k * per_round)
+            except Exception as e:  # noqa: BLE001 - any peer may fail in its own way
+                failed(name, e)
+                live.remove((name, fn))
+                del times[name]
+    return times
+
+
 def free_device_memory() -> None:
     import torch
     gc.collect()
@@ -1474,21 +1495,16 @@ class Runner:
         calls after --warmup each time), so that a drift of the GPU's clocks or the host's pace
         during the problem falls on all of them alike; each one's median is of all its calls.
         One that fails is marked failed and left out of the later rounds."""
-        times: dict[str, list[float]] = {name: [] for name, _ in timers}
-        live = list(timers)
-        per_round = self.args.reps + self.args.warmup
-        for k in range(self.args.rounds):
-            for name, fn in list(live):
-                try:
-                    times[name] += time_cuda(lambda i, fn=fn, k=k: fn(k * per_round + i),
-                                             self.args.reps, self.args.warmup)
-                except Exception as e:  # noqa: BLE001
-                    m = r.impl(name)
-                    m.status, m.message, m.ms = "failed", short_error(e), None
-                    self.log(f"  {name:8s} timing failed: {m.message}")
-                    free_device_memory()
-                    live.remove((name, fn))
-                    del times[name]
+        def failed(name: str, e: BaseException) -> None:
+            m = r.impl(name)
+            m.status, m.message, m.ms = "failed", short_error(e), None
+            self.log(f"  {name:8s} timing failed: {m.message}")
+            free_device_memory()
+
+        a = self.args
+        times = time_rounds(
+            timers, a.rounds, a.reps + a.warmup,
+            lambda fn, start: time_cuda(lambda i: fn(start + i), a.reps, a.warmup), failed)
         for name, t in times.items():
             m = r.impl(name)
             m.times_ms = t
