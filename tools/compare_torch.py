@@ -683,7 +683,11 @@ def render_markdown(report: Report, notes: Optional[str], plot_name: Optional[st
         "the events bracket GPU work, not Python, ctypes or PyTorch dispatch (host overhead "
         "per call is in the JIT latency table).")
     add("- Problems whose x and y together are smaller than 4x L2 rotate through several "
-        "inputs (column `rotation` in the JSON), so no call finds its x in L2. Each "
+        "inputs (column `rotation` in the JSON), enough that the bytes touched between two "
+        "uses of one set exceed 4x L2, so no call finds its x in L2; at most 256 sets, so "
+        "problems under 4x L2 / 256 (0.8 MB of x and y on the H100: bf16 [32, 4096] and "
+        "smaller) come round sooner, and where the 256 inputs fit in L2 (bf16 [8, 8192] and "
+        "smaller) every implementation reads x from L2. Each "
         "implementation writes one output buffer on every call: PyTorch's caching allocator "
         "hands a peer's new y the block its previous call freed (as it does in a model), and "
         "normjit and the copy are given the same (before 2026-11-24 they rotated their "
@@ -1303,7 +1307,8 @@ class Runner:
 
     def rotation(self, p: Problem) -> int:
         """Input/output sets so that the bytes touched between two uses of one set exceed 4x
-        L2: a set is evicted before it comes round again."""
+        L2 (a set is evicted before it comes round again), at most 256: smaller problems come
+        round sooner, the smallest from L2 (the method text says so)."""
         per_set = 2 * p.numel * ELEMENT_BYTES[p.dtype]
         return max(1, min(256, math.ceil(4 * self.l2_bytes / per_set)))
 
