@@ -121,6 +121,9 @@ def main() -> int:
     ap.add_argument("--separate", action="store_true",
                     help="allocate the x sets as separate tensors, as compare_torch.py does "
                          "(default: views of one tensor)")
+    ap.add_argument("--table-order", action="store_true",
+                    help="with --lib: only compare_torch's calls, in its order within a round "
+                         "(normjit's C API, eager F.rms_norm, Liger)")
     ap.add_argument("--cases", default=",".join(f"{t}x{h}" for t, h in CASES),
                     help="TOKENSxHIDDEN,... (default %(default)s)")
     a = ap.parse_args()
@@ -207,6 +210,12 @@ def main() -> int:
             fns["c-api-new-y"] = new_y
         if rms_norm_forward:
             fns["liger"] = lambda x: rms_norm_forward(x, w, 1e-6, 0.0, "gemma", None)[0]
+        if a.table_order and nj is not None:
+            eager = torch.nn.functional.rms_norm
+            fns = {"c-api": fns["c-api"],
+                   "eager": lambda x: eager(x, (hidden,), w, 1e-6),
+                   **({"liger": fns["liger"]} if "liger" in fns else {}),
+                   "ptx": fns["ptx"]}
         ref = njt.rms_norm(xs[0], (hidden,), w, 1e-6)
         fns["ptx"](xs[0])
         torch.cuda.synchronize()

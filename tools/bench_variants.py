@@ -604,10 +604,13 @@ def render_section(rep: Report) -> str:
         "more; compile time is excluded. Liger-Kernel's forward is timed where it has the "
         "variant (it also writes rstd; its fused add writes h to a new tensor).")
     rounds = s.get("rounds", 1)
+    order = ("eager, compile, Liger, separate, normjit, the order rotated by one place each "
+             "round (each takes every place alike)" if s.get("order") == "rotated" else
+             "eager, compile, Liger, separate, normjit")
     how = (f"median of {rounds * s.get('reps', 0)} calls: {rounds} rounds of {s.get('reps')} "
            f"calls, each after {s.get('warmup')} warm-up calls, the implementations of a row "
-           "taken in turn within each round (eager, compile, Liger, separate, normjit), so "
-           "that a drift of the clocks or of the host's pace falls on all of them alike"
+           f"taken in turn within each round ({order}), so that a drift of the clocks or of the "
+           "host's pace falls on all of them alike"
            if rounds > 1 else
            f"median of {s.get('reps')} calls after {s.get('warmup')} warm-up calls")
     add(f"- GPU times: CUDA events around each call, {how}; a sleep kernel queued first (the "
@@ -1286,9 +1289,9 @@ class Bench:
         self.free()
         separate = self.separate_calls(v, row, kernel, sets, p) if calls and v.residual else []
 
-        # Timing, in rounds that take the implementations in turn; in each the peers come
-        # first (normjit's in-place variants change their inputs' values, which the peers'
-        # times do not depend on, and the checks above are done).
+        # Timing, in rounds that take the implementations in turn (the order rotated each
+        # round). normjit's in-place variants change their inputs' values between the peers'
+        # calls: the checks above are done, and no implementation's time depends on the values.
         timers = []
         if row.eager.status == "ok":
             timers.append(("eager", lambda i: v.expression(*targs[i % n])))
@@ -1498,7 +1501,8 @@ def run(args: argparse.Namespace, groups: list[list[Case]], command: str) -> int
         env, l2 = ct.collect_environment(Path(args.lib))
     rep = Report(env=env, command=command,
                  date_utc=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-                 settings={"reps": args.reps, "rounds": args.rounds, "warmup": args.warmup,
+                 settings={"reps": args.reps, "rounds": args.rounds, "order": "rotated",
+                           "warmup": args.warmup,
                            "seed": args.seed,
                            "quick": args.quick, "only": args.only, "tokens": args.token_list,
                            "hiddens": args.hidden_list, "budget_s": args.budget_s,

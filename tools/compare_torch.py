@@ -671,11 +671,14 @@ def render_markdown(report: Report, notes: Optional[str], plot_name: Optional[st
     add("")
     rounds = s.get("rounds", 1)
     if rounds > 1:
+        order = ("normjit, eager, compile, Liger, the order rotated by one place each round "
+                 "(each takes every place alike)" if s.get("order") == "rotated" else
+                 "normjit, eager, compile, Liger")
         how = (f"median of {rounds * s.get('reps', 0)} calls: {rounds} rounds of "
                f"{s.get('reps')} calls, each after {s.get('warmup')} warm-up calls, the "
-               "implementations of a problem taken in turn within each round (normjit, eager, "
-               "compile, Liger; the copy after them), so that a drift of the clocks or of the "
-               "host's pace falls on all of them alike")
+               f"implementations of a problem taken in turn within each round ({order}; the "
+               "copy after them), so that a drift of the clocks or of the host's pace falls on "
+               "all of them alike")
     else:
         how = f"median of {s.get('reps')} calls after {s.get('warmup')} warm-up calls"
     add(f"- Times are GPU times: CUDA events around each call, {how}. A sleep kernel is queued "
@@ -1222,15 +1225,19 @@ def time_cuda(fn: Callable[[int], Any], reps: int, warmup: int) -> list[float]:
 def time_rounds(timers: list[tuple[str, Callable[[int], Any]]], rounds: int, per_round: int,
                 time_fn: Callable[[Callable[[int], Any], int], list[float]],
                 failed: Callable[[str, BaseException], None]) -> dict[str, list[float]]:
-    """Each (name, fn) timed in `rounds` rounds, every one in turn within a round:
-    time_fn(fn, start) times a round's calls, fn(start + i) for its i-th (warm-up calls
-    included), start going on by per_round from round to round through the rotating sets.
-    Returns each name's times of all rounds; one whose timing raises goes to failed(name, e)
-    and is left out of the later rounds and of the result."""
+    """Each (name, fn) timed in `rounds` rounds, every one in turn within a round, the order
+    rotated by one place each round (round k starts with the k-th), so that each takes every
+    place in a round alike: the same kernel measured first in a round and last in it differed
+    by up to 0.5 µs on the H100 (docs/performance-notes.md, "Decode rows"). time_fn(fn, start)
+    times a round's calls, fn(start + i) for its i-th (warm-up calls included), start going
+    on by per_round from round to round through the rotating sets. Returns each name's times
+    of all rounds; one whose timing raises goes to failed(name, e) and is left out of the later
+    rounds and of the result."""
     times: dict[str, list[float]] = {name: [] for name, _ in timers}
     live = list(timers)
     for k in range(rounds):
-        for name, fn in list(live):
+        shift = k % len(live) if live else 0
+        for name, fn in live[shift:] + live[:shift]:
             try:
                 times[name] += time_fn(fn, k * per_round)
             except Exception as e:  # noqa: BLE001 - any peer may fail in its own way
@@ -1757,7 +1764,8 @@ def run_gpu(args: argparse.Namespace, problems: list[Problem], command: str) -> 
     liger_why = env["Liger-Kernel"]
     report = Report(env=env, command=command,
                     date_utc=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-                    settings={"reps": args.reps, "rounds": args.rounds, "warmup": args.warmup,
+                    settings={"reps": args.reps, "rounds": args.rounds, "order": "rotated",
+                              "warmup": args.warmup,
                               "seed": args.seed,
                               "quick": args.quick, "only": args.only, "dtypes": args.dtype_list},
                     copy_gbps=None, copy_times_ms=[], results=[], planned=len(problems), jit=None)
