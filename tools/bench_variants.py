@@ -603,16 +603,7 @@ def render_section(rep: Report) -> str:
         "on the largest token count); dynamo specializes tokens = 1 and compiles that once "
         "more; compile time is excluded. Liger-Kernel's forward is timed where it has the "
         "variant (it also writes rstd; its fused add writes h to a new tensor).")
-    rounds = s.get("rounds", 1)
-    order = ("eager, compile, Liger, separate, normjit, the order rotated by one place each "
-             "round (each takes every place alike)" if s.get("order") == "rotated" else
-             "eager, compile, Liger, separate, normjit")
-    how = (f"median of {rounds * s.get('reps', 0)} calls: {rounds} rounds of {s.get('reps')} "
-           f"calls, each after {s.get('warmup')} warm-up calls, the implementations of a row "
-           f"taken in turn within each round ({order}), so that a drift of the clocks or of the "
-           "host's pace falls on all of them alike"
-           if rounds > 1 else
-           f"median of {s.get('reps')} calls after {s.get('warmup')} warm-up calls")
+    how = ct.rounds_text(s, "row", "eager, compile, Liger, separate, normjit")
     add(f"- GPU times: CUDA events around each call, {how}; a sleep kernel queued first (the "
         "events bracket GPU work, not Python or dispatch). The inputs rotate through enough sets that the bytes "
         "touched between two uses of one set exceed 4x L2, and L2 is flushed (a read of "

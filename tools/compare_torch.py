@@ -669,18 +669,7 @@ def render_markdown(report: Report, notes: Optional[str], plot_name: Optional[st
     s = report.settings
     add("## Method")
     add("")
-    rounds = s.get("rounds", 1)
-    if rounds > 1:
-        order = ("normjit, eager, compile, Liger, the order rotated by one place each round "
-                 "(each takes every place alike)" if s.get("order") == "rotated" else
-                 "normjit, eager, compile, Liger")
-        how = (f"median of {rounds * s.get('reps', 0)} calls: {rounds} rounds of "
-               f"{s.get('reps')} calls, each after {s.get('warmup')} warm-up calls, the "
-               f"implementations of a problem taken in turn within each round ({order}; the "
-               "copy after them), so that a drift of the clocks or of the host's pace falls on "
-               "all of them alike")
-    else:
-        how = f"median of {s.get('reps')} calls after {s.get('warmup')} warm-up calls"
+    how = rounds_text(s, "problem", "normjit, eager, compile, Liger", "; the copy after them")
     add(f"- Times are GPU times: CUDA events around each call, {how}. A sleep kernel is queued "
         "first (each round) so that the host enqueues every timed call while the GPU is busy: "
         "the events bracket GPU work, not Python, ctypes or PyTorch dispatch (host overhead "
@@ -1220,6 +1209,21 @@ def time_cuda(fn: Callable[[int], Any], reps: int, warmup: int) -> list[float]:
         ends[i].record()
     torch.cuda.synchronize()
     return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+
+
+def rounds_text(s: dict, unit: str, names: str, after: str = "") -> str:
+    """The method text's clause on how a run's times were taken, from its settings (those of
+    runs before --rounds and before the rotated order read as they were): names, the
+    implementations in their order within a round; after, a remark on what is timed apart."""
+    rounds = s.get("rounds", 1)
+    if rounds <= 1:
+        return f"median of {s.get('reps')} calls after {s.get('warmup')} warm-up calls"
+    order = names + (", the order rotated by one place each round (each takes every place "
+                     "alike)" if s.get("order") == "rotated" else "")
+    return (f"median of {rounds * s.get('reps', 0)} calls: {rounds} rounds of {s.get('reps')} "
+            f"calls, each after {s.get('warmup')} warm-up calls, the implementations of a "
+            f"{unit} taken in turn within each round ({order}{after}), so that a drift of the "
+            "clocks or of the host's pace falls on all of them alike")
 
 
 def time_rounds(timers: list[tuple[str, Callable[[int], Any]]], rounds: int, per_round: int,
