@@ -154,6 +154,7 @@ void row_fields(const KernelPlan& p, Fields& f) {
       f.integer("kRowsPerBlock", p.rows_per_block);
       f.flag("kParamsAhead", p.params_ahead);
       f.flag("kEarlyResidualStore", p.early_h);
+      f.size("kEvictFirstRows", p.evict_first_rows);
       break;
     case Strategy::kRowSplit:
       f.size("kChunks", p.split_chunks);

@@ -402,7 +402,25 @@ int64_t held_words(Dtype dtype, int64_t values, int vec) {
   return size_of(dtype) == 2 && vec % 2 == 0 ? values / 2 : values;
 }
 
-std::string row_registers(const Problem& pr, KernelPlan& p) {
+// The L2 of the target's arch (bytes): its full-size part's (an H100 PCIe has the SXM's 50 MiB),
+// whatever the multiprocessors, so that a plan of short rows does not depend on their count (a
+// MIG slice has less); 0 where the arch table does not know it.
+int64_t l2_bytes(const Target& target) { return int64_t{arch_facts(target.sm).l2_kib} * 1024; }
+
+// Launches of at most this many rows load x (and the residual) evict-first from L2: the rows
+// whose x, y (and residual, h) fit in L2 together. Read once, x's lines then go first and y's
+// stay, written into L2 and read from there by the next kernel. On the H100 (tools/
+// compare_torch.py, a throwaway switch, two runs each; docs/performance-notes.md) that ran the
+// ViT/BERT LayerNorm rows whose bytes fit in L2 3-10% faster and larger rows (LLM rows of 4096
+// tokens, f32 ViT-B) the same or 1-2% slower. GroupNorm's rows: not measured, plain loads.
+int64_t evict_first_rows(const Problem& pr, const Target& target) {
+  if (pr.op == Op::kGroupNorm) return 0;
+  const int64_t row_bytes = pr.row_length * (size_of(pr.x) + size_of(pr.y) +
+                                             (pr.residual ? 2 * size_of(*pr.residual) : 0));
+  return l2_bytes(target) / row_bytes;
+}
+
+std::string row_registers(const Problem& pr, const Target& target, KernelPlan& p) {
   const int64_t h = pr.row_length;
   const int64_t vectors = ceil_div(h, p.vec);
   const bool group = pr.op == Op::kGroupNorm;
@@ -433,6 +451,11 @@ std::string row_registers(const Problem& pr, KernelPlan& p) {
         << (few ? " (a launch of at most " + std::to_string(kFewRows) + " rows)" : "");
   }
   if (p.early_h) why << "; h written as it is formed, before the reduction";
+  p.evict_first_rows = evict_first_rows(pr, target);
+  if (p.evict_first_rows > 0) {
+    why << "; x read evict-first from L2 in launches of at most " << p.evict_first_rows
+        << " rows (their bytes fit in L2: y stays there)";
+  }
   return why.str();
 }
 
@@ -1214,7 +1237,12 @@ std::string KernelPlan::to_string() const {
     case Strategy::kRowRegisters:
       os << "vectors per thread: " << vectors << "\n"
          << "batch class: " << batch_class_text() << "\n"
-         << "parameters loaded: " << (params_ahead ? "with x" : "at the store") << "\n";
+         << "parameters loaded: " << (params_ahead ? "with x" : "at the store") << "\n"
+         << "L2 policy of x: "
+         << (evict_first_rows > 0 ? "evict-first in launches of at most " +
+                                        std::to_string(evict_first_rows) + " rows, else normal"
+                                  : std::string("normal"))
+         << "\n";
       break;
     case Strategy::kRowBackward:
       os << "vectors per thread: " << vectors << "\n";
@@ -1357,7 +1385,7 @@ KernelPlan plan(const NormSpec& spec, const Target& target) {
     size_rows_common(pr, p);
     switch (p.strategy) {
       case Strategy::kRowRegisters:
-        why = row_registers(pr, p);
+        why = row_registers(pr, target, p);
         break;
       case Strategy::kRowSplit:
         why = row_split(pr, target, p);

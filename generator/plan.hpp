@@ -89,6 +89,8 @@ struct KernelPlan {
                                   // registers (x read once), else streamed (read twice)
   bool params_ahead = false;      // kRowRegisters: parameters loaded with x, not at the store
   bool early_h = false;           // kRowRegisters: h written as formed, before the reduction
+  int64_t evict_first_rows = 0;   // kRowRegisters: launches of at most this many rows (their
+                                  // bytes within L2) load x evict-first; 0: plain loads
   bool reload_weight = false;     // kRowSplitBackward, held parts: the weight loaded again for
                                   // each row (from L1) instead of held in registers
   bool shared_sums = false;       // kRowSplitBackward, held parts: dbias summed in shared memory

@@ -11,24 +11,25 @@ namespace {
 // Facts about each arch that are not in NVRTC's list of supported archs (nvrtcGetSupportedArchs
 // names plain archs only): which suffixed targets exist, the multiprocessors of the arch's
 // full-size part (for plans made without a device), shared memory per SM (KiB, the CUDA
-// programming guide's table), whether fp8 conversions exist, and whether thread-block clusters
-// (with distributed shared memory and bulk copies) do. The one table of arch facts.
+// programming guide's table), whether fp8 conversions exist, whether thread-block clusters
+// (with distributed shared memory and bulk copies) do, and the full-size part's L2 (0 where the
+// table does not know it). The one table of arch facts.
 constexpr int kDefaultSmCount = 80;  // an arch without a full-size part here
 constexpr ArchFacts kArchFacts[] = {
-    {70, false, false, 80, 96, false, false},                // V100
-    {72, false, false, kDefaultSmCount, 96, false, false},   // Xavier
-    {75, false, false, kDefaultSmCount, 64, false, false},   // T4 / RTX 2080
-    {80, false, false, 108, 164, false, false},              // A100
-    {86, false, false, 84, 100, false, false},               // A40 / RTX 3090
-    {87, false, false, kDefaultSmCount, 164, false, false},  // Orin
-    {89, false, false, 142, 100, true, false},               // L40S
-    {90, true, false, 132, 228, true, true},                 // H100 SXM
-    {100, true, true, 148, 228, true, true},                 // B200
-    {101, true, true, kDefaultSmCount, 100, true, true},     // CUDA 12.9's name of sm_110
-    {103, true, true, kDefaultSmCount, 228, true, true},
-    {110, true, true, kDefaultSmCount, 100, true, true},
-    {120, true, true, kDefaultSmCount, 100, true, true},
-    {121, true, true, kDefaultSmCount, 100, true, true},
+    {70, false, false, 80, 96, false, false, 0},                // V100
+    {72, false, false, kDefaultSmCount, 96, false, false, 0},   // Xavier
+    {75, false, false, kDefaultSmCount, 64, false, false, 0},   // T4 / RTX 2080
+    {80, false, false, 108, 164, false, false, 40 * 1024},      // A100
+    {86, false, false, 84, 100, false, false, 6 * 1024},        // A40 / RTX 3090
+    {87, false, false, kDefaultSmCount, 164, false, false, 0},  // Orin
+    {89, false, false, 142, 100, true, false, 96 * 1024},       // L40S
+    {90, true, false, 132, 228, true, true, 50 * 1024},         // H100 SXM
+    {100, true, true, 148, 228, true, true, 0},                 // B200
+    {101, true, true, kDefaultSmCount, 100, true, true, 0},     // CUDA 12.9's name of sm_110
+    {103, true, true, kDefaultSmCount, 228, true, true, 0},
+    {110, true, true, kDefaultSmCount, 100, true, true, 0},
+    {120, true, true, kDefaultSmCount, 100, true, true, 0},
+    {121, true, true, kDefaultSmCount, 100, true, true, 0},
 };
 
 const ArchFacts* facts_of(int sm) {
@@ -56,7 +57,7 @@ std::string suffixed_targets() {
 ArchFacts arch_facts(int sm) {
   if (const ArchFacts* f = facts_of(sm)) return *f;
   // Not in the table: no suffixes, the smaller common shared memory, fp8 from sm_89 on.
-  return {sm, false, false, kDefaultSmCount, sm >= 80 ? 100 : 64, sm >= 89, sm >= 90};
+  return {sm, false, false, kDefaultSmCount, sm >= 80 ? 100 : 64, sm >= 89, sm >= 90, 0};
 }
 
 std::string Target::base_name() const { return "sm_" + std::to_string(sm); }

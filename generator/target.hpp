@@ -48,6 +48,8 @@ struct ArchFacts {
   bool fp8_convert;        // cvt.rn.satfinite.{e4m3,e5m2}x2.f32 (sm_89 and later)
   bool clusters;           // thread-block clusters, distributed shared memory and bulk copies
                            // (cp.async.bulk): sm_90 and later
+  int l2_kib;              // L2 of the full-size part (KiB); 0: not in the table, or no L2
+                           // eviction policies (createpolicy: sm_80 and later)
 };
 ArchFacts arch_facts(int sm);
 

@@ -89,6 +89,18 @@ __device__ __forceinline__ L2Hint l2_evict_last() {
                : "=l"(h.policy));
   return h;
 }
+// Evict-first where `first`, else the normal priority (the policy of a plain access): one load
+// path for both, the choice a launch argument's.
+__device__ __forceinline__ L2Hint l2_evict_first_if(bool first) {
+  L2Hint h;
+  asm volatile(
+      "{\n\t.reg .pred q;\n\tsetp.ne.u32 q, %1, 0;\n\t"
+      "@q createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n\t"
+      "@!q createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n\t}"
+      : "=l"(h.policy)
+      : "r"(static_cast<unsigned int>(first)));
+  return h;
+}
 #endif
 
 // kWords 32-bit words at p (aligned to 4 * kWords bytes).

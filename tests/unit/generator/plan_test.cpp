@@ -437,6 +437,37 @@ TEST(PlanRows, ParametersLoadedWithXWhenTheyFitThirtyTwoRegisters) {
 // The row team's size: 16 values per thread (f32), 32 packed 16-bit ones, 16 for 16-bit rows
 // of at most 2048 elements where no more vector slots idle; CTAs of 128 threads for the
 // trailing forms, 256 for GroupNorm's groups.
+TEST(PlanRows, XIsReadEvictFirstInLaunchesThatFitInL2) {
+  const auto rows = [](const char* text, const char* arch) {
+    return plan(NormSpec::parse(text), Target::parse(arch)).evict_first_rows;
+  };
+  // The arch's L2 over the bytes a row reads and writes: x and y, with a residual also the
+  // residual and h. sm_90: 50 MiB; sm_80: 40 MiB.
+  const int64_t h100 = int64_t{50} << 20, a100 = int64_t{40} << 20;
+  EXPECT_EQ(rows("op=layernorm shape=12608,768 dtype=bf16", "sm_90"), h100 / (768 * 4));
+  EXPECT_EQ(rows("op=layernorm shape=12608,768 dtype=f32", "sm_90"), h100 / (768 * 8));
+  EXPECT_EQ(rows("op=layernorm shape=12608,768 dtype=bf16", "sm_80"), a100 / (768 * 4));
+  EXPECT_EQ(rows("op=rmsnorm shape=1000,4096 normalized_dims=1 dtype=bf16 affine=weight "
+                 "residual=f32",
+                 "sm_90"),
+            h100 / (4096 * (2 + 2 + 4 + 4)));
+  // fp8 output: a byte of y per element.
+  EXPECT_EQ(rows("op=rmsnorm shape=1000,4096 normalized_dims=1 dtype=bf16 affine=weight "
+                 "out_dtype=e4m3",
+                 "sm_90"),
+            h100 / (4096 * 3));
+  // The same for every multiprocessor count (the plan of short rows does not depend on it).
+  EXPECT_EQ(rows("op=layernorm shape=12608,768 dtype=bf16", "sm_90:66"), h100 / (768 * 4));
+  // None before sm_80 (no createpolicy), none where the table does not know the L2, none for
+  // GroupNorm's rows (not measured).
+  EXPECT_EQ(rows("op=layernorm shape=12608,768 dtype=bf16", "sm_75"), 0);
+  EXPECT_EQ(rows("op=layernorm shape=12608,768 dtype=bf16", "sm_100"), 0);
+  EXPECT_EQ(rows("op=groupnorm shape=32,1024,14,14 groups=32 dtype=bf16", "sm_90"), 0);
+  // The batch is not part of it: a launch of any size takes the same kernel.
+  EXPECT_EQ(rows("op=layernorm shape=100000,768 dtype=bf16", "sm_90"),
+            rows("op=layernorm shape=1000,768 dtype=bf16", "sm_90"));
+}
+
 TEST(PlanRows, TeamAndCtaSizes) {
   const Target t = Target::parse("sm_90");
   struct Case {
