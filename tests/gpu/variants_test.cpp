@@ -1502,6 +1502,8 @@ TEST_F(Variants, BatchInvarianceRowBitsDoNotDependOnTheLaunchBatch) {
            .with(Values::kNormal, 4),
        {8, 56, 512, 8000},
        512},
+      // Rows of 96 KiB (x, y, an f32 residual and h): on sm_90 a launch of at most 533 rows
+      // reads x evict-first from L2, the launch of 1000 with the normal policy (kEvictFirstRows).
       {layer_norm({1000, 8192}, Dtype::kBF16)
            .add_residual(Dtype::kF32, false)
            .stats()
