@@ -407,14 +407,22 @@ int64_t held_words(Dtype dtype, int64_t values, int vec) {
 // MIG slice has less); 0 where the arch table does not know it.
 int64_t l2_bytes(const Target& target) { return int64_t{arch_facts(target.sm).l2_kib} * 1024; }
 
+// Rows of at most this many elements read x evict-first from L2 in launches that fit in it.
+constexpr int64_t kEvictFirstMaxRow = 1024;
+
 // Launches of at most this many rows load x (and the residual) evict-first from L2: the rows
 // whose x, y (and residual, h) fit in L2 together. Read once, x's lines then go first and y's
-// stay, written into L2 and read from there by the next kernel. On the H100 (tools/
-// compare_torch.py, a throwaway switch, two runs each; docs/performance-notes.md) that ran the
-// ViT/BERT LayerNorm rows whose bytes fit in L2 3-10% faster and larger rows (LLM rows of 4096
-// tokens, f32 ViT-B) the same or 1-2% slower. GroupNorm's rows: not measured, plain loads.
+// stay, written into L2 and read from there by the next kernel. Larger launches take the normal
+// policy (given as a hint: one load path). On the H100 (tools/compare_torch.py, throwaway
+// builds, two runs each; docs/performance-notes.md, "ViT/BERT rows: x evict-first from L2"):
+// - rows of 768 and 1024 elements whose launch fits in L2 ran 2-10% faster, larger launches
+//   of them 1-2% slower evict-first, 0.5-1% with the normal policy as a hint;
+// - LLM rows (4096 to 16384 elements, 4096 tokens) ran 0-3% slower with either policy as a
+//   hint, decode rows the same; a branch between a hinted and a plain load path cost
+//   registers and ran the decode rows 4-8% slower. So only rows of at most kEvictFirstMaxRow
+//   elements take the policy; GroupNorm's rows (not measured) do not.
 int64_t evict_first_rows(const Problem& pr, const Target& target) {
-  if (pr.op == Op::kGroupNorm) return 0;
+  if (pr.op == Op::kGroupNorm || pr.row_length > kEvictFirstMaxRow) return 0;
   const int64_t row_bytes = pr.row_length * (size_of(pr.x) + size_of(pr.y) +
                                              (pr.residual ? 2 * size_of(*pr.residual) : 0));
   return l2_bytes(target) / row_bytes;

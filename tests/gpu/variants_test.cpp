@@ -1502,13 +1502,20 @@ TEST_F(Variants, BatchInvarianceRowBitsDoNotDependOnTheLaunchBatch) {
            .with(Values::kNormal, 4),
        {8, 56, 512, 8000},
        512},
-      // Rows of 96 KiB (x, y, an f32 residual and h): on sm_90 a launch of at most 533 rows
-      // reads x evict-first from L2, the launch of 1000 with the normal policy (kEvictFirstRows).
       {layer_norm({1000, 8192}, Dtype::kBF16)
            .add_residual(Dtype::kF32, false)
            .stats()
            .with(Values::kNormal, 5),
        tokens, 64},
+      // Rows of 9 KiB (x, y, an f32 residual and h): on sm_90 a launch of at most 5688 rows
+      // reads x and the residual evict-first from L2, the launch of 8000 with the normal policy
+      // (kEvictFirstRows).
+      {layer_norm({8000, 768}, Dtype::kBF16)
+           .add_residual(Dtype::kF32, false)
+           .stats()
+           .with(Values::kNormal, 10),
+       {1, 64, 5000, 8000},
+       64},
       // Rows split over CTAs; rows of the streaming kernel.
       {layer_norm({4, 1000003}, Dtype::kF32).stats().with(Values::kLargeMean, 6), {1, 2, 3, 4}, 2},
       {rms({2, 5000011}, Dtype::kBF16)

@@ -447,15 +447,18 @@ TEST(PlanRows, XIsReadEvictFirstInLaunchesThatFitInL2) {
   EXPECT_EQ(rows("op=layernorm shape=12608,768 dtype=bf16", "sm_90"), h100 / (768 * 4));
   EXPECT_EQ(rows("op=layernorm shape=12608,768 dtype=f32", "sm_90"), h100 / (768 * 8));
   EXPECT_EQ(rows("op=layernorm shape=12608,768 dtype=bf16", "sm_80"), a100 / (768 * 4));
-  EXPECT_EQ(rows("op=rmsnorm shape=1000,4096 normalized_dims=1 dtype=bf16 affine=weight "
+  EXPECT_EQ(rows("op=rmsnorm shape=1000,1024 normalized_dims=1 dtype=bf16 affine=weight "
                  "residual=f32",
                  "sm_90"),
-            h100 / (4096 * (2 + 2 + 4 + 4)));
+            h100 / (1024 * (2 + 2 + 4 + 4)));
   // fp8 output: a byte of y per element.
-  EXPECT_EQ(rows("op=rmsnorm shape=1000,4096 normalized_dims=1 dtype=bf16 affine=weight "
+  EXPECT_EQ(rows("op=rmsnorm shape=1000,1024 normalized_dims=1 dtype=bf16 affine=weight "
                  "out_dtype=e4m3",
                  "sm_90"),
-            h100 / (4096 * 3));
+            h100 / (1024 * 3));
+  // Rows longer than 1024 elements (LLM rows) keep plain loads.
+  EXPECT_EQ(rows("op=rmsnorm shape=4096,1025 normalized_dims=1 dtype=bf16", "sm_90"), 0);
+  EXPECT_EQ(rows("op=rmsnorm shape=1,4096 normalized_dims=1 dtype=bf16 affine=weight", "sm_90"), 0);
   // The same for every multiprocessor count (the plan of short rows does not depend on it).
   EXPECT_EQ(rows("op=layernorm shape=12608,768 dtype=bf16", "sm_90:66"), h100 / (768 * 4));
   // None before sm_80 (no createpolicy), none where the table does not know the L2, none for
