@@ -416,7 +416,8 @@ constexpr int64_t kEvictFirstMaxRow = 1024;
 // policy (given as a hint: one load path). On the H100 (tools/compare_torch.py, throwaway
 // builds, two runs each; docs/performance-notes.md, "ViT/BERT rows: x evict-first from L2"):
 // - rows of 768 and 1024 elements whose launch fits in L2 ran 2-10% faster, larger launches
-//   of them 1-2% slower evict-first, 0.5-1% with the normal policy as a hint;
+//   of them 1-2% slower evict-first, 0.5-1% with the normal policy as a hint (qk-norm's rows
+//   of 128 at 16384 tokens: 4%);
 // - LLM rows (4096 to 16384 elements, 4096 tokens) ran 0-3% slower with either policy as a
 //   hint, decode rows the same; a branch between a hinted and a plain load path cost
 //   registers and ran the decode rows 4-8% slower. So only rows of at most kEvictFirstMaxRow

@@ -48,8 +48,10 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock) row_norm(Params
   const Epilogue<C> epi(p);
   // A launch whose reads and writes fit in L2 marks x evict-first: read once, its lines go
   // first, so y (and h) stay in L2 for the kernel that reads them next (and, as a buffer used
-  // again, are written there). Larger launches load with the normal policy: on the H100 their
-  // rows ran the same or 1-2% slower evict-first (docs/performance-notes.md).
+  // again, are written there). Larger launches take the normal policy, a hint as well: one load
+  // path (a branch to plain loads cost registers and ran slower), although on the H100 a hint
+  // cost large launches 1-4% (docs/performance-notes.md; the plan therefore gives the policy
+  // to short rows only).
   if constexpr (C::kEvictFirstRows > 0) {
     slice.load(io, 0, threadIdx.x, io.shift(),
                l2_evict_first_if(total_rows<C>(p) <= C::kEvictFirstRows));
