@@ -17,7 +17,8 @@
 //
 // kPieces == 1: a thread holds its K vectors in registers between the statistics and the store
 // (x read once). kPieces > 1 (items larger than the chip holds): each CTA streams its segment in
-// pieces of TY*K positions twice, statistics then normalize (x read twice).
+// pieces of TY*K positions twice, statistics then normalize (x read twice; the second pass in
+// reverse order, so its first reads find in L2 what the first pass read last).
 //
 // Statistics, for each group, shifted by the group's first element (x[n, 0, g*CG], as the
 // other kernels shift by a row's first element: precise when |mean| >> std):
@@ -202,20 +203,38 @@ __global__ void __launch_bounds__(Cfg::kThreadsX* Cfg::kThreadsY, Cfg::kBlocksPe
   if (item >= p.batch) return;  // the whole CTA: no items for this slot in this launch
   if (kChunks > 1 && tid == 0) base_generation = exchange.base_generation();
   const Epilogue<Cfg> epi(p);
+  // The streamed second pass's accesses (below); none where the values stay in registers.
+#if __CUDA_ARCH__ >= 800
+  const auto stream_hint = [] {
+    if constexpr (kPieces > 1) {
+      return l2_evict_first();
+    } else {
+      return NoHint{};
+    }
+  }();
+#else
+  const NoHint stream_hint;
+#endif
 
   HeldVec<T, V> held[K];  // one piece: its K vectors (all of them while kPieces == 1)
   // Full segments of one piece need no bounds tests.
   constexpr bool kAllValid = kPieces == 1 && S % kSeg == 0;
   // Loads piece `piece` of the item into `held`; returns how many of its K positions are valid
   // (the first ones).
-  const auto load_piece = [&](const T* x, int piece) {
+  // (last_use, a constant at each call: the second pass's loads take stream_hint.)
+  const auto load_piece = [&](const T* x, int piece, bool last_use) {
     int valid = 0;
 #pragma unroll
     for (int k = 0; k < K; ++k) {
       const int local = piece * int(kPiece) + ty + k * TY;  // within the segment
       held[k].zero();
       if (kAllValid || local < positions) {
-        held[k].load(x + (long long)(first + local) * C, NoHint{});
+        const T* at = x + (long long)(first + local) * C;
+        if (last_use) {
+          held[k].load(at, stream_hint);
+        } else {
+          held[k].load(at, NoHint{});
+        }
         ++valid;
       }
     }
@@ -243,7 +262,7 @@ __global__ void __launch_bounds__(Cfg::kThreadsX* Cfg::kThreadsY, Cfg::kBlocksPe
     GroupShifts<Cfg> shift;
     shift.load(x - c0, c0);
     int valid = K;
-    if constexpr (kPieces == 1) valid = load_piece(x, 0);
+    if constexpr (kPieces == 1) valid = load_piece(x, 0, /*last_use=*/false);
 
     // 1. Each thread's sum per channel of the shifted values, then the CTA's mean per group.
     // Held (one piece): exact two passes over the registers, the second below. Streamed: each
@@ -265,7 +284,7 @@ __global__ void __launch_bounds__(Cfg::kThreadsX* Cfg::kThreadsY, Cfg::kBlocksPe
       for (int j = 0; j < V; ++j) mean[j] = m2[j] = 0.f;
 #pragma unroll 1
       for (int piece = 0; piece < kPieces; ++piece) {
-        const int n = load_piece(x, piece);
+        const int n = load_piece(x, piece, /*last_use=*/false);
         if (n == 0) continue;
 #pragma unroll
         for (int j = 0; j < V; ++j) {
@@ -427,9 +446,12 @@ __global__ void __launch_bounds__(Cfg::kThreadsX* Cfg::kThreadsY, Cfg::kBlocksPe
         return fmaf(d, scale[j], offset[j]);
       }
     };
+    // Streamed (kPieces > 1): the pieces in reverse, x (read for the last time) and y
+    // evict-first, so that the last pieces the statistics read are found in L2 before this
+    // pass's own traffic evicts them (as row_stream.cuh's second pass). No bits change.
 #pragma unroll 1
-    for (int piece = 0; piece < kPieces; ++piece) {
-      if (kPieces > 1) load_piece(x, piece);
+    for (int piece = kPieces - 1; piece >= 0; --piece) {
+      if (kPieces > 1) load_piece(x, piece, /*last_use=*/true);
 #pragma unroll
       for (int k = 0; k < K; ++k) {
         const int local = piece * int(kPiece) + ty + k * TY;
@@ -438,7 +460,7 @@ __global__ void __launch_bounds__(Cfg::kThreadsX* Cfg::kThreadsY, Cfg::kBlocksPe
 #pragma unroll
           for (int j = 0; j < V; ++j) out[j] = normalize(held[k][j] - shift[j], j);
           epi.template finish<true, V>(out);
-          store_vec<Y, V>(y + (long long)(first + local) * C, out);
+          store_vec<Y, V>(y + (long long)(first + local) * C, out, stream_hint);
         }
       }
     }
