@@ -115,9 +115,8 @@ __global__ void __launch_bounds__(C::kThreads, 1) row_stream(Params p) {
 #pragma unroll
       for (int r = 0; r < kRowsPerPass; ++r) {
         if (r < n) {
-          piece[r].template store<false, 0, decltype(hints)>(io[r], p, epi, row + r * slots,
-                                                             piece_begin, tid, mean[r], rstd[r],
-                                                             hints);
+          piece[r].template store<false, 0, decltype(hints)>(
+              io[r], p, epi, row + r * slots, piece_begin, tid, mean[r], rstd[r], hints);
         }
       }
     }
