@@ -412,23 +412,155 @@ def test_patch_fuses_ldm_group_norm_silu_and_unpatch_restores(quiet):
         assert torch.equal(model(x), before)
 
 
-def test_patch_reports_the_shared_silu_of_diffusers_resnet_block(quiet):
+def test_patch_fuses_the_pairs_of_a_resnet_block_forward_and_keeps_its_time_embedding_silu(
+        quiet):
     torch.manual_seed(0)
     block = DiffusersResnetBlock2D().eval()
     x, temb = torch.randn(2, 32, 8, 8), torch.randn(2, 16)
     with torch.no_grad():
         before = block(x, temb)
     report = njt.patch(block)
-    assert [n for n, _ in report.replaced] == ["norm1", "norm2"], report
-    assert not any("fused" in c for _, c in report.replaced)
-    (skip,) = [s for s in report.skipped if "not fused" in s[2]]
-    assert skip[0] == "" and "DiffusersResnetBlock2D" in skip[1]
-    assert "GroupNorm norm1, norm2 not fused with the SiLU nonlinearity" in skip[2]
-    assert "ResnetBlock2D" in skip[2] and "time embedding" in skip[2]
-    assert type(block.nonlinearity) is nn.SiLU
-    assert getattr(type(block.norm1), "_normjit_activation", None) is None
+    assert [n for n, _ in report.replaced] == ["", "norm1", "norm2"], report
+    assert report.replaced[0][1].startswith(
+        "test_activation_cpu.DiffusersResnetBlock2D: GroupNorm -> SiLU fused in its forward "
+        "(norm1 -> nonlinearity, norm2 -> nonlinearity; activation='silu'"), report
+    assert not report.skipped, report
+    assert isinstance(block, DiffusersResnetBlock2D)  # a subclass: isinstance still holds
+    assert type(block.nonlinearity) is nn.SiLU  # still applied to the time embedding
+    assert type(block)._normjit_fused_pairs == (("norm1", "nonlinearity"),
+                                                ("norm2", "nonlinearity"))
+    with torch.no_grad():
+        assert torch.equal(block(x, temb), before)  # CPU: each GroupNorm's forward, then F.silu
+    again = njt.patch(block)
+    assert not again.replaced and ("", "DiffusersResnetBlock2D", "already patched") in \
+        again.skipped, again
+    assert njt.unpatch(block) == 3
+    assert type(block) is DiffusersResnetBlock2D
     with torch.no_grad():
         assert torch.equal(block(x, temb), before)
+
+
+class StatementResnetBlock(nn.Module):
+    """diffusers' ResnetBlock2D's statements: norm1 then the SiLU (shape 1); norm2 at the end of
+    two of three branches, the SiLU after the if (shape 2); 'scale_shift' changes the norm's
+    output before the SiLU and must keep the two apart."""
+
+    def __init__(self, mode="default", channels=32, temb=16):
+        super().__init__()
+        self.mode = mode
+        self.norm1 = nn.GroupNorm(8, channels)
+        self.conv1 = nn.Conv2d(channels, channels, 3, padding=1)
+        self.time_emb_proj = nn.Linear(temb, 2 * channels if mode == "scale_shift" else channels)
+        self.norm2 = nn.GroupNorm(8, channels)
+        self.nonlinearity = nn.SiLU()
+
+    def forward(self, input_tensor, temb):
+        hidden_states = input_tensor
+        hidden_states = self.norm1(hidden_states)
+        hidden_states = self.nonlinearity(hidden_states)
+        hidden_states = self.conv1(hidden_states)
+        temb = self.nonlinearity(temb)
+        temb = self.time_emb_proj(temb)[:, :, None, None]
+        if self.mode == "default":
+            hidden_states = hidden_states + temb
+            hidden_states = self.norm2(hidden_states)
+        elif self.mode == "scale_shift":
+            time_scale, time_shift = torch.chunk(temb, 2, dim=1)
+            hidden_states = self.norm2(hidden_states)
+            hidden_states = hidden_states * (1 + time_scale) + time_shift
+        else:
+            hidden_states = self.norm2(hidden_states)
+        hidden_states = self.nonlinearity(hidden_states)
+        return input_tensor + hidden_states
+
+
+@pytest.mark.parametrize("mode", ["default", "scale_shift", "group"])
+def test_patch_fuses_statements_and_the_branches_that_end_with_the_norm(quiet, mode):
+    torch.manual_seed(0)
+    block = StatementResnetBlock(mode).eval()
+    x, temb = torch.randn(2, 32, 8, 8), torch.randn(2, 16)
+    with torch.no_grad():
+        before = block(x, temb)
+    report = njt.patch(block)
+    assert "(norm1 -> nonlinearity, norm2 -> nonlinearity;" in report.replaced[0][1], report
+    with torch.no_grad():
+        assert torch.equal(block(x, temb), before)
+
+
+def test_fused_statements_launch_the_fused_kernel_only_where_the_silu_follows(stub):
+    """With the launch stubbed: 'default' runs norm1 and norm2 as the GroupNorm + SiLU kernel;
+    'scale_shift' norm1 fused and norm2 plain (its output is scaled before the SiLU)."""
+    silu = "op=groupnorm shape=2,32,8,8 dtype=f16 groups=8 affine=both eps=1e-05 activation=silu"
+    plain = "op=groupnorm shape=2,32,8,8 dtype=f16 groups=8 affine=both eps=1e-05"
+    for mode, expected in (("default", [silu, silu]), ("scale_shift", [silu, plain])):
+        block = StatementResnetBlock(mode).half().eval()
+        block.conv1 = nn.Identity()  # (no f16 convolution on CPU)
+        njt.patch(block)
+        x, temb = torch.randn(2, 32, 8, 8).half(), torch.randn(2, 16).half()
+        first = len(stub.launches)
+        with torch.no_grad():
+            block(x, temb)
+        # The stub's handle of the k-th spec prepared (each spec is prepared once).
+        handles = {spec: 0x7F0000001000 + 0x100 * k for k, spec in enumerate(stub.specs, 1)}
+        launched = [args[0] for _, args in stub.launches[first:]]
+        assert launched == [handles[spec] for spec in expected], (mode, stub.specs, launched)
+
+
+class SuperBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.GroupNorm(2, 8)
+        self.act = nn.SiLU()
+
+    def forward(self, x):
+        x = self.norm(x)
+        x = self.act(x)
+        return super().forward(x) if False else x
+
+
+def test_patch_reports_forwards_it_does_not_rewrite(quiet, tmp_path, monkeypatch):
+    report = njt.patch(SuperBlock())
+    (skip,) = [s for s in report.skipped if "not fused" in s[2]]
+    assert "GroupNorm norm not fused with the SiLU act: its forward calls super()" in skip[2]
+    # No source (defined by exec): reported, the GroupNorm patched alone.
+    namespace = {"nn": nn}
+    exec("class NoSource(nn.Module):\n"
+         "    def __init__(self):\n"
+         "        super().__init__()\n"
+         "        self.norm, self.act = nn.GroupNorm(2, 8), nn.SiLU()\n"
+         "    def forward(self, x):\n"
+         "        return self.act(self.norm(x))\n", namespace)
+    report = njt.patch(namespace["NoSource"]())
+    assert any("its forward's source cannot be read" in s[2] for s in report.skipped), report
+    assert [n for n, _ in report.replaced] == ["norm"]
+    # A hooked SiLU: not fused (a fused call would bypass the hook).
+    block = DiffusersResnetBlock2D()
+    block.nonlinearity.register_forward_hook(lambda m, i, o: None)
+    report = njt.patch(block)
+    assert any("nonlinearity has forward hooks" in s[2] for s in report.skipped), report
+    assert type(block).__name__ == "DiffusersResnetBlock2D"
+    # A source file edited after the import: its text is not the loaded code; not rewritten.
+    source = tmp_path / "edited_block.py"
+    source.write_text("import torch.nn as nn\n\n\n"
+                      "class Edited(nn.Module):\n"
+                      "    def __init__(self):\n"
+                      "        super().__init__()\n"
+                      "        self.norm, self.act = nn.GroupNorm(2, 8), nn.SiLU()\n\n"
+                      "    def forward(self, x):\n"
+                      "        x = self.norm(x)\n"
+                      "        x = self.act(x)\n"
+                      "        return x\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import importlib
+    import linecache
+    edited = importlib.import_module("edited_block")
+    source.write_text(source.read_text().replace("return x", "return x * 2"))
+    linecache.clearcache()
+    module = edited.Edited()
+    report = njt.patch(module)
+    assert any("its forward's source is not the code that is loaded" in s[2]
+               for s in report.skipped), report
+    assert type(module) is edited.Edited
 
 
 def test_patch_does_not_fuse_a_shared_or_hooked_silu(quiet):
@@ -458,3 +590,38 @@ def test_fused_pair_launches_one_kernel_with_the_activation(stub):
     assert stub.specs == ["op=groupnorm shape=1,320,4,4 dtype=f16 groups=32 affine=both "
                           "eps=1e-05 activation=silu"]
     assert len(stub.launches) == 1
+
+
+def test_patch_fuses_the_group_norm_silu_pairs_of_diffusers_models(quiet):
+    """diffusers' own classes (where it is installed): every ResnetBlock2D of a tiny VAE and
+    its Encoder's and Decoder's conv_norm_out -> conv_act fused in their forwards, the outputs
+    unchanged (CPU: each GroupNorm's forward, then F.silu), torch.compile(fullgraph=True) of a
+    patched block, unpatch() restoring every class."""
+    diffusers = pytest.importorskip("diffusers", reason="diffusers is not installed")
+    from diffusers.models.resnet import ResnetBlock2D
+    torch.manual_seed(0)
+    vae = diffusers.AutoencoderKL(block_out_channels=(32, 64),
+                                  down_block_types=("DownEncoderBlock2D",) * 2,
+                                  up_block_types=("UpDecoderBlock2D",) * 2, latent_channels=4,
+                                  norm_num_groups=8, sample_size=16).eval()
+    img = torch.randn(1, 3, 16, 16)
+    with torch.no_grad():
+        before = vae(img, sample_posterior=False).sample
+    classes = {name: type(m) for name, m in vae.named_modules()}
+    report = njt.patch(vae)
+    fused = {name: text for name, text in report.replaced if "fused in its forward" in text}
+    blocks = [n for n, m in vae.named_modules() if isinstance(m, ResnetBlock2D)]
+    assert blocks and set(blocks) <= set(fused), report
+    assert all("(norm1 -> nonlinearity, norm2 -> nonlinearity;" in fused[n] for n in blocks)
+    assert "(conv_norm_out -> conv_act;" in fused["encoder"]
+    assert "(conv_norm_out -> conv_act;" in fused["decoder"]
+    with torch.no_grad():
+        assert torch.equal(vae(img, sample_posterior=False).sample, before)
+    block = vae.decoder.up_blocks[0].resnets[0]
+    x = torch.randn(1, block.in_channels, 8, 8)
+    with torch.no_grad():
+        ref = block(x, None)
+        torch._dynamo.reset()
+        assert torch.equal(torch.compile(block, fullgraph=True, backend="eager")(x, None), ref)
+    njt.unpatch(vae)
+    assert {name: type(m) for name, m in vae.named_modules()} == classes

@@ -2,7 +2,8 @@
 rms_norm, layer_norm and the modules with activation='silu'/'gelu' against float64 (the norm,
 then the activation, in float64) over diffusion and odd shapes, dtypes and adversarial inputs
 (poisoned outputs must be fully written); fp8 output scaled after the activation; patch() of
-an ldm-style UNet (GroupNorm32 -> SiLU fused) against the unpatched model and a float32 run;
+an ldm-style UNet (GroupNorm32 -> SiLU fused) and of a diffusers-style ResnetBlock2D (the pairs
+in its forward's code fused) against the unpatched model and float64;
 torch.compile(fullgraph=True); a CUDA-graph capture on a fresh stream; training falling back
 to PyTorch's autograd with a warning. Skips with a reason without PyTorch or a CUDA device."""
 import copy
@@ -188,6 +189,71 @@ def run_ldm_resblocks(model, x):
         patched = model(x)
         assert njt.prepared_kernels() - before == 1  # one GroupNorm+SiLU kernel for all four
     return patched, unpatched, wide
+
+
+class CodeResnetBlock(nn.Module):
+    """diffusers' ResnetBlock2D's statements (GroupNorm -> SiLU in code, one SiLU module also
+    applied to the time embedding; 'scale_shift' scales norm2's output before the SiLU)."""
+
+    def __init__(self, c, temb, mode):
+        super().__init__()
+        self.mode = mode
+        self.norm1 = nn.GroupNorm(32, c)
+        self.conv1 = nn.Conv2d(c, c, 3, padding=1)
+        self.time_emb_proj = nn.Linear(temb, 2 * c if mode == "scale_shift" else c)
+        self.norm2 = nn.GroupNorm(32, c)
+        self.conv2 = nn.Conv2d(c, c, 3, padding=1)
+        self.nonlinearity = nn.SiLU()
+
+    def forward(self, input_tensor, temb):
+        hidden_states = self.norm1(input_tensor)
+        hidden_states = self.nonlinearity(hidden_states)
+        hidden_states = self.conv1(hidden_states)
+        temb = self.time_emb_proj(self.nonlinearity(temb))[:, :, None, None]
+        if self.mode == "default":
+            hidden_states = self.norm2(hidden_states + temb)
+        else:
+            time_scale, time_shift = torch.chunk(temb, 2, dim=1)
+            hidden_states = self.norm2(hidden_states)
+            hidden_states = hidden_states * (1 + time_scale) + time_shift
+        hidden_states = self.nonlinearity(hidden_states)
+        return input_tensor + self.conv2(hidden_states)
+
+
+@pytest.mark.parametrize("mode", ["default", "scale_shift"])
+def test_patch_fuses_group_norm_silu_in_a_forward_against_unpatched_and_float64(mode):
+    """patch() rewrites the block's forward (normjit.torch._fuse_code): its GroupNorm -> SiLU
+    pairs each one kernel, norm2 of 'scale_shift' plain; float32, as the ldm test."""
+    torch.manual_seed(0)
+    block = CodeResnetBlock(320, 64, mode).to(DEV).eval()
+    for m in block.modules():
+        if isinstance(m, nn.GroupNorm):
+            with torch.no_grad():
+                m.weight.normal_(1.0, 0.5)
+                m.bias.normal_(0.0, 0.5)
+    x, temb = randn((2, 320, 16, 16), torch.float32), randn((2, 64), torch.float32)
+    tf32 = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        with torch.no_grad():
+            wide = copy.deepcopy(block).double()(x.double(), temb.double())
+            unpatched = block(x, temb)
+            report = njt.patch(block)
+            # (The class's code: both pairs, whichever branch this block's mode takes.)
+            assert ("fused in its forward (norm1 -> nonlinearity, norm2 -> nonlinearity;"
+                    in report.replaced[0][1]), report
+            before = njt.prepared_kernels()
+            patched = block(x, temb)
+            # default: one GroupNorm + SiLU kernel for both; scale_shift: that and plain norm2.
+            assert njt.prepared_kernels() - before == (1 if mode == "default" else 2)
+            torch._dynamo.reset()
+            compiled = torch.compile(block, fullgraph=True)(x, temb)
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = tf32
+    err, err0 = rel_err(patched, wide), rel_err(unpatched, wide)
+    assert err <= 2 * err0 + 1e-6, (err, err0)
+    assert err < 1e-5
+    assert rel_err(compiled, patched) < 1e-5
 
 
 def test_compile_fullgraph_and_cuda_graph_with_an_activation():

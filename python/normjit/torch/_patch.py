@@ -29,9 +29,16 @@ GroupNorm -> SiLU: in an nn.Sequential, a GroupNorm layer immediately followed b
 GroupNorm computes F.silu of its output in the same kernel (activation='silu') and the SiLU's
 place in the Sequential holds an nn.Identity (unpatch() puts the SiLU back). Not fused, and
 reported as skipped with the reason: a GroupNorm or SiLU module that appears at more than one
-place in the model, or that has hooks; and modules that hold a GroupNorm and an nn.SiLU as
-attributes and call them in code (diffusers' ResnetBlock2D applies its one `nonlinearity` after
-norm1, after norm2 and to the time embedding): their GroupNorms are patched alone.
+place in the model, or that has hooks.
+
+GroupNorm -> SiLU in code: a module that holds GroupNorm and nn.SiLU children and applies the
+SiLU to a GroupNorm's output in its forward (diffusers' ResnetBlock2D: `nonlinearity` after
+norm1 and norm2, and to the time embedding; its VAE's and UNet's conv_norm_out + conv_act) gets
+a subclass whose forward is its class's own, parsed from the source, with each such pair one
+call of the fused kernel and everything else as written (normjit._fuse_code says which shapes,
+and when a forward is not rewritten: unreadable or edited source, decorators, closures,
+super(), hooked children; reported with the reason, the GroupNorms then patched alone).
+unpatch() gives the module its class back.
 """
 import ast
 import inspect
@@ -43,6 +50,7 @@ import torch
 
 from ._ops import (_group_norm, _layer_norm, _layer_norm_channels, _param, _rms_norm,
                    _rms_norm_channels, _variant)
+from .._fuse_code import fused_class
 
 __all__ = ["patch", "unpatch", "PatchReport"]
 
@@ -318,18 +326,13 @@ def _fuse_group_norm_silu(model: torch.nn.Module, report: PatchReport) -> set:
     for seq_name, seq in list(model.named_modules()):
         children = list(seq._modules.items())
         if not isinstance(seq, torch.nn.Sequential):
-            # GroupNorms and a SiLU held as attributes, called in code: not rewritten.
+            # GroupNorms and a SiLU held as attributes, called in code: the forward rewritten
+            # where it provably applies the SiLU to a GroupNorm's output (_fuse_code).
             norms = [n for n, m in children if "GroupNorm" in type(m).__name__
                      and _choose(m) is _group_norm_forward]
             silus = [n for n, m in children if type(m) is torch.nn.SiLU]
             if norms and silus:
-                report.skipped.append((seq_name, _name(type(seq)), (
-                    f"GroupNorm {', '.join(norms)} not fused with the SiLU {', '.join(silus)}: "
-                    "the forward calls them in code, and one SiLU module may serve several "
-                    "inputs (diffusers' ResnetBlock2D applies its nonlinearity after norm1, "
-                    "norm2 and to the time embedding); only an nn.Sequential's GroupNorm "
-                    "immediately followed by its own nn.SiLU is fused (the GroupNorms are "
-                    "patched alone)")))
+                _fuse_in_code(seq_name, seq, norms, silus, report, fused)
             continue
         prefix = seq_name + "." if seq_name else ""
         for (norm_key, norm), (silu_key, silu) in zip(children, children[1:]):
@@ -358,6 +361,55 @@ def _fuse_group_norm_silu(model: torch.nn.Module, report: PatchReport) -> set:
                 f"{prefix + silu_key} (fused: activation='silu'; the SiLU's place holds an "
                 "nn.Identity)")))
     return fused
+
+
+def _group_norm_silu(norm: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """F.silu(norm(x)) in one kernel where normjit serves the call; else norm's own (original
+    class's) forward, then F.silu: the fused call of a rewritten forward (_fuse_in_code)."""
+    cls = type(norm)
+    own = cls.__dict__.get("_normjit_original_class", cls)
+    return _group_norm(x, norm.num_groups, _param(norm, "weight"), _param(norm, "bias"),
+                       norm.eps, own.forward, norm, "silu")
+
+
+def _hooked(module: torch.nn.Module) -> bool:
+    return bool(module._forward_hooks or module._forward_pre_hooks)
+
+
+def _fuse_in_code(name: str, module: torch.nn.Module, norms: List[str], silus: List[str],
+                  report: PatchReport, fused: set) -> None:
+    """Gives `module` a forward that calls the fused kernel where its own applies one of
+    `silus` to the output of one of `norms` (_fuse_code), reporting what it fused or why not.
+    GroupNorm or SiLU children with hooks are left out (the fused call would bypass them)."""
+    cls = type(module)
+    what = f"GroupNorm {', '.join(norms)} not fused with the SiLU {', '.join(silus)}"
+    if "_normjit_original_class" in cls.__dict__:
+        report.skipped.append((name, cls._normjit_original_class.__name__, "already patched"))
+        fused.add(id(module))
+        return
+    hooked = [n for n in norms + silus if _hooked(getattr(module, n))]
+    norms = [n for n in norms if n not in hooked]
+    silus = [n for n in silus if n not in hooked]
+    if not norms or not silus:
+        report.skipped.append((name, _name(cls), (
+            f"{what}: {', '.join(hooked)} {'has' if len(hooked) == 1 else 'have'} forward "
+            "hooks, which a fused call would bypass (the GroupNorms are patched alone)")))
+        return
+    patched, result = fused_class(cls, frozenset(norms), frozenset(silus), _group_norm_silu)
+    if patched is None:
+        report.skipped.append((name, _name(cls), (
+            f"{what}: {result}; normjit fuses a GroupNorm -> SiLU pair in a forward's code only "
+            "where it can rewrite that forward (the GroupNorms are patched alone)")))
+        return
+    module.__class__ = patched
+    fused.add(id(module))
+    pairs = ", ".join(f"{n} -> {a}" for n, a in result)
+    left = [n for n in norms if n not in {p for p, _ in result}]
+    report.replaced.append((name, (
+        f"{_name(cls)}: GroupNorm -> SiLU fused in its forward ({pairs}; activation='silu', "
+        "each pair one kernel; the forward is the class's own, rewritten at those places)" +
+        (f"; {', '.join(left)} not followed by a SiLU there" if left else "") +
+        (f"; not fused: {', '.join(hooked)} (forward hooks)" if hooked else ""))))
 
 
 def patch(model: torch.nn.Module) -> PatchReport:
