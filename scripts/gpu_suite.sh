@@ -5,8 +5,10 @@
 #   scripts/gpu_suite.sh [build-dir]      (default: build-gpu)
 # build-dir holds tests/gpu/gpu_tests and the library it links (built on the build machine and
 # carried). The Python package comes from WHEELS (default .whl: its wheel, built with `pip wheel
-# --no-deps -w .whl .`), unpacked into a folder put on PYTHONPATH; PyTorch, pytest and
-# pytest-xdist are the machine's. Limits: TG (gtest shards) and TP (pytest), seconds.
+# --no-deps -w .whl .`), unpacked into a folder put on PYTHONPATH with the other wheels of
+# WHEELS (pure Python: diffusers, its importlib_metadata and zipp, for the patch() tests on
+# diffusers' classes; pip download --no-deps --only-binary=:all: -d .whl NAME); PyTorch, pytest
+# and pytest-xdist are the machine's. Limits: TG (gtest shards) and TP (pytest), seconds.
 # Logs go to $OUT (default build-gpu-out; the Python tests also leave their reports there).
 # Exit status: 0 all passed; 1 a part failed or timed out; 2 the build or the wheel is missing.
 set -uo pipefail
@@ -45,6 +47,13 @@ done
 
 rm -rf "$site" && mkdir -p "$site"
 python3 -m zipfile -e "$wheel" "$site"
+# Other wheels there (pure Python: diffusers with importlib_metadata and zipp, for the tests of
+# patch() on diffusers' own classes, which skip without it; Liger-Kernel) go beside it.
+for w in "$wheels"/*.whl; do
+  [ "$w" = "$wheel" ] && continue
+  python3 -m zipfile -e "$w" "$site"
+  echo "gpu_suite: $(basename "$w") unpacked beside normjit"
+done
 PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH} timeout "${TP:-420}" python3 -m pytest -q -rfE \
   -p no:cacheprovider -n "$workers" tests/python > "$out/pytest.log" 2>&1
 pytest_status=$?

@@ -256,6 +256,38 @@ def test_patch_fuses_group_norm_silu_in_a_forward_against_unpatched_and_float64(
     assert rel_err(compiled, patched) < 1e-5
 
 
+def test_patch_fuses_a_diffusers_vae_against_unpatched_and_float64():
+    """diffusers' own AutoencoderKL (tiny, random weights): every ResnetBlock2D's and the
+    Encoder's and Decoder's GroupNorm -> SiLU pairs fused in their forwards, the output against
+    the unpatched model's and float64's."""
+    diffusers = pytest.importorskip(
+        "diffusers", reason="diffusers is not installed (scripts/gpu_suite.sh unpacks the wheels "
+                            "of WHEELS, .whl: pip download --no-deps diffusers importlib_metadata "
+                            "zipp)")
+    from diffusers.models.resnet import ResnetBlock2D
+    torch.manual_seed(0)
+    vae = diffusers.AutoencoderKL(block_out_channels=(64, 128),
+                                  down_block_types=("DownEncoderBlock2D",) * 2,
+                                  up_block_types=("UpDecoderBlock2D",) * 2, latent_channels=4,
+                                  norm_num_groups=32, sample_size=32).to(DEV).eval()
+    img = randn((2, 3, 32, 32), torch.float32)
+    tf32 = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        with torch.no_grad():
+            wide = copy.deepcopy(vae).double()(img.double(), sample_posterior=False).sample
+            unpatched = vae(img, sample_posterior=False).sample
+            report = njt.patch(vae)
+            fused = [name for name, text in report.replaced if "fused in its forward" in text]
+            blocks = [n for n, m in vae.named_modules() if isinstance(m, ResnetBlock2D)]
+            assert set(fused) == set(blocks) | {"encoder", "decoder"}, report
+            patched = vae(img, sample_posterior=False).sample
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = tf32
+    err, err0 = rel_err(patched, wide), rel_err(unpatched, wide)
+    assert err <= 2 * err0 + 1e-6, (err, err0)
+
+
 def test_compile_fullgraph_and_cuda_graph_with_an_activation():
     m = njt.GroupNorm(32, 320, activation="silu", device=DEV, dtype=torch.float16)
     x = randn((2, 320, 16, 16), torch.float16)
