@@ -518,6 +518,21 @@ class SuperBlock(nn.Module):
         return super().forward(x) if False else x
 
 
+def test_a_fused_place_under_autograd_runs_normjits_trainable_group_norm_then_silu(stub):
+    """The fused kernel has no backward: where autograd records the call (the parameters
+    require grad, as a module's do outside torch.no_grad()), the place runs normjit's GroupNorm
+    training forward (save_stats, its backward kernel later), then PyTorch's SiLU."""
+    block = StatementResnetBlock("group").half()
+    block.conv1 = nn.Identity()
+    njt.patch(block)
+    x, temb = torch.randn(2, 32, 8, 8).half(), torch.randn(2, 16).half()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (the stub writes nothing: PyTorch may warn of NaN)
+        block(x, temb)
+    assert stub.specs and all("activation" not in spec for spec in stub.specs), stub.specs
+    assert all(spec.endswith("save_stats=true") for spec in stub.specs), stub.specs
+
+
 def test_patch_reports_forwards_it_does_not_rewrite(quiet, tmp_path, monkeypatch):
     report = njt.patch(SuperBlock())
     (skip,) = [s for s in report.skipped if "not fused" in s[2]]

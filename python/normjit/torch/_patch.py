@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple, Union
 
 import torch
+import torch.nn.functional as F
 
 from ._ops import (_group_norm, _layer_norm, _layer_norm_channels, _param, _rms_norm,
                    _rms_norm_channels, _variant)
@@ -365,11 +366,18 @@ def _fuse_group_norm_silu(model: torch.nn.Module, report: PatchReport) -> set:
 
 def _group_norm_silu(norm: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     """F.silu(norm(x)) in one kernel where normjit serves the call; else norm's own (original
-    class's) forward, then F.silu: the fused call of a rewritten forward (_fuse_in_code)."""
+    class's) forward, then F.silu: the fused call of a rewritten forward (_fuse_in_code). Where
+    autograd records the call (an input or parameter that requires grad), the fused kernel has
+    no backward: normjit's GroupNorm with its autograd, then PyTorch's SiLU, as the layers ran
+    before the fusion."""
     cls = type(norm)
     own = cls.__dict__.get("_normjit_original_class", cls)
-    return _group_norm(x, norm.num_groups, _param(norm, "weight"), _param(norm, "bias"),
-                       norm.eps, own.forward, norm, "silu")
+    weight, bias = _param(norm, "weight"), _param(norm, "bias")
+    if torch.is_grad_enabled() and (x.requires_grad or (weight is not None and
+                                                         weight.requires_grad)
+                                    or (bias is not None and bias.requires_grad)):
+        return F.silu(_group_norm(x, norm.num_groups, weight, bias, norm.eps, own.forward, norm))
+    return _group_norm(x, norm.num_groups, weight, bias, norm.eps, own.forward, norm, "silu")
 
 
 def _hooked(module: torch.nn.Module) -> bool:
