@@ -518,6 +518,20 @@ class SuperBlock(nn.Module):
         return super().forward(x) if False else x
 
 
+def test_a_fused_sequential_pair_under_autograd_runs_the_trainable_group_norm(stub):
+    model = nn.Sequential(nn.GroupNorm(32, 320), nn.SiLU()).half()
+    njt.patch(model)
+    x = torch.randn(1, 320, 4, 4, dtype=torch.float16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model(x)  # the parameters require grad: autograd records the call
+    assert stub.specs == ["op=groupnorm shape=1,320,4,4 dtype=f16 groups=32 affine=both "
+                          "eps=1e-05 save_stats=true"]
+    with torch.no_grad():
+        model(x)
+    assert stub.specs[-1].endswith("eps=1e-05 activation=silu")
+
+
 def test_a_fused_place_under_autograd_runs_normjits_trainable_group_norm_then_silu(stub):
     """The fused kernel has no backward: where autograd records the call (the parameters
     require grad, as a module's do outside torch.no_grad()), the place runs normjit's GroupNorm
