@@ -14,7 +14,8 @@ A an nn.SiLU child, V a local name, E any expression):
      changes the norm's output before the SiLU: that branch keeps both);
   3. the expression `self.A(self.N(E))`.
 Everything else in the forward stays as written, the SiLU module included where the forward
-uses it elsewhere (diffusers applies its one `nonlinearity` to the time embedding too). The
+uses it elsewhere (diffusers applies its one `nonlinearity` to the time embedding too), and
+nested functions, classes and lambdas keep their code (their `self` may be another). The
 fused call computes F.silu(group_norm(x)) in one kernel where normjit serves the call, else the
 GroupNorm's own forward then F.silu, exactly as before.
 
