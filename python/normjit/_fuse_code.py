@@ -19,15 +19,16 @@ nested functions, classes and lambdas keep their code (their `self` may be anoth
 fused call computes F.silu(group_norm(x)) in one kernel where normjit serves the call, else the
 GroupNorm's own forward then F.silu, exactly as before.
 
-Not rewritten, and reported with the reason: a forward whose source cannot be read or does not
-compile to the code that is loaded (an edited file, a decorator, a closure, zero-argument
-super()), GroupNorm or SiLU modules with hooks (the fused call would bypass them), and a
-forward with no pair of these shapes.
+A forward decorated by a functools.wraps wrapper that holds the function in its closure
+(diffusers' apply_lora_scale on UNet2DConditionModel.forward) keeps the wrapper's code around
+the rewritten function. Not rewritten, and reported with the reason: a forward whose source
+cannot be read or does not compile to the code that is loaded (an edited file), another
+decorator or closure, zero-argument super(), GroupNorm or SiLU modules with hooks (the fused
+call would bypass them), and a forward with no pair of these shapes.
 """
 import ast
 import dis
 import inspect
-import textwrap
 import types
 from typing import Callable, Dict, FrozenSet, List, Optional, Tuple, Union
 
@@ -212,9 +213,11 @@ def _compile(fn_def: ast.FunctionDef, filename: str, globals_: dict,
     return make(fused_call)
 
 
-def _parse_forward(fn: Callable) -> Union[Tuple[ast.FunctionDef, str], str]:
+def _parse_forward(fn: Callable,
+                   undecorated: bool = False) -> Union[Tuple[ast.FunctionDef, str], str]:
     """The forward's definition, parsed from its source at its own line numbers, and its file;
-    or why it cannot be rewritten."""
+    or why it cannot be rewritten. undecorated: fn is the function a decorator wrapped (its
+    __wrapped__), whose source names the decorators: they are left out."""
     if not isinstance(fn, types.FunctionType):
         return "its forward is not a Python function"
     if "__class__" in fn.__code__.co_freevars:
@@ -227,16 +230,24 @@ def _parse_forward(fn: Callable) -> Union[Tuple[ast.FunctionDef, str], str]:
         filename = inspect.getsourcefile(fn) or fn.__code__.co_filename
     except (OSError, TypeError) as e:
         return f"its forward's source cannot be read ({type(e).__name__}: {e})"
+    # A method's source is indented: parsed inside an `if` rather than dedented, which would
+    # change the text of string literals continued over several lines.
+    source = "".join(lines)
+    indented = source[:1] in (" ", "\t")
     try:
-        tree = ast.parse(textwrap.dedent("".join(lines)))
+        tree = ast.parse("if 1:\n" + source if indented else source)
     except SyntaxError as e:
         return f"its forward's source does not parse ({e})"
-    if len(tree.body) != 1 or not isinstance(tree.body[0], ast.FunctionDef):
+    body = tree.body[0].body if indented else tree.body
+    if len(tree.body) != 1 or len(body) != 1 or not isinstance(body[0], ast.FunctionDef):
         return "its forward's source is not one function definition"
-    fn_def = tree.body[0]
+    fn_def = body[0]
+    first -= indented  # (the line of the `if`)
     if fn_def.decorator_list:
-        return "its forward is decorated"
-    ast.increment_lineno(tree, first - 1)
+        if not undecorated:
+            return "its forward is decorated"
+        fn_def.decorator_list = []
+    ast.increment_lineno(fn_def, first - 1)
     for node in ast.walk(fn_def):
         if isinstance(node, ast.Name) and node.id == "super":
             return "its forward calls super()"
@@ -276,6 +287,71 @@ def _same_code(a: types.CodeType, b: types.CodeType) -> bool:
             and _instructions(a) == _instructions(b))
 
 
+def _rewritten_function(fn: types.FunctionType, norms: FrozenSet[str], silus: FrozenSet[str],
+                        fused_call: Callable, undecorated: bool = False
+                        ) -> Union[Tuple[types.FunctionType, List[Tuple[str, str]]], str]:
+    """fn rewritten (the module's docstring), with its (norm, silu) pairs; or why not."""
+    parsed = _parse_forward(fn, undecorated)
+    if isinstance(parsed, str):
+        return parsed
+    fn_def, filename = parsed
+    # The source must be the code that runs: compiled as is, it gives the loaded code.
+    try:
+        as_read = _compile(fn_def, filename, fn.__globals__, None)
+    except (SyntaxError, ValueError, TypeError) as e:
+        return f"its forward's source does not compile ({type(e).__name__}: {e})"
+    if not _same_code(as_read.__code__, fn.__code__):
+        return "its forward's source is not the code that is loaded (an edited file?)"
+    if not fn_def.args.args:
+        return "its forward takes no self argument"
+    fn_def, _ = _parse_forward(fn, undecorated)  # a fresh tree to rewrite
+    taken = {n.id for n in ast.walk(fn_def) if isinstance(n, ast.Name)}
+    rewriter = _Rewriter(fn_def.args.args[0].arg, norms, silus, taken)
+    fn_def.body = rewriter.block(fn_def.body)
+    if not rewriter.fused:
+        return ("its forward applies no SiLU child directly to a GroupNorm child's output (the "
+                "shapes normjit fuses)")
+    forward = _compile(fn_def, filename, fn.__globals__, fused_call)
+    for name in ("__doc__", "__qualname__", "__module__", "__defaults__", "__kwdefaults__"):
+        setattr(forward, name, getattr(fn, name))
+    forward.__dict__.update(fn.__dict__)
+    return forward, list(dict.fromkeys(rewriter.fused))
+
+
+def _rewrapped(wrapper: types.FunctionType, norms: FrozenSet[str], silus: FrozenSet[str],
+               fused_call: Callable
+               ) -> Union[Tuple[types.FunctionType, List[Tuple[str, str]]], str, None]:
+    """A decorated forward (functools.wraps: the function it wraps in __wrapped__, held in one
+    cell of the wrapper's closure, as diffusers' apply_lora_scale does): the same wrapper code
+    around the rewritten function; None where the wrapper is not of that form."""
+    inner = getattr(wrapper, "__wrapped__", None)
+    closure = wrapper.__closure__ or ()
+    holders = [i for i, cell in enumerate(closure)
+               if _cell_contents(cell) is inner]
+    if not isinstance(inner, types.FunctionType) or len(holders) != 1:
+        return None
+    rewritten = _rewritten_function(inner, norms, silus, fused_call, undecorated=True)
+    if isinstance(rewritten, str):
+        return rewritten
+    function, pairs = rewritten
+    cells = list(closure)
+    cells[holders[0]] = types.CellType(function)
+    forward = types.FunctionType(wrapper.__code__, wrapper.__globals__, wrapper.__name__,
+                                 wrapper.__defaults__, tuple(cells))
+    for name in ("__doc__", "__qualname__", "__module__", "__kwdefaults__"):
+        setattr(forward, name, getattr(wrapper, name))
+    forward.__dict__.update(wrapper.__dict__)
+    forward.__wrapped__ = function
+    return forward, pairs
+
+
+def _cell_contents(cell) -> object:
+    try:
+        return cell.cell_contents
+    except ValueError:  # an empty cell
+        return None
+
+
 _Result = Tuple[Optional[type], Union[List[Tuple[str, str]], str]]
 _rewritten: Dict[Tuple[type, FrozenSet[str], FrozenSet[str], Callable], _Result] = {}
 
@@ -285,55 +361,27 @@ def fused_class(cls: type, norms: FrozenSet[str], silus: FrozenSet[str],
     """A subclass of cls whose forward calls fused_call(self.<norm>, x) at each place where it
     applies one of `silus` (attribute names of nn.SiLU children) to the output of one of
     `norms` (GroupNorm children) of x, and those places as (norm, silu) pairs; or (None, why
-    not). Cached per (cls, norms, silus, fused_call)."""
+    not). A forward decorated with a functools.wraps wrapper keeps the wrapper, around the
+    rewritten function. Cached per (cls, norms, silus, fused_call)."""
     key = (cls, norms, silus, fused_call)
-    if key in _rewritten:
-        return _rewritten[key]
-    result: _Result
-    fn = cls.forward
-    parsed = _parse_forward(fn)
-    if isinstance(parsed, str):
-        result = (None, parsed)
-    else:
-        fn_def, filename = parsed
-        # The source must be the code that runs: compiled as is, it gives the loaded bytecode.
-        try:
-            as_read = _compile(fn_def, filename, fn.__globals__, None)
-        except (SyntaxError, ValueError, TypeError) as e:
-            as_read = None
-            result = (None, f"its forward's source does not compile ({type(e).__name__}: {e})")
-        if as_read is not None and not _same_code(as_read.__code__, fn.__code__):
-            result = (None, "its forward's source is not the code that is loaded (an edited "
-                            "file?)")
-        elif as_read is not None:
-            fn_def = ast.parse(textwrap.dedent(inspect.getsource(fn))).body[0]
-            ast.increment_lineno(fn_def, fn.__code__.co_firstlineno - 1)
-            if not fn_def.args.args:
-                result = (None, "its forward takes no self argument")
-            else:
-                taken = {n.id for n in ast.walk(fn_def) if isinstance(n, ast.Name)}
-                rewriter = _Rewriter(fn_def.args.args[0].arg, norms, silus, taken)
-                fn_def.body = rewriter.block(fn_def.body)
-                if not rewriter.fused:
-                    result = (None, "its forward applies no SiLU child directly to a GroupNorm "
-                                    "child's output (the shapes normjit fuses)")
-                else:
-                    forward = _compile(fn_def, filename, fn.__globals__, fused_call)
-                    forward.__doc__ = fn.__doc__
-                    forward.__qualname__ = fn.__qualname__
-                    forward.__module__ = fn.__module__
-                    forward.__defaults__ = fn.__defaults__
-                    forward.__kwdefaults__ = fn.__kwdefaults__
-                    pairs = list(dict.fromkeys(rewriter.fused))
-                    text = ", ".join(f"{n} + {s}" for n, s in pairs)
-                    patched = type("Normjit" + cls.__name__, (cls,), {
-                        "forward": forward,
-                        "_normjit_original_class": cls,
-                        "_normjit_fused_pairs": tuple(pairs),
-                        "__module__": __name__,
-                        "__doc__": (f"{cls.__module__}.{cls.__qualname__} with its GroupNorm -> "
-                                    f"SiLU pairs ({text}) fused by normjit.torch.patch."),
-                    })
-                    result = (patched, pairs)
-    _rewritten[key] = result
-    return result
+    if key not in _rewritten:
+        fn = cls.forward
+        rewritten = _rewritten_function(fn, norms, silus, fused_call)
+        if isinstance(rewritten, str) and isinstance(fn, types.FunctionType):
+            rewrapped = _rewrapped(fn, norms, silus, fused_call)
+            if rewrapped is not None:
+                rewritten = rewrapped
+        if isinstance(rewritten, str):
+            _rewritten[key] = (None, rewritten)
+        else:
+            forward, pairs = rewritten
+            text = ", ".join(f"{n} + {a}" for n, a in pairs)
+            _rewritten[key] = (type("Normjit" + cls.__name__, (cls,), {
+                "forward": forward,
+                "_normjit_original_class": cls,
+                "_normjit_fused_pairs": tuple(pairs),
+                "__module__": __name__,
+                "__doc__": (f"{cls.__module__}.{cls.__qualname__} with its GroupNorm -> SiLU "
+                            f"pairs ({text}) fused by normjit.torch.patch."),
+            }), pairs)
+    return _rewritten[key]

@@ -2,6 +2,7 @@
 Python stand-ins for a GroupNorm (Norm), an nn.SiLU (Act) and modules that apply one to the
 other's output in code. Its own module, so that the code objects are compiled from a file with
 `import math` at the top, as a library's are."""
+import functools
 import math
 
 
@@ -99,3 +100,24 @@ class Decorated:
     @decorated
     def forward(self, x):
         return self.act(self.norm(x))
+
+
+def counted(fn):
+    """A functools.wraps decorator (as diffusers' apply_lora_scale): the wrapper runs around fn,
+    which one cell of its closure holds."""
+    @functools.wraps(fn)
+    def wrapper(self, *args, **kwargs):
+        self.calls = getattr(self, "calls", 0) + 1
+        return fn(self, *args, **kwargs)
+    return wrapper
+
+
+class Wrapped:
+    def __init__(self):
+        self.norm, self.act = Norm(), Act()
+
+    @counted
+    def forward(self, x):
+        x = self.norm(x)
+        x = self.act(x)
+        return x

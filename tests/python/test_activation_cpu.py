@@ -625,7 +625,8 @@ def test_patch_fuses_the_group_norm_silu_pairs_of_diffusers_models(quiet):
     """diffusers' own classes (where it is installed): every ResnetBlock2D of a tiny VAE and
     its Encoder's and Decoder's conv_norm_out -> conv_act fused in their forwards, the outputs
     unchanged (CPU: each GroupNorm's forward, then F.silu), torch.compile(fullgraph=True) of a
-    patched block, unpatch() restoring every class."""
+    patched block, unpatch() restoring every class; a tiny UNet2DConditionModel, its decorated
+    forward's conv_norm_out -> conv_act too."""
     diffusers = pytest.importorskip("diffusers", reason="diffusers is not installed")
     from diffusers.models.resnet import ResnetBlock2D
     torch.manual_seed(0)
@@ -654,3 +655,20 @@ def test_patch_fuses_the_group_norm_silu_pairs_of_diffusers_models(quiet):
         assert torch.equal(torch.compile(block, fullgraph=True, backend="eager")(x, None), ref)
     njt.unpatch(vae)
     assert {name: type(m) for name, m in vae.named_modules()} == classes
+    # The UNet's forward is decorated (apply_lora_scale, a functools.wraps wrapper): the wrapper
+    # stays, around its rewritten forward.
+    unet = diffusers.UNet2DConditionModel(
+        sample_size=8, in_channels=4, out_channels=4, block_out_channels=(32, 64),
+        layers_per_block=1, down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
+        up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"), cross_attention_dim=32,
+        norm_num_groups=8, attention_head_dim=8).eval()
+    x, t, ctx = torch.randn(2, 4, 8, 8), torch.tensor([10, 500]), torch.randn(2, 5, 32)
+    with torch.no_grad():
+        before = unet(x, t, ctx).sample
+    report = njt.patch(unet)
+    fused = {name: text for name, text in report.replaced if "fused in its forward" in text}
+    assert "(conv_norm_out -> conv_act;" in fused[""], report
+    blocks = [n for n, m in unet.named_modules() if isinstance(m, ResnetBlock2D)]
+    assert set(fused) == set(blocks) | {""}, report
+    with torch.no_grad():
+        assert torch.equal(unet(x, t, ctx).sample, before)

@@ -66,6 +66,18 @@ def test_a_forward_without_a_pair_and_a_taken_flag_name():
     assert m.forward(0, False) == (("act", 0), "mine")
 
 
+def test_a_forward_decorated_by_a_functools_wraps_wrapper_keeps_the_wrapper():
+    cls, pairs = _fuse_code.fused_class(sample.Wrapped, frozenset({"norm"}), frozenset({"act"}),
+                                        fused)
+    assert pairs == [("norm", "act")]
+    m = sample.Wrapped()
+    m.__class__ = cls
+    assert m.forward(0) == ("fused", "norm", 0) and m.calls == 1  # the wrapper ran
+    assert cls.forward.__wrapped__ is not sample.Wrapped.forward.__wrapped__
+    assert cls.forward.__code__ is sample.Wrapped.forward.__code__  # the same wrapper code
+    assert cls.forward.__qualname__ == "Wrapped.forward"
+
+
 def test_forwards_that_are_not_rewritten_say_why(tmp_path, monkeypatch):
     def why(cls):
         result, text = _fuse_code.fused_class(cls, frozenset({"norm"}), frozenset({"act"}), fused)

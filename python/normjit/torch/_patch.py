@@ -36,8 +36,9 @@ SiLU to a GroupNorm's output in its forward (diffusers' ResnetBlock2D: `nonlinea
 norm1 and norm2, and to the time embedding; its VAE's and UNet's conv_norm_out + conv_act) gets
 a subclass whose forward is its class's own, parsed from the source, with each such pair one
 call of the fused kernel and everything else as written (normjit._fuse_code says which shapes,
-and when a forward is not rewritten: unreadable or edited source, decorators, closures,
-super(), hooked children; reported with the reason, the GroupNorms then patched alone).
+and when a forward is not rewritten: unreadable or edited source, decorators other than a
+functools.wraps wrapper, closures, super(), hooked children; reported with the reason, the
+GroupNorms then patched alone).
 unpatch() gives the module its class back.
 """
 import ast
