@@ -306,6 +306,8 @@ def _rewritten_function(fn: types.FunctionType, norms: FrozenSet[str], silus: Fr
         return "its forward takes no self argument"
     fn_def, _ = _parse_forward(fn, undecorated)  # a fresh tree to rewrite
     taken = {n.id for n in ast.walk(fn_def) if isinstance(n, ast.Name)}
+    if _FUSED_CALL in taken:
+        return f"its forward uses the name {_FUSED_CALL} (the rewritten code's fused call)"
     rewriter = _Rewriter(fn_def.args.args[0].arg, norms, silus, taken)
     fn_def.body = rewriter.block(fn_def.body)
     if not rewriter.fused:
