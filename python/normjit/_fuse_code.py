@@ -27,6 +27,7 @@ decorator or closure, zero-argument super(), GroupNorm or SiLU modules with hook
 call would bypass them), and a forward with no pair of these shapes.
 """
 import ast
+import copy
 import dis
 import inspect
 import types
@@ -295,6 +296,7 @@ def _rewritten_function(fn: types.FunctionType, norms: FrozenSet[str], silus: Fr
     if isinstance(parsed, str):
         return parsed
     fn_def, filename = parsed
+    to_rewrite = copy.deepcopy(fn_def)
     # The source must be the code that runs: compiled as is, it gives the loaded code.
     try:
         as_read = _compile(fn_def, filename, fn.__globals__, None)
@@ -304,7 +306,7 @@ def _rewritten_function(fn: types.FunctionType, norms: FrozenSet[str], silus: Fr
         return "its forward's source is not the code that is loaded (an edited file?)"
     if not fn_def.args.args:
         return "its forward takes no self argument"
-    fn_def, _ = _parse_forward(fn, undecorated)  # a fresh tree to rewrite
+    fn_def = to_rewrite
     taken = {n.id for n in ast.walk(fn_def) if isinstance(n, ast.Name)}
     if _FUSED_CALL in taken:
         return f"its forward uses the name {_FUSED_CALL} (the rewritten code's fused call)"
