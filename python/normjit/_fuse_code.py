@@ -25,12 +25,19 @@ the rewritten function. Not rewritten, and reported with the reason: a forward w
 cannot be read or does not compile to the code that is loaded (an edited file), another
 decorator or closure, zero-argument super(), GroupNorm or SiLU modules with hooks (the fused
 call would bypass them), and a forward with no pair of these shapes.
+
+A rewritten class, made at run time, is found by no import: its instances pickle (and copy) as
+the arguments of fused_class, which pickle finds by import, so that loading rewrites the class's
+forward again (reduce_through; where the forward can no longer be rewritten, its source edited
+since the pickle was written, the instance gets its class's own forward, with a warning).
 """
 import ast
 import copy
+import copyreg
 import dis
 import inspect
 import types
+import warnings
 from typing import Callable, Dict, FrozenSet, List, Optional, Tuple, Union
 
 _FUSED_CALL = "_normjit_group_norm_silu"  # the closure variable the rewritten code calls
@@ -384,8 +391,66 @@ def fused_class(cls: type, norms: FrozenSet[str], silus: FrozenSet[str],
                 "forward": forward,
                 "_normjit_original_class": cls,
                 "_normjit_fused_pairs": tuple(pairs),
+                "_normjit_rewritten_from": key,
+                "__reduce_ex__": _reduce_fused,
                 "__module__": __name__,
                 "__doc__": (f"{cls.__module__}.{cls.__qualname__} with its GroupNorm -> SiLU "
                             f"pairs ({text}) fused by normjit.torch.patch."),
             }), pairs)
     return _rewritten[key]
+
+
+def _reduce_fused(self, protocol: int) -> tuple:
+    """An instance of a fused_class class pickled (and copied) as that class's key: the class it
+    was made of, found by import, the children's names and the fused call (a function found by
+    import); loading makes the class again through fused_class (_fused_class_again)."""
+    key = type(self)._normjit_rewritten_from
+    return reduce_through(self, key[0], _fused_class_again, key)
+
+
+def _fused_class_again(cls: type, norms: FrozenSet[str], silus: FrozenSet[str],
+                       fused_call: Callable) -> type:
+    """fused_class's class, for an instance being loaded; cls itself, with a warning that says
+    why, where its forward cannot be rewritten here (its source edited since the pickle was
+    written, or not readable): the instance then runs its class's own forward, its pairs not
+    fused, the function it computed before patch()."""
+    patched, why = fused_class(cls, norms, silus, fused_call)
+    if patched is None:
+        warnings.warn(f"normjit: a {_qualified(cls)} loaded without its GroupNorm -> SiLU pairs "
+                      f"fused: {why}; it runs its class's own forward", stacklevel=3)
+        return cls
+    return patched
+
+
+def reduce_through(obj: object, original: type, make: Callable[..., type],
+                   make_args: tuple) -> tuple:
+    """The pickle reduction (the value of __reduce_ex__) of obj, an instance of the class that
+    make(*make_args), a cached factory, made at run time from `original`: what
+    object.__reduce_ex__ gives (obj's state, the arguments of its __new__), the class replaced
+    by make and its arguments, which pickle finds by import (`original` by its qualified name).
+    Loading calls make(*make_args) again (the same class in the process that made it), then
+    sets the state as usual; copy.deepcopy goes the same way. A class that pickles its
+    instances its own way (__reduce__, __reduce_ex__, keywords to __new__) is refused with a
+    TypeError that says what to do: its reduction would name the class made at run time."""
+    own = [name for name in ("__reduce_ex__", "__reduce__", "__getnewargs_ex__")
+           if getattr(original, name, None) is not getattr(object, name, None)]
+    if own:
+        raise TypeError(
+            f"cannot pickle a {_qualified(original)} patched by normjit.torch.patch: its class "
+            f"pickles its instances its own way ({', '.join(own)}), which normjit cannot redo "
+            "for the class patch() made; call normjit.torch.unpatch(model) before saving the "
+            "model (and normjit.torch.patch(model) after loading it)")
+    new, args, *rest = object.__reduce_ex__(obj, 2)  # (copyreg.__newobj__, (class, *args), ...)
+    assert new is copyreg.__newobj__ and args[0] is type(obj), new
+    return (_made_instance, (make, make_args, args[1:]), *rest)
+
+
+def _made_instance(make: Callable[..., type], make_args: tuple, new_args: tuple) -> object:
+    """An instance of make(*make_args), its state not yet set: what loading a reduce_through
+    reduction does first (copyreg.__newobj__, the class made again)."""
+    cls = make(*make_args)
+    return cls.__new__(cls, *new_args)
+
+
+def _qualified(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"

@@ -40,6 +40,12 @@ and when a forward is not rewritten: unreadable or edited source, decorators oth
 functools.wraps wrapper, closures, super(), hooked children; reported with the reason, the
 GroupNorms then patched alone).
 unpatch() gives the module its class back.
+
+Saving: a patched model pickles (torch.save, pickle, copy.deepcopy) with its patched classes
+named by what makes them (the layer's own class, by its qualified name, and patch()'s factory
+and arguments), so that loading it, with normjit importable, makes the same classes again: the
+same layers, fused places and state_dict, and unpatch() works on the copy. A fused forward is
+rewritten again from its class's source where the model is loaded.
 """
 import ast
 import inspect
@@ -52,7 +58,7 @@ import torch.nn.functional as F
 
 from ._ops import (_activate, _group_norm, _layer_norm, _layer_norm_channels, _param, _rms_norm,
                    _rms_norm_channels, _variant)
-from .._fuse_code import fused_class
+from .._fuse_code import fused_class, reduce_through
 
 __all__ = ["patch", "unpatch", "PatchReport"]
 
@@ -299,19 +305,34 @@ _patched_classes: Dict[Tuple[type, Optional[str]], type] = {}
 
 def _patched_class(cls: type, factory: Callable[..., Callable],
                    activation: Optional[str] = None) -> type:
+    """The subclass of cls whose forward is factory's (with the activation fused), made once per
+    (cls, activation); what loading a pickled patched layer calls again (_reduce_patched)."""
     patched = _patched_classes.get((cls, activation))
     if patched is None:
         fused = f" and the SiLU that followed it (activation={activation!r})" if activation else ""
         patched = type("Normjit" + cls.__name__ + ("SiLU" if activation else ""), (cls,), {
             "forward": factory(cls.forward, activation) if activation else factory(cls.forward),
             "_normjit_original_class": cls,
+            "_normjit_factory": staticmethod(factory),
             "_normjit_activation": activation,
+            "__reduce_ex__": _reduce_patched,
             "__module__": __name__,
             "__doc__": f"{cls.__module__}.{cls.__qualname__}{fused}, computed by normjit "
                        "(normjit.torch.patch); its own forward when normjit cannot serve a call.",
         })
         _patched_classes[(cls, activation)] = patched
     return patched
+
+
+def _reduce_patched(self, protocol: int) -> tuple:
+    """A patched layer pickled (torch.save, copy.deepcopy) as the arguments of _patched_class,
+    which pickle finds by import (the layer's own class by its qualified name), and its state
+    (parameters, buffers, attributes: those of the layer): loading makes its class again through
+    _patched_class, the same class in the process that patched it."""
+    cls = type(self)
+    return reduce_through(self, cls._normjit_original_class, _patched_class,
+                          (cls._normjit_original_class, cls._normjit_factory,
+                           cls._normjit_activation))
 
 
 class _FusedAway(torch.nn.Identity):
@@ -436,7 +457,10 @@ def _fuse_in_code(name: str, module: torch.nn.Module, norms: List[str], silus: L
 def patch(model: torch.nn.Module) -> PatchReport:
     """Makes the norm layers of `model` (and model itself, if it is one) compute with normjit,
     in place; returns what was replaced and what was skipped, and why. Idempotent: a layer
-    patched before is reported as skipped ("already patched")."""
+    patched before is reported as skipped ("already patched"). The patched model can be saved
+    whole (torch.save, pickle): loading it needs normjit importable, and gives the patched
+    layers back (a forward fused in code is rewritten again there; where its class's source no
+    longer allows it, the layer runs its own forward, with a warning)."""
     report = PatchReport()
     fused = _fuse_group_norm_silu(model, report)
     for name, module in model.named_modules():
