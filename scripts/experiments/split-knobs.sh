@@ -6,23 +6,28 @@
 #   git worktree add /tmp/njx HEAD && git -C /tmp/njx apply "$PWD/scripts/experiments/split-knobs.patch"
 #   cmake -S /tmp/njx -B build-exp -G Ninja -DCMAKE_BUILD_TYPE=Release && cmake --build build-exp --target normjit_cli
 # then, on the GPU machine: scripts/experiments/split-knobs.sh [build-exp]
-# Each setting times scripts/specs/split-seeds.txt with `normjit bench --repeat 30`, in two
-# rounds; the log goes to $OUT/knobs.log (or ./knobs.log) and the table of medians (ms,
-# round 1 / round 2) to stdout.
+# The patch also lets GroupNorm's backward take NJX_WAVE_MIB (MiB of x and dy a wave; the plan:
+# 16) and NJX_BPF (0: no prefetch of the next wave): SPECS=scripts/specs/groupnorm-backward.txt
+# KNOBS="NJX_NONE=1;NJX_WAVE_MIB=8;NJX_WAVE_MIB=32;NJX_BPF=0" scripts/experiments/split-knobs.sh.
+# Each setting (KNOBS, ';'-separated; default the split forward's below) times SPECS (default
+# scripts/specs/split-seeds.txt) with `normjit bench --repeat 30`, in two rounds; the log goes
+# to $OUT/knobs.log (or ./knobs.log) and the table of medians (ms, round 1 / round 2) to stdout.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$here"
 tool=${1:-build-exp}/tools/normjit
 log=${OUT:-.}/knobs.log
 export NORMJIT_CACHE_DIR=${NORMJIT_CACHE_DIR:-/tmp/njx-cache}
+specs=${SPECS:-scripts/specs/split-seeds.txt}
 settings=("NJX_NONE=1" "NJX_VECTORS=4" "NJX_VECTORS=2" "NJX_PF=0" "NJX_PF=1"
           "NJX_STAGE=0 NJX_PF=1" "NJX_STAGE=0 NJX_PF=0")
+if [ -n "${KNOBS:-}" ]; then IFS=';' read -r -a settings <<< "$KNOBS"; fi
 : > "$log"
 nvidia-smi -L | tee -a "$log"
 for round in 1 2; do
   for v in "${settings[@]}"; do
     echo "== round $round $v" >> "$log"
-    env $v "$tool" bench --specs scripts/specs/split-seeds.txt --repeat 30 >> "$log" 2>&1
+    env $v "$tool" bench --specs "$specs" --repeat 30 >> "$log" 2>&1
   done
 done
 python3 - "$log" "${settings[@]}" <<'PY'
@@ -36,7 +41,7 @@ for line in open(log):
         continue
     m = re.match(r"op=(\S+) shape=(\S+) dtype=(\S+)", line)
     if m:
-        spec = f"{m.group(1)} {m.group(3)}"
+        spec = f"{m.group(1)} {m.group(2)} {m.group(3)}"
         continue
     m = re.search(r"([\d.]+) ms median", line)
     if m and cur and spec:
