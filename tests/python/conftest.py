@@ -1,6 +1,7 @@
 """Shared by the Python tests. Tests that need PyTorch skip with a reason where it is not
 installed (CI installs none: the PyPI wheel brings several GB of CUDA libraries); tests that
 need a GPU skip with a reason where PyTorch sees none."""
+import contextlib
 import os
 from pathlib import Path
 
@@ -43,3 +44,42 @@ class NoDeviceGuard:
 
     def __exit__(self, *exc):
         return False
+
+
+@contextlib.contextmanager
+def launch_path_into(monkeypatch, library, *, take_cpu=True, clear_warned=False):
+    """normjit.torch's launch path routed into `library`, a stand-in for libnormjit (a stub that
+    records the launches, or an emulator that computes them) for the duration of a test: its
+    prepare() serves normjit.engine(), and the launch functions it has (launch, launch_ex,
+    launch_backward) replace the library's, the others failing the test if called; no CUDA
+    device or stream is touched. take_cpu: CPU tensors count as on normjit's device, every other
+    check of a call the real one (grad included); a test that decides that itself passes False.
+    The op's kernel and call caches are emptied for the test and restored after it (and, with
+    clear_warned, the fallback warnings already given forgotten before and after)."""
+    import normjit
+    import torch
+    from normjit.torch import _ops
+
+    if take_cpu:
+        monkeypatch.setattr(_ops, "_on_device", lambda x: True)
+    monkeypatch.setattr(normjit, "engine", lambda: library)
+    monkeypatch.setattr(torch.cuda, "device", NoDeviceGuard)
+    monkeypatch.setattr(_ops, "_raw_stream", lambda device: 0)
+    for name in ("launch", "launch_ex", "launch_backward"):
+        # Set even where the stand-in lacks it: the first prepare would bind the real one.
+        missing = lambda *args, name=name: pytest.fail(f"{name} called")  # noqa: E731
+        monkeypatch.setattr(_ops, "_" + name, getattr(library, name, missing))
+    saved = dict(_ops._kernels), dict(_ops._calls)
+    _ops._kernels.clear()
+    _ops._calls.clear()
+    if clear_warned:
+        _ops._warned.clear()
+    try:
+        yield library
+    finally:
+        _ops._kernels.clear()
+        _ops._calls.clear()
+        _ops._kernels.update(saved[0])
+        _ops._calls.update(saved[1])
+        if clear_warned:
+            _ops._warned.clear()

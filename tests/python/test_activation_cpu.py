@@ -20,7 +20,7 @@ import normjit  # noqa: E402
 import normjit.torch as njt  # noqa: E402
 from normjit.torch import _ops  # noqa: E402
 from normjit.torch import _patch  # noqa: E402
-from conftest import NoDeviceGuard  # noqa: E402
+from conftest import launch_path_into  # noqa: E402
 
 ACTS = {"silu": F.silu, "gelu": F.gelu}
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
@@ -200,22 +200,8 @@ class Stub:
 def stub(monkeypatch):
     """CPU tensors take the launch path; every other check (grad included) is the real one."""
     s = Stub()
-    monkeypatch.setattr(_ops, "_on_device", lambda x: True)
-    monkeypatch.setattr(normjit, "engine", lambda: s)
-    monkeypatch.setattr(torch.cuda, "device", NoDeviceGuard)
-    monkeypatch.setattr(_ops, "_raw_stream", lambda device: 0)
-    monkeypatch.setattr(_ops, "_launch", s.launch)
-    monkeypatch.setattr(_ops, "_launch_ex", s.launch_ex)
-    saved = dict(_ops._kernels), dict(_ops._calls)
-    _ops._kernels.clear()
-    _ops._calls.clear()
-    try:
+    with launch_path_into(monkeypatch, s):
         yield s
-    finally:
-        _ops._kernels.clear()
-        _ops._calls.clear()
-        _ops._kernels.update(saved[0])
-        _ops._calls.update(saved[1])
 
 
 def test_specs_carry_the_activation_and_plain_calls_do_not(stub):

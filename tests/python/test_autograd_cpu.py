@@ -26,7 +26,7 @@ import torch.nn.functional as F  # noqa: E402
 import normjit  # noqa: E402
 import normjit.torch as njt  # noqa: E402
 from normjit.torch import _ops  # noqa: E402
-from conftest import NoDeviceGuard  # noqa: E402
+from conftest import launch_path_into  # noqa: E402
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
@@ -341,23 +341,8 @@ def emu(monkeypatch):
     """CPU tensors take the launch path into the emulator: normjit "runs" on their device, and
     every other check of the calls is the real one (grad included)."""
     e = Emulator()
-    monkeypatch.setattr(_ops, "_on_device", lambda x: True)
-    monkeypatch.setattr(normjit, "engine", lambda: e)
-    monkeypatch.setattr(torch.cuda, "device", NoDeviceGuard)
-    monkeypatch.setattr(_ops, "_raw_stream", lambda device: 0)
-    monkeypatch.setattr(_ops, "_launch", e.launch)
-    monkeypatch.setattr(_ops, "_launch_ex", e.launch_ex)
-    monkeypatch.setattr(_ops, "_launch_backward", e.launch_backward)
-    saved = dict(_ops._kernels), dict(_ops._calls)
-    _ops._kernels.clear()
-    _ops._calls.clear()
-    try:
+    with launch_path_into(monkeypatch, e):
         yield e
-    finally:
-        _ops._kernels.clear()
-        _ops._calls.clear()
-        _ops._kernels.update(saved[0])
-        _ops._calls.update(saved[1])
 
 
 @pytest.mark.parametrize("affine", ["none", "weight", "both"])

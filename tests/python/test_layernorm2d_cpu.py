@@ -20,7 +20,7 @@ import torch.nn.functional as F  # noqa: E402
 import normjit  # noqa: E402
 import normjit.torch as njt  # noqa: E402
 from normjit.torch import _ops  # noqa: E402
-from conftest import NoDeviceGuard  # noqa: E402
+from conftest import launch_path_into  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -274,23 +274,8 @@ class Emulator:
 @pytest.fixture
 def emu(monkeypatch):
     e = Emulator()
-    monkeypatch.setattr(_ops, "_on_device", lambda x: True)
-    monkeypatch.setattr(normjit, "engine", lambda: e)
-    monkeypatch.setattr(torch.cuda, "device", NoDeviceGuard)
-    monkeypatch.setattr(_ops, "_raw_stream", lambda device: 0)
-    monkeypatch.setattr(_ops, "_launch", e.launch)
-    for name in ("_launch_ex", "_launch_backward"):  # bound by the first prepare otherwise
-        monkeypatch.setattr(_ops, name, lambda *args: pytest.fail(f"{name} called"))
-    saved = dict(_ops._kernels), dict(_ops._calls)
-    _ops._kernels.clear()
-    _ops._calls.clear()
-    try:
+    with launch_path_into(monkeypatch, e):
         yield e
-    finally:
-        _ops._kernels.clear()
-        _ops._calls.clear()
-        _ops._kernels.update(saved[0])
-        _ops._calls.update(saved[1])
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -16,7 +16,7 @@ import torch.nn.functional as F  # noqa: E402
 import normjit  # noqa: E402
 import normjit.torch as njt  # noqa: E402
 from normjit.torch import _ops  # noqa: E402
-from conftest import NoDeviceGuard  # noqa: E402
+from conftest import launch_path_into  # noqa: E402
 
 _DT = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 
@@ -125,23 +125,8 @@ class Emulator:
 @pytest.fixture
 def emu(monkeypatch):
     e = Emulator()
-    monkeypatch.setattr(_ops, "_on_device", lambda x: True)
-    monkeypatch.setattr(normjit, "engine", lambda: e)
-    monkeypatch.setattr(torch.cuda, "device", NoDeviceGuard)
-    monkeypatch.setattr(_ops, "_raw_stream", lambda device: 0)
-    monkeypatch.setattr(_ops, "_launch", e.launch)
-    saved = dict(_ops._kernels), dict(_ops._calls)
-    _ops._kernels.clear()
-    _ops._calls.clear()
-    _ops._warned.clear()
-    try:
+    with launch_path_into(monkeypatch, e, clear_warned=True):
         yield e
-    finally:
-        _ops._kernels.clear()
-        _ops._calls.clear()
-        _ops._kernels.update(saved[0])
-        _ops._calls.update(saved[1])
-        _ops._warned.clear()
 
 
 @pytest.mark.parametrize("shape, groups", [((2, 32, 7, 9), 8), ((2, 96, 3, 5, 7), 3),

@@ -26,12 +26,11 @@ torch = pytest.importorskip("torch", reason="PyTorch is not installed (CI instal
                                             "PyPI wheel brings several GB of CUDA libraries)")
 from torch import nn  # noqa: E402
 
-import normjit  # noqa: E402
 import normjit.torch as njt  # noqa: E402
 from normjit import _fuse_code  # noqa: E402
 from normjit.torch import _ops  # noqa: E402
 from normjit.torch import _patch  # noqa: E402
-from conftest import NoDeviceGuard  # noqa: E402
+from conftest import launch_path_into  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -292,22 +291,8 @@ class Stub:
 @pytest.fixture
 def stub(monkeypatch):
     s = Stub()
-    monkeypatch.setattr(_ops, "_on_device", lambda x: True)
-    monkeypatch.setattr(normjit, "engine", lambda: s)
-    monkeypatch.setattr(torch.cuda, "device", NoDeviceGuard)
-    monkeypatch.setattr(_ops, "_raw_stream", lambda device: 0)
-    monkeypatch.setattr(_ops, "_launch", s.launch)
-    monkeypatch.setattr(_ops, "_launch_ex", s.launch_ex)
-    saved = dict(_ops._kernels), dict(_ops._calls)
-    _ops._kernels.clear()
-    _ops._calls.clear()
-    try:
+    with launch_path_into(monkeypatch, s):
         yield s
-    finally:
-        _ops._kernels.clear()
-        _ops._calls.clear()
-        _ops._kernels.update(saved[0])
-        _ops._calls.update(saved[1])
 
 
 @pytest.mark.parametrize("trip", ["pickle", "torch.save"])

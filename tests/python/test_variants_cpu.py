@@ -18,7 +18,7 @@ import torch.nn.functional as F  # noqa: E402
 import normjit  # noqa: E402
 import normjit.torch as njt  # noqa: E402
 from normjit.torch import _ops  # noqa: E402
-from conftest import NoDeviceGuard  # noqa: E402
+from conftest import launch_path_into  # noqa: E402
 
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
 LOW = [torch.float16, torch.bfloat16]
@@ -392,21 +392,8 @@ def stub(monkeypatch):
         return None if why == "device" else why
 
     monkeypatch.setattr(_ops, "_why_not", why_not_on_cpu)
-    monkeypatch.setattr(normjit, "engine", lambda: s)
-    monkeypatch.setattr(torch.cuda, "device", NoDeviceGuard)
-    monkeypatch.setattr(_ops, "_raw_stream", lambda device: 0)
-    monkeypatch.setattr(_ops, "_launch", s.launch)
-    monkeypatch.setattr(_ops, "_launch_ex", s.launch_ex)
-    saved = dict(_ops._kernels), dict(_ops._calls)
-    _ops._kernels.clear()
-    _ops._calls.clear()
-    try:
+    with launch_path_into(monkeypatch, s, take_cpu=False):
         yield s
-    finally:
-        _ops._kernels.clear()
-        _ops._calls.clear()
-        _ops._kernels.update(saved[0])
-        _ops._calls.update(saved[1])
 
 
 def qkv_views(tokens=5, heads=4, kv_heads=2, dim=128, dtype=torch.bfloat16):
