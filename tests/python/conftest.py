@@ -83,3 +83,27 @@ def launch_path_into(monkeypatch, library, *, take_cpu=True, clear_warned=False)
         _ops._calls.update(saved[1])
         if clear_warned:
             _ops._warned.clear()
+
+
+@pytest.fixture
+def fresh_warnings():
+    """normjit.torch's fallback warnings (one per reason) forgotten before and after the test, so
+    that a test sees the warnings its own calls give. Test modules that import torch use it for
+    every test (pytestmark); a module-level autouse here would import torch for all."""
+    from normjit.torch import _ops
+
+    _ops._warned.clear()
+    yield
+    _ops._warned.clear()
+
+
+@pytest.fixture
+def quiet():
+    """normjit.torch's fallback warnings ignored for the test (CPU tensors fall back)."""
+    import warnings
+
+    import normjit.torch as njt
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", njt.NormjitFallbackWarning)
+        yield

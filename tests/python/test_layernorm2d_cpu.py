@@ -22,19 +22,8 @@ import normjit.torch as njt  # noqa: E402
 from normjit.torch import _ops  # noqa: E402
 from conftest import launch_path_into  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def fresh_warnings():
-    _ops._warned.clear()
-    yield
-    _ops._warned.clear()
-
-
-@pytest.fixture
-def quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", njt.NormjitFallbackWarning)
-        yield
+# fresh_warnings: conftest.py; each test starts with no fallback warning given yet.
+pytestmark = pytest.mark.usefixtures("fresh_warnings")
 
 
 def timm_layer_norm_2d(x, weight, bias, eps):

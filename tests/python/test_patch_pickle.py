@@ -17,7 +17,6 @@ import os
 import pickle
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import pytest
@@ -28,23 +27,11 @@ from torch import nn  # noqa: E402
 
 import normjit.torch as njt  # noqa: E402
 from normjit import _fuse_code  # noqa: E402
-from normjit.torch import _ops  # noqa: E402
 from normjit.torch import _patch  # noqa: E402
 from conftest import launch_path_into  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def fresh_warnings():
-    _ops._warned.clear()
-    yield
-    _ops._warned.clear()
-
-
-@pytest.fixture
-def quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", njt.NormjitFallbackWarning)
-        yield
+# fresh_warnings: conftest.py; each test starts with no fallback warning given yet.
+pytestmark = pytest.mark.usefixtures("fresh_warnings")
 
 
 def forget_patched_classes(monkeypatch):

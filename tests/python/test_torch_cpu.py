@@ -14,12 +14,8 @@ import torch.nn.functional as F  # noqa: E402
 import normjit.torch as njt  # noqa: E402
 from normjit.torch import _ops  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def fresh_warnings():
-    _ops._warned.clear()
-    yield
-    _ops._warned.clear()
+# fresh_warnings: conftest.py; each test starts with no fallback warning given yet.
+pytestmark = pytest.mark.usefixtures("fresh_warnings")
 
 
 def test_cpu_tensors_fall_back_with_one_warning():

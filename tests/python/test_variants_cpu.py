@@ -20,23 +20,12 @@ import normjit.torch as njt  # noqa: E402
 from normjit.torch import _ops  # noqa: E402
 from conftest import launch_path_into  # noqa: E402
 
+# fresh_warnings: conftest.py; each test starts with no fallback warning given yet.
+pytestmark = pytest.mark.usefixtures("fresh_warnings")
+
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
 LOW = [torch.float16, torch.bfloat16]
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
-
-
-@pytest.fixture(autouse=True)
-def fresh_warnings():
-    _ops._warned.clear()
-    yield
-    _ops._warned.clear()
-
-
-@pytest.fixture
-def quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", njt.NormjitFallbackWarning)
-        yield
 
 
 # ---------------------------------------------------------------------------------------
