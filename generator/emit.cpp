@@ -265,6 +265,7 @@ void group_backward_fields(const KernelPlan& p, Fields& f) {
   f.size("kUnitsPerChannel", p.units_per_channel);
   f.size("kWaveRows", p.wave_rows);
   f.flag("kPrefetchNextWave", p.prefetch != 0);
+  f.integer("kMinBlocksPerSm", p.min_blocks_per_sm);
   f.size("kWorkspaceFloats", p.workspace_floats(0));
 }
 

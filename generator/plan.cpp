@@ -725,6 +725,15 @@ constexpr int kGroupBackwardTeam = 256;
 // f32 the same or slower (32 values: slower everywhere).
 constexpr int kGroupBackwardLargeValues = 64;
 constexpr int64_t kGroupBackwardLargeChannel = 65536;
+// 16-bit channels smaller than that (16 values a thread) are launched bounded to
+// kGroupBackwardSmallBlocksPerSm CTAs an SM (at most 85 registers a thread: 71-80, none
+// spilled), so more units are in flight per SM. On the H100 (ab_bench of
+// scripts/specs/groupnorm-backward.txt against 0f71f8e's kernels, two rounds, 2026-11-27;
+// performance-notes) bf16 [16, 256, 56, 56] ran 69.6 -> 61.4 us, f16 [2, 320, 64, 64] 17.3 ->
+// 16.7 and [2, 320, 128, 128] 48.7 -> 47.2; in sweeps of the bound, f32 [32, 64, 128, 128] ran 5%
+// slower at 3 (2% at 4), and the 64-value kernels (236-250 registers) spill at any bound: those
+// and f32 go unbounded (1).
+constexpr int kGroupBackwardSmallBlocksPerSm = 3;
 // Rows per wave: as many as keep the wave's x and dy in L2 (the second read, for dx, then comes
 // from there), at least one. 16 MiB: a third of the H100's L2, leaving room for the next wave's
 // prefetch and dx on its way out (the f32 GroupNorm seed: 1 row of 2 Mi elements per wave,
@@ -772,6 +781,10 @@ std::string group_backward(const Problem& pr, const Target& target, KernelPlan& 
   // groups (64 rows a wave) 5% slower, so f32 waves of several rows go without.
   p.prefetch = target.sm >= 90 && (size_of(pr.x) == 2 || p.wave_rows == 1) ? 1 : 0;
   if (p.prefetch) why << "; the next wave's x and dy are prefetched into L2 during its dx";
+  if (size_of(pr.x) == 2 && values == kBackwardValues) {
+    p.min_blocks_per_sm = kGroupBackwardSmallBlocksPerSm;
+    why << "; launch bounds of " << p.min_blocks_per_sm << " CTAs an SM (caps the registers)";
+  }
   if (pr.weight || pr.bias) {
     why << "; dweight and dbias summed per channel over n in order by one owner thread each "
            "(deterministic, the same for any grid; no float atomics)";

@@ -51,9 +51,12 @@ namespace normjit {
 //   kUnitsPerChannel           T: units of TEAM * K * V positions that cover S
 //   kWaveRows                  R: rows (n, g) per wave
 //   kPrefetchNextWave          step 2 starts pulling the next wave's x and dy into L2
+//   kMinBlocksPerSm            CTAs of the launch an SM holds at least (the launch bounds':
+//                              caps the registers a thread takes)
 //   kWorkspaceFloats           the plan's workspace (checked against the layout above)
 template <class C>
-__global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock) group_backward(Params p) {
+__global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock, C::kMinBlocksPerSm)
+    group_backward(Params p) {
   using X = typename C::X;
   using P = typename C::Param;
   constexpr int TEAM = C::kThreads, ROWS = C::kRowsPerBlock, V = C::kVec, K = C::kVectors;
@@ -145,133 +148,142 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock) group_backward(
     }
   };
 
-  long long wave = 0;
-  for (long long first = 0; first < rows; first += R, ++wave) {
-    const long long wave_rows = rows - first < R ? rows - first : R;
-    const long long units = wave_rows * kUnitsPerRow;
-    float* const partials = ws + kPartials + (wave & 1) * kPartialFloats;
-
-    // 1. Each unit's sums of dy * xhat and dy. (The same trip count for the whole CTA: the team
-    // reduction may synchronize it.)
-    for (long long base = (long long)blockIdx.x * ROWS; base < units;
-         base += (long long)gridDim.x * ROWS) {
-      const long long u = base + threadIdx.y;
-      const bool active = u < units;  // an inactive team loads nothing but joins the reduction
-      const Unit at = unit_at(first, active ? u : 0);
-      const float mean = active ? p.mean[at.row] : 0.f;
-      const float rstd = active ? p.rstd[at.row] : 0.f;
-      const X* x = static_cast<const X*>(p.x) + at.begin;
-      const X* dy = static_cast<const X*>(p.dy) + at.begin;
-      float xv[K][V], dyv[K][V];
+  // Step 1 for unit u of the wave starting at row `first` (`units` units): its sums of dy * xhat
+  // and dy into `partials`. (The same trip count for the whole CTA: the team reduction may
+  // synchronize it, so an inactive team loads nothing but joins the reduction.)
+  const auto step1 = [&](long long first, long long units, long long u, float* partials) {
+    const bool active = u < units;
+    const Unit at = unit_at(first, active ? u : 0);
+    const float mean = active ? p.mean[at.row] : 0.f;
+    const float rstd = active ? p.rstd[at.row] : 0.f;
+    const X* x = static_cast<const X*>(p.x) + at.begin;
+    const X* dy = static_cast<const X*>(p.dy) + at.begin;
+    float xv[K][V], dyv[K][V];
 #pragma unroll
-      for (int k = 0; k < K; ++k) {
-        if (active && has(at, k)) {
-          load_vec<X, V>(x + col(k), xv[k]);
-          load_vec<X, V>(dy + col(k), dyv[k]);
-        } else {
+    for (int k = 0; k < K; ++k) {
+      if (active && has(at, k)) {
+        load_vec<X, V>(x + col(k), xv[k]);
+        load_vec<X, V>(dy + col(k), dyv[k]);
+      } else {
 #pragma unroll
-          for (int j = 0; j < V; ++j) xv[k][j] = mean, dyv[k][j] = 0.f;
-        }
-      }
-      GradSums sums{0.f, 0.f};  // g: sum dy; gx: sum dy * xhat
-#pragma unroll
-      for (int k = 0; k < K; ++k) {
-#pragma unroll
-        for (int j = 0; j < V; ++j) {
-          sums.g += dyv[k][j];
-          sums.gx = fmaf(dyv[k][j], (xv[k][j] - mean) * rstd, sums.gx);
-        }
-      }
-      sums = team_reduce<TEAM, ROWS>(sums, scratch);
-      if (active && tid == 0) {
-        partials[u * 2] = sums.gx;
-        partials[u * 2 + 1] = sums.g;
+        for (int j = 0; j < V; ++j) xv[k][j] = mean, dyv[k][j] = 0.f;
       }
     }
-    grid_barrier(counter);
+    GradSums sums{0.f, 0.f};  // g: sum dy; gx: sum dy * xhat
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        sums.g += dyv[k][j];
+        sums.gx = fmaf(dyv[k][j], (xv[k][j] - mean) * rstd, sums.gx);
+      }
+    }
+    sums = team_reduce<TEAM, ROWS>(sums, scratch);
+    if (active && tid == 0) {
+      partials[u * 2] = sums.gx;
+      partials[u * 2 + 1] = sums.g;
+    }
+  };
 
+  // Step 2 for unit u of wave `wave` (starting at row `first`, `units` units, its partials in
+  // `partials`): dx, and the channel sums. With kPrefetchNextWave each unit first starts pulling
+  // the same unit of the next wave (`next_units` units) into L2 (its x and dy, sm_90+), so that
+  // wave's step 1 reads them from there while this step's dx goes out: DRAM reads overlap the
+  // writes instead of following them.
+  const auto step2 = [&](long long wave, long long first, long long units, long long next_units,
+                         long long u, const float* partials) {
+    const bool active = u < units;
+    if (C::kPrefetchNextWave && tid == 0 && u < next_units) {
+      const Unit next = unit_at(first + R, u);
+      const long long end = S - next.t * L < L ? S - next.t * L : L;
+      prefetch_l2(static_cast<const X*>(p.x) + next.begin, 0, end);
+      prefetch_l2(static_cast<const X*>(p.dy) + next.begin, 0, end);
+    }
+    const Unit at = unit_at(first, active ? u : 0);
+    const float* row_partials = partials + (at.row - first) * kUnitsPerRow * 2;
+    // The row's sums of g and g * xhat from its CG * T partials: thread tid adds the partials
+    // tid, tid + TEAM, ... in order, then the team's fixed tree. Every unit of the row computes
+    // the same bits.
+    GradSums row{0.f, 0.f};
+    if (active) {
+      for (long long i = tid; i < kUnitsPerRow; i += TEAM) {
+        const float w = w_of(at.g * CG + i / T);
+        row.gx = fmaf(w, load_global_cg(row_partials + i * 2), row.gx);
+        row.g = fmaf(w, load_global_cg(row_partials + i * 2 + 1), row.g);
+      }
+    }
+    row = team_reduce<TEAM, ROWS>(row, scratch);
+    if constexpr (kParams > 0) {
+      // The channel's sums A[n, c] and B[n, c] from its T partials (every team reduces them,
+      // since the team reduction may synchronize the CTA; the channel's first unit writes them).
+      GradSums channel{0.f, 0.f};
+      if (active) {
+        for (long long t = tid; t < T; t += TEAM) {
+          channel.gx += load_global_cg(row_partials + (at.cg * T + t) * 2);
+          channel.g += load_global_cg(row_partials + (at.cg * T + t) * 2 + 1);
+        }
+      }
+      channel = team_reduce<TEAM, ROWS>(channel, scratch);
+      if (active && at.t == 0 && tid == 0) {
+        float* sums = ws + kChannelSums + (wave & 1) * kChannelFloats;
+        sums[((at.row - first) * CG + at.cg) * 2] = channel.gx;
+        sums[((at.row - first) * CG + at.cg) * 2 + 1] = channel.g;
+      }
+    }
+    if (!active) return;
+    const float mean = p.mean[at.row], rstd = p.rstd[at.row];
+    const float mean_g = row.g * (1.0f / H), mean_gx = row.gx * (1.0f / H);
+    const float w = w_of(at.c);
+    const X* x = static_cast<const X*>(p.x) + at.begin;
+    const X* dy = static_cast<const X*>(p.dy) + at.begin;
+    X* dx = static_cast<X*>(p.y) + at.begin;
+    float xv[K][V], dyv[K][V];
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      if (has(at, k)) {
+        load_vec<X, V>(x + col(k), xv[k]);
+        load_vec<X, V>(dy + col(k), dyv[k]);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      if (!has(at, k)) continue;
+      float out[V];
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const float xhat = (xv[k][j] - mean) * rstd;
+        out[j] = rstd * (dyv[k][j] * w - fmaf(xhat, mean_gx, mean_g));
+      }
+      store_vec<X, V>(dx + col(k), out);
+    }
+  };
+
+  const long long waves = (rows + R - 1) / R;
+  const auto units_of = [&](long long wave) {  // 0 past the last wave
+    const long long left = rows - wave * R;
+    return wave >= waves ? 0 : (left < R ? left : R) * kUnitsPerRow;
+  };
+  const auto partials_of = [&](long long wave) {
+    return ws + kPartials + (wave & 1) * kPartialFloats;
+  };
+  const long long cta_first = (long long)blockIdx.x * ROWS;
+  const long long cta_stride = (long long)gridDim.x * ROWS;
+  for (long long wave = 0; wave < waves; ++wave) {
+    const long long first = wave * R, units = units_of(wave), next_units = units_of(wave + 1);
+    for (long long base = cta_first; base < units; base += cta_stride) {
+      step1(first, units, base + threadIdx.y, partials_of(wave));
+    }
+    grid_barrier(counter);
     // The owners take the previous wave (its channel sums were written before this barrier).
     if (wave > 0) accumulate(wave - 1, first - R, R, /*last=*/false);
-
-    // 2. dx, and the channel sums. Each unit first starts pulling the same unit of the next wave
-    // into L2 (its x and dy, sm_90+), so that wave's step 1 reads them from there while this
-    // step's dx goes out: DRAM reads overlap the writes instead of following them.
-    const long long next_units =
-        rows - (first + R) < R ? (rows - (first + R)) * kUnitsPerRow : R * kUnitsPerRow;
-    for (long long base = (long long)blockIdx.x * ROWS; base < units;
-         base += (long long)gridDim.x * ROWS) {
-      const long long u = base + threadIdx.y;
-      const bool active = u < units;
-      if (C::kPrefetchNextWave && tid == 0 && u < next_units) {
-        const Unit next = unit_at(first + R, u);
-        const long long end = S - next.t * L < L ? S - next.t * L : L;
-        prefetch_l2(static_cast<const X*>(p.x) + next.begin, 0, end);
-        prefetch_l2(static_cast<const X*>(p.dy) + next.begin, 0, end);
-      }
-      const Unit at = unit_at(first, active ? u : 0);
-      const float* row_partials = partials + (at.row - first) * kUnitsPerRow * 2;
-      // The row's sums of g and g * xhat from its CG * T partials: thread tid adds the
-      // partials tid, tid + TEAM, ... in order, then the team's fixed tree. Every unit of the
-      // row computes the same bits.
-      GradSums row{0.f, 0.f};
-      if (active) {
-        for (long long i = tid; i < kUnitsPerRow; i += TEAM) {
-          const float w = w_of(at.g * CG + i / T);
-          row.gx = fmaf(w, load_global_cg(row_partials + i * 2), row.gx);
-          row.g = fmaf(w, load_global_cg(row_partials + i * 2 + 1), row.g);
-        }
-      }
-      row = team_reduce<TEAM, ROWS>(row, scratch);
-      if constexpr (kParams > 0) {
-        // The channel's sums A[n, c] and B[n, c] from its T partials (every team reduces them,
-        // since the team reduction may synchronize the CTA; the channel's first unit writes
-        // them).
-        GradSums channel{0.f, 0.f};
-        if (active) {
-          for (long long t = tid; t < T; t += TEAM) {
-            channel.gx += load_global_cg(row_partials + (at.cg * T + t) * 2);
-            channel.g += load_global_cg(row_partials + (at.cg * T + t) * 2 + 1);
-          }
-        }
-        channel = team_reduce<TEAM, ROWS>(channel, scratch);
-        if (active && at.t == 0 && tid == 0) {
-          float* sums = ws + kChannelSums + (wave & 1) * kChannelFloats;
-          sums[((at.row - first) * CG + at.cg) * 2] = channel.gx;
-          sums[((at.row - first) * CG + at.cg) * 2 + 1] = channel.g;
-        }
-      }
-      if (!active) continue;
-      const float mean = p.mean[at.row], rstd = p.rstd[at.row];
-      const float mean_g = row.g * (1.0f / H), mean_gx = row.gx * (1.0f / H);
-      const float w = w_of(at.c);
-      const X* x = static_cast<const X*>(p.x) + at.begin;
-      const X* dy = static_cast<const X*>(p.dy) + at.begin;
-      X* dx = static_cast<X*>(p.y) + at.begin;
-      float xv[K][V], dyv[K][V];
-#pragma unroll
-      for (int k = 0; k < K; ++k) {
-        if (has(at, k)) {
-          load_vec<X, V>(x + col(k), xv[k]);
-          load_vec<X, V>(dy + col(k), dyv[k]);
-        }
-      }
-#pragma unroll
-      for (int k = 0; k < K; ++k) {
-        if (!has(at, k)) continue;
-        float out[V];
-#pragma unroll
-        for (int j = 0; j < V; ++j) {
-          const float xhat = (xv[k][j] - mean) * rstd;
-          out[j] = rstd * (dyv[k][j] * w - fmaf(xhat, mean_gx, mean_g));
-        }
-        store_vec<X, V>(dx + col(k), out);
-      }
+    for (long long base = cta_first; base < units; base += cta_stride) {
+      step2(wave, first, units, next_units, base + threadIdx.y, partials_of(wave));
     }
   }
   if constexpr (kParams > 0) {
     grid_barrier(counter);
-    const long long last_first = (wave - 1) * R;
-    accumulate(wave - 1, last_first, rows - last_first, /*last=*/true);
+    const long long last_first = (waves - 1) * R;
+    accumulate(waves - 1, last_first, rows - last_first, /*last=*/true);
   }
 }
 

@@ -250,19 +250,21 @@ TEST(BackwardPlan, GroupNormUnitsWavesAndWorkspace) {
     const char* spec;
     int vec, team, rows_per_block;
     int64_t vectors, units_per_channel, wave_rows;
+    int min_blocks_per_sm;  // launch bounds: 3 for 16-bit channels of 16 values a thread
   } cases[] = {
       // The seeds: 2 Mi-element groups; a wave's x and dy fit 16 MiB (f32: one row, bf16: two).
-      {"op=groupnorm shape=112,64,512,512 groups=8", 4, 256, 1, 4, 64, 1},
+      {"op=groupnorm shape=112,64,512,512 groups=8", 4, 256, 1, 4, 64, 1, 1},
       // 16-bit channels of 65536 positions or more: 64 values a thread, units of 16384.
-      {"op=groupnorm shape=112,64,512,512 groups=8 dtype=bf16", 8, 256, 1, 8, 16, 2},
-      {"op=groupnorm shape=1,256,256,256 groups=32 dtype=f16", 8, 256, 1, 8, 4, 8},
-      {"op=groupnorm shape=2,320,128,128 groups=32 dtype=f16", 8, 256, 1, 2, 4, 25},
+      {"op=groupnorm shape=112,64,512,512 groups=8 dtype=bf16", 8, 256, 1, 8, 16, 2, 1},
+      {"op=groupnorm shape=1,256,256,256 groups=32 dtype=f16", 8, 256, 1, 8, 4, 8, 1},
+      {"op=groupnorm shape=2,320,128,128 groups=32 dtype=f16", 8, 256, 1, 2, 4, 25, 3},
       // Stable Diffusion's: a unit per channel of 4096, 10 channels per group.
-      {"op=groupnorm shape=2,320,64,64 groups=32", 4, 256, 1, 4, 1, 51},
+      {"op=groupnorm shape=2,320,64,64 groups=32", 4, 256, 1, 4, 1, 51, 1},
       // Odd maps: scalar accesses, small teams, several units per CTA.
-      {"op=groupnorm shape=3,64,7,9 groups=8 dtype=f16", 1, 4, 64, 16, 1, 8192},
-      {"op=groupnorm shape=3,6,1 groups=3", 1, 1, 256, 1, 1, 32768},
-      {"op=groupnorm shape=2,8,4097 groups=2 affine=none", 1, 256, 1, 16, 2, 127},
+      {"op=groupnorm shape=3,64,7,9 groups=8 dtype=f16", 1, 4, 64, 16, 1, 8192, 3},
+      {"op=groupnorm shape=3,6,1 groups=3", 1, 1, 256, 1, 1, 32768, 1},
+      {"op=groupnorm shape=2,8,4097 groups=2 affine=none", 1, 256, 1, 16, 2, 127, 1},
+      {"op=groupnorm shape=16,256,56,56 groups=32 dtype=bf16", 8, 256, 1, 2, 1, 167, 3},
   };
   for (const Case& c : cases) {
     const NormSpec spec = NormSpec::parse(std::string(c.spec) + " backward=true");
@@ -276,6 +278,7 @@ TEST(BackwardPlan, GroupNormUnitsWavesAndWorkspace) {
     EXPECT_EQ(p.vectors, c.vectors) << c.spec;
     EXPECT_EQ(p.units_per_channel, c.units_per_channel) << c.spec;
     EXPECT_EQ(p.wave_rows, c.wave_rows) << c.spec;
+    EXPECT_EQ(p.min_blocks_per_sm, c.min_blocks_per_sm) << c.spec;
     // T units cover a channel, none empty; a thread holds at most 16 values of x and of dy (64
     // in 16 bits on channels of 65536 positions and more).
     const int64_t unit = int64_t{p.block_x} * p.vectors * p.vec;
