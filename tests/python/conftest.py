@@ -98,6 +98,22 @@ def fresh_warnings():
 
 
 @pytest.fixture
+def no_fallback():
+    """A NormjitFallbackWarning is an error in the test: the GPU modules' calls must take
+    normjit's kernels (they use it for every test, through pytestmark)."""
+    import warnings
+
+    import normjit.torch as njt
+    from normjit.torch import _ops
+
+    _ops._warned.clear()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", njt.NormjitFallbackWarning)
+        yield
+    _ops._warned.clear()
+
+
+@pytest.fixture
 def quiet():
     """normjit.torch's fallback warnings ignored for the test (CPU tensors fall back)."""
     import warnings

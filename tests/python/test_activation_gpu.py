@@ -7,40 +7,22 @@ in its forward's code fused) against the unpatched model and float64;
 torch.compile(fullgraph=True); a CUDA-graph capture on a fresh stream; training falling back
 to PyTorch's autograd with a warning. Skips with a reason without PyTorch or a CUDA device."""
 import copy
-import math
-import warnings
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="PyTorch is not installed (CI installs none: the "
-                                            "PyPI wheel brings several GB of CUDA libraries)")
-if not torch.cuda.is_available():
-    pytest.skip("no CUDA device visible to PyTorch: the GPU tests run on the GPU machine",
-                allow_module_level=True)
+from gpu_common import DEV, DTYPES, randn, rel_err, torch  # skips without PyTorch or a GPU
+import torch.nn.functional as F
+from torch import nn
 
-import torch.nn.functional as F  # noqa: E402
-from torch import nn  # noqa: E402
+import normjit.torch as njt
 
-import normjit.torch as njt  # noqa: E402
-from normjit.torch import _ops  # noqa: E402
+pytestmark = pytest.mark.usefixtures("no_fallback")
 
-DEV = "cuda"
 # ||y - ref|| / ||ref||: f32 as test_torch_gpu.py's (the activation adds at most 2e-6 of
 # |act(v)| + 1e-6, tests/gpu/variants_test.cpp's kActivationError); 16-bit outputs: their
 # rounding.
 TOL = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 1e-2}
-DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 ACTS = ["silu", "gelu"]
-
-
-@pytest.fixture(autouse=True)
-def no_fallback():
-    """The normal path must not fall back: a NormjitFallbackWarning is an error here."""
-    _ops._warned.clear()
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", njt.NormjitFallbackWarning)
-        yield
-    _ops._warned.clear()
 
 
 def act64(v, name):
@@ -48,17 +30,6 @@ def act64(v, name):
     if name == "silu":
         return v / (1 + torch.exp(-v))
     return 0.5 * v * torch.special.erfc(-v / 2 ** 0.5)
-
-
-def randn(shape, dtype, mean=0.0, std=1.0):
-    return (torch.randn(shape, device=DEV, dtype=torch.float64) * std + mean).to(dtype)
-
-
-def rel_err(y, ref) -> float:
-    y, ref = y.double(), ref.double()
-    if not torch.isfinite(y).all():
-        return math.nan
-    return ((y - ref).norm() / ref.norm().clamp_min(1e-300)).item()
 
 
 def check(y, ref, x, dtype):

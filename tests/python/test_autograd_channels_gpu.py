@@ -12,28 +12,21 @@ a diffusers-style ResNet block of nn.GroupNorm and timm's ConvNeXt-atto (random 
 its config), patched with normjit.torch.patch(), one training step each, their gradients against
 the unpatched model's (float64 as the bar). Skips with a reason without PyTorch or CUDA."""
 import copy
-import math
-import warnings
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="PyTorch is not installed (CI installs none: the "
-                                            "PyPI wheel brings several GB of CUDA libraries)")
-if not torch.cuda.is_available():
-    pytest.skip("no CUDA device visible to PyTorch: the GPU tests run on the GPU machine",
-                allow_module_level=True)
+from gpu_common import DEV, DTYPES, leaf, randn, rel_err, torch  # skips without PyTorch or a GPU
+import torch.nn.functional as F
 
-import torch.nn.functional as F  # noqa: E402
+import normjit
+import normjit.torch as njt
+from normjit.torch import _ops
 
-import normjit  # noqa: E402
-import normjit.torch as njt  # noqa: E402
-from normjit.torch import _ops  # noqa: E402
+pytestmark = pytest.mark.usefixtures("no_fallback")
 
-DEV = "cuda"
 # Relative error of a gradient against float64: f32 gradients come from f32 statistics and f32
 # sums over up to N * S = 8192 positions per channel; f16/bf16 ones are rounded once.
 TOL = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 1.6e-2}
-DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 OPS = ["group_norm", "rms_norm_channels", "layer_norm_channels"]
 VALUES = [(0.0, 1.0), (100.0, 1.0), (0.0, 1e-3), (-3.0, 5.0)]  # (mean, std) of x
 
@@ -43,16 +36,6 @@ GROUP_CASES = [((1, 3, 7, 9), 3), ((3, 7, 7, 9), 7), ((3, 7, 7, 9), 1), ((7, 65,
                ((2, 12, 3, 4, 5), 4), ((2, 320, 64, 64), 32)]
 CHANNEL_CASES = [(1, 3, 7, 9), (3, 7, 7, 9), (7, 65, 3), (1, 1, 65), (3, 1000, 1, 1),
                  (2, 4097, 3), (2, 12, 3, 4, 5), (2, 96, 56, 56), (2, 320, 64, 64)]
-
-
-@pytest.fixture(autouse=True)
-def no_fallback():
-    """The training path must not fall back: a NormjitFallbackWarning is an error here."""
-    _ops._warned.clear()
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", njt.NormjitFallbackWarning)
-        yield
-    _ops._warned.clear()
 
 
 @pytest.fixture
@@ -69,21 +52,6 @@ def backward_launches(monkeypatch):
 
     monkeypatch.setattr(_ops, "_launch_backward", counting)
     return calls
-
-
-def rel_err(y, ref) -> float:
-    y, ref = y.double(), ref.double()
-    if not torch.isfinite(y).all():
-        return math.nan
-    return ((y - ref).norm() / ref.norm().clamp_min(1e-300)).item()
-
-
-def randn(shape, dtype, mean=0.0, std=1.0):
-    return (torch.randn(shape, device=DEV, dtype=torch.float64) * std + mean).to(dtype)
-
-
-def leaf(t):
-    return t.detach().clone().requires_grad_() if t is not None else None
 
 
 def torch_reference(op, x, weight, bias, eps, groups=0):

@@ -9,54 +9,21 @@ new data; and one training step of a small transformers Llama (random weights) p
 normjit.torch.patch(), its gradients against the unpatched model's (float64 as the bar).
 Skips with a reason without PyTorch or without a CUDA device."""
 import copy
-import math
-import warnings
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="PyTorch is not installed (CI installs none: the "
-                                            "PyPI wheel brings several GB of CUDA libraries)")
-if not torch.cuda.is_available():
-    pytest.skip("no CUDA device visible to PyTorch: the GPU tests run on the GPU machine",
-                allow_module_level=True)
+from gpu_common import DEV, DTYPES, leaf, randn, rel_err, torch  # skips without PyTorch or a GPU
+import torch.nn.functional as F
 
-import torch.nn.functional as F  # noqa: E402
+import normjit.torch as njt
 
-import normjit.torch as njt  # noqa: E402
-from normjit.torch import _ops  # noqa: E402
+pytestmark = pytest.mark.usefixtures("no_fallback")
 
-DEV = "cuda"
 # Relative error of a gradient against float64: f32 gradients come from f32 statistics and
 # f32 sums over up to 1000 rows; f16/bf16 ones are rounded once to their dtype.
 TOL = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 1.6e-2}
-DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 HIDDEN = [1, 3, 7, 65, 1000, 4097, 8192]
 BATCHES = [1, 3, 1000]
-
-
-@pytest.fixture(autouse=True)
-def no_fallback():
-    """The training path must not fall back: a NormjitFallbackWarning is an error here."""
-    _ops._warned.clear()
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", njt.NormjitFallbackWarning)
-        yield
-    _ops._warned.clear()
-
-
-def rel_err(y, ref) -> float:
-    y, ref = y.double(), ref.double()
-    if not torch.isfinite(y).all():
-        return math.nan
-    return ((y - ref).norm() / ref.norm().clamp_min(1e-300)).item()
-
-
-def randn(shape, dtype, mean=0.0, std=1.0):
-    return (torch.randn(shape, device=DEV, dtype=torch.float64) * std + mean).to(dtype)
-
-
-def leaf(t):
-    return t.detach().clone().requires_grad_() if t is not None else None
 
 
 def grads_of(fn, inputs, dy):

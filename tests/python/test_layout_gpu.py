@@ -5,50 +5,23 @@ format, against a float64 reference across shapes and dtypes; a contiguous input
 other strides fall back with the warning; torch.compile(fullgraph=True) and a CUDA-graph
 capture. Skips with a reason without PyTorch or without a CUDA device."""
 import math
-import warnings
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="PyTorch is not installed (CI installs none: the "
-                                            "PyPI wheel brings several GB of CUDA libraries)")
-if not torch.cuda.is_available():
-    pytest.skip("no CUDA device visible to PyTorch: the GPU tests run on the GPU machine",
-                allow_module_level=True)
+from gpu_common import DEV, DTYPES, randn, rel_err, torch  # skips without PyTorch or a GPU
+import torch.nn.functional as F
 
-import torch.nn.functional as F  # noqa: E402
+import normjit.torch as njt
+from normjit.torch import _ops
 
-import normjit.torch as njt  # noqa: E402
-from normjit.torch import _ops  # noqa: E402
+pytestmark = pytest.mark.usefixtures("no_fallback")
 
-DEV = "cuda"
 TOL = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 1e-2}
-DTYPES = [torch.float32, torch.float16, torch.bfloat16]
-
-
-@pytest.fixture(autouse=True)
-def no_fallback():
-    """The channels-last path must not fall back: a NormjitFallbackWarning is an error here."""
-    _ops._warned.clear()
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", njt.NormjitFallbackWarning)
-        yield
-    _ops._warned.clear()
-
-
-def rel_err(y, ref) -> float:
-    y, ref = y.double(), ref.double()
-    if not torch.isfinite(y).all():
-        return math.nan
-    return ((y - ref).norm() / ref.norm().clamp_min(1e-300)).item()
 
 
 def channels_last(x):
     """x with its channels innermost, any rank >= 3 (channels_last, channels_last_3d, ...)."""
     return x.movedim(1, -1).contiguous().movedim(-1, 1)
-
-
-def randn(shape, dtype, mean=0.0, std=1.0):
-    return (torch.randn(shape, device=DEV, dtype=torch.float64) * std + mean).to(dtype)
 
 
 def rms_reference(x, w, eps):

@@ -12,19 +12,14 @@ import warnings
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="PyTorch is not installed (CI installs none: the "
-                                            "PyPI wheel brings several GB of CUDA libraries)")
-if not torch.cuda.is_available():
-    pytest.skip("no CUDA device visible to PyTorch: the GPU tests run on the GPU machine",
-                allow_module_level=True)
+from gpu_common import DEV, DTYPES, randn, torch  # skips without PyTorch or a GPU
+import torch.nn.functional as F
 
-import torch.nn.functional as F  # noqa: E402
+import normjit.torch as njt
+from normjit.torch import _ops
 
-import normjit.torch as njt  # noqa: E402
-from normjit.torch import _ops  # noqa: E402
+pytestmark = pytest.mark.usefixtures("no_fallback")
 
-DEV = "cuda"
-DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 TOKENS = [1, 7, 128, 1000]
 HIDDEN = [2048, 4096, 5120, 4097]
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
@@ -32,20 +27,6 @@ FP8_OK = torch.cuda.get_device_capability() >= (8, 9)
 # Elementwise tolerance against float64: one rounding to the dtype (its eps, relative) on top
 # of float32 statistics.
 RTOL = {torch.float32: 2e-5, torch.float16: 1e-3, torch.bfloat16: 8e-3}
-
-
-@pytest.fixture(autouse=True)
-def no_fallback():
-    """Served calls must not fall back: a NormjitFallbackWarning is an error here."""
-    _ops._warned.clear()
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", njt.NormjitFallbackWarning)
-        yield
-    _ops._warned.clear()
-
-
-def randn(shape, dtype, mean=0.0, std=1.0):
-    return (torch.randn(shape, device=DEV, dtype=torch.float64) * std + mean).to(dtype)
 
 
 def ref_norm(op, h, k, weight=None, bias=None, eps=1e-6, offset=0.0):

@@ -1,0 +1,39 @@
+"""What the GPU test modules share: importing this module skips the importing module with a
+reason where PyTorch is not installed or no CUDA device is visible (CI has neither), and gives
+the device, the dtypes, float64-based random inputs and the relative error against a float64
+reference. Import it before anything else that needs torch:
+
+    from gpu_common import DEV, DTYPES, randn, rel_err, torch
+
+The modules also take conftest.py's `no_fallback` fixture for every test (pytestmark)."""
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed (CI installs none: the "
+                                            "PyPI wheel brings several GB of CUDA libraries)")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA device visible to PyTorch: the GPU tests run on the GPU machine",
+                allow_module_level=True)
+
+DEV = "cuda"
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+
+
+def randn(shape, dtype, mean=0.0, std=1.0, gen=None):
+    """N(mean, std^2) drawn in float64 on the GPU, then rounded to dtype."""
+    return (torch.randn(shape, device=DEV, dtype=torch.float64, generator=gen) * std
+            + mean).to(dtype)
+
+
+def rel_err(y, ref) -> float:
+    """||y - ref|| / ||ref|| in float64; NaN where y has a non-finite element."""
+    y, ref = y.double(), ref.double()
+    if not torch.isfinite(y).all():
+        return math.nan
+    return ((y - ref).norm() / ref.norm().clamp_min(1e-300)).item()
+
+
+def leaf(t):
+    """A copy of t that requires grad (None stays None)."""
+    return t.detach().clone().requires_grad_() if t is not None else None
