@@ -14,8 +14,10 @@ carrying normjit's message and status.
 from __future__ import annotations
 
 import ctypes
+import operator
+import os
 import threading
-from typing import NamedTuple, Optional
+from typing import NamedTuple, Optional, Sequence, Union
 
 from ._capi import (CacheMissError, CompileError, DriverError, Dtype, InvalidArgumentError,
                     NoDeviceError, NormjitError, Status, UnsupportedError, library,
@@ -43,15 +45,24 @@ class Engine:
     NORMJIT_CACHE_READONLY, NORMJIT_CACHE_MAX_BYTES, NORMJIT_JIT). Works without a GPU;
     launching then fails. Most programs use the process's engine, `normjit.engine()`."""
 
-    def __init__(self, cache_dir: Optional[str] = None, readonly_dirs: Optional[str] = None,
+    def __init__(self, cache_dir: Optional[_PathLike] = None,
+                 readonly_dirs: Union[None, _PathLike, Sequence[_PathLike]] = None,
                  cache_max_bytes: int = 0, memory_only: bool = False, jit_disabled: bool = False,
                  device: int = 0):
+        """cache_dir: a str or os.PathLike; readonly_dirs: one, a colon-separated str, or a
+        sequence of them; cache_max_bytes: 0 (the environment's or the default) or more;
+        device: a CUDA device index."""
+        # The arguments are checked before the library is loaded, so that a wrong one is
+        # named whatever the machine has.
+        strings = [_path_text(cache_dir, "cache_dir"), _dirs_text(readonly_dirs)]
+        cache_max_bytes = _count(cache_max_bytes, "cache_max_bytes")
+        device = _count(device, "device")
         lib = library()
         self._lib = lib
         opts = _EngineOptions()
         lib.normjit_engine_options_init(ctypes.byref(opts))
         # The C strings must outlive the create call only; keep them with the options anyway.
-        self._strings = [s.encode() if s is not None else None for s in (cache_dir, readonly_dirs)]
+        self._strings = strings
         opts.device = device
         opts.cache_dir = self._strings[0]
         opts.readonly_dirs = self._strings[1]
@@ -101,6 +112,45 @@ class Engine:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+_PathLike = Union[str, "os.PathLike[str]"]
+
+
+def _path_text(value, argument: str) -> Optional[bytes]:
+    """A path argument as the C API takes it: None, or the path's bytes."""
+    if value is None:
+        return None
+    if isinstance(value, (str, os.PathLike)):
+        path = os.fspath(value)
+        if isinstance(path, str):
+            if not path:
+                raise ValueError(f"normjit.Engine: {argument} is empty (None for the "
+                                 "environment's or the default)")
+            return path.encode()
+    raise TypeError(f"normjit.Engine: {argument} must be a str or os.PathLike, not "
+                    f"{type(value).__name__} ({value!r})")
+
+
+def _dirs_text(value) -> Optional[bytes]:
+    """readonly_dirs: None, one path (a str may list several, colon-separated) or a sequence."""
+    if value is None or isinstance(value, (str, os.PathLike)):
+        return _path_text(value, "readonly_dirs")
+    if isinstance(value, (list, tuple)):
+        return b":".join(_path_text(v, f"readonly_dirs[{i}]") for i, v in enumerate(value))
+    raise TypeError(f"normjit.Engine: readonly_dirs must be a str, an os.PathLike or a list of "
+                    f"them, not {type(value).__name__} ({value!r})")
+
+
+def _count(value, argument: str) -> int:
+    """A non-negative int argument (an integer-like value, not a bool)."""
+    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+        raise TypeError(f"normjit.Engine: {argument} must be an int, not "
+                        f"{type(value).__name__} ({value!r})")
+    number = operator.index(value)
+    if number < 0:
+        raise ValueError(f"normjit.Engine: {argument} must be 0 or more, not {number}")
+    return number
 
 
 def _text(value: str, argument: str) -> bytes:

@@ -76,6 +76,30 @@ def test_engine_options_reach_the_library(tmp_path):
         assert "groupnorm" in e.value.message
 
 
+def test_engine_arguments_are_checked_and_named(tmp_path):
+    """Paths as str or os.PathLike (read-only layers: one, colon-separated, or a list); a wrong
+    type or value is an error naming the argument, before the library is asked."""
+    with normjit.Engine(cache_dir=tmp_path / "c",
+                        readonly_dirs=[tmp_path / "ro1", str(tmp_path / "ro2")]) as engine:
+        assert engine._strings == [str(tmp_path / "c").encode(),
+                                   f"{tmp_path / 'ro1'}:{tmp_path / 'ro2'}".encode()]
+        assert engine.precompile("op=rmsnorm shape=4,64", arch="sm_80") is True
+    assert any((tmp_path / "c").rglob("*"))
+    for kwargs, error, match in [
+        (dict(cache_dir=5), TypeError, r"cache_dir must be a str or os.PathLike, not int \(5\)"),
+        (dict(cache_dir=""), ValueError, "cache_dir is empty"),
+        (dict(readonly_dirs=[tmp_path, 3]), TypeError, r"readonly_dirs\[1\] must be a str"),
+        (dict(readonly_dirs=7), TypeError, "readonly_dirs must be a str, an os.PathLike or a "
+                                           "list"),
+        (dict(cache_max_bytes=-1), ValueError, "cache_max_bytes must be 0 or more, not -1"),
+        (dict(cache_max_bytes=1.5), TypeError, r"cache_max_bytes must be an int, not float"),
+        (dict(device="cuda:0"), TypeError, r"device must be an int, not str \('cuda:0'\)"),
+        (dict(device=True), TypeError, "device must be an int, not bool"),
+    ]:
+        with pytest.raises(error, match=match):
+            normjit.Engine(**kwargs)
+
+
 @pytest.mark.parametrize("spec, argument, value", [
     ("op=softmax shape=8,64", "op", "softmax"),
     ("op=rmsnorm shape=8,x,3", "shape", "8,x,3"),

@@ -114,6 +114,46 @@ def test_wrong_types():
         njt.layer_norm(torch.randn(2, 2), None)
 
 
+def test_integer_like_arguments_are_taken_as_torch_takes_them():
+    """num_groups and normalized_shape accept what F.group_norm and F.layer_norm accept (NumPy
+    integers, 0-dim integer tensors), so patch() keeps a model that runs in PyTorch running; and
+    refuse what they refuse (floats, bools, strings), naming the argument."""
+    np = pytest.importorskip("numpy")
+    x = torch.randn(2, 8, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", njt.NormjitFallbackWarning)
+        for groups in (np.int64(2), torch.tensor(2)):
+            assert torch.equal(njt.group_norm(x, groups), F.group_norm(x, 2))
+        model = torch.nn.Sequential(torch.nn.GroupNorm(np.int64(2), 8))
+        before = model(x)
+        assert [n for n, _ in njt.patch(model).replaced] == ["0"]
+        assert torch.equal(model(x), before)
+        assert torch.equal(njt.layer_norm(x, [np.int64(4)]), F.layer_norm(x, [4]))
+    for groups in (2.0, True, "2", None):
+        with pytest.raises(TypeError, match=r"num_groups must be an int, not "):
+            njt.group_norm(x, groups)
+    for groups in (0, -2):
+        with pytest.raises(ValueError, match=rf"num_groups must be at least 1, not {groups}$"):
+            njt.group_norm(x, groups)
+    for shape in ([4.0], "4", [True]):
+        with pytest.raises(TypeError, match="normalized_shape must be an int or a sequence"):
+            njt.layer_norm(x, shape)
+
+
+def test_patch_and_unpatch_take_a_module():
+    for model in (None, lambda x: x, [torch.nn.LayerNorm(4)]):
+        with pytest.raises(TypeError, match=r"patch: model must be a torch.nn.Module, not "):
+            njt.patch(model)
+        with pytest.raises(TypeError, match=r"unpatch: model must be a torch.nn.Module, not "):
+            njt.unpatch(model)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without a CUDA device")
+def test_warmup_without_a_cuda_device_says_why():
+    with pytest.raises(RuntimeError, match=r"warmup: no CUDA device is available to PyTorch"):
+        njt.warmup(njt.LayerNorm(8), torch.randn(4, 8))
+
+
 @pytest.mark.parametrize("ours, theirs, args", [
     (njt.RMSNorm, torch.nn.RMSNorm, ((4, 6),)),
     (njt.LayerNorm, torch.nn.LayerNorm, ((4, 6),)),

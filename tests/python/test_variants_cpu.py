@@ -254,6 +254,10 @@ X = lambda: torch.randn(2, 8)  # noqa: E731
      r"weight_offset must be a float, not str \('1'\)"),
     (lambda: njt.rms_norm(X(), 8, torch.ones(8), weight_offset=True), TypeError,
      r"weight_offset must be a float, not bool"),
+    (lambda: njt.rms_norm(X(), 8, torch.ones(8), weight_offset=float("nan")), ValueError,
+     r"rms_norm: weight_offset must be finite, not nan"),
+    (lambda: njt.add_rms_norm(X(), X(), 8, torch.ones(8), weight_offset=-float("inf")),
+     ValueError, r"add_rms_norm: weight_offset must be finite, not -inf"),
     (lambda: njt.add_rms_norm(X(), X(), 8, out_dtype=torch.bfloat16, inplace=True), ValueError,
      r"inplace=True writes y into x, so out_dtype must be None or the input's dtype "
      r"\(torch.float32\), not torch.bfloat16"),

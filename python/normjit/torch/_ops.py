@@ -72,6 +72,7 @@ library has no backward kernel for (its message: rows or groups whose partials o
 backward workspace), a double backward).
 """
 import math
+import operator
 import threading
 import warnings
 from typing import Callable, List, Optional, Sequence, Tuple, Union
@@ -278,15 +279,39 @@ def _why_not(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], eps: f
 # ---------------------------------------------------------------------------------------
 
 def _as_shape(op: str, normalized_shape: Union[int, Sequence[int]]) -> Tuple[int, ...]:
-    if isinstance(normalized_shape, int):
+    """normalized_shape as F.layer_norm takes it: an int, or a sequence of ints (anything
+    integer-like: NumPy integers, 0-dim integer tensors; not floats, bools or strings)."""
+    if isinstance(normalized_shape, int) and not isinstance(normalized_shape, bool):
         return (normalized_shape,)
     if isinstance(normalized_shape, tuple):
         return normalized_shape
     try:
-        return tuple(int(s) for s in normalized_shape)
+        if isinstance(normalized_shape, (str, bytes)):
+            raise TypeError
+        return tuple(_index(s) for s in normalized_shape)
     except TypeError:
         raise TypeError(f"normjit.torch.{op}: normalized_shape must be an int or a sequence of "
                         f"ints, not {normalized_shape!r}") from None
+
+
+def _index(value) -> int:
+    """An integer-like value (operator.index) that is not a bool."""
+    if isinstance(value, bool):
+        raise TypeError
+    return operator.index(value)
+
+
+def _as_groups(op: str, num_groups) -> int:
+    """num_groups as F.group_norm takes it: an int or an integer-like value (a NumPy integer, a
+    0-dim integer tensor), not a bool or a float; and at least 1."""
+    try:
+        groups = _index(num_groups)
+    except TypeError:
+        raise TypeError(f"normjit.torch.{op}: num_groups must be an int, not "
+                        f"{type(num_groups).__name__} ({num_groups!r})") from None
+    if groups < 1:
+        raise ValueError(f"normjit.torch.{op}: num_groups must be at least 1, not {groups}")
+    return groups
 
 
 def _check_tensor(op: str, name: str, t, x: Optional[Tensor] = None) -> None:
@@ -358,6 +383,8 @@ def _activate(y: Tensor, activation: Optional[str]) -> Tensor:
 def _check_variant(op: str, x: Tensor, weight: Optional[Tensor], variant: tuple,
                    scale) -> None:
     offset, out_dtype, _, inplace, _ = variant
+    if not math.isfinite(offset):
+        raise ValueError(f"normjit.torch.{op}: weight_offset must be finite, not {offset!r}")
     if offset != 0 and weight is None:
         raise ValueError(f"normjit.torch.{op}: weight_offset {offset!r} needs a weight (the "
                          "weight used is weight_offset + weight)")
@@ -1932,6 +1959,8 @@ def _group_norm(x: Tensor, num_groups: int, weight: Optional[Tensor], bias: Opti
                 activation: Optional[str] = None) -> Tensor:
     """group_norm; with an activation ('silu', 'gelu'), the fused kernel, or the fallback's
     y (a patched layer's own forward, or F.group_norm) through PyTorch's activation."""
+    if num_groups.__class__ is not int or num_groups < 1:
+        num_groups = _as_groups("group_norm", num_groups)
     if _is_compiling():
         if _traced_why_not("group_norm", num_groups, x, weight, bias, eps) is None:
             if activation is None:
@@ -2168,6 +2197,11 @@ def warmup(fn: Callable, *args, stream: Optional["torch.cuda.Stream"] = None, **
     Returns how many kernels were newly prepared. Inference kernels only: before capturing a
     training step, run one training step (forward and backward) on a side stream instead,
     which prepares the training forward and the backward kernels."""
+    if not torch.cuda.is_available():
+        raise RuntimeError("normjit.torch.warmup: no CUDA device is available to PyTorch "
+                           "(torch.cuda.is_available() is False); warmup prepares normjit's "
+                           "kernels on a CUDA stream before a CUDA-graph capture, and on the "
+                           "CPU normjit.torch computes with PyTorch, which needs no warmup")
     before = prepared_kernels()
     stream = stream if stream is not None else torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())

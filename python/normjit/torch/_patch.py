@@ -454,6 +454,12 @@ def _fuse_in_code(name: str, module: torch.nn.Module, norms: List[str], silus: L
         (f"; not fused: {', '.join(hooked)} (forward hooks)" if hooked else ""))))
 
 
+def _check_model(function: str, model) -> None:
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"normjit.torch.{function}: model must be a torch.nn.Module, not "
+                        f"{type(model).__name__} ({model!r:.80})")
+
+
 def patch(model: torch.nn.Module) -> PatchReport:
     """Makes the norm layers of `model` (and model itself, if it is one) compute with normjit,
     in place; returns what was replaced and what was skipped, and why. Idempotent: a layer
@@ -461,6 +467,7 @@ def patch(model: torch.nn.Module) -> PatchReport:
     whole (torch.save, pickle): loading it needs normjit importable, and gives the patched
     layers back (a forward fused in code is rewritten again there; where its class's source no
     longer allows it, the layer runs its own forward, with a warning)."""
+    _check_model("patch", model)
     report = PatchReport()
     fused = _fuse_group_norm_silu(model, report)
     for name, module in model.named_modules():
@@ -482,6 +489,7 @@ def patch(model: torch.nn.Module) -> PatchReport:
 def unpatch(model: torch.nn.Module) -> int:
     """Undoes patch(model): every patched layer gets its class back, and every SiLU fused into
     a GroupNorm its place. Returns how many layers got their class back."""
+    _check_model("unpatch", model)
     count = 0
     for module in list(model.modules()):
         for key, child in list(module._modules.items()):
