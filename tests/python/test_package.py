@@ -1,5 +1,7 @@
 """The installed package without a GPU and without PyTorch: import, precompile into a cache,
 errors that carry normjit's message and status."""
+import importlib
+import importlib.util
 import json
 import os
 import subprocess
@@ -74,6 +76,17 @@ def test_engine_options_reach_the_library(tmp_path):
             engine.precompile("op=groupnorm shape=2,64,7,7 dtype=f32 groups=8", arch="sm_90")
         assert e.value.status == normjit.Status.ERROR_CACHE_MISS
         assert "groupnorm" in e.value.message
+
+
+def test_normjit_torch_without_pytorch_says_what_is_missing():
+    if importlib.util.find_spec("torch") is not None:
+        pytest.skip("PyTorch is installed here: nothing is missing")
+    with pytest.raises(ModuleNotFoundError, match=r"normjit.torch needs PyTorch, which is not "
+                                                  r"installed here \(pip install torch\)") as e:
+        importlib.import_module("normjit.torch")
+    assert e.value.name == "torch"
+    with pytest.raises(ModuleNotFoundError, match="normjit.torch needs PyTorch"):
+        importlib.import_module("normjit.torch")  # again: nothing half-imported is left
 
 
 def test_engine_arguments_are_checked_and_named(tmp_path):

@@ -20,6 +20,14 @@ A call normjit cannot serve runs PyTorch's own implementation with one NormjitFa
 per reason. warmup() prepares the kernels of a
 function's shapes before a CUDA-graph capture.
 """
+import importlib.util as _util
+
+if _util.find_spec("torch") is None:  # a message rather than a bare ModuleNotFoundError
+    raise ModuleNotFoundError(
+        "normjit.torch needs PyTorch, which is not installed here (pip install torch); the "
+        "normjit package itself (normjit.Engine, precompile, the C API) works without it",
+        name="torch")
+
 from ._ops import (NormjitFallbackWarning, add_layer_norm, add_rms_norm, group_norm, layer_norm,
                    layer_norm_channels, prepared_kernels, rms_norm, rms_norm_channels, warmup)
 from ._patch import PatchReport, patch, unpatch
