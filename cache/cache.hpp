@@ -69,7 +69,8 @@ struct StoreOptions {
 };
 
 // NORMJIT_CACHE_MAX_BYTES syntax: a byte count with an optional binary suffix K, M, G or T
-// (KiB, MiB, ... also accepted), e.g. "2G", "512MiB", "1048576". nullopt when malformed.
+// (KiB, MiB, ... also accepted), e.g. "2G", "512MiB", "1048576", read exactly as given (no
+// spaces around it). nullopt when malformed.
 std::optional<uint64_t> parse_byte_size(std::string_view text);
 
 struct StoreStats {

@@ -896,8 +896,6 @@ uint64_t Store::sweep_temporaries(int64_t older_than_seconds) {
 }
 
 std::optional<uint64_t> parse_byte_size(std::string_view text) {
-  while (!text.empty() && text.front() == ' ') text.remove_prefix(1);
-  while (!text.empty() && text.back() == ' ') text.remove_suffix(1);
   size_t digits = 0;
   uint64_t value = 0;
   for (; digits < text.size() && text[digits] >= '0' && text[digits] <= '9'; ++digits) {

@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <atomic>
 #include <bit>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -131,6 +132,24 @@ class Allocation {
   CUcontext context_;
 };
 
+// NORMJIT_JIT: off, 0, false or no (any case) turn the JIT off; on, 1, true or yes (any case),
+// empty or unset leave it on. Any other value leaves it on too, with one warning per process
+// naming the value: a typo ("of", "disabled") must not pass as a setting that took effect.
+bool jit_disabled_by_env() {
+  const char* value = std::getenv("NORMJIT_JIT");
+  if (value == nullptr || *value == '\0') return false;
+  std::string word = value;
+  for (char& c : word) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (word == "off" || word == "0" || word == "false" || word == "no") return true;
+  if (word == "on" || word == "1" || word == "true" || word == "yes") return false;
+  static std::once_flag warned;
+  std::call_once(warned, [&] {
+    cache::warn("NORMJIT_JIT=" + quoted_excerpt(value) +
+                " is not off, 0, false, no, on, 1, true or yes; the JIT stays on");
+  });
+  return false;
+}
+
 [[noreturn]] void throw_jit_disabled(const NormSpec& spec, const Target& target,
                                      const std::string& key) {
   throw Error(ErrorCode::kCacheMiss,
@@ -252,9 +271,7 @@ class EngineImpl {
 };
 
 EngineImpl::EngineImpl(EngineOptions options) : options_(std::move(options)) {
-  if (const char* jit = std::getenv("NORMJIT_JIT")) {
-    if (std::strcmp(jit, "off") == 0 || std::strcmp(jit, "0") == 0) options_.jit_disabled = true;
-  }
+  if (jit_disabled_by_env()) options_.jit_disabled = true;
   cache::StoreOptions store = cache::StoreOptions::from_env();
   if (!options_.cache_dir.empty()) store.dir = options_.cache_dir;
   if (!options_.readonly_cache_dirs.empty()) store.readonly = options_.readonly_cache_dirs;

@@ -47,8 +47,8 @@ struct BenchOptions {
   bool seeds = false;
   std::string specs_file;  // --specs: one spec text per line
   bool jit_latency = false;
-  bool compile_only = false;  // --compile: NVRTC time per kernel, no GPU needed
-  std::string arch = "sm_90";
+  bool compile_only = false;        // --compile: NVRTC time per kernel, no GPU needed
+  std::optional<std::string> arch;  // --compile's target (default sm_90); only with --compile
   bool json = false;
   int repeat = 20;
   int warmup = 3;
@@ -512,7 +512,7 @@ void run_jit_latency(const BenchOptions& o) {
 // scale, an empty kernel is compiled the same way after them (NVRTC's own cost with our
 // options), and each kernel's cubin size is reported (compile time grows with it).
 void run_compile(const BenchOptions& o, const std::vector<NormSpec>& specs) {
-  const Target target = parse_arch("--arch", o.arch);
+  const Target target = parse_arch("--arch", o.arch.value_or("sm_90"));
   Json results = Json::array();
   bool first = true;
   // Times --repeat compiles of `emitted`; the cubin size of the last.
@@ -575,6 +575,15 @@ void run_compile(const BenchOptions& o, const std::vector<NormSpec>& specs) {
 
 void run_bench(const BenchOptions& o) {
   const std::vector<NormSpec> specs = requested_specs(o);  // bad flags first, GPU or not
+  if (o.arch) {
+    parse_arch("--arch", *o.arch);
+    // On the GPU, bench times GPU 0's own target: an --arch there would be silently unused.
+    if (!o.compile_only) {
+      throw_invalid_argument("--arch", quoted_excerpt(*o.arch),
+                             "only applies with --compile; without it bench times kernels for "
+                             "GPU 0's own target");
+    }
+  }
   if (o.compile_only) return run_compile(o, specs);
   require_gpu();
   if (o.jit_latency) {
@@ -598,16 +607,17 @@ void add_bench_command(CLI::App& app) {
       "compile, disk hit, memory hit and host launch overhead. Needs a GPU.");
   options->spec.add_to(*bench, /*required=*/false);
   bench->add_flag("--seeds", options->seeds, "time the seed problems of the design");
-  bench->add_option("--specs", options->specs_file,
-                    "time every spec listed in this file, one spec text per line (as 'normjit "
-                    "dump' prints them; '#' starts a comment line), in one process");
+  add_text_option(*bench, "--specs", options->specs_file,
+                  "time every spec listed in this file, one spec text per line (as 'normjit "
+                  "dump' prints them; '#' starts a comment line), in one process");
   bench->add_flag("--jit-latency", options->jit_latency,
                   "measure compile, cache-hit and launch latencies instead of bandwidth");
   bench->add_flag("--compile", options->compile_only,
                   "time NVRTC compiles (plan, emit, compile to cubin) on this machine's CPU for "
                   "--arch; needs no GPU");
-  bench->add_option("--arch", options->arch, "--compile: target architecture")
-      ->capture_default_str();
+  add_text_option(*bench, "--arch", options->arch,
+                  "with --compile only (an error without: on the GPU, bench times GPU 0's own "
+                  "target): target architecture (default sm_90)");
   add_integer_option(*bench, "--repeat", options->repeat, 1, 100000,
                      "timed samples per kernel, median reported (default 20)");
   add_integer_option(*bench, "--warmup", options->warmup, 0, 100000,
@@ -615,8 +625,8 @@ void add_bench_command(CLI::App& app) {
   add_integer_option(*bench, "--calls", options->calls, 1, 10000000,
                      "--jit-latency: calls per host-overhead figure (default 10000)");
   bench->add_flag("--json", options->json, "print one JSON document (for scripts)");
-  bench->add_option("--cache-dir", options->cache_dir,
-                    "cache directory (default: NORMJIT_CACHE_DIR or ~/.cache/normjit)");
+  add_text_option(*bench, "--cache-dir", options->cache_dir,
+                  "cache directory (default: NORMJIT_CACHE_DIR or ~/.cache/normjit)");
   bench->footer(
       "Example:\n"
       "  normjit bench --op rmsnorm --shape 112,64,512,512 --dtype bf16 --repeat 50\n"

@@ -11,6 +11,7 @@
 #include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,13 +27,13 @@ namespace normjit::tools {
 namespace {
 
 struct CacheFlags {
-  std::string cache_dir;
+  std::string cache_dir;  // empty: not given ("" given is refused, not the default)
 };
 
 void add_cache_dir_flag(CLI::App& command, CacheFlags& flags) {
-  command.add_option("--cache-dir", flags.cache_dir,
-                     "cache directory (default: $NORMJIT_CACHE_DIR, else $XDG_CACHE_HOME/normjit, "
-                     "else ~/.cache/normjit); read-only layers come from NORMJIT_CACHE_READONLY");
+  add_text_option(command, "--cache-dir", flags.cache_dir,
+                  "cache directory (default: $NORMJIT_CACHE_DIR, else $XDG_CACHE_HOME/normjit, "
+                  "else ~/.cache/normjit); read-only layers come from NORMJIT_CACHE_READONLY");
 }
 
 std::string resolve_dir(const CacheFlags& flags) {
@@ -251,16 +252,10 @@ void run_verify(const CacheFlags& flags, bool remove) {
   if (!failure.empty()) throw Error(ErrorCode::kInvalidArgument, failure);
 }
 
-void run_gc(const CacheFlags& flags, const std::string& max_text, int64_t temp_age) {
+void run_gc(const CacheFlags& flags, std::optional<uint64_t> max_bytes, int64_t temp_age) {
   const std::string dir = resolve_dir(flags);
   const auto store = open_store(flags);
-  uint64_t max = store->options().max_bytes;
-  if (!max_text.empty()) {
-    const auto parsed = cache::parse_byte_size(max_text);
-    if (!parsed)
-      throw_invalid_argument("--max-bytes", max_text, "expected a byte count such as 512M or 2G");
-    max = *parsed;
-  }
+  const uint64_t max = max_bytes.value_or(store->options().max_bytes);
   if (store->options().dir.empty()) {
     std::printf("no cache directory at %s: nothing to collect\n", dir.c_str());
     return;
@@ -332,6 +327,8 @@ void print_explanation(const cache::Explanation& e) {
 
 void run_explain(const CacheFlags& flags, const std::vector<std::string>& words,
                  const std::string& arch) {
+  // Checked as dump and prewarm check it, before anything is printed, key or spec.
+  const Target target = parse_arch("--arch", arch);
   std::string request;
   for (const std::string& word : words) request += (request.empty() ? "" : " ") + word;
   const auto store = open_store(flags);
@@ -359,7 +356,6 @@ void run_explain(const CacheFlags& flags, const std::vector<std::string>& words,
     }
   } else {
     const NormSpec spec = NormSpec::parse(request);
-    const Target target = Target::parse(arch);
     preimage = key_inputs(spec, target).preimage();
     std::printf("spec:       %s\ntarget:     %s\nkey:        %s\n", spec.to_string().c_str(),
                 target.name().c_str(), cache::sha256_hex(preimage).c_str());
@@ -402,14 +398,23 @@ void add_cache_command(CLI::App& app) {
   }
   {
     auto flags = std::make_shared<CacheFlags>();
-    auto max = std::make_shared<std::string>();
+    auto max = std::make_shared<std::optional<uint64_t>>();  // nullopt: not given
     auto temp_age = std::make_shared<int>(-1);  // -1: not given (a value given is >= 0)
     CLI::App* gc = cache->add_subcommand(
         "gc", "Evict least recently used entries down to a size; sweep stale temporary files");
     add_cache_dir_flag(*gc, *flags);
-    gc->add_option("--max-bytes", *max,
-                   "size to shrink the writable layer to, e.g. 512M or 2G "
-                   "(default: NORMJIT_CACHE_MAX_BYTES, else 2G)");
+    gc->add_option_function<std::string>(
+        "--max-bytes",
+        [max](const std::string& text) {
+          *max = cache::parse_byte_size(text);
+          if (!*max) {
+            throw_invalid_argument("--max-bytes", quoted_excerpt(text),
+                                   "expected a byte count such as 1048576, 512M or 2G, without "
+                                   "spaces");
+          }
+        },
+        "size to shrink the writable layer to, e.g. 512M or 2G "
+        "(default: NORMJIT_CACHE_MAX_BYTES, else 2G)");
     add_integer_option(*gc, "--temp-age", *temp_age, 0, std::numeric_limits<int>::max(),
                        "also remove temporary files older than this many seconds (default: "
                        "3600, so that writers still running keep theirs)");

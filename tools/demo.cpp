@@ -117,6 +117,8 @@ void run_on_gpu(Engine& engine, const NormSpec& spec, const DemoOptions& o) {
 }
 
 void run_demo(const DemoOptions& o) {
+  // Checked as dump and prewarm check it, GPU or not, before anything is printed.
+  const Target target = parse_arch("--arch", o.arch);
   EngineOptions engine_options;
   engine_options.cache_dir = o.cache_dir;
   Engine engine(engine_options);
@@ -135,7 +137,6 @@ void run_demo(const DemoOptions& o) {
       "normjit demo: no GPU here (%s); planning and compiling the seed kernels for %s "
       "without launching them\n",
       gpu_unavailable_reason().c_str(), o.arch.c_str());
-  const Target target = Target::parse(o.arch);
   for (const NormSpec& spec : seed_specs()) {
     std::printf("\n%s\n", spec.to_string().c_str());
     const KernelPlan p = plan(spec, target);
@@ -157,11 +158,11 @@ void add_demo_command(CLI::App& app) {
       "prepare each kernel, and on a GPU launch it, check it against a float64 CPU reference\n"
       "and time it. Without a GPU, plan and compile each kernel into the cache.\n"
       "Example: normjit demo --repeat 20");
-  demo->add_option("--arch", options->arch, "target to compile for when there is no GPU")
+  demo->add_option("--arch", options->arch,
+                   "target to compile for when there is no GPU (checked on a GPU too)")
       ->capture_default_str();
-  demo->add_option("--cache-dir", options->cache_dir,
-                   "cache directory (default: NORMJIT_CACHE_DIR "
-                   "or ~/.cache/normjit)");
+  add_text_option(*demo, "--cache-dir", options->cache_dir,
+                  "cache directory (default: NORMJIT_CACHE_DIR or ~/.cache/normjit)");
   add_integer_option(*demo, "--repeat", options->repeat, 1, 100000,
                      "timed launches per kernel, median reported (default 10)");
   add_integer_option(*demo, "--samples", options->samples, 1, 100000,

@@ -26,9 +26,9 @@ struct DumpOptions {
   SpecFlags spec;
   std::string emit = "plan";
   std::optional<std::string> arch;  // absent: GPU 0's target ("" given is refused, not ignored)
-  std::string output;
-  std::string cache_entry;  // a key: dump the cached entry instead of a spec
-  std::string cache_dir;
+  std::string output;               // empty: stdout ("" given is refused)
+  std::optional<std::string> cache_entry;  // a key: dump the cached entry instead of a spec
+  std::optional<std::string> cache_dir;    // only with cache_entry
 };
 
 // GPU 0's target (the caller checks gpu_available()).
@@ -74,6 +74,11 @@ std::string dump_spec(const DumpOptions& o) {
                            "dump needs a spec (--op and --shape) or --cache-entry KEY");
   }
   const NormSpec spec = o.spec.resolve();
+  if (o.cache_dir) {
+    throw_invalid_argument("--cache-dir", "'" + *o.cache_dir + "'",
+                           "only applies with --cache-entry; a spec is planned and compiled "
+                           "without the cache");
+  }
   if (!o.arch && !gpu_available()) {
     throw_invalid_argument(
         "--arch", "(missing)",
@@ -139,9 +144,9 @@ std::string entry_resources(const cache::Entry& entry) {
 }
 
 std::string dump_entry(const DumpOptions& o) {
-  const std::string& key = o.cache_entry;
+  const std::string& key = *o.cache_entry;
   if (key.size() != 64 || key.find_first_not_of("0123456789abcdef") != std::string::npos) {
-    throw_invalid_argument("--cache-entry", "'" + key + "'",
+    throw_invalid_argument("--cache-entry", quoted_excerpt(key),
                            "expected a key of 64 lowercase hex digits, as 'normjit cache ls' "
                            "prints");
   }
@@ -149,12 +154,12 @@ std::string dump_entry(const DumpOptions& o) {
   if (f.op || f.shape || f.dtype || f.normalized_dims || f.groups || f.affine || f.eps ||
       f.param_dtype || f.out_dtype || f.weight_offset || f.residual || f.activation ||
       f.save_stats || f.layout || f.backward || o.arch) {
-    throw_invalid_argument("--cache-entry", "'" + key + "'",
+    throw_invalid_argument("--cache-entry", quoted_excerpt(key),
                            "names a compiled kernel; leave out the spec flags and --arch");
   }
   // Every layer is opened read-only: dumping never creates, stamps or removes anything.
   std::vector<std::string> searched, layers;
-  const std::string dir = o.cache_dir.empty() ? default_cache_dir() : o.cache_dir;
+  const std::string dir = o.cache_dir ? *o.cache_dir : default_cache_dir();
   std::vector<std::string> candidates;
   if (!dir.empty()) candidates.push_back(dir);
   for (const std::string& layer : cache::StoreOptions::from_env().readonly) {
@@ -191,18 +196,18 @@ std::string dump_entry(const DumpOptions& o) {
 }
 
 void run_dump(const DumpOptions& o) {
-  const std::string text = o.cache_entry.empty() ? dump_spec(o) : dump_entry(o);
+  const std::string text = o.cache_entry ? dump_entry(o) : dump_spec(o);
   if (o.output.empty() || o.output == "-") {
     std::cout << text;
     return;
   }
   std::ofstream out(o.output, std::ios::binary);
   if (!out) {
-    throw_invalid_argument("-o", "'" + o.output + "'",
+    throw_invalid_argument("--output", "'" + o.output + "'",
                            std::string("cannot be written (") + std::strerror(errno) + ")");
   }
   if (!(out << text) || !out.flush()) {
-    throw_invalid_argument("-o", "'" + o.output + "'", "cannot be written");
+    throw_invalid_argument("--output", "'" + o.output + "'", "cannot be written");
   }
 }
 
@@ -224,12 +229,14 @@ void add_dump_command(CLI::App& app) {
       "--arch", [options](const std::string& arch) { options->arch = arch; },
       "target such as sm_80, sm_90, sm_90a, sm_100f; sm_90:114 plans for 114 multiprocessors "
       "(default: GPU 0, its count included; offline: the arch's full-size part)");
-  dump->add_option("-o,--output", options->output, "write to FILE instead of stdout");
-  dump->add_option("--cache-entry", options->cache_entry,
-                   "dump the cached kernel with this key (from 'normjit cache ls') instead");
-  dump->add_option("--cache-dir", options->cache_dir,
-                   "--cache-entry: cache directory (default: $NORMJIT_CACHE_DIR, else "
-                   "~/.cache/normjit); NORMJIT_CACHE_READONLY layers are searched too");
+  add_text_option(*dump, "-o,--output", options->output,
+                  "write to FILE instead of stdout ('-': stdout)");
+  add_text_option(*dump, "--cache-entry", options->cache_entry,
+                  "dump the cached kernel with this key (from 'normjit cache ls') instead");
+  add_text_option(*dump, "--cache-dir", options->cache_dir,
+                  "with --cache-entry only (an error without): cache directory (default: "
+                  "$NORMJIT_CACHE_DIR, else ~/.cache/normjit); NORMJIT_CACHE_READONLY layers are "
+                  "searched too");
   dump->footer(
       "Example:\n"
       "  normjit dump --op groupnorm --shape 2,64,32,32 --groups 8 --emit resources --arch sm_90\n"

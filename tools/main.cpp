@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "normjit/error.hpp"
+#include "runtime/compiler.hpp"
 #include "tools/commands.hpp"
 
 namespace {
@@ -11,33 +12,51 @@ namespace {
 // stray argument, a bad --jobs) as they were given.
 constexpr size_t kMaxMessageBytes = 1000;
 
-// The error and usage lines for the first word that is not an option and names no subcommand
-// where one is expected ("normjit frobnicate", "normjit cache frobnicate"); empty when there is
-// none. CLI11 would say only "A subcommand is required", not which word it did not know.
+// The error and usage lines for the first word that names no subcommand where one is expected
+// ("normjit frobnicate", "normjit cache frobnicate") or is an option that level does not take
+// ("normjit --bogus"); empty when there is none. CLI11 would say only "A subcommand is
+// required", not which word it did not know.
 std::string unknown_subcommand(const CLI::App& app, int argc, char** argv) {
   const CLI::App* level = &app;
   for (int i = 1; i < argc; ++i) {
     const std::string word = argv[i];
-    if (word.empty() || word[0] == '-') return "";  // options: CLI11 explains those
     const std::vector<const CLI::App*> subcommands =
         level->get_subcommands([](const CLI::App*) { return true; });
-    if (subcommands.empty()) return "";
+    if (subcommands.empty()) return "";  // a subcommand's own options: CLI11 explains those
+    std::string known;
+    for (const CLI::App* sub : subcommands) known += (known.empty() ? "" : ", ") + sub->get_name();
+    const std::string command = level == &app ? "normjit" : "normjit " + level->get_name();
+    const std::string usage = "\nrun '" + command + " --help' for usage";
+    if (!word.empty() && word[0] == '-') {
+      const std::string name = word.substr(0, word.find('='));  // --flag=value
+      if (level->get_option_no_throw(name) != nullptr) return "";
+      return "unknown option " + normjit::quoted_excerpt(word) + " for '" + command +
+             "' (expected a subcommand: " + known + ")" + usage;
+    }
     const CLI::App* next = nullptr;
     for (const CLI::App* sub : subcommands) {
       if (sub->check_name(word)) next = sub;
     }
     if (!next) {
-      std::string known;
-      for (const CLI::App* sub : subcommands)
-        known += (known.empty() ? "" : ", ") + sub->get_name();
-      const std::string command = level == &app ? "normjit" : "normjit " + level->get_name();
       return "unknown " + (level == &app ? std::string() : level->get_name() + " ") +
-             "subcommand " + normjit::quoted_excerpt(word) + " (expected one of " + known +
-             ")\nrun '" + command + " --help' for usage";
+             "subcommand " + normjit::quoted_excerpt(word) + " (expected one of " + known + ")" +
+             usage;
     }
     level = next;
   }
   return "";
+}
+
+// What --version prints: this build's version and the NVRTC it compiles with (loaded at run
+// time, so it is asked, not recorded at build time).
+std::string version_text() {
+  std::string text = "normjit " NORMJIT_VERSION;
+  try {
+    text += "\ncompiler: " + normjit::nvrtc_version();
+  } catch (const std::exception& e) {
+    text += "\ncompiler: NVRTC unusable (" + std::string(e.what()) + ")";
+  }
+  return text;
 }
 
 }  // namespace
@@ -49,6 +68,7 @@ int main(int argc, char** argv) {
       "Example: normjit dump --op rmsnorm --shape 8,64,32,32 --emit ptx --arch sm_90",
       "normjit"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", version_text, "print normjit's and NVRTC's versions and exit");
   app.failure_message([](const CLI::App* command, const CLI::Error& e) {
     std::string out = "normjit: error: " + normjit::excerpt(e.what(), kMaxMessageBytes) + "\n";
     out += "run '" + command->get_name() + " --help' for usage\n";

@@ -38,8 +38,8 @@ using Clock = std::chrono::steady_clock;
 struct PrewarmOptions {
   std::string manifest;
   std::vector<std::string> archs;
-  std::string cache_dir;
-  int jobs = 0;  // 0: one per hardware thread
+  std::string cache_dir;  // empty: not given ("" given is refused, not the default)
+  int jobs = 0;           // 0: one per hardware thread
   bool check = false;
 };
 
@@ -774,9 +774,9 @@ void add_prewarm_command(CLI::App& app) {
                    "the kernels); sm_90:114 plans for a part with 114 multiprocessors (H100 "
                    "PCIe; default: the arch's full-size part, which long rows' kernels depend on)")
       ->required();
-  prewarm->add_option("--cache-dir", options->cache_dir,
-                      "directory to fill (default: $NORMJIT_CACHE_DIR, else "
-                      "$XDG_CACHE_HOME/normjit, else ~/.cache/normjit)");
+  add_text_option(*prewarm, "--cache-dir", options->cache_dir,
+                  "directory to fill (default: $NORMJIT_CACHE_DIR, else "
+                  "$XDG_CACHE_HOME/normjit, else ~/.cache/normjit)");
   add_integer_option(*prewarm, "-j,--jobs", options->jobs, 1, 1024,
                      "parallel compilations, 1 to 1024 (default: one per hardware thread)");
   prewarm->add_flag("--check", options->check,

@@ -13,6 +13,32 @@ CLI::Option* add_text(CLI::App& app, const std::string& name, std::optional<std:
       name, [&value](const std::string& text) { value = text; }, help);
 }
 
+// --residual checked against the spec it joins, so that the error names the flag and only what
+// was typed: a bare --residual stands for x's dtype, which the spec's own check (made for spec
+// text, "invalid residual 'f32'") would quote as if it had been given.
+void check_residual_flag(const NormSpec& s, const std::string& given) {
+  const std::string flag = given == SpecFlags::kResidualOfX ? std::string("--residual")
+                                                            : "--residual " + quoted_excerpt(given);
+  if (s.op == Op::kGroupNorm || s.channel_form()) {
+    const std::string what = s.op == Op::kGroupNorm
+                                 ? std::string("groupnorm does not")
+                                 : std::string(to_string(s.op)) +
+                                       " over the channels (normalized_dims 0, the channel form) "
+                                       "does not; --normalized-dims K normalizes the last K dims";
+    throw Error(ErrorCode::kInvalidArgument,
+                "invalid " + flag +
+                    ": only the trailing forms (rmsnorm or layernorm over the last dims) take a "
+                    "residual; " +
+                    what);
+  }
+  if (s.backward) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "invalid " + flag +
+                    ": --backward has no residual variant yet (the residual's gradient is dh, "
+                    "added by the caller); leave --residual out");
+  }
+}
+
 }  // namespace
 
 void SpecFlags::add_to(CLI::App& app, bool required) {
@@ -82,6 +108,11 @@ NormSpec SpecFlags::resolve() const {
   if (save_stats) f.save_stats = true;
   if (layout) f.layout = parse_layout(*layout, "--layout");
   if (backward) f.backward = true;
+  if (residual) {
+    SpecFields without = f;
+    without.residual.reset();
+    check_residual_flag(NormSpec::from_fields(without), *residual);
+  }
   return NormSpec::from_fields(f);
 }
 

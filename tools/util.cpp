@@ -1,6 +1,7 @@
 #include "tools/util.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <random>
 
 #include "normjit/error.hpp"
@@ -67,10 +68,32 @@ Target parse_arch(const std::string& flag, const std::string& arch) {
   return target;
 }
 
+namespace {
+
+// The long name of a flag ("--output" of "-o,--output"): what its errors name.
+std::string long_name(const std::string& name) { return name.substr(name.find_last_of(',') + 1); }
+
+// A flag whose value must not be empty; set() takes the value as given.
+CLI::Option* add_nonempty_option(CLI::App& app, const std::string& name,
+                                 std::function<void(const std::string&)> set,
+                                 const std::string& help) {
+  return app.add_option_function<std::string>(
+      name,
+      [set = std::move(set), flag = long_name(name)](const std::string& text) {
+        if (text.empty()) {
+          throw_invalid_argument(flag, "''", "is empty; give a value or leave the flag out");
+        }
+        set(text);
+      },
+      help);
+}
+
+}  // namespace
+
 CLI::Option* add_integer_option(CLI::App& app, const std::string& name, int& value, int min,
                                 int max, const std::string& help) {
   // The long name ("--jobs" of "-j,--jobs") is what the error names.
-  const std::string flag = name.substr(name.find_last_of(',') + 1);
+  const std::string flag = long_name(name);
   return app
       .add_option_function<std::string>(
           name,
@@ -79,6 +102,18 @@ CLI::Option* add_integer_option(CLI::App& app, const std::string& name, int& val
           },
           help)
       ->type_name("INT");
+}
+
+CLI::Option* add_text_option(CLI::App& app, const std::string& name, std::string& value,
+                             const std::string& help) {
+  return add_nonempty_option(
+      app, name, [&value](const std::string& text) { value = text; }, help);
+}
+
+CLI::Option* add_text_option(CLI::App& app, const std::string& name,
+                             std::optional<std::string>& value, const std::string& help) {
+  return add_nonempty_option(
+      app, name, [&value](const std::string& text) { value = text; }, help);
 }
 
 std::string indent(const std::string& text) {

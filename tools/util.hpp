@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,14 @@ Target parse_arch(const std::string& flag, const std::string& arch);
 // flag and its value named in the error (CLI11's own conversion takes 0x10, " 3" and 010).
 CLI::Option* add_integer_option(CLI::App& app, const std::string& name, int& value, int min,
                                 int max, const std::string& help);
+
+// A text flag (a path, a key) kept as given, except that an empty value is refused naming the
+// flag: --cache-dir "" is a mistake, never "not given" and so the default. `value` is left as it
+// was (empty, or nullopt) when the flag is not given.
+CLI::Option* add_text_option(CLI::App& app, const std::string& name, std::string& value,
+                             const std::string& help);
+CLI::Option* add_text_option(CLI::App& app, const std::string& name,
+                             std::optional<std::string>& value, const std::string& help);
 
 // Indents every line after the first, so that a multi-line message (an NVRTC log) reads as
 // part of the item it belongs to.

@@ -585,10 +585,11 @@ TEST(ByteSize, ParsesCountsAndBinarySuffixes) {
   EXPECT_EQ(parse_byte_size("64m"), 64u << 20);
   EXPECT_EQ(parse_byte_size("2G"), uint64_t{2} << 30);
   EXPECT_EQ(parse_byte_size("2GiB"), uint64_t{2} << 30);
-  EXPECT_EQ(parse_byte_size(" 1TB "), uint64_t{1} << 40);
+  EXPECT_EQ(parse_byte_size("1TB"), uint64_t{1} << 40);
   EXPECT_EQ(parse_byte_size("18446744073709551615"), UINT64_MAX);
-  for (const char* bad :
-       {"", "G", "-1", "1.5G", "2X", "2 G", "abc", "18446744073709551616", "17179869184G"}) {
+  // Exactly as given: spaces around a count are refused, not trimmed.
+  for (const char* bad : {"", "G", "-1", "1.5G", "2X", "2 G", "abc", "18446744073709551616",
+                          "17179869184G", " 5", "5 ", " 1TB ", "\t5"}) {
     EXPECT_FALSE(parse_byte_size(bad)) << bad;
   }
 }
@@ -625,6 +626,13 @@ TEST(StoreOptions, FromEnvironment) {
   }
   ASSERT_EQ(warnings.count(), 1u);
   EXPECT_NE(warnings.messages()[0].find("NORMJIT_CACHE_MAX_BYTES='lots'"), std::string::npos);
+  {
+    // Read exactly as given, like --max-bytes: a count with spaces is warned about, not trimmed.
+    ScopedEnv max("NORMJIT_CACHE_MAX_BYTES", " 64M");
+    EXPECT_EQ(StoreOptions::from_env().max_bytes, kDefaultMaxBytes);
+  }
+  ASSERT_EQ(warnings.count(), 2u);
+  EXPECT_NE(warnings.messages()[1].find("NORMJIT_CACHE_MAX_BYTES=' 64M'"), std::string::npos);
 }
 
 }  // namespace

@@ -215,6 +215,35 @@ TEST_F(Cli, BenchSpecsFileNamesTheFileAndTheBadLine) {
   EXPECT_NE(both.find("--specs"), npos) << both;
 }
 
+TEST_F(Cli, VersionNamesNormjitAndNvrtc) {
+  const ToolResult r = run({"--version"});
+  EXPECT_EQ(r.exit_code, 0) << r.describe();
+  EXPECT_EQ(r.out.rfind("normjit " NORMJIT_VERSION "\n", 0), 0u) << r.describe();
+  EXPECT_NE(r.out.find(nvrtc_version()), npos) << r.describe();
+  EXPECT_EQ(r.err, "") << r.describe();
+}
+
+// dump plans and compiles a spec without the cache: --cache-dir there used to be ignored.
+TEST_F(Cli, DumpCacheDirOnlyAppliesWithCacheEntry) {
+  const std::string e = single_error(run({"dump", "--op", "rmsnorm", "--shape", "8,64", "--arch",
+                                          "sm_90", "--cache-dir", dir_.path()}));
+  EXPECT_NE(e.find("--cache-dir '" + dir_.path() + "'"), npos) << e;
+  EXPECT_NE(e.find("only applies with --cache-entry"), npos) << e;
+}
+
+// On the GPU bench times GPU 0's own target: --arch without --compile used to do nothing.
+TEST_F(Cli, BenchArchOnlyAppliesWithCompile) {
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"bench", "--op", "rmsnorm", "--shape", "8,64", "--arch", "sm_90"},
+           {"bench", "--seeds", "--arch", "sm_90"}}) {
+    const ToolResult r = run(args);
+    const std::string e = single_error(r);
+    EXPECT_EQ(r.exit_code, 1) << r.describe();
+    EXPECT_NE(e.find("--arch 'sm_90'"), npos) << e;
+    EXPECT_NE(e.find("only applies with --compile"), npos) << e;
+  }
+}
+
 TEST_F(Cli, HelpOfEverySubcommandHasAnExample) {
   for (const auto& command : std::vector<std::vector<std::string>>{
            {}, {"demo"}, {"dump"}, {"prewarm"}, {"cache"}, {"bench"}}) {

@@ -140,6 +140,39 @@ TEST_F(Prewarm, AFailedWriteIsAFailure) {
   EXPECT_EQ(summary_of(r).failed, int(kSpecs.size() * kArchs.size())) << r.describe();
 }
 
+// NORMJIT_JIT is read by every engine, prewarm's included: with the JIT off a kernel in no layer
+// fails instead of compiling. Only "off" and "0" used to turn it off; OFF, false and no left it
+// on without a word. Any spelling it does not know leaves it on, with one warning naming it.
+TEST_F(Prewarm, JitSwitchTakesTheCommonSpellingsAndWarnsOfOthers) {
+  const std::string one = home_ / "one.json";
+  write_file(one, manifest_of({kSpecs[0]}));
+  int run_count = 0;
+  const auto prewarm_with = [&](const std::string& value) {
+    const std::string dir = home_ / ("jit" + std::to_string(run_count++));
+    return run({"prewarm", one, "--arch", "sm_90", "--cache-dir", dir}, {"NORMJIT_JIT=" + value});
+  };
+  for (const char* off : {"off", "0", "OFF", "Off", "false", "FALSE", "no", "No"}) {
+    const ToolResult r = prewarm_with(off);
+    EXPECT_EQ(summary_of(r).failed, 1) << "NORMJIT_JIT=" << off << "\n" << r.describe();
+    EXPECT_NE(r.err.find("JIT is off"), npos) << r.describe();
+    EXPECT_EQ(r.err_lines("normjit: warning: ").size(), 0u) << r.describe();
+  }
+  for (const char* on : {"on", "1", "ON", "true", "True", "yes", "YES", ""}) {
+    const ToolResult r = prewarm_with(on);
+    EXPECT_EQ(r.exit_code, 0) << "NORMJIT_JIT=" << on << "\n" << r.describe();
+    EXPECT_EQ(summary_of(r).compiled, 1) << r.describe();
+    EXPECT_EQ(r.err_lines("normjit: warning: ").size(), 0u) << r.describe();
+  }
+  for (const char* other : {"maybe", "disabled", " off", "2"}) {
+    const ToolResult r = prewarm_with(other);
+    EXPECT_EQ(r.exit_code, 0) << "NORMJIT_JIT=" << other << "\n" << r.describe();
+    EXPECT_EQ(summary_of(r).compiled, 1) << r.describe();
+    const std::vector<std::string> warnings = r.err_lines("normjit: warning: ");
+    ASSERT_EQ(warnings.size(), 1u) << r.describe();
+    EXPECT_NE(warnings[0].find(std::string("NORMJIT_JIT='") + other + "'"), npos) << warnings[0];
+  }
+}
+
 // A part with fewer multiprocessors than the arch's full-size one plans long rows differently;
 // `--arch sm_90:114` prewarms what an engine on such a GPU (an H100 PCIe) looks up. Kernels
 // that do not depend on the count are the same key and compiled once.

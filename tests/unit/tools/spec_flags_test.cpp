@@ -122,9 +122,13 @@ TEST(SpecFlags, BadVariantValuesNameTheFlagAndValue) {
       {rms({"--param-dtype", "f32"}), {"param_dtype 'f32'", "affine is none"}},
       {rms({"--weight-offset", "1"}), {"weight_offset 1", "affine is none"}},
       {rms({"--dtype", "bf16", "--residual", "f16"}), {"residual 'f16'", "x's dtype (bf16)"}},
-      {{"--op", "rmsnorm", "--shape", "2,64,8", "--residual"}, {"residual 'f32'", "trailing"}},
+      // The trailing-form check of a --residual names the flag; a bare one quotes no dtype.
+      {{"--op", "rmsnorm", "--shape", "2,64,8", "--residual"},
+       {"invalid --residual: only the trailing forms", "channel form"}},
       {{"--op", "groupnorm", "--shape", "2,64,8", "--groups", "8", "--residual", "f32"},
-       {"residual 'f32'", "trailing"}},
+       {"invalid --residual 'f32': only the trailing forms", "groupnorm does not"}},
+      {{"--op", "groupnorm", "--shape", "2,64,8", "--groups", "8", "--residual"},
+       {"invalid --residual: only the trailing forms", "groupnorm does not"}},
   };
   for (const Case& c : cases) {
     std::string args;

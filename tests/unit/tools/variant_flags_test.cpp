@@ -54,7 +54,8 @@ TEST_F(VariantFlags, BadValuesNameTheFlagAndValue) {
       {{"--param-dtype", "f32"}, {"param_dtype 'f32'", "affine is none"}},
       {{"--weight-offset", "1"}, {"weight_offset 1", "affine is none"}},
       {{"--dtype", "bf16", "--residual", "f16"}, {"residual 'f16'", "x's dtype (bf16) or f32"}},
-      {{"--residual"}, {"residual 'f32'", "trailing", "channel form"}, "0"},
+      {{"--residual"}, {"invalid --residual: only the trailing forms", "channel form"}, "0"},
+      {{"--residual", "f32"}, {"invalid --residual 'f32': only the trailing forms"}, "0"},
   };
   for (const Case& c : cases) {
     for (const char* command : {"dump", "bench"}) {
@@ -69,6 +70,32 @@ TEST_F(VariantFlags, BadValuesNameTheFlagAndValue) {
       for (const std::string& m : c.mentions) {
         EXPECT_NE(e.find(m), npos) << command << " " << c.flags[0] << ": names " << m << ": " << e;
       }
+    }
+  }
+}
+
+// A bare --residual stands for x's dtype; an error about the form used to quote that dtype
+// ("invalid residual 'f32'"), a value the user never typed. It names the flag instead.
+TEST_F(VariantFlags, BareResidualIsNamedAsTheFlagNotAsADtype) {
+  struct Case {
+    std::vector<std::string> spec;
+    std::string why;
+  };
+  const std::vector<Case> cases = {
+      {{"--op", "groupnorm", "--shape", "8,64,32,32", "--groups", "8"}, "groupnorm does not"},
+      {{"--op", "rmsnorm", "--shape", "8,64,32,32"}, "channel form"},
+      {{"--op", "layernorm", "--shape", "8,64", "--backward"}, "--backward"},
+  };
+  for (const Case& c : cases) {
+    for (const char* command : {"dump", "bench"}) {
+      std::vector<std::string> args = {command};
+      args.insert(args.end(), c.spec.begin(), c.spec.end());
+      args.push_back("--residual");
+      if (args[0] == std::string("dump")) args.insert(args.end(), {"--arch", "sm_90"});
+      const std::string e = single_error(args);
+      EXPECT_NE(e.find("invalid --residual: "), npos) << command << ": " << e;
+      EXPECT_NE(e.find(c.why), npos) << command << ": " << e;
+      EXPECT_EQ(e.find("'f32'"), npos) << command << ": quotes no dtype: " << e;
     }
   }
 }
