@@ -265,7 +265,17 @@ std::vector<NormSpec> specs_of_file(const std::string& path) {
     const size_t first = line.find_first_not_of(" \t\r");
     if (first == std::string::npos || line[first] == '#') continue;
     try {
-      specs.push_back(NormSpec::parse(line.substr(first)));
+      // A line as dump --emit plan prints it ("spec: op=...") reads as the spec after it; an
+      // arch= or key= word (cache ls, prewarm --check) has no meaning here: bench times
+      // kernels for this GPU's target.
+      const PrintedSpec printed = printed_spec(line.substr(first));
+      if (printed.arch || printed.key) {
+        throw Error(ErrorCode::kInvalidArgument,
+                    std::string(printed.arch ? "arch=" + *printed.arch : "key=" + *printed.key) +
+                        ": bench times kernels for GPU 0's own target; drop the word (or use "
+                        "--compile --arch for compile times)");
+      }
+      specs.push_back(NormSpec::parse(printed.spec));
     } catch (const Error& e) {
       throw Error(e.code(), "invalid --specs '" + path + "' line " + std::to_string(number) + ": " +
                                 e.what());
@@ -608,8 +618,9 @@ void add_bench_command(CLI::App& app) {
   options->spec.add_to(*bench, /*required=*/false);
   bench->add_flag("--seeds", options->seeds, "time the seed problems of the design");
   add_text_option(*bench, "--specs", options->specs_file,
-                  "time every spec listed in this file, one spec text per line (as 'normjit "
-                  "dump' prints them; '#' starts a comment line), in one process");
+                  "time every spec listed in this file, one spec text per line (canonical, as "
+                  "'normjit dump --emit plan' prints it after 'spec:', which may stay; '#' "
+                  "starts a comment line), in one process");
   bench->add_flag("--jit-latency", options->jit_latency,
                   "measure compile, cache-hit and launch latencies instead of bandwidth");
   bench->add_flag("--compile", options->compile_only,

@@ -326,11 +326,20 @@ void print_explanation(const cache::Explanation& e) {
 }
 
 void run_explain(const CacheFlags& flags, const std::vector<std::string>& words,
-                 const std::string& arch) {
+                 const std::optional<std::string>& arch_flag) {
+  std::string text;
+  for (const std::string& word : words) text += (text.empty() ? "" : " ") + word;
+  // A spec as cache ls or prewarm --check print it ("... arch=sm_90 key=...") or as dump
+  // --emit plan does ("spec: ..."): the target from its arch= word where --arch is not given.
+  const PrintedSpec printed = printed_spec(text);
+  if (printed.arch && arch_flag && *printed.arch != *arch_flag) {
+    throw_invalid_argument("--arch", "'" + *arch_flag + "'",
+                           "differs from the request's arch=" + *printed.arch);
+  }
   // Checked as dump and prewarm check it, before anything is printed, key or spec.
-  const Target target = parse_arch("--arch", arch);
-  std::string request;
-  for (const std::string& word : words) request += (request.empty() ? "" : " ") + word;
+  const Target target = printed.arch ? parse_arch("arch", *printed.arch)
+                                     : parse_arch("--arch", arch_flag.value_or("sm_90"));
+  const std::string& request = printed.spec;
   const auto store = open_store(flags);
   const auto infos = store->list(/*verify=*/false);
 
@@ -357,8 +366,13 @@ void run_explain(const CacheFlags& flags, const std::vector<std::string>& words,
   } else {
     const NormSpec spec = NormSpec::parse(request);
     preimage = key_inputs(spec, target).preimage();
+    const std::string key = cache::sha256_hex(preimage);
     std::printf("spec:       %s\ntarget:     %s\nkey:        %s\n", spec.to_string().c_str(),
-                target.name().c_str(), cache::sha256_hex(preimage).c_str());
+                target.name().c_str(), key.c_str());
+    if (printed.key && *printed.key != key) {
+      std::printf("note:       the request's key=%s is not this spec's on this target\n",
+                  printed.key->c_str());
+    }
   }
   print_explanation(cache::explain(infos, preimage));
 }
@@ -432,17 +446,19 @@ void add_cache_command(CLI::App& app) {
   {
     auto flags = std::make_shared<CacheFlags>();
     auto words = std::make_shared<std::vector<std::string>>();
-    auto arch = std::make_shared<std::string>("sm_90");
+    auto arch = std::make_shared<std::optional<std::string>>();
     CLI::App* explain = cache->add_subcommand(
         "explain",
         "Say whether a spec (or key) is cached and, if not, how the nearest entry differs");
     add_cache_dir_flag(*explain, *flags);
     explain
         ->add_option("request", *words,
-                     "a spec in canonical form (op=rmsnorm shape=8,64,32,32 dtype=f32 ...) "
-                     "or a 64-digit key")
+                     "a spec in canonical form (op=rmsnorm shape=8,64,32,32 dtype=f32 ...), "
+                     "as 'cache ls' and 'prewarm --check' print it too (with arch= and key= "
+                     "words) or 'dump --emit plan' (after 'spec:'); or a 64-digit key")
         ->required();
-    explain->add_option("--arch", *arch, "target of the spec (default sm_90)");
+    add_text_option(*explain, "--arch", *arch,
+                    "target of the spec (default: the request's arch= word, else sm_90)");
     explain->footer(
         "Examples:\n"
         "  normjit cache explain op=rmsnorm shape=8,64,32,32 dtype=f32 affine=none eps=1e-05 "

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 #include <random>
+#include <sstream>
 
 #include "normjit/error.hpp"
 #include "runtime/compiler.hpp"
@@ -114,6 +115,28 @@ CLI::Option* add_text_option(CLI::App& app, const std::string& name,
                              std::optional<std::string>& value, const std::string& help) {
   return add_nonempty_option(
       app, name, [&value](const std::string& text) { value = text; }, help);
+}
+
+PrintedSpec printed_spec(const std::string& text) {
+  PrintedSpec out;
+  std::istringstream words(text);
+  std::string word;
+  bool first = true;
+  while (words >> word) {
+    if (first && word == "spec:") {
+      first = false;
+      continue;
+    }
+    first = false;
+    if (word.rfind("arch=", 0) == 0) {
+      out.arch = word.substr(5);
+    } else if (word.rfind("key=", 0) == 0) {
+      out.key = word.substr(4);
+    } else {
+      out.spec += (out.spec.empty() ? "" : " ") + word;
+    }
+  }
+  return out;
 }
 
 std::string indent(const std::string& text) {

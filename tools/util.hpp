@@ -41,6 +41,17 @@ CLI::Option* add_text_option(CLI::App& app, const std::string& name,
 
 // Indents every line after the first, so that a multi-line message (an NVRTC log) reads as
 // part of the item it belongs to.
+// A spec text as the tool prints it, made fit to be read back: without the "spec:" that dump
+// --emit plan puts first, and with the words that cache ls and prewarm --check put after the
+// spec ("arch=sm_90", "key=<64 hex digits>") taken out into `arch` and `key` (none where the
+// text has none). The rest is the spec text, for NormSpec::parse.
+struct PrintedSpec {
+  std::string spec;
+  std::optional<std::string> arch;
+  std::optional<std::string> key;
+};
+PrintedSpec printed_spec(const std::string& text);
+
 std::string indent(const std::string& text);
 
 }  // namespace normjit::tools

@@ -3,6 +3,7 @@
 // script's log shows the cause at once. And every subcommand's --help carries an example.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -213,6 +214,70 @@ TEST_F(Cli, BenchSpecsFileNamesTheFileAndTheBadLine) {
   // --specs is one of the things to time, not one more beside --seeds.
   const std::string both = single_error(run({"bench", "--specs", bad, "--seeds"}));
   EXPECT_NE(both.find("--specs"), npos) << both;
+}
+
+// What the tool prints as a spec reads back: cache ls's line (with its arch= word), prewarm
+// --check's (arch= and key=) and dump --emit plan's first line ("spec: ...") explain the same
+// entry; an --arch that contradicts the line's arch= is named; bench --specs takes dump's
+// "spec:" and names an arch= word it cannot honour.
+TEST_F(Cli, PrintedSpecsReadBack) {
+  const std::string manifest_path = manifest(
+      "m.json", R"([{"op": "rmsnorm", "shape": [8, 64], "dtype": "bf16", "normalized_dims": 1}])");
+  ASSERT_EQ(run({"prewarm", manifest_path, "--arch", "sm_80"}).exit_code, 0);
+  const ToolResult ls = run({"cache", "ls"});
+  ASSERT_EQ(ls.exit_code, 0) << ls.describe();
+  const size_t at = ls.out.find("op=rmsnorm");
+  ASSERT_NE(at, npos) << ls.describe();
+  const std::string listed = ls.out.substr(at, ls.out.find('\n', at) - at);
+  ASSERT_NE(listed.find(" arch=sm_80"), npos) << listed;
+  const auto words = [](const std::string& text) {
+    std::vector<std::string> out{"cache", "explain"};
+    for (size_t i = 0; i < text.size();) {
+      const size_t end = std::min(text.find(' ', i), text.size());
+      if (end > i) out.push_back(text.substr(i, end - i));
+      i = end + 1;
+    }
+    return out;
+  };
+  const ToolResult explained = run(words(listed));
+  ASSERT_EQ(explained.exit_code, 0) << explained.describe();
+  EXPECT_NE(explained.out.find("target:     sm_80"), npos) << explained.describe();
+  EXPECT_NE(explained.out.find("present:    yes"), npos) << explained.describe();
+  const std::string key = explained.out.substr(explained.out.find("key:") + 12, 64);
+
+  std::vector<std::string> with_key = words(listed + " key=" + key);
+  const ToolResult same = run(with_key);
+  EXPECT_EQ(same.exit_code, 0) << same.describe();
+  EXPECT_EQ(same.out.find("note:"), npos) << same.describe();
+  const ToolResult other = run(words(listed + " key=" + std::string(64, 'f')));
+  EXPECT_NE(other.out.find("is not this spec's on this target"), npos) << other.describe();
+
+  std::vector<std::string> contradicted = words(listed);
+  contradicted.insert(contradicted.end(), {"--arch", "sm_90"});
+  const std::string e = single_error(run(contradicted));
+  EXPECT_NE(e.find("--arch 'sm_90'"), npos) << e;
+  EXPECT_NE(e.find("arch=sm_80"), npos) << e;
+
+  const ToolResult plan = run({"dump", "--op", "rmsnorm", "--shape", "8,64", "--dtype", "bf16",
+                               "--normalized-dims", "1", "--emit", "plan", "--arch", "sm_80"});
+  ASSERT_EQ(plan.exit_code, 0) << plan.describe();
+  const std::string first = plan.out.substr(0, plan.out.find('\n'));
+  ASSERT_EQ(first.rfind("spec: ", 0), 0u) << first;
+  std::vector<std::string> from_plan = words(first);
+  from_plan.insert(from_plan.end(), {"--arch", "sm_80"});
+  const ToolResult by_plan = run(from_plan);
+  EXPECT_EQ(by_plan.exit_code, 0) << by_plan.describe();
+  EXPECT_NE(by_plan.out.find("key:        " + key), npos) << by_plan.describe();
+
+  const std::string specs = manifest("specs.txt", first + "\n");
+  const ToolResult timed =
+      run({"bench", "--compile", "--specs", specs, "--arch", "sm_80", "--repeat", "1", "--json"});
+  EXPECT_EQ(timed.exit_code, 0) << timed.describe();
+  const std::string with_arch = manifest("arch.txt", listed + "\n");
+  const std::string refused =
+      single_error(run({"bench", "--compile", "--specs", with_arch, "--arch", "sm_80"}));
+  EXPECT_NE(refused.find("line 1"), npos) << refused;
+  EXPECT_NE(refused.find("arch=sm_80"), npos) << refused;
 }
 
 TEST_F(Cli, VersionNamesNormjitAndNvrtc) {
