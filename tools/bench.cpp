@@ -53,7 +53,8 @@ struct BenchOptions {
   int repeat = 20;
   int warmup = 3;
   int calls = 10000;  // --jit-latency: calls per host-overhead measurement
-  std::string cache_dir;
+  bool warmup_given = false, calls_given = false;
+  std::string cache_dir;  // empty: not given; --jit-latency: where its scratch directory goes
 };
 
 struct DeviceInfo {
@@ -394,11 +395,20 @@ void run_kernels(const BenchOptions& o, const std::vector<NormSpec>& specs) {
 
 class TempDir {
  public:
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string pattern = std::string(base && *base ? base : "/tmp") + "/normjit-bench-XXXXXX";
+  // A fresh directory in parent (--cache-dir), else in TMPDIR or /tmp.
+  explicit TempDir(const std::string& parent) {
+    const char* tmp = std::getenv("TMPDIR");
+    const std::string base = !parent.empty() ? parent : tmp && *tmp ? tmp : "/tmp";
+    std::string pattern = base + "/normjit-bench-XXXXXX";
     if (!::mkdtemp(pattern.data())) {
-      throw Error(ErrorCode::kInvalidArgument, "cannot create a temporary directory " + pattern);
+      const std::string why = std::strerror(errno);
+      if (!parent.empty()) {
+        throw_invalid_argument(
+            "--cache-dir", "'" + parent + "'",
+            "--jit-latency cannot create its scratch directory there (" + why + ")");
+      }
+      throw Error(ErrorCode::kInvalidArgument,
+                  "cannot create a temporary directory " + pattern + " (" + why + ")");
     }
     path_ = pattern;
   }
@@ -444,7 +454,9 @@ void run_jit_latency(const BenchOptions& o) {
   const NormSpec spec = NormSpec::parse("op=rmsnorm shape=112,64,512,512 dtype=f32 affine=none");
   const NormSpec other = NormSpec::parse("op=rmsnorm shape=112,32,512,512 dtype=f32 affine=none");
   const NormSpec tiny = NormSpec::parse("op=rmsnorm shape=1,64,8,8 dtype=f32 affine=none");
-  TempDir dir;
+  // A fresh directory, so that the cold compile is cold; inside --cache-dir where given, so that
+  // the disk hit is timed on that file system.
+  TempDir dir(o.cache_dir);
   EngineOptions options;
   options.cache_dir = dir.path();
   Engine engine(options);
@@ -503,7 +515,8 @@ void run_jit_latency(const BenchOptions& o) {
     return;
   }
   std::printf("normjit JIT latency on %s (%s)\n", device.name.c_str(), device.arch.c_str());
-  std::printf("spec: %s\n", spec.to_string().c_str());
+  std::printf("spec: %s\ncache directory: %s (removed after)\n", spec.to_string().c_str(),
+              dir.path().c_str());
   std::printf("  cold compile + module load (first NVRTC use) %10.1f ms\n", cold_ms);
   std::printf("  compile + module load (NVRTC warm)           %10.1f ms\n", compile_ms);
   std::printf(
@@ -594,6 +607,23 @@ void run_bench(const BenchOptions& o) {
                              "GPU 0's own target");
     }
   }
+  // --compile times NVRTC alone, every compile (the process's first included): no cache is read
+  // or written and nothing warms up, so these flags would be silently unused there.
+  if (o.compile_only && !o.cache_dir.empty()) {
+    throw_invalid_argument("--cache-dir", "'" + o.cache_dir + "'",
+                           "does not apply with --compile, which times NVRTC alone and reads or "
+                           "writes no cache");
+  }
+  if (o.compile_only && o.warmup_given) {
+    throw_invalid_argument("--warmup", "'" + std::to_string(o.warmup) + "'",
+                           "does not apply with --compile, which times every compile (the "
+                           "process's first included); --repeat sets how many");
+  }
+  if (o.calls_given && !o.jit_latency) {
+    throw_invalid_argument("--calls", "'" + std::to_string(o.calls) + "'",
+                           std::string("only applies with --jit-latency") +
+                               (o.compile_only ? ", not with --compile" : ""));
+  }
   if (o.compile_only) return run_compile(o, specs);
   require_gpu();
   if (o.jit_latency) {
@@ -631,13 +661,18 @@ void add_bench_command(CLI::App& app) {
                   "target): target architecture (default sm_90)");
   add_integer_option(*bench, "--repeat", options->repeat, 1, 100000,
                      "timed samples per kernel, median reported (default 20)");
-  add_integer_option(*bench, "--warmup", options->warmup, 0, 100000,
-                     "untimed launches first (default 3)");
-  add_integer_option(*bench, "--calls", options->calls, 1, 10000000,
-                     "--jit-latency: calls per host-overhead figure (default 10000)");
+  CLI::Option* warmup = add_integer_option(
+      *bench, "--warmup", options->warmup, 0, 100000,
+      "untimed launches first (default 3); an error with --compile, which times every compile");
+  CLI::Option* calls =
+      add_integer_option(*bench, "--calls", options->calls, 1, 10000000,
+                         "with --jit-latency only: calls per host-overhead figure (default 10000)");
   bench->add_flag("--json", options->json, "print one JSON document (for scripts)");
   add_text_option(*bench, "--cache-dir", options->cache_dir,
-                  "cache directory (default: NORMJIT_CACHE_DIR or ~/.cache/normjit)");
+                  "cache directory (default: NORMJIT_CACHE_DIR or ~/.cache/normjit); "
+                  "--jit-latency times its compiles and disk hits in a fresh directory made "
+                  "inside it (default: in TMPDIR), removed after; an error with --compile, which "
+                  "uses no cache");
   bench->footer(
       "Example:\n"
       "  normjit bench --op rmsnorm --shape 112,64,512,512 --dtype bf16 --repeat 50\n"
@@ -645,7 +680,11 @@ void add_bench_command(CLI::App& app) {
       "  normjit bench --specs decode.txt --repeat 50\n"
       "  normjit bench --jit-latency\n"
       "  normjit bench --compile --seeds --arch sm_90 --repeat 5");
-  bench->callback([options] { run_bench(*options); });
+  bench->callback([options, warmup, calls] {
+    options->warmup_given = warmup->count() > 0;
+    options->calls_given = calls->count() > 0;
+    run_bench(*options);
+  });
 }
 
 }  // namespace normjit::tools

@@ -189,9 +189,13 @@ void run_stats(const CacheFlags& flags) {
                                  " of them bad ('normjit cache verify' says why)";
   };
   const uint64_t max = store->options().max_bytes;
-  std::printf("entries:    %llu in the writable layer, %s of %s (NORMJIT_CACHE_MAX_BYTES)%s\n",
+  // The limit's source: an unset or malformed NORMJIT_CACHE_MAX_BYTES leaves the default.
+  const char* max_env = std::getenv("NORMJIT_CACHE_MAX_BYTES");
+  const bool max_from_env = max_env != nullptr && cache::parse_byte_size(max_env).has_value();
+  std::printf("entries:    %llu in the writable layer, %s of %s (%s)%s\n",
               static_cast<unsigned long long>(entries[0]), human_bytes(bytes[0]).c_str(),
-              human_bytes(max).c_str(), bad_text(0).c_str());
+              human_bytes(max).c_str(), max_from_env ? "NORMJIT_CACHE_MAX_BYTES" : "default",
+              bad_text(0).c_str());
   if (!store->options().readonly.empty()) {
     std::printf("            %llu in read-only layers, %s%s\n",
                 static_cast<unsigned long long>(entries[1]), human_bytes(bytes[1]).c_str(),
@@ -332,6 +336,10 @@ void run_explain(const CacheFlags& flags, const std::vector<std::string>& words,
   // A spec as cache ls or prewarm --check print it ("... arch=sm_90 key=...") or as dump
   // --emit plan does ("spec: ..."): the target from its arch= word where --arch is not given.
   const PrintedSpec printed = printed_spec(text);
+  // A lone key= word is the key itself.
+  const std::string request = printed.spec.empty() && printed.key ? *printed.key : printed.spec;
+  const bool is_key =
+      request.size() == 64 && request.find_first_not_of("0123456789abcdef") == std::string::npos;
   if (printed.arch && arch_flag && *printed.arch != *arch_flag) {
     throw_invalid_argument("--arch", "'" + *arch_flag + "'",
                            "differs from the request's arch=" + *printed.arch);
@@ -339,12 +347,16 @@ void run_explain(const CacheFlags& flags, const std::vector<std::string>& words,
   // Checked as dump and prewarm check it, before anything is printed, key or spec.
   const Target target = printed.arch ? parse_arch("arch", *printed.arch)
                                      : parse_arch("--arch", arch_flag.value_or("sm_90"));
-  const std::string& request = printed.spec;
+  // A key was made for one target already: a target given beside it would be silently unused.
+  if (is_key && (arch_flag || printed.arch)) {
+    throw_invalid_argument(arch_flag ? "--arch" : "arch",
+                           quoted_excerpt(arch_flag ? *arch_flag : *printed.arch),
+                           std::string("applies to a spec; a key names its target already") +
+                               (arch_flag ? "" : " (drop the arch= word)"));
+  }
   const auto store = open_store(flags);
   const auto infos = store->list(/*verify=*/false);
 
-  const bool is_key =
-      request.size() == 64 && request.find_first_not_of("0123456789abcdef") == std::string::npos;
   std::string preimage;
   if (is_key) {
     std::printf("key:        %s\n", request.c_str());
@@ -458,7 +470,8 @@ void add_cache_command(CLI::App& app) {
                      "words) or 'dump --emit plan' (after 'spec:'); or a 64-digit key")
         ->required();
     add_text_option(*explain, "--arch", *arch,
-                    "target of the spec (default: the request's arch= word, else sm_90)");
+                    "target of the spec (default: the request's arch= word, else sm_90); an "
+                    "error with a key, which names its target already");
     explain->footer(
         "Examples:\n"
         "  normjit cache explain op=rmsnorm shape=8,64,32,32 dtype=f32 affine=none eps=1e-05 "

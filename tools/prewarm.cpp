@@ -621,10 +621,20 @@ void require_writable(const std::string& dir, uint64_t max_bytes) {
   options.max_bytes = max_bytes;
   const cache::Store probe(options);
   if (probe.writable()) return;
+  // The store's warnings go on with what a running process does without the directory
+  // ("... cached in memory only"); prewarm fails instead, so only the cause is kept.
   std::string why;
-  for (const std::string& w : warnings) why += (why.empty() ? "" : "; ") + w;
+  for (std::string w : warnings) {
+    for (const char* tail :
+         {"; kernels are cached in memory only", "; its kernels are still read"}) {
+      if (const size_t at = w.find(tail); at != std::string::npos) w.erase(at);
+    }
+    why += (why.empty() ? "" : "; ") + w;
+  }
   throw_invalid_argument("--cache-dir", "'" + dir + "'",
-                         "cannot be written" + (why.empty() ? "" : " (" + why + ")"));
+                         "prewarm cannot write its kernels there" +
+                             (why.empty() ? "" : " (" + why + ")") +
+                             ", so it fails; give a directory it can create or write");
 }
 
 void run_prewarm(const PrewarmOptions& o, const std::vector<ManifestEntry>& entries,

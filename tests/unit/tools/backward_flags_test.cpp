@@ -71,9 +71,9 @@ TEST_F(BackwardFlags, GroupNormAndChannelFormsHaveBackwardKernels) {
 }
 
 TEST_F(BackwardFlags, BenchCompileCompilesABackwardKernel) {
-  const ToolResult r = run({"bench", "--compile", "--op", "rmsnorm", "--shape", "4,4096",
-                            "--normalized-dims", "1", "--dtype", "bf16", "--affine", "weight",
-                            "--backward", "--repeat", "1", "--cache-dir", (dir_ / "bench")});
+  const ToolResult r =
+      run({"bench", "--compile", "--op", "rmsnorm", "--shape", "4,4096", "--normalized-dims", "1",
+           "--dtype", "bf16", "--affine", "weight", "--backward", "--repeat", "1"});
   EXPECT_EQ(r.exit_code, 0) << r.describe();
   EXPECT_NE(r.out.find("backward=true"), npos) << r.describe();
 }

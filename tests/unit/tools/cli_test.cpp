@@ -162,9 +162,17 @@ TEST_F(Cli, UnwritableOutput) {
 TEST_F(Cli, UnwritableCacheDirectoryFailsPrewarm) {
   const std::string good = manifest("good.json", R"([{"op": "rmsnorm", "shape": [2, 64, 8]}])");
   const std::string file = manifest("a-file", "not a directory");
-  const std::string e =
-      single_error(run({"prewarm", good, "--arch", "sm_90", "--cache-dir", file}));
-  EXPECT_NE(e.find(file), npos) << e;
+  // A path that is a file, and one that cannot be created (under a file). The store's own
+  // warning ends "kernels are cached in memory only", which a failed prewarm used to echo.
+  for (const std::string& dir : {file, file + "/sub"}) {
+    const ToolResult r = run({"prewarm", good, "--arch", "sm_90", "--cache-dir", dir});
+    const std::string e = single_error(r);
+    EXPECT_EQ(r.exit_code, 1) << r.describe();
+    EXPECT_NE(e.find("--cache-dir '" + dir + "'"), npos) << e;
+    EXPECT_NE(e.find("prewarm cannot write"), npos) << e;
+    EXPECT_NE(e.find("so it fails"), npos) << e;
+    EXPECT_EQ(e.find("memory only"), npos) << e;
+  }
 }
 
 TEST_F(Cli, DumpOfAbsentCacheEntryNamesKeyAndDirectories) {
@@ -307,6 +315,74 @@ TEST_F(Cli, BenchArchOnlyAppliesWithCompile) {
     EXPECT_NE(e.find("--arch 'sm_90'"), npos) << e;
     EXPECT_NE(e.find("only applies with --compile"), npos) << e;
   }
+}
+
+// --compile times NVRTC alone: --cache-dir and --warmup used to be accepted and unused there,
+// and --calls is only read by --jit-latency.
+TEST_F(Cli, BenchCompileRefusesFlagsItDoesNotUse) {
+  const std::vector<std::string> compile = {"bench",   "--compile", "--op",   "rmsnorm",
+                                            "--shape", "8,64",      "--arch", "sm_90"};
+  struct Case {
+    std::vector<std::string> extra;
+    std::string named;
+  };
+  for (const Case& c :
+       std::vector<Case>{{{"--cache-dir", dir_.path()}, "--cache-dir '" + dir_.path() + "'"},
+                         {{"--warmup", "5"}, "--warmup '5'"},
+                         {{"--calls", "100"}, "--calls '100'"}}) {
+    std::vector<std::string> args = compile;
+    args.insert(args.end(), c.extra.begin(), c.extra.end());
+    const ToolResult r = run(args);
+    const std::string e = single_error(r);
+    EXPECT_EQ(r.exit_code, 1) << r.describe();
+    EXPECT_NE(e.find(c.named), npos) << e;
+    EXPECT_NE(e.find("--compile"), npos) << e;
+  }
+  // --calls without --jit-latency, GPU or not.
+  const std::string e = single_error(run({"bench", "--seeds", "--calls", "100"}));
+  EXPECT_NE(e.find("--calls '100'"), npos) << e;
+  EXPECT_NE(e.find("only applies with --jit-latency"), npos) << e;
+  // --repeat is what --compile counts.
+  std::vector<std::string> repeat = compile;
+  repeat.insert(repeat.end(), {"--repeat", "1"});
+  EXPECT_EQ(run(repeat).exit_code, 0);
+}
+
+// A key fixes its target: --arch (or an arch= word) beside one used to be checked, then unused.
+TEST_F(Cli, CacheExplainOfAKeyRefusesATarget) {
+  const std::string key(64, 'a');
+  const ToolResult flag = run({"cache", "explain", key, "--arch", "sm_80"});
+  const std::string e = single_error(flag);
+  EXPECT_EQ(flag.exit_code, 1) << flag.describe();
+  EXPECT_NE(e.find("--arch 'sm_80'"), npos) << e;
+  EXPECT_NE(e.find("a key names its target already"), npos) << e;
+  for (const std::string& request : {key, "key=" + key}) {
+    const std::string word = single_error(run({"cache", "explain", request, "arch=sm_80"}));
+    EXPECT_NE(word.find("arch 'sm_80'"), npos) << word;
+    EXPECT_NE(word.find("drop the arch= word"), npos) << word;
+    // Alone, the key is explained.
+    const ToolResult alone = run({"cache", "explain", request});
+    EXPECT_EQ(alone.exit_code, 0) << alone.describe();
+    EXPECT_NE(alone.out.find("key:        " + key), npos) << alone.describe();
+  }
+}
+
+// cache stats names where its size limit came from: an unset or malformed
+// NORMJIT_CACHE_MAX_BYTES leaves the default, which used to be labeled as the variable's.
+TEST_F(Cli, CacheStatsNamesTheSourceOfItsLimit) {
+  const auto stats = [&](const std::string& max) {
+    return run_tool({"cache", "stats"},
+                    {"NORMJIT_CACHE_DIR=" + cache_.path(), "NORMJIT_CACHE_READONLY", max});
+  };
+  for (const std::string& max :
+       {std::string("NORMJIT_CACHE_MAX_BYTES"), std::string("NORMJIT_CACHE_MAX_BYTES=lots")}) {
+    const ToolResult r = stats(max);
+    EXPECT_EQ(r.exit_code, 0) << r.describe();
+    EXPECT_NE(r.out.find("of 2.0 GiB (default)"), npos) << max << "\n" << r.describe();
+  }
+  const ToolResult set = stats("NORMJIT_CACHE_MAX_BYTES=512M");
+  EXPECT_EQ(set.exit_code, 0) << set.describe();
+  EXPECT_NE(set.out.find("of 512.0 MiB (NORMJIT_CACHE_MAX_BYTES)"), npos) << set.describe();
 }
 
 TEST_F(Cli, HelpOfEverySubcommandHasAnExample) {
