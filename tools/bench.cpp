@@ -53,7 +53,7 @@ struct BenchOptions {
   int repeat = 20;
   int warmup = 3;
   int calls = 10000;  // --jit-latency: calls per host-overhead measurement
-  bool warmup_given = false, calls_given = false;
+  bool warmup_given = false, calls_given = false, repeat_given = false;
   std::string cache_dir;  // empty: not given; --jit-latency: where its scratch directory goes
 };
 
@@ -619,6 +619,14 @@ void run_bench(const BenchOptions& o) {
                            "does not apply with --compile, which times every compile (the "
                            "process's first included); --repeat sets how many");
   }
+  // --jit-latency takes its own counts: 5 disk hits, --calls launches; nothing warms up first.
+  if (o.jit_latency && (o.warmup_given || o.repeat_given)) {
+    const bool warmup = o.warmup_given;
+    throw_invalid_argument(warmup ? "--warmup" : "--repeat",
+                           "'" + std::to_string(warmup ? o.warmup : o.repeat) + "'",
+                           "does not apply with --jit-latency, whose compiles must be cold and "
+                           "whose host figures take --calls");
+  }
   if (o.calls_given && !o.jit_latency) {
     throw_invalid_argument("--calls", "'" + std::to_string(o.calls) + "'",
                            std::string("only applies with --jit-latency") +
@@ -659,11 +667,13 @@ void add_bench_command(CLI::App& app) {
   add_text_option(*bench, "--arch", options->arch,
                   "with --compile only (an error without: on the GPU, bench times GPU 0's own "
                   "target): target architecture (default sm_90)");
-  add_integer_option(*bench, "--repeat", options->repeat, 1, 100000,
-                     "timed samples per kernel, median reported (default 20)");
+  CLI::Option* repeat = add_integer_option(
+      *bench, "--repeat", options->repeat, 1, 100000,
+      "timed samples per kernel, median reported (default 20); an error with --jit-latency");
   CLI::Option* warmup = add_integer_option(
       *bench, "--warmup", options->warmup, 0, 100000,
-      "untimed launches first (default 3); an error with --compile, which times every compile");
+      "untimed launches first (default 3); an error with --compile, which times every "
+      "compile, and with --jit-latency");
   CLI::Option* calls =
       add_integer_option(*bench, "--calls", options->calls, 1, 10000000,
                          "with --jit-latency only: calls per host-overhead figure (default 10000)");
@@ -680,9 +690,10 @@ void add_bench_command(CLI::App& app) {
       "  normjit bench --specs decode.txt --repeat 50\n"
       "  normjit bench --jit-latency\n"
       "  normjit bench --compile --seeds --arch sm_90 --repeat 5");
-  bench->callback([options, warmup, calls] {
+  bench->callback([options, warmup, calls, repeat] {
     options->warmup_given = warmup->count() > 0;
     options->calls_given = calls->count() > 0;
+    options->repeat_given = repeat->count() > 0;
     run_bench(*options);
   });
 }

@@ -346,6 +346,12 @@ TEST_F(Cli, BenchCompileRefusesFlagsItDoesNotUse) {
   std::vector<std::string> repeat = compile;
   repeat.insert(repeat.end(), {"--repeat", "1"});
   EXPECT_EQ(run(repeat).exit_code, 0);
+  // --jit-latency counts its own samples and warms nothing up: both named, GPU or not.
+  for (const auto& [flag, value] : {std::pair{"--warmup", "2"}, std::pair{"--repeat", "7"}}) {
+    const std::string latency = single_error(run({"bench", "--jit-latency", flag, value}));
+    EXPECT_NE(latency.find(std::string(flag) + " '" + value + "'"), npos) << latency;
+    EXPECT_NE(latency.find("does not apply with --jit-latency"), npos) << latency;
+  }
 }
 
 // A key fixes its target: --arch (or an arch= word) beside one used to be checked, then unused.
