@@ -958,6 +958,7 @@ StoreOptions StoreOptions::from_env() {
   if (const std::string max = env("NORMJIT_CACHE_MAX_BYTES"); !max.empty()) {
     if (auto bytes = parse_byte_size(max)) {
       options.max_bytes = *bytes;
+      options.max_bytes_from_env = true;
     } else {
       warn("NORMJIT_CACHE_MAX_BYTES='" + max +
            "' is not a byte count such as 1073741824, 512M or 2G; using the default 2G");

@@ -190,8 +190,7 @@ void run_stats(const CacheFlags& flags) {
   };
   const uint64_t max = store->options().max_bytes;
   // The limit's source: an unset or malformed NORMJIT_CACHE_MAX_BYTES leaves the default.
-  const char* max_env = std::getenv("NORMJIT_CACHE_MAX_BYTES");
-  const bool max_from_env = max_env != nullptr && cache::parse_byte_size(max_env).has_value();
+  const bool max_from_env = store->options().max_bytes_from_env;
   std::printf("entries:    %llu in the writable layer, %s of %s (%s)%s\n",
               static_cast<unsigned long long>(entries[0]), human_bytes(bytes[0]).c_str(),
               human_bytes(max).c_str(), max_from_env ? "NORMJIT_CACHE_MAX_BYTES" : "default",

@@ -142,12 +142,21 @@ def _dirs_text(value) -> Optional[bytes]:
                     f"them, not {type(value).__name__} ({value!r})")
 
 
+def _index(value) -> int:
+    """An integer-like value (operator.index: an int, a NumPy integer, a 0-dim integer tensor)
+    that is not a bool; TypeError otherwise. normjit.torch checks its integer arguments so too."""
+    if isinstance(value, bool):
+        raise TypeError(f"{value!r} is a bool")
+    return operator.index(value)
+
+
 def _count(value, argument: str) -> int:
     """A non-negative int argument (an integer-like value, not a bool)."""
-    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+    try:
+        number = _index(value)
+    except TypeError:
         raise TypeError(f"normjit.Engine: {argument} must be an int, not "
-                        f"{type(value).__name__} ({value!r})")
-    number = operator.index(value)
+                        f"{type(value).__name__} ({value!r})") from None
     if number < 0:
         raise ValueError(f"normjit.Engine: {argument} must be 0 or more, not {number}")
     return number

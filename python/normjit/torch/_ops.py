@@ -72,7 +72,6 @@ library has no backward kernel for (its message: rows or groups whose partials o
 backward workspace), a double backward).
 """
 import math
-import operator
 import threading
 import warnings
 from typing import Callable, List, Optional, Sequence, Tuple, Union
@@ -288,24 +287,17 @@ def _as_shape(op: str, normalized_shape: Union[int, Sequence[int]]) -> Tuple[int
     try:
         if isinstance(normalized_shape, (str, bytes)):
             raise TypeError
-        return tuple(_index(s) for s in normalized_shape)
+        return tuple(normjit._index(s) for s in normalized_shape)
     except TypeError:
         raise TypeError(f"normjit.torch.{op}: normalized_shape must be an int or a sequence of "
                         f"ints, not {normalized_shape!r}") from None
-
-
-def _index(value) -> int:
-    """An integer-like value (operator.index) that is not a bool."""
-    if isinstance(value, bool):
-        raise TypeError
-    return operator.index(value)
 
 
 def _as_groups(op: str, num_groups) -> int:
     """num_groups as F.group_norm takes it: an int or an integer-like value (a NumPy integer, a
     0-dim integer tensor), not a bool or a float; and at least 1."""
     try:
-        groups = _index(num_groups)
+        groups = normjit._index(num_groups)
     except TypeError:
         raise TypeError(f"normjit.torch.{op}: num_groups must be an int, not "
                         f"{type(num_groups).__name__} ({num_groups!r})") from None
