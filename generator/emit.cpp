@@ -266,6 +266,7 @@ void group_backward_fields(const KernelPlan& p, Fields& f) {
   f.size("kWaveRows", p.wave_rows);
   f.flag("kPrefetchNextWave", p.prefetch != 0);
   f.integer("kMinBlocksPerSm", p.min_blocks_per_sm);
+  f.flag("kLoadAhead", p.load_ahead);
   f.size("kWorkspaceFloats", p.workspace_floats(0));
 }
 

@@ -734,6 +734,22 @@ constexpr int64_t kGroupBackwardLargeChannel = 65536;
 // slower at 3 (2% at 4), and the 64-value kernels (236-250 registers) spill at any bound: those
 // and f32 go unbounded (1).
 constexpr int kGroupBackwardSmallBlocksPerSm = 3;
+// f32 channels of at least kGroupBackwardLargeChannel positions stream instead on a GPU of
+// kGroupStreamMinDramGbps and more: waves of as many rows as kGroupStreamWaveUnits units (the
+// f32 seeds: one wave of every row), x and dy read twice from DRAM (two streaming passes and
+// one grid barrier, as torch.compile's two kernels do), no prefetch, kGroupBackwardStreamValues
+// values a thread bounded to kGroupStreamBlocksPerSm CTAs an SM (128 registers, none spilled),
+// and dx's x and dy loaded before the row's sums, so that their DRAM latency overlaps the sums'
+// reductions. On the H200 (4814 GB/s; ab_bench of scripts/specs/groupnorm-backward-f32-large.txt
+// against 0f71f8e's L2 waves, 2026-11-27; performance-notes) the f32 seed ran 10.51 -> 8.64 ms,
+// [8, 64, 512, 512] 755 -> 627 us, [16, 32, 256, 256] 207 -> 167 us; unbounded (147 registers, one
+// CTA an SM) 9.23 ms, 16 values 9.24 (8.80 bounded to 3), 64 values 8.64. On the H100 (3352
+// GB/s) an earlier form ran the seed 1% slower than its waves (12379 -> 12505 us), so slower
+// DRAM keeps the waves. 16-bit channels ran slower streamed on the H200 (their waves stay).
+constexpr int kGroupBackwardStreamValues = 32;
+constexpr int kGroupStreamBlocksPerSm = 2;
+constexpr int64_t kGroupStreamWaveUnits = int64_t{1} << 18;
+constexpr int kGroupStreamMinDramGbps = 4000;
 // Rows per wave: as many as keep the wave's x and dy in L2 (the second read, for dx, then comes
 // from there), at least one. 16 MiB: a third of the H100's L2, leaving room for the next wave's
 // prefetch and dx on its way out (the f32 GroupNorm seed: 1 row of 2 Mi elements per wave,
@@ -752,7 +768,10 @@ std::string group_backward(const Problem& pr, const Target& target, KernelPlan& 
   p.param_vec = 1;
   p.rows_per_item = pr.groups;
   const int64_t vectors = s / p.vec;  // of a channel
-  const int values = size_of(pr.x) == 2 && s >= kGroupBackwardLargeChannel
+  const bool stream = size_of(pr.x) == 4 && s >= kGroupBackwardLargeChannel &&
+                      target.dram_gbps >= kGroupStreamMinDramGbps;
+  const int values = stream ? kGroupBackwardStreamValues
+                     : size_of(pr.x) == 2 && s >= kGroupBackwardLargeChannel
                          ? kGroupBackwardLargeValues
                          : kBackwardValues;
   const int aim = std::max(1, values / p.vec);
@@ -763,26 +782,38 @@ std::string group_backward(const Problem& pr, const Target& target, KernelPlan& 
   p.units_per_channel = ceil_div(s, unit);
   const int64_t row_units = cg * p.units_per_channel;
   const int64_t row_bytes = 2 * pr.row_length * size_of(pr.x);
-  p.wave_rows = std::max<int64_t>(
-      1, std::min(kGroupWaveBytes / row_bytes, kGroupWaveUnits / std::max<int64_t>(1, row_units)));
+  p.wave_rows =
+      stream ? std::max<int64_t>(1, kGroupStreamWaveUnits / row_units)
+             : std::max<int64_t>(1, std::min(kGroupWaveBytes / row_bytes,
+                                             kGroupWaveUnits / std::max<int64_t>(1, row_units)));
+  p.load_ahead = stream;
   std::ostringstream why;
   why << "groupnorm backward: units of " << unit << " positions of one channel (" << p.block_x
       << " threads, " << p.vectors * p.vec << " values each of x and dy, " << p.vec * size_of(pr.x)
       << "-byte accesses), " << p.units_per_channel << " per channel, " << row_units
       << " per group of " << pr.row_length << " elements; rows in waves of " << p.wave_rows
       << " (x and dy of a wave: " << p.wave_rows * row_bytes
-      << " bytes, kept for the second read in L2), one grid barrier per wave: each unit's sums "
-         "of dy and dy * xhat, then dx from its row's sums (x and dy read twice)";
+      << (stream ? " bytes, read again from DRAM" : " bytes, kept for the second read in L2")
+      << "), one grid barrier per wave: each unit's sums of dy and dy * xhat, then dx from its "
+         "row's sums (x and dy read twice)";
+  if (stream) {
+    why << "; streamed (DRAM of " << target.dram_gbps << " GB/s, at least "
+        << kGroupStreamMinDramGbps << "): dx's x and dy loaded before the row's sums";
+  }
   // While a wave writes dx, the next wave's x and dy are pulled into L2 (sm_90: a bulk prefetch
   // per unit), so DRAM reads overlap the writes: two waves then share L2 (2 x kGroupWaveBytes).
   // On the H100 (normjit bench, this library against the one before, 3 interleaved rounds;
   // performance-notes) that ran the bf16 and f32 seeds 10% and 5% faster, f16 diffusion groups
   // (25 and 4 rows a wave) 18-21%, bf16 [16, 256, 56, 56] 3%; f32 [32, 64, 128, 128] with 32
   // groups (64 rows a wave) 5% slower, so f32 waves of several rows go without.
-  p.prefetch = target.sm >= 90 && (size_of(pr.x) == 2 || p.wave_rows == 1) ? 1 : 0;
+  p.prefetch = target.sm >= 90 && !stream && (size_of(pr.x) == 2 || p.wave_rows == 1) ? 1 : 0;
   if (p.prefetch) why << "; the next wave's x and dy are prefetched into L2 during its dx";
-  if (size_of(pr.x) == 2 && values == kBackwardValues) {
+  if (stream) {
+    p.min_blocks_per_sm = kGroupStreamBlocksPerSm;
+  } else if (size_of(pr.x) == 2 && values == kBackwardValues) {
     p.min_blocks_per_sm = kGroupBackwardSmallBlocksPerSm;
+  }
+  if (p.min_blocks_per_sm > 1) {
     why << "; launch bounds of " << p.min_blocks_per_sm << " CTAs an SM (caps the registers)";
   }
   if (pr.weight || pr.bias) {

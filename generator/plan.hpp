@@ -99,6 +99,7 @@ struct KernelPlan {
   int64_t wave_rows = 0;          // kGroupBackward: rows (n, g) per wave (R);
                                   // kRowSplitBackward: rows of a slot per exchange (W)
   int min_blocks_per_sm = 1;      // kGroupBackward: launch bounds' CTAs per SM (registers)
+  bool load_ahead = false;        // kGroupBackward: dx's x and dy loaded before the row's sums
   int sums_per_position = 0;      // kChannelsSlab: threads that sum a position's channels (G)
   int batch_class = 0;            // batch_class() of the spec planned
   bool two_classes = false;       // has_two_batch_classes(): launches of the other class run

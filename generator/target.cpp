@@ -12,24 +12,25 @@ namespace {
 // names plain archs only): which suffixed targets exist, the multiprocessors of the arch's
 // full-size part (for plans made without a device), shared memory per SM (KiB, the CUDA
 // programming guide's table), whether fp8 conversions exist, whether thread-block clusters
-// (with distributed shared memory and bulk copies) do, and the full-size part's L2 (0 where the
-// table does not know it). The one table of arch facts.
+// (with distributed shared memory and bulk copies) do, the full-size part's L2 (0 where the
+// table does not know it) and its peak DRAM bandwidth (GB/s, the vendor's data sheet; 0 where
+// the table does not know it). The one table of arch facts.
 constexpr int kDefaultSmCount = 80;  // an arch without a full-size part here
 constexpr ArchFacts kArchFacts[] = {
-    {70, false, false, 80, 96, false, false, 0},                // V100
-    {72, false, false, kDefaultSmCount, 96, false, false, 0},   // Xavier
-    {75, false, false, kDefaultSmCount, 64, false, false, 0},   // T4 / RTX 2080
-    {80, false, false, 108, 164, false, false, 40 * 1024},      // A100
-    {86, false, false, 84, 100, false, false, 6 * 1024},        // A40 / RTX 3090
-    {87, false, false, kDefaultSmCount, 164, false, false, 0},  // Orin
-    {89, false, false, 142, 100, true, false, 96 * 1024},       // L40S
-    {90, true, false, 132, 228, true, true, 50 * 1024},         // H100 SXM
-    {100, true, true, 148, 228, true, true, 0},                 // B200
-    {101, true, true, kDefaultSmCount, 100, true, true, 0},     // CUDA 12.9's name of sm_110
-    {103, true, true, kDefaultSmCount, 228, true, true, 0},
-    {110, true, true, kDefaultSmCount, 100, true, true, 0},
-    {120, true, true, kDefaultSmCount, 100, true, true, 0},
-    {121, true, true, kDefaultSmCount, 100, true, true, 0},
+    {70, false, false, 80, 96, false, false, 0, 900},              // V100 SXM2
+    {72, false, false, kDefaultSmCount, 96, false, false, 0, 0},   // Xavier
+    {75, false, false, kDefaultSmCount, 64, false, false, 0, 0},   // T4 / RTX 2080
+    {80, false, false, 108, 164, false, false, 40 * 1024, 2039},   // A100 SXM 80GB
+    {86, false, false, 84, 100, false, false, 6 * 1024, 696},      // A40
+    {87, false, false, kDefaultSmCount, 164, false, false, 0, 0},  // Orin
+    {89, false, false, 142, 100, true, false, 96 * 1024, 864},     // L40S
+    {90, true, false, 132, 228, true, true, 50 * 1024, 3352},      // H100 SXM
+    {100, true, true, 148, 228, true, true, 0, 8000},              // B200
+    {101, true, true, kDefaultSmCount, 100, true, true, 0, 0},     // CUDA 12.9's sm_110
+    {103, true, true, kDefaultSmCount, 228, true, true, 0, 0},
+    {110, true, true, kDefaultSmCount, 100, true, true, 0, 0},
+    {120, true, true, kDefaultSmCount, 100, true, true, 0, 0},
+    {121, true, true, kDefaultSmCount, 100, true, true, 0, 0},
 };
 
 const ArchFacts* facts_of(int sm) {
@@ -40,6 +41,19 @@ const ArchFacts* facts_of(int sm) {
 }
 
 int full_size_sm_count(int sm) { return arch_facts(sm).full_size_sm_count; }
+int full_size_dram_gbps(int sm) { return arch_facts(sm).dram_gbps; }
+
+// A positive integer up to `max` after a ':' of an arch spelling, or an error naming `what`.
+int spelled_count(std::string_view digits, const std::string& shown, int max, const char* what) {
+  int n = 0;
+  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
+  if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size() || n < 1 ||
+      n > max) {
+    throw_invalid_argument(
+        "arch", shown, std::string(what) + " must be an integer from 1 to " + std::to_string(max));
+  }
+  return n;
+}
 
 // Every suffixed target of the table: what a refused suffix is told to pick from.
 std::string suffixed_targets() {
@@ -57,7 +71,7 @@ std::string suffixed_targets() {
 ArchFacts arch_facts(int sm) {
   if (const ArchFacts* f = facts_of(sm)) return *f;
   // Not in the table: no suffixes, the smaller common shared memory, fp8 from sm_89 on.
-  return {sm, false, false, kDefaultSmCount, sm >= 80 ? 100 : 64, sm >= 89, sm >= 90, 0};
+  return {sm, false, false, kDefaultSmCount, sm >= 80 ? 100 : 64, sm >= 89, sm >= 90, 0, 0};
 }
 
 std::string Target::base_name() const { return "sm_" + std::to_string(sm); }
@@ -75,7 +89,12 @@ std::string Target::name() const {
 }
 
 std::string Target::text() const {
-  return sm_count == full_size_sm_count(sm) ? name() : name() + ":" + std::to_string(sm_count);
+  const bool count = sm_count != full_size_sm_count(sm);
+  const bool bandwidth = dram_gbps != full_size_dram_gbps(sm);
+  std::string out = name();
+  if (count || bandwidth) out += ":" + std::to_string(sm_count);
+  if (bandwidth) out += ":" + std::to_string(dram_gbps);
+  return out;
 }
 
 std::vector<std::string> Target::names_of(int sm) {
@@ -94,10 +113,14 @@ Target Target::parse(std::string_view arch) {
   const std::string shown = quoted_excerpt(arch);
   const std::string why =
       "expected a real GPU architecture such as sm_80, sm_90, sm_90a or sm_100f, optionally "
-      "with a multiprocessor count as in sm_90:114";
+      "with a multiprocessor count as in sm_90:114 and a DRAM bandwidth in GB/s as in "
+      "sm_90:132:4915";
   const size_t colon = digits.find(':');
   std::string_view count = colon == std::string_view::npos ? "" : digits.substr(colon + 1);
   if (colon != std::string_view::npos) digits = digits.substr(0, colon);
+  const size_t second = count.find(':');
+  std::string_view bandwidth = second == std::string_view::npos ? "" : count.substr(second + 1);
+  if (second != std::string_view::npos) count = count.substr(0, second);
   if (digits.substr(0, 3) != "sm_") throw_invalid_argument("arch", shown, why);
   digits.remove_prefix(3);
   char suffix = 0;
@@ -126,16 +149,13 @@ Target Target::parse(std::string_view arch) {
     }
   }
   t.sm_count = full_size_sm_count(sm);
+  t.dram_gbps = full_size_dram_gbps(sm);
   if (colon != std::string_view::npos) {
-    int n = 0;
-    auto [count_end, count_ec] = std::from_chars(count.data(), count.data() + count.size(), n);
-    if (count.empty() || count_ec != std::errc() || count_end != count.data() + count.size() ||
-        n < 1 || n > kMaxSmCount) {
-      throw_invalid_argument("arch", shown,
-                             "the multiprocessor count after ':' must be an integer from 1 to " +
-                                 std::to_string(kMaxSmCount));
-    }
-    t.sm_count = n;
+    t.sm_count = spelled_count(count, shown, kMaxSmCount, "the multiprocessor count after ':'");
+  }
+  if (second != std::string_view::npos) {
+    t.dram_gbps = spelled_count(bandwidth, shown, kMaxDramGbps,
+                                "the DRAM bandwidth (GB/s) after the second ':'");
   }
   return t;
 }

@@ -19,21 +19,29 @@ struct Target {
   // full-size part of the arch (sm_90: 132, an H100 SXM) unless the spelling names another
   // count. Plans use it only to decide whether a long row can be split over co-resident CTAs.
   int sm_count = 132;
-  static constexpr int kMaxSmCount = 1024;  // bound of a spelled count: far above any GPU's
-  std::string name() const;                 // the NVRTC target: "sm_90", "sm_90a", "sm_100f"
-  std::string base_name() const;            // name() without the suffix: "sm_90"
-  // name(), plus ":N" when sm_count is not the full-size part's: "sm_90:114" (an H100 PCIe).
-  // parse(text()) gives back this target.
+  // Peak DRAM bandwidth in GB/s (2 x memory clock x bus width): from the device at run time;
+  // offline the full-size part's (sm_90: 3352, an H100 SXM) unless the spelling names another;
+  // 0 where neither is known. Plans use it only where the fastest strategy depends on it (the
+  // GroupNorm backward of large f32 channels streams from DRAM on a GPU of 4 TB/s and more).
+  int dram_gbps = 3352;
+  static constexpr int kMaxSmCount = 1024;        // bound of a spelled count: far above any GPU's
+  static constexpr int kMaxDramGbps = 1'000'000;  // bound of a spelled bandwidth (1 PB/s)
+  std::string name() const;                       // the NVRTC target: "sm_90", "sm_90a", "sm_100f"
+  std::string base_name() const;                  // name() without the suffix: "sm_90"
+  // name(), plus ":N" when sm_count is not the full-size part's, plus ":N:B" when dram_gbps is
+  // not: "sm_90:114" (an H100 PCIe's count), "sm_90:132:4915" (an H200). parse(text()) gives
+  // back this target.
   std::string text() const;
   // "sm_80", "sm_90a", "sm_100f", "sm_90:114" (114 multiprocessors, e.g. an H100 PCIe or a MIG
-  // slice's count); "compute_90" is refused (we always build a cubin), and so is a suffix the
-  // arch does not have (sm_90f, sm_80a): a target is compiled exactly as named or not at all.
+  // slice's count), "sm_90:132:4915" (132 multiprocessors and 4915 GB/s of DRAM bandwidth);
+  // "compute_90" is refused (we always build a cubin), and so is a suffix the arch does not
+  // have (sm_90f, sm_80a): a target is compiled exactly as named or not at all.
   static Target parse(std::string_view arch);
   // The targets of arch `sm` that exist, from the same table parse() checks suffixes against:
   // {"sm_100", "sm_100a", "sm_100f"}, {"sm_90", "sm_90a"}, {"sm_80"}.
   static std::vector<std::string> names_of(int sm);
   bool operator==(const Target& o) const {
-    return sm == o.sm && variant == o.variant && sm_count == o.sm_count;
+    return sm == o.sm && variant == o.variant && sm_count == o.sm_count && dram_gbps == o.dram_gbps;
   }
 };
 
@@ -50,6 +58,7 @@ struct ArchFacts {
                            // (cp.async.bulk): sm_90 and later
   int l2_kib;              // L2 of the full-size part (KiB); 0: not in the table, or no L2
                            // eviction policies (createpolicy: sm_80 and later)
+  int dram_gbps;           // peak DRAM bandwidth of the full-size part (GB/s); 0: not known
 };
 ArchFacts arch_facts(int sm);
 

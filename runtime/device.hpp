@@ -20,6 +20,14 @@ inline Target target_of(CUdevice device) {
   NORMJIT_CU(
       cu.cuDeviceGetAttribute(&t.sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device));
   t.sm = major * 10 + minor;
+  // Peak DRAM bandwidth: two transfers a memory clock (kHz) over the bus (bits). A device that
+  // reports neither gets the arch's full-size part's, as an offline plan does.
+  int clock_khz = 0, bus_bits = 0;
+  NORMJIT_CU(cu.cuDeviceGetAttribute(&clock_khz, CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE, device));
+  NORMJIT_CU(
+      cu.cuDeviceGetAttribute(&bus_bits, CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH, device));
+  const long long gbps = 2LL * clock_khz * bus_bits / 8 / 1'000'000;
+  t.dram_gbps = gbps > 0 && gbps <= Target::kMaxDramGbps ? int(gbps) : arch_facts(t.sm).dram_gbps;
   return t;
 }
 

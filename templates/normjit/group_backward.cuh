@@ -17,8 +17,10 @@
 //   -- grid barrier --
 //   2. every unit reads its row's partials (all CG * T, in the same order in every unit: the
 //      same bits), forms the row's two means and writes its dx, reading x and dy again (a wave
-//      is sized to stay in L2, so that second read rarely reaches DRAM); the first unit of each
-//      channel also adds the channel's T partials (A[n, c], B[n, c]) in a fixed order;
+//      is sized to stay in L2, so that second read rarely reaches DRAM; or, f32 on large
+//      channels of a GPU with fast DRAM, it streams from DRAM again, as many rows a wave as the
+//      workspace allows, the loads issued before the partials are read: kLoadAhead); the first
+//      unit of each channel also adds the channel's T partials (A[n, c], B[n, c]) in a fixed order;
 //   and the owner of each channel (one thread of the grid, fixed by its index) adds the
 //   previous wave's A[n, c] and B[n, c] to its running dweight[c] and dbias[c], rows in order.
 // The partials and the channel sums alternate between two buffers by wave parity: a wave's
@@ -53,6 +55,8 @@ namespace normjit {
 //   kPrefetchNextWave          step 2 starts pulling the next wave's x and dy into L2
 //   kMinBlocksPerSm            CTAs of the launch an SM holds at least (the launch bounds':
 //                              caps the registers a thread takes)
+//   kLoadAhead                 step 2 loads a unit's x and dy before its row's sums, not after
+//                              (waves that do not stay in L2: the loads then wait on DRAM)
 //   kWorkspaceFloats           the plan's workspace (checked against the layout above)
 template <class C>
 __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock, C::kMinBlocksPerSm)
@@ -200,6 +204,20 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock, C::kMinBlocksPe
       prefetch_l2(static_cast<const X*>(p.dy) + next.begin, 0, end);
     }
     const Unit at = unit_at(first, active ? u : 0);
+    const X* x = static_cast<const X*>(p.x) + at.begin;
+    const X* dy = static_cast<const X*>(p.dy) + at.begin;
+    X* dx = static_cast<X*>(p.y) + at.begin;
+    float xv[K][V], dyv[K][V];
+    const auto load_unit = [&] {
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        if (active && has(at, k)) {
+          load_vec<X, V>(x + col(k), xv[k]);
+          load_vec<X, V>(dy + col(k), dyv[k]);
+        }
+      }
+    };
+    if constexpr (C::kLoadAhead) load_unit();  // its DRAM latency under the row's sums below
     const float* row_partials = partials + (at.row - first) * kUnitsPerRow * 2;
     // The row's sums of g and g * xhat from its CG * T partials: thread tid adds the partials
     // tid, tid + TEAM, ... in order, then the team's fixed tree. Every unit of the row computes
@@ -234,17 +252,7 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock, C::kMinBlocksPe
     const float mean = p.mean[at.row], rstd = p.rstd[at.row];
     const float mean_g = row.g * (1.0f / H), mean_gx = row.gx * (1.0f / H);
     const float w = w_of(at.c);
-    const X* x = static_cast<const X*>(p.x) + at.begin;
-    const X* dy = static_cast<const X*>(p.dy) + at.begin;
-    X* dx = static_cast<X*>(p.y) + at.begin;
-    float xv[K][V], dyv[K][V];
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-      if (has(at, k)) {
-        load_vec<X, V>(x + col(k), xv[k]);
-        load_vec<X, V>(dy + col(k), dyv[k]);
-      }
-    }
+    if constexpr (!C::kLoadAhead) load_unit();
 #pragma unroll
     for (int k = 0; k < K; ++k) {
       if (!has(at, k)) continue;

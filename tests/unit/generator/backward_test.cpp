@@ -309,6 +309,54 @@ TEST(BackwardPlan, GroupNormUnitsWavesAndWorkspace) {
   EXPECT_EQ(small.grid(3, 2), 2);
 }
 
+TEST(BackwardPlan, GroupNormOfLargeF32ChannelsStreamsWhereDramIsFast) {
+  // f32 channels of 65536 positions and more stream on a GPU of 4 TB/s and more (an H200): 32
+  // values a thread, two CTAs an SM, as many rows a wave as 2^18 units (the seed: 256 a row, its
+  // 896 rows in one wave), no prefetch, dx's loads ahead of the row's sums. The H100's 3.35 TB/s
+  // keeps the L2 waves, and so do 16-bit x and smaller channels on either GPU.
+  const Target h100 = Target::parse("sm_90"), h200 = Target::parse("sm_90:132:4915");
+  const NormSpec seed = NormSpec::parse("op=groupnorm shape=112,64,512,512 groups=8 backward=true");
+  const KernelPlan fast = plan(seed, h200), slow = plan(seed, h100);
+  EXPECT_TRUE(fast.load_ahead);
+  EXPECT_EQ(fast.vectors * fast.vec, 32);
+  EXPECT_EQ(fast.units_per_channel, 32);
+  EXPECT_EQ(fast.wave_rows, 1024);
+  EXPECT_EQ(fast.prefetch, 0);
+  EXPECT_EQ(fast.min_blocks_per_sm, 2);  // 128 registers: two CTAs an SM
+  EXPECT_EQ(slow.min_blocks_per_sm, 1);
+  EXPECT_TRUE(has(fast.to_string(), "streamed (DRAM of 4915 GB/s, at least 4000)"))
+      << fast.to_string();
+  // The workspace: two buffers of 1024 rows x 256 unit partials, two of 1024 x 8 channel sums.
+  EXPECT_EQ(fast.workspace_floats(0), 8 + 2 * (1024 * 256 * 2) + 2 * (1024 * 8 * 2) + 128);
+  EXPECT_EQ(fast.grid(112, 10000), 10000);  // 896 rows of 256 units: one wave
+  EXPECT_EQ(fast.grid(1, 10000), 8 * 256);
+  EXPECT_FALSE(slow.load_ahead);
+  EXPECT_EQ(slow.wave_rows, 1);
+  EXPECT_EQ(slow.prefetch, 1);
+  EXPECT_FALSE(has(slow.to_string(), "streamed")) << slow.to_string();
+  // The H100's kernel is the one before the rule, byte for byte; the H200's differs.
+  EXPECT_NE(emit(fast).source, emit(slow).source);
+  EXPECT_TRUE(has(emit(fast).source, "static constexpr bool kLoadAhead = true;"));
+  EXPECT_TRUE(has(emit(slow).source, "static constexpr bool kLoadAhead = false;"));
+  // The bandwidth at the threshold streams; below it, not.
+  EXPECT_TRUE(plan(seed, Target::parse("sm_90:132:4000")).load_ahead);
+  EXPECT_FALSE(plan(seed, Target::parse("sm_90:132:3999")).load_ahead);
+  for (const char* other :
+       {"op=groupnorm shape=112,64,512,512 groups=8 dtype=bf16",
+        "op=groupnorm shape=1,256,256,256 groups=32 dtype=f16",
+        "op=groupnorm shape=32,64,128,128 groups=32", "op=groupnorm shape=2,320,64,64 groups=32"}) {
+    const NormSpec spec = NormSpec::parse(std::string(other) + " backward=true");
+    EXPECT_FALSE(plan(spec, h200).load_ahead) << other;
+    EXPECT_EQ(emit(plan(spec, h200)).source, emit(plan(spec, h100)).source) << other;
+  }
+  // A large f32 channel whose rows are many: waves of 2^18 units, the workspace bounded.
+  const KernelPlan many =
+      plan(NormSpec::parse("op=groupnorm shape=4096,32,65536 groups=32 affine=none backward=true"),
+           h200);
+  EXPECT_TRUE(many.load_ahead);
+  EXPECT_EQ(many.wave_rows, (int64_t{1} << 18) / 8);
+}
+
 TEST(BackwardPlan, GroupNormWithAWorkspaceTooLargeIsUnsupportedNamingTheShape) {
   const Target h100 = Target::parse("sm_90");
   try {

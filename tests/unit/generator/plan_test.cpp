@@ -66,9 +66,44 @@ TEST(Target, SpellsAMultiprocessorCountAfterAColon) {
   EXPECT_EQ(Target::parse("sm_90:132"), sxm);  // the full-size count spelled out
   EXPECT_EQ(Target::parse("sm_90:132").text(), "sm_90");
   EXPECT_EQ(Target::parse("sm_80:132").text(), "sm_80:132");
-  for (const char* bad : {"sm_90:", "sm_90:0", "sm_90:-4", "sm_90:x", "sm_90:114:2", "sm_90:1025",
-                          ":114", "sm_9x:114"}) {
+  for (const char* bad :
+       {"sm_90:", "sm_90:0", "sm_90:-4", "sm_90:x", "sm_90:1025", ":114", "sm_9x:114"}) {
     EXPECT_THROW(Target::parse(bad), Error) << bad;
+  }
+}
+
+TEST(Target, SpellsADramBandwidthAfterASecondColon) {
+  // The full-size part's DRAM bandwidth unless a second ':' names another (GB/s): an H200 is an
+  // sm_90 of 132 SMs with 4.9 TB/s where the H100 SXM has 3.35.
+  const Target sxm = Target::parse("sm_90");
+  EXPECT_EQ(sxm.dram_gbps, 3352);
+  EXPECT_EQ(Target::parse("sm_90:132:3352"), sxm);
+  EXPECT_EQ(Target::parse("sm_90:132:3352").text(), "sm_90");
+  const Target h200 = Target::parse("sm_90:132:4915");
+  EXPECT_EQ(h200.sm_count, 132);
+  EXPECT_EQ(h200.dram_gbps, 4915);
+  EXPECT_FALSE(h200 == sxm);
+  EXPECT_EQ(h200.name(), "sm_90");  // what NVRTC builds for
+  EXPECT_EQ(h200.text(), "sm_90:132:4915");
+  EXPECT_EQ(Target::parse(h200.text()), h200);
+  const Target pcie = Target::parse("sm_90:114:2039");
+  EXPECT_EQ(pcie.text(), "sm_90:114:2039");
+  EXPECT_EQ(Target::parse("sm_90:114").dram_gbps, 3352);  // a count alone keeps the bandwidth
+  EXPECT_EQ(Target::parse("sm_100f").dram_gbps, 8000);
+  // An arch the table does not know has no bandwidth (0) and prints none until one is named.
+  EXPECT_EQ(Target::parse("sm_75").dram_gbps, 0);
+  EXPECT_EQ(Target::parse("sm_75").text(), "sm_75");
+  EXPECT_EQ(Target::parse("sm_75:40:320").text(), "sm_75:40:320");
+  for (const char* bad : {"sm_90:132:", "sm_90:132:0", "sm_90:132:-1", "sm_90:132:4.9",
+                          "sm_90:132:4915:1", "sm_90::4915", "sm_90:132:1000001"}) {
+    EXPECT_THROW(Target::parse(bad), Error) << bad;
+  }
+  try {
+    Target::parse("sm_90:132:fast");
+    ADD_FAILURE() << "sm_90:132:fast parsed";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("DRAM bandwidth"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("sm_90:132:fast"), std::string::npos) << e.what();
   }
 }
 
