@@ -114,7 +114,7 @@ Target Target::parse(std::string_view arch) {
   const std::string why =
       "expected a real GPU architecture such as sm_80, sm_90, sm_90a or sm_100f, optionally "
       "with a multiprocessor count as in sm_90:114 and a DRAM bandwidth in GB/s as in "
-      "sm_90:132:4915";
+      "sm_90:132:4814";
   const size_t colon = digits.find(':');
   std::string_view count = colon == std::string_view::npos ? "" : digits.substr(colon + 1);
   if (colon != std::string_view::npos) digits = digits.substr(0, colon);

@@ -29,11 +29,11 @@ struct Target {
   std::string name() const;                       // the NVRTC target: "sm_90", "sm_90a", "sm_100f"
   std::string base_name() const;                  // name() without the suffix: "sm_90"
   // name(), plus ":N" when sm_count is not the full-size part's, plus ":N:B" when dram_gbps is
-  // not: "sm_90:114" (an H100 PCIe's count), "sm_90:132:4915" (an H200). parse(text()) gives
+  // not: "sm_90:114" (an H100 PCIe's count), "sm_90:132:4814" (an H200). parse(text()) gives
   // back this target.
   std::string text() const;
   // "sm_80", "sm_90a", "sm_100f", "sm_90:114" (114 multiprocessors, e.g. an H100 PCIe or a MIG
-  // slice's count), "sm_90:132:4915" (132 multiprocessors and 4915 GB/s of DRAM bandwidth);
+  // slice's count), "sm_90:132:4814" (132 multiprocessors and 4814 GB/s of DRAM bandwidth);
   // "compute_90" is refused (we always build a cubin), and so is a suffix the arch does not
   // have (sm_90f, sm_80a): a target is compiled exactly as named or not at all.
   static Target parse(std::string_view arch);

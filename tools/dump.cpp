@@ -228,7 +228,7 @@ void add_dump_command(CLI::App& app) {
   dump->add_option_function<std::string>(
       "--arch", [options](const std::string& arch) { options->arch = arch; },
       "target such as sm_80, sm_90, sm_90a, sm_100f; sm_90:114 plans for 114 multiprocessors, "
-      "sm_90:132:4915 for 132 and 4915 GB/s of DRAM bandwidth (an H200) (default: GPU 0, its "
+      "sm_90:132:4814 for 132 and 4814 GB/s of DRAM bandwidth (an H200) (default: GPU 0, its "
       "count and bandwidth included; offline: the arch's full-size part)");
   add_text_option(*dump, "-o,--output", options->output,
                   "write to FILE instead of stdout ('-': stdout)");

@@ -782,7 +782,7 @@ void add_prewarm_command(CLI::App& app) {
       ->add_option("--arch", options->archs,
                    "targets, comma-separated: sm_80,sm_90,sm_90a (must match the GPUs that run "
                    "the kernels); sm_90:114 plans for a part with 114 multiprocessors (H100 "
-                   "PCIe), sm_90:132:4915 for one with 132 and 4915 GB/s of DRAM bandwidth "
+                   "PCIe), sm_90:132:4814 for one with 132 and 4814 GB/s of DRAM bandwidth "
                    "(H200) (default: the arch's full-size part, which long rows' kernels and "
                    "large f32 GroupNorm backward kernels depend on)")
       ->required();

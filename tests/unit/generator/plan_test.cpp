@@ -79,12 +79,12 @@ TEST(Target, SpellsADramBandwidthAfterASecondColon) {
   EXPECT_EQ(sxm.dram_gbps, 3352);
   EXPECT_EQ(Target::parse("sm_90:132:3352"), sxm);
   EXPECT_EQ(Target::parse("sm_90:132:3352").text(), "sm_90");
-  const Target h200 = Target::parse("sm_90:132:4915");
+  const Target h200 = Target::parse("sm_90:132:4814");
   EXPECT_EQ(h200.sm_count, 132);
-  EXPECT_EQ(h200.dram_gbps, 4915);
+  EXPECT_EQ(h200.dram_gbps, 4814);
   EXPECT_FALSE(h200 == sxm);
   EXPECT_EQ(h200.name(), "sm_90");  // what NVRTC builds for
-  EXPECT_EQ(h200.text(), "sm_90:132:4915");
+  EXPECT_EQ(h200.text(), "sm_90:132:4814");
   EXPECT_EQ(Target::parse(h200.text()), h200);
   const Target pcie = Target::parse("sm_90:114:2039");
   EXPECT_EQ(pcie.text(), "sm_90:114:2039");
@@ -95,7 +95,7 @@ TEST(Target, SpellsADramBandwidthAfterASecondColon) {
   EXPECT_EQ(Target::parse("sm_75").text(), "sm_75");
   EXPECT_EQ(Target::parse("sm_75:40:320").text(), "sm_75:40:320");
   for (const char* bad : {"sm_90:132:", "sm_90:132:0", "sm_90:132:-1", "sm_90:132:4.9",
-                          "sm_90:132:4915:1", "sm_90::4915", "sm_90:132:1000001"}) {
+                          "sm_90:132:4814:1", "sm_90::4814", "sm_90:132:1000001"}) {
     EXPECT_THROW(Target::parse(bad), Error) << bad;
   }
   try {
