@@ -271,6 +271,11 @@ class EngineImpl {
 };
 
 EngineImpl::EngineImpl(EngineOptions options) : options_(std::move(options)) {
+  if (options_.dram_gbps < 0 || options_.dram_gbps > Target::kMaxDramGbps) {
+    throw_invalid_argument("dram_gbps", std::to_string(options_.dram_gbps),
+                           "a DRAM bandwidth in GB/s, from 1 to " +
+                               std::to_string(Target::kMaxDramGbps) + ", or 0 for the GPU's");
+  }
   if (jit_disabled_by_env()) options_.jit_disabled = true;
   cache::StoreOptions store = cache::StoreOptions::from_env();
   if (!options_.cache_dir.empty()) store.dir = options_.cache_dir;
@@ -320,7 +325,9 @@ Target EngineImpl::device_target(CUcontext context) {
   const driver::Api& cu = driver::api();
   CUdevice device;
   NORMJIT_CU(cu.cuCtxGetDevice(&device));
-  return device::target_of(device);
+  Target target = device::target_of(device);
+  if (options_.dram_gbps > 0) target.dram_gbps = options_.dram_gbps;
+  return target;
 }
 
 void EngineImpl::publish(const ClassKey& key, std::shared_ptr<const LoadedKernel> kernel) {

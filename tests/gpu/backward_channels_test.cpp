@@ -520,6 +520,60 @@ TEST_F(BackwardChannelsGpu, CudaGraphOnAFreshStreamReplaysWithNewInputs) {
   }
 }
 
+// The backward of GroupNorm over f32 channels of 65536 positions and more streams from DRAM on a
+// part of 4 TB/s and more (an H200) and keeps its L2 waves below that (an H100). An engine told
+// the H200's bandwidth plans the streamed kernel on any GPU, so it is tested wherever the suite
+// runs: the seed's kernel (at batch 4), a prime channel length (scalar accesses) and 32 groups,
+// against float64 with ordinary and adversarial values, two runs bitwise equal, and replayed
+// from a CUDA graph captured on a fresh stream.
+TEST_F(BackwardChannelsGpu, StreamedGroupNormMatchesFloat64OnAnyGpu) {
+  device::PrimaryContext context;
+  EngineOptions fast = test_engine_options();
+  fast.dram_gbps = 4814;
+  Engine engine(fast);
+  const std::vector<Config> configs = {
+      group({4, 64, 512, 512}, 8, Dtype::kF32, Affine::kBoth),
+      group({3, 6, 65537}, 3, Dtype::kF32, Affine::kWeight),
+      group({2, 64, 256, 256}, 32, Dtype::kF32, Affine::kNone),
+  };
+  prepare(engine, configs);
+  for (const Config& c : configs) {
+    EXPECT_NE(engine.prepare(c.spec(true)).plan_text().find("streamed (DRAM of 4814 GB/s"),
+              std::string::npos)
+        << c.name();
+  }
+  EngineOptions slow = test_engine_options();
+  slow.dram_gbps = 3352;
+  EXPECT_EQ(Engine(slow).prepare(configs[0].spec(true)).plan_text().find("streamed"),
+            std::string::npos);
+  uint64_t seed = 8000;
+  for (Values values : {Values::kNormal, Values::kLargeMean, Values::kNegative}) {
+    for (const Config& c : configs) {
+      Backward run(engine, c, values, seed++);
+      run.run();
+      expect_close(run, c, values, to_string(values));
+      if (values != Values::kNormal) continue;
+      const std::vector<unsigned char> first = run.bits();
+      run.poison();
+      run.backward();
+      NORMJIT_CU(driver::api().cuCtxSynchronize());
+      EXPECT_TRUE(run.bits() == first) << c.name() << ": a second run differs";
+      device::Stream stream;
+      const CapturedGraph graph(stream.get(), [&] { run.backward(stream.get()); });
+      run.new_dy(seed + 100);
+      run.poison();
+      graph.replay(stream.get());
+      NORMJIT_CU(driver::api().cuStreamSynchronize(stream.get()));
+      const Errors e = run.compare(/*saved=*/true);
+      EXPECT_TRUE(e.finite) << c.name() << " replayed";
+      EXPECT_LT(e.dx, tolerance(c.dtype)) << c.name() << " replayed";
+      if (c.affine != Affine::kNone) {
+        EXPECT_LT(e.dweight, tolerance(c.dtype)) << c.name() << " replayed";
+      }
+    }
+  }
+}
+
 // A launch over fewer batch items than the spec's shape: the statistics, dx and the sums cover
 // exactly those (the kernel serves every batch).
 TEST_F(BackwardChannelsGpu, SmallerBatchThanTheSpec) {

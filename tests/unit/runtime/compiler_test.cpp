@@ -107,5 +107,25 @@ TEST(Engine, WithoutAGpuPrecompilesAndRefusesToLaunchClearly) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(Engine, RefusesADramBandwidthOutOfRangeNamingTheOption) {
+  for (int bad : {-1, Target::kMaxDramGbps + 1}) {
+    EngineOptions o;
+    o.memory_only = true;
+    o.dram_gbps = bad;
+    try {
+      Engine engine(o);
+      ADD_FAILURE() << "dram_gbps " << bad << " accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+      EXPECT_NE(std::string(e.what()).find("dram_gbps"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(std::to_string(bad)), std::string::npos) << e.what();
+    }
+  }
+  EngineOptions o;
+  o.memory_only = true;
+  o.dram_gbps = 4814;
+  EXPECT_NO_THROW(Engine{o});
+}
+
 }  // namespace
 }  // namespace normjit
