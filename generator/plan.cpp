@@ -1394,7 +1394,7 @@ KernelPlan plan(const NormSpec& spec, const Target& target) {
   }
   KernelPlan p;
   p.problem = pr;
-  p.arch = target.name();
+  p.arch = target.text();
   p.batch_class = batch_class(spec);
   p.two_classes = has_two_batch_classes(spec);
   p.strategy = choose_strategy(pr, target);

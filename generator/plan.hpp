@@ -62,7 +62,7 @@ struct Problem {
 struct KernelPlan {
   Strategy strategy = Strategy::kChannels;
   Problem problem;
-  std::string arch;              // target name, "sm_90"
+  std::string arch;              // Target::text(): "sm_90", "sm_90:114", "sm_90:132:4814"
   int block_x = 1, block_y = 1;  // threads per CTA
   int64_t blocks_per_item = 1;   // kChannels: CTAs per batch item; kChannelsSlab: the cluster (K);
                                  // kGroupNhwc: tiles of whole groups across the channels

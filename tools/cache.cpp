@@ -379,7 +379,7 @@ void run_explain(const CacheFlags& flags, const std::vector<std::string>& words,
     preimage = key_inputs(spec, target).preimage();
     const std::string key = cache::sha256_hex(preimage);
     std::printf("spec:       %s\ntarget:     %s\nkey:        %s\n", spec.to_string().c_str(),
-                target.name().c_str(), key.c_str());
+                target.text().c_str(), key.c_str());
     if (printed.key && *printed.key != key) {
       std::printf("note:       the request's key=%s is not this spec's on this target\n",
                   printed.key->c_str());

@@ -288,6 +288,40 @@ TEST_F(Cli, PrintedSpecsReadBack) {
   EXPECT_NE(refused.find("arch=sm_80"), npos) << refused;
 }
 
+// A kernel planned for a part other than the arch's full-size one (a multiprocessor count, a
+// DRAM bandwidth) is listed with that target, and its line explains as present: the GroupNorm
+// backward of large f32 channels streams on an H200 (sm_90:132:4814) and not on the H100 that
+// plain sm_90 means, so a listing that said arch=sm_90 would explain as a miss.
+TEST_F(Cli, EntriesOfAnotherPartListAndExplainWithItsTarget) {
+  const std::string manifest_path =
+      manifest("gn.json", R"([{"op": "groupnorm", "shape": [2, 8, 65536], "groups": 2,
+                               "backward": true}])");
+  ASSERT_EQ(run({"prewarm", manifest_path, "--arch", "sm_90:132:4814"}).exit_code, 0);
+  const ToolResult ls = run({"cache", "ls"});
+  ASSERT_EQ(ls.exit_code, 0) << ls.describe();
+  const size_t at = ls.out.find("op=groupnorm");
+  ASSERT_NE(at, npos) << ls.describe();
+  const std::string listed = ls.out.substr(at, ls.out.find('\n', at) - at);
+  ASSERT_NE(listed.find(" arch=sm_90:132:4814"), npos) << listed;
+  std::vector<std::string> words{"cache", "explain"};
+  for (size_t i = 0; i < listed.size();) {
+    const size_t end = std::min(listed.find(' ', i), listed.size());
+    if (end > i) words.push_back(listed.substr(i, end - i));
+    i = end + 1;
+  }
+  const ToolResult explained = run(words);
+  ASSERT_EQ(explained.exit_code, 0) << explained.describe();
+  EXPECT_NE(explained.out.find("target:     sm_90:132:4814"), npos) << explained.describe();
+  EXPECT_NE(explained.out.find("present:    yes"), npos) << explained.describe();
+  // The plan says which bandwidth it was made for.
+  const ToolResult plan =
+      run({"dump", "--op", "groupnorm", "--shape", "2,8,65536", "--groups", "2", "--backward",
+           "--arch", "sm_90:132:4814"});
+  ASSERT_EQ(plan.exit_code, 0) << plan.describe();
+  EXPECT_NE(plan.out.find("arch: sm_90:132:4814"), npos) << plan.describe();
+  EXPECT_NE(plan.out.find("streamed (DRAM of 4814 GB/s"), npos) << plan.describe();
+}
+
 TEST_F(Cli, VersionNamesNormjitAndNvrtc) {
   const ToolResult r = run({"--version"});
   EXPECT_EQ(r.exit_code, 0) << r.describe();
