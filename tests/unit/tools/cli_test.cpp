@@ -314,9 +314,8 @@ TEST_F(Cli, EntriesOfAnotherPartListAndExplainWithItsTarget) {
   EXPECT_NE(explained.out.find("target:     sm_90:132:4814"), npos) << explained.describe();
   EXPECT_NE(explained.out.find("present:    yes"), npos) << explained.describe();
   // The plan says which bandwidth it was made for.
-  const ToolResult plan =
-      run({"dump", "--op", "groupnorm", "--shape", "2,8,65536", "--groups", "2", "--backward",
-           "--arch", "sm_90:132:4814"});
+  const ToolResult plan = run({"dump", "--op", "groupnorm", "--shape", "2,8,65536", "--groups", "2",
+                               "--backward", "--arch", "sm_90:132:4814"});
   ASSERT_EQ(plan.exit_code, 0) << plan.describe();
   EXPECT_NE(plan.out.find("arch: sm_90:132:4814"), npos) << plan.describe();
   EXPECT_NE(plan.out.find("streamed (DRAM of 4814 GB/s"), npos) << plan.describe();
