@@ -155,7 +155,8 @@ bool jit_disabled_by_env() {
   throw Error(ErrorCode::kCacheMiss,
               "kernel not in any cache layer and JIT is off "
               "(NORMJIT_JIT=off): " +
-                  spec.to_string() + " for " + target.name() + ", key " + key);
+                  spec.to_string() + " for " + target.text() + ", key " + key +
+                  " (prewarm it with --arch " + target.text() + ")");
 }
 
 }  // namespace

@@ -100,6 +100,14 @@ TEST_F(CApiJitOff, PrecompileRefusesToCompileAndNamesTheSpec) {
   EXPECT_EQ(s, NORMJIT_ERROR_CACHE_MISS) << normjit_last_error();
   EXPECT_TRUE(mentions("op=rmsnorm shape=8,64,32,32")) << normjit_last_error();
   EXPECT_TRUE(mentions("NORMJIT_JIT=off")) << normjit_last_error();
+  EXPECT_TRUE(mentions("prewarm it with --arch sm_90)")) << normjit_last_error();
+  // The target as planned, its count and bandwidth included where they are not the full-size
+  // part's: what prewarm's --arch must name for the same kernel.
+  EXPECT_EQ(normjit_precompile(engine_, "op=groupnorm shape=2,8,65536 groups=2 backward=true",
+                               "sm_90:132:4814", &compiled),
+            NORMJIT_ERROR_CACHE_MISS);
+  EXPECT_TRUE(mentions("for sm_90:132:4814, key ")) << normjit_last_error();
+  EXPECT_TRUE(mentions("--arch sm_90:132:4814)")) << normjit_last_error();
   EXPECT_EQ(compiled, -1) << "nothing reported as compiled";
   uint64_t compiles = 99;
   ASSERT_EQ(normjit_engine_counters(engine_, &compiles, nullptr, nullptr), NORMJIT_OK);
