@@ -54,7 +54,7 @@ for w in "$wheels"/*.whl; do
   python3 -m zipfile -e "$w" "$site"
   echo "gpu_suite: $(basename "$w") unpacked beside normjit"
 done
-PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH} timeout "${TP:-420}" python3 -m pytest -q -rfE \
+PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH} timeout "${TP:-420}" python3 -m pytest -q -rfEs \
   -p no:cacheprovider -n "$workers" tests/python > "$out/pytest.log" 2>&1
 pytest_status=$?
 
@@ -67,6 +67,13 @@ for ((i = 0; i < shards; i++)); do
   ((rc == 0)) || status=1
 done
 echo "pytest: exit $pytest_status; $(tail -1 "$out/pytest.log")"
+if grep -q '^SKIPPED' "$out/pytest.log"; then
+  # Why tests skipped (-rs): counts per reason, the most frequent first.
+  echo "pytest skips by reason:"
+  grep '^SKIPPED' "$out/pytest.log" | sed -E 's/^SKIPPED \[([0-9]+)\] [^ ]+:[0-9]+: /\1 /' |
+    awk '{n = $1; $1 = ""; count[substr($0, 2)] += n} END {for (r in count) print count[r], r}' |
+    sort -rn | head -10
+fi
 if ((pytest_status != 0)); then
   grep -E '^(FAILED|ERROR)' "$out/pytest.log" | head -20
   # The first failure's report, for a caller that only sees the end of the output.
