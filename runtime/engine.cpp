@@ -272,11 +272,6 @@ class EngineImpl {
 };
 
 EngineImpl::EngineImpl(EngineOptions options) : options_(std::move(options)) {
-  if (options_.dram_gbps < 0 || options_.dram_gbps > Target::kMaxDramGbps) {
-    throw_invalid_argument("dram_gbps", std::to_string(options_.dram_gbps),
-                           "a DRAM bandwidth in GB/s, from 1 to " +
-                               std::to_string(Target::kMaxDramGbps) + ", or 0 for the GPU's");
-  }
   if (jit_disabled_by_env()) options_.jit_disabled = true;
   cache::StoreOptions store = cache::StoreOptions::from_env();
   if (!options_.cache_dir.empty()) store.dir = options_.cache_dir;
@@ -1094,8 +1089,20 @@ std::string Kernel::key() const { return impl_->key; }
 // ---------------------------------------------------------------------------------------
 // Engine
 
+namespace {
+// Options refused before an engine is built (its members, once made, would need its destructor).
+EngineOptions checked(EngineOptions options) {
+  if (options.dram_gbps < 0 || options.dram_gbps > Target::kMaxDramGbps) {
+    throw_invalid_argument("dram_gbps", std::to_string(options.dram_gbps),
+                           "a DRAM bandwidth in GB/s, from 1 to " +
+                               std::to_string(Target::kMaxDramGbps) + ", or 0 for the GPU's");
+  }
+  return options;
+}
+}  // namespace
+
 Engine::Engine(EngineOptions options)
-    : impl_(std::make_unique<detail::EngineImpl>(std::move(options))) {}
+    : impl_(std::make_unique<detail::EngineImpl>(checked(std::move(options)))) {}
 Engine::~Engine() = default;
 
 Kernel Engine::prepare(const NormSpec& spec) { return impl_->prepare(spec); }
