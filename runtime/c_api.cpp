@@ -131,11 +131,11 @@ normjit_status run(normjit_engine* engine, const normjit::SpecFields& fields, co
 // asks for would be dropped silently. A size beyond any plausible struct is refused unread (an
 // uninitialised size).
 void check_args_size(const void* args, size_t size, size_t first_published, size_t known,
-                     const std::string& type) {
+                     const std::string& type, const std::string& field = "args.size") {
   constexpr size_t kMaxSize = 4096;
   if (size < first_published || size > kMaxSize) {
     normjit::throw_invalid_argument(
-        "args.size", std::to_string(size),
+        field, std::to_string(size),
         std::string(size < first_published ? "is smaller than" : "is far larger than") + " any " +
             type + " (" + std::to_string(first_published) +
             " bytes today): initialise the struct with " + type + "_init");
@@ -145,7 +145,7 @@ void check_args_size(const void* args, size_t size, size_t first_published, size
     for (size_t i = known; i < size; ++i) {
       if (tail[i] != 0) {
         throw normjit::Error(normjit::ErrorCode::kUnsupported,
-                             "args.size " + std::to_string(size) +
+                             field + " " + std::to_string(size) +
                                  ": this libnormjit knows the first " + std::to_string(known) +
                                  " bytes of " + type +
                                  ", and the caller set fields after them (byte " +
@@ -153,6 +153,30 @@ void check_args_size(const void* args, size_t size, size_t first_published, size
       }
     }
   }
+}
+
+// The C++ options of a C caller's normjit_engine_options (NULL: the defaults).
+normjit::EngineOptions engine_options(const normjit_engine_options* options) {
+  normjit::EngineOptions o;
+  if (!options) return o;
+  if (options->device < 0) {
+    normjit::throw_invalid_argument("device", std::to_string(options->device), "must be >= 0");
+  }
+  o.device = options->device;
+  if (options->cache_dir) o.cache_dir = options->cache_dir;
+  if (options->readonly_dirs) {
+    std::string dirs = options->readonly_dirs;
+    for (size_t start = 0; start <= dirs.size();) {
+      size_t colon = dirs.find(':', start);
+      if (colon == std::string::npos) colon = dirs.size();
+      if (colon > start) o.readonly_cache_dirs.push_back(dirs.substr(start, colon - start));
+      start = colon + 1;
+    }
+  }
+  o.cache_max_bytes = options->cache_max_bytes;
+  o.memory_only = options->memory_only != 0;
+  o.jit_disabled = options->jit_disabled != 0;
+  return o;
 }
 
 }  // namespace
@@ -168,26 +192,28 @@ normjit_status normjit_engine_create(const normjit_engine_options* options, norm
   return guarded([&] {
     if (!out) normjit::throw_invalid_argument("out", "NULL", "needs somewhere to put the engine");
     *out = nullptr;
-    normjit::EngineOptions o;
-    if (options) {
-      if (options->device < 0) {
-        normjit::throw_invalid_argument("device", std::to_string(options->device), "must be >= 0");
-      }
-      o.device = options->device;
-      if (options->cache_dir) o.cache_dir = options->cache_dir;
-      if (options->readonly_dirs) {
-        std::string dirs = options->readonly_dirs;
-        for (size_t start = 0; start <= dirs.size();) {
-          size_t colon = dirs.find(':', start);
-          if (colon == std::string::npos) colon = dirs.size();
-          if (colon > start) o.readonly_cache_dirs.push_back(dirs.substr(start, colon - start));
-          start = colon + 1;
-        }
-      }
-      o.cache_max_bytes = options->cache_max_bytes;
-      o.memory_only = options->memory_only != 0;
-      o.jit_disabled = options->jit_disabled != 0;
+    *out = new normjit_engine(engine_options(options));
+  });
+}
+
+void normjit_engine_config_init(normjit_engine_config* config) {
+  if (!config) return;
+  *config = normjit_engine_config{};
+  config->size = sizeof(normjit_engine_config);
+}
+
+normjit_status normjit_engine_create_ex(const normjit_engine_config* config, normjit_engine** out) {
+  return guarded([&] {
+    if (!out) normjit::throw_invalid_argument("out", "NULL", "needs somewhere to put the engine");
+    *out = nullptr;
+    if (!config) {
+      normjit::throw_invalid_argument(
+          "config", "NULL", "fill a normjit_engine_config with normjit_engine_config_init");
     }
+    check_args_size(config, config->size, sizeof(normjit_engine_config),
+                    sizeof(normjit_engine_config), "normjit_engine_config", "config.size");
+    normjit::EngineOptions o = engine_options(&config->options);
+    o.dram_gbps = config->dram_gbps;  // checked by the engine
     *out = new normjit_engine(std::move(o));
   });
 }

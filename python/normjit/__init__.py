@@ -22,7 +22,7 @@ from typing import NamedTuple, Optional, Sequence, Union
 from ._capi import (CacheMissError, CompileError, DriverError, Dtype, InvalidArgumentError,
                     NoDeviceError, NormjitError, Status, UnsupportedError, library,
                     library_path)
-from ._capi import EngineOptions as _EngineOptions
+from ._capi import EngineConfig as _EngineConfig
 
 __version__ = "0.1.0"
 
@@ -48,19 +48,25 @@ class Engine:
     def __init__(self, cache_dir: Optional[_PathLike] = None,
                  readonly_dirs: Union[None, _PathLike, Sequence[_PathLike]] = None,
                  cache_max_bytes: int = 0, memory_only: bool = False, jit_disabled: bool = False,
-                 device: int = 0):
+                 device: int = 0, dram_gbps: int = 0):
         """cache_dir: a str or os.PathLike; readonly_dirs: one, a colon-separated str, or a
         sequence of them; cache_max_bytes: 0 (the environment's or the default) or more;
-        device: a CUDA device index."""
+        device: a CUDA device index; dram_gbps: plan for this peak DRAM bandwidth in GB/s
+        instead of the GPU's (0, the default: the GPU's), e.g. 4814 to run the kernels a cache
+        was prewarmed for with `normjit prewarm --arch sm_90:132:4814` (an H200) on another
+        part. (C: normjit_engine_config, normjit_engine_create_ex.)"""
         # The arguments are checked before the library is loaded, so that a wrong one is
         # named whatever the machine has.
         strings = [_path_text(cache_dir, "cache_dir"), _dirs_text(readonly_dirs)]
         cache_max_bytes = _count(cache_max_bytes, "cache_max_bytes")
         device = _count(device, "device")
+        dram_gbps = _count(dram_gbps, "dram_gbps")  # the library checks its upper bound
         lib = library()
         self._lib = lib
-        opts = _EngineOptions()
-        lib.normjit_engine_options_init(ctypes.byref(opts))
+        config = _EngineConfig()
+        lib.normjit_engine_config_init(ctypes.byref(config))
+        config.dram_gbps = dram_gbps
+        opts = config.options
         # The C strings must outlive the create call only; keep them with the options anyway.
         self._strings = strings
         opts.device = device
@@ -70,7 +76,7 @@ class Engine:
         opts.memory_only = int(memory_only)
         opts.jit_disabled = int(jit_disabled)
         handle = ctypes.c_void_p()
-        lib.check(lib.normjit_engine_create(ctypes.byref(opts), ctypes.byref(handle)))
+        lib.check(lib.normjit_engine_create_ex(ctypes.byref(config), ctypes.byref(handle)))
         self.handle: Optional[int] = handle.value
 
     def _live(self) -> int:

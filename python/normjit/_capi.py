@@ -61,6 +61,16 @@ class EngineOptions(ctypes.Structure):
     ]
 
 
+class EngineConfig(ctypes.Structure):
+    """struct normjit_engine_config: fill it with normjit_engine_config_init (which sets
+    `size`), then set what differs from the defaults."""
+    _fields_ = [
+        ("size", ctypes.c_size_t),
+        ("options", EngineOptions),
+        ("dram_gbps", ctypes.c_int),
+    ]
+
+
 class LaunchArgs(ctypes.Structure):
     """struct normjit_launch_args: fill it with normjit_launch_args_init (which sets `size`),
     then set what the kernel's spec asks for. Device pointers, `const float*` included, are
@@ -107,6 +117,7 @@ class BackwardArgs(ctypes.Structure):
 # C struct name -> its ctypes Structure.
 STRUCTS = {
     "normjit_engine_options": EngineOptions,
+    "normjit_engine_config": EngineConfig,
     "normjit_launch_args": LaunchArgs,
     "normjit_backward_args": BackwardArgs,
 }
@@ -121,6 +132,7 @@ _p_int = ctypes.POINTER(ctypes.c_int)
 _p_i64 = ctypes.POINTER(ctypes.c_int64)
 _p_u64 = ctypes.POINTER(ctypes.c_uint64)
 _p_opts = ctypes.POINTER(EngineOptions)
+_p_config = ctypes.POINTER(EngineConfig)
 _p_args = ctypes.POINTER(LaunchArgs)
 _p_bwd = ctypes.POINTER(BackwardArgs)
 
@@ -130,6 +142,8 @@ PROTOTYPES = {
     "normjit_engine_options_init": (None, [_p_opts]),
     "normjit_engine_create": (_int, [_p_opts, _p_vp]),
     "normjit_engine_destroy": (None, [_vp]),
+    "normjit_engine_config_init": (None, [_p_config]),
+    "normjit_engine_create_ex": (_int, [_p_config, _p_vp]),
     "normjit_last_error": (_str, []),
     "normjit_status_name": (_str, [_int]),
     # engine, x, y, weight, shape, ndim, normalized_dims, dtype, eps, stream

@@ -18,6 +18,8 @@
 #include <vector>
 
 #include "harness.hpp"
+#include "normjit/normjit.h"
+#include "tests/unit/temp_dir.hpp"
 
 namespace normjit::testing {
 namespace {
@@ -576,6 +578,32 @@ TEST_F(BackwardChannelsGpu, StreamedGroupNormMatchesFloat64OnAnyGpu) {
 
 // A launch over fewer batch items than the spec's shape: the statistics, dx and the sums cover
 // exactly those (the kernel serves every batch).
+// The bandwidth of a C caller's normjit_engine_config reaches the plan: engines sharing one cache
+// folder, told the H200's bandwidth, then the H100's, then the H200's again, prepare the backward
+// of f32 channels of 65536 positions (streamed at the first, waves at the second): the second
+// compiles its own kernel (another plan, another key), the third finds the first one's.
+TEST_F(BackwardChannelsGpu, CApiEngineConfigPlansForItsBandwidth) {
+  TempDir dir;
+  const char* spec = "op=groupnorm shape=2,16,256,256 dtype=f32 groups=4 affine=both backward=true";
+  uint64_t compiles[3] = {};
+  const int bandwidths[3] = {4814, 3352, 4814};
+  for (int i = 0; i < 3; ++i) {
+    normjit_engine_config config;
+    normjit_engine_config_init(&config);
+    config.options.cache_dir = dir.path().c_str();
+    config.dram_gbps = bandwidths[i];
+    normjit_engine* e = nullptr;
+    ASSERT_EQ(normjit_engine_create_ex(&config, &e), NORMJIT_OK) << normjit_last_error();
+    normjit_kernel* kernel = nullptr;
+    EXPECT_EQ(normjit_prepare(e, spec, &kernel), NORMJIT_OK) << normjit_last_error();
+    EXPECT_EQ(normjit_engine_counters(e, &compiles[i], nullptr, nullptr), NORMJIT_OK);
+    normjit_engine_destroy(e);
+  }
+  EXPECT_GE(compiles[0], 1u);
+  EXPECT_GE(compiles[1], 1u) << "the H100's bandwidth plans another kernel";
+  EXPECT_EQ(compiles[2], 0u) << "the H200's kernel again, from the cache";
+}
+
 TEST_F(BackwardChannelsGpu, SmallerBatchThanTheSpec) {
   device::PrimaryContext context;
   Engine engine(test_engine_options());

@@ -44,6 +44,9 @@ C_TYPES = {
     "normjit_kernel**": P(ctypes.c_void_p),
     "normjit_engine_options*": P(_capi.EngineOptions),
     "const normjit_engine_options*": P(_capi.EngineOptions),
+    "normjit_engine_options": _capi.EngineOptions,  # a field of normjit_engine_config
+    "normjit_engine_config*": P(_capi.EngineConfig),
+    "const normjit_engine_config*": P(_capi.EngineConfig),
     "normjit_launch_args*": P(_capi.LaunchArgs),
     "const normjit_launch_args*": P(_capi.LaunchArgs),
     "normjit_backward_args*": P(_capi.BackwardArgs),
@@ -159,8 +162,8 @@ def mismatches(parsed: dict) -> list:
 def test_header_parses_completely():
     parsed = parse_header(HEADER.read_text())
     assert set(parsed["enums"]) == {"normjit_status", "normjit_dtype"}
-    assert set(parsed["structs"]) == {"normjit_engine_options", "normjit_launch_args",
-                                      "normjit_backward_args"}
+    assert set(parsed["structs"]) == {"normjit_engine_options", "normjit_engine_config",
+                                      "normjit_launch_args", "normjit_backward_args"}
     # Every "normjit_...(" declaration in the header was understood.
     declared = set(re.findall(r"\b(normjit_\w+)\s*\(", strip_comments(HEADER.read_text())))
     assert declared == set(parsed["functions"]), declared ^ set(parsed["functions"])

@@ -108,9 +108,18 @@ def test_engine_arguments_are_checked_and_named(tmp_path):
         (dict(cache_max_bytes=1.5), TypeError, r"cache_max_bytes must be an int, not float"),
         (dict(device="cuda:0"), TypeError, r"device must be an int, not str \('cuda:0'\)"),
         (dict(device=True), TypeError, "device must be an int, not bool"),
+        (dict(dram_gbps=-5), ValueError, "dram_gbps must be 0 or more, not -5"),
+        (dict(dram_gbps="4814"), TypeError, r"dram_gbps must be an int, not str"),
     ]:
         with pytest.raises(error, match=match):
             normjit.Engine(**kwargs)
+    # dram_gbps (normjit_engine_config): the library takes a bandwidth and names one beyond
+    # its bound.
+    with normjit.Engine(memory_only=True, dram_gbps=4814) as engine:
+        assert engine.precompile("op=rmsnorm shape=4,64", arch="sm_90") is True
+    with pytest.raises(normjit.InvalidArgumentError) as e:
+        normjit.Engine(memory_only=True, dram_gbps=2_000_000)
+    assert "dram_gbps" in e.value.message and "2000000" in e.value.message, e.value.message
 
 
 @pytest.mark.parametrize("spec, argument, value", [

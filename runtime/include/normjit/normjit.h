@@ -57,6 +57,23 @@ void normjit_engine_options_init(normjit_engine_options* options);
 normjit_status normjit_engine_create(const normjit_engine_options* options, normjit_engine** out);
 void normjit_engine_destroy(normjit_engine* engine);
 
+/* Engine options beyond normjit_engine_options, in a struct that later versions extend by
+ * appending fields (its size tells which the caller knows, as for normjit_launch_args). Fill it
+ * with normjit_engine_config_init (it sets size and the defaults), then set what differs. */
+typedef struct normjit_engine_config {
+  size_t size;                    /* sizeof(normjit_engine_config), set by its _init */
+  normjit_engine_options options; /* as normjit_engine_create takes them */
+  int dram_gbps; /* plan for this peak DRAM bandwidth in GB/s (1 to 1000000) instead of the
+                    GPU's, e.g. the one a cache was prewarmed for with prewarm --arch
+                    sm_90:132:4814; 0 (default): the GPU's */
+} normjit_engine_config;
+
+/* Fills *config with the defaults (those of normjit_engine_options_init, dram_gbps 0). */
+void normjit_engine_config_init(normjit_engine_config* config);
+/* normjit_engine_create with a normjit_engine_config (not NULL); config->size as for
+ * normjit_launch_ex. */
+normjit_status normjit_engine_create_ex(const normjit_engine_config* config, normjit_engine** out);
+
 /* The message of the calling thread's last failed call ("" if none). */
 const char* normjit_last_error(void);
 const char* normjit_status_name(normjit_status status);

@@ -3,6 +3,7 @@
 // off, precompile refuses to compile; the prepared-kernel calls check their arguments.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <string>
 
 #include "normjit/normjit.h"
@@ -168,6 +169,64 @@ TEST(CApiJitOffAfterPrewarm, APrewarmedSpecServesEveryBatchClass) {
     EXPECT_EQ(compiled, 0) << spec;
   }
   normjit_engine_destroy(off);
+}
+
+// normjit_engine_config: _init sets its size and the defaults; create_ex takes it, refuses a
+// NULL or uninitialised one and a newer caller's unknown fields, and names a bandwidth out of
+// range. (That the bandwidth reaches the plan needs a GPU: tests/gpu/backward_channels_test.cpp.)
+TEST(CApiEngineConfig, InitCreatesAndRefusesNamingTheField) {
+  testing::TempDir dir;
+  normjit_engine_config config;
+  std::memset(&config, 0x5a, sizeof config);
+  normjit_engine_config_init(&config);
+  EXPECT_EQ(config.size, sizeof(normjit_engine_config));
+  EXPECT_EQ(config.dram_gbps, 0);
+  EXPECT_EQ(config.options.device, 0);
+  EXPECT_EQ(config.options.cache_dir, nullptr);
+  normjit_engine_config_init(nullptr);  // ignored
+  config.options.cache_dir = dir.path().c_str();
+  config.dram_gbps = 4814;
+  normjit_engine* engine = nullptr;
+  ASSERT_EQ(normjit_engine_create_ex(&config, &engine), NORMJIT_OK) << normjit_last_error();
+  ASSERT_NE(engine, nullptr);
+  normjit_engine_destroy(engine);
+
+  for (int bad : {-1, 1000001}) {
+    config.dram_gbps = bad;
+    engine = nullptr;
+    EXPECT_EQ(normjit_engine_create_ex(&config, &engine), NORMJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_EQ(engine, nullptr);
+    EXPECT_TRUE(mentions("dram_gbps")) << normjit_last_error();
+    EXPECT_TRUE(mentions(std::to_string(bad).c_str())) << normjit_last_error();
+  }
+  config.dram_gbps = 0;
+  config.options.device = -2;  // the options' own checks apply as in normjit_engine_create
+  EXPECT_EQ(normjit_engine_create_ex(&config, &engine), NORMJIT_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(mentions("device")) << normjit_last_error();
+  config.options.device = 0;
+
+  EXPECT_EQ(normjit_engine_create_ex(nullptr, &engine), NORMJIT_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(mentions("normjit_engine_config_init")) << normjit_last_error();
+  EXPECT_EQ(normjit_engine_create_ex(&config, nullptr), NORMJIT_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(mentions("out")) << normjit_last_error();
+  config.size = 8;  // not initialised with _init
+  EXPECT_EQ(normjit_engine_create_ex(&config, &engine), NORMJIT_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(mentions("config.size")) << normjit_last_error();
+
+  // A newer header's struct: longer, with a field this library does not know set.
+  struct {
+    normjit_engine_config known;
+    int later;
+  } newer;
+  std::memset(&newer, 0, sizeof newer);
+  normjit_engine_config_init(&newer.known);
+  newer.known.size = sizeof newer;
+  newer.known.options.memory_only = 1;
+  EXPECT_EQ(normjit_engine_create_ex(&newer.known, &engine), NORMJIT_OK) << normjit_last_error();
+  normjit_engine_destroy(engine);
+  newer.later = 1;
+  EXPECT_EQ(normjit_engine_create_ex(&newer.known, &engine), NORMJIT_ERROR_UNSUPPORTED);
+  EXPECT_TRUE(mentions("normjit_engine_config")) << normjit_last_error();
 }
 
 }  // namespace
