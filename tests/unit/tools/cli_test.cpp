@@ -18,6 +18,17 @@ constexpr const char* kErrorPrefix = "normjit: error: ";
 constexpr size_t npos = std::string::npos;
 
 // Expects an error exit with exactly one error line; returns that line.
+// `cache explain` with the words of `text` (a line `cache ls` printed) as its arguments.
+std::vector<std::string> words(const std::string& text) {
+  std::vector<std::string> out{"cache", "explain"};
+  for (size_t i = 0; i < text.size();) {
+    const size_t end = std::min(text.find(' ', i), text.size());
+    if (end > i) out.push_back(text.substr(i, end - i));
+    i = end + 1;
+  }
+  return out;
+}
+
 std::string single_error(const ToolResult& r) {
   EXPECT_NE(r.exit_code, 0) << r.describe();
   const std::vector<std::string> lines = r.err_lines(kErrorPrefix);
@@ -238,15 +249,6 @@ TEST_F(Cli, PrintedSpecsReadBack) {
   ASSERT_NE(at, npos) << ls.describe();
   const std::string listed = ls.out.substr(at, ls.out.find('\n', at) - at);
   ASSERT_NE(listed.find(" arch=sm_80"), npos) << listed;
-  const auto words = [](const std::string& text) {
-    std::vector<std::string> out{"cache", "explain"};
-    for (size_t i = 0; i < text.size();) {
-      const size_t end = std::min(text.find(' ', i), text.size());
-      if (end > i) out.push_back(text.substr(i, end - i));
-      i = end + 1;
-    }
-    return out;
-  };
   const ToolResult explained = run(words(listed));
   ASSERT_EQ(explained.exit_code, 0) << explained.describe();
   EXPECT_NE(explained.out.find("target:     sm_80"), npos) << explained.describe();
@@ -303,13 +305,7 @@ TEST_F(Cli, EntriesOfAnotherPartListAndExplainWithItsTarget) {
   ASSERT_NE(at, npos) << ls.describe();
   const std::string listed = ls.out.substr(at, ls.out.find('\n', at) - at);
   ASSERT_NE(listed.find(" arch=sm_90:132:4814"), npos) << listed;
-  std::vector<std::string> words{"cache", "explain"};
-  for (size_t i = 0; i < listed.size();) {
-    const size_t end = std::min(listed.find(' ', i), listed.size());
-    if (end > i) words.push_back(listed.substr(i, end - i));
-    i = end + 1;
-  }
-  const ToolResult explained = run(words);
+  const ToolResult explained = run(words(listed));
   ASSERT_EQ(explained.exit_code, 0) << explained.describe();
   EXPECT_NE(explained.out.find("target:     sm_90:132:4814"), npos) << explained.describe();
   EXPECT_NE(explained.out.find("present:    yes"), npos) << explained.describe();
