@@ -583,6 +583,7 @@ TEST_F(BackwardChannelsGpu, StreamedGroupNormMatchesFloat64OnAnyGpu) {
 // of f32 channels of 65536 positions (streamed at the first, waves at the second): the second
 // compiles its own kernel (another plan, another key), the third finds the first one's.
 TEST_F(BackwardChannelsGpu, CApiEngineConfigPlansForItsBandwidth) {
+  device::PrimaryContext context;  // current on this thread: the C engines take it
   TempDir dir;
   const char* spec = "op=groupnorm shape=2,16,256,256 dtype=f32 groups=4 affine=both backward=true";
   uint64_t compiles[3] = {};
