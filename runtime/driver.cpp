@@ -88,6 +88,38 @@ std::string describe(CUresult result) {
   return out;
 }
 
+bool rejects_the_image(CUresult result) {
+  switch (result) {
+    // The state of the context, the device or the process: the image may be fine.
+    case CUDA_SUCCESS:
+    case CUDA_ERROR_OUT_OF_MEMORY:
+    case CUDA_ERROR_NOT_INITIALIZED:
+    case CUDA_ERROR_DEINITIALIZED:
+    case CUDA_ERROR_NO_DEVICE:
+    case CUDA_ERROR_INVALID_DEVICE:
+    case CUDA_ERROR_INVALID_CONTEXT:
+    case CUDA_ERROR_CONTEXT_IS_DESTROYED:
+    case CUDA_ERROR_CONTEXT_ALREADY_IN_USE:
+    case CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED:
+    case CUDA_ERROR_STREAM_CAPTURE_INVALIDATED:
+    case CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD:
+    case CUDA_ERROR_ILLEGAL_ADDRESS:  // a kernel's earlier fault, sticky
+    case CUDA_ERROR_ILLEGAL_INSTRUCTION:
+    case CUDA_ERROR_MISALIGNED_ADDRESS:
+    case CUDA_ERROR_INVALID_ADDRESS_SPACE:
+    case CUDA_ERROR_INVALID_PC:
+    case CUDA_ERROR_LAUNCH_FAILED:
+    case CUDA_ERROR_HARDWARE_STACK_ERROR:
+    case CUDA_ERROR_ECC_UNCORRECTABLE:
+    case CUDA_ERROR_ASSERT:
+    case CUDA_ERROR_SYSTEM_NOT_READY:
+    case CUDA_ERROR_SYSTEM_DRIVER_MISMATCH:
+      return false;
+    default:  // the image (corrupt, for another GPU, a newer toolkit, without the kernel)
+      return true;
+  }
+}
+
 void throw_driver_error(CUresult result, const char* call, const char* file, int line) {
   throw Error(ErrorCode::kDriver, std::string(call) + " failed: " + describe(result) + " at " +
                                       file + ":" + std::to_string(line));

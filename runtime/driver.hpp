@@ -78,6 +78,12 @@ std::string unavailable_reason();
 // "CUDA_ERROR_INVALID_VALUE (invalid argument)"
 std::string describe(CUresult result);
 
+// Whether a failure to load a cubin (cuModuleLoadData, cuModuleGetFunction) may be the image's:
+// corrupt, for another GPU or a newer toolkit, or without the kernel. A cache entry is rebuilt
+// then; a failure of the context, the device or the process (a destroyed context, no memory, a
+// sticky fault) is the caller's error, and the entry stays.
+bool rejects_the_image(CUresult result);
+
 // Throws Error(kDriver): "<call> failed: <name> (<text>) at file:line".
 [[noreturn]] void throw_driver_error(CUresult result, const char* call, const char* file, int line);
 

@@ -367,6 +367,12 @@ std::shared_ptr<const LoadedKernel> EngineImpl::build(const NormSpec& spec, CUco
     }
     const CUresult r =
         lowered.empty() ? CUDA_ERROR_INVALID_IMAGE : load_module(entry->cubin, lowered);
+    if (r != CUDA_SUCCESS && !driver::rejects_the_image(r)) {
+      // Not the entry's fault (a destroyed context, no memory): the entry stays for a later
+      // call, and this one fails with the driver's error.
+      const std::string call = "loading the cached kernel of " + spec.to_string();
+      driver::throw_driver_error(r, call.c_str(), __FILE__, __LINE__);
+    }
     if (r == CUDA_SUCCESS) {
       disk_hits_++;
       *source = Source::kDisk;

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "normjit/normjit.hpp"
+#include "runtime/driver.hpp"
 
 namespace normjit {
 namespace {
@@ -125,6 +126,20 @@ TEST(Engine, RefusesADramBandwidthOutOfRangeNamingTheOption) {
   o.memory_only = true;
   o.dram_gbps = 4814;
   EXPECT_NO_THROW(Engine{o});
+}
+
+// A cached cubin the driver refuses is rebuilt only when the refusal is about the image; a
+// destroyed context or a full GPU leaves the entry in the cache (engine.cpp's load path).
+TEST(Driver, OnlyImageErrorsRejectACachedKernel) {
+  for (CUresult image : {CUDA_ERROR_INVALID_IMAGE, CUDA_ERROR_NO_BINARY_FOR_GPU,
+                         CUDA_ERROR_UNSUPPORTED_PTX_VERSION, CUDA_ERROR_NOT_FOUND}) {
+    EXPECT_TRUE(driver::rejects_the_image(image)) << int(image);
+  }
+  for (CUresult other :
+       {CUDA_ERROR_CONTEXT_IS_DESTROYED, CUDA_ERROR_OUT_OF_MEMORY, CUDA_ERROR_INVALID_CONTEXT,
+        CUDA_ERROR_NOT_INITIALIZED, CUDA_ERROR_ILLEGAL_ADDRESS}) {
+    EXPECT_FALSE(driver::rejects_the_image(other)) << int(other);
+  }
 }
 
 }  // namespace
