@@ -31,6 +31,10 @@ pytestmark = pytest.mark.usefixtures("fresh_warnings")
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 OPS = ["group_norm", "rms_norm_channels", "layer_norm_channels"]
+# (op, affine) pairs that exist: rmsnorm has no bias.
+OP_AFFINES = [(op, affine) for op in OPS for affine in ("none", "weight", "both")
+              if not (op == "rms_norm_channels" and affine == "both")]
+OP_AFFINE_IDS = [f"{op}-{affine}" for op, affine in OP_AFFINES]
 
 
 def fallbacks(caught):
@@ -129,13 +133,10 @@ def test_cpu_tensors_keep_pytorchs_autograd_with_one_warning(op):
             close(got, r, 1e-5)
 
 
-@pytest.mark.parametrize("affine", ["none", "weight", "both"])
-@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("op, affine", OP_AFFINES, ids=OP_AFFINE_IDS)
 def test_gradcheck_of_the_train_ops_in_float64(op, affine, quiet):
     """The training ops themselves on CPU float64 (forward and backward fall back, through the
     statistics they saved): gradcheck and gradgradcheck against finite differences."""
-    if op == "rms_norm_channels" and affine == "both":
-        pytest.skip("rmsnorm has no bias")
     torch.manual_seed(1)
     x = torch.randn(2, 6, 3, 5, dtype=torch.float64, requires_grad=True)
     w = torch.randn(6, dtype=torch.float64, requires_grad=True) if affine != "none" else None
@@ -440,12 +441,9 @@ SHAPES = [(1, 3, 1), (3, 6, 7, 9), (2, 65, 3), (7, 12, 2, 2, 2), (2, 3)]
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("affine", ["none", "weight", "both"])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("op, affine", OP_AFFINES, ids=OP_AFFINE_IDS)
 def test_trains_through_normjit(emu, op, shape, affine, dtype):
-    if op == "rms_norm_channels" and affine == "both":
-        pytest.skip("rmsnorm has no bias")
     torch.manual_seed(3)
     groups = math.gcd(shape[1], 3) if op == "group_norm" else 0
     if op == "group_norm" and shape[1] // groups * math.prod(shape[2:]) == 1:
