@@ -2,9 +2,13 @@
 // device buffers and events. Not part of the public API.
 #pragma once
 
+#include <cerrno>
 #include <cstddef>
+#include <cstdlib>
+#include <mutex>
 #include <string>
 
+#include "cache/cache.hpp"
 #include "generator/plan.hpp"
 #include "runtime/driver.hpp"
 
@@ -29,6 +33,28 @@ inline Target target_of(CUdevice device) {
   const long long gbps = 2LL * clock_khz * bus_bits / 8 / 1'000'000;
   t.dram_gbps = gbps > 0 && gbps <= Target::kMaxDramGbps ? int(gbps) : arch_facts(t.sm).dram_gbps;
   return t;
+}
+
+// NORMJIT_DRAM_GBPS: the peak DRAM bandwidth (GB/s, 1 to Target::kMaxDramGbps) that engines whose
+// options leave dram_gbps at 0, and `normjit dump` without --arch, plan for instead of the GPU's
+// (a deployment running kernels prewarmed for another part's bandwidth). Unset, empty or 0: the
+// GPU's. Any other value is ignored with one warning per process naming it.
+inline int dram_gbps_from_env() {
+  const char* value = std::getenv("NORMJIT_DRAM_GBPS");
+  if (value == nullptr || *value == '\0') return 0;
+  char* end = nullptr;
+  errno = 0;
+  const long long gbps = std::strtoll(value, &end, 10);
+  if (errno == 0 && *end == '\0' && end != value && gbps >= 0 && gbps <= Target::kMaxDramGbps) {
+    return int(gbps);
+  }
+  static std::once_flag warned;
+  std::call_once(warned, [&] {
+    cache::warn("NORMJIT_DRAM_GBPS='" + std::string(value).substr(0, 64) +
+                "' is not a DRAM bandwidth in GB/s from 1 to " +
+                std::to_string(Target::kMaxDramGbps) + " (or 0); planning for the GPU's");
+  });
+  return 0;
 }
 
 // Makes the primary context of `ordinal` current on this thread for its lifetime.

@@ -273,6 +273,7 @@ class EngineImpl {
 
 EngineImpl::EngineImpl(EngineOptions options) : options_(std::move(options)) {
   if (jit_disabled_by_env()) options_.jit_disabled = true;
+  if (options_.dram_gbps == 0) options_.dram_gbps = device::dram_gbps_from_env();
   cache::StoreOptions store = cache::StoreOptions::from_env();
   if (!options_.cache_dir.empty()) store.dir = options_.cache_dir;
   if (!options_.readonly_cache_dirs.empty()) store.readonly = options_.readonly_cache_dirs;

@@ -31,11 +31,14 @@ struct DumpOptions {
   std::optional<std::string> cache_dir;    // only with cache_entry
 };
 
-// GPU 0's target (the caller checks gpu_available()).
+// GPU 0's target as an engine there plans for it (NORMJIT_DRAM_GBPS included; the caller checks
+// gpu_available()).
 Target device_target() {
   CUdevice device;
   NORMJIT_CU(driver::api().cuDeviceGet(&device, 0));
-  return device::target_of(device);
+  Target target = device::target_of(device);
+  if (const int gbps = device::dram_gbps_from_env(); gbps > 0) target.dram_gbps = gbps;
+  return target;
 }
 
 // ptxas's report from the NVRTC log. Where a driver is installed, NVRTC 13.0 can take the cubin
@@ -229,7 +232,8 @@ void add_dump_command(CLI::App& app) {
       "--arch", [options](const std::string& arch) { options->arch = arch; },
       "target such as sm_80, sm_90, sm_90a, sm_100f; sm_90:114 plans for 114 multiprocessors, "
       "sm_90:132:4814 for 132 and 4814 GB/s of DRAM bandwidth (an H200) (default: GPU 0, its "
-      "count and bandwidth included; offline: the arch's full-size part)");
+      "count and bandwidth included, NORMJIT_DRAM_GBPS replacing the bandwidth as in an engine; "
+      "offline: the arch's full-size part)");
   add_text_option(*dump, "-o,--output", options->output,
                   "write to FILE instead of stdout ('-': stdout)");
   add_text_option(*dump, "--cache-entry", options->cache_entry,

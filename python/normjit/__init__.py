@@ -42,8 +42,9 @@ class Counters(NamedTuple):
 class Engine:
     """A normjit engine (C: normjit_engine): the cache layers, the JIT and the kernels loaded
     per CUDA context. The arguments left out come from the environment (NORMJIT_CACHE_DIR,
-    NORMJIT_CACHE_READONLY, NORMJIT_CACHE_MAX_BYTES, NORMJIT_JIT). Works without a GPU;
-    launching then fails. Most programs use the process's engine, `normjit.engine()`."""
+    NORMJIT_CACHE_READONLY, NORMJIT_CACHE_MAX_BYTES, NORMJIT_JIT, NORMJIT_DRAM_GBPS). Works
+    without a GPU; launching then fails. Most programs use the process's engine,
+    `normjit.engine()`."""
 
     def __init__(self, cache_dir: Optional[_PathLike] = None,
                  readonly_dirs: Union[None, _PathLike, Sequence[_PathLike]] = None,
@@ -52,9 +53,9 @@ class Engine:
         """cache_dir: a str or os.PathLike; readonly_dirs: one, a colon-separated str, or a
         sequence of them; cache_max_bytes: 0 (the environment's or the default) or more;
         device: a CUDA device index; dram_gbps: plan for this peak DRAM bandwidth in GB/s
-        instead of the GPU's (0, the default: the GPU's), e.g. 4814 to run the kernels a cache
-        was prewarmed for with `normjit prewarm --arch sm_90:132:4814` (an H200) on another
-        part. (C: normjit_engine_config, normjit_engine_create_ex.)"""
+        instead of the GPU's (0, the default: NORMJIT_DRAM_GBPS, else the GPU's), e.g. 4814 to
+        run the kernels a cache was prewarmed for with `normjit prewarm --arch sm_90:132:4814`
+        (an H200) on another part. (C: normjit_engine_config, normjit_engine_create_ex.)"""
         # The arguments are checked before the library is loaded, so that a wrong one is
         # named whatever the machine has.
         strings = [_path_text(cache_dir, "cache_dir"), _dirs_text(readonly_dirs)]

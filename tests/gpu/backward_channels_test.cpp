@@ -605,6 +605,26 @@ TEST_F(BackwardChannelsGpu, CApiEngineConfigPlansForItsBandwidth) {
   EXPECT_EQ(compiles[2], 0u) << "the H200's kernel again, from the cache";
 }
 
+// NORMJIT_DRAM_GBPS plans an engine whose options leave dram_gbps at 0 for that bandwidth;
+// options that name one keep theirs.
+TEST_F(BackwardChannelsGpu, DramBandwidthFromTheEnvironment) {
+  device::PrimaryContext context;
+  const NormSpec spec = group({2, 16, 256, 256}, 4, Dtype::kF32, Affine::kBoth).spec(true);
+  const auto streamed = [&](int option) {
+    EngineOptions o = test_engine_options();
+    o.dram_gbps = option;
+    return Engine(o).prepare(spec).plan_text().find("streamed (DRAM of 4814 GB/s") !=
+           std::string::npos;
+  };
+  ::setenv("NORMJIT_DRAM_GBPS", "4814", 1);
+  EXPECT_TRUE(streamed(0));
+  EXPECT_FALSE(streamed(3352));
+  ::setenv("NORMJIT_DRAM_GBPS", "3352", 1);
+  EXPECT_FALSE(streamed(0));
+  EXPECT_TRUE(streamed(4814));
+  ::unsetenv("NORMJIT_DRAM_GBPS");
+}
+
 TEST_F(BackwardChannelsGpu, SmallerBatchThanTheSpec) {
   device::PrimaryContext context;
   Engine engine(test_engine_options());

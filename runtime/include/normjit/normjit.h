@@ -65,7 +65,8 @@ typedef struct normjit_engine_config {
   normjit_engine_options options; /* as normjit_engine_create takes them */
   int dram_gbps; /* plan for this peak DRAM bandwidth in GB/s (1 to 1000000) instead of the
                     GPU's, e.g. the one a cache was prewarmed for with prewarm --arch
-                    sm_90:132:4814; 0 (default): the GPU's */
+                    sm_90:132:4814; 0 (default): NORMJIT_DRAM_GBPS if set, else the
+                    GPU's */
 } normjit_engine_config;
 
 /* Fills *config with the defaults (those of normjit_engine_options_init, dram_gbps 0). */

@@ -113,10 +113,11 @@ struct EngineOptions {
   uint64_t cache_max_bytes = 0;
   bool memory_only = false;   // no disk cache at all
   bool jit_disabled = false;  // a miss is an error (as NORMJIT_JIT=off)
-  // Plan for this peak DRAM bandwidth (GB/s) instead of the GPU's (0: the GPU's, from its memory
-  // clock and bus width). Kernels are planned for the GPU they run on; a plan that depends on
-  // the bandwidth (the backward of GroupNorm over large f32 channels) differs between, say, an
-  // H100 (3352) and an H200 (4814). Set it to the bandwidth a cache was prewarmed for
+  // Plan for this peak DRAM bandwidth (GB/s) instead of the GPU's (0: NORMJIT_DRAM_GBPS if set,
+  // else the GPU's, from its memory clock and bus width). Kernels are planned for the GPU they run
+  // on; a plan that depends on the bandwidth (the backward of GroupNorm over large f32 channels)
+  // differs between, say, an H100 (3352) and an H200 (4814). Set it to the bandwidth a cache was
+  // prewarmed for
   // (`prewarm --arch sm_90:132:B`) to run those kernels on another part, or to test either plan
   // on one GPU.
   int dram_gbps = 0;

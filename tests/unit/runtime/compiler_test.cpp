@@ -3,9 +3,15 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
 
+#include "cache/cache.hpp"
 #include "normjit/normjit.hpp"
+#include "runtime/device.hpp"
 #include "runtime/driver.hpp"
 
 namespace normjit {
@@ -140,6 +146,30 @@ TEST(Driver, OnlyImageErrorsRejectACachedKernel) {
         CUDA_ERROR_NOT_INITIALIZED, CUDA_ERROR_ILLEGAL_ADDRESS}) {
     EXPECT_FALSE(driver::rejects_the_image(other)) << int(other);
   }
+}
+
+// NORMJIT_DRAM_GBPS: a bandwidth in range is taken; unset, empty and 0 mean the GPU's; anything
+// else is the GPU's too, with one warning naming the value.
+TEST(Device, DramBandwidthFromTheEnvironment) {
+  std::vector<std::string> warnings;
+  cache::set_warning_sink([&](const std::string& message) { warnings.push_back(message); });
+  ::unsetenv("NORMJIT_DRAM_GBPS");
+  EXPECT_EQ(device::dram_gbps_from_env(), 0);
+  for (const auto& [value, gbps] : std::vector<std::pair<std::string, int>>{
+           {"4814", 4814}, {"3352", 3352}, {"0", 0}, {"", 0}, {"1000000", 1000000}}) {
+    ::setenv("NORMJIT_DRAM_GBPS", value.c_str(), 1);
+    EXPECT_EQ(device::dram_gbps_from_env(), gbps) << value;
+  }
+  EXPECT_TRUE(warnings.empty());
+  for (const char* bad : {"4.8T", "-1", "1000001", "fast", "4814 "}) {
+    ::setenv("NORMJIT_DRAM_GBPS", bad, 1);
+    EXPECT_EQ(device::dram_gbps_from_env(), 0) << bad;
+  }
+  ::unsetenv("NORMJIT_DRAM_GBPS");
+  cache::set_warning_sink(nullptr);
+  ASSERT_EQ(warnings.size(), 1u) << "one warning per process";
+  EXPECT_NE(warnings[0].find("NORMJIT_DRAM_GBPS='4.8T'"), std::string::npos) << warnings[0];
+  EXPECT_NE(warnings[0].find("the GPU's"), std::string::npos) << warnings[0];
 }
 
 }  // namespace
