@@ -226,6 +226,9 @@ void backward_fields(const KernelPlan& p, Fields& f) {
   f.integer("kVec", p.vec);
   f.integer("kVectors", p.vectors);
   f.flag("kPrefetchNextRow", p.prefetch != 0);
+  f.flag("kHoldPacked", p.hold_packed);
+  f.flag("kReloadWeight", p.reload_weight);
+  f.flag("kSharedBiasSums", p.shared_sums);
   f.size("kWorkspaceHeaderFloats", p.workspace_header_floats());
   f.size("kWorkspaceSlotFloats", p.workspace_slot_floats());
 }

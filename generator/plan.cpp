@@ -547,7 +547,8 @@ std::string row_stream(const Problem& pr, const Target& target, KernelPlan& p) {
 // (whose launch bounds leave 128 registers a thread; at 1024 threads, 64 would not hold them).
 constexpr int kBackwardValues = 16;
 constexpr int kBackwardMaxTeam = 512;
-constexpr int kBackwardBlock = 256;  // threads per CTA where teams are smaller
+constexpr int kBackwardWideTeam = 1024;  // 16-bit rows in pairs: row_backward_max_team
+constexpr int kBackwardBlock = 256;      // threads per CTA where teams are smaller
 // Each team normalizes at least this many rows before the grid is capped below the CTAs the
 // device holds: every CTA adds one partial of dweight/dbias (a row's worth of f32 each) to the
 // final sum, so a CTA should own several rows. 8 rather than 4: on the H100 bf16 rows of 4096
@@ -563,24 +564,37 @@ int64_t padded_floats(int64_t floats) {
 }
 
 // Vectors per thread and team size of a backward row of `vectors` vectors of `vec` elements.
-void backward_team(int64_t vectors, int vec, int* team, int64_t* per_thread) {
+// Vectors per thread and team size of a backward row of `vectors` vectors of `vec` elements, in
+// a team of at most `max_team` threads.
+void backward_team(int64_t vectors, int vec, int max_team, int* team, int64_t* per_thread) {
   const int aim = std::max(1, kBackwardValues / vec);
-  *team = int(std::min<int64_t>(kBackwardMaxTeam, pow2_ceil(ceil_div(vectors, aim))));
+  *team = int(std::min<int64_t>(max_team, pow2_ceil(ceil_div(vectors, aim))));
   *per_thread = ceil_div(vectors, *team);
+}
+
+// The widest team a row may take: 16-bit rows in pairs (x and dy then held as raw bits, two to
+// a register, the weight loaded again, dbias summed in shared memory) fit a team of 1024 threads
+// in 64 registers a thread without spills (`normjit dump --emit resources`), so rows of 16384 run
+// here rather than split over CTAs: on the H200 (performance-notes, 2026-11-28) bf16 RMSNorm
+// rows of 16384 ran 1.17-1.43x faster than split. Rows a team of 512 holds keep the f32 form
+// (packed, they ran 1-8% slower).
+int row_backward_max_team(const Problem& pr) {
+  const int vec = row_vector_width(pr);
+  return size_of(pr.x) == 2 && vec % 2 == 0 ? kBackwardWideTeam : kBackwardMaxTeam;
 }
 
 bool row_backward_holds(const Problem& pr) {
   const int vec = row_vector_width(pr);
   int team = 0;
   int64_t per_thread = 0;
-  backward_team(ceil_div(pr.row_length, vec), vec, &team, &per_thread);
+  backward_team(ceil_div(pr.row_length, vec), vec, row_backward_max_team(pr), &team, &per_thread);
   return per_thread * vec <= kBackwardValues;
 }
 
 std::string row_backward(const Problem& pr, const Target& target, KernelPlan& p) {
   const int64_t h = pr.row_length;
   int team = 0;
-  backward_team(ceil_div(h, p.vec), p.vec, &team, &p.vectors);
+  backward_team(ceil_div(h, p.vec), p.vec, row_backward_max_team(pr), &team, &p.vectors);
   p.block_x = team;
   p.rows_per_block = std::max(1, kBackwardBlock / team);
   p.block_y = p.rows_per_block;
@@ -597,6 +611,18 @@ std::string row_backward(const Problem& pr, const Target& target, KernelPlan& p)
   // 14% slower with it, so CTAs of several teams go without.
   p.prefetch = target.sm >= 90 && p.rows_per_block == 1 ? 1 : 0;
   if (p.prefetch) why << "; each CTA prefetches its next row's x and dy into L2";
+  // A team wider than kBackwardMaxTeam has 64 registers a thread: x and dy held as raw bits,
+  // the weight loaded again where used (from L1: the CTA's columns are the same every row), and
+  // the dbias sums in shared memory.
+  if (team > kBackwardMaxTeam) {
+    p.hold_packed = true;
+    p.reload_weight = pr.weight;
+    p.shared_sums = pr.bias;
+    if (p.shared_sums) p.smem_bytes = int(int64_t{team} * p.vectors * p.vec * 4);
+    why << "; x and dy held as raw 16-bit pairs"
+        << (pr.weight ? ", the weight loaded again for each row (from L1)" : "")
+        << (pr.bias ? ", the dbias sums in shared memory" : "");
+  }
   if (pr.weight || pr.bias) {
     why << "; each CTA sums " << (pr.bias ? "dweight and dbias" : "dweight")
         << " of its rows in f32, then the CTAs' partials are added in a fixed order after a grid "

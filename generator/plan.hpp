@@ -91,9 +91,12 @@ struct KernelPlan {
   bool early_h = false;           // kRowRegisters: h written as formed, before the reduction
   int64_t evict_first_rows = 0;   // kRowRegisters: launches of at most this many rows (their
                                   // bytes within L2) load x evict-first; 0: plain loads
-  bool reload_weight = false;     // kRowSplitBackward, held parts: the weight loaded again for
-                                  // each row (from L1) instead of held in registers
-  bool shared_sums = false;       // kRowSplitBackward, held parts: dbias summed in shared memory
+  bool reload_weight = false;     // kRowSplitBackward (held parts), kRowBackward (wide teams):
+                                  // the weight loaded again for each row (from L1), not held
+  bool shared_sums = false;       // kRowSplitBackward (held parts), kRowBackward (wide teams):
+                                  // dbias summed in shared memory
+  bool hold_packed = false;       // kRowBackward: 16-bit x and dy held as raw bits (two to a
+                                  // register), converted again where used
   int64_t units_per_channel = 0;  // kGroupBackward: units of block_x * vectors * vec positions
                                   // that cover a channel (T)
   int64_t wave_rows = 0;          // kGroupBackward: rows (n, g) per wave (R);

@@ -49,6 +49,11 @@ struct RowGradSums<true> {
 //   kVec, kVectors            V: elements per access (V divides H); K: vectors per thread
 //   kPrefetchNextRow          a team starts pulling its next row's x and dy into L2 as it takes
 //                             a row (sm_90+; the plan sets it where a team is the whole CTA)
+//   kHoldPacked               16-bit x and dy held as their raw bits (two to a register) and
+//                             converted again where used, instead of as f32
+//   kReloadWeight             the weight loaded again (from L1) where used instead of held
+//   kSharedBiasSums           each thread's dbias sums in (dynamic) shared memory, not registers
+//                             ([k][j][thread]: K * V * TEAM floats, the plan's shared memory)
 //   kWorkspaceHeaderFloats    the plan's floats before the slots (checked against the layout)
 //   kWorkspaceSlotFloats      the plan's floats per CTA slot (checked against the layout)
 template <class C>
@@ -71,13 +76,26 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock) row_backward(Pa
   static_assert(V * sizeof(float) <= kSlotAlign * sizeof(float),
                 "partials are stored as aligned vectors of V floats");
   static_assert(TEAM * ROWS % 32 == 0, "whole warps sum the partials");
+  constexpr bool kPacked = C::kHoldPacked, kReload = C::kReloadWeight && kWeight;
+  static_assert(!kPacked || (sizeof(X) == 2 && V % 2 == 0), "packed: pairs of 16-bit elements");
 
   const int tid = threadIdx.x;
   // This thread's columns: vector k starts at element col(k); past the row's end it is not
   // loaded and its values stay 0.
   const auto col = [&](int k) { return (long long)(tid + k * TEAM) * V; };
-  float w[kWeight ? K : 1][V];
-  if constexpr (kWeight) {
+  // The weight of vector k (held, or loaded again: the CTA's columns are the same every row).
+  float w[kWeight && !kReload ? K : 1][V];
+  const auto weight_of = [&](int k, float(&wv)[V]) {
+    if constexpr (kReload) {
+      load_vec<P, V>(static_cast<const P*>(p.weight) + col(k), wv);
+#pragma unroll
+      for (int j = 0; j < V; ++j) wv[j] += C::kWeightOffset;
+    } else {
+#pragma unroll
+      for (int j = 0; j < V; ++j) wv[j] = w[k][j];
+    }
+  };
+  if constexpr (kWeight && !kReload) {
 #pragma unroll
     for (int k = 0; k < K; ++k) {
       if (col(k) < H) {
@@ -91,6 +109,19 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock) row_backward(Pa
     }
   }
   float dw[kWeight ? K : 1][V] = {}, db[kBias ? K : 1][V] = {};
+  // kSharedBiasSums: the dbias sums live in shared memory, each thread touching only its own
+  // words (a warp's accesses consecutive), so no barrier orders them.
+  constexpr bool kSharedDb = kBias && C::kSharedBiasSums;
+  static_assert(!kSharedDb || ROWS == 1, "shared dbias sums: one team a CTA");
+  extern __shared__ __align__(16) float db_shared[];
+  const auto db_at = [&](int k, int j) -> float& { return db_shared[(k * V + j) * TEAM + tid]; };
+  if constexpr (kSharedDb) {
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) db_at(k, j) = 0.f;
+    }
+  }
 
   using Sums = typename RowGradSums<kRms>::type;
   __shared__ Sums scratch[ROWS * kWarps];
@@ -110,55 +141,155 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock) row_backward(Pa
         prefetch_l2(static_cast<const X*>(p.dy) + next * H, 0, H);
       }
     }
-    float xhat[K][V], g[K][V];
+    if constexpr (kPacked) {
+      // x and dy as raw bits; xhat and g formed again from them for dx (the same arithmetic).
+      unsigned int xw[K][V / 2], gw[K][V / 2];
 #pragma unroll
-    for (int k = 0; k < K; ++k) {
-      if (active && col(k) < H) {
-        load_vec<X, V>(x + col(k), xhat[k]);
-        load_vec<X, V>(dy + col(k), g[k]);
-      } else {
-#pragma unroll
-        for (int j = 0; j < V; ++j) xhat[k][j] = mean, g[k][j] = 0.f;
-      }
-    }
-    Sums sums{};
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-#pragma unroll
-      for (int j = 0; j < V; ++j) {
-        xhat[k][j] = (xhat[k][j] - mean) * rstd;  // 0 past the row's end
-        if constexpr (kWeight) dw[k][j] = fmaf(g[k][j], xhat[k][j], dw[k][j]);
-        if constexpr (kBias) db[k][j] += g[k][j];
-        if constexpr (kWeight) g[k][j] *= w[k][j];
-        if constexpr (kRms) {
-          sums = fmaf(g[k][j], xhat[k][j], sums);
+      for (int k = 0; k < K; ++k) {
+        if (active && col(k) < H) {
+          load_words<X, V>(x + col(k), xw[k]);
+          load_words<X, V>(dy + col(k), gw[k]);
         } else {
-          sums.g += g[k][j];
-          sums.gx = fmaf(g[k][j], xhat[k][j], sums.gx);
+#pragma unroll
+          for (int i = 0; i < V / 2; ++i) xw[k][i] = 0u, gw[k][i] = 0u;  // dy 0: adds nothing
         }
       }
-    }
-    const Sums total = team_reduce<TEAM, ROWS>(sums, scratch);
-    if (!active) continue;
-    float mean_g = 0.f, mean_gx;
-    if constexpr (kRms) {
-      mean_gx = total * (1.0f / H);
+      const auto unpack = [&](const unsigned int(&words)[V / 2], float(&out)[V]) {
+#pragma unroll
+        for (int i = 0; i < V / 2; ++i) {
+          out[2 * i] = to_float(from_bits<X>(words[i] & 0xffffu));
+          out[2 * i + 1] = to_float(from_bits<X>(words[i] >> 16));
+        }
+      };
+      Sums sums{};
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        float xk[V], gk[V], wk[V];
+        unpack(xw[k], xk);
+        unpack(gw[k], gk);
+        if constexpr (kWeight) {
+          if (col(k) < H) {
+            weight_of(k, wk);
+          } else {
+#pragma unroll
+            for (int j = 0; j < V; ++j) wk[j] = 0.f;
+          }
+        }
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          const float xh = (xk[j] - mean) * rstd;
+          if constexpr (kWeight) dw[k][j] = fmaf(gk[j], xh, dw[k][j]);
+          if constexpr (kSharedDb) {
+            db_at(k, j) += gk[j];
+          } else if constexpr (kBias) {
+            db[k][j] += gk[j];
+          }
+          const float gj = kWeight ? gk[j] * wk[j] : gk[j];
+          if constexpr (kRms) {
+            sums = fmaf(gj, xh, sums);
+          } else {
+            sums.g += gj;
+            sums.gx = fmaf(gj, xh, sums.gx);
+          }
+        }
+      }
+      const Sums total = team_reduce<TEAM, ROWS>(sums, scratch);
+      if (!active) continue;
+      float mean_g = 0.f, mean_gx;
+      if constexpr (kRms) {
+        mean_gx = total * (1.0f / H);
+      } else {
+        mean_g = total.g * (1.0f / H);
+        mean_gx = total.gx * (1.0f / H);
+      }
+      X* dx = static_cast<X*>(p.y) + row * H;
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        if (col(k) >= H) continue;
+        float xk[V], gk[V], wk[V], out[V];
+        unpack(xw[k], xk);
+        unpack(gw[k], gk);
+        if constexpr (kWeight) weight_of(k, wk);
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          const float xh = (xk[j] - mean) * rstd;
+          const float gj = kWeight ? gk[j] * wk[j] : gk[j];
+          out[j] = rstd * (gj - fmaf(xh, mean_gx, mean_g));
+        }
+        store_vec<X, V>(dx + col(k), out);
+      }
     } else {
-      mean_g = total.g * (1.0f / H);
-      mean_gx = total.gx * (1.0f / H);
-    }
-    X* dx = static_cast<X*>(p.y) + row * H;
+      float xhat[K][V], g[K][V];
 #pragma unroll
-    for (int k = 0; k < K; ++k) {
-      if (col(k) >= H) continue;
-      float out[V];
+      for (int k = 0; k < K; ++k) {
+        if (active && col(k) < H) {
+          load_vec<X, V>(x + col(k), xhat[k]);
+          load_vec<X, V>(dy + col(k), g[k]);
+        } else {
 #pragma unroll
-      for (int j = 0; j < V; ++j) out[j] = rstd * (g[k][j] - fmaf(xhat[k][j], mean_gx, mean_g));
-      store_vec<X, V>(dx + col(k), out);
+          for (int j = 0; j < V; ++j) xhat[k][j] = mean, g[k][j] = 0.f;
+        }
+      }
+      Sums sums{};
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        float wk[V];
+        if constexpr (kReload) {
+          if (col(k) < H) {
+            weight_of(k, wk);
+          } else {
+#pragma unroll
+            for (int j = 0; j < V; ++j) wk[j] = 0.f;
+          }
+        }
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          xhat[k][j] = (xhat[k][j] - mean) * rstd;  // 0 past the row's end
+          if constexpr (kWeight) dw[k][j] = fmaf(g[k][j], xhat[k][j], dw[k][j]);
+          if constexpr (kSharedDb) {
+            db_at(k, j) += g[k][j];
+          } else if constexpr (kBias) {
+            db[k][j] += g[k][j];
+          }
+          if constexpr (kReload) g[k][j] *= wk[j];
+          if constexpr (kWeight && !kReload) g[k][j] *= w[k][j];
+          if constexpr (kRms) {
+            sums = fmaf(g[k][j], xhat[k][j], sums);
+          } else {
+            sums.g += g[k][j];
+            sums.gx = fmaf(g[k][j], xhat[k][j], sums.gx);
+          }
+        }
+      }
+      const Sums total = team_reduce<TEAM, ROWS>(sums, scratch);
+      if (!active) continue;
+      float mean_g = 0.f, mean_gx;
+      if constexpr (kRms) {
+        mean_gx = total * (1.0f / H);
+      } else {
+        mean_g = total.g * (1.0f / H);
+        mean_gx = total.gx * (1.0f / H);
+      }
+      X* dx = static_cast<X*>(p.y) + row * H;
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        if (col(k) >= H) continue;
+        float out[V];
+#pragma unroll
+        for (int j = 0; j < V; ++j) out[j] = rstd * (g[k][j] - fmaf(xhat[k][j], mean_gx, mean_g));
+        store_vec<X, V>(dx + col(k), out);
+      }
     }
   }
 
   if constexpr (kParams > 0) {
+    if constexpr (kSharedDb) {
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+#pragma unroll
+        for (int j = 0; j < V; ++j) db[k][j] = db_at(k, j);
+      }
+    }
     // The CTA's partial: its teams' sums added in team order, written to its slot.
     if constexpr (ROWS > 1) {
       __shared__ float parts[kParams][ROWS][K * V][TEAM];  // [.][team][value][thread]: no conflicts

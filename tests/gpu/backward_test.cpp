@@ -564,9 +564,10 @@ TEST_F(BackwardGpu, CApiLaunchesTheSameKernel) {
 }
 
 // ---------------------------------------------------------------------------------------
-// Rows longer than one team holds (more than 8192 elements): the row-split-backward kernel, a
-// row over P co-resident CTAs exchanging its sums; parts held in registers (rows up to about a
-// million elements on the H100: hidden 16384 is 4 CTAs of 4096), or streamed twice in waves of
+// Rows longer than one team holds (more than 8192 elements; 16-bit rows in pairs, more than 16384:
+// up to that one team of 1024 threads takes them): the row-split-backward kernel, a row over P
+// co-resident CTAs exchanging its sums; parts held in registers (rows up to about a million
+// elements on the H100: f32 hidden 16384 is 4 CTAs of 4096), or streamed twice in waves of
 // up to 16 rows (the LayerNorm seed's 4 Mi elements; rows of 2 Mi here, so that a wave of 16
 // and a second one fit the device and the host's float64 reference quickly).
 
@@ -580,6 +581,19 @@ Config long_config(Op op, Affine affine, Dtype dtype, int64_t hidden, int64_t ro
   c.hidden = hidden;
   c.rows = rows;
   return c;
+}
+
+// Rows a team of 1024 holds as raw 16-bit pairs (16-bit, an even length, up to 16384): the row
+// kernel, not the split one.
+bool wide_team_row(const Config& c) {
+  return size_of(c.dtype) == 2 && c.hidden % 2 == 0 && c.hidden <= 16384;
+}
+
+void expect_wide_team(const Backward& run, const Config& c) {
+  const std::string plan = run.backward_kernel().plan_text();
+  EXPECT_NE(plan.find("strategy: row-backward"), std::string::npos) << c.name() << plan;
+  EXPECT_NE(plan.find("(1024 threads)"), std::string::npos) << c.name() << plan;
+  EXPECT_NE(plan.find("raw 16-bit pairs"), std::string::npos) << c.name() << plan;
 }
 
 // The plan these tests mean to exercise: the split backward, held or streamed.
@@ -613,10 +627,54 @@ TEST_F(BackwardGpu, LongRowsEveryDtypeAndAffineMatchFloat64) {
   uint64_t seed = 1000;
   for (const Config& c : configs) {
     Backward run(engine, c, Values::kNormal, seed++);
-    expect_split(run, c, /*streamed=*/false);
+    if (wide_team_row(c)) {
+      expect_wide_team(run, c);
+    } else {
+      expect_split(run, c, /*streamed=*/false);
+    }
     run.run();
     expect_exact(run, c, "saved statistics");
     expect_chain(run, c, Values::kNormal, "float64 statistics");
+  }
+}
+
+// 16-bit rows longer than a team of 512 holds, in one team of 1024: a last vector only some
+// threads have (8200: 1025 vectors of 8), 2-element vectors (12290), adversarial values.
+TEST_F(BackwardGpu, WideTeamRowsEveryFormMatchFloat64) {
+  device::PrimaryContext context;
+  Engine engine(test_engine_options());
+  std::vector<Config> configs;
+  for (int64_t hidden : {8200, 12290}) {
+    for (Dtype dtype : {Dtype::kF16, Dtype::kBF16}) {
+      for (const OpAffine& form : kForms) {
+        for (int64_t rows : {1, 7, 300}) {
+          configs.push_back(long_config(form.op, form.affine, dtype, hidden, rows));
+        }
+      }
+    }
+  }
+  std::vector<NormSpec> specs;
+  for (const Config& c : configs) {
+    specs.push_back(c.spec(false));
+    specs.push_back(c.spec(true));
+  }
+  prepare_in_parallel(engine, specs);
+  uint64_t seed = 1050;
+  for (const Config& c : configs) {
+    Backward run(engine, c, Values::kNormal, seed++);
+    expect_wide_team(run, c);
+    run.run();
+    expect_exact(run, c, "saved statistics");
+    expect_chain(run, c, Values::kNormal, "float64 statistics");
+  }
+  for (Values values : {Values::kLargeMean, Values::kTiny, Values::kNegative}) {
+    for (const OpAffine& form : {kForms[1], kForms[4]}) {
+      const Config c = long_config(form.op, form.affine, Dtype::kBF16, 8200, 64);
+      Backward run(engine, c, values, seed++);
+      run.run();
+      expect_exact(run, c, to_string(values));
+      expect_chain(run, c, values, to_string(values));
+    }
   }
 }
 

@@ -202,11 +202,56 @@ TEST(BackwardPlan, OneTeamCtasPrefetchTheNextRowOnSm90) {
   EXPECT_EQ(four_teams.prefetch, 0);
 }
 
+// 16-bit rows in pairs of up to 16384 elements: one team of 1024 threads holding x and dy as raw
+// pairs, the weight loaded again where used, the dbias sums in shared memory (64 registers a
+// thread); rows a team of 512 holds keep the f32 form.
+TEST(BackwardPlan, SixteenBitRowsUpTo16384TakeOneTeamOf1024) {
+  const Target h100 = Target::parse("sm_90");
+  struct Case {
+    const char* spec;
+    int vec;
+    int64_t vectors;
+  } cases[] = {
+      {"op=layernorm shape=2,16384 dtype=bf16", 8, 2},
+      {"op=rmsnorm shape=4096,16384 normalized_dims=1 dtype=bf16 affine=weight", 8, 2},
+      {"op=layernorm shape=7,8200 dtype=f16 affine=weight", 8, 2},  // 1025 vectors: one short
+      {"op=rmsnorm shape=3,12290 normalized_dims=1 dtype=bf16 affine=weight param_dtype=f32", 2, 7},
+  };
+  for (const Case& c : cases) {
+    const KernelPlan p = plan(NormSpec::parse(std::string(c.spec) + " backward=true"), h100);
+    ASSERT_EQ(p.strategy, Strategy::kRowBackward) << c.spec;
+    EXPECT_EQ(p.block_x, 1024) << c.spec;
+    EXPECT_EQ(p.rows_per_block, 1) << c.spec;
+    EXPECT_EQ(p.vec, c.vec) << c.spec;
+    EXPECT_EQ(p.vectors, c.vectors) << c.spec;
+    EXPECT_TRUE(p.hold_packed) << c.spec;
+    EXPECT_EQ(p.reload_weight, p.problem.weight) << c.spec;
+    EXPECT_EQ(p.shared_sums, p.problem.bias) << c.spec;
+    EXPECT_EQ(p.smem_bytes, p.problem.bias ? 1024 * c.vectors * c.vec * 4 : 0) << c.spec;
+    EXPECT_TRUE(has(p.why, "x and dy held as raw 16-bit pairs")) << p.why;
+    const std::string source = emit(p).source;
+    EXPECT_TRUE(has(source, "kHoldPacked = true;")) << source;
+    EXPECT_EQ(has(source, "kReloadWeight = true;"), p.problem.weight) << source;
+    EXPECT_EQ(has(source, "kSharedBiasSums = true;"), p.problem.bias) << source;
+  }
+  for (const char* text : {"op=layernorm shape=2,8192 dtype=bf16", "op=layernorm shape=2,4096",
+                           "op=rmsnorm shape=2,8192 normalized_dims=1 dtype=f16 affine=weight"}) {
+    const KernelPlan p = plan(NormSpec::parse(std::string(text) + " backward=true"), h100);
+    ASSERT_EQ(p.strategy, Strategy::kRowBackward) << text;
+    EXPECT_LE(p.block_x, 512) << text;
+    EXPECT_FALSE(p.hold_packed) << text;
+    EXPECT_FALSE(p.reload_weight) << text;
+    EXPECT_FALSE(p.shared_sums) << text;
+    EXPECT_EQ(p.smem_bytes, 0) << text;
+  }
+}
+
 // Longer rows take the split backward (split_backward_test.cpp).
 TEST(BackwardPlan, RowsLongerThanOneTeamHoldsAreSplitNotRefused) {
   const Target h100 = Target::parse("sm_90");
   for (const char* text : {"op=layernorm shape=2,8193 dtype=bf16 backward=true",
-                           "op=layernorm shape=2,16384 dtype=bf16 backward=true",
+                           "op=layernorm shape=2,32768 dtype=bf16 backward=true",
+                           "op=layernorm shape=2,16384 backward=true",
                            "op=rmsnorm shape=2,1000000 normalized_dims=1 backward=true"}) {
     EXPECT_EQ(plan(NormSpec::parse(text), h100).strategy, Strategy::kRowSplitBackward) << text;
   }

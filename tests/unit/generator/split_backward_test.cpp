@@ -24,11 +24,14 @@ KernelPlan plan_of(const std::string& text, const char* target = "sm_90") {
 }
 
 TEST(SplitBackwardPlan, RowsOneTeamCannotHoldTakeTheSplitBackward) {
-  // The longest rows row-backward holds (512 threads of 16 values) keep it.
+  // The longest rows row-backward holds (512 threads of 16 values; 16-bit rows in pairs 1024
+  // threads, backward_test.cpp) keep it.
   EXPECT_EQ(plan_of("op=layernorm shape=2,8192 dtype=bf16").strategy, Strategy::kRowBackward);
+  EXPECT_EQ(plan_of("op=layernorm shape=2,16384 dtype=bf16").strategy, Strategy::kRowBackward);
   EXPECT_EQ(plan_of("op=rmsnorm shape=2,8191 normalized_dims=1").strategy, Strategy::kRowBackward);
   for (const char* text :
-       {"op=layernorm shape=2,8193 dtype=bf16", "op=layernorm shape=2,16384 dtype=bf16",
+       {"op=layernorm shape=2,8193 dtype=bf16", "op=layernorm shape=2,32768 dtype=bf16",
+        "op=layernorm shape=2,16384", "op=rmsnorm shape=2,16386 normalized_dims=1 dtype=f16",
         // 8200 f32: 4-element vectors, 5 per thread of 512 (20 values).
         "op=layernorm shape=2,8200", "op=rmsnorm shape=2,1000000 normalized_dims=1",
         "op=layernorm shape=16,64,256,256 normalized_dims=3"}) {
@@ -47,12 +50,12 @@ TEST(SplitBackwardPlan, HeldPartsAreEvenAndFitTheCoResidentCtas) {
     int blocks_per_sm;  // 3 (f32 LayerNorm with a weight and no bias: 2)
     bool reload;        // the weight loaded again each row: at 3 per SM with a weight
   } cases[] = {
-      // LLM hidden 16384: 4 CTAs of 256 threads x 16 values.
-      {"op=rmsnorm shape=4096,16384 normalized_dims=1 dtype=bf16 affine=weight", 8, 2, 4, 4096, 3,
+      // f32 hidden 16384 and bf16 hidden 32768: CTAs of 256 threads x 16 values.
+      {"op=rmsnorm shape=4096,32768 normalized_dims=1 dtype=bf16 affine=weight", 8, 2, 8, 4096, 3,
        true},
       {"op=layernorm shape=16,16384", 4, 4, 4, 4096, 3, true},
-      {"op=layernorm shape=16,16384 dtype=bf16", 8, 2, 4, 4096, 3, true},
-      {"op=layernorm shape=16,16384 dtype=bf16 affine=weight", 8, 2, 4, 4096, 3, true},
+      {"op=layernorm shape=16,32768 dtype=bf16", 8, 2, 8, 4096, 3, true},
+      {"op=layernorm shape=16,32768 dtype=bf16 affine=weight", 8, 2, 8, 4096, 3, true},
       {"op=layernorm shape=16,16384 affine=weight", 4, 4, 4, 4096, 2, false},
       {"op=layernorm shape=16,16384 affine=none", 4, 4, 4, 4096, 3, false},
       // Odd rows: scalar accesses, the fewest vectors per thread that keep the parts even.
@@ -130,7 +133,7 @@ TEST(SplitBackwardPlan, RowsLongerThanTheChipHoldsAreStreamedInWaves) {
 }
 
 TEST(SplitBackwardPlan, GridIsWholeSlotsOfPCtas) {
-  const KernelPlan p = plan_of("op=rmsnorm shape=4096,16384 normalized_dims=1 dtype=bf16");
+  const KernelPlan p = plan_of("op=rmsnorm shape=4096,16384 normalized_dims=1");
   ASSERT_EQ(p.split_chunks, 4);
   EXPECT_EQ(p.grid(1, 264), 4);
   EXPECT_EQ(p.grid(10, 264), 40);
@@ -144,7 +147,7 @@ TEST(SplitBackwardPlan, WorkspaceIsTheBarrierThenPerSlotExchangeAndSlices) {
   // Per slot: the exchange (a 32-byte counter, then 2 generations x W rows x P parts x 2 floats,
   // padded to 8) and P slices of the CTAs' partials (kParams x the segment, padded to 8).
   const KernelPlan held =
-      plan_of("op=rmsnorm shape=4096,16384 normalized_dims=1 dtype=bf16 affine=weight");
+      plan_of("op=rmsnorm shape=4096,16384 normalized_dims=1 affine=weight");
   EXPECT_EQ(held.workspace_header_floats(), 8);
   EXPECT_EQ(held.workspace_slot_floats(), 8 + 16 + 4 * 4096);
   EXPECT_EQ(held.workspace_floats(264), 8 + 66 * (8 + 16 + 4 * 4096));
