@@ -575,9 +575,9 @@ void backward_team(int64_t vectors, int vec, int max_team, int* team, int64_t* p
 // The widest team a row may take: 16-bit rows in pairs (x and dy then held as raw bits, two to
 // a register, the weight loaded again, dbias summed in shared memory) fit a team of 1024 threads
 // in 64 registers a thread without spills (`normjit dump --emit resources`), so rows of 16384 run
-// here rather than split over CTAs: on the H200 (performance-notes, 2026-11-28) bf16 RMSNorm
-// rows of 16384 ran 1.17-1.43x faster than split. Rows a team of 512 holds keep the f32 form
-// (packed, they ran 1-8% slower).
+// here rather than split over CTAs: on the H200 (performance-notes, 2026-11-28) bf16 rows of
+// 16384 ran 1.16-1.44x faster than split (LayerNorm with a bias at 1024 tokens the same). Rows a
+// team of 512 holds keep the f32 form (packed, they ran 1-8% slower).
 int row_backward_max_team(const Problem& pr) {
   const int vec = row_vector_width(pr);
   return size_of(pr.x) == 2 && vec % 2 == 0 ? kBackwardWideTeam : kBackwardMaxTeam;
