@@ -7,6 +7,10 @@
 // the device holds (launched cooperatively when there are parameters); CTA b takes the rows
 // (b + i * gridDim.x) * ROWS + threadIdx.y, i = 0, 1, ... So each thread loads its weight once,
 // and sums dy * xhat (dweight) and dy (dbias) of its columns over its rows in registers.
+// A team of 1024 threads (16-bit rows of up to 16384 elements) has 64 registers a thread: it
+// holds x and dy as raw 16-bit pairs and forms xhat and g again for dx (kHoldPacked), loads the
+// weight again where used (kReloadWeight; from L1) and sums dbias in shared memory
+// (kSharedBiasSums); the arithmetic, and so the bits, are those of the f32 form.
 //
 // Per row, in f32: xhat = (x - mean) * rstd (rmsnorm: x * rstd), g = dy * (offset + w),
 //   dx = rstd * (g - mean(g) - xhat * mean(g * xhat))   (rmsnorm: without mean(g)),
