@@ -10,7 +10,7 @@
 // A team of 1024 threads (16-bit rows of up to 16384 elements) has 64 registers a thread: it
 // holds x and dy as raw 16-bit pairs and forms xhat and g again for dx (kHoldPacked), loads the
 // weight again where used (kReloadWeight; from L1) and sums dbias in shared memory
-// (kSharedBiasSums); the arithmetic, and so the bits, are those of the f32 form.
+// (kSharedBiasSums); the arithmetic is that of the f32 form.
 //
 // Per row, in f32: xhat = (x - mean) * rstd (rmsnorm: x * rstd), g = dy * (offset + w),
 //   dx = rstd * (g - mean(g) - xhat * mean(g * xhat))   (rmsnorm: without mean(g)),
