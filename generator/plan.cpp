@@ -352,14 +352,14 @@ SplitLayout choose_split_layout(const Problem& pr, const Target& target, int vec
 // ---------------------------------------------------------------------------------------
 // The choice of strategy
 
-bool row_backward_holds(const Problem& pr);  // kRowBackward below
+bool row_backward_holds(const Problem& pr, const Target& target);  // kRowBackward below
 
 Strategy choose_strategy(const Problem& pr, const Target& target) {
   if (pr.backward) {
     if (pr.op == Op::kGroupNorm) return Strategy::kGroupBackward;
     if (pr.channel_form) return Strategy::kChannelsBackward;
     // Rows one team holds in registers; longer ones split over CTAs.
-    return row_backward_holds(pr) ? Strategy::kRowBackward : Strategy::kRowSplitBackward;
+    return row_backward_holds(pr, target) ? Strategy::kRowBackward : Strategy::kRowSplitBackward;
   }
   if (pr.channel_form) {
     return slab_cluster(pr, target) > 0 ? Strategy::kChannelsSlab : Strategy::kChannels;
@@ -577,24 +577,32 @@ void backward_team(int64_t vectors, int vec, int max_team, int* team, int64_t* p
 // in 64 registers a thread without spills (`normjit dump --emit resources`), so rows of 16384 run
 // here rather than split over CTAs: on the H200 (performance-notes, 2026-11-28) bf16 rows of
 // 16384 ran 1.16-1.44x faster than split (LayerNorm with a bias at 1024 tokens the same). Rows a
-// team of 512 holds keep the f32 form (packed, they ran 1-8% slower).
-int row_backward_max_team(const Problem& pr) {
+// team of 512 holds keep the f32 form (packed, they ran 1-8% slower). With a bias the dbias sums
+// take 64 KiB of shared memory, so an arch whose SM has no more (sm_75) keeps the split kernel.
+int row_backward_max_team(const Problem& pr, const Target& target) {
   const int vec = row_vector_width(pr);
-  return size_of(pr.x) == 2 && vec % 2 == 0 ? kBackwardWideTeam : kBackwardMaxTeam;
+  if (size_of(pr.x) != 2 || vec % 2 != 0) return kBackwardMaxTeam;
+  const int64_t bias_sums_bytes = int64_t{kBackwardWideTeam} * kBackwardValues * 4;
+  // Beside them: the 1 KiB the driver reserves per CTA and 1 KiB for the static arrays.
+  if (pr.bias && bias_sums_bytes + 2048 > int64_t{arch_facts(target.sm).smem_per_sm_kib} * 1024) {
+    return kBackwardMaxTeam;
+  }
+  return kBackwardWideTeam;
 }
 
-bool row_backward_holds(const Problem& pr) {
+bool row_backward_holds(const Problem& pr, const Target& target) {
   const int vec = row_vector_width(pr);
   int team = 0;
   int64_t per_thread = 0;
-  backward_team(ceil_div(pr.row_length, vec), vec, row_backward_max_team(pr), &team, &per_thread);
+  backward_team(ceil_div(pr.row_length, vec), vec, row_backward_max_team(pr, target), &team,
+                &per_thread);
   return per_thread * vec <= kBackwardValues;
 }
 
 std::string row_backward(const Problem& pr, const Target& target, KernelPlan& p) {
   const int64_t h = pr.row_length;
   int team = 0;
-  backward_team(ceil_div(h, p.vec), p.vec, row_backward_max_team(pr), &team, &p.vectors);
+  backward_team(ceil_div(h, p.vec), p.vec, row_backward_max_team(pr, target), &team, &p.vectors);
   p.block_x = team;
   p.rows_per_block = std::max(1, kBackwardBlock / team);
   p.block_y = p.rows_per_block;

@@ -246,6 +246,22 @@ TEST(BackwardPlan, SixteenBitRowsUpTo16384TakeOneTeamOf1024) {
   }
 }
 
+// The wide team's dbias sums take 64 KiB of shared memory: on sm_75 (64 KiB an SM) rows with a
+// bias keep the split kernel; without a bias they take the team of 1024 there too.
+TEST(BackwardPlan, WideTeamWithABiasNeedsMoreThan64KiBOfSharedMemoryPerSm) {
+  const NormSpec with_bias = NormSpec::parse("op=layernorm shape=4,16384 dtype=bf16 backward=true");
+  const NormSpec weight_only = NormSpec::parse(
+      "op=rmsnorm shape=4,16384 normalized_dims=1 dtype=bf16 affine=weight backward=true");
+  EXPECT_EQ(plan(with_bias, Target::parse("sm_75")).strategy, Strategy::kRowSplitBackward);
+  EXPECT_EQ(plan(weight_only, Target::parse("sm_75")).block_x, 1024);
+  for (const char* arch : {"sm_80", "sm_86", "sm_89", "sm_90"}) {
+    const KernelPlan p = plan(with_bias, Target::parse(arch));
+    EXPECT_EQ(p.strategy, Strategy::kRowBackward) << arch;
+    EXPECT_EQ(p.block_x, 1024) << arch;
+    EXPECT_EQ(p.smem_bytes, 65536) << arch;
+  }
+}
+
 // Longer rows take the split backward (split_backward_test.cpp).
 TEST(BackwardPlan, RowsLongerThanOneTeamHoldsAreSplitNotRefused) {
   const Target h100 = Target::parse("sm_90");
