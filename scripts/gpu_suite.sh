@@ -9,7 +9,9 @@
 # WHEELS (pure Python: diffusers, its importlib_metadata and zipp, for the patch() tests on
 # diffusers' classes; pip download --no-deps --only-binary=:all: -d .whl NAME); PyTorch, pytest
 # and pytest-xdist are the machine's. Limits: TG (gtest shards) and TP (pytest), seconds.
-# Logs go to $OUT (default build-gpu-out; the Python tests also leave their reports there).
+# Logs go to $OUT (default build-gpu-out; the Python tests also leave their reports there); with
+# BUNDLE=1 they are packed into $OUT/logs.tgz at the end (the device tool brings back few files).
+# The summary names, per gtest shard, its slowest tests and, if it timed out, the test it was in.
 # Exit status: 0 all passed; 1 a part failed or timed out; 2 the build or the wheel is missing.
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -41,7 +43,7 @@ pids=()
 for ((i = 0; i < shards; i++)); do
   LD_LIBRARY_PATH=$build${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
     GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i timeout "${TG:-480}" \
-    "$build/tests/gpu/gpu_tests" --gtest_brief=1 > "$out/gtest-$i.log" 2>&1 &
+    "$build/tests/gpu/gpu_tests" > "$out/gtest-$i.log" 2>&1 &
   pids+=($!)
 done
 
@@ -64,6 +66,13 @@ for ((i = 0; i < shards; i++)); do
   rc=$?
   echo "gpu_tests shard $i: exit $rc; $(grep -E '^\[  (PASSED|FAILED)  \]' "$out/gtest-$i.log" | tr '\n' ' ')"
   grep -E '^\[  FAILED  \]' "$out/gtest-$i.log" | head -20
+  if ((rc == 124)); then
+    echo "  timed out (TG=${TG:-480} s) in $(grep -E '^\[ RUN +\]' "$out/gtest-$i.log" | tail -1 |
+      sed -E 's/^\[ RUN +\] //')"
+  fi
+  # The shard's slowest tests ("[       OK ] Suite.Test (N ms)"), for balancing the limits.
+  echo "  slowest: $(sed -nE 's/^\[ +(OK|FAILED) +\] ([^ ]+) \(([0-9]+) ms\)$/\3 \2/p' \
+    "$out/gtest-$i.log" | sort -rn | head -3 | awk '{printf "%s %.0f s; ", $2, $1 / 1000}')"
   ((rc == 0)) || status=1
 done
 echo "pytest: exit $pytest_status; $(tail -1 "$out/pytest.log")"
@@ -80,5 +89,11 @@ if ((pytest_status != 0)); then
   awk '/^_{5,} .* _{5,}$/ {n++} n == 1' "$out/pytest.log" | tail -40
 fi
 ((pytest_status == 0)) || status=1
-echo "gpu_suite: exit $status; logs in $out"
+if [ "${BUNDLE:-0}" = 1 ]; then
+  (cd "$out" && find . -mindepth 1 -maxdepth 1 ! -name logs.tgz ! -name device.txt -printf '%P\n' |
+    tar czf logs.tgz --remove-files -T -)
+  echo "gpu_suite: exit $status; logs in $out/logs.tgz"
+else
+  echo "gpu_suite: exit $status; logs in $out"
+fi
 exit "$status"
