@@ -79,7 +79,8 @@ def test_the_backward_spec_texts_it_prepares_compile(spec, tmp_path):
 
 
 def test_long_rows_have_backward_kernels_and_the_longest_are_refused(tmp_path):
-    """Rows past 8192 elements take the split backward (LLM hidden 16384, the LayerNorm seed);
+    """Rows past 8192 elements take a team of 1024 threads (16-bit LLM hidden 16384) or the split
+    backward (f32 rows, the LayerNorm seed);
     rows whose CTAs' dweight/dbias partials outgrow its workspace are refused, naming them."""
     with normjit.Engine(cache_dir=str(tmp_path)) as engine:
         for shape, k, dtype in [((3, 8193), 1, torch.float32), ((7, 16384), 1, torch.bfloat16),

@@ -229,8 +229,8 @@ def test_a_strided_input_is_normalized_by_normjit_and_its_gradient_by_pytorch():
     ("layer", (16, 64, 256, 256), torch.float32, "both"),  # the LayerNorm seed
 ], ids=["rms-f32-16384", "rms-bf16-16384", "ln-f16-65537", "ln-bf16-2M", "ln-f32-seed"])
 def test_rows_longer_than_one_team_train_through_normjit(op, shape, dtype, affine):
-    """Rows past 8192 elements: the split backward kernel, not PyTorch's gradient (the autouse
-    fixture makes a fallback an error)."""
+    """Rows past 8192 elements: a team of 1024 threads (16-bit rows of up to 16384) or the split
+    backward kernel, not PyTorch's gradient (the autouse fixture makes a fallback an error)."""
     torch.manual_seed(5)
     normalized = shape[1:]
     x, dy = randn(shape, dtype, 1.0, 2.0), randn(shape, dtype)
