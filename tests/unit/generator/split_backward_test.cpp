@@ -146,8 +146,7 @@ TEST(SplitBackwardPlan, GridIsWholeSlotsOfPCtas) {
 TEST(SplitBackwardPlan, WorkspaceIsTheBarrierThenPerSlotExchangeAndSlices) {
   // Per slot: the exchange (a 32-byte counter, then 2 generations x W rows x P parts x 2 floats,
   // padded to 8) and P slices of the CTAs' partials (kParams x the segment, padded to 8).
-  const KernelPlan held =
-      plan_of("op=rmsnorm shape=4096,16384 normalized_dims=1 affine=weight");
+  const KernelPlan held = plan_of("op=rmsnorm shape=4096,16384 normalized_dims=1 affine=weight");
   EXPECT_EQ(held.workspace_header_floats(), 8);
   EXPECT_EQ(held.workspace_slot_floats(), 8 + 16 + 4 * 4096);
   EXPECT_EQ(held.workspace_floats(264), 8 + 66 * (8 + 16 + 4 * 4096));
