@@ -229,6 +229,7 @@ void backward_fields(const KernelPlan& p, Fields& f) {
   f.flag("kHoldPacked", p.hold_packed);
   f.flag("kReloadWeight", p.reload_weight);
   f.flag("kSharedBiasSums", p.shared_sums);
+  f.size("kDynamicSmemBytes", p.smem_bytes);
   f.size("kWorkspaceHeaderFloats", p.workspace_header_floats());
   f.size("kWorkspaceSlotFloats", p.workspace_slot_floats());
 }

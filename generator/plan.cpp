@@ -563,7 +563,6 @@ int64_t padded_floats(int64_t floats) {
   return ceil_div(floats, kBackwardSlotAlign) * kBackwardSlotAlign;
 }
 
-// Vectors per thread and team size of a backward row of `vectors` vectors of `vec` elements.
 // Vectors per thread and team size of a backward row of `vectors` vectors of `vec` elements, in
 // a team of at most `max_team` threads.
 void backward_team(int64_t vectors, int vec, int max_team, int* team, int64_t* per_thread) {

@@ -57,7 +57,8 @@ struct RowGradSums<true> {
 //                             converted again where used, instead of as f32
 //   kReloadWeight             the weight loaded again (from L1) where used instead of held
 //   kSharedBiasSums           each thread's dbias sums in (dynamic) shared memory, not registers
-//                             ([k][j][thread]: K * V * TEAM floats, the plan's shared memory)
+//                             ([k][j][thread]: K * V * TEAM floats)
+//   kDynamicSmemBytes         the dynamic shared memory the plan launches it with
 //   kWorkspaceHeaderFloats    the plan's floats before the slots (checked against the layout)
 //   kWorkspaceSlotFloats      the plan's floats per CTA slot (checked against the layout)
 template <class C>
@@ -117,6 +118,8 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock) row_backward(Pa
   // words (a warp's accesses consecutive), so no barrier orders them.
   constexpr bool kSharedDb = kBias && C::kSharedBiasSums;
   static_assert(!kSharedDb || ROWS == 1, "shared dbias sums: one team a CTA");
+  static_assert(C::kDynamicSmemBytes == (kSharedDb ? K * V * TEAM * sizeof(float) : 0),
+                "the plan's dynamic shared memory is the dbias sums");
   extern __shared__ __align__(16) float db_shared[];
   const auto db_at = [&](int k, int j) -> float& { return db_shared[(k * V + j) * TEAM + tid]; };
   if constexpr (kSharedDb) {
