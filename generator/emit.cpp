@@ -266,6 +266,7 @@ void group_backward_fields(const KernelPlan& p, Fields& f) {
   f.integer("kRowsPerBlock", p.rows_per_block);
   f.integer("kVec", p.vec);
   f.integer("kVectors", p.vectors);
+  f.integer("kChunks", int(p.chunks));
   f.size("kUnitsPerChannel", p.units_per_channel);
   f.size("kWaveRows", p.wave_rows);
   f.flag("kPrefetchNextWave", p.prefetch != 0);

@@ -749,24 +749,36 @@ int64_t row_split_backward_slot_floats(const KernelPlan& p) {
 // and dy, in a team of at most kGroupBackwardTeam threads (one CTA of kBackwardBlock threads
 // holds 256 / team units).
 constexpr int kGroupBackwardTeam = 256;
-// 16-bit channels of at least kGroupBackwardLargeChannel positions take kGroupBackwardLargeValues
-// values a thread (units of 16384 positions, a quarter as many partials to reduce; 236
-// registers, one CTA an SM, no spills). On the H100 (normjit bench of
-// scripts/specs/groupnorm-backward.txt, the values switched by a throwaway environment
-// variable; performance-notes) the bf16 seeds [112|8, 64, 512, 512] ran 13% faster and f16 VAE
-// maps of 65536 and 262144 positions 4-6%; channels of 16384 positions and fewer 16-35% slower,
-// f32 the same or slower (32 values: slower everywhere).
-constexpr int kGroupBackwardLargeValues = 64;
-constexpr int64_t kGroupBackwardLargeChannel = 65536;
-// 16-bit channels smaller than that (16 values a thread) are launched bounded to
-// kGroupBackwardSmallBlocksPerSm CTAs an SM (at most 85 registers a thread: 71-80, none
-// spilled), so more units are in flight per SM. On the H100 (ab_bench of
+// 16-bit channels of at least kGroupBackwardChunkedChannel positions in 16-byte accesses take units
+// of kGroupBackwardUnitPositions positions in chunks of a team's 16 values a thread (4 chunks of
+// 4096), each thread's sums carried from one chunk to the next and the next chunk's x and dy
+// loaded while dx of this one is stored, bounded to kGroupBackwardChunkedBlocksPerSm CTAs an SM
+// (128 registers, none spilled): a quarter as many partials as units of one chunk, and twice the
+// CTAs an SM of the 64-values-a-thread units (236 registers) these replace. On the H200
+// (ab_bench of scripts/specs/groupnorm-backward.txt against e50e258's plan, two rounds,
+// 2026-11-28; performance-notes) the bf16 seeds [112|8, 64, 512, 512] ran 5583 -> 5021 and 407
+// -> 366 us, f16 VAE maps of 65536 and 262144 positions 11-12% faster, [2, 320, 128, 128] (16384
+// positions, 16 values a thread in units of one chunk bounded to 3 before) 5%; units of 2 chunks
+// 7-8% slower than 4 on the large maps, 16 chunks spill; the same chunks unbounded (186
+// registers) and channels of 4096 positions bounded to 2 slower. Not measured on the H100,
+// where the 64 values had run the seeds 13% faster than one chunk of 16.
+// In narrower accesses (odd spatial sizes) the chunks spill (8-288 bytes), so those channels
+// keep what they had: kGroupBackwardLargeValues values a thread in units of one chunk from
+// kGroupBackwardLargeChannel positions on (unbounded: 255 registers, none spilled), else 16.
+constexpr int64_t kGroupBackwardChunkedChannel = 16384;
+constexpr int64_t kGroupBackwardUnitPositions = 16384;
+constexpr int kGroupBackwardChunkedBlocksPerSm = 2;
+// 16-bit channels smaller than that (units of one chunk of 16 values a thread) are launched
+// bounded to kGroupBackwardSmallBlocksPerSm CTAs an SM (at most 85 registers a thread: 71-80,
+// none spilled), so more units are in flight per SM. On the H100 (ab_bench of
 // scripts/specs/groupnorm-backward.txt against 0f71f8e's kernels, two rounds, 2026-11-27;
 // performance-notes) bf16 [16, 256, 56, 56] ran 69.6 -> 61.4 us, f16 [2, 320, 64, 64] 17.3 ->
-// 16.7 and [2, 320, 128, 128] 48.7 -> 47.2; in sweeps of the bound, f32 [32, 64, 128, 128] ran 5%
-// slower at 3 (2% at 4), and the 64-value kernels (236-250 registers) spill at any bound: those
-// and f32 go unbounded (1).
+// 16.7 and [2, 320, 128, 128] (chunked since) 48.7 -> 47.2; in sweeps of the bound, f32 [32, 64,
+// 128, 128] ran 5% slower at 3 (2% at 4), so f32 goes unbounded (1).
 constexpr int kGroupBackwardSmallBlocksPerSm = 3;
+// f32 channels of at least kGroupBackwardLargeChannel positions may stream (below).
+constexpr int64_t kGroupBackwardLargeChannel = 65536;
+constexpr int kGroupBackwardLargeValues = 64;
 // f32 channels of at least kGroupBackwardLargeChannel positions stream instead on a GPU of
 // kGroupStreamMinDramGbps and more: waves of as many rows as kGroupStreamWaveUnits units (the
 // f32 seeds: one wave of every row), x and dy read twice from DRAM (two streaming passes and
@@ -803,15 +815,20 @@ std::string group_backward(const Problem& pr, const Target& target, KernelPlan& 
   const int64_t vectors = s / p.vec;  // of a channel
   const bool stream = size_of(pr.x) == 4 && s >= kGroupBackwardLargeChannel &&
                       target.dram_gbps >= kGroupStreamMinDramGbps;
+  const bool wide = p.vec * size_of(pr.x) == kAccessBytes;
+  const bool chunked = size_of(pr.x) == 2 && wide && s >= kGroupBackwardChunkedChannel;
   const int values = stream ? kGroupBackwardStreamValues
-                     : size_of(pr.x) == 2 && s >= kGroupBackwardLargeChannel
+                     : size_of(pr.x) == 2 && !wide && s >= kGroupBackwardLargeChannel
                          ? kGroupBackwardLargeValues
                          : kBackwardValues;
   const int aim = std::max(1, values / p.vec);
   p.block_x = int(std::min<int64_t>(kGroupBackwardTeam, pow2_ceil(ceil_div(vectors, aim))));
   p.vectors = std::min<int64_t>(aim, ceil_div(vectors, p.block_x));
   p.block_y = p.rows_per_block = std::max(1, kBackwardBlock / p.block_x);
-  const int64_t unit = int64_t{p.block_x} * p.vectors * p.vec;
+  const int64_t chunk = int64_t{p.block_x} * p.vectors * p.vec;
+  p.chunks =
+      chunked ? std::clamp<int64_t>(kGroupBackwardUnitPositions / chunk, 1, ceil_div(s, chunk)) : 1;
+  const int64_t unit = chunk * p.chunks;
   p.units_per_channel = ceil_div(s, unit);
   const int64_t row_units = cg * p.units_per_channel;
   const int64_t row_bytes = 2 * pr.row_length * size_of(pr.x);
@@ -823,8 +840,14 @@ std::string group_backward(const Problem& pr, const Target& target, KernelPlan& 
   std::ostringstream why;
   why << "groupnorm backward: units of " << unit << " positions of one channel (" << p.block_x
       << " threads, " << p.vectors * p.vec << " values each of x and dy, " << p.vec * size_of(pr.x)
-      << "-byte accesses), " << p.units_per_channel << " per channel, " << row_units
-      << " per group of " << pr.row_length << " elements; rows in waves of " << p.wave_rows
+      << "-byte accesses";
+  if (p.chunks > 1) {
+    why << ", in " << p.chunks << " chunks of " << chunk
+        << ": a thread's sums carried across them, the next chunk loaded while dx of one is "
+           "stored";
+  }
+  why << "), " << p.units_per_channel << " per channel, " << row_units << " per group of "
+      << pr.row_length << " elements; rows in waves of " << p.wave_rows
       << " (x and dy of a wave: " << p.wave_rows * row_bytes
       << (stream ? " bytes, read again from DRAM" : " bytes, kept for the second read in L2")
       << "), one grid barrier per wave: each unit's sums of dy and dy * xhat, then dx from its "
@@ -843,6 +866,8 @@ std::string group_backward(const Problem& pr, const Target& target, KernelPlan& 
   if (p.prefetch) why << "; the next wave's x and dy are prefetched into L2 during its dx";
   if (stream) {
     p.min_blocks_per_sm = kGroupStreamBlocksPerSm;
+  } else if (chunked) {
+    p.min_blocks_per_sm = kGroupBackwardChunkedBlocksPerSm;
   } else if (size_of(pr.x) == 2 && values == kBackwardValues) {
     p.min_blocks_per_sm = kGroupBackwardSmallBlocksPerSm;
   }
@@ -1335,6 +1360,7 @@ std::string KernelPlan::to_string() const {
       break;
     case Strategy::kGroupBackward:
       os << "vectors per thread: " << vectors << "\n"
+         << "chunks per unit: " << chunks << "\n"
          << "units per channel: " << units_per_channel << "\n"
          << "rows per wave: " << wave_rows << "\n"
          << "workspace: " << workspace_floats(0) << " floats\n";

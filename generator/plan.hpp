@@ -97,8 +97,10 @@ struct KernelPlan {
                                   // dbias summed in shared memory
   bool hold_packed = false;       // kRowBackward: 16-bit x and dy held as raw bits (two to a
                                   // register), converted again where used
-  int64_t units_per_channel = 0;  // kGroupBackward: units of block_x * vectors * vec positions
-                                  // that cover a channel (T)
+  int64_t chunks = 1;             // kGroupBackward: chunks of block_x * vectors * vec positions
+                                  // a unit (M), taken in turn by its team
+  int64_t units_per_channel = 0;  // kGroupBackward: units of chunks * block_x * vectors * vec
+                                  // positions that cover a channel (T)
   int64_t wave_rows = 0;          // kGroupBackward: rows (n, g) per wave (R);
                                   // kRowSplitBackward: rows of a slot per exchange (W)
   int min_blocks_per_sm = 1;      // kGroupBackward: launch bounds' CTAs per SM (registers)

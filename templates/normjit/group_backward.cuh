@@ -9,10 +9,11 @@
 // A[n, c] = sum_s dy * xhat and B[n, c] = sum_s dy, which are dweight[c] and dbias[c] before
 // the sum over n. So everything reduces to per-channel sums, taken from x and dy once.
 //
-// The work: a unit is TEAM * K * V consecutive positions of one channel of one row (T units
-// cover a channel's S; a team of TEAM threads takes a unit, K vectors of V elements per
-// thread). The grid (persistent, launched cooperatively) takes the rows in waves of R rows; per
-// wave, with one grid barrier:
+// The work: a unit is M chunks of TEAM * K * V consecutive positions of one channel of one row
+// (T units cover a channel's S; a team of TEAM threads takes a unit, K vectors of V elements
+// per thread a chunk, the chunks in turn, each thread's sums carried from one chunk to the next
+// so that the team reduces once a unit). The grid (persistent, launched cooperatively) takes the
+// rows in waves of R rows; per wave, with one grid barrier:
 //   1. every unit's (A, B) partial is written to the workspace (team reduction);
 //   -- grid barrier --
 //   2. every unit reads its row's partials (all CG * T, in the same order in every unit: the
@@ -50,7 +51,8 @@ namespace normjit {
 //   kSpatial                   S: elements per channel
 //   kThreads, kRowsPerBlock    TEAM, ROWS: blockDim = (TEAM, ROWS), a unit per team
 //   kVec, kVectors             V: elements per access (V divides S); K: vectors per thread
-//   kUnitsPerChannel           T: units of TEAM * K * V positions that cover S
+//   kChunks                    M: chunks of TEAM * K * V positions a unit
+//   kUnitsPerChannel           T: units of M * TEAM * K * V positions that cover S
 //   kWaveRows                  R: rows (n, g) per wave
 //   kPrefetchNextWave          step 2 starts pulling the next wave's x and dy into L2
 //   kMinBlocksPerSm            CTAs of the launch an SM holds at least (the launch bounds':
@@ -66,7 +68,9 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock, C::kMinBlocksPe
   constexpr int TEAM = C::kThreads, ROWS = C::kRowsPerBlock, V = C::kVec, K = C::kVectors;
   constexpr long long CH = C::kChannels, G = C::kGroups, CG = C::kChannelsPerGroup;
   constexpr long long S = C::kSpatial, T = C::kUnitsPerChannel, R = C::kWaveRows;
-  constexpr long long L = (long long)TEAM * K * V;  // positions per unit
+  constexpr int M = C::kChunks;
+  constexpr long long L = (long long)TEAM * K * V;  // positions per chunk
+  constexpr long long U = L * M;                    // positions per unit
   constexpr long long H = CG * S;                   // elements per row
   constexpr long long kUnitsPerRow = CG * T;
   constexpr bool kWeight = C::kWeight, kBias = C::kBias;
@@ -74,7 +78,9 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock, C::kMinBlocksPe
   constexpr int kWarps = TEAM > 32 ? TEAM / 32 : 1;
   static_assert(CG * G == CH, "groups divide the channels");
   static_assert(S % V == 0, "vectors never straddle a channel's end");
-  static_assert((T - 1) * L < S && S <= T * L, "T units cover a channel, none empty");
+  static_assert(M >= 1 && M <= 8, "a unit's chunks are unrolled (their buffers in registers)");
+  static_assert(L * (M - 1) < S, "no chunk of a channel's first unit lies past its end");
+  static_assert((T - 1) * U < S && S <= T * U, "T units cover a channel, none empty");
   static_assert(TEAM * ROWS % 32 == 0, "whole warps");
   constexpr long long kPartialFloats = padded_floats(R * kUnitsPerRow * 2);  // one buffer
   constexpr long long kChannelFloats = kParams > 0 ? padded_floats(R * CG * 2) : 0;
@@ -109,13 +115,13 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock, C::kMinBlocksPe
     at.n = at.row / G;
     at.g = at.row - at.n * G;
     at.c = at.g * CG + at.cg;
-    at.begin = (at.n * CH + at.c) * S + at.t * L;
+    at.begin = (at.n * CH + at.c) * S + at.t * U;
     return at;
   };
-  // This thread's vector k of a unit: its position within the unit, and whether the channel
-  // has it (the last unit of a channel may be short).
-  const auto col = [&](int k) { return (long long)(tid + k * TEAM) * V; };
-  const auto has = [&](const Unit& at, int k) { return at.t * L + col(k) < S; };
+  // This thread's vector k of chunk m of a unit: its position within the unit, and whether the
+  // channel has it (the last unit of a channel may be short).
+  const auto col = [&](int m, int k) { return m * L + (long long)(tid + k * TEAM) * V; };
+  const auto has = [&](const Unit& at, int m, int k) { return at.t * U + col(m, k) < S; };
 
   // The owners' running sums start at 0 (each thread zeroes the channels it owns and is the
   // only one to touch them until the end).
@@ -162,24 +168,27 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock, C::kMinBlocksPe
     const float rstd = active ? p.rstd[at.row] : 0.f;
     const X* x = static_cast<const X*>(p.x) + at.begin;
     const X* dy = static_cast<const X*>(p.dy) + at.begin;
-    float xv[K][V], dyv[K][V];
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-      if (active && has(at, k)) {
-        load_vec<X, V>(x + col(k), xv[k]);
-        load_vec<X, V>(dy + col(k), dyv[k]);
-      } else {
-#pragma unroll
-        for (int j = 0; j < V; ++j) xv[k][j] = mean, dyv[k][j] = 0.f;
-      }
-    }
     GradSums sums{0.f, 0.f};  // g: sum dy; gx: sum dy * xhat
 #pragma unroll
-    for (int k = 0; k < K; ++k) {
+    for (int m = 0; m < M; ++m) {
+      float xv[K][V], dyv[K][V];
 #pragma unroll
-      for (int j = 0; j < V; ++j) {
-        sums.g += dyv[k][j];
-        sums.gx = fmaf(dyv[k][j], (xv[k][j] - mean) * rstd, sums.gx);
+      for (int k = 0; k < K; ++k) {
+        if (active && has(at, m, k)) {
+          load_vec<X, V>(x + col(m, k), xv[k]);
+          load_vec<X, V>(dy + col(m, k), dyv[k]);
+        } else {
+#pragma unroll
+          for (int j = 0; j < V; ++j) xv[k][j] = mean, dyv[k][j] = 0.f;
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          sums.g += dyv[k][j];
+          sums.gx = fmaf(dyv[k][j], (xv[k][j] - mean) * rstd, sums.gx);
+        }
       }
     }
     sums = team_reduce<TEAM, ROWS>(sums, scratch);
@@ -199,7 +208,7 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock, C::kMinBlocksPe
     const bool active = u < units;
     if (C::kPrefetchNextWave && tid == 0 && u < next_units) {
       const Unit next = unit_at(first + R, u);
-      const long long end = S - next.t * L < L ? S - next.t * L : L;
+      const long long end = S - next.t * U < U ? S - next.t * U : U;
       prefetch_l2(static_cast<const X*>(p.x) + next.begin, 0, end);
       prefetch_l2(static_cast<const X*>(p.dy) + next.begin, 0, end);
     }
@@ -207,17 +216,20 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock, C::kMinBlocksPe
     const X* x = static_cast<const X*>(p.x) + at.begin;
     const X* dy = static_cast<const X*>(p.dy) + at.begin;
     X* dx = static_cast<X*>(p.y) + at.begin;
-    float xv[K][V], dyv[K][V];
-    const auto load_unit = [&] {
+    // Chunk m's x and dy, in buffer m % 2: chunk m + 1 is loaded before chunk m's dx is formed
+    // and stored (one buffer where a unit is one chunk).
+    constexpr int kBuffers = M > 1 ? 2 : 1;
+    float xv[kBuffers][K][V], dyv[kBuffers][K][V];
+    const auto load_chunk = [&](int m) {
 #pragma unroll
       for (int k = 0; k < K; ++k) {
-        if (active && has(at, k)) {
-          load_vec<X, V>(x + col(k), xv[k]);
-          load_vec<X, V>(dy + col(k), dyv[k]);
+        if (active && has(at, m, k)) {
+          load_vec<X, V>(x + col(m, k), xv[m % kBuffers][k]);
+          load_vec<X, V>(dy + col(m, k), dyv[m % kBuffers][k]);
         }
       }
     };
-    if constexpr (C::kLoadAhead) load_unit();  // its DRAM latency under the row's sums below
+    if constexpr (C::kLoadAhead) load_chunk(0);  // its DRAM latency under the row's sums below
     const float* row_partials = partials + (at.row - first) * kUnitsPerRow * 2;
     // The row's sums of g and g * xhat from its CG * T partials: thread tid adds the partials
     // tid, tid + TEAM, ... in order, then the team's fixed tree. Every unit of the row computes
@@ -252,17 +264,22 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock, C::kMinBlocksPe
     const float mean = p.mean[at.row], rstd = p.rstd[at.row];
     const float mean_g = row.g * (1.0f / H), mean_gx = row.gx * (1.0f / H);
     const float w = w_of(at.c);
-    if constexpr (!C::kLoadAhead) load_unit();
+    if constexpr (!C::kLoadAhead) load_chunk(0);
 #pragma unroll
-    for (int k = 0; k < K; ++k) {
-      if (!has(at, k)) continue;
-      float out[V];
+    for (int m = 0; m < M; ++m) {
+      if (m + 1 < M) load_chunk(m + 1);
+      const int b = m % kBuffers;
 #pragma unroll
-      for (int j = 0; j < V; ++j) {
-        const float xhat = (xv[k][j] - mean) * rstd;
-        out[j] = rstd * (dyv[k][j] * w - fmaf(xhat, mean_gx, mean_g));
+      for (int k = 0; k < K; ++k) {
+        if (!has(at, m, k)) continue;
+        float out[V];
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          const float xhat = (xv[b][k][j] - mean) * rstd;
+          out[j] = rstd * (dyv[b][k][j] * w - fmaf(xhat, mean_gx, mean_g));
+        }
+        store_vec<X, V>(dx + col(m, k), out);
       }
-      store_vec<X, V>(dx + col(k), out);
     }
   };
 

@@ -350,6 +350,54 @@ TEST_F(BackwardChannelsGpu, GroupNormShapesDtypesAndAffineMatchFloat64) {
   }
 }
 
+// GroupNorm over 16-bit channels of 16384 positions and more takes units of 4 chunks (a team's
+// 16 values a thread each, the sums carried across them): a channel of exactly one unit, units
+// whose last chunks lie past the channel's end (20480: a second unit of one chunk; 73728: a
+// fifth of two), a last chunk only one thread of the team has (40968 positions: 8 of a chunk of
+// 4096), every 16-bit dtype and affine form, adversarial values, and two runs bitwise equal.
+// (Each dbias[c] sums N * S values of dy, whose mean is 0.5: kept under f16's 65504.)
+TEST_F(BackwardChannelsGpu, ChunkedGroupNormUnitsMatchFloat64) {
+  device::PrimaryContext context;
+  Engine engine(test_engine_options());
+  const struct {
+    std::vector<int64_t> shape;
+    int64_t groups;
+  } shapes[] = {
+      {{3, 16, 128, 128}, 4}, {{2, 32, 128, 160}, 8}, {{1, 8, 256, 288}, 2}, {{2, 4, 40968}, 2}};
+  std::vector<Config> configs;
+  for (const auto& s : shapes) {
+    for (Dtype dtype : {Dtype::kF16, Dtype::kBF16}) {
+      for (Affine affine : {Affine::kNone, Affine::kWeight, Affine::kBoth}) {
+        configs.push_back(group(s.shape, s.groups, dtype, affine));
+      }
+    }
+  }
+  prepare(engine, configs);
+  uint64_t seed = 7000;
+  const auto expect_chunked = [](const Backward& run, const Config& c) {
+    const std::string plan = run.backward_kernel().plan_text();
+    EXPECT_NE(plan.find("chunks per unit: 4"), std::string::npos) << c.name() << plan;
+  };
+  for (const Config& c : configs) {
+    Backward run(engine, c, Values::kNormal, seed++);
+    expect_chunked(run, c);
+    run.run();
+    expect_close(run, c, Values::kNormal, "normal values");
+    const std::vector<unsigned char> first = run.bits();
+    run.poison();
+    run.backward();
+    NORMJIT_CU(driver::api().cuCtxSynchronize());
+    EXPECT_TRUE(run.bits() == first) << c.name() << ": a second run differs";
+  }
+  for (Values values : {Values::kLargeMean, Values::kTiny, Values::kNegative}) {
+    for (const Config& c : {configs[2], configs[17]}) {
+      Backward run(engine, c, values, seed++);
+      run.run();
+      expect_close(run, c, values, to_string(values));
+    }
+  }
+}
+
 // The channel forms: RMSNorm and LayerNorm over dim 1 (LayerNorm2d), the same sizes in C and S.
 TEST_F(BackwardChannelsGpu, ChannelFormsShapesDtypesAndAffineMatchFloat64) {
   device::PrimaryContext context;

@@ -310,22 +310,29 @@ TEST(BackwardPlan, GroupNormUnitsWavesAndWorkspace) {
   struct Case {
     const char* spec;
     int vec, team, rows_per_block;
-    int64_t vectors, units_per_channel, wave_rows;
-    int min_blocks_per_sm;  // launch bounds: 3 for 16-bit channels of 16 values a thread
+    int64_t vectors, chunks, units_per_channel, wave_rows;
+    int min_blocks_per_sm;  // launch bounds: 3 for 16-bit channels of 16 values a thread in
+                            // units of one chunk, 2 for the chunked units
   } cases[] = {
       // The seeds: 2 Mi-element groups; a wave's x and dy fit 16 MiB (f32: one row, bf16: two).
-      {"op=groupnorm shape=112,64,512,512 groups=8", 4, 256, 1, 4, 64, 1, 1},
-      // 16-bit channels of 65536 positions or more: 64 values a thread, units of 16384.
-      {"op=groupnorm shape=112,64,512,512 groups=8 dtype=bf16", 8, 256, 1, 8, 16, 2, 1},
-      {"op=groupnorm shape=1,256,256,256 groups=32 dtype=f16", 8, 256, 1, 8, 4, 8, 1},
-      {"op=groupnorm shape=2,320,128,128 groups=32 dtype=f16", 8, 256, 1, 2, 4, 25, 3},
+      {"op=groupnorm shape=112,64,512,512 groups=8", 4, 256, 1, 4, 1, 64, 1, 1},
+      // 16-bit channels of 16384 positions or more in 16-byte accesses: units of 16384
+      // positions, 4 chunks of 16 values a thread.
+      {"op=groupnorm shape=112,64,512,512 groups=8 dtype=bf16", 8, 256, 1, 2, 4, 16, 2, 2},
+      {"op=groupnorm shape=1,256,256,256 groups=32 dtype=f16", 8, 256, 1, 2, 4, 4, 8, 2},
+      {"op=groupnorm shape=2,320,128,128 groups=32 dtype=f16", 8, 256, 1, 2, 4, 1, 25, 2},
+      // A channel of 20480 positions: 5 chunks, one unit of 4 and one of 1.
+      {"op=groupnorm shape=2,32,128,160 groups=8 dtype=bf16", 8, 256, 1, 2, 4, 2, 51, 2},
+      // In narrower accesses: units of one chunk, 64 values a thread from 65536 positions on.
+      {"op=groupnorm shape=2,32,1,65537 groups=4 dtype=bf16", 1, 256, 1, 64, 1, 5, 7, 1},
+      {"op=groupnorm shape=2,32,4,4097 groups=4 dtype=bf16", 4, 256, 1, 4, 1, 5, 31, 3},
       // Stable Diffusion's: a unit per channel of 4096, 10 channels per group.
-      {"op=groupnorm shape=2,320,64,64 groups=32", 4, 256, 1, 4, 1, 51, 1},
+      {"op=groupnorm shape=2,320,64,64 groups=32", 4, 256, 1, 4, 1, 1, 51, 1},
       // Odd maps: scalar accesses, small teams, several units per CTA.
-      {"op=groupnorm shape=3,64,7,9 groups=8 dtype=f16", 1, 4, 64, 16, 1, 8192, 3},
-      {"op=groupnorm shape=3,6,1 groups=3", 1, 1, 256, 1, 1, 32768, 1},
-      {"op=groupnorm shape=2,8,4097 groups=2 affine=none", 1, 256, 1, 16, 2, 127, 1},
-      {"op=groupnorm shape=16,256,56,56 groups=32 dtype=bf16", 8, 256, 1, 2, 1, 167, 3},
+      {"op=groupnorm shape=3,64,7,9 groups=8 dtype=f16", 1, 4, 64, 16, 1, 1, 8192, 3},
+      {"op=groupnorm shape=3,6,1 groups=3", 1, 1, 256, 1, 1, 1, 32768, 1},
+      {"op=groupnorm shape=2,8,4097 groups=2 affine=none", 1, 256, 1, 16, 1, 2, 127, 1},
+      {"op=groupnorm shape=16,256,56,56 groups=32 dtype=bf16", 8, 256, 1, 2, 1, 1, 167, 3},
   };
   for (const Case& c : cases) {
     const NormSpec spec = NormSpec::parse(std::string(c.spec) + " backward=true");
@@ -337,15 +344,19 @@ TEST(BackwardPlan, GroupNormUnitsWavesAndWorkspace) {
     EXPECT_EQ(p.rows_per_block, c.rows_per_block) << c.spec;
     EXPECT_EQ(p.block_y, c.rows_per_block) << c.spec;
     EXPECT_EQ(p.vectors, c.vectors) << c.spec;
+    EXPECT_EQ(p.chunks, c.chunks) << c.spec;
     EXPECT_EQ(p.units_per_channel, c.units_per_channel) << c.spec;
     EXPECT_EQ(p.wave_rows, c.wave_rows) << c.spec;
     EXPECT_EQ(p.min_blocks_per_sm, c.min_blocks_per_sm) << c.spec;
-    // T units cover a channel, none empty; a thread holds at most 16 values of x and of dy (64
-    // in 16 bits on channels of 65536 positions and more).
-    const int64_t unit = int64_t{p.block_x} * p.vectors * p.vec;
+    // T units cover a channel, none empty, and no chunk of the first unit lies past its end; a
+    // thread holds at most 16 values of x and of dy a chunk (64 in narrow 16-bit accesses on
+    // channels of 65536 positions and more).
+    const int64_t chunk = int64_t{p.block_x} * p.vectors * p.vec, unit = chunk * p.chunks;
     EXPECT_GE(p.units_per_channel * unit, spec.spatial()) << c.spec;
     EXPECT_LT((p.units_per_channel - 1) * unit, spec.spatial()) << c.spec;
-    EXPECT_LE(p.vectors * p.vec, size_of(spec.dtype) == 2 && spec.spatial() >= 65536 ? 64 : 16)
+    EXPECT_LT((p.chunks - 1) * chunk, spec.spatial()) << c.spec;
+    EXPECT_LE(p.vectors * p.vec,
+              size_of(spec.dtype) == 2 && p.vec < 8 && spec.spatial() >= 65536 ? 64 : 16)
         << c.spec;
     EXPECT_EQ(spec.spatial() % p.vec, 0) << c.spec;
     EXPECT_TRUE(has(p.to_string(), "strategy: group-backward")) << c.spec;
