@@ -132,6 +132,34 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock) row_backward(Pa
 
   using Sums = typename RowGradSums<kRms>::type;
   __shared__ Sums scratch[ROWS * kWarps];
+  // Element j of vector k, of dy `d`, xhat `xh` and weight `wj`: its terms of dweight (dy *
+  // xhat) and dbias (dy), and of the row's sums of g * xhat (and g), g = dy * w; returns g.
+  const auto add_terms = [&](Sums& sums, int k, int j, float d, float xh, float wj) {
+    if constexpr (kWeight) dw[k][j] = fmaf(d, xh, dw[k][j]);
+    if constexpr (kSharedDb) {
+      db_at(k, j) += d;
+    } else if constexpr (kBias) {
+      db[k][j] += d;
+    }
+    const float gj = kWeight ? d * wj : d;
+    if constexpr (kRms) {
+      sums = fmaf(gj, xh, sums);
+    } else {
+      sums.g += gj;
+      sums.gx = fmaf(gj, xh, sums.gx);
+    }
+    return gj;
+  };
+  // The row's means of g and g * xhat (RMSNorm: g's mean is not used, 0) from the team's sums.
+  const auto row_means = [&](const Sums& total, float& mean_g, float& mean_gx) {
+    if constexpr (kRms) {
+      mean_g = 0.f;
+      mean_gx = total * (1.0f / H);
+    } else {
+      mean_g = total.g * (1.0f / H);
+      mean_gx = total.gx * (1.0f / H);
+    }
+  };
   const long long rows = p.batch;
   for (long long base = (long long)blockIdx.x * ROWS; base < rows;
        base += (long long)gridDim.x * ROWS) {  // the same trip count for the whole CTA
@@ -185,30 +213,13 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock) row_backward(Pa
 #pragma unroll
         for (int j = 0; j < V; ++j) {
           const float xh = (xk[j] - mean) * rstd;
-          if constexpr (kWeight) dw[k][j] = fmaf(gk[j], xh, dw[k][j]);
-          if constexpr (kSharedDb) {
-            db_at(k, j) += gk[j];
-          } else if constexpr (kBias) {
-            db[k][j] += gk[j];
-          }
-          const float gj = kWeight ? gk[j] * wk[j] : gk[j];
-          if constexpr (kRms) {
-            sums = fmaf(gj, xh, sums);
-          } else {
-            sums.g += gj;
-            sums.gx = fmaf(gj, xh, sums.gx);
-          }
+          add_terms(sums, k, j, gk[j], xh, kWeight ? wk[j] : 1.f);
         }
       }
       const Sums total = team_reduce<TEAM, ROWS>(sums, scratch);
       if (!active) continue;
-      float mean_g = 0.f, mean_gx;
-      if constexpr (kRms) {
-        mean_gx = total * (1.0f / H);
-      } else {
-        mean_g = total.g * (1.0f / H);
-        mean_gx = total.gx * (1.0f / H);
-      }
+      float mean_g, mean_gx;
+      row_means(total, mean_g, mean_gx);
       X* dx = static_cast<X*>(p.y) + row * H;
 #pragma unroll
       for (int k = 0; k < K; ++k) {
@@ -252,31 +263,19 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock) row_backward(Pa
 #pragma unroll
         for (int j = 0; j < V; ++j) {
           xhat[k][j] = (xhat[k][j] - mean) * rstd;  // 0 past the row's end
-          if constexpr (kWeight) dw[k][j] = fmaf(g[k][j], xhat[k][j], dw[k][j]);
-          if constexpr (kSharedDb) {
-            db_at(k, j) += g[k][j];
-          } else if constexpr (kBias) {
-            db[k][j] += g[k][j];
+          float wj = 1.f;
+          if constexpr (kReload) {
+            wj = wk[j];
+          } else if constexpr (kWeight) {
+            wj = w[k][j];
           }
-          if constexpr (kReload) g[k][j] *= wk[j];
-          if constexpr (kWeight && !kReload) g[k][j] *= w[k][j];
-          if constexpr (kRms) {
-            sums = fmaf(g[k][j], xhat[k][j], sums);
-          } else {
-            sums.g += g[k][j];
-            sums.gx = fmaf(g[k][j], xhat[k][j], sums.gx);
-          }
+          g[k][j] = add_terms(sums, k, j, g[k][j], xhat[k][j], wj);
         }
       }
       const Sums total = team_reduce<TEAM, ROWS>(sums, scratch);
       if (!active) continue;
-      float mean_g = 0.f, mean_gx;
-      if constexpr (kRms) {
-        mean_gx = total * (1.0f / H);
-      } else {
-        mean_g = total.g * (1.0f / H);
-        mean_gx = total.gx * (1.0f / H);
-      }
+      float mean_g, mean_gx;
+      row_means(total, mean_g, mean_gx);
       X* dx = static_cast<X*>(p.y) + row * H;
 #pragma unroll
       for (int k = 0; k < K; ++k) {
