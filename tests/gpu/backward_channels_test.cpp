@@ -315,6 +315,25 @@ void prepare(Engine& engine, const std::vector<Config>& configs) {
   prepare_in_parallel(engine, specs);
 }
 
+struct GroupShape {
+  std::vector<int64_t> shape;
+  int64_t groups;
+};
+
+// GroupNorm of every shape in each dtype and affine form (shape by shape, then dtype).
+std::vector<Config> every_group_form(const std::vector<GroupShape>& shapes,
+                                     const std::vector<Dtype>& dtypes) {
+  std::vector<Config> configs;
+  for (const GroupShape& s : shapes) {
+    for (Dtype dtype : dtypes) {
+      for (Affine affine : {Affine::kNone, Affine::kWeight, Affine::kBoth}) {
+        configs.push_back(group(s.shape, s.groups, dtype, affine));
+      }
+    }
+  }
+  return configs;
+}
+
 class BackwardChannelsGpu : public ::testing::Test {
  protected:
   void SetUp() override { NORMJIT_REQUIRE_GPU(); }
@@ -325,22 +344,22 @@ class BackwardChannelsGpu : public ::testing::Test {
 TEST_F(BackwardChannelsGpu, GroupNormShapesDtypesAndAffineMatchFloat64) {
   device::PrimaryContext context;
   Engine engine(test_engine_options());
-  const struct {
-    std::vector<int64_t> shape;
-    int64_t groups;
-  } shapes[] = {
-      {{1, 1, 1}, 1},    {{3, 6, 1}, 3},         {{3, 6, 7}, 2},         {{1, 7, 65}, 7},
-      {{2, 4, 1000}, 2}, {{3, 2, 4097}, 1},      {{7, 64, 7, 9}, 8},     {{65, 4, 3}, 2},
-      {{1, 3000, 1}, 3}, {{2, 320, 64, 64}, 32}, {{2, 640, 32, 32}, 32}, {{1000, 8, 3, 3}, 4},
-  };
-  std::vector<Config> configs;
-  for (const auto& s : shapes) {
-    for (Dtype dtype : kDtypes) {
-      for (Affine affine : {Affine::kNone, Affine::kWeight, Affine::kBoth}) {
-        configs.push_back(group(s.shape, s.groups, dtype, affine));
-      }
-    }
-  }
+  const std::vector<Config> configs = every_group_form(
+      {
+          {{1, 1, 1}, 1},
+          {{3, 6, 1}, 3},
+          {{3, 6, 7}, 2},
+          {{1, 7, 65}, 7},
+          {{2, 4, 1000}, 2},
+          {{3, 2, 4097}, 1},
+          {{7, 64, 7, 9}, 8},
+          {{65, 4, 3}, 2},
+          {{1, 3000, 1}, 3},
+          {{2, 320, 64, 64}, 32},
+          {{2, 640, 32, 32}, 32},
+          {{1000, 8, 3, 3}, 4},
+      },
+      {std::begin(kDtypes), std::end(kDtypes)});
   prepare(engine, configs);
   uint64_t seed = 1;
   for (const Config& c : configs) {
@@ -359,19 +378,9 @@ TEST_F(BackwardChannelsGpu, GroupNormShapesDtypesAndAffineMatchFloat64) {
 TEST_F(BackwardChannelsGpu, ChunkedGroupNormUnitsMatchFloat64) {
   device::PrimaryContext context;
   Engine engine(test_engine_options());
-  const struct {
-    std::vector<int64_t> shape;
-    int64_t groups;
-  } shapes[] = {
-      {{3, 16, 128, 128}, 4}, {{2, 32, 128, 160}, 8}, {{1, 8, 256, 288}, 2}, {{2, 4, 40968}, 2}};
-  std::vector<Config> configs;
-  for (const auto& s : shapes) {
-    for (Dtype dtype : {Dtype::kF16, Dtype::kBF16}) {
-      for (Affine affine : {Affine::kNone, Affine::kWeight, Affine::kBoth}) {
-        configs.push_back(group(s.shape, s.groups, dtype, affine));
-      }
-    }
-  }
+  const std::vector<Config> configs = every_group_form(
+      {{{3, 16, 128, 128}, 4}, {{2, 32, 128, 160}, 8}, {{1, 8, 256, 288}, 2}, {{2, 4, 40968}, 2}},
+      {Dtype::kF16, Dtype::kBF16});
   prepare(engine, configs);
   uint64_t seed = 7000;
   const auto expect_chunked = [](const Backward& run, const Config& c) {
