@@ -755,7 +755,7 @@ constexpr int kGroupBackwardTeam = 256;
 // loaded while dx of this one is stored, bounded to kGroupBackwardChunkedBlocksPerSm CTAs an SM
 // (128 registers, none spilled): a quarter as many partials as units of one chunk, and twice the
 // CTAs an SM of the 64-values-a-thread units (236 registers) these replace. On the H200
-// (ab_bench of scripts/specs/groupnorm-backward.txt against e50e258's plan, two rounds,
+// (ab_bench of scripts/specs/groupnorm-backward.txt against 6898cdf's plan, two rounds,
 // 2026-11-28; performance-notes) the bf16 seeds [112|8, 64, 512, 512] ran 5583 -> 5021 and 407
 // -> 366 us, f16 VAE maps of 65536 and 262144 positions 11-12% faster, [2, 320, 128, 128] (16384
 // positions, 16 values a thread in units of one chunk bounded to 3 before) 5%; units of 2 chunks
@@ -776,7 +776,8 @@ constexpr int kGroupBackwardChunkedBlocksPerSm = 2;
 // 16.7 and [2, 320, 128, 128] (chunked since) 48.7 -> 47.2; in sweeps of the bound, f32 [32, 64,
 // 128, 128] ran 5% slower at 3 (2% at 4), so f32 goes unbounded (1).
 constexpr int kGroupBackwardSmallBlocksPerSm = 3;
-// f32 channels of at least kGroupBackwardLargeChannel positions may stream (below).
+// f32 channels of at least kGroupBackwardLargeChannel positions may stream (below); 16-bit ones
+// in narrow accesses take kGroupBackwardLargeValues values a thread (above).
 constexpr int64_t kGroupBackwardLargeChannel = 65536;
 constexpr int kGroupBackwardLargeValues = 64;
 // f32 channels of at least kGroupBackwardLargeChannel positions stream instead on a GPU of
