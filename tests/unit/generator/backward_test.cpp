@@ -377,6 +377,13 @@ TEST(BackwardPlan, GroupNormUnitsWavesAndWorkspace) {
   const KernelPlan small =
       plan(NormSpec::parse("op=groupnorm shape=3,64,7,9 groups=8 dtype=f16 backward=true"), h100);
   EXPECT_EQ(small.grid(1, 10000), 1);  // 8 rows of 8 units, 64 units per CTA
+  // Chunked units: a wave of the bf16 seed is 2 rows of 8 channels of 16 units (4 chunks each),
+  // so 256 CTAs at most, whatever the device holds beyond; its workspace holds their partials.
+  const KernelPlan bf16 = plan(
+      NormSpec::parse("op=groupnorm shape=112,64,512,512 groups=8 dtype=bf16 backward=true"), h100);
+  EXPECT_EQ(bf16.grid(112, 264), 256);
+  EXPECT_EQ(bf16.grid(112, 200), 200);
+  EXPECT_EQ(bf16.workspace_floats(0), 8 + 2 * 512 + 2 * 32 + 128);
   EXPECT_EQ(small.grid(3, 10000), 3);  // 192 units
   EXPECT_EQ(small.grid(3, 2), 2);
 }
