@@ -762,11 +762,13 @@ constexpr int kGroupBackwardTeam = 256;
 // 7-8% slower than 4 on the large maps, 16 chunks spill; the same chunks unbounded (186
 // registers) and channels of 4096 positions bounded to 2 slower. Not measured on the H100,
 // where the 64 values had run the seeds 13% faster than one chunk of 16.
-// In narrower accesses (odd spatial sizes) the chunks spill (8-288 bytes), so those channels
-// keep what they had: kGroupBackwardLargeValues values a thread in units of one chunk from
-// kGroupBackwardLargeChannel positions on (unbounded: 255 registers; 8 bytes spilled since the
-// template's chunk loop, none before, `normjit dump --emit resources` of [2, 32, 1, 65537] bf16;
-// not timed), else 16.
+// In narrower accesses (odd spatial sizes) the chunks spill (8-288 bytes), so those channels take
+// units of one chunk of 16 values a thread, bounded to kGroupBackwardSmallBlocksPerSm (below) at
+// every size. On the H200 (ab_bench of scripts/specs/groupnorm-backward-narrow.txt, two rounds,
+// 2026-11-28; performance-notes) that ran bf16 [2, 32, 1, 65537] and [4, 64, 263, 263] 113 -> 34
+// and 317 -> 100 us against the 64 values a thread they had from 65536 positions on (255
+// registers, 8 bytes spilled since the chunk loop; 62 and 182 us before it, at 6898cdf); 32
+// values bounded to 2 ran 38 and 108, 8 values 39 and 141, chunks of 16 81 and 244.
 constexpr int64_t kGroupBackwardChunkedChannel = 16384;
 constexpr int64_t kGroupBackwardUnitPositions = 16384;
 constexpr int kGroupBackwardChunkedBlocksPerSm = 2;
@@ -778,10 +780,8 @@ constexpr int kGroupBackwardChunkedBlocksPerSm = 2;
 // 16.7 and [2, 320, 128, 128] (chunked since) 48.7 -> 47.2; in sweeps of the bound, f32 [32, 64,
 // 128, 128] ran 5% slower at 3 (2% at 4), so f32 goes unbounded (1).
 constexpr int kGroupBackwardSmallBlocksPerSm = 3;
-// f32 channels of at least kGroupBackwardLargeChannel positions may stream (below); 16-bit ones
-// in narrow accesses take kGroupBackwardLargeValues values a thread (above).
+// f32 channels of at least kGroupBackwardLargeChannel positions may stream (below).
 constexpr int64_t kGroupBackwardLargeChannel = 65536;
-constexpr int kGroupBackwardLargeValues = 64;
 // f32 channels of at least kGroupBackwardLargeChannel positions stream instead on a GPU of
 // kGroupStreamMinDramGbps and more: waves of as many rows as kGroupStreamWaveUnits units (the
 // f32 seeds: one wave of every row), x and dy read twice from DRAM (two streaming passes and
@@ -793,8 +793,17 @@ constexpr int kGroupBackwardLargeValues = 64;
 // [8, 64, 512, 512] 755 -> 627 us, [16, 32, 256, 256] 207 -> 167 us; unbounded (147 registers, one
 // CTA an SM) 9.23 ms, 16 values 9.24 (8.80 bounded to 3), 64 values 8.64. On the H100 (3352
 // GB/s) an earlier form ran the seed 1% slower than its waves (12379 -> 12505 us), so slower
-// DRAM keeps the waves. 16-bit channels ran slower streamed on the H200 (their waves stay).
+// DRAM keeps the waves.
+// 16-bit channels stream there too from kGroupBackwardStream16Channel positions on, in the chunked
+// units above (16 values a thread, 4 chunks, bounded to 2: 128 registers). On the H200 (ab_bench of
+// scripts/specs/groupnorm-backward-16bit-large.txt against the waves, two rounds, 2026-11-28;
+// performance-notes) the bf16 seed ran 4934 -> 4545 us, [8, 64, 512, 512] 360 -> 336, f16 [1,
+// 128, 512, 512] and [1, 512, 256, 256] the same (95 us), [1, 256, 256, 256] 49.8 -> 53.5 (so
+// 65536 positions keep their waves); 64 values unbounded 1.5x slower, 32 values or one chunk of
+// 16 13-20% slower than the waves. The kernel serves any batch, so the rule cannot ask how many
+// waves a launch has: the large channels stream, whose batch-1 maps ran the same either way.
 constexpr int kGroupBackwardStreamValues = 32;
+constexpr int64_t kGroupBackwardStream16Channel = int64_t{1} << 18;
 constexpr int kGroupStreamBlocksPerSm = 2;
 constexpr int64_t kGroupStreamWaveUnits = int64_t{1} << 18;
 constexpr int kGroupStreamMinDramGbps = 4000;
@@ -804,6 +813,14 @@ constexpr int kGroupStreamMinDramGbps = 4000;
 // bf16: 2). On the H100 waves of 8, 32 and 48 MiB ran the seeds and the diffusion shapes up to
 // 1.3x slower (performance-notes, 2026-11-24).
 constexpr int64_t kGroupWaveBytes = int64_t{16} << 20;
+// f32 waves (their rows are not prefetched, so one wave has L2 to itself) take kGroupWaveBytesF32.
+// On the H200 (ab_bench of scripts/specs/groupnorm-backward-f32-waves.txt, two rounds,
+// 2026-11-28; performance-notes) f32 [16, 256, 56, 56] ran 85.8 -> 76.6 us, [32, 64, 128, 128]
+// 182.7 -> 169.6, [2, 320, 128, 128] 65.6 -> 62.1, [64, 64, 64, 64] 93.7 -> 89.4, [16, 128, 64,
+// 64] 49.8 -> 47.8, [8, 512, 28, 28] 25.5 -> 25.8; 32 MiB mixed (22.2 on the last, 82.2 on the
+// first); bf16 [16, 256, 56, 56] 3% slower at 24, so 16-bit waves keep 16 MiB. Not measured on
+// the H100 (its f32 seed's wave is one row of 16 MiB either way).
+constexpr int64_t kGroupWaveBytesF32 = int64_t{24} << 20;
 // ... and at most this many units per wave, which bounds the workspace (partials: 2 floats per
 // unit, two buffers) where channels are tiny (S = 1: a unit per channel).
 constexpr int64_t kGroupWaveUnits = int64_t{1} << 16;
@@ -816,14 +833,12 @@ std::string group_backward(const Problem& pr, const Target& target, KernelPlan& 
   p.param_vec = 1;
   p.rows_per_item = pr.groups;
   const int64_t vectors = s / p.vec;  // of a channel
-  const bool stream = size_of(pr.x) == 4 && s >= kGroupBackwardLargeChannel &&
-                      target.dram_gbps >= kGroupStreamMinDramGbps;
   const bool wide = p.vec * size_of(pr.x) == kAccessBytes;
   const bool chunked = size_of(pr.x) == 2 && wide && s >= kGroupBackwardChunkedChannel;
-  const int values = stream ? kGroupBackwardStreamValues
-                     : size_of(pr.x) == 2 && !wide && s >= kGroupBackwardLargeChannel
-                         ? kGroupBackwardLargeValues
-                         : kBackwardValues;
+  const bool stream = target.dram_gbps >= kGroupStreamMinDramGbps &&
+                      (size_of(pr.x) == 4 ? s >= kGroupBackwardLargeChannel
+                                          : chunked && s >= kGroupBackwardStream16Channel);
+  const int values = stream && !chunked ? kGroupBackwardStreamValues : kBackwardValues;
   const int aim = std::max(1, values / p.vec);
   p.block_x = int(std::min<int64_t>(kGroupBackwardTeam, pow2_ceil(ceil_div(vectors, aim))));
   p.vectors = std::min<int64_t>(aim, ceil_div(vectors, p.block_x));
@@ -836,9 +851,11 @@ std::string group_backward(const Problem& pr, const Target& target, KernelPlan& 
   const int64_t row_units = cg * p.units_per_channel;
   const int64_t row_bytes = 2 * pr.row_length * size_of(pr.x);
   p.wave_rows =
-      stream ? std::max<int64_t>(1, kGroupStreamWaveUnits / row_units)
-             : std::max<int64_t>(1, std::min(kGroupWaveBytes / row_bytes,
-                                             kGroupWaveUnits / std::max<int64_t>(1, row_units)));
+      stream
+          ? std::max<int64_t>(1, kGroupStreamWaveUnits / row_units)
+          : std::max<int64_t>(
+                1, std::min((size_of(pr.x) == 4 ? kGroupWaveBytesF32 : kGroupWaveBytes) / row_bytes,
+                            kGroupWaveUnits / std::max<int64_t>(1, row_units)));
   p.load_ahead = stream;
   std::ostringstream why;
   why << "groupnorm backward: units of " << unit << " positions of one channel (" << p.block_x
@@ -867,10 +884,10 @@ std::string group_backward(const Problem& pr, const Target& target, KernelPlan& 
   // groups (64 rows a wave) 5% slower, so f32 waves of several rows go without.
   p.prefetch = target.sm >= 90 && !stream && (size_of(pr.x) == 2 || p.wave_rows == 1) ? 1 : 0;
   if (p.prefetch) why << "; the next wave's x and dy are prefetched into L2 during its dx";
-  if (stream) {
-    p.min_blocks_per_sm = kGroupStreamBlocksPerSm;
-  } else if (chunked) {
+  if (chunked) {
     p.min_blocks_per_sm = kGroupBackwardChunkedBlocksPerSm;
+  } else if (stream) {
+    p.min_blocks_per_sm = kGroupStreamBlocksPerSm;
   } else if (size_of(pr.x) == 2 && values == kBackwardValues) {
     p.min_blocks_per_sm = kGroupBackwardSmallBlocksPerSm;
   }

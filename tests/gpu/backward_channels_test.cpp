@@ -340,7 +340,8 @@ class BackwardChannelsGpu : public ::testing::Test {
 };
 
 // GroupNorm: sizes 1, 3, 7, 65, 1000, 4097 in the spatial size, the channels per group and the
-// batch; odd maps (7x9); Stable Diffusion's shapes; every dtype and affine form.
+// batch; a prime channel of 65537 positions (narrow accesses, 17 units of 16 values a thread in
+// 16 bits); odd maps (7x9); Stable Diffusion's shapes; every dtype and affine form.
 TEST_F(BackwardChannelsGpu, GroupNormShapesDtypesAndAffineMatchFloat64) {
   device::PrimaryContext context;
   Engine engine(test_engine_options());
@@ -352,6 +353,7 @@ TEST_F(BackwardChannelsGpu, GroupNormShapesDtypesAndAffineMatchFloat64) {
           {{1, 7, 65}, 7},
           {{2, 4, 1000}, 2},
           {{3, 2, 4097}, 1},
+          {{1, 4, 65537}, 2},
           {{7, 64, 7, 9}, 8},
           {{65, 4, 3}, 2},
           {{1, 3000, 1}, 3},
@@ -579,12 +581,13 @@ TEST_F(BackwardChannelsGpu, CudaGraphOnAFreshStreamReplaysWithNewInputs) {
   }
 }
 
-// The backward of GroupNorm over f32 channels of 65536 positions and more streams from DRAM on a
-// part of 4 TB/s and more (an H200) and keeps its L2 waves below that (an H100). An engine told
-// the H200's bandwidth plans the streamed kernel on any GPU, so it is tested wherever the suite
-// runs: the seed's kernel (at batch 4), a prime channel length (scalar accesses) and 32 groups,
-// against float64 with ordinary and adversarial values, two runs bitwise equal, and replayed
-// from a CUDA graph captured on a fresh stream.
+// The backward of GroupNorm over f32 channels of 65536 positions and more (16-bit ones of 262144
+// and more, in their chunked units) streams from DRAM on a part of 4 TB/s and more (an H200) and
+// keeps its L2 waves below that (an H100). An engine told the H200's bandwidth plans the streamed
+// kernel on any GPU, so it is tested wherever the suite runs: the seed's kernel (at batch 4), a
+// prime channel length (scalar accesses) and 32 groups; bf16 maps of 512 x 512 and an f16 channel
+// of 270336 positions (a last unit of 2 chunks), against float64 with ordinary and adversarial
+// values, two runs bitwise equal, and replayed from a CUDA graph captured on a fresh stream.
 TEST_F(BackwardChannelsGpu, StreamedGroupNormMatchesFloat64OnAnyGpu) {
   device::PrimaryContext context;
   EngineOptions fast = test_engine_options();
@@ -594,6 +597,8 @@ TEST_F(BackwardChannelsGpu, StreamedGroupNormMatchesFloat64OnAnyGpu) {
       group({4, 64, 512, 512}, 8, Dtype::kF32, Affine::kBoth),
       group({3, 6, 65537}, 3, Dtype::kF32, Affine::kWeight),
       group({2, 64, 256, 256}, 32, Dtype::kF32, Affine::kNone),
+      group({2, 16, 512, 512}, 4, Dtype::kBF16, Affine::kBoth),
+      group({2, 4, 270336}, 2, Dtype::kF16, Affine::kWeight),
   };
   prepare(engine, configs);
   for (const Config& c : configs) {

@@ -314,7 +314,8 @@ TEST(BackwardPlan, GroupNormUnitsWavesAndWorkspace) {
     int min_blocks_per_sm;  // launch bounds: 3 for 16-bit channels of 16 values a thread in
                             // units of one chunk, 2 for the chunked units
   } cases[] = {
-      // The seeds: 2 Mi-element groups; a wave's x and dy fit 16 MiB (f32: one row, bf16: two).
+      // The seeds: 2 Mi-element groups; a wave's x and dy fit 24 MiB in f32 (one row), 16 MiB in
+      // 16 bits (two rows).
       {"op=groupnorm shape=112,64,512,512 groups=8", 4, 256, 1, 4, 1, 64, 1, 1},
       // 16-bit channels of 16384 positions or more in 16-byte accesses: units of 16384
       // positions, 4 chunks of 16 values a thread.
@@ -323,15 +324,15 @@ TEST(BackwardPlan, GroupNormUnitsWavesAndWorkspace) {
       {"op=groupnorm shape=2,320,128,128 groups=32 dtype=f16", 8, 256, 1, 2, 4, 1, 25, 2},
       // A channel of 20480 positions: 5 chunks, one unit of 4 and one of 1.
       {"op=groupnorm shape=2,32,128,160 groups=8 dtype=bf16", 8, 256, 1, 2, 4, 2, 51, 2},
-      // In narrower accesses: units of one chunk, 64 values a thread from 65536 positions on.
-      {"op=groupnorm shape=2,32,1,65537 groups=4 dtype=bf16", 1, 256, 1, 64, 1, 5, 7, 1},
+      // In narrower accesses: units of one chunk of 16 values a thread at every size.
+      {"op=groupnorm shape=2,32,1,65537 groups=4 dtype=bf16", 1, 256, 1, 16, 1, 17, 7, 3},
       {"op=groupnorm shape=2,32,4,4097 groups=4 dtype=bf16", 4, 256, 1, 4, 1, 5, 31, 3},
       // Stable Diffusion's: a unit per channel of 4096, 10 channels per group.
-      {"op=groupnorm shape=2,320,64,64 groups=32", 4, 256, 1, 4, 1, 1, 51, 1},
+      {"op=groupnorm shape=2,320,64,64 groups=32", 4, 256, 1, 4, 1, 1, 76, 1},
       // Odd maps: scalar accesses, small teams, several units per CTA.
       {"op=groupnorm shape=3,64,7,9 groups=8 dtype=f16", 1, 4, 64, 16, 1, 1, 8192, 3},
       {"op=groupnorm shape=3,6,1 groups=3", 1, 1, 256, 1, 1, 1, 32768, 1},
-      {"op=groupnorm shape=2,8,4097 groups=2 affine=none", 1, 256, 1, 16, 1, 2, 127, 1},
+      {"op=groupnorm shape=2,8,4097 groups=2 affine=none", 1, 256, 1, 16, 1, 2, 191, 1},
       {"op=groupnorm shape=16,256,56,56 groups=32 dtype=bf16", 8, 256, 1, 2, 1, 1, 167, 3},
   };
   for (const Case& c : cases) {
@@ -349,15 +350,12 @@ TEST(BackwardPlan, GroupNormUnitsWavesAndWorkspace) {
     EXPECT_EQ(p.wave_rows, c.wave_rows) << c.spec;
     EXPECT_EQ(p.min_blocks_per_sm, c.min_blocks_per_sm) << c.spec;
     // T units cover a channel, none empty, and no chunk of the first unit lies past its end; a
-    // thread holds at most 16 values of x and of dy a chunk (64 in narrow 16-bit accesses on
-    // channels of 65536 positions and more).
+    // thread holds at most 16 values of x and of dy a chunk.
     const int64_t chunk = int64_t{p.block_x} * p.vectors * p.vec, unit = chunk * p.chunks;
     EXPECT_GE(p.units_per_channel * unit, spec.spatial()) << c.spec;
     EXPECT_LT((p.units_per_channel - 1) * unit, spec.spatial()) << c.spec;
     EXPECT_LT((p.chunks - 1) * chunk, spec.spatial()) << c.spec;
-    EXPECT_LE(p.vectors * p.vec,
-              size_of(spec.dtype) == 2 && p.vec < 8 && spec.spatial() >= 65536 ? 64 : 16)
-        << c.spec;
+    EXPECT_LE(p.vectors * p.vec, 16) << c.spec;
     EXPECT_EQ(spec.spatial() % p.vec, 0) << c.spec;
     EXPECT_TRUE(has(p.to_string(), "strategy: group-backward")) << c.spec;
   }
@@ -392,7 +390,8 @@ TEST(BackwardPlan, GroupNormOfLargeF32ChannelsStreamsWhereDramIsFast) {
   // f32 channels of 65536 positions and more stream on a GPU of 4 TB/s and more (an H200): 32
   // values a thread, two CTAs an SM, as many rows a wave as 2^18 units (the seed: 256 a row, its
   // 896 rows in one wave), no prefetch, dx's loads ahead of the row's sums. The H100's 3.35 TB/s
-  // keeps the L2 waves, and so do 16-bit x and smaller channels on either GPU.
+  // keeps the L2 waves, and so do smaller channels on either GPU (and 16-bit ones of fewer than
+  // 262144 positions, below).
   const Target h100 = Target::parse("sm_90"), h200 = Target::parse("sm_90:132:4814");
   const NormSpec seed = NormSpec::parse("op=groupnorm shape=112,64,512,512 groups=8 backward=true");
   const KernelPlan fast = plan(seed, h200), slow = plan(seed, h100);
@@ -421,8 +420,8 @@ TEST(BackwardPlan, GroupNormOfLargeF32ChannelsStreamsWhereDramIsFast) {
   EXPECT_TRUE(plan(seed, Target::parse("sm_90:132:4000")).load_ahead);
   EXPECT_FALSE(plan(seed, Target::parse("sm_90:132:3999")).load_ahead);
   for (const char* other :
-       {"op=groupnorm shape=112,64,512,512 groups=8 dtype=bf16",
-        "op=groupnorm shape=1,256,256,256 groups=32 dtype=f16",
+       {"op=groupnorm shape=1,256,256,256 groups=32 dtype=f16",
+        "op=groupnorm shape=2,32,1,262147 groups=4 dtype=bf16",
         "op=groupnorm shape=32,64,128,128 groups=32", "op=groupnorm shape=2,320,64,64 groups=32"}) {
     const NormSpec spec = NormSpec::parse(std::string(other) + " backward=true");
     EXPECT_FALSE(plan(spec, h200).load_ahead) << other;
@@ -434,6 +433,45 @@ TEST(BackwardPlan, GroupNormOfLargeF32ChannelsStreamsWhereDramIsFast) {
            h200);
   EXPECT_TRUE(many.load_ahead);
   EXPECT_EQ(many.wave_rows, (int64_t{1} << 18) / 8);
+}
+
+TEST(BackwardPlan, GroupNormOf16BitChannelsOf262144PositionsStreamsWhereDramIsFast) {
+  // 16-bit channels of 262144 positions and more in 16-byte accesses stream there too, in their
+  // chunked units (16 values a thread, 4 chunks of 4096, two CTAs an SM): the bf16 seed's 896
+  // rows of 128 units in one wave of 2048 rows, no prefetch, dx's first chunk loaded ahead of the
+  // row's sums. 65536 positions, narrow accesses and the H100 keep the L2 waves.
+  const Target h100 = Target::parse("sm_90"), h200 = Target::parse("sm_90:132:4814");
+  const NormSpec seed =
+      NormSpec::parse("op=groupnorm shape=112,64,512,512 groups=8 dtype=bf16 backward=true");
+  const KernelPlan fast = plan(seed, h200), slow = plan(seed, h100);
+  EXPECT_TRUE(fast.load_ahead);
+  EXPECT_EQ(fast.vectors * fast.vec, 16);
+  EXPECT_EQ(fast.chunks, 4);
+  EXPECT_EQ(fast.units_per_channel, 16);
+  EXPECT_EQ(fast.wave_rows, 2048);
+  EXPECT_EQ(fast.prefetch, 0);
+  EXPECT_EQ(fast.min_blocks_per_sm, 2);
+  EXPECT_TRUE(has(fast.to_string(), "streamed (DRAM of 4814 GB/s, at least 4000)"))
+      << fast.to_string();
+  // Two buffers of 2048 rows x 128 unit partials, two of 2048 x 8 channel sums, the accumulators.
+  EXPECT_EQ(fast.workspace_floats(0), 8 + 2 * (2048 * 128 * 2) + 2 * (2048 * 8 * 2) + 128);
+  EXPECT_EQ(fast.grid(112, 264), 264);
+  EXPECT_EQ(fast.grid(1, 10000), 8 * 128);
+  EXPECT_FALSE(slow.load_ahead);
+  EXPECT_EQ(slow.wave_rows, 2);
+  EXPECT_EQ(slow.prefetch, 1);
+  EXPECT_EQ(slow.chunks, 4);
+  EXPECT_TRUE(plan(NormSpec::parse("op=groupnorm shape=1,128,512,512 groups=32 dtype=f16 "
+                                   "backward=true"),
+                   h200)
+                  .load_ahead);
+  for (const char* waves : {"op=groupnorm shape=1,512,256,256 groups=32 dtype=f16",
+                            "op=groupnorm shape=4,64,263,263 groups=8 dtype=bf16",
+                            "op=groupnorm shape=8,64,513,513 groups=8 dtype=bf16"}) {
+    const KernelPlan p = plan(NormSpec::parse(std::string(waves) + " backward=true"), h200);
+    EXPECT_FALSE(p.load_ahead) << waves;
+    EXPECT_FALSE(has(p.to_string(), "streamed")) << waves;
+  }
 }
 
 TEST(BackwardPlan, GroupNormWithAWorkspaceTooLargeIsUnsupportedNamingTheShape) {
