@@ -795,15 +795,21 @@ constexpr int64_t kGroupBackwardLargeChannel = 65536;
 // GB/s) an earlier form ran the seed 1% slower than its waves (12379 -> 12505 us), so slower
 // DRAM keeps the waves.
 // 16-bit channels stream there too from kGroupBackwardStream16Channel positions on, in the chunked
-// units above (16 values a thread, 4 chunks, bounded to 2: 128 registers). On the H200 (ab_bench of
-// scripts/specs/groupnorm-backward-16bit-large.txt against the waves, two rounds, 2026-11-28;
-// performance-notes) the bf16 seed ran 4934 -> 4545 us, [8, 64, 512, 512] 360 -> 336, f16 [1,
+// units above (16 values a thread, bounded to 2: 128 registers; 8 chunks, below). In units of 4
+// chunks, on the H200 (ab_bench of scripts/specs/groupnorm-backward-16bit-large.txt against the
+// waves, two rounds, 2026-11-28; performance-notes) the bf16 seed ran 4934 -> 4545 us, [8, 64, 512, 512] 360 -> 336, f16 [1,
 // 128, 512, 512] and [1, 512, 256, 256] the same (95 us), [1, 256, 256, 256] 49.8 -> 53.5 (so
 // 65536 positions keep their waves); 64 values unbounded 1.5x slower, 32 values or one chunk of
 // 16 13-20% slower than the waves. The kernel serves any batch, so the rule cannot ask how many
 // waves a launch has: the large channels stream, whose batch-1 maps ran the same either way.
+// Streamed, their units are kGroupBackwardStreamUnitPositions positions (8 chunks: one team
+// reduction and one read of the row's partials per 32768 positions): the bf16 seed 4545 -> 4376
+// us, [8, 64, 512, 512] 335 -> 331, f16 [1, 128, 512, 512] 95.4 -> 94.3 (ab_bench of
+// scripts/specs/groupnorm-backward-16bit-stream.txt, H200, 2026-11-28); 16 chunks the same as 8,
+// 8 values a thread in 8 chunks (bounded to 2, 3 or 4) 1.7-1.8x slower.
 constexpr int kGroupBackwardStreamValues = 32;
 constexpr int64_t kGroupBackwardStream16Channel = int64_t{1} << 18;
+constexpr int64_t kGroupBackwardStreamUnitPositions = 32768;
 constexpr int kGroupStreamBlocksPerSm = 2;
 constexpr int64_t kGroupStreamWaveUnits = int64_t{1} << 18;
 constexpr int kGroupStreamMinDramGbps = 4000;
@@ -844,8 +850,9 @@ std::string group_backward(const Problem& pr, const Target& target, KernelPlan& 
   p.vectors = std::min<int64_t>(aim, ceil_div(vectors, p.block_x));
   p.block_y = p.rows_per_block = std::max(1, kBackwardBlock / p.block_x);
   const int64_t chunk = int64_t{p.block_x} * p.vectors * p.vec;
-  p.chunks =
-      chunked ? std::clamp<int64_t>(kGroupBackwardUnitPositions / chunk, 1, ceil_div(s, chunk)) : 1;
+  const int64_t unit_positions =
+      stream ? kGroupBackwardStreamUnitPositions : kGroupBackwardUnitPositions;
+  p.chunks = chunked ? std::clamp<int64_t>(unit_positions / chunk, 1, ceil_div(s, chunk)) : 1;
   const int64_t unit = chunk * p.chunks;
   p.units_per_channel = ceil_div(s, unit);
   const int64_t row_units = cg * p.units_per_channel;

@@ -437,8 +437,8 @@ TEST(BackwardPlan, GroupNormOfLargeF32ChannelsStreamsWhereDramIsFast) {
 
 TEST(BackwardPlan, GroupNormOf16BitChannelsOf262144PositionsStreamsWhereDramIsFast) {
   // 16-bit channels of 262144 positions and more in 16-byte accesses stream there too, in their
-  // chunked units (16 values a thread, 4 chunks of 4096, two CTAs an SM): the bf16 seed's 896
-  // rows of 128 units in one wave of 2048 rows, no prefetch, dx's first chunk loaded ahead of the
+  // chunked units, 8 chunks of 4096 (16 values a thread, two CTAs an SM): the bf16 seed's 896
+  // rows of 64 units in one wave of 4096 rows, no prefetch, dx's first chunk loaded ahead of the
   // row's sums. 65536 positions, narrow accesses and the H100 keep the L2 waves.
   const Target h100 = Target::parse("sm_90"), h200 = Target::parse("sm_90:132:4814");
   const NormSpec seed =
@@ -446,17 +446,17 @@ TEST(BackwardPlan, GroupNormOf16BitChannelsOf262144PositionsStreamsWhereDramIsFa
   const KernelPlan fast = plan(seed, h200), slow = plan(seed, h100);
   EXPECT_TRUE(fast.load_ahead);
   EXPECT_EQ(fast.vectors * fast.vec, 16);
-  EXPECT_EQ(fast.chunks, 4);
-  EXPECT_EQ(fast.units_per_channel, 16);
-  EXPECT_EQ(fast.wave_rows, 2048);
+  EXPECT_EQ(fast.chunks, 8);
+  EXPECT_EQ(fast.units_per_channel, 8);
+  EXPECT_EQ(fast.wave_rows, 4096);
   EXPECT_EQ(fast.prefetch, 0);
   EXPECT_EQ(fast.min_blocks_per_sm, 2);
   EXPECT_TRUE(has(fast.to_string(), "streamed (DRAM of 4814 GB/s, at least 4000)"))
       << fast.to_string();
-  // Two buffers of 2048 rows x 128 unit partials, two of 2048 x 8 channel sums, the accumulators.
-  EXPECT_EQ(fast.workspace_floats(0), 8 + 2 * (2048 * 128 * 2) + 2 * (2048 * 8 * 2) + 128);
+  // Two buffers of 4096 rows x 64 unit partials, two of 4096 x 8 channel sums, the accumulators.
+  EXPECT_EQ(fast.workspace_floats(0), 8 + 2 * (4096 * 64 * 2) + 2 * (4096 * 8 * 2) + 128);
   EXPECT_EQ(fast.grid(112, 264), 264);
-  EXPECT_EQ(fast.grid(1, 10000), 8 * 128);
+  EXPECT_EQ(fast.grid(1, 10000), 8 * 64);
   EXPECT_FALSE(slow.load_ahead);
   EXPECT_EQ(slow.wave_rows, 2);
   EXPECT_EQ(slow.prefetch, 1);
