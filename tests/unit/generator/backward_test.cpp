@@ -386,6 +386,23 @@ TEST(BackwardPlan, GroupNormUnitsWavesAndWorkspace) {
   EXPECT_EQ(small.grid(3, 2), 2);
 }
 
+// A GroupNorm backward plan streamed on the H200's 4814 GB/s: values a thread, chunks a unit,
+// units a channel and rows a wave as given; dx's loads ahead of the row's sums, no prefetch of a
+// next wave, two CTAs an SM (128 registers).
+struct Streamed {
+  int64_t values, chunks, units_per_channel, wave_rows;
+};
+void expect_streamed(const KernelPlan& p, const Streamed& want) {
+  EXPECT_TRUE(p.load_ahead);
+  EXPECT_EQ(p.vectors * p.vec, want.values);
+  EXPECT_EQ(p.chunks, want.chunks);
+  EXPECT_EQ(p.units_per_channel, want.units_per_channel);
+  EXPECT_EQ(p.wave_rows, want.wave_rows);
+  EXPECT_EQ(p.prefetch, 0);
+  EXPECT_EQ(p.min_blocks_per_sm, 2);
+  EXPECT_TRUE(has(p.to_string(), "streamed (DRAM of 4814 GB/s, at least 4000)")) << p.to_string();
+}
+
 TEST(BackwardPlan, GroupNormOfLargeF32ChannelsStreamsWhereDramIsFast) {
   // f32 channels of 65536 positions and more stream on a GPU of 4 TB/s and more (an H200): 32
   // values a thread, two CTAs an SM, as many rows a wave as 2^18 units (the seed: 256 a row, its
@@ -395,15 +412,8 @@ TEST(BackwardPlan, GroupNormOfLargeF32ChannelsStreamsWhereDramIsFast) {
   const Target h100 = Target::parse("sm_90"), h200 = Target::parse("sm_90:132:4814");
   const NormSpec seed = NormSpec::parse("op=groupnorm shape=112,64,512,512 groups=8 backward=true");
   const KernelPlan fast = plan(seed, h200), slow = plan(seed, h100);
-  EXPECT_TRUE(fast.load_ahead);
-  EXPECT_EQ(fast.vectors * fast.vec, 32);
-  EXPECT_EQ(fast.units_per_channel, 32);
-  EXPECT_EQ(fast.wave_rows, 1024);
-  EXPECT_EQ(fast.prefetch, 0);
-  EXPECT_EQ(fast.min_blocks_per_sm, 2);  // 128 registers: two CTAs an SM
+  expect_streamed(fast, {32, 1, 32, 1024});
   EXPECT_EQ(slow.min_blocks_per_sm, 1);
-  EXPECT_TRUE(has(fast.to_string(), "streamed (DRAM of 4814 GB/s, at least 4000)"))
-      << fast.to_string();
   // The workspace: two buffers of 1024 rows x 256 unit partials, two of 1024 x 8 channel sums.
   EXPECT_EQ(fast.workspace_floats(0), 8 + 2 * (1024 * 256 * 2) + 2 * (1024 * 8 * 2) + 128);
   EXPECT_EQ(fast.grid(112, 10000), 10000);  // 896 rows of 256 units: one wave
@@ -444,15 +454,7 @@ TEST(BackwardPlan, GroupNormOf16BitChannelsOf262144PositionsStreamsWhereDramIsFa
   const NormSpec seed =
       NormSpec::parse("op=groupnorm shape=112,64,512,512 groups=8 dtype=bf16 backward=true");
   const KernelPlan fast = plan(seed, h200), slow = plan(seed, h100);
-  EXPECT_TRUE(fast.load_ahead);
-  EXPECT_EQ(fast.vectors * fast.vec, 16);
-  EXPECT_EQ(fast.chunks, 8);
-  EXPECT_EQ(fast.units_per_channel, 8);
-  EXPECT_EQ(fast.wave_rows, 4096);
-  EXPECT_EQ(fast.prefetch, 0);
-  EXPECT_EQ(fast.min_blocks_per_sm, 2);
-  EXPECT_TRUE(has(fast.to_string(), "streamed (DRAM of 4814 GB/s, at least 4000)"))
-      << fast.to_string();
+  expect_streamed(fast, {16, 8, 8, 4096});
   // Two buffers of 4096 rows x 64 unit partials, two of 4096 x 8 channel sums, the accumulators.
   EXPECT_EQ(fast.workspace_floats(0), 8 + 2 * (4096 * 64 * 2) + 2 * (4096 * 8 * 2) + 128);
   EXPECT_EQ(fast.grid(112, 264), 264);
