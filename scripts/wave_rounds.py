@@ -59,8 +59,13 @@ def main():
     print("| spec (backward) | plan | registers | slots | rows a wave | units a row | units | "
           "rounds | filled |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
-    with open(a.specs) as f:
-        lines = [line.strip() for line in f if line.startswith("op=groupnorm")]
+    try:
+        with open(a.specs) as f:
+            lines = [line.strip() for line in f if line.startswith("op=groupnorm")]
+    except OSError as e:
+        sys.exit(f"wave_rounds: --specs {a.specs}: {e.strerror}")
+    if not lines:
+        sys.exit(f"wave_rounds: --specs {a.specs}: no `op=groupnorm ... backward=true` line")
     for line in lines:
         spec = dict(token.split("=", 1) for token in line.split())
         plan = dump(tool, env, spec, a.arch, "plan")
