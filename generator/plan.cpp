@@ -795,13 +795,14 @@ constexpr int64_t kGroupBackwardLargeChannel = 65536;
 // GB/s) an earlier form ran the seed 1% slower than its waves (12379 -> 12505 us), so slower
 // DRAM keeps the waves.
 // 16-bit channels stream there too from kGroupBackwardStream16Channel positions on, in the chunked
-// units above (16 values a thread, bounded to 2: 128 registers; 8 chunks, below). In units of 4
-// chunks, on the H200 (ab_bench of scripts/specs/groupnorm-backward-16bit-large.txt against the
-// waves, two rounds, 2026-11-28; performance-notes) the bf16 seed ran 4934 -> 4545 us, [8, 64, 512, 512] 360 -> 336, f16 [1,
-// 128, 512, 512] and [1, 512, 256, 256] the same (95 us), [1, 256, 256, 256] 49.8 -> 53.5 (so
-// 65536 positions keep their waves); 64 values unbounded 1.5x slower, 32 values or one chunk of
-// 16 13-20% slower than the waves. The kernel serves any batch, so the rule cannot ask how many
-// waves a launch has: the large channels stream, whose batch-1 maps ran the same either way.
+// units above (16 values a thread, bounded to 2: 128 registers). In units of 4 chunks, on the
+// H200 (ab_bench of scripts/specs/groupnorm-backward-16bit-large.txt against the waves, two
+// rounds, 2026-11-28; performance-notes) the bf16 seed ran 4934 -> 4545 us, [8, 64, 512, 512]
+// 360 -> 336, f16 [1, 128, 512, 512] and [1, 512, 256, 256] the same (95 us), [1, 256, 256, 256]
+// 49.8 -> 53.5 (so 65536 positions keep their waves); 64 values unbounded 1.5x slower, 32 values
+// or one chunk of 16 13-20% slower than the waves. The kernel serves any batch, so the rule
+// cannot ask how many waves a launch has: the large channels stream, whose batch-1 maps ran the
+// same either way.
 // Streamed, their units are kGroupBackwardStreamUnitPositions positions (8 chunks: one team
 // reduction and one read of the row's partials per 32768 positions): the bf16 seed 4545 -> 4376
 // us, [8, 64, 512, 512] 335 -> 331, f16 [1, 128, 512, 512] 95.4 -> 94.3 (ab_bench of
@@ -857,12 +858,11 @@ std::string group_backward(const Problem& pr, const Target& target, KernelPlan& 
   p.units_per_channel = ceil_div(s, unit);
   const int64_t row_units = cg * p.units_per_channel;
   const int64_t row_bytes = 2 * pr.row_length * size_of(pr.x);
+  const int64_t wave_bytes = size_of(pr.x) == 4 ? kGroupWaveBytesF32 : kGroupWaveBytes;
   p.wave_rows =
-      stream
-          ? std::max<int64_t>(1, kGroupStreamWaveUnits / row_units)
-          : std::max<int64_t>(
-                1, std::min((size_of(pr.x) == 4 ? kGroupWaveBytesF32 : kGroupWaveBytes) / row_bytes,
-                            kGroupWaveUnits / std::max<int64_t>(1, row_units)));
+      stream ? std::max<int64_t>(1, kGroupStreamWaveUnits / row_units)
+             : std::max<int64_t>(1, std::min(wave_bytes / row_bytes,
+                                             kGroupWaveUnits / std::max<int64_t>(1, row_units)));
   p.load_ahead = stream;
   std::ostringstream why;
   why << "groupnorm backward: units of " << unit << " positions of one channel (" << p.block_x
@@ -895,7 +895,7 @@ std::string group_backward(const Problem& pr, const Target& target, KernelPlan& 
     p.min_blocks_per_sm = kGroupBackwardChunkedBlocksPerSm;
   } else if (stream) {
     p.min_blocks_per_sm = kGroupStreamBlocksPerSm;
-  } else if (size_of(pr.x) == 2 && values == kBackwardValues) {
+  } else if (size_of(pr.x) == 2) {  // 16 values a thread in units of one chunk
     p.min_blocks_per_sm = kGroupBackwardSmallBlocksPerSm;
   }
   if (p.min_blocks_per_sm > 1) {
