@@ -267,6 +267,7 @@ void group_backward_fields(const KernelPlan& p, Fields& f) {
   f.integer("kVec", p.vec);
   f.integer("kVectors", p.vectors);
   f.integer("kChunks", int(p.chunks));
+  f.integer("kChunksAhead", p.chunks_ahead);
   f.size("kUnitsPerChannel", p.units_per_channel);
   f.size("kWaveRows", p.wave_rows);
   f.flag("kPrefetchNextWave", p.prefetch != 0);

@@ -1,6 +1,7 @@
 #include "generator/plan.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <optional>
 #include <sstream>
 
@@ -772,6 +773,14 @@ constexpr int kGroupBackwardTeam = 256;
 constexpr int64_t kGroupBackwardChunkedChannel = 16384;
 constexpr int64_t kGroupBackwardUnitPositions = 16384;
 constexpr int kGroupBackwardChunkedBlocksPerSm = 2;
+// Step 2 of a chunked unit loads kGroupBackwardChunksAhead chunks ahead of the one whose dx it
+// forms, held as raw 16-bit words (16 registers a chunk of x and dy, not 32; still 128, none
+// spilled), so that more of the unit's reads are in flight while dx goes out. On the H200
+// (ab_bench of scripts/specs/groupnorm-backward.txt and -narrow.txt against one chunk ahead, two
+// rounds, 2026-11-28; performance-notes) f16 [2, 320, 128, 128] ran 38.7 -> 35.6 us, [1, 128, 512,
+// 512] 94.2 -> 90.7, bf16 [4, 64, 264, 264] 79.2 -> 70.0, [8, 64, 512, 512] 328.7 -> 324.9, the
+// bf16 seed the same (4332 -> 4337); 3 chunks ahead ran 0.5-1% slower than 2.
+constexpr int kGroupBackwardChunksAhead = 2;
 // 16-bit channels smaller than that (units of one chunk of 16 values a thread) are launched
 // bounded to kGroupBackwardSmallBlocksPerSm CTAs an SM (at most 85 registers a thread: 71-80,
 // none spilled), so more units are in flight per SM. On the H100 (ab_bench of
@@ -864,14 +873,17 @@ std::string group_backward(const Problem& pr, const Target& target, KernelPlan& 
              : std::max<int64_t>(1, std::min(wave_bytes / row_bytes,
                                              kGroupWaveUnits / std::max<int64_t>(1, row_units)));
   p.load_ahead = stream;
+  p.chunks_ahead =
+      p.chunks > 1 ? int(std::min<int64_t>(kGroupBackwardChunksAhead, p.chunks - 1)) : 1;
   std::ostringstream why;
   why << "groupnorm backward: units of " << unit << " positions of one channel (" << p.block_x
       << " threads, " << p.vectors * p.vec << " values each of x and dy, " << p.vec * size_of(pr.x)
       << "-byte accesses";
   if (p.chunks > 1) {
     why << ", in " << p.chunks << " chunks of " << chunk
-        << ": a thread's sums carried across them, the next chunk loaded while dx of one is "
-           "stored";
+        << ": a thread's sums carried across them, the next " << p.chunks_ahead
+        << (p.chunks_ahead == 1 ? " chunk" : " chunks (as raw words)")
+        << " loaded while dx of one is stored";
   }
   why << "), " << p.units_per_channel << " per channel, " << row_units << " per group of "
       << pr.row_length << " elements; rows in waves of " << p.wave_rows
@@ -900,6 +912,29 @@ std::string group_backward(const Problem& pr, const Target& target, KernelPlan& 
   }
   if (p.min_blocks_per_sm > 1) {
     why << "; launch bounds of " << p.min_blocks_per_sm << " CTAs an SM (caps the registers)";
+  }
+  // Bounded kernels' L2 waves are shrunk to whole rounds of the units their co-resident CTAs
+  // run at once (the launch bounds fix how many: SMs x bound x units a CTA), so that no wave
+  // ends in a nearly idle round (scripts/wave_rounds.py prints the rounds). On the H200 (ab_bench
+  // of scripts/specs/groupnorm-backward.txt and -narrow.txt, two rounds, 2026-11-28;
+  // performance-notes) bf16 [4, 64, 264, 264] ran 79.1 -> 66.1 us (280 units on 264 CTAs: 240),
+  // [1, 64, 257, 257] 33.8 -> 28.0, [2, 32, 1, 65537] 33.9 -> 30.4, [4, 64, 263, 263] 100.8 ->
+  // 96.4, [16, 256, 56, 56] 54.0 -> 49.2; f16 [1, 128, 255, 255] 40.6 -> 43.1 (its 32 rows in
+  // 3 waves of 12, not 2 of 16: the kernel serves any batch, so the rule cannot count waves).
+  // With the chunks ahead above (ab_bench against 15a4bf9, same day) bf16 [4, 64, 264, 264] ran
+  // 78.9 -> 60.4 us, [16, 256, 56, 56] 53.8 -> 49.0, f16 [2, 320, 128, 128] 38.8 -> 35.7, f16
+  // [1, 128, 255, 255] 45.2 -> 43.0; the bf16 seed 4372 -> 4387, f32 [32, 64, 128, 128] 170.6 ->
+  // 172.3 (neither is cut: the one-chunk buffers' form, group_backward.cuh).
+  if (!stream && p.min_blocks_per_sm > 1) {
+    const int64_t slots = int64_t{target.sm_count} * p.min_blocks_per_sm * p.rows_per_block;
+    const int64_t rounds = p.wave_rows * row_units / slots;
+    const int64_t fitted = rounds * slots / row_units;
+    if (fitted >= 1 && fitted < p.wave_rows) {
+      p.wave_rows = fitted;
+      why << "; waves cut to " << fitted << " rows: " << rounds
+          << (rounds == 1 ? " round" : " whole rounds") << " of " << slots
+          << " units (the CTAs the launch bounds let the device hold)";
+    }
   }
   if (pr.weight || pr.bias) {
     why << "; dweight and dbias summed per channel over n in order by one owner thread each "

@@ -105,6 +105,8 @@ struct KernelPlan {
                                   // kRowSplitBackward: rows of a slot per exchange (W)
   int min_blocks_per_sm = 1;      // kGroupBackward: launch bounds' CTAs per SM (registers)
   bool load_ahead = false;        // kGroupBackward: dx's x and dy loaded before the row's sums
+  int chunks_ahead = 1;           // kGroupBackward: step 2 loads chunks m + 1 .. m + A while dx
+                                  // of chunk m is formed (A; 1 where a unit is one chunk)
   int sums_per_position = 0;      // kChannelsSlab: threads that sum a position's channels (G)
   int batch_class = 0;            // batch_class() of the spec planned
   bool two_classes = false;       // has_two_batch_classes(): launches of the other class run

@@ -42,6 +42,21 @@
 
 namespace normjit {
 
+// Step 2's chunk buffers (of x or dy): B chunks of K vectors of W values (floats, or raw words),
+// chunk m in buffer m % B; one plain [K][W] array where B is 1. (One array of one buffer,
+// [1][K][W], or a struct around it, made ptxas interleave a unit's loads with their conversions,
+// and narrow f16 [1, 128, 255, 255] ran 12% slower: performance-notes, 2026-11-28.)
+template <class T, int B, int K, int W>
+struct Chunks {
+  using type = T[B][K][W];
+  static __device__ __forceinline__ T (&of(type& buffers, int m))[K][W] { return buffers[m % B]; }
+};
+template <class T, int K, int W>
+struct Chunks<T, 1, K, W> {
+  using type = T[K][W];
+  static __device__ __forceinline__ T (&of(type& buffer, int))[K][W] { return buffer; }
+};
+
 // C: the configuration generator/emit.cpp writes:
 //   X, Param                   dtypes of x, dy and dx; of weight, bias, dweight and dbias
 //   kWeight, kBias             the forward's affine step: y = xhat * (kWeightOffset + w) + b
@@ -52,6 +67,8 @@ namespace normjit {
 //   kThreads, kRowsPerBlock    TEAM, ROWS: blockDim = (TEAM, ROWS), a unit per team
 //   kVec, kVectors             V: elements per access (V divides S); K: vectors per thread
 //   kChunks                    M: chunks of TEAM * K * V positions a unit
+//   kChunksAhead               A: step 2 loads chunks m + 1 .. m + A while chunk m's dx is
+//                              formed (1 <= A < M; 1 where M is 1)
 //   kUnitsPerChannel           T: units of M * TEAM * K * V positions that cover S
 //   kWaveRows                  R: rows (n, g) per wave
 //   kPrefetchNextWave          step 2 starts pulling the next wave's x and dy into L2
@@ -79,6 +96,8 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock, C::kMinBlocksPe
   static_assert(CG * G == CH, "groups divide the channels");
   static_assert(S % V == 0, "vectors never straddle a channel's end");
   static_assert(M >= 1 && M <= 8, "a unit's chunks are unrolled (their buffers in registers)");
+  static_assert(C::kChunksAhead >= 1 && (M == 1 ? C::kChunksAhead == 1 : C::kChunksAhead < M),
+                "step 2 loads ahead only chunks of the unit");
   static_assert(L * (M - 1) < S, "no chunk of a channel's first unit lies past its end");
   static_assert((T - 1) * U < S && S <= T * U, "T units cover a channel, none empty");
   static_assert(TEAM * ROWS % 32 == 0, "whole warps");
@@ -216,20 +235,37 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock, C::kMinBlocksPe
     const X* x = static_cast<const X*>(p.x) + at.begin;
     const X* dy = static_cast<const X*>(p.dy) + at.begin;
     X* dx = static_cast<X*>(p.y) + at.begin;
-    // Chunk m's x and dy, in buffer m % 2: chunk m + 1 is loaded before chunk m's dx is formed
-    // and stored (one buffer where a unit is one chunk).
-    constexpr int kBuffers = M > 1 ? 2 : 1;
-    float xv[kBuffers][K][V], dyv[kBuffers][K][V];
+    // Chunk m's x and dy, in buffer m % B: chunks m + 1 .. m + A (A = kChunksAhead) are loaded
+    // before chunk m's dx is formed and stored (one buffer where a unit is one chunk). From A = 2
+    // on the buffers hold raw words (16 registers a chunk of 16 16-bit values of x and dy, not 32),
+    // converted as dx is formed.
+    constexpr int A = C::kChunksAhead;
+    constexpr bool kRaw = A > 1;
+    constexpr int B = M > 1 ? A + 1 : 1;
+    constexpr int W = kRaw ? V * int(sizeof(X)) / 4 : 1;
+    using Floats = Chunks<float, kRaw ? 1 : B, K, V>;
+    using Words = Chunks<unsigned int, kRaw ? B : 1, K, W>;
+    typename Floats::type xv, dyv;
+    typename Words::type xr, dyr;
     const auto load_chunk = [&](int m) {
 #pragma unroll
       for (int k = 0; k < K; ++k) {
         if (active && has(at, m, k)) {
-          load_vec<X, V>(x + col(m, k), xv[m % kBuffers][k]);
-          load_vec<X, V>(dy + col(m, k), dyv[m % kBuffers][k]);
+          if constexpr (kRaw) {
+            load_raw<W>(x + col(m, k), Words::of(xr, m)[k], NoHint{});
+            load_raw<W>(dy + col(m, k), Words::of(dyr, m)[k], NoHint{});
+          } else {
+            load_vec<X, V>(x + col(m, k), Floats::of(xv, m)[k]);
+            load_vec<X, V>(dy + col(m, k), Floats::of(dyv, m)[k]);
+          }
         }
       }
     };
-    if constexpr (C::kLoadAhead) load_chunk(0);  // its DRAM latency under the row's sums below
+    const auto prologue = [&] {
+#pragma unroll
+      for (int a = 0; a < A; ++a) load_chunk(a);
+    };
+    if constexpr (C::kLoadAhead) prologue();  // its DRAM latency under the row's sums below
     const float* row_partials = partials + (at.row - first) * kUnitsPerRow * 2;
     // The row's sums of g and g * xhat from its CG * T partials: thread tid adds the partials
     // tid, tid + TEAM, ... in order, then the team's fixed tree. Every unit of the row computes
@@ -264,19 +300,33 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock, C::kMinBlocksPe
     const float mean = p.mean[at.row], rstd = p.rstd[at.row];
     const float mean_g = row.g * (1.0f / H), mean_gx = row.gx * (1.0f / H);
     const float w = w_of(at.c);
-    if constexpr (!C::kLoadAhead) load_chunk(0);
+    if constexpr (!C::kLoadAhead) prologue();
 #pragma unroll
     for (int m = 0; m < M; ++m) {
-      if (m + 1 < M) load_chunk(m + 1);
-      const int b = m % kBuffers;
+      if (m + A < M) load_chunk(m + A);
 #pragma unroll
       for (int k = 0; k < K; ++k) {
         if (!has(at, m, k)) continue;
         float out[V];
+        if constexpr (kRaw) {
+          constexpr int kPerWord = 4 / int(sizeof(X)), kShift = 32 / kPerWord;
 #pragma unroll
-        for (int j = 0; j < V; ++j) {
-          const float xhat = (xv[b][k][j] - mean) * rstd;
-          out[j] = rstd * (dyv[b][k][j] * w - fmaf(xhat, mean_gx, mean_g));
+          for (int i = 0; i < W; ++i) {
+#pragma unroll
+            for (int h = 0; h < kPerWord; ++h) {
+              const unsigned int xw = Words::of(xr, m)[k][i], dyw = Words::of(dyr, m)[k][i];
+              const float xj = to_float(from_bits<X>(kPerWord == 1 ? xw : xw >> (h * kShift)));
+              const float dyj = to_float(from_bits<X>(kPerWord == 1 ? dyw : dyw >> (h * kShift)));
+              const float xhat = (xj - mean) * rstd;
+              out[i * kPerWord + h] = rstd * (dyj * w - fmaf(xhat, mean_gx, mean_g));
+            }
+          }
+        } else {
+#pragma unroll
+          for (int j = 0; j < V; ++j) {
+            const float xhat = (Floats::of(xv, m)[k][j] - mean) * rstd;
+            out[j] = rstd * (Floats::of(dyv, m)[k][j] * w - fmaf(xhat, mean_gx, mean_g));
+          }
         }
         store_vec<X, V>(dx + col(m, k), out);
       }

@@ -322,18 +322,21 @@ TEST(BackwardPlan, GroupNormUnitsWavesAndWorkspace) {
       {"op=groupnorm shape=112,64,512,512 groups=8 dtype=bf16", 8, 256, 1, 2, 4, 16, 2, 2},
       {"op=groupnorm shape=1,256,256,256 groups=32 dtype=f16", 8, 256, 1, 2, 4, 4, 8, 2},
       {"op=groupnorm shape=2,320,128,128 groups=32 dtype=f16", 8, 256, 1, 2, 4, 1, 25, 2},
-      // A channel of 20480 positions: 5 chunks, one unit of 4 and one of 1.
-      {"op=groupnorm shape=2,32,128,160 groups=8 dtype=bf16", 8, 256, 1, 2, 4, 2, 51, 2},
-      // In narrower accesses: units of one chunk of 16 values a thread at every size.
-      {"op=groupnorm shape=2,32,1,65537 groups=4 dtype=bf16", 1, 256, 1, 16, 1, 17, 7, 3},
-      {"op=groupnorm shape=2,32,4,4097 groups=4 dtype=bf16", 4, 256, 1, 4, 1, 5, 31, 3},
+      // A channel of 20480 positions: 5 chunks, one unit of 4 and one of 1; 51 rows fit 16 MiB,
+      // cut to the 33 rows (66 units a row) of one round of the 264 CTAs 132 SMs hold at 2.
+      {"op=groupnorm shape=2,32,128,160 groups=8 dtype=bf16", 8, 256, 1, 2, 4, 2, 33, 2},
+      // In narrower accesses: units of one chunk of 16 values a thread at every size (waves cut
+      // to whole rounds of 396 units: 7 rows of 136 to 5, 31 of 40 to 29).
+      {"op=groupnorm shape=2,32,1,65537 groups=4 dtype=bf16", 1, 256, 1, 16, 1, 17, 5, 3},
+      {"op=groupnorm shape=2,32,4,4097 groups=4 dtype=bf16", 4, 256, 1, 4, 1, 5, 29, 3},
       // Stable Diffusion's: a unit per channel of 4096, 10 channels per group.
       {"op=groupnorm shape=2,320,64,64 groups=32", 4, 256, 1, 4, 1, 1, 76, 1},
       // Odd maps: scalar accesses, small teams, several units per CTA.
-      {"op=groupnorm shape=3,64,7,9 groups=8 dtype=f16", 1, 4, 64, 16, 1, 1, 8192, 3},
+      // (8192 rows of 8 units a wave, 65536 units, cut to 6336: 2 rounds of 396 CTAs x 64 teams.)
+      {"op=groupnorm shape=3,64,7,9 groups=8 dtype=f16", 1, 4, 64, 16, 1, 1, 6336, 3},
       {"op=groupnorm shape=3,6,1 groups=3", 1, 1, 256, 1, 1, 1, 32768, 1},
       {"op=groupnorm shape=2,8,4097 groups=2 affine=none", 1, 256, 1, 16, 1, 2, 191, 1},
-      {"op=groupnorm shape=16,256,56,56 groups=32 dtype=bf16", 8, 256, 1, 2, 1, 1, 167, 3},
+      {"op=groupnorm shape=16,256,56,56 groups=32 dtype=bf16", 8, 256, 1, 2, 1, 1, 148, 3},
   };
   for (const Case& c : cases) {
     const NormSpec spec = NormSpec::parse(std::string(c.spec) + " backward=true");
@@ -349,6 +352,8 @@ TEST(BackwardPlan, GroupNormUnitsWavesAndWorkspace) {
     EXPECT_EQ(p.units_per_channel, c.units_per_channel) << c.spec;
     EXPECT_EQ(p.wave_rows, c.wave_rows) << c.spec;
     EXPECT_EQ(p.min_blocks_per_sm, c.min_blocks_per_sm) << c.spec;
+    // Step 2 loads two chunks ahead where a unit has more than two, else the one after.
+    EXPECT_EQ(p.chunks_ahead, p.chunks == 1 ? 1 : std::min<int64_t>(2, p.chunks - 1)) << c.spec;
     // T units cover a channel, none empty, and no chunk of the first unit lies past its end; a
     // thread holds at most 16 values of x and of dy a chunk.
     const int64_t chunk = int64_t{p.block_x} * p.vectors * p.vec, unit = chunk * p.chunks;
@@ -401,6 +406,40 @@ void expect_streamed(const KernelPlan& p, const Streamed& want) {
   EXPECT_EQ(p.prefetch, 0);
   EXPECT_EQ(p.min_blocks_per_sm, 2);
   EXPECT_TRUE(has(p.to_string(), "streamed (DRAM of 4814 GB/s, at least 4000)")) << p.to_string();
+}
+
+// The L2 waves of bounded kernels are whole rounds of the units their co-resident CTAs run at
+// once: a wave needs no more rounds than its rows' units fill, and one more row would need
+// another round. Unbounded ones (f32, whose CTAs an SM the registers decide) keep the rows their
+// 24 MiB of L2 hold.
+TEST(BackwardPlan, GroupNormWavesOfBoundedKernelsAreWholeRoundsOfTheirCtas) {
+  for (const char* arch : {"sm_90", "sm_90:66", "sm_90:132:4814", "sm_80", "sm_100"}) {
+    const Target target = Target::parse(arch);
+    for (const char* text : {"op=groupnorm shape=4,64,264,264 groups=8 dtype=bf16",
+                             "op=groupnorm shape=16,256,56,56 groups=32 dtype=bf16",
+                             "op=groupnorm shape=2,32,1,65537 groups=4 dtype=bf16",
+                             "op=groupnorm shape=1,64,257,257 groups=32 dtype=bf16",
+                             "op=groupnorm shape=1,128,255,255 groups=32 dtype=f16",
+                             "op=groupnorm shape=2,320,128,128 groups=32 dtype=f16",
+                             "op=groupnorm shape=3,64,7,9 groups=8 dtype=f16"}) {
+      const NormSpec spec = NormSpec::parse(std::string(text) + " backward=true");
+      const KernelPlan p = plan(spec, target);
+      const std::string where = std::string(text) + " on " + arch;
+      ASSERT_GT(p.min_blocks_per_sm, 1) << where;
+      const int64_t slots = int64_t{target.sm_count} * p.min_blocks_per_sm * p.rows_per_block;
+      const int64_t row_units = spec.channels() / spec.groups * p.units_per_channel;
+      const int64_t units = p.wave_rows * row_units;
+      if (units <= slots) continue;  // one round, partly filled: the wave is as L2 allows
+      const int64_t rounds = (units + slots - 1) / slots;
+      EXPECT_GT((p.wave_rows + 1) * row_units, rounds * slots) << where << ": " << p.why;
+    }
+  }
+  const KernelPlan f32 =
+      plan(NormSpec::parse("op=groupnorm shape=32,64,128,128 groups=32 backward=true"),
+           Target::parse("sm_90"));
+  EXPECT_EQ(f32.min_blocks_per_sm, 1);
+  EXPECT_EQ(f32.wave_rows, 96);  // 24 MiB of 256 KiB rows: 768 units, more than 132 CTAs
+  EXPECT_FALSE(has(f32.why, "waves cut")) << f32.why;
 }
 
 TEST(BackwardPlan, GroupNormOfLargeF32ChannelsStreamsWhereDramIsFast) {
@@ -545,7 +584,7 @@ TEST(BackwardEmit, GroupAndChannelConfigurations) {
         "  static constexpr long long kSpatial = 4096;", "  static constexpr int kThreads = 256;",
         "  static constexpr int kVec = 8;", "  static constexpr int kVectors = 2;",
         "  static constexpr long long kUnitsPerChannel = 1;",
-        "  static constexpr long long kWaveRows = 102;"}) {
+        "  static constexpr long long kWaveRows = 79;"}) {
     EXPECT_TRUE(has(g.source, line)) << line << "\n" << g.source;
   }
   const EmittedKernel c =
