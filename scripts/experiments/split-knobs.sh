@@ -4,11 +4,11 @@
 # NJX_STAGE (0: the next row not staged in shared memory) and NJX_PF (0, 1, 2: where the later
 # row is prefetched into L2), made from this checkout with split-knobs.patch applied:
 #   git worktree add /tmp/njx HEAD && git -C /tmp/njx apply "$PWD/scripts/experiments/split-knobs.patch"
-#   cmake -S /tmp/njx -B build-exp -G Ninja -DCMAKE_BUILD_TYPE=Release && cmake --build build-exp --target normjit_cli
-# then, on the GPU machine: scripts/experiments/split-knobs.sh [build-exp]
-# The patch also lets GroupNorm's backward take NJX_WAVE_MIB (MiB of x and dy a wave; the plan:
-# 16) and NJX_BPF (0: no prefetch of the next wave): SPECS=scripts/specs/groupnorm-backward.txt
-# KNOBS="NJX_NONE=1;NJX_WAVE_MIB=8;NJX_WAVE_MIB=32;NJX_BPF=0" scripts/experiments/split-knobs.sh.
+#   cmake -S /tmp/njx -B build-exp -G Ninja -DCMAKE_BUILD_TYPE=Release -DNORMJIT_BUILD_TESTS=OFF
+#   cmake --build build-exp --target normjit_cli
+# then, on the GPU machine: scripts/experiments/split-knobs.sh [build-exp] (or scripts/ab_bench.py
+# with --variant NAME=build-exp:NJX_VECTORS=2,... for a Markdown table of rounds). The few-row
+# GroupNorm -> SiLU maps of the SD VAE: SPECS=scripts/specs/groupnorm-vae-batch.txt.
 # Each setting (KNOBS, ';'-separated; default the split forward's below) times SPECS (default
 # scripts/specs/split-seeds.txt) with `normjit bench --repeat 30`, in two rounds; the log goes
 # to $OUT/knobs.log (or ./knobs.log) and the table of medians (ms, round 1 / round 2) to stdout.
