@@ -1,7 +1,6 @@
 #include "generator/plan.hpp"
 
 #include <algorithm>
-#include <cstdlib>
 #include <optional>
 #include <sstream>
 

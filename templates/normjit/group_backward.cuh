@@ -308,25 +308,18 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock, C::kMinBlocksPe
       for (int k = 0; k < K; ++k) {
         if (!has(at, m, k)) continue;
         float out[V];
-        if constexpr (kRaw) {
-          constexpr int kPerWord = 4 / int(sizeof(X)), kShift = 32 / kPerWord;
 #pragma unroll
-          for (int i = 0; i < W; ++i) {
-#pragma unroll
-            for (int h = 0; h < kPerWord; ++h) {
-              const unsigned int xw = Words::of(xr, m)[k][i], dyw = Words::of(dyr, m)[k][i];
-              const float xj = to_float(from_bits<X>(kPerWord == 1 ? xw : xw >> (h * kShift)));
-              const float dyj = to_float(from_bits<X>(kPerWord == 1 ? dyw : dyw >> (h * kShift)));
-              const float xhat = (xj - mean) * rstd;
-              out[i * kPerWord + h] = rstd * (dyj * w - fmaf(xhat, mean_gx, mean_g));
-            }
+        for (int j = 0; j < V; ++j) {
+          float xj, dyj;
+          if constexpr (kRaw) {
+            xj = word_value<X>(Words::of(xr, m)[k], j);
+            dyj = word_value<X>(Words::of(dyr, m)[k], j);
+          } else {
+            xj = Floats::of(xv, m)[k][j];
+            dyj = Floats::of(dyv, m)[k][j];
           }
-        } else {
-#pragma unroll
-          for (int j = 0; j < V; ++j) {
-            const float xhat = (Floats::of(xv, m)[k][j] - mean) * rstd;
-            out[j] = rstd * (Floats::of(dyv, m)[k][j] * w - fmaf(xhat, mean_gx, mean_g));
-          }
+          const float xhat = (xj - mean) * rstd;
+          out[j] = rstd * (dyj * w - fmaf(xhat, mean_gx, mean_g));
         }
         store_vec<X, V>(dx + col(m, k), out);
       }

@@ -134,6 +134,15 @@ __device__ __forceinline__ void load_raw(const void* p, unsigned int (&w)[kWords
 
 // Loads V elements at p (aligned to V*sizeof(T), at most 16 bytes) into out[0..V).
 // Vectors wider than 16 bytes (f32 parameters beside 16-bit x) move as several 16-byte accesses.
+// Element j of the elements of T that the words w hold (4 / sizeof(T) to a word, the lowest
+// bits first), as a float: what load_vec() gives, from raw words loaded earlier.
+template <class T, int kWords>
+__device__ __forceinline__ float word_value(const unsigned int (&w)[kWords], int j) {
+  constexpr int kPerWord = 4 / sizeof(T), kShift = 32 / kPerWord;
+  const unsigned int word = w[j / kPerWord];
+  return to_float(from_bits<T>(kPerWord == 1 ? word : word >> (j % kPerWord * kShift)));
+}
+
 template <class T, int V, class Hint = NoHint>
 __device__ __forceinline__ void load_vec(const T* p, float (&out)[V], Hint hint = {}) {
   constexpr int kBytes = sizeof(T) * V;
@@ -150,16 +159,10 @@ __device__ __forceinline__ void load_vec(const T* p, float (&out)[V], Hint hint 
 #pragma unroll
     for (int j = 0; j < V; ++j) out[j] = to_float(p[j]);
   } else {
-    constexpr int kWords = kBytes / 4, kPerWord = 4 / sizeof(T), kShift = 32 / kPerWord;
-    unsigned int w[kWords];
-    load_raw<kWords>(p, w, hint);
+    unsigned int w[kBytes / 4];
+    load_raw<kBytes / 4>(p, w, hint);
 #pragma unroll
-    for (int i = 0; i < kWords; ++i) {
-#pragma unroll
-      for (int k = 0; k < kPerWord; ++k) {
-        out[i * kPerWord + k] = to_float(from_bits<T>(kPerWord == 1 ? w[i] : w[i] >> (k * kShift)));
-      }
-    }
+    for (int j = 0; j < V; ++j) out[j] = word_value<T>(w, j);
   }
 }
 
