@@ -485,12 +485,17 @@ std::string row_split(const Problem& pr, const Target& target, KernelPlan& p) {
   // Unstaged (one row fills the chip), the next row is prefetched where at most an eighth
   // of the parameters stream (the f32 LayerNorm seed ran faster so). GroupNorm prefetches
   // after each row's barrier, the others once the row's partial is out: each ran faster so
-  // (measured on the H100 with normjit bench, docs/performance-notes.md).
+  // (measured on the H100 with normjit bench, docs/performance-notes.md). GroupNorm -> SiLU,
+  // whose epilogue takes longer, prefetches once the partial is out as well: on the H200 its
+  // SD VAE and UNet maps and its seed-sized rows (2 to 224 rows a slot) ran level to 6%
+  // faster so, where plain GroupNorm's bf16 seed ran 5-14% slower and -> GELU 1% slower
+  // (performance-notes, "GroupNorm -> SiLU: a reciprocal per pair ...").
   const bool none = params_of(pr) == 0;
   const bool prefetch =
       target.sm >= 90 && (l.staged ? group || l.resident == l.vectors || none
                                    : !group && (none || 8 * l.resident >= 7 * l.vectors));
-  p.prefetch = !prefetch ? 0 : group ? 2 : 1;
+  const bool after_barrier = group && pr.activation != Activation::kSilu;
+  p.prefetch = !prefetch ? 0 : after_barrier ? 2 : 1;
   std::ostringstream why;
   why << "rows of " << pr.row_length << " elements split over " << l.chunks
       << " co-resident CTAs of " << int64_t{kSplitThreads} * l.vectors * p.vec

@@ -19,7 +19,8 @@ enum class Activation { kNone, kSilu, kGelu };
 // the float64 function where it is not tiny beside the output's scale:
 //   silu(v) = v / (1 + exp(-v)): __expf (ex2.approx, 2 ulp plus |v| * 2^-24 relative from the
 //     rounding of v * log2(e)) and __fdividef (2 ulp; the quotient is -0 where 1 + exp(-v)
-//     passes 2^126, v < -87.3, whose silu is below 1e-36);
+//     passes 2^126, v < -87.3, whose silu is below 1e-36); Epilogue::finish takes silu a pair
+//     at a time (silu_pair below);
 //   gelu(v) = v / 2 * (1 + erf(v / sqrt(2))) (PyTorch's exact GELU, approximate='none'): erff
 //     (libdevice, 2 ulp); for v << 0 the sum 1 + erf cancels as PyTorch's does, so the error
 //     there is about 2^-24 * |v| absolute, not relative to the tiny gelu(v).
@@ -33,6 +34,30 @@ __device__ __forceinline__ float activate(float v) {
   } else {
     return v;
   }
+}
+
+// silu of two values with one reciprocal: with d = 1 + 2^t, t = -v * log2(e), silu(a) =
+// a * d_b / (d_a * d_b) and silu(b) = b * d_a / (d_a * d_b). Two ex2.approx and one rcp.approx
+// (.ftz: what they would flush is exact here) where activate() takes two ex2.approx and two
+// div.approx (a reciprocal each): a quarter fewer multi-function unit operations. Where the
+// epilogue is not overlapped with memory (the split kernel's, between a row's barrier and its
+// stores) GroupNorm -> SiLU on the SD VAE's and UNet's maps ran 0.4-5% faster so on the H200
+// (docs/performance-notes.md, "GroupNorm -> SiLU: a reciprocal per pair ..."). Error: within a
+// few f32 ulps of the float64 function, as activate()'s (tests/gpu/variants_test.cpp,
+// ActivationErrorOfTheEpilogueAlone: 8.6 ulp at worst where |silu| > 1e-3, as before). t is
+// capped at 62 so that the product stays finite (under 2^125): below v = -42.98, where silu(v)
+// is under 1e-17 in magnitude, the result is v / (1 + 2^62), under |v| * 2.2e-19 in magnitude
+// (activate(): -0 below -87.3). A NaN v gives NaN (fminf keeps 62; v times its factor keeps the
+// NaN) and leaves its partner's result as it was; v = -inf gives -inf (PyTorch, activate(): NaN).
+__device__ __forceinline__ void silu_pair(float& a, float& b) {
+  constexpr float kLog2e = 1.4426950408889634f;
+  float ea, eb, r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(ea) : "f"(fminf(-a * kLog2e, 62.f)));
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(eb) : "f"(fminf(-b * kLog2e, 62.f)));
+  const float da = 1.f + ea, db = 1.f + eb;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(da * db));
+  a *= db * r;
+  b *= da * r;
 }
 
 // What every forward kernel does with a normalized value after its affine step. A kernel that
@@ -61,7 +86,11 @@ struct Epilogue {
   // included it (kFolded: it was given folded_scale).
   template <bool kFolded, int V>
   __device__ __forceinline__ void finish(float (&y)[V]) const {
-    if constexpr (C::kActivation != Activation::kNone) {
+    if constexpr (C::kActivation == Activation::kSilu) {
+#pragma unroll
+      for (int j = 0; j + 1 < V; j += 2) silu_pair(y[j], y[j + 1]);
+      if constexpr (V % 2 != 0) y[V - 1] = activate<Activation::kSilu>(y[V - 1]);
+    } else if constexpr (C::kActivation != Activation::kNone) {
 #pragma unroll
       for (int j = 0; j < V; ++j) y[j] = activate<C::kActivation>(y[j]);
     }

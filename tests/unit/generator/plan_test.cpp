@@ -681,6 +681,21 @@ TEST(PlanRows, SplitSharedMemoryFitsTheSm) {
       plan(NormSpec::parse("op=groupnorm shape=112,64,512,512 groups=8"), hopper);
   EXPECT_EQ(resident(gn90), 0);
   EXPECT_EQ(prefetch(gn90), 2);  // after each row's barrier
+  // GroupNorm -> SiLU (a longer epilogue) prefetches once the row's partial is out, as the
+  // rows of the other ops do; -> GELU keeps the barrier's point, as plain GroupNorm.
+  const auto gn_act = [&](const char* activation, const char* shape) {
+    return plan(NormSpec::parse(std::string("op=groupnorm groups=32 dtype=f16 shape=") + shape +
+                                " activation=" + activation),
+                hopper);
+  };
+  for (const char* shape : {"1,256,512,512", "2,320,64,64", "112,64,512,512"}) {
+    ASSERT_EQ(gn_act("silu", shape).strategy, Strategy::kRowSplit) << shape;
+    EXPECT_EQ(prefetch(gn_act("silu", shape)), 1) << shape;
+    EXPECT_EQ(prefetch(gn_act("gelu", shape)), 2) << shape;
+    EXPECT_EQ(prefetch(gn_act("none", shape)), 2) << shape;
+  }
+  EXPECT_NE(gn_act("silu", "1,256,512,512").to_string().find("prefetch: after each row's partial"),
+            std::string::npos);
   const KernelPlan bare =
       plan(NormSpec::parse("op=layernorm shape=16,64,256,256 affine=none"), hopper);
   EXPECT_EQ(resident(bare), 0);
