@@ -132,8 +132,6 @@ __device__ __forceinline__ void load_raw(const void* p, unsigned int (&w)[kWords
   }
 }
 
-// Loads V elements at p (aligned to V*sizeof(T), at most 16 bytes) into out[0..V).
-// Vectors wider than 16 bytes (f32 parameters beside 16-bit x) move as several 16-byte accesses.
 // Element j of the elements of T that the words w hold (4 / sizeof(T) to a word, the lowest
 // bits first), as a float: what load_vec() gives, from raw words loaded earlier.
 template <class T, int kWords>
@@ -143,6 +141,8 @@ __device__ __forceinline__ float word_value(const unsigned int (&w)[kWords], int
   return to_float(from_bits<T>(kPerWord == 1 ? word : word >> (j % kPerWord * kShift)));
 }
 
+// Loads V elements at p (aligned to V*sizeof(T), at most 16 bytes) into out[0..V).
+// Vectors wider than 16 bytes (f32 parameters beside 16-bit x) move as several 16-byte accesses.
 template <class T, int V, class Hint = NoHint>
 __device__ __forceinline__ void load_vec(const T* p, float (&out)[V], Hint hint = {}) {
   constexpr int kBytes = sizeof(T) * V;
