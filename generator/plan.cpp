@@ -153,12 +153,33 @@ std::string channels_slab(const Problem& pr, const Target& target, KernelPlan& p
 constexpr int kTeamValues = 16;     // f32 values per thread a row team aims for
 constexpr int kMaxTeamValues = 32;  // values per thread a row team may hold
 constexpr int kMaxTeam = 1024;      // threads per row team
-// CTA of the split kernel: one of 1024 threads per SM. Its chunk is the most one SM's
-// registers hold, so a row needs the fewest CTAs (P): each row's exchange costs about the
-// same whatever the chunk, and on the H100 two CTAs of 512 per SM (twice the CTAs per row)
-// ran the seeds slower (normjit bench; docs/performance-notes.md). The streaming kernel for
-// longer rows takes the same CTA, one per SM.
-constexpr int kSplitThreads = 1024;
+// The split kernel's CTA: `threads` threads, `per_sm` of them resident an SM, 1024 threads an SM
+// in every shape, so a thread holds the same values (64 registers) in each. The chunk of one SM
+// is the same whatever the shape; smaller CTAs give a row more of them, each a pipeline of its
+// own: while one waits on its row's barrier or runs its epilogue, the SM's others load and store.
+struct SplitCta {
+  int threads = 1024;
+  int per_sm = 1;
+};
+// The stream kernel's CTA and the split kernel's where smaller CTAs would cut a row too finely:
+// one of 1024 threads an SM, the most one SM's registers hold, so a row needs the fewest CTAs.
+constexpr SplitCta kSplitCta{1024, 1};
+constexpr int kSplitThreads = kSplitCta.threads;
+constexpr int kSplitBlocksPerSm = kSplitCta.per_sm;
+// The split kernel takes the smallest of these CTAs whose layout cuts a row into at most
+// kSmallCtaMostChunks of them (choose_split_layout), else kSplitCta. Each row's exchange merges
+// one partial a CTA and its barrier waits for the row's last CTA. On the H200 (normjit bench
+// through scripts/ab_bench.py, two rounds, scripts/specs/split-cta.txt and
+// groupnorm-silu-vision.txt; performance-notes, "The split kernel's CTA ..."):
+// - 256 x 4 ran GroupNorm on SD UNet and VAE maps (16 to 64 CTAs a group) 4-26% faster, f32
+//   included, and LayerNorm and RMSNorm rows of 64 Ki to 512 Ki elements 3-12% faster;
+// - the VAE's [1, 256, 512, 512] (128 CTAs of 256 a group) ran 2% slower in them, 7% faster in
+//   512 x 2 (64 a group); the 16-bit GroupNorm seeds in 512 x 2 level to 3% faster;
+// - rows of 128 or more CTAs of 512 ran slower in them: the f32 GroupNorm seed 8%, the bf16
+//   LayerNorm seed 8%.
+// On the H100 two CTAs of 512 an SM had run the seeds slower.
+constexpr SplitCta kSmallSplitCtas[] = {{256, 4}, {512, 2}};
+constexpr int64_t kSmallCtaMostChunks = 64;
 constexpr int kSplitValues = 32;  // f32 values per thread of the split kernel
 // Vectors per thread of the split kernel, at most: each costs registers beyond its values (its
 // address and bounds, its parameters), and with narrow vectors (odd or 2-aligned rows: 32 of
@@ -170,7 +191,6 @@ constexpr int kSplitValues = 32;  // f32 values per thread of the split kernel
 // as at 32, rows of 100002 the same, and GroupNorm groups of 6 x 8191 fastest at 8.
 constexpr int kSplitMaxVectors = 16;
 constexpr int kSplitMaxSpanningVectors = 8;
-constexpr int kSplitBlocksPerSm = 1;  // split CTAs resident per SM (__launch_bounds__)
 // The batch GroupNorm's split plans are sized for (N is not part of the kernel): two items, as
 // diffusion UNets run with classifier-free guidance; one item takes the same waves or fewer.
 constexpr int64_t kGroupWaveItems = 2;
@@ -233,23 +253,24 @@ int row_vector_width(const Problem& pr) {
 }
 
 // Co-resident CTAs the split and stream kernels are built for.
-int64_t split_capacity(const Target& target) {
-  return int64_t{kSplitBlocksPerSm} * target.sm_count;
+int64_t split_capacity(const Target& target, SplitCta cta = kSplitCta) {
+  return int64_t{cta.per_sm} * target.sm_count;
 }
 
-// Dynamic shared memory one split CTA may use with kSplitBlocksPerSm of them per SM: the
-// SM's share less 1 KiB the driver reserves per CTA and 1 KiB for the kernel's static arrays.
-int64_t split_smem_budget(const Target& target) {
-  return int64_t{arch_facts(target.sm).smem_per_sm_kib} * 1024 / kSplitBlocksPerSm - 2048;
+// Dynamic shared memory one split CTA may use with cta.per_sm of them per SM: the SM's share
+// less 1 KiB the driver reserves per CTA and 1 KiB for the kernel's static arrays.
+int64_t split_smem_budget(const Target& target, SplitCta cta) {
+  return int64_t{arch_facts(target.sm).smem_per_sm_kib} * 1024 / cta.per_sm - 2048;
 }
 
 int params_of(const Problem& pr) { return pr.weight + pr.bias; }
 
-// How the split kernel holds a row: `values` per thread over P = `chunks` CTAs, whether the
-// next row is staged in shared memory, and how many of each thread's vectors keep their
+// How the split kernel holds a row: its CTA, `values` per thread over P = `chunks` CTAs, whether
+// the next row is staged in shared memory, and how many of each thread's vectors keep their
 // parameters (LayerNorm, RMSNorm with weight) in the rest of it for the whole launch, so
 // each row reads only the others' from memory.
 struct SplitLayout {
+  SplitCta cta;
   int values = 0;
   int64_t vectors = 0;  // per thread
   int64_t chunks = 0;
@@ -260,11 +281,14 @@ struct SplitLayout {
   int64_t row_bytes = 0;  // a row moves x, y and the parameters that are not resident
 };
 
-SplitLayout split_layout(const Problem& pr, const Target& target, int vec, int values) {
+SplitLayout split_layout(const Problem& pr, const Target& target, int vec, int values,
+                         SplitCta cta) {
   const int64_t h = pr.row_length;
+  const int64_t threads = cta.threads;
   const int size = size_of(pr.x);
   const int param_size = size_of(pr.param);
   SplitLayout l;
+  l.cta = cta;
   l.values = values;
   // P: the fewest CTAs whose threads hold the row at `values` each; then the fewest vectors
   // per thread that still fit the row in P CTAs, so that the chunks are even. (A row a little
@@ -273,9 +297,9 @@ SplitLayout split_layout(const Problem& pr, const Target& target, int vec, int v
   const int64_t row_vectors = ceil_div(h, int64_t{vec});
   const bool spanning = pr.op == Op::kGroupNorm && pr.spatial % vec != 0;
   const int most = spanning ? kSplitMaxSpanningVectors : kSplitMaxVectors;
-  l.chunks = ceil_div(row_vectors, int64_t{kSplitThreads} * std::clamp(values / vec, 1, most));
-  l.vectors = ceil_div(row_vectors, l.chunks * kSplitThreads);
-  l.chunks = ceil_div(row_vectors, l.vectors * kSplitThreads);
+  l.chunks = ceil_div(row_vectors, threads * std::clamp(values / vec, 1, most));
+  l.vectors = ceil_div(row_vectors, l.chunks * threads);
+  l.chunks = ceil_div(row_vectors, l.vectors * threads);
   if (pr.op == Op::kGroupNorm) {
     // GroupNorm's rows are the N x G groups, G known: fewer vectors per thread (more CTAs per
     // row) where that runs kGroupWaveItems items in fewer waves of co-resident rows, or in as
@@ -285,27 +309,27 @@ SplitLayout split_layout(const Problem& pr, const Target& target, int vec, int v
     // 40960 f16 elements ran 12.8 -> 11.2 us for N = 2 at 2 CTAs per row (one wave) and 14.6
     // at 4 (two waves); 163840-element groups 31.9 -> 25.7 us at 4 (two even waves of 33 and 31
     // rows, where 3 gave 44 and 20); one item ran faster at each choice.
-    const int64_t capacity = split_capacity(target);
+    const int64_t capacity = split_capacity(target, cta);
     const int64_t rows = kGroupWaveItems * pr.groups;
     const auto waves = [&](int64_t chunks) { return ceil_div(rows, capacity / chunks); };
     int64_t best = l.chunks;
     for (int64_t v = l.vectors - 1; v >= 1; --v) {
-      const int64_t chunks = ceil_div(row_vectors, v * kSplitThreads);
+      const int64_t chunks = ceil_div(row_vectors, v * threads);
       if (chunks > capacity) break;
       if (waves(chunks) <= waves(best)) best = chunks;
     }
-    l.vectors = ceil_div(row_vectors, best * kSplitThreads);
-    l.chunks = ceil_div(row_vectors, l.vectors * kSplitThreads);
+    l.vectors = ceil_div(row_vectors, best * threads);
+    l.chunks = ceil_div(row_vectors, l.vectors * threads);
   }
   // Stage the next row in shared memory when cp.async can move the vectors (4-16 bytes)
-  // and kSplitBlocksPerSm CTAs still fit the SM's shared memory. The stage holds x: a row
+  // and cta.per_sm CTAs still fit the SM's shared memory. The stage holds x: a row
   // with a residual is not staged (h = x + residual is formed as it loads).
-  const int64_t budget = split_smem_budget(target);
-  const int64_t stage_bytes = int64_t{kSplitThreads} * l.vectors * vec * size;
+  const int64_t budget = split_smem_budget(target, cta);
+  const int64_t stage_bytes = threads * l.vectors * vec * size;
   const bool copy_async = target.sm >= 80;
   l.can_stage = copy_async && vec * size >= 4 && stage_bytes <= budget && !pr.residual;
   const int params = params_of(pr);
-  const int64_t per_vector = int64_t{kSplitThreads} * vec * param_size * params;
+  const int64_t per_vector = threads * vec * param_size * params;
   const bool group = pr.op == Op::kGroupNorm;
   const auto resident_in = [&](int64_t smem) {
     return copy_async && vec * param_size >= 4 && !group && params > 0
@@ -322,7 +346,7 @@ SplitLayout split_layout(const Problem& pr, const Target& target, int vec, int v
   // would leave a row moving over a quarter more bytes (LayerNorm f32: most of its 32 MB of
   // parameters streamed again for every row), going without the stage is faster (measured
   // on the H100 with normjit bench; docs/performance-notes.md).
-  const bool one_slot = split_capacity(target) / l.chunks == 1;
+  const bool one_slot = split_capacity(target, cta) / l.chunks == 1;
   l.staged = l.can_stage &&
              !(one_slot && 4 * row_bytes(staged_resident) > 5 * row_bytes(unstaged_resident));
   l.resident = l.staged ? staged_resident : unstaged_resident;
@@ -331,22 +355,37 @@ SplitLayout split_layout(const Problem& pr, const Target& target, int vec, int v
   return l;
 }
 
-// The split kernel's layout for a problem: the full chunk, or, for 16-bit rows with parameters
-// per element (LayerNorm), half the values per thread and twice the CTAs per row, when that
-// keeps all the parameters on chip and the full chunk would leave a row moving over a quarter
-// more bytes. On the H100 that ran the bf16 LayerNorm seed and bf16/f16 LayerNorm rows of 64 Ki
-// to 4 Mi elements faster, and RMSNorm with a weight (a quarter of its parameters streamed)
-// slower (normjit bench; performance-notes).
-SplitLayout choose_split_layout(const Problem& pr, const Target& target, int vec) {
-  SplitLayout layout = split_layout(pr, target, vec, split_values(pr, vec));
+// The split kernel's layout for a problem in one CTA shape: the full chunk, or, for 16-bit rows
+// with parameters per element (LayerNorm), half the values per thread and twice the CTAs per
+// row, when that keeps all the parameters on chip and the full chunk would leave a row moving
+// over a quarter more bytes. On the H100 that ran the bf16 LayerNorm seed and bf16/f16
+// LayerNorm rows of 64 Ki to 4 Mi elements faster, and RMSNorm with a weight (a quarter of its
+// parameters streamed) slower (normjit bench; performance-notes).
+SplitLayout split_layout_in(const Problem& pr, const Target& target, int vec, SplitCta cta) {
+  SplitLayout layout = split_layout(pr, target, vec, split_values(pr, vec), cta);
   if (layout.values > kSplitValues && params_of(pr) > 0 && pr.op != Op::kGroupNorm) {
-    const SplitLayout half = split_layout(pr, target, vec, layout.values / 2);
-    if (half.chunks <= split_capacity(target) && half.resident == half.vectors &&
+    const SplitLayout half = split_layout(pr, target, vec, layout.values / 2, cta);
+    if (half.chunks <= split_capacity(target, cta) && half.resident == half.vectors &&
         4 * layout.row_bytes > 5 * half.row_bytes) {
       layout = half;
     }
   }
   return layout;
+}
+
+// The split kernel's layout: in the smallest CTA that cuts a row into at most
+// kSmallCtaMostChunks with no more vectors per thread than kSplitCta's layout (the same work a
+// thread, cut into more CTAs), else in kSplitCta. Odd f32 LayerNorm rows (1- and 2-element
+// vectors) need more vectors a thread in CTAs of 256 to keep their chunks even (65537: 16 in 17
+// CTAs, where 1024 threads take 13 in 5), which leaves fewer of their parameters resident;
+// on the H200 they ran 17-25% slower so.
+SplitLayout choose_split_layout(const Problem& pr, const Target& target, int vec) {
+  const SplitLayout full = split_layout_in(pr, target, vec, kSplitCta);
+  for (const SplitCta cta : kSmallSplitCtas) {
+    const SplitLayout small = split_layout_in(pr, target, vec, cta);
+    if (small.chunks <= kSmallCtaMostChunks && small.vectors <= full.vectors) return small;
+  }
+  return full;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -368,7 +407,8 @@ Strategy choose_strategy(const Problem& pr, const Target& target) {
   if (pr.nhwc && pr.op == Op::kGroupNorm) return Strategy::kGroupNhwc;
   if (pr.row_length <= int64_t{kMaxTeam} * kMaxTeamValues) return Strategy::kRowRegisters;
   const SplitLayout layout = choose_split_layout(pr, target, row_vector_width(pr));
-  return layout.chunks <= split_capacity(target) ? Strategy::kRowSplit : Strategy::kRowStream;
+  return layout.chunks <= split_capacity(target, layout.cta) ? Strategy::kRowSplit
+                                                             : Strategy::kRowStream;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -471,9 +511,9 @@ std::string row_registers(const Problem& pr, const Target& target, KernelPlan& p
 std::string row_split(const Problem& pr, const Target& target, KernelPlan& p) {
   const SplitLayout l = choose_split_layout(pr, target, p.vec);
   const bool group = pr.op == Op::kGroupNorm;
-  p.block_x = kSplitThreads;
+  p.block_x = l.cta.threads;
   p.split_chunks = l.chunks;
-  p.split_blocks_per_sm = kSplitBlocksPerSm;
+  p.split_blocks_per_sm = l.cta.per_sm;
   p.vectors = l.vectors;
   p.staged = l.staged;
   p.resident_vectors = l.resident;
@@ -498,8 +538,9 @@ std::string row_split(const Problem& pr, const Target& target, KernelPlan& p) {
   p.prefetch = !prefetch ? 0 : after_barrier ? 2 : 1;
   std::ostringstream why;
   why << "rows of " << pr.row_length << " elements split over " << l.chunks
-      << " co-resident CTAs of " << int64_t{kSplitThreads} * l.vectors * p.vec
-      << " elements each, kept in registers; each chunk's (mean, M2) merged "
+      << " co-resident CTAs of " << int64_t{l.cta.threads} * l.vectors * p.vec << " elements each ("
+      << l.cta.threads << " threads, " << l.cta.per_sm
+      << " CTAs an SM), kept in registers; each chunk's (mean, M2) merged "
       << "with Chan's formula; x is read once";
   if (l.resident > 0) {
     why << "; the parameters of " << l.resident << " of each thread's " << l.vectors

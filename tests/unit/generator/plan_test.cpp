@@ -615,13 +615,15 @@ TEST(PlanRows, SplitChunksAreEven) {
     EXPECT_LT((parts - 1) * chunk, h) << "the last chunk is not empty";
     EXPECT_LT((chunk - piece) * parts, h) << "under one vector per thread above a P-th";
   }
-  // 40960 = 2 x 20480: two equal chunks, not 32768 + 8192.
+  // 40960 = 8 x 5120: eight equal chunks (CTAs of 256 threads, 5 vectors each), the most CTAs a
+  // group that keep two items' 64 groups in one wave.
   const KernelPlan sd = plan(NormSpec::parse("op=groupnorm shape=8,1280,32,32 groups=32"), t);
-  EXPECT_EQ(sd.split_chunks, 2);
-  EXPECT_EQ(sd.vectors * sd.vec * sd.block_x, 20480);
+  EXPECT_EQ(sd.block_x, 256);
+  EXPECT_EQ(sd.split_chunks, 8);
+  EXPECT_EQ(sd.vectors * sd.vec * sd.block_x, 5120);
 }
 
-// The split CTA (one per SM) must fit the arch's shared memory: the stage and the resident
+// The split CTAs (1, 2 or 4 an SM) must fit the arch's shared memory: the stage and the resident
 // parameters (LayerNorm) are sized from it.
 TEST(PlanRows, SplitSharedMemoryFitsTheSm) {
   const auto staged = [](const KernelPlan& p) { return p.staged; };
@@ -645,10 +647,13 @@ TEST(PlanRows, SplitSharedMemoryFitsTheSm) {
   expect_split(ln16, 128, true, 4);
   EXPECT_EQ(ln16.smem_bytes, 64 * 1024 + 4 * 1024 * 8 * 2 * 2);
   EXPECT_EQ(prefetch(ln16), 1);
-  // f16 rows of 64 Ki elements: the same choice (2 CTAs of 32 Ki instead of one of 64 Ki).
+  // f16 rows of 64 Ki elements: the same choice (half the values: 4 vectors a thread, all
+  // their parameters resident), in 8 CTAs of 256 threads (4 an SM).
   const KernelPlan ln16_short =
       plan(NormSpec::parse("op=layernorm shape=512,65536 dtype=f16"), hopper);
-  expect_split(ln16_short, 2, true, 4);
+  expect_split(ln16_short, 8, true, 4);
+  EXPECT_EQ(ln16_short.vectors, 4);
+  EXPECT_EQ(ln16_short.block_x, 256);
   // bf16 rows of 8 Mi elements: 256 CTAs of 32 Ki would not be co-resident on 132 SMs, so
   // 128 of 64 Ki: unstaged (one row fills the chip), 7 of 8 vectors resident.
   const KernelPlan ln16_long =
@@ -761,11 +766,12 @@ TEST(Plan, GroupNormSplitsGroupsSoThatTwoItemsShareTheFewestWaves) {
     EXPECT_EQ(p.strategy, Strategy::kRowSplit) << spec;
     return p.split_chunks;
   };
-  // 32 groups of 40960 f16 elements: one CTA holds a group, two hold it in one wave of 128.
-  EXPECT_EQ(chunks("op=groupnorm shape=2,320,64,64 dtype=f16 groups=32", h100), 2);
-  // 163840 elements: 3 CTAs a group (the fewest) run 64 groups in waves of 44 and 20; 4 in
-  // waves of 33 and 31, smaller chunks; 5 would need three waves.
-  EXPECT_EQ(chunks("op=groupnorm shape=2,320,128,128 dtype=f16 groups=32", h100), 4);
+  // 32 groups of 40960 f16 elements in CTAs of 256 threads (528 slots): 3 CTAs hold a group,
+  // 7 of 3 vectors a thread hold it in one wave of 448 (8 would need the same 3 vectors).
+  EXPECT_EQ(chunks("op=groupnorm shape=2,320,64,64 dtype=f16 groups=32", h100), 7);
+  // 163840 elements: 10 CTAs of 256 a group (the fewest) run 64 groups in waves of 52 and 12;
+  // 16 in waves of 33 and 31, smaller chunks; 20 would need three waves.
+  EXPECT_EQ(chunks("op=groupnorm shape=2,320,128,128 dtype=f16 groups=32", h100), 16);
   // The seed: 64 CTAs of 8 vectors a group, two groups a wave; more CTAs a group, one.
   EXPECT_EQ(chunks("op=groupnorm shape=112,64,512,512 groups=8", h100), 64);
   // The A100's 108 SMs hold one group of 64 CTAs per wave, 44 idle: 103 CTAs of 5 vectors.
@@ -774,7 +780,46 @@ TEST(Plan, GroupNormSplitsGroupsSoThatTwoItemsShareTheFewestWaves) {
   EXPECT_EQ(a100.split_chunks, 103);
   EXPECT_EQ(a100.vectors, 5);
   // The batch never enters: one item plans the same kernel.
-  EXPECT_EQ(chunks("op=groupnorm shape=1,320,128,128 dtype=f16 groups=32", h100), 4);
+  EXPECT_EQ(chunks("op=groupnorm shape=1,320,128,128 dtype=f16 groups=32", h100), 16);
+}
+
+// The split kernel's CTA: the smallest of 256 x 4 and 512 x 2 an SM that cuts a row into at
+// most 64 CTAs with the vectors a thread of 1024 x 1 would have, else 1024 x 1; 1024 threads an
+// SM in every shape.
+TEST(PlanRows, SplitCtaIsTheSmallestThatCutsARowIntoAtMost64) {
+  const Target h200 = Target::parse("sm_90:132:4814");
+  struct Case {
+    const char* spec;
+    int threads;
+    int64_t chunks;
+  };
+  for (const Case& c : {
+           // SD 1.5 UNet and VAE maps: 16 and 64 CTAs of 256 a group.
+           Case{"op=groupnorm shape=1,512,128,128 dtype=f16 groups=32 activation=silu", 256, 16},
+           Case{"op=groupnorm shape=1,512,256,256 dtype=f16 groups=32", 256, 64},
+           // 128 CTAs of 256 a group: 64 of 512.
+           Case{"op=groupnorm shape=1,256,512,512 dtype=f16 groups=32 activation=silu", 512, 64},
+           Case{"op=groupnorm shape=112,64,512,512 dtype=bf16 groups=8", 512, 64},
+           // 128 CTAs of 512: the CTA of 1024 (the f32 seeds).
+           Case{"op=groupnorm shape=112,64,512,512 groups=8", 1024, 64},
+           Case{"op=layernorm shape=16,64,256,256 dtype=bf16", 1024, 128},
+           Case{"op=rmsnorm shape=64,524288 dtype=bf16 normalized_dims=1 affine=weight", 256, 32},
+           // An odd f32 row: 16 scalar vectors a thread in 17 CTAs of 256, 13 in 5 of 1024.
+           Case{"op=layernorm shape=96,65537 normalized_dims=1", 1024, 5},
+       }) {
+    SCOPED_TRACE(c.spec);
+    const KernelPlan p = plan(NormSpec::parse(c.spec), h200);
+    ASSERT_EQ(p.strategy, Strategy::kRowSplit);
+    EXPECT_EQ(p.block_x, c.threads);
+    EXPECT_EQ(p.block_x * p.split_blocks_per_sm, 1024);
+    EXPECT_EQ(p.split_chunks, c.chunks);
+    EXPECT_NE(p.to_string().find("(" + std::to_string(c.threads) + " threads, " +
+                                 std::to_string(1024 / c.threads) + " CTAs an SM)"),
+              std::string::npos);
+    if (p.block_x < 1024) {
+      EXPECT_LE(p.split_chunks, 64);
+    }
+  }
 }
 
 }  // namespace
