@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "generator/emit.hpp"
+#include "generator/target.hpp"
 #include "normjit/error.hpp"
 
 namespace normjit {
@@ -820,6 +821,53 @@ TEST(PlanRows, SplitCtaIsTheSmallestThatCutsARowIntoAtMost64) {
       EXPECT_LE(p.split_chunks, 64);
     }
   }
+}
+
+// Every split plan, whatever its CTA, on every arch and size of chip: 1024 threads an SM; no
+// more CTAs a row than co-reside and than a CTA has threads (exchange.cuh merges one partial a
+// thread); a small CTA only where a row takes at most 64 of them; the dynamic shared memory of
+// its CTAs an SM within the SM's, beside 2 KiB each for the driver and the static arrays.
+TEST(PlanRows, SplitPlansKeepTheirCtaWithinTheSm) {
+  int split_plans = 0, small_ctas = 0;
+  for (const char* arch : {"sm_80", "sm_90", "sm_90:114", "sm_90:132:4814", "sm_100", "sm_90:16"}) {
+    const Target t = Target::parse(arch);
+    for (const char* dtype : {"f32", "f16", "bf16"}) {
+      for (const std::string& shape_and_op : {
+               std::string("op=groupnorm groups=32 shape=1,512,128,128"),
+               std::string("op=groupnorm groups=32 shape=2,320,64,64"),
+               std::string("op=groupnorm groups=32 shape=1,256,512,512 activation=silu"),
+               std::string("op=groupnorm groups=32 shape=2,128,255,255"),
+               std::string("op=groupnorm groups=8 shape=4,64,512,512"),
+               std::string("op=layernorm shape=8,65536 normalized_dims=1"),
+               std::string("op=layernorm shape=8,65537 normalized_dims=1"),
+               std::string("op=layernorm shape=4,1048576 normalized_dims=1"),
+               std::string("op=layernorm shape=2,64,256,256"),
+               std::string("op=rmsnorm shape=8,131072 normalized_dims=1 affine=weight"),
+               std::string("op=rmsnorm shape=8,1000003 normalized_dims=1"),
+               std::string(
+                   "op=rmsnorm shape=8,262144 normalized_dims=1 affine=weight residual=f32"),
+           }) {
+        const std::string text = shape_and_op + " dtype=" + dtype;
+        SCOPED_TRACE(text + " on " + arch);
+        const KernelPlan p = plan(NormSpec::parse(text), t);
+        if (p.strategy != Strategy::kRowSplit) continue;
+        ++split_plans;
+        const int per_sm = p.split_blocks_per_sm;
+        EXPECT_EQ(p.block_x * per_sm, 1024);
+        EXPECT_LE(p.split_chunks, int64_t{per_sm} * t.sm_count);
+        EXPECT_LE(p.split_chunks, p.block_x);
+        if (p.block_x < 1024) {
+          ++small_ctas;
+          EXPECT_LE(p.split_chunks, 64);
+        }
+        EXPECT_LE(int64_t{per_sm} * (p.smem_bytes + 2048),
+                  int64_t{arch_facts(t.sm).smem_per_sm_kib} * 1024);
+      }
+    }
+  }
+  // The sweep reaches split plans of both kinds.
+  EXPECT_GT(split_plans, 100);
+  EXPECT_GT(small_ctas, 40);
 }
 
 }  // namespace
