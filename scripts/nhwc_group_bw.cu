@@ -1,0 +1,179 @@
+// Whether a channels-last GroupNorm could read x once by taking its groups as the split kernel
+// takes rows: the bandwidth of copying a channels-last map [S, C] (f16, C/G = 8 channels a
+// group: one 16-byte vector a position) one group at a time, W groups' CTAs at once over the
+// same positions, against a copy of the same bytes in contiguous 16-byte vectors. A group's
+// vectors lie C * 2 bytes apart, so W = 1 uses 16 bytes of each 32-byte sector it fetches; W = 2
+// and more share the sectors between the CTAs of neighbouring groups (L2 hits while they run
+// together). The SD VAE's [1, 256, 512, 512] and [1, 512, 256, 256] maps by default
+// (docs/performance-notes.md, "The split kernel's CTA ..."). On the GPU machine:
+//   nvcc -O3 -arch=sm_90 -o nhwc_group_bw scripts/nhwc_group_bw.cu && ./nhwc_group_bw
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#define CHECK(call)                                                                    \
+  do {                                                                                 \
+    cudaError_t e_ = (call);                                                           \
+    if (e_ != cudaSuccess) {                                                           \
+      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                    \
+    }                                                                                  \
+  } while (0)
+
+constexpr int kThreads = 256;
+constexpr int kPerThread = 8;  // 16-byte vectors a thread loads before it stores them
+
+// Contiguous: each thread copies kPerThread vectors, a CTA's kThreads * kPerThread in a row.
+__global__ void copy_contiguous(const uint4* x, uint4* y, long long vectors) {
+  const long long base = (long long)blockIdx.x * kThreads * kPerThread + threadIdx.x;
+  uint4 v[kPerThread];
+#pragma unroll
+  for (int k = 0; k < kPerThread; ++k) {
+    const long long i = base + (long long)k * kThreads;
+    if (i < vectors) v[k] = x[i];
+  }
+#pragma unroll
+  for (int k = 0; k < kPerThread; ++k) {
+    const long long i = base + (long long)k * kThreads;
+    if (i < vectors) y[i] = v[k];
+  }
+}
+
+// One group's vectors (one a position, `groups` a position) over a block of positions, CTAs
+// ordered so that `w` neighbouring groups run over the same positions together: CTA b takes
+// wave b / (blocks * w), position block (b / w) % blocks and group wave * w + b % w.
+__global__ void copy_group(const uint4* x, uint4* y, long long positions, int groups, int w) {
+  const long long blocks = (positions + kThreads * kPerThread - 1) / (kThreads * kPerThread);
+  const long long b = blockIdx.x;
+  const long long wave = b / (blocks * w);
+  const long long pos_block = (b / w) % blocks;
+  const int g = int(wave * w + b % w);
+  if (g >= groups) return;
+  const long long p0 = pos_block * kThreads * kPerThread + threadIdx.x;
+  uint4 v[kPerThread];
+#pragma unroll
+  for (int k = 0; k < kPerThread; ++k) {
+    const long long p = p0 + (long long)k * kThreads;
+    if (p < positions) v[k] = x[p * groups + g];
+  }
+#pragma unroll
+  for (int k = 0; k < kPerThread; ++k) {
+    const long long p = p0 + (long long)k * kThreads;
+    if (p < positions) y[p * groups + g] = v[k];
+  }
+}
+
+// A tile of `tile` neighbouring groups (tile * 16 contiguous bytes a position): a CTA's threads
+// take tile vectors of kThreads / tile positions at a time, so a warp reads whole lines where
+// tile * 16 >= 128; CTAs ordered tile by tile, position block within it.
+__global__ void copy_tile(const uint4* x, uint4* y, long long positions, int groups, int tile) {
+  const int rows = kThreads / tile;  // positions a CTA takes at a time
+  const long long per_cta = (long long)rows * kPerThread;
+  const long long blocks = (positions + per_cta - 1) / per_cta;
+  const long long b = blockIdx.x;
+  const int t = int(b / blocks);
+  const long long p0 = (b % blocks) * per_cta + threadIdx.x / tile;
+  const int g = t * tile + int(threadIdx.x % tile);
+  if (g >= groups || threadIdx.x >= rows * tile) return;
+  uint4 v[kPerThread];
+#pragma unroll
+  for (int k = 0; k < kPerThread; ++k) {
+    const long long p = p0 + (long long)k * rows;
+    if (p < positions) v[k] = x[p * groups + g];
+  }
+#pragma unroll
+  for (int k = 0; k < kPerThread; ++k) {
+    const long long p = p0 + (long long)k * rows;
+    if (p < positions) y[p * groups + g] = v[k];
+  }
+}
+
+template <class Launch>
+float median_us(Launch launch) {
+  cudaEvent_t a, b;
+  CHECK(cudaEventCreate(&a));
+  CHECK(cudaEventCreate(&b));
+  for (int i = 0; i < 3; ++i) launch();
+  std::vector<float> ts;
+  for (int i = 0; i < 20; ++i) {
+    CHECK(cudaEventRecord(a));
+    launch();
+    CHECK(cudaEventRecord(b));
+    CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    CHECK(cudaEventElapsedTime(&ms, a, b));
+    ts.push_back(ms * 1000.f);
+  }
+  CHECK(cudaGetLastError());
+  std::sort(ts.begin(), ts.end());
+  return ts[ts.size() / 2];
+}
+
+int main(int argc, char** argv) {
+  struct Map {
+    long long positions;
+    int channels;
+  };
+  std::vector<Map> maps = {{512LL * 512, 256}, {256LL * 256, 512}, {128LL * 128, 512}};
+  if (argc == 3) maps = {{std::atoll(argv[1]), std::atoi(argv[2])}};
+  cudaDeviceProp prop;
+  CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device: %s (%d SMs)\n", prop.name, prop.multiProcessorCount);
+  std::printf(
+      "| map [S, C] f16, C/G = 8 | MB moved | contiguous us | W groups at once, or a tile | us | "
+      "%% of contiguous "
+      "|\n");
+  std::printf("|---|---:|---:|---:|---:|---:|\n");
+  for (const Map& m : maps) {
+    const int groups = m.channels / 8;  // 16-byte vectors of 8 f16 channels
+    const long long vectors = m.positions * groups;
+    uint4 *x, *y;
+    CHECK(cudaMalloc(&x, vectors * sizeof(uint4)));
+    CHECK(cudaMalloc(&y, vectors * sizeof(uint4)));
+    CHECK(cudaMemset(x, 1, vectors * sizeof(uint4)));
+    // A buffer larger than L2 read between calls would flush it; the map is 2-4x L2 already for
+    // the large ones, and each call's x is read once: the calls run back to back.
+    const double mb = 2.0 * vectors * sizeof(uint4) / 1e6;
+    const unsigned contiguous_blocks =
+        unsigned((vectors + kThreads * kPerThread - 1) / (kThreads * kPerThread));
+    const float tc =
+        median_us([&] { copy_contiguous<<<contiguous_blocks, kThreads>>>(x, y, vectors); });
+    const long long pos_blocks =
+        (m.positions + kThreads * kPerThread - 1) / (kThreads * kPerThread);
+    for (int w : {1, 2, 4, 8, groups}) {
+      if (groups % w != 0) continue;
+      const unsigned blocks = unsigned(pos_blocks * groups);
+      const float tg =
+          median_us([&] { copy_group<<<blocks, kThreads>>>(x, y, m.positions, groups, w); });
+      std::printf("| [%lld, %d] | %.1f | %.1f | %d | %.1f | %.1f%% |\n", m.positions, m.channels,
+                  mb, tc, w, tg, 100.0 * tc / tg);
+    }
+    for (int tile : {2, 4, 8, 16}) {
+      if (groups % tile != 0) continue;
+      const long long per_cta = (long long)(kThreads / tile) * kPerThread;
+      const unsigned blocks = unsigned((m.positions + per_cta - 1) / per_cta * (groups / tile));
+      const float tt =
+          median_us([&] { copy_tile<<<blocks, kThreads>>>(x, y, m.positions, groups, tile); });
+      std::printf("| [%lld, %d] | %.1f | %.1f | tile %d (%d bytes a position) | %.1f | %.1f%% |\n",
+                  m.positions, m.channels, mb, tc, tile, tile * 16, tt, 100.0 * tc / tt);
+    }
+    // Bits: the last call copied every vector.
+    std::vector<uint4> hy(std::min<long long>(vectors, 1 << 20));
+    CHECK(cudaMemset(y, 0, vectors * sizeof(uint4)));
+    copy_group<<<unsigned(pos_blocks * groups), kThreads>>>(x, y, m.positions, groups, 4);
+    CHECK(cudaMemcpy(hy.data(), y, hy.size() * sizeof(uint4), cudaMemcpyDeviceToHost));
+    for (const uint4& v : hy) {
+      if (v.x != 0x01010101u || v.w != 0x01010101u) {
+        std::fprintf(stderr, "copy_group missed a vector\n");
+        return 1;
+      }
+    }
+    CHECK(cudaFree(x));
+    CHECK(cudaFree(y));
+  }
+  return 0;
+}
