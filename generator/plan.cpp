@@ -172,10 +172,11 @@ constexpr int kSplitBlocksPerSm = kSplitCta.per_sm;
 // through scripts/ab_bench.py, two rounds, scripts/specs/split-cta.txt and
 // groupnorm-silu-vision.txt; performance-notes, "The split kernel's CTA ..."):
 // - 256 x 4 ran GroupNorm on SD UNet and VAE maps (16 to 64 CTAs a group) 4-26% faster, f32
-//   included, and LayerNorm and RMSNorm rows of 64 Ki to 512 Ki elements 3-12% faster;
+//   included, and LayerNorm and RMSNorm rows of 64 Ki to 1 Mi elements (in 256 x 4 or 512 x 2)
+//   3-12% faster;
 // - the VAE's [1, 256, 512, 512] (128 CTAs of 256 a group) ran 2% slower in them, 7% faster in
 //   512 x 2 (64 a group); the 16-bit GroupNorm seeds in 512 x 2 level to 3% faster;
-// - rows of 128 or more CTAs of 512 ran slower in them: the f32 GroupNorm seed 8%, the bf16
+// - rows of 128 or more CTAs of 512 ran slower in them: the f32 GroupNorm seed 8-9%, the bf16
 //   LayerNorm seed 8%.
 // On the H100 two CTAs of 512 an SM had run the seeds slower.
 constexpr SplitCta kSmallSplitCtas[] = {{256, 4}, {512, 2}};
