@@ -178,9 +178,14 @@ constexpr int kSplitBlocksPerSm = kSplitCta.per_sm;
 //   512 x 2 (64 a group); the 16-bit GroupNorm seeds in 512 x 2 level to 3% faster;
 // - rows of 128 or more CTAs of 512 ran slower in them: the f32 GroupNorm seed 8-9%, the bf16
 //   LayerNorm seed 8%.
-// On the H100 two CTAs of 512 an SM had run the seeds slower.
+// On the H100 (3352 GB/s) one CTA of 1024 an SM had run the GroupNorm seeds faster than two of
+// 512 (performance-seeds.md, "Few CTAs per row"; an earlier kernel), so 512 x 2, which the 16-bit
+// GroupNorm seeds and the VAE's largest maps take, is planned only for DRAM of at least
+// kHalfCtaMinDramGbps (the H200's 4814 GB/s: measured). 256 x 4 takes rows of at most 64 CTAs of
+// 256 (16 of 1024), a regime that H100 A/B did not cover, on every GPU.
 constexpr SplitCta kSmallSplitCtas[] = {{256, 4}, {512, 2}};
 constexpr int64_t kSmallCtaMostChunks = 64;
+constexpr int kHalfCtaMinDramGbps = 4000;
 constexpr int kSplitValues = 32;  // f32 values per thread of the split kernel
 // Vectors per thread of the split kernel, at most: each costs registers beyond its values (its
 // address and bounds, its parameters), and with narrow vectors (odd or 2-aligned rows: 32 of
@@ -376,13 +381,15 @@ SplitLayout split_layout_in(const Problem& pr, const Target& target, int vec, Sp
 
 // The split kernel's layout: in the smallest CTA that cuts a row into at most
 // kSmallCtaMostChunks with no more vectors per thread than kSplitCta's layout (the same work a
-// thread, cut into more CTAs), else in kSplitCta. Odd f32 LayerNorm rows (1- and 2-element
+// thread, cut into more CTAs), else in kSplitCta (512 x 2 only with DRAM of at least
+// kHalfCtaMinDramGbps). Odd f32 LayerNorm rows (1- and 2-element
 // vectors) need more vectors a thread in CTAs of 256 to keep their chunks even (65537: 16 in 17
 // CTAs, where 1024 threads take 13 in 5), which leaves fewer of their parameters resident;
 // on the H200 they ran 17-25% slower so.
 SplitLayout choose_split_layout(const Problem& pr, const Target& target, int vec) {
   const SplitLayout full = split_layout_in(pr, target, vec, kSplitCta);
   for (const SplitCta cta : kSmallSplitCtas) {
+    if (cta.per_sm == 2 && target.dram_gbps < kHalfCtaMinDramGbps) continue;
     const SplitLayout small = split_layout_in(pr, target, vec, cta);
     if (small.chunks <= kSmallCtaMostChunks && small.vectors <= full.vectors) return small;
   }
