@@ -382,10 +382,10 @@ SplitLayout split_layout_in(const Problem& pr, const Target& target, int vec, Sp
 // The split kernel's layout: in the smallest CTA that cuts a row into at most
 // kSmallCtaMostChunks with no more vectors per thread than kSplitCta's layout (the same work a
 // thread, cut into more CTAs), else in kSplitCta (512 x 2 only with DRAM of at least
-// kHalfCtaMinDramGbps). Odd f32 LayerNorm rows (1- and 2-element
-// vectors) need more vectors a thread in CTAs of 256 to keep their chunks even (65537: 16 in 17
-// CTAs, where 1024 threads take 13 in 5), which leaves fewer of their parameters resident;
-// on the H200 they ran 17-25% slower so.
+// kHalfCtaMinDramGbps). Odd f32 LayerNorm rows (1- and 2-element vectors) need more vectors a
+// thread in CTAs of 256 to keep their chunks even (65537: 16 in 17 CTAs, where 1024 threads
+// take 13 in 5), which leaves fewer of their parameters resident; on the H200 they ran 17-25%
+// slower so.
 SplitLayout choose_split_layout(const Problem& pr, const Target& target, int vec) {
   const SplitLayout full = split_layout_in(pr, target, vec, kSplitCta);
   for (const SplitCta cta : kSmallSplitCtas) {
