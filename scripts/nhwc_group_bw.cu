@@ -4,9 +4,13 @@
 // same positions, against a copy of the same bytes in contiguous 16-byte vectors. A group's
 // vectors lie C * 2 bytes apart, so W = 1 uses 16 bytes of each 32-byte sector it fetches; W = 2
 // and more share the sectors between the CTAs of neighbouring groups (L2 hits while they run
-// together). The SD VAE's [1, 256, 512, 512] and [1, 512, 256, 256] maps by default
-// (docs/performance-notes.md, "The split kernel's CTA ..."). On the GPU machine:
+// together). Tiles of 2-16 neighbouring groups a CTA read tile * 16 contiguous bytes a position.
+// Two passes a tile (two_pass_tiles, added after the first run): x read twice, tile by tile, the
+// second pass from L2 if the tile stays there. The SD VAE's [1, 256, 512, 512] and
+// [1, 512, 256, 256] maps and a [1, 512, 128, 128] by default (docs/performance-notes.md, "The
+// split kernel's CTA ...": the results of the one-pass modes). On the GPU machine:
 //   nvcc -O3 -arch=sm_90 -o nhwc_group_bw scripts/nhwc_group_bw.cu && ./nhwc_group_bw
+#include <cooperative_groups.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -92,6 +96,52 @@ __global__ void copy_tile(const uint4* x, uint4* y, long long positions, int gro
   }
 }
 
+// Two passes a tile, tile by tile, in one cooperative launch: the first reads the tile's x (its
+// bits folded into a value, so the loads stay), a grid barrier, the second reads x again (last
+// use, evict-first) and writes y (streaming stores); `overlap` 0 puts a grid barrier after the
+// second pass too, 1 lets the next tile's first pass start under this one's second. Whether the
+// second pass finds the tile in L2 (a tile of 8 of the VAE's groups is 32 MB, L2 60 MB): the
+// lead for channels-last GroupNorm in docs/performance-notes.md.
+__global__ void two_pass_tiles(const uint4* x, uint4* y, long long positions, int groups, int tile,
+                               int overlap, unsigned* sink) {
+  cooperative_groups::grid_group grid = cooperative_groups::this_grid();
+  const long long threads = (long long)gridDim.x * blockDim.x;
+  const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  const long long per_tile = positions * tile;  // vectors of a tile: position-major
+  unsigned acc = 0;
+  for (int t = 0; t < groups / tile; ++t) {
+    const auto at = [&](long long i) { return (i / tile) * groups + t * tile + i % tile; };
+    for (long long i0 = tid; i0 < per_tile; i0 += threads * kPerThread) {
+      uint4 v[kPerThread];
+#pragma unroll
+      for (int k = 0; k < kPerThread; ++k) {
+        const long long i = i0 + k * threads;
+        if (i < per_tile) v[k] = __ldcg(x + at(i));
+      }
+#pragma unroll
+      for (int k = 0; k < kPerThread; ++k) {
+        if (i0 + k * threads < per_tile) acc ^= v[k].x ^ v[k].w;
+      }
+    }
+    grid.sync();
+    for (long long i0 = tid; i0 < per_tile; i0 += threads * kPerThread) {
+      uint4 v[kPerThread];
+#pragma unroll
+      for (int k = 0; k < kPerThread; ++k) {
+        const long long i = i0 + k * threads;
+        if (i < per_tile) v[k] = __ldcs(x + at(i));
+      }
+#pragma unroll
+      for (int k = 0; k < kPerThread; ++k) {
+        const long long i = i0 + k * threads;
+        if (i < per_tile) __stcs(y + at(i), v[k]);
+      }
+    }
+    if (!overlap) grid.sync();
+  }
+  if (acc == 0x9e3779b9u) atomicAdd(sink, 1u);
+}
+
 template <class Launch>
 float median_us(Launch launch) {
   cudaEvent_t a, b;
@@ -161,17 +211,52 @@ int main(int argc, char** argv) {
       std::printf("| [%lld, %d] | %.1f | %.1f | tile %d (%d bytes a position) | %.1f | %.1f%% |\n",
                   m.positions, m.channels, mb, tc, tile, tile * 16, tt, 100.0 * tc / tt);
     }
-    // Bits: the last call copied every vector.
-    std::vector<uint4> hy(std::min<long long>(vectors, 1 << 20));
-    CHECK(cudaMemset(y, 0, vectors * sizeof(uint4)));
-    copy_group<<<unsigned(pos_blocks * groups), kThreads>>>(x, y, m.positions, groups, 4);
-    CHECK(cudaMemcpy(hy.data(), y, hy.size() * sizeof(uint4), cudaMemcpyDeviceToHost));
-    for (const uint4& v : hy) {
-      if (v.x != 0x01010101u || v.w != 0x01010101u) {
-        std::fprintf(stderr, "copy_group missed a vector\n");
-        return 1;
+    int per_sm = 0;
+    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, two_pass_tiles, kThreads, 0));
+    unsigned* sink;
+    CHECK(cudaMalloc(&sink, sizeof(unsigned)));
+    for (int tile : {8, 16}) {
+      if (groups % tile != 0) continue;
+      for (int overlap : {0, 1}) {
+        long long positions = m.positions;
+        int g = groups, tl = tile, ov = overlap;
+        void* args[] = {&x, &y, &positions, &g, &tl, &ov, &sink};
+        const float tt = median_us([&] {
+          CHECK(cudaLaunchCooperativeKernel((void*)two_pass_tiles,
+                                            dim3(per_sm * prop.multiProcessorCount), dim3(kThreads),
+                                            args, 0, nullptr));
+        });
+        std::printf(
+            "| [%lld, %d] | %.1f | %.1f | two passes a tile of %d (%.0f MB of x), %s | %.1f | "
+            "%.1f%% |\n",
+            m.positions, m.channels, mb, tc, tile, mb / 2 * tile / groups,
+            overlap ? "overlapped" : "a barrier after each pass", tt, 100.0 * tc / tt);
       }
     }
+    // Bits: copy_group and two_pass_tiles each write every vector of y (the first 2^20 checked).
+    std::vector<uint4> hy(std::min<long long>(vectors, 1 << 20));
+    for (int kernel = 0; kernel < 2; ++kernel) {
+      CHECK(cudaMemset(y, 0, vectors * sizeof(uint4)));
+      if (kernel == 0) {
+        copy_group<<<unsigned(pos_blocks * groups), kThreads>>>(x, y, m.positions, groups, 4);
+      } else {
+        long long positions = m.positions;
+        int g = groups, tl = groups % 8 == 0 ? 8 : groups, ov = 1;
+        void* args[] = {&x, &y, &positions, &g, &tl, &ov, &sink};
+        CHECK(cudaLaunchCooperativeKernel((void*)two_pass_tiles,
+                                          dim3(per_sm * prop.multiProcessorCount), dim3(kThreads),
+                                          args, 0, nullptr));
+      }
+      CHECK(cudaMemcpy(hy.data(), y, hy.size() * sizeof(uint4), cudaMemcpyDeviceToHost));
+      for (const uint4& v : hy) {
+        if (v.x != 0x01010101u || v.w != 0x01010101u) {
+          std::fprintf(stderr, "%s missed a vector\n",
+                       kernel == 0 ? "copy_group" : "two_pass_tiles");
+          return 1;
+        }
+      }
+    }
+    CHECK(cudaFree(sink));
     CHECK(cudaFree(x));
     CHECK(cudaFree(y));
   }
