@@ -31,20 +31,34 @@
 constexpr int kThreads = 256;
 constexpr int kPerThread = 8;  // 16-byte vectors a thread loads before it stores them
 
-// Contiguous: each thread copies kPerThread vectors, a CTA's kThreads * kPerThread in a row.
-__global__ void copy_contiguous(const uint4* x, uint4* y, long long vectors) {
-  const long long base = (long long)blockIdx.x * kThreads * kPerThread + threadIdx.x;
+// Copies the vectors x[at(i)] to y[at(i)] for i = i0 + k * step, k < kPerThread, i < end: every
+// load in flight before the first store. kStreaming: last-use loads and streaming stores
+// (evict-first), else plain ones.
+template <bool kStreaming = false, class At>
+__device__ __forceinline__ void copy_vectors(const uint4* x, uint4* y, long long i0, long long step,
+                                             long long end, At at) {
   uint4 v[kPerThread];
 #pragma unroll
   for (int k = 0; k < kPerThread; ++k) {
-    const long long i = base + (long long)k * kThreads;
-    if (i < vectors) v[k] = x[i];
+    const long long i = i0 + k * step;
+    if (i < end) v[k] = kStreaming ? __ldcs(x + at(i)) : x[at(i)];
   }
 #pragma unroll
   for (int k = 0; k < kPerThread; ++k) {
-    const long long i = base + (long long)k * kThreads;
-    if (i < vectors) y[i] = v[k];
+    const long long i = i0 + k * step;
+    if (i >= end) continue;
+    if constexpr (kStreaming) {
+      __stcs(y + at(i), v[k]);
+    } else {
+      y[at(i)] = v[k];
+    }
   }
+}
+
+// Contiguous: each thread copies kPerThread vectors, a CTA's kThreads * kPerThread in a row.
+__global__ void copy_contiguous(const uint4* x, uint4* y, long long vectors) {
+  const long long base = (long long)blockIdx.x * kThreads * kPerThread + threadIdx.x;
+  copy_vectors(x, y, base, kThreads, vectors, [](long long i) { return i; });
 }
 
 // One group's vectors (one a position, `groups` a position) over a block of positions, CTAs
@@ -58,17 +72,7 @@ __global__ void copy_group(const uint4* x, uint4* y, long long positions, int gr
   const int g = int(wave * w + b % w);
   if (g >= groups) return;
   const long long p0 = pos_block * kThreads * kPerThread + threadIdx.x;
-  uint4 v[kPerThread];
-#pragma unroll
-  for (int k = 0; k < kPerThread; ++k) {
-    const long long p = p0 + (long long)k * kThreads;
-    if (p < positions) v[k] = x[p * groups + g];
-  }
-#pragma unroll
-  for (int k = 0; k < kPerThread; ++k) {
-    const long long p = p0 + (long long)k * kThreads;
-    if (p < positions) y[p * groups + g] = v[k];
-  }
+  copy_vectors(x, y, p0, kThreads, positions, [=](long long p) { return p * groups + g; });
 }
 
 // A tile of `tile` neighbouring groups (tile * 16 contiguous bytes a position): a CTA's threads
@@ -83,17 +87,7 @@ __global__ void copy_tile(const uint4* x, uint4* y, long long positions, int gro
   const long long p0 = (b % blocks) * per_cta + threadIdx.x / tile;
   const int g = t * tile + int(threadIdx.x % tile);
   if (g >= groups || threadIdx.x >= rows * tile) return;
-  uint4 v[kPerThread];
-#pragma unroll
-  for (int k = 0; k < kPerThread; ++k) {
-    const long long p = p0 + (long long)k * rows;
-    if (p < positions) v[k] = x[p * groups + g];
-  }
-#pragma unroll
-  for (int k = 0; k < kPerThread; ++k) {
-    const long long p = p0 + (long long)k * rows;
-    if (p < positions) y[p * groups + g] = v[k];
-  }
+  copy_vectors(x, y, p0, rows, positions, [=](long long p) { return p * groups + g; });
 }
 
 // Two passes a tile, tile by tile, in one cooperative launch: the first reads the tile's x (its
@@ -125,17 +119,7 @@ __global__ void two_pass_tiles(const uint4* x, uint4* y, long long positions, in
     }
     grid.sync();
     for (long long i0 = tid; i0 < per_tile; i0 += threads * kPerThread) {
-      uint4 v[kPerThread];
-#pragma unroll
-      for (int k = 0; k < kPerThread; ++k) {
-        const long long i = i0 + k * threads;
-        if (i < per_tile) v[k] = __ldcs(x + at(i));
-      }
-#pragma unroll
-      for (int k = 0; k < kPerThread; ++k) {
-        const long long i = i0 + k * threads;
-        if (i < per_tile) __stcs(y + at(i), v[k]);
-      }
+      copy_vectors<true>(x, y, i0, threads, per_tile, at);
     }
     if (!overlap) grid.sync();
   }
