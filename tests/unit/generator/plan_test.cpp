@@ -842,6 +842,60 @@ TEST(PlanRows, SplitCtaIsTheSmallestThatCutsARowIntoAtMost64) {
             512);
 }
 
+// The split kernel stages the next row only where its vectors are 8 bytes or more: 4-byte
+// vectors (f32 scalars, 16-bit pairs) load straight into registers, and the plan says so.
+TEST(PlanRows, SplitRowsOfFourByteVectorsAreNotStaged) {
+  const Target h200 = Target::parse("sm_90:132:4814");
+  struct Case {
+    const char* spec;
+    int vector_bytes;
+  };
+  for (const Case& c : {
+           Case{"op=layernorm shape=96,65537 normalized_dims=1", 4},
+           Case{"op=rmsnorm shape=16,1000003 normalized_dims=1 affine=weight", 4},
+           Case{"op=layernorm shape=96,65538 dtype=f16 normalized_dims=1", 4},
+           Case{"op=groupnorm shape=2,320,63,63 dtype=f16 groups=32", 4},
+           Case{"op=layernorm shape=64,100002 normalized_dims=1", 8},
+           Case{"op=groupnorm shape=2,128,255,255 dtype=f16 groups=32", 8},
+           Case{"op=layernorm shape=512,65536 dtype=f16 normalized_dims=1", 16},
+       }) {
+    SCOPED_TRACE(c.spec);
+    const NormSpec spec = NormSpec::parse(c.spec);
+    const KernelPlan p = plan(spec, h200);
+    ASSERT_EQ(p.strategy, Strategy::kRowSplit);
+    ASSERT_EQ(p.vec * size_of(spec.dtype), c.vector_bytes);
+    EXPECT_EQ(p.staged, c.vector_bytes >= 8);
+    EXPECT_EQ(p.to_string().find("bytes load faster straight into registers") != std::string::npos,
+              c.vector_bytes < 8);
+  }
+}
+
+// A split row with a residual of x's own dtype is not prefetched into L2; one with an f32
+// residual to 16-bit x is (both measured on the H200).
+TEST(PlanRows, SplitRowsWithAResidualOfXsDtypeAreNotPrefetched) {
+  const Target h200 = Target::parse("sm_90:132:4814");
+  struct Case {
+    const char* spec;
+    int prefetch;
+  };
+  for (const Case& c : {
+           Case{"op=rmsnorm shape=64,262144 dtype=bf16 normalized_dims=1 affine=weight "
+                "residual=bf16",
+                0},
+           Case{"op=rmsnorm shape=64,262144 normalized_dims=1 affine=weight residual=f32", 0},
+           Case{"op=rmsnorm shape=128,131072 dtype=bf16 normalized_dims=1 affine=weight "
+                "residual=f32",
+                1},
+       }) {
+    SCOPED_TRACE(c.spec);
+    const KernelPlan p = plan(NormSpec::parse(c.spec), h200);
+    ASSERT_EQ(p.strategy, Strategy::kRowSplit);
+    EXPECT_EQ(p.prefetch, c.prefetch);
+    EXPECT_EQ(p.to_string().find("not prefetched into L2") != std::string::npos, c.prefetch == 0);
+    EXPECT_EQ(p.to_string().find("is prefetched into L2") != std::string::npos, c.prefetch == 1);
+  }
+}
+
 // Every split plan, whatever its CTA, on every arch and size of chip: 1024 threads an SM; no
 // more CTAs a row than co-reside and than a CTA has threads (exchange.cuh merges one partial a
 // thread); a small CTA only where a row takes at most 64 of them; the dynamic shared memory of
