@@ -259,9 +259,11 @@ TEST_F(Ops, DynamicSharedMemoryOfExactlyTheDefaultLimit) {
   // 48 KiB of dynamic shared memory beside a few static bytes is over the default limit,
   // which counts both: the engine must raise the kernel's limit for it as well (it used to
   // only above 48 KiB of dynamic memory, and the launch then found no co-resident CTAs).
+  // Rows of 35001 f32: 12 scalar vectors a thread of 1024, each with its weight resident in
+  // shared memory (4096 bytes a vector); the row itself is not staged (4-byte vectors).
   device::PrimaryContext context;
   Engine engine(test_engine_options());
-  const NormSpec spec = make(Op::kRmsNorm, {3, 35001}, Dtype::kF32, Affine::kNone, 1);
+  const NormSpec spec = make(Op::kRmsNorm, {3, 35001}, Dtype::kF32, Affine::kWeight, 1);
   const KernelPlan p = plan(spec, device::target_of(context.device()));
   ASSERT_EQ(p.strategy, Strategy::kRowSplit);
   ASSERT_EQ(p.smem_bytes, 48 * 1024) << p.to_string();
