@@ -196,8 +196,8 @@ constexpr int kSplitValues = 32;  // f32 values per thread of the split kernel
 // of 65537 and 1000001 f32 elements and RMSNorm rows of 1000003 ran about twice as fast at 16
 // as at 32, rows of 100002 the same, and GroupNorm groups of 6 x 8191 fastest at 8.
 constexpr int kSplitMaxVectors = 16;
-// The narrowest vector (bytes) whose row the split kernel stages in shared memory (split_layout).
-constexpr int kSplitStageMinVectorBytes = 8;
+// The fewest elements a vector whose row the split kernel stages in shared memory (split_layout).
+constexpr int kSplitStageMinVector = 4;
 constexpr int kSplitMaxSpanningVectors = 8;
 // The batch GroupNorm's split plans are sized for (N is not part of the kernel): two items, as
 // diffusion UNets run with classifier-free guidance; one item takes the same waves or fewer.
@@ -332,16 +332,18 @@ SplitLayout split_layout(const Problem& pr, const Target& target, int vec, int v
   // Stage the next row in shared memory when cp.async can move the vectors (4-16 bytes)
   // and cta.per_sm CTAs still fit the SM's shared memory. The stage holds x: a row
   // with a residual is not staged (h = x + residual is formed as it loads). Nor is a row of
-  // 4-byte vectors (f32 scalars, 16-bit pairs: odd rows): loaded straight into registers,
-  // f32 rows of 65537 and 1000003 elements and f16/bf16 rows of 65538 and 131074 ran 2-14%
-  // faster, and GroupNorm on 63 x 63 f16 maps 7% (H200, normjit bench, three rounds;
-  // performance-notes). 8-byte vectors were mixed (f32 pairs 2-4% faster, f16 GroupNorm
-  // groups of 4-element vectors 18% slower) and 16-byte ones slower: they keep the stage.
+  // vectors of 1 or 2 elements (odd rows: f32 scalars and pairs, 16-bit pairs): loaded
+  // straight into registers, all 11 such rows measured ran faster (H200, normjit bench, two
+  // and three rounds; performance-notes): f32 rows of 65537 to 1000003 elements 2-25%, f16/bf16
+  // rows of 65538 and 131074 4-9%, GroupNorm on f16 63 x 63 and f32 255 x 255 maps 5-7%.
+  // Vectors of 4 elements were mixed (16-bit: LayerNorm of 65540 bf16 33% and GroupNorm on
+  // f16 255 x 255 maps 18% slower, RMSNorm of 131076 bf16 10% faster) and of 8 slower (the SD
+  // VAE's GroupNorm 39%): they keep the stage.
   const int64_t budget = split_smem_budget(target, cta);
   const int64_t stage_bytes = threads * l.vectors * vec * size;
   const bool copy_async = target.sm >= 80;
-  l.can_stage = copy_async && vec * size >= kSplitStageMinVectorBytes && stage_bytes <= budget &&
-                !pr.residual;
+  l.can_stage = copy_async && vec * size >= 4 && vec >= kSplitStageMinVector &&
+                stage_bytes <= budget && !pr.residual;
   const int params = params_of(pr);
   const int64_t per_vector = threads * vec * param_size * params;
   const bool group = pr.op == Op::kGroupNorm;
@@ -574,9 +576,9 @@ std::string row_split(const Problem& pr, const Target& target, KernelPlan& p) {
   if (l.can_stage && !l.staged) {
     why << " (the next row is not staged: that shared memory holds parameters instead)";
   }
-  if (target.sm >= 80 && !pr.residual && p.vec * size_of(pr.x) < kSplitStageMinVectorBytes) {
-    why << " (the next row is not staged: vectors of " << p.vec * size_of(pr.x)
-        << " bytes load faster straight into registers)";
+  if (target.sm >= 80 && !pr.residual && p.vec < kSplitStageMinVector) {
+    why << " (the next row is not staged: vectors of " << p.vec
+        << (p.vec == 1 ? " element" : " elements") << " load faster straight into registers)";
   }
   if (target.sm >= 90 && same_residual) {
     why << "; the next row is not prefetched into L2 (with a residual of x's dtype it ran slower)";

@@ -842,9 +842,10 @@ TEST(PlanRows, SplitCtaIsTheSmallestThatCutsARowIntoAtMost64) {
             512);
 }
 
-// The split kernel stages the next row only where its vectors are 8 bytes or more: 4-byte
-// vectors (f32 scalars, 16-bit pairs) load straight into registers, and the plan says so.
-TEST(PlanRows, SplitRowsOfFourByteVectorsAreNotStaged) {
+// The split kernel stages the next row only where its vectors hold 4 elements or more: vectors
+// of 1 or 2 (f32 scalars and pairs, 16-bit pairs) load straight into registers, and the plan
+// says so.
+TEST(PlanRows, SplitRowsOfOneAndTwoElementVectorsAreNotStaged) {
   const Target h200 = Target::parse("sm_90:132:4814");
   struct Case {
     const char* spec;
@@ -856,6 +857,8 @@ TEST(PlanRows, SplitRowsOfFourByteVectorsAreNotStaged) {
            Case{"op=layernorm shape=96,65538 dtype=f16 normalized_dims=1", 4},
            Case{"op=groupnorm shape=2,320,63,63 dtype=f16 groups=32", 4},
            Case{"op=layernorm shape=64,100002 normalized_dims=1", 8},
+           Case{"op=groupnorm shape=2,64,255,255 groups=32", 8},
+           Case{"op=layernorm shape=96,65540 dtype=bf16 normalized_dims=1", 8},
            Case{"op=groupnorm shape=2,128,255,255 dtype=f16 groups=32", 8},
            Case{"op=layernorm shape=512,65536 dtype=f16 normalized_dims=1", 16},
        }) {
@@ -864,9 +867,9 @@ TEST(PlanRows, SplitRowsOfFourByteVectorsAreNotStaged) {
     const KernelPlan p = plan(spec, h200);
     ASSERT_EQ(p.strategy, Strategy::kRowSplit);
     ASSERT_EQ(p.vec * size_of(spec.dtype), c.vector_bytes);
-    EXPECT_EQ(p.staged, c.vector_bytes >= 8);
-    EXPECT_EQ(p.to_string().find("bytes load faster straight into registers") != std::string::npos,
-              c.vector_bytes < 8);
+    EXPECT_EQ(p.staged, p.vec >= 4);
+    EXPECT_EQ(p.to_string().find("load faster straight into registers") != std::string::npos,
+              p.vec < 4);
   }
 }
 
