@@ -283,6 +283,7 @@ struct SplitLayout {
   int64_t vectors = 0;  // per thread
   int64_t chunks = 0;
   bool can_stage = false;
+  bool narrow = false;  // the stage would fit, but the vectors are too narrow to gain from it
   bool staged = false;
   int64_t resident = 0;
   int64_t smem_bytes = 0;
@@ -342,8 +343,9 @@ SplitLayout split_layout(const Problem& pr, const Target& target, int vec, int v
   const int64_t budget = split_smem_budget(target, cta);
   const int64_t stage_bytes = threads * l.vectors * vec * size;
   const bool copy_async = target.sm >= 80;
-  l.can_stage = copy_async && vec * size >= 4 && vec >= kSplitStageMinVector &&
-                stage_bytes <= budget && !pr.residual;
+  const bool stage_fits = copy_async && vec * size >= 4 && stage_bytes <= budget && !pr.residual;
+  l.narrow = stage_fits && vec < kSplitStageMinVector;
+  l.can_stage = stage_fits && !l.narrow;
   const int params = params_of(pr);
   const int64_t per_vector = threads * vec * param_size * params;
   const bool group = pr.op == Op::kGroupNorm;
@@ -576,7 +578,7 @@ std::string row_split(const Problem& pr, const Target& target, KernelPlan& p) {
   if (l.can_stage && !l.staged) {
     why << " (the next row is not staged: that shared memory holds parameters instead)";
   }
-  if (target.sm >= 80 && !pr.residual && p.vec < kSplitStageMinVector) {
+  if (l.narrow) {
     why << " (the next row is not staged: vectors of " << p.vec
         << (p.vec == 1 ? " element" : " elements") << " load faster straight into registers)";
   }
