@@ -19,15 +19,17 @@ void add_bench_command(CLI::App& app);
 // --op --shape --dtype --normalized-dims --groups --affine --eps, and the variant axes
 // --param-dtype --out-dtype --residual [DTYPE] --weight-offset --activation --save-stats
 // --layout
-// --backward.
+// --backward, or --spec TEXT: the whole spec as its canonical text instead of the flags.
 // Each holds the text as given, or nothing when the flag is left out: every value given is
 // parsed and validated by resolve(), none ("", -1, nan) stands for "not given".
 struct SpecFlags {
   std::optional<std::string> op, shape, dtype, normalized_dims, groups, affine, eps;
   std::optional<std::string> param_dtype, out_dtype, weight_offset, activation, layout;
   std::optional<std::string> residual;  // kResidualOfX when given without a value
+  std::optional<std::string> text;      // --spec
   bool save_stats = false;
   bool backward = false;
+  bool any() const;  // a spec is given: --spec or any of the flags
   // What --residual holds when given bare: a text no argument can hold (argv strings end at
   // their first NUL), so that an explicit --residual "" is still refused as empty.
   static inline const std::string kResidualOfX = std::string(1, '\0');

@@ -72,9 +72,10 @@ std::string resource_report(const CompiledKernel& compiled, const Target& target
 }
 
 std::string dump_spec(const DumpOptions& o) {
-  if (!o.spec.op || !o.spec.shape) {
+  if (!o.spec.text && (!o.spec.op || !o.spec.shape)) {
     throw_invalid_argument(!o.spec.op ? "--op" : "--shape", "(missing)",
-                           "dump needs a spec (--op and --shape) or --cache-entry KEY");
+                           "dump needs a spec (--op and --shape, or --spec TEXT) or --cache-entry "
+                           "KEY");
   }
   const NormSpec spec = o.spec.resolve();
   if (o.cache_dir) {
@@ -153,10 +154,7 @@ std::string dump_entry(const DumpOptions& o) {
                            "expected a key of 64 lowercase hex digits, as 'normjit cache ls' "
                            "prints");
   }
-  const SpecFlags& f = o.spec;
-  if (f.op || f.shape || f.dtype || f.normalized_dims || f.groups || f.affine || f.eps ||
-      f.param_dtype || f.out_dtype || f.weight_offset || f.residual || f.activation ||
-      f.save_stats || f.layout || f.backward || o.arch) {
+  if (o.spec.any() || o.arch) {
     throw_invalid_argument("--cache-entry", quoted_excerpt(key),
                            "names a compiled kernel; leave out the spec flags and --arch");
   }

@@ -41,6 +41,12 @@ void check_residual_flag(const NormSpec& s, const std::string& given) {
 
 }  // namespace
 
+bool SpecFlags::any() const {
+  return text || op || shape || dtype || normalized_dims || groups || affine || eps ||
+         param_dtype || out_dtype || weight_offset || residual || activation || save_stats ||
+         layout || backward;
+}
+
 void SpecFlags::add_to(CLI::App& app, bool required) {
   auto* op_flag = add_text(app, "--op", op, "rmsnorm | layernorm | groupnorm");
   auto* shape_flag = add_text(app, "--shape", shape, "full tensor shape, e.g. 8,64,32,32");
@@ -82,9 +88,33 @@ void SpecFlags::add_to(CLI::App& app, bool required) {
   app.add_flag("--backward", backward,
                "the backward kernel: dx, dweight and dbias from x, dy and the saved mean and "
                "rstd (every op and form; trailing rows of up to 8192 elements)");
+  if (!required) {
+    add_text(app, "--spec", text,
+             "the whole spec as text instead of the flags above, e.g. \"op=rmsnorm "
+             "shape=4,4096 normalized_dims=1 dtype=bf16\": the form 'dump --emit plan' prints "
+             "after 'spec:' and 'bench --specs' reads a line each");
+  }
 }
 
 NormSpec SpecFlags::resolve() const {
+  if (text) {
+    SpecFlags flags = *this;
+    flags.text.reset();
+    if (flags.any()) {
+      throw_invalid_argument("--spec", quoted_excerpt(*text),
+                             "give the spec as text or as flags (--op, --shape, ...), not both");
+    }
+    if (text->find_first_not_of(" \t\n") == std::string::npos) {
+      throw_invalid_argument("--spec", quoted_excerpt(*text),
+                             "expected a spec text such as \"op=rmsnorm shape=4,4096 "
+                             "normalized_dims=1\"");
+    }
+    try {
+      return NormSpec::parse(*text);
+    } catch (const Error& e) {
+      throw Error(e.code(), "--spec: " + std::string(e.what()));
+    }
+  }
   if (!op)
     throw_invalid_argument("--op", "(missing)", "expected one of rmsnorm, layernorm, groupnorm");
   if (!shape) throw_invalid_argument("--shape", "(missing)", "expected sizes like 8,64,32,32");

@@ -290,6 +290,42 @@ TEST_F(Cli, PrintedSpecsReadBack) {
   EXPECT_NE(refused.find("arch=sm_80"), npos) << refused;
 }
 
+// --spec TEXT stands for the flags: the plan's own "spec:" line given back to dump prints the
+// same plan, and bench --compile takes it; beside a spec flag, empty or malformed, it is refused
+// naming --spec.
+TEST_F(Cli, DumpAndBenchTakeTheSpecAsText) {
+  const std::vector<std::string> flags = {"--op",    "groupnorm", "--shape",  "2,320,63,63",
+                                          "--dtype", "f16",       "--groups", "32"};
+  std::vector<std::string> by_flags = {"dump", "--emit", "plan", "--arch", "sm_90:132:4814"};
+  by_flags.insert(by_flags.end(), flags.begin(), flags.end());
+  const ToolResult plan = run(by_flags);
+  ASSERT_EQ(plan.exit_code, 0) << plan.describe();
+  const std::string first = plan.out.substr(0, plan.out.find('\n'));
+  ASSERT_EQ(first.rfind("spec: ", 0), 0u) << first;
+  const std::string text = first.substr(6);
+  const ToolResult by_text =
+      run({"dump", "--emit", "plan", "--arch", "sm_90:132:4814", "--spec", text});
+  ASSERT_EQ(by_text.exit_code, 0) << by_text.describe();
+  EXPECT_EQ(by_text.out, plan.out);
+  const ToolResult timed = run({"bench", "--compile", "--arch", "sm_80", "--repeat", "1", "--json",
+                                "--spec", "op=rmsnorm shape=8,64 normalized_dims=1 dtype=bf16"});
+  EXPECT_EQ(timed.exit_code, 0) << timed.describe();
+  EXPECT_NE(timed.out.find("op=rmsnorm shape=8,64"), npos) << timed.describe();
+
+  for (const char* command : {"dump", "bench"}) {
+    const std::string both =
+        single_error(run({command, "--arch", "sm_90", "--spec", text, "--dtype", "bf16"}));
+    EXPECT_NE(both.find("--spec '" + text.substr(0, 20)), npos) << both;
+    EXPECT_NE(both.find("not both"), npos) << both;
+  }
+  const std::string empty = single_error(run({"dump", "--arch", "sm_90", "--spec", " "}));
+  EXPECT_NE(empty.find("invalid --spec ' '"), npos) << empty;
+  const std::string bad =
+      single_error(run({"dump", "--arch", "sm_90", "--spec", "op=rmsnorm shape=8,64 dtype=f64"}));
+  EXPECT_NE(bad.find("--spec: "), npos) << bad;
+  EXPECT_NE(bad.find("'f64'"), npos) << bad;
+}
+
 // A kernel planned for a part other than the arch's full-size one (a multiprocessor count, a
 // DRAM bandwidth) is listed with that target, and its line explains as present: the GroupNorm
 // backward of large f32 channels streams on an H200 (sm_90:132:4814) and not on the H100 that
