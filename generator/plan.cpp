@@ -556,9 +556,9 @@ std::string row_split(const Problem& pr, const Target& target, KernelPlan& p) {
   // to bf16 x (x a third of the reads) ran 3% faster with it.
   const bool none = params_of(pr) == 0;
   const bool same_residual = pr.residual && *pr.residual == pr.x;
-  const bool prefetch = target.sm >= 90 && !same_residual &&
-                        (l.staged ? group || l.resident == l.vectors || none
-                                  : !group && (none || 8 * l.resident >= 7 * l.vectors));
+  const bool worth_it = l.staged ? group || l.resident == l.vectors || none
+                                 : !group && (none || 8 * l.resident >= 7 * l.vectors);
+  const bool prefetch = target.sm >= 90 && worth_it && !same_residual;
   const bool after_barrier = group && pr.activation != Activation::kSilu;
   p.prefetch = !prefetch ? 0 : after_barrier ? 2 : 1;
   std::ostringstream why;
@@ -582,7 +582,7 @@ std::string row_split(const Problem& pr, const Target& target, KernelPlan& p) {
     why << " (the next row is not staged: vectors of " << p.vec
         << (p.vec == 1 ? " element" : " elements") << " load faster straight into registers)";
   }
-  if (target.sm >= 90 && same_residual) {
+  if (target.sm >= 90 && worth_it && same_residual) {
     why << "; the next row is not prefetched into L2 (with a residual of x's dtype it ran slower)";
   }
   return why.str();
