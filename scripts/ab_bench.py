@@ -5,14 +5,17 @@ Each variant is a build folder holding tools/normjit and its libnormjit.so.0 (ca
 machine), optionally with environment variables (a throwaway build's switches). Every variant
 times the same spec list with `normjit bench --specs FILE --json`, in turn, for --rounds rounds
 (round 1 of every variant, then round 2, ...), each variant with its own cache folder. Prints a
-Markdown table of medians in µs, one row per spec, the rounds of a variant as `a / b`, and writes
-the JSON of every run to --out.
+Markdown table of medians in µs, one row per spec, the rounds of a variant as `a / b`, each
+variant after the first with its time over the first's in brackets (the mean of its rounds over
+the mean of the first's: below 1.00, faster), a last row with the geometric mean of those
+ratios over the specs both timed, and writes the JSON of every run to --out.
 
   python3 scripts/ab_bench.py --specs scripts/specs/row-backward.txt \\
       --variant base=build-base --variant new=build-gpu --variant nopf=build-gpu:NJ_X=0
 """
 import argparse
 import json
+import math
 import os
 import re
 import subprocess
@@ -75,14 +78,36 @@ def main():
                 if "median_ms" in res:
                     medians[spec][(name, r)] = 1000.0 * res["median_ms"]
     names = [v[0] for v in a.variant]
-    print("| spec | " + " | ".join(names) + " |")
-    print("|---|" + "---:|" * len(names))
+    print(table(specs, names, medians, a.rounds))
+
+
+def table(specs, names, medians, rounds):
+    """The Markdown table: rounds a cell, ratios to the first variant, their geometric means."""
+    def mean_of(spec, name):
+        values = [medians[spec].get((name, r)) for r in range(1, rounds + 1)]
+        values = [v for v in values if v is not None]
+        return sum(values) / len(values) if values else None
+
+    lines = ["| spec | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+    logs = {name: [] for name in names[1:]}
     for spec in specs:
+        base = mean_of(spec, names[0])
         cells = []
-        for name in names:
-            values = [medians[spec].get((name, r)) for r in range(1, a.rounds + 1)]
-            cells.append(" / ".join("n/a" if v is None else f"{v:.2f}" for v in values))
-        print(f"| `{spec}` | " + " | ".join(cells) + " |")
+        for i, name in enumerate(names):
+            values = [medians[spec].get((name, r)) for r in range(1, rounds + 1)]
+            cell = " / ".join("n/a" if v is None else f"{v:.2f}" for v in values)
+            mean = mean_of(spec, name)
+            if i > 0 and base and mean:
+                cell += f" ({mean / base:.2f})"
+                logs[name].append(math.log(mean / base))
+            cells.append(cell)
+        lines.append(f"| `{spec}` | " + " | ".join(cells) + " |")
+    if len(names) > 1:
+        means = [f"{math.exp(sum(v) / len(v)):.3f} over {len(v)}" if v else "n/a"
+                 for v in logs.values()]
+        lines.append(f"| geometric mean of the ratios to {names[0]} | | " + " | ".join(means) +
+                     " |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
