@@ -295,8 +295,7 @@ std::vector<NormSpec> requested_specs(const BenchOptions& o) {
   if (int(spec_flags) + int(o.seeds) + int(listed) + int(o.jit_latency) != 1) {
     throw Error(ErrorCode::kInvalidArgument,
                 "bench needs exactly one of: spec flags (--op ... --shape ..., or --spec TEXT), "
-                "--seeds, "
-                "--specs FILE, --jit-latency");
+                "--seeds, --specs FILE, --jit-latency");
   }
   if (o.compile_only && o.jit_latency) {
     throw Error(ErrorCode::kInvalidArgument,
