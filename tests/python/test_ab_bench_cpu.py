@@ -3,6 +3,7 @@ of `normjit bench --specs F --json`, with a median that depends on the build, th
 the variant names and the round, so that the table's cells can be checked one by one. No torch
 needed."""
 import json
+import math
 import os
 import stat
 import subprocess
@@ -65,12 +66,20 @@ def test_table_has_each_variant_and_round(tmp_path):
     assert table[0] == "| spec | a | b | b3 |"
     rows = {l.split("|")[1].strip(): [c.strip() for c in l.split("|")[2:-1]] for l in table[2:]}
     # Rounds alternate variants: a round 1, b round 1, b3 round 1, then round 2 of each, so each
-    # build's call count (the last digit) says which round a cell came from.
-    assert rows["`op=rmsnorm shape=4,8`"] == ["1001.01 / 1001.02", "2001.01 / 2001.03",
-                                              "2001.32 / 2001.34"]
-    assert rows["`op=layernorm shape=4,8`"] == ["1003.01 / 1003.02", "2003.01 / 2003.03",
-                                                "2003.32 / 2003.34"]
+    # build's call count (the last digit) says which round a cell came from. After the first
+    # variant, each cell carries the mean of its rounds over the first's, in brackets.
+    assert rows["`op=rmsnorm shape=4,8`"] == ["1001.01 / 1001.02", "2001.01 / 2001.03 (2.00)",
+                                              "2001.32 / 2001.34 (2.00)"]
+    assert rows["`op=layernorm shape=4,8`"] == ["1003.01 / 1003.02", "2003.01 / 2003.03 (2.00)",
+                                                "2003.32 / 2003.34 (2.00)"]
     assert rows["`op=layernorm shape=2,16 unsupported`"] == ["n/a / n/a"] * 3
+    # The last row: each variant's geometric mean of those ratios over the specs both timed.
+    ratios = {"b": (2001.02 / 1001.015, 2003.02 / 1003.015),
+              "b3": (2001.33 / 1001.015, 2003.33 / 1003.015)}
+    geo = {name: math.sqrt(r[0] * r[1]) for name, r in ratios.items()}
+    assert table[-1].startswith("| geometric mean of the ratios to a |")
+    assert rows["geometric mean of the ratios to a"] == [
+        "", f"{geo['b']:.3f} over 2", f"{geo['b3']:.3f} over 2"]
     # Every run's JSON is kept, each variant with its own cache and its build's library.
     assert sorted(p.name for p in out.iterdir()) == sorted(
         f"{n}.r{r}.json" for n in ("a", "b", "b3") for r in (1, 2))
@@ -107,3 +116,4 @@ def test_a_failing_build_is_reported_and_its_cells_are_na(tmp_path):
     assert run.returncode == 0
     assert "broken round 1: exit 1: normjit: error: no GPU" in run.stderr
     assert "| `op=rmsnorm shape=4,8` | 1001.01 | n/a |" in run.stdout
+    assert "| geometric mean of the ratios to good | | n/a |" in run.stdout
