@@ -5,10 +5,11 @@ needed."""
 import json
 import math
 import os
-import stat
 import subprocess
 import sys
 from pathlib import Path
+
+from stand_in import stand_in_build
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "ab_bench.py"
@@ -41,12 +42,7 @@ print(json.dumps({{"results": results}}))
 
 
 def make_build(root: Path, name: str, base_ms: float) -> Path:
-    build = root / name
-    (build / "tools").mkdir(parents=True)
-    tool = build / "tools" / "normjit"
-    tool.write_text(FAKE.format(python=sys.executable, base=base_ms))
-    tool.chmod(tool.stat().st_mode | stat.S_IXUSR)
-    return build
+    return stand_in_build(root, name, FAKE.format(python=sys.executable, base=base_ms))
 
 
 def test_table_has_each_variant_and_round(tmp_path):
@@ -101,11 +97,8 @@ def test_a_bad_variant_is_named(tmp_path):
 
 
 def test_a_failing_build_is_reported_and_its_cells_are_na(tmp_path):
-    broken = tmp_path / "broken"
-    (broken / "tools").mkdir(parents=True)
-    tool = broken / "tools" / "normjit"
-    tool.write_text("#!/bin/sh\necho 'normjit: error: no GPU' >&2\nexit 1\n")
-    tool.chmod(tool.stat().st_mode | stat.S_IXUSR)
+    broken = stand_in_build(tmp_path, "broken",
+                            "#!/bin/sh\necho 'normjit: error: no GPU' >&2\nexit 1\n")
     good = make_build(tmp_path, "good", 1.0)
     specs = tmp_path / "specs.txt"
     specs.write_text("op=rmsnorm shape=4,8\n")

@@ -1,10 +1,11 @@
 """scripts/plan_diff.py with stand-in builds whose tools/normjit prints a plan made from its
 flags (what `normjit dump --emit plan` prints), so that which specs differ, which are refused and
 how the spec text becomes flags can be checked. No GPU, no torch."""
-import stat
 import subprocess
 import sys
 from pathlib import Path
+
+from stand_in import stand_in_build
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "plan_diff.py"
@@ -32,12 +33,7 @@ print("block: 256x1")
 
 
 def make_build(root: Path, name: str) -> Path:
-    build = root / name
-    (build / "tools").mkdir(parents=True)
-    tool = build / "tools" / "normjit"
-    tool.write_text(FAKE.format(python=sys.executable, build=name))
-    tool.chmod(tool.stat().st_mode | stat.S_IXUSR)
-    return build
+    return stand_in_build(root, name, FAKE.format(python=sys.executable, build=name))
 
 
 def run(tmp_path, lines, arch=None):
