@@ -1090,12 +1090,14 @@ constexpr int64_t kGroupTileOverheadWords = 40;
 constexpr int64_t kGroupTileMinAccessBytes = 8;
 constexpr int64_t kSmRegisters = 65536;  // 32-bit registers per SM on every arch from sm_70 on
 
-// A tile of whole groups that one CTA covers at every position of an item (kTiles > 1).
+// A tile of whole groups (kTiles > 1) that one CTA covers at every position of an item
+// (nhwc_tile), or `chunks` CTAs that exchange the tile's partials (exchange_tile).
 struct NhwcTile {
   int64_t groups = 0;  // groups per tile
   int vec = 1;
   int64_t tx = 0, ty = 0, k = 0;  // threads across the tile's channels, across positions;
                                   // positions per thread
+  int64_t chunks = 1;             // CTAs a tile's positions are split over (exchange_tile)
 };
 
 // The vector of the channels-last kernel over `channels` contiguous channels of groups of
@@ -1150,6 +1152,44 @@ std::optional<NhwcTile> nhwc_tile(const Problem& pr) {
     }
   }
   return std::nullopt;
+}
+
+// Groups a tile of an exchanged channels-last item takes (x in registers over several CTAs):
+// each tile of whole groups runs over its own CTAs, which publish and merge only its groups'
+// partials, not all G of them. On the H200 (normjit bench, two rounds, the 14 SD UNet and VAE
+// maps of scripts/specs/groupnorm-nhwc-exchange.txt, G = 32; performance-notes) tiles of 8
+// groups ran 0.72-0.96x the time of CTAs over all channels (the VAE's f16 [1, 512, 128, 128]
+// 24.0 -> 21.4 us), geometric mean 0.90; tiles of 4 groups 0.92 and of 16 groups 0.91.
+constexpr int64_t kGroupExchangeTileGroups = 8;
+
+// The tile of kGroupExchangeTileGroups groups an item whose CTAs exchange their partials is
+// cut into (NhwcTile::chunks CTAs a tile, x held in registers), where its groups make at least
+// two such tiles and the item's tiles x chunks stay within `capacity` co-resident CTAs.
+std::optional<NhwcTile> exchange_tile(const Problem& pr, int64_t capacity) {
+  const int64_t gt = kGroupExchangeTileGroups, per_group = pr.channels / pr.groups;
+  if (pr.groups % gt != 0 || pr.groups / gt < 2) return std::nullopt;
+  const int64_t s = pr.spatial, tiles = pr.groups / gt, channels = gt * per_group;
+  NhwcTile t;
+  t.groups = gt;
+  t.vec = nhwc_vector(pr, channels, per_group);
+  t.tx = channels / t.vec;
+  int64_t ty = std::max<int64_t>(kGroupThreads / t.tx, ceil_div(32, t.tx));
+  while (ty > 1 && nhwc_smem(ty, channels, gt) > kGroupSmemBytes) --ty;
+  if (nhwc_smem(ty, channels, gt) > kGroupSmemBytes || t.tx * ty < 32) return std::nullopt;
+  const int per_word = size_of(pr.x) == 2 && t.vec % 2 == 0 ? 2 : 1;
+  const int64_t k_most = std::max<int64_t>(1, kGroupWords * per_word / t.vec);
+  const auto ctas = [&](int64_t k) { return tiles * ceil_div(s, ty * k); };
+  if (ctas(k_most) > capacity) return std::nullopt;
+  // As the item over all channels below: the fewest positions a thread that let
+  // kGroupWaveItems items share one wave (else the item alone), then even segments.
+  const int64_t wave =
+      ctas(k_most) * kGroupWaveItems <= capacity ? capacity / kGroupWaveItems : capacity;
+  int64_t k = k_most;
+  while (k > 1 && ctas(k - 1) <= wave) --k;
+  t.chunks = ceil_div(s, ty * k);
+  t.k = ceil_div(s, t.chunks * ty);
+  t.ty = std::max(ceil_div(s, t.chunks * t.k), ceil_div(32, t.tx));
+  return t;
 }
 
 std::string group_nhwc(const Problem& pr, const Target& target, KernelPlan& p) {
@@ -1212,9 +1252,11 @@ std::string group_nhwc(const Problem& pr, const Target& target, KernelPlan& p) {
       << p.vec * size_of(pr.x) << "-byte accesses along the contiguous channels) of " << ty
       << " positions at a time; ";
   // Items the exchange would split: where a tile of whole groups holds every position of the
-  // item, N x (G / tile groups) CTAs need no exchange.
-  const std::optional<NhwcTile> tile =
-      in_registers && ceil_div(s, ty * k) > 1 ? nhwc_tile(pr) : std::nullopt;
+  // item, N x (G / tile groups) CTAs need no exchange; else tiles of kGroupExchangeTileGroups
+  // groups still exchange, each over its own CTAs.
+  const bool exchanged = in_registers && ceil_div(s, ty * k) > 1;
+  std::optional<NhwcTile> tile = exchanged ? nhwc_tile(pr) : std::nullopt;
+  if (exchanged && !tile) tile = exchange_tile(pr, capacity);
   if (tile) {
     p.vec = p.param_vec = tile->vec;
     p.block_x = int(tile->tx);
@@ -1223,14 +1265,21 @@ std::string group_nhwc(const Problem& pr, const Target& target, KernelPlan& p) {
     p.vectors = tile->k;
     p.pieces = 1;
     p.segment = tile->ty * tile->k;
-    p.split_chunks = 1;
+    p.split_chunks = tile->chunks;
     why.str("");
     why << "layout nhwc: each CTA covers a tile of " << tile->groups << " group"
         << (tile->groups == 1 ? "" : "s") << " (" << tile->groups * (c / groups) << " channels, "
         << tile->tx << " threads of " << tile->vec * size_of(pr.x)
-        << "-byte accesses along the contiguous channels) at all " << s << " positions of an item, "
-        << tile->ty << " at a time, " << tile->k
-        << " per thread kept in registers (x read once): " << p.blocks_per_item << " CTAs per item";
+        << "-byte accesses along the contiguous channels) at ";
+    if (tile->chunks == 1) {
+      why << "all " << s << " positions of an item";
+    } else {
+      why << p.segment << " positions (the item's " << s << " split over " << tile->chunks
+          << " CTAs a tile)";
+    }
+    why << ", " << tile->ty << " at a time, " << tile->k
+        << " per thread kept in registers (x read once): " << p.blocks_per_item * p.split_chunks
+        << " CTAs per item";
   } else if (in_registers) {
     p.vectors = k;
     p.pieces = 1;
@@ -1339,7 +1388,7 @@ int64_t KernelPlan::grid(int64_t batch, int64_t co_resident) const {
     case Strategy::kChannelsBackward:
       return std::max<int64_t>(1, std::min(co_resident, blocks_per_item * batch));
     case Strategy::kGroupNhwc:
-      return cooperative() ? std::min(co_resident / split_chunks, batch) * split_chunks
+      return cooperative() ? std::min(co_resident / exchange_ctas(), batch) * exchange_ctas()
                            : batch * blocks_per_item;
   }
   return 0;
@@ -1378,7 +1427,7 @@ int64_t KernelPlan::workspace_floats(int64_t co_resident) const {
   // kRowSplitBackward: the grid barrier's counter, then a slot per P co-resident CTAs.
   if (strategy == Strategy::kRowSplitBackward)
     return workspace_header_floats() + co_resident / split_chunks * workspace_slot_floats();
-  return co_resident / split_chunks * workspace_slot_floats();
+  return co_resident / exchange_ctas() * workspace_slot_floats();
 }
 
 const char* to_string(Strategy strategy) {
@@ -1447,7 +1496,9 @@ std::string KernelPlan::grid_text() const {
                                     : std::to_string(blocks_per_item) +
                                           " x batch CTAs (one per tile of groups of an item)";
       }
-      return std::to_string(split_chunks) +
+      return (blocks_per_item == 1 ? std::to_string(split_chunks)
+                                   : std::to_string(blocks_per_item) + " tiles of groups x " +
+                                         std::to_string(split_chunks)) +
              " CTAs per item x as many items as stay co-resident (cooperative launch, " +
              std::to_string(split_blocks_per_sm) + " CTAs per SM)";
   }

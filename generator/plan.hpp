@@ -69,7 +69,8 @@ struct KernelPlan {
   int64_t rows_per_item = 1;     // row strategies: rows per batch item (groups; nhwc channel
                                  // forms: S positions, the launch's rows being N x S)
   int rows_per_block = 1;        // kRowRegisters: rows per CTA
-  int64_t split_chunks = 0;      // kRowSplit, kRowStream, kRowSplitBackward: CTAs per row (P)
+  int64_t split_chunks = 0;      // kRowSplit, kRowStream, kRowSplitBackward: CTAs per row (P);
+                                 // kGroupNhwc: CTAs per tile of groups of an item
   int split_blocks_per_sm = 0;   // kRowSplit, kRowStream, kRowSplitBackward: residency built for
   int vec = 1;                   // elements per global access of x and y
   int param_vec = 1;             // elements per access of weight and bias
@@ -121,6 +122,12 @@ struct KernelPlan {
            ((strategy == Strategy::kRowBackward || strategy == Strategy::kChannelsBackward) &&
             (problem.weight || problem.bias)) ||
            (strategy == Strategy::kGroupNhwc && split_chunks > 1);
+  }
+  // CTAs of a cooperative kernel that exchange partials with one another and so must be
+  // co-resident: split_chunks (kGroupNhwc: times its tiles of groups, which share the item's
+  // slot).
+  int64_t exchange_ctas() const {
+    return strategy == Strategy::kGroupNhwc ? split_chunks * blocks_per_item : split_chunks;
   }
   // CTAs of a launch over `batch` items; for cooperative kernels, `co_resident` is how many
   // CTAs of this kernel the device holds at once.

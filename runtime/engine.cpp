@@ -415,9 +415,9 @@ std::shared_ptr<const LoadedKernel> EngineImpl::build(const NormSpec& spec, CUco
                     std::to_string(kernel->plan.block_x * kernel->plan.block_y) + " threads, " +
                     std::to_string(kernel->plan.smem_bytes) + " bytes of dynamic shared memory)");
   }
-  if (kernel->plan.cooperative() && kernel->co_resident < kernel->plan.split_chunks) {
+  if (kernel->plan.cooperative() && kernel->co_resident < kernel->plan.exchange_ctas()) {
     throw Error(ErrorCode::kInternal, "the split kernel for " + spec.to_string() + " needs " +
-                                          std::to_string(kernel->plan.split_chunks) +
+                                          std::to_string(kernel->plan.exchange_ctas()) +
                                           " co-resident CTAs; the device holds " +
                                           std::to_string(kernel->co_resident));
   }

@@ -11,9 +11,12 @@
 // is split over P CTAs of kSegment positions each (a slot); the grid holds `slots` of them, and
 // slot s works on items s, s + slots, ...
 //
-// kTiles > 1 (small items, P == 1): the C channels are cut into kTiles tiles of whole groups,
-// CT = C / kTiles channels each, and a CTA covers one tile of one item (all its S positions):
-// N x kTiles CTAs, none exchanging anything. TX * V == CT; with one tile CT == C.
+// kTiles > 1: the C channels are cut into kTiles tiles of whole groups, CT = C / kTiles
+// channels each, and a CTA covers one tile of its positions. With P == 1 (small items) a CTA
+// covers one tile of one item, all its S positions: N x kTiles CTAs, none exchanging anything.
+// With P > 1 each tile is split over its own P CTAs, which exchange its GT = CT / CG groups'
+// partials only; the kTiles x P CTAs of an item share a slot. TX * V == CT; with one tile
+// CT == C.
 //
 // kPieces == 1: a thread holds its K vectors in registers between the statistics and the store
 // (x read once). kPieces > 1 (items larger than the chip holds): each CTA streams its segment in
@@ -27,9 +30,9 @@
 //   2. the CTA's (mean, M2) per group: the sums of count*mean, then of M2 + count*(mean -
 //      group mean)^2, over the TY x CG partials of the group (Chan's formula for many parts,
 //      with no cancellation), each summed by one warp in shared memory;
-//   3. the P CTAs of an item exchange their partials through the workspace (no float atomics;
-//      the protocol of exchange.cuh, with G partials per CTA) and every CTA merges the P
-//      partials of each group in the same fixed order, so all of them get the same bits.
+//   3. the P CTAs of an item's tile exchange their partials through the workspace (no float
+//      atomics; the protocol of exchange.cuh, with GT partials per CTA) and every CTA merges
+//      the P partials of each group in the same fixed order, so all of them get the same bits.
 #pragma once
 
 #include "normjit/exchange.cuh"
@@ -47,7 +50,7 @@ namespace normjit {
 //   kThreadsX, kThreadsY, kVec   TX, TY (blockDim), V: channels per access (TX * V == C / kTiles)
 //   kVectors                     K: positions per thread per piece
 //   kPieces                      pieces per segment; 1: the values stay in registers
-//   kChunks                      P: CTAs per item
+//   kChunks                      P: CTAs per tile of an item
 //   kSegment                     positions per CTA (TY * K * kPieces)
 //   kBlocksPerSm                 CTAs per SM the launch bounds ask for
 //   kWorkspaceSlotFloats         the plan's workspace floats per slot (checked here)
@@ -57,10 +60,13 @@ namespace normjit {
 // The workspace of one slot: two u64 arrival counters (by generation parity), then
 // partials[4][G][P] (by generation mod 4), one 64-bit word each: the CTA's (mean, M2) of a
 // group, tagged as in exchange.cuh (pack_partial), so a merge polls the partials themselves.
+// The kTiles tiles of an item write their own groups' words of the slot.
 template <class Cfg>
 struct GroupExchange {
   static constexpr int G = Cfg::kGroups;
   static constexpr long long P = Cfg::kChunks;
+  // CTAs of a slot arriving at each generation: P per tile.
+  static constexpr long long kArrivals = P * Cfg::kTiles;
   static constexpr long long kSlotFloats = 4 + 4 * 2 * (long long)G * P;
 
   unsigned long long* counters;
@@ -72,7 +78,7 @@ struct GroupExchange {
 
   // The slot's first generation of this launch (see Exchange::start).
   __device__ __forceinline__ unsigned long long base_generation() const {
-    return load_acquire(&counters[0]) / P + load_acquire(&counters[1]) / P;
+    return load_acquire(&counters[0]) / kArrivals + load_acquire(&counters[1]) / kArrivals;
   }
   __device__ __forceinline__ unsigned long long* word(unsigned long long g, int group,
                                                       int chunk) const {
@@ -156,7 +162,6 @@ __global__ void __launch_bounds__(Cfg::kThreadsX* Cfg::kThreadsY, Cfg::kBlocksPe
   static_assert(TX * V == CT, "a CTA row covers the channels of one position's tile");
   static_assert(C == G * CG, "groups divide the channels");
   static_assert(CT * kTiles == C && GT * CG == CT, "tiles are whole groups");
-  static_assert(kTiles == 1 || kChunks == 1, "a tile's CTA covers all S positions");
   static_assert(kSeg == kPiece * kPieces, "a segment is whole pieces");
   static_assert((kChunks - 1) * kSeg < S && S <= kChunks * kSeg, "P segments cover S, none empty");
   static_assert(kReduceWarps >= 1, "at least one whole warp");
@@ -184,11 +189,12 @@ __global__ void __launch_bounds__(Cfg::kThreadsX* Cfg::kThreadsY, Cfg::kBlocksPe
 
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int tid = ty * TX + tx, warp = tid / 32, lane = tid % 32;
-  // blockIdx.x = (slot * kTiles + tile) * kChunks + chunk, one of kTiles and kChunks being 1.
+  // blockIdx.x = (slot * kTiles + tile) * kChunks + chunk.
   const int slots = int(gridDim.x / (kChunks * kTiles));
   const int slot = int(blockIdx.x / (kChunks * kTiles));
   const int chunk = int(blockIdx.x % kChunks);
-  const int tile = kTiles == 1 ? 0 : int(blockIdx.x % kTiles);
+  const int tile = kTiles == 1 ? 0 : int(blockIdx.x / kChunks % kTiles);
+  const int group0 = tile * GT;  // the tile's first group of the item (the exchange's words)
   // Positions fit an int: the plan refuses groups of 2^31 elements or more.
   const int first = int(chunk * kSeg);  // this CTA's first position of each item
   // Valid positions of this CTA's segment: every segment but the last is full.
@@ -359,7 +365,7 @@ __global__ void __launch_bounds__(Cfg::kThreadsX* Cfg::kThreadsY, Cfg::kBlocksPe
       return s;
     };
     const auto poll = [&](int group, int c) {
-      const unsigned long long* in = exchange.word(g, group, c);
+      const unsigned long long* in = exchange.word(g, group0 + group, c);
       unsigned long long w = load_relaxed(in);
       while (partial_tag(w) != tag) {
         // A short sleep between polls, as exchange.cuh's.
@@ -387,7 +393,9 @@ __global__ void __launch_bounds__(Cfg::kThreadsX* Cfg::kThreadsY, Cfg::kBlocksPe
       for (int group = warp; group < GT; group += kReduceWarps) {
         Stats s = {cta_count, group_stats[group].x, group_total<Cfg>(part, group, lane)};
         if constexpr (kChunks > 1) {
-          if (lane == 0) store_relaxed(exchange.word(g, group, chunk), pack_partial(s, tag));
+          if (lane == 0) {
+            store_relaxed(exchange.word(g, group0 + group, chunk), pack_partial(s, tag));
+          }
         }
         if constexpr (kChunks > 1 && !kPollAll) {
           s = {0.f, 0.f, 0.f};

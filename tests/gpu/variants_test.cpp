@@ -2423,6 +2423,12 @@ TEST_F(Variants, NhwcMatchesFloat64OnOddVisionAndDiffusionShapes) {
              {2, 320, 64, 64}, {1, 512, 128, 128}, {2, 1280, 8, 8}, {1, 128, 256, 256}}) {
       cases.push_back(nhwc_group(shape, d, 32).with(Values::kNormal, seed++));
     }
+    // Exchanged items cut into tiles of 8 groups: two tiles (G = 16), an odd map (S = 61 x 67,
+    // the last segment short); and 36 groups, which 8 does not divide (untiled, every thread
+    // polling its share of the partials).
+    cases.push_back(nhwc_group({2, 320, 64, 64}, d, 16).with(Values::kNormal, seed++));
+    cases.push_back(nhwc_group({3, 256, 61, 67}, d, 32).with(Values::kNormal, seed++));
+    cases.push_back(nhwc_group({2, 360, 64, 64}, d, 36).with(Values::kNormal, seed++));
   }
   for (Dtype d : {Dtype::kF32, Dtype::kBF16, Dtype::kF16}) {
     cases.push_back(nhwc_layer({8, 96, 56, 56}, d).with(Values::kNormal, seed++));
@@ -2505,9 +2511,14 @@ TEST_F(Variants, NhwcItemBitsDoNotDependOnTheLaunchBatch) {
   const Target target = device::target_of(context.device());
   Engine engine(test_engine_options());
   const std::vector<std::pair<Case, std::vector<int64_t>>> runs = {
-      // 11 CTAs per item: 12 slots on 132 SMs, fewer than the 40 items.
+      // Tiles of 2 groups, a CTA each over all positions: 16 CTAs per item, no exchange.
       {nhwc_group({40, 320, 32, 32}, Dtype::kBF16, 32).stats().with(Values::kNormal, 1),
        {1, 2, 13, 40}},
+      // Exchanged in tiles of 8 groups, the item's 4 tiles x P CTAs a slot: 2 slots of 56 CTAs
+      // on 132 SMs for the 9 items; 1 slot of 128 CTAs for the VAE's 3.
+      {nhwc_group({9, 320, 64, 64}, Dtype::kF16, 32).stats().with(Values::kNormal, 5),
+       {1, 2, 5, 9}},
+      {nhwc_group({3, 512, 128, 128}, Dtype::kBF16, 32).stats().with(Values::kNormal, 6), {1, 3}},
       {nhwc_group({6, 128, 256, 256}, Dtype::kF32, 32).stats().with(Values::kNormal, 2), {1, 2, 6}},
       {nhwc_group({9, 96, 7, 9}, Dtype::kF16, 3).stats().with(Values::kNormal, 3), {1, 4, 9}},
       {nhwc_layer({9, 96, 14, 14}, Dtype::kBF16).stats().with(Values::kNormal, 4), {1, 4, 9}},

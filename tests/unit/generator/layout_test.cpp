@@ -207,7 +207,8 @@ TEST(PlanLayout, GroupNormHasItsOwnKernelSpecializedOnCGAndS) {
       NormSpec::parse("op=groupnorm shape=2,320,64,64 dtype=f16 groups=32 layout=nhwc"), kH100);
   EXPECT_EQ(p.strategy, Strategy::kGroupNhwc);
   EXPECT_EQ(p.vec, 8);
-  EXPECT_EQ(p.block_x * p.vec, 320);  // a CTA row covers the channels of one position
+  // A CTA row covers the channels of one position's tile (tiles of 8 groups here).
+  EXPECT_EQ(p.block_x * p.vec * p.blocks_per_item, 320);
   EXPECT_LE(p.block_x * p.block_y, 1024);
   EXPECT_EQ(p.pieces, 1);
   // Segments cover S, none empty.
@@ -216,9 +217,10 @@ TEST(PlanLayout, GroupNormHasItsOwnKernelSpecializedOnCGAndS) {
   EXPECT_EQ(p.segment, int64_t{p.block_y} * p.vectors * p.pieces);
   EXPECT_TRUE(p.cooperative());
   EXPECT_EQ(p.workspace_slot_floats(), 4 + 8 * 32 * p.split_chunks);
-  // Items over the slots the device holds: one slot of P CTAs per item here.
-  EXPECT_EQ(p.grid(2, 132), std::min<int64_t>(132 / p.split_chunks, 2) * p.split_chunks);
-  EXPECT_EQ(p.workspace_floats(132), 132 / p.split_chunks * p.workspace_slot_floats());
+  // Items over the slots the device holds: one slot of tiles x P CTAs per item here.
+  EXPECT_EQ(p.exchange_ctas(), p.blocks_per_item * p.split_chunks);
+  EXPECT_EQ(p.grid(2, 132), std::min<int64_t>(132 / p.exchange_ctas(), 2) * p.exchange_ctas());
+  EXPECT_EQ(p.workspace_floats(132), 132 / p.exchange_ctas() * p.workspace_slot_floats());
   const std::string text = p.to_string();
   EXPECT_TRUE(has(text, "strategy: group-nhwc") && has(text, "layout: nhwc") &&
               has(text, "x read once") && has(text, "Chan's formula") && has(text, "deterministic"))
@@ -236,7 +238,8 @@ TEST(PlanLayout, GroupNormHasItsOwnKernelSpecializedOnCGAndS) {
 }
 
 // Small maps: a CTA per tile of one group covers every position of an item, N x G CTAs and no
-// exchange; where a group's channels allow only 4-byte accesses (C/G = 10 in f16), the exchange.
+// exchange; where a group's channels allow only 4-byte accesses (C/G = 10 in f16), the exchange
+// (in tiles of 8 groups: the test below).
 TEST(PlanLayout, GroupNormSmallMapsTakeATileOfOneGroupPerCta) {
   const KernelPlan p =
       plan(NormSpec::parse("op=groupnorm shape=2,1280,8,8 dtype=f16 groups=32 layout=nhwc"), kH100);
@@ -262,7 +265,7 @@ TEST(PlanLayout, GroupNormSmallMapsTakeATileOfOneGroupPerCta) {
   EXPECT_EQ(narrow.blocks_per_item, 1);  // one CTA holds an item: no tiles needed
   const KernelPlan spanning = plan(
       NormSpec::parse("op=groupnorm shape=2,320,64,64 dtype=f16 groups=32 layout=nhwc"), kH100);
-  EXPECT_EQ(spanning.blocks_per_item, 1);
+  EXPECT_GT(spanning.split_chunks, 1);
   EXPECT_TRUE(spanning.cooperative());
   // Tiles are whole groups: C/G channels times a divisor of G.
   for (const char* text : {"op=groupnorm shape=2,640,32,32 dtype=f16 groups=32 layout=nhwc",
@@ -336,20 +339,82 @@ TEST(PlanLayout, GroupNormSpanningVectorsAreNamedInThePlan) {
 }
 
 // Channels last, an item split over CTAs: segments as small as let two items share one wave
-// (at most 66 CTAs an item on the H100), of at least 16 KiB of x each.
+// (at most 66 CTAs an item on the H100), of at least 16 KiB of x each. (Groups a multiple of 8
+// take tiles of 8 groups instead: the test below; 1280 channels of 8x8 take tiles of one group
+// and no exchange: the test above.)
 TEST(PlanLayout, GroupNormNhwcSegmentsLetTwoItemsShareAWave) {
   const auto at = [](const std::string& spec) { return plan(NormSpec::parse(spec), kH100); };
-  const KernelPlan unet = at("op=groupnorm shape=2,320,64,64 dtype=f16 groups=32 layout=nhwc");
+  const KernelPlan unet = at("op=groupnorm shape=2,320,64,64 dtype=f16 groups=20 layout=nhwc");
   EXPECT_EQ(unet.pieces, 1);
+  EXPECT_EQ(unet.blocks_per_item, 1);
   EXPECT_EQ(unet.split_chunks, 66);  // 4096 positions: 63 a CTA
   EXPECT_EQ(unet.segment, 63);
   EXPECT_EQ(unet.segment, int64_t{unet.block_y} * unet.vectors);
-  // (1280 channels of 8x8 take tiles of one group instead: the test above.)
   // Larger than two items per wave allow in registers: the item alone fills the wave.
-  const KernelPlan large = at("op=groupnorm shape=1,512,128,128 dtype=f16 groups=32 layout=nhwc");
+  const KernelPlan large = at("op=groupnorm shape=1,512,128,128 dtype=f16 groups=1 layout=nhwc");
   EXPECT_EQ(large.pieces, 1);
+  EXPECT_EQ(large.blocks_per_item, 1);
   EXPECT_GT(large.split_chunks, 66);
   EXPECT_LE(large.split_chunks, 132);
+}
+
+// Channels last, an item that the exchange splits (x in registers) and whose groups are a
+// multiple of 8 (at least two tiles): the channels are cut into tiles of 8 groups, each split
+// over its own CTAs, the item's tiles x chunks in one slot of co-resident CTAs.
+TEST(PlanLayout, GroupNormNhwcExchangedItemsAreCutIntoTilesOfEightGroups) {
+  const auto at = [](const std::string& spec) { return plan(NormSpec::parse(spec), kH100); };
+  // The SD VAE's f16 [1, 512, 128, 128]: 4 tiles of 128 channels, 16 threads of 16 bytes.
+  const KernelPlan vae = at("op=groupnorm shape=1,512,128,128 dtype=f16 groups=32 layout=nhwc");
+  EXPECT_EQ(vae.blocks_per_item, 4);
+  EXPECT_EQ(vae.vec, 8);
+  EXPECT_EQ(vae.block_x, 16);
+  EXPECT_EQ(vae.pieces, 1);
+  EXPECT_GT(vae.split_chunks, 1);
+  EXPECT_LT((vae.split_chunks - 1) * vae.segment, 128 * 128);
+  EXPECT_GE(vae.split_chunks * vae.segment, 128 * 128);
+  EXPECT_EQ(vae.segment, int64_t{vae.block_y} * vae.vectors);
+  EXPECT_TRUE(vae.cooperative());
+  EXPECT_EQ(vae.exchange_ctas(), 4 * vae.split_chunks);
+  EXPECT_LE(vae.exchange_ctas(), 132);
+  // Its exchange still lays out all G groups of the P chunks: each tile writes its own.
+  EXPECT_EQ(vae.workspace_slot_floats(), 4 + 8 * 32 * vae.split_chunks);
+  const int64_t slots = 132 / vae.exchange_ctas();
+  EXPECT_EQ(vae.grid(3, 132), std::min<int64_t>(slots, 3) * vae.exchange_ctas());
+  EXPECT_EQ(vae.workspace_floats(132), slots * vae.workspace_slot_floats());
+  const std::string text = vae.to_string();
+  EXPECT_TRUE(
+      has(text, "tile of 8 groups (128 channels") &&
+      has(text, "split over " + std::to_string(vae.split_chunks) + " CTAs a tile") &&
+      has(text, "4 tiles of groups x " + std::to_string(vae.split_chunks) + " CTAs per item") &&
+      has(text, "Chan's formula"))
+      << text;
+  const std::string source = emit(vae).source;
+  for (const std::string& field :
+       {std::string("static constexpr int kTiles = 4;"),
+        "static constexpr long long kChunks = " + std::to_string(vae.split_chunks) + ";"}) {
+    EXPECT_TRUE(has(source, field)) << field << "\n" << source;
+  }
+  // 16 groups: two tiles (20 channels a group: 8-byte vectors within a group).
+  const KernelPlan two = at("op=groupnorm shape=2,320,64,64 dtype=f16 groups=16 layout=nhwc");
+  EXPECT_EQ(two.blocks_per_item, 2);
+  EXPECT_EQ(int64_t{two.block_x} * two.vec, 160);
+  EXPECT_GT(two.split_chunks, 1);
+  // Two items share a wave where their tiles' CTAs allow, as the untiled item's.
+  EXPECT_LE(two.exchange_ctas() * 2, 132);
+  // Not for 8 groups (one tile), nor groups that 8 does not divide.
+  for (const char* text : {"op=groupnorm shape=1,512,128,128 dtype=f16 groups=8 layout=nhwc",
+                           "op=groupnorm shape=1,480,128,128 dtype=f16 groups=12 layout=nhwc",
+                           "op=groupnorm shape=1,512,128,128 dtype=bf16 groups=1 layout=nhwc"}) {
+    const KernelPlan p = at(text);
+    EXPECT_EQ(p.blocks_per_item, 1) << text;
+    EXPECT_GT(p.split_chunks, 1) << text;
+    EXPECT_EQ(p.exchange_ctas(), p.split_chunks) << text;
+  }
+  // Items larger than the chip holds stream their segments over all channels, untiled.
+  const KernelPlan streamed =
+      at("op=groupnorm shape=1,256,512,512 dtype=f16 groups=32 layout=nhwc");
+  EXPECT_GT(streamed.pieces, 1);
+  EXPECT_EQ(streamed.blocks_per_item, 1);
 }
 
 }  // namespace
