@@ -193,7 +193,6 @@ void group_nhwc_fields(const KernelPlan& p, Fields& f) {
   f.integer("kChannelsPerGroup", pr.channels / pr.groups);
   f.size("kSpatial", pr.spatial);
   f.integer("kTiles", p.blocks_per_item);
-  f.integer("kSerialTiles", p.serial_tiles);
   f.integer("kThreadsX", p.block_x);
   f.integer("kThreadsY", p.block_y);
   f.integer("kVec", p.vec);

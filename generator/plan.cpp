@@ -1098,7 +1098,6 @@ struct NhwcTile {
   int64_t tx = 0, ty = 0, k = 0;  // threads across the tile's channels, across positions;
                                   // positions per thread
   int64_t chunks = 1;             // CTAs a tile's positions are split over (exchange_tile)
-  bool serial = false;            // a slot takes the item's tiles in turn (exchange_tile)
 };
 
 // The vector of the channels-last kernel over `channels` contiguous channels of groups of
@@ -1162,24 +1161,16 @@ std::optional<NhwcTile> nhwc_tile(const Problem& pr) {
 // groups ran 0.72-0.96x the time of CTAs over all channels (the VAE's f16 [1, 512, 128, 128]
 // 24.0 -> 21.4 us), geometric mean 0.90; tiles of 4 groups 0.92 and of 16 groups 0.91.
 constexpr int64_t kGroupExchangeTileGroups = 8;
-// Items larger than the chip holds in registers, whose tiles of 8 (else 4) groups it does
-// hold: a slot of co-resident CTAs takes the item's tiles one after another, each held in
-// registers (x read once), instead of streaming the whole item twice.
-constexpr int64_t kGroupSerialTileGroups[] = {8, 4};
 
-// The tile of `gt` groups an item whose CTAs exchange their partials is cut into
-// (NhwcTile::chunks CTAs a tile, x held in registers), where its groups make at least two such
-// tiles and the CTAs of the tiles a slot covers at once (all of the item's, or one where
-// `serial`: the slot takes the tiles in turn) stay within `capacity` co-resident CTAs.
-std::optional<NhwcTile> exchange_tile(const Problem& pr, int64_t capacity, int64_t gt,
-                                      bool serial) {
-  const int64_t per_group = pr.channels / pr.groups;
+// The tile of kGroupExchangeTileGroups groups an item whose CTAs exchange their partials is
+// cut into (NhwcTile::chunks CTAs a tile, x held in registers), where its groups make at least
+// two such tiles and the item's tiles x chunks stay within `capacity` co-resident CTAs.
+std::optional<NhwcTile> exchange_tile(const Problem& pr, int64_t capacity) {
+  const int64_t gt = kGroupExchangeTileGroups, per_group = pr.channels / pr.groups;
   if (pr.groups % gt != 0 || pr.groups / gt < 2) return std::nullopt;
-  const int64_t s = pr.spatial, channels = gt * per_group;
-  const int64_t tiles = serial ? 1 : pr.groups / gt;  // tiles a slot covers at once
+  const int64_t s = pr.spatial, tiles = pr.groups / gt, channels = gt * per_group;
   NhwcTile t;
   t.groups = gt;
-  t.serial = serial;
   t.vec = nhwc_vector(pr, channels, per_group);
   t.tx = channels / t.vec;
   int64_t ty = std::max<int64_t>(kGroupThreads / t.tx, ceil_div(32, t.tx));
@@ -1199,15 +1190,6 @@ std::optional<NhwcTile> exchange_tile(const Problem& pr, int64_t capacity, int64
   t.k = ceil_div(s, t.chunks * ty);
   t.ty = std::max(ceil_div(s, t.chunks * t.k), ceil_div(32, t.tx));
   return t;
-}
-
-// The first tile of kGroupSerialTileGroups whose CTAs hold it in registers, for an item
-// larger than the chip holds: a slot takes the item's tiles in turn.
-std::optional<NhwcTile> serial_tile(const Problem& pr, int64_t capacity) {
-  for (const int64_t gt : kGroupSerialTileGroups) {
-    if (std::optional<NhwcTile> t = exchange_tile(pr, capacity, gt, /*serial=*/true)) return t;
-  }
-  return std::nullopt;
 }
 
 std::string group_nhwc(const Problem& pr, const Target& target, KernelPlan& p) {
@@ -1274,8 +1256,7 @@ std::string group_nhwc(const Problem& pr, const Target& target, KernelPlan& p) {
   // groups still exchange, each over its own CTAs.
   const bool exchanged = in_registers && ceil_div(s, ty * k) > 1;
   std::optional<NhwcTile> tile = exchanged ? nhwc_tile(pr) : std::nullopt;
-  if (exchanged && !tile) tile = exchange_tile(pr, capacity, kGroupExchangeTileGroups, false);
-  if (!in_registers) tile = serial_tile(pr, capacity);
+  if (exchanged && !tile) tile = exchange_tile(pr, capacity);
   if (tile) {
     p.vec = p.param_vec = tile->vec;
     p.block_x = int(tile->tx);
@@ -1285,7 +1266,6 @@ std::string group_nhwc(const Problem& pr, const Target& target, KernelPlan& p) {
     p.pieces = 1;
     p.segment = tile->ty * tile->k;
     p.split_chunks = tile->chunks;
-    p.serial_tiles = tile->serial ? p.blocks_per_item : 1;
     why.str("");
     why << "layout nhwc: each CTA covers a tile of " << tile->groups << " group"
         << (tile->groups == 1 ? "" : "s") << " (" << tile->groups * (c / groups) << " channels, "
@@ -1298,13 +1278,8 @@ std::string group_nhwc(const Problem& pr, const Target& target, KernelPlan& p) {
           << " CTAs a tile)";
     }
     why << ", " << tile->ty << " at a time, " << tile->k
-        << " per thread kept in registers (x read once): ";
-    if (tile->serial) {
-      why << "the item larger than the chip holds, its " << p.blocks_per_item
-          << " tiles taken one after another by " << p.split_chunks << " co-resident CTAs";
-    } else {
-      why << p.blocks_per_item * p.split_chunks << " CTAs per item";
-    }
+        << " per thread kept in registers (x read once): " << p.blocks_per_item * p.split_chunks
+        << " CTAs per item";
   } else if (in_registers) {
     p.vectors = k;
     p.pieces = 1;
@@ -1413,9 +1388,8 @@ int64_t KernelPlan::grid(int64_t batch, int64_t co_resident) const {
     case Strategy::kChannelsBackward:
       return std::max<int64_t>(1, std::min(co_resident, blocks_per_item * batch));
     case Strategy::kGroupNhwc:
-      return cooperative()
-                 ? std::min(co_resident / exchange_ctas(), batch * serial_tiles) * exchange_ctas()
-                 : batch * blocks_per_item;
+      return cooperative() ? std::min(co_resident / exchange_ctas(), batch) * exchange_ctas()
+                           : batch * blocks_per_item;
   }
   return 0;
 }
@@ -1521,12 +1495,6 @@ std::string KernelPlan::grid_text() const {
         return blocks_per_item == 1 ? "batch CTAs (one per item)"
                                     : std::to_string(blocks_per_item) +
                                           " x batch CTAs (one per tile of groups of an item)";
-      }
-      if (serial_tiles > 1) {
-        return std::to_string(split_chunks) + " CTAs per tile of groups x as many tiles as stay " +
-               "co-resident, each slot taking its items' " + std::to_string(serial_tiles) +
-               " tiles in turn (cooperative launch, " + std::to_string(split_blocks_per_sm) +
-               " CTAs per SM)";
       }
       return (blocks_per_item == 1 ? std::to_string(split_chunks)
                                    : std::to_string(blocks_per_item) + " tiles of groups x " +

@@ -66,8 +66,6 @@ struct KernelPlan {
   int block_x = 1, block_y = 1;  // threads per CTA
   int64_t blocks_per_item = 1;   // kChannels: CTAs per batch item; kChannelsSlab: the cluster (K);
                                  // kGroupNhwc: tiles of whole groups across the channels
-  int64_t serial_tiles = 1;      // kGroupNhwc: the tiles a slot takes one after another
-                                 // (blocks_per_item, or 1: all of them at once)
   int64_t rows_per_item = 1;     // row strategies: rows per batch item (groups; nhwc channel
                                  // forms: S positions, the launch's rows being N x S)
   int rows_per_block = 1;        // kRowRegisters: rows per CTA
@@ -126,11 +124,10 @@ struct KernelPlan {
            (strategy == Strategy::kGroupNhwc && split_chunks > 1);
   }
   // CTAs of a cooperative kernel that exchange partials with one another and so must be
-  // co-resident: split_chunks (kGroupNhwc: times the tiles of groups that share a slot at
-  // once).
+  // co-resident: split_chunks (kGroupNhwc: times its tiles of groups, which share the item's
+  // slot).
   int64_t exchange_ctas() const {
-    return strategy == Strategy::kGroupNhwc ? split_chunks * (blocks_per_item / serial_tiles)
-                                            : split_chunks;
+    return strategy == Strategy::kGroupNhwc ? split_chunks * blocks_per_item : split_chunks;
   }
   // CTAs of a launch over `batch` items; for cooperative kernels, `co_resident` is how many
   // CTAs of this kernel the device holds at once.

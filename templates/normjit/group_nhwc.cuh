@@ -15,10 +15,8 @@
 // channels each, and a CTA covers one tile of its positions. With P == 1 (small items) a CTA
 // covers one tile of one item, all its S positions: N x kTiles CTAs, none exchanging anything.
 // With P > 1 each tile is split over its own P CTAs, which exchange its GT = CT / CG groups'
-// partials only; the kTiles x P CTAs of an item share a slot. With kSerialTiles == kTiles
-// (items larger than the chip holds, whose tiles it holds) a slot is the P CTAs of one tile,
-// and takes the item's tiles one after another: its work units are (item, tile) pairs. TX * V
-// == CT; with one tile CT == C.
+// partials only; the kTiles x P CTAs of an item share a slot. TX * V == CT; with one tile
+// CT == C.
 //
 // kPieces == 1: a thread holds its K vectors in registers between the statistics and the store
 // (x read once). kPieces > 1 (items larger than the chip holds): each CTA streams its segment in
@@ -49,8 +47,6 @@ namespace normjit {
 //   kChannels, kGroups, kSpatial   C, G, S
 //   kChannelsPerGroup            CG = C / G
 //   kTiles                       CTAs across an item's channels, each a tile of whole groups
-//   kSerialTiles                 1: a slot covers all kTiles tiles of an item at once; kTiles:
-//                                one tile at a time, the item's tiles in turn
 //   kThreadsX, kThreadsY, kVec   TX, TY (blockDim), V: channels per access (TX * V == C / kTiles)
 //   kVectors                     K: positions per thread per piece
 //   kPieces                      pieces per segment; 1: the values stay in registers
@@ -69,8 +65,8 @@ template <class Cfg>
 struct GroupExchange {
   static constexpr int G = Cfg::kGroups;
   static constexpr long long P = Cfg::kChunks;
-  // CTAs of a slot arriving at each generation: P per tile it covers at once.
-  static constexpr long long kArrivals = P * (Cfg::kTiles / Cfg::kSerialTiles);
+  // CTAs of a slot arriving at each generation: P per tile.
+  static constexpr long long kArrivals = P * Cfg::kTiles;
   static constexpr long long kSlotFloats = 4 + 4 * 2 * (long long)G * P;
 
   unsigned long long* counters;
@@ -155,7 +151,7 @@ __global__ void __launch_bounds__(Cfg::kThreadsX* Cfg::kThreadsY, Cfg::kBlocksPe
   constexpr int C = Cfg::kChannels, G = Cfg::kGroups, CG = Cfg::kChannelsPerGroup;
   constexpr int TX = Cfg::kThreadsX, TY = Cfg::kThreadsY, V = Cfg::kVec, K = Cfg::kVectors;
   constexpr long long S = Cfg::kSpatial, kSeg = Cfg::kSegment, kChunks = Cfg::kChunks;
-  constexpr int kPieces = Cfg::kPieces, kTiles = Cfg::kTiles, kSerialTiles = Cfg::kSerialTiles;
+  constexpr int kPieces = Cfg::kPieces, kTiles = Cfg::kTiles;
   constexpr int CT = C / kTiles, GT = CT / CG;  // a tile's channels and groups
   constexpr bool kWeight = Cfg::kWeight, kBias = Cfg::kBias;
   constexpr long long kPiece = (long long)TY * K;  // positions per piece
@@ -166,8 +162,6 @@ __global__ void __launch_bounds__(Cfg::kThreadsX* Cfg::kThreadsY, Cfg::kBlocksPe
   static_assert(TX * V == CT, "a CTA row covers the channels of one position's tile");
   static_assert(C == G * CG, "groups divide the channels");
   static_assert(CT * kTiles == C && GT * CG == CT, "tiles are whole groups");
-  static_assert(kSerialTiles == 1 || (kSerialTiles == kTiles && kPieces == 1 && kChunks > 1),
-                "a slot takes the tiles in turn only where each is exchanged and held");
   static_assert(kSeg == kPiece * kPieces, "a segment is whole pieces");
   static_assert((kChunks - 1) * kSeg < S && S <= kChunks * kSeg, "P segments cover S, none empty");
   static_assert(kReduceWarps >= 1, "at least one whole warp");
@@ -195,26 +189,24 @@ __global__ void __launch_bounds__(Cfg::kThreadsX* Cfg::kThreadsY, Cfg::kBlocksPe
 
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int tid = ty * TX + tx, warp = tid / 32, lane = tid % 32;
-  // blockIdx.x = (slot * kSlotTiles + tile) * kChunks + chunk, a slot covering kSlotTiles
-  // tiles at once: all of the item's, or one (then the slot takes the item's tiles in turn).
-  constexpr int kSlotTiles = kTiles / kSerialTiles;
-  const int slots = int(gridDim.x / (kChunks * kSlotTiles));
-  const int slot = int(blockIdx.x / (kChunks * kSlotTiles));
+  // blockIdx.x = (slot * kTiles + tile) * kChunks + chunk.
+  const int slots = int(gridDim.x / (kChunks * kTiles));
+  const int slot = int(blockIdx.x / (kChunks * kTiles));
   const int chunk = int(blockIdx.x % kChunks);
-  const int slot_tile = kSlotTiles == 1 ? 0 : int(blockIdx.x / kChunks % kSlotTiles);
+  const int tile = kTiles == 1 ? 0 : int(blockIdx.x / kChunks % kTiles);
+  const int group0 = tile * GT;  // the tile's first group of the item (the exchange's words)
   // Positions fit an int: the plan refuses groups of 2^31 elements or more.
   const int first = int(chunk * kSeg);  // this CTA's first position of each item
   // Valid positions of this CTA's segment: every segment but the last is full.
   constexpr long long kLastSeg = S - (kChunks - 1) * kSeg;
   const int positions = int(chunk + 1 < kChunks ? kSeg : kLastSeg);
+  const int c0 = tile * CT + tx * V;  // the thread's first channel of the item
   // The group of the thread's channel j within the tile (group_stats' index).
   const auto group_of = [&](int j) { return kOneGroup ? tx * V / CG : (tx * V + j) / CG; };
   const Exchange exchange(p.workspace, slot);
 
-  // The slot's work units: items, or (item, tile) pairs taken in turn.
-  const long long units = p.batch * kSerialTiles;
-  long long unit = slot;
-  if (unit >= units) return;  // the whole CTA: no units for this slot in this launch
+  long long item = slot;
+  if (item >= p.batch) return;  // the whole CTA: no items for this slot in this launch
   if (kChunks > 1 && tid == 0) base_generation = exchange.base_generation();
   const Epilogue<Cfg> epi(p);
   // The streamed second pass's accesses (below); none where the values stay in registers.
@@ -270,11 +262,7 @@ __global__ void __launch_bounds__(Cfg::kThreadsX* Cfg::kThreadsY, Cfg::kBlocksPe
 
   // Thread 0 reads the slot's first generation while the block loads its first item: the other
   // threads see it in shared memory after step 1's barrier, before step 3 uses it.
-  for (unsigned long long done = 0; unit < units; unit += slots, ++done) {
-    const long long item = kSerialTiles == 1 ? unit : unit / kSerialTiles;
-    const int tile = kSerialTiles == 1 ? slot_tile : int(unit % kSerialTiles);
-    const int group0 = tile * GT;       // the tile's first group of the item (the exchange's)
-    const int c0 = tile * CT + tx * V;  // the thread's first channel of the item
+  for (unsigned long long done = 0; item < p.batch; item += slots, ++done) {
     const T* x = static_cast<const T*>(p.x) + item * (S * C) + c0;
     Y* y = static_cast<Y*>(p.y) + item * (S * C) + c0;
     GroupShifts<Cfg> shift;

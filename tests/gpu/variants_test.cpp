@@ -2435,8 +2435,8 @@ TEST_F(Variants, NhwcMatchesFloat64OnOddVisionAndDiffusionShapes) {
     cases.push_back(nhwc_layer({8, 768, 7, 7}, d).with(Values::kNormal, seed++));
     cases.push_back(nhwc_rms({4, 192, 28, 28}, d).with(Values::kNormal, seed++));
   }
-  // Items larger than the chip holds: tiles of 4 groups taken in turn (f16 [1, 256, 384, 384]:
-  // tiles of 8 groups do not fit), and 3 groups (no tiles: the item streamed twice).
+  // Items larger than the chip holds, streamed twice: 32 groups of 8 channels over 147456
+  // positions (37.7 M elements an item), and 3 groups of 32 in f32.
   cases.push_back(nhwc_group({1, 256, 384, 384}, Dtype::kF16, 32).with(Values::kNormal, seed++));
   cases.push_back(nhwc_group({1, 96, 256, 256}, Dtype::kF32, 3).with(Values::kNormal, seed++));
   // Channels beyond one row team (split rows), and many items over few slots.
