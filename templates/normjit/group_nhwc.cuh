@@ -60,7 +60,10 @@ namespace normjit {
 // The workspace of one slot: two u64 arrival counters (by generation parity), then
 // partials[4][G][P] (by generation mod 4), one 64-bit word each: the CTA's (mean, M2) of a
 // group, tagged as in exchange.cuh (pack_partial), so a merge polls the partials themselves.
-// The kTiles tiles of an item write their own groups' words of the slot.
+// The kTiles tiles of an item write their own groups' words of the slot. Every generation
+// writes all G x P words of its index: a word's tag is then the previous generation of that
+// index's (g - 4), never g's; a word that some generations skipped could still hold a tag that
+// matches (the zeroed workspace's tag is generation 4's), and a poll would take it as g's.
 template <class Cfg>
 struct GroupExchange {
   static constexpr int G = Cfg::kGroups;
