@@ -1456,6 +1456,13 @@ const char* to_string(Strategy strategy) {
   return "?";
 }
 
+namespace {
+// "1 CTA per SM", "3 CTAs per SM".
+std::string per_sm_text(int ctas) {
+  return std::to_string(ctas) + (ctas == 1 ? " CTA per SM" : " CTAs per SM");
+}
+}  // namespace
+
 std::string KernelPlan::grid_text() const {
   switch (strategy) {
     case Strategy::kChannels:
@@ -1484,12 +1491,12 @@ std::string KernelPlan::grid_text() const {
       return std::to_string(split_chunks) +
              " CTAs per row x as many rows as stay co-resident "
              "(cooperative launch, " +
-             std::to_string(split_blocks_per_sm) + " CTAs per SM)";
+             per_sm_text(split_blocks_per_sm) + ")";
     case Strategy::kRowSplitBackward:
       return std::to_string(split_chunks) +
              " CTAs per row x as many rows as stay co-resident, each slot of " +
              std::to_string(split_chunks) + " CTAs looping over its rows (cooperative launch, " +
-             std::to_string(split_blocks_per_sm) + " CTAs per SM)";
+             per_sm_text(split_blocks_per_sm) + ")";
     case Strategy::kGroupNhwc:
       if (!cooperative()) {
         return blocks_per_item == 1 ? "batch CTAs (one per item)"
@@ -1500,7 +1507,7 @@ std::string KernelPlan::grid_text() const {
                                    : std::to_string(blocks_per_item) + " tiles of groups x " +
                                          std::to_string(split_chunks)) +
              " CTAs per item x as many items as stay co-resident (cooperative launch, " +
-             std::to_string(split_blocks_per_sm) + " CTAs per SM)";
+             per_sm_text(split_blocks_per_sm) + ")";
   }
   return "?";
 }
