@@ -8,6 +8,8 @@
 # that performance-notes can say what limits a split row with the counters' evidence.
 #   scripts/ncu_split.sh [build-dir] [spec-list]
 #   (default: build-gpu and scripts/specs/groupnorm-silu-ab.txt)
+# KERNEL (a regex of the kernel's name, default row_split) profiles another kernel the same way,
+# e.g. KERNEL=group_nhwc for the channels-last GroupNorm's.
 # The CSV files and the tables go to $OUT (default ncu-out). Needs ncu (NCU, default
 # /usr/local/cuda/bin/ncu) and the build's tools/normjit with its libnormjit.so. ncu runs with
 # --clock-control none (docs: the GPU's clocks are never changed). A spec whose plan is another
@@ -38,13 +40,13 @@ while IFS= read -r spec; do
   printf '%s\n' "$spec" > "$one"
   echo "## $n: $spec"
   LD_LIBRARY_PATH=$build${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} NORMJIT_CACHE_DIR=${NORMJIT_CACHE_DIR:-/tmp/ncu-split-cache} \
-    "$ncu" --clock-control none --metrics "$metrics" --kernel-name regex:row_split -s 2 -c 1 --csv \
+    "$ncu" --clock-control none --metrics "$metrics" --kernel-name "regex:${KERNEL:-row_split}" -s 2 -c 1 --csv \
     "$build/tools/normjit" bench --specs "$one" --repeat 1 --warmup 2 \
     > "$out/ncu-$n.csv" 2> "$out/ncu-$n.err" || status=1
   if grep -q "No kernels were profiled" "$out/ncu-$n.csv" "$out/ncu-$n.err"; then
     # The spec's plan is not the split kernel (e.g. a small map held by one CTA a row): ncu
     # lists the kernels it saw instead.
-    echo "not a split kernel: $(grep -h -A3 'Available Kernels' "$out/ncu-$n.csv" "$out/ncu-$n.err" | tail -n +2 | tr '\n' ' ')"
+    echo "not a ${KERNEL:-row_split} kernel: $(grep -h -A3 'Available Kernels' "$out/ncu-$n.csv" "$out/ncu-$n.err" | tail -n +2 | tr '\n' ' ')"
     continue
   fi
   python3 scripts/ncu_table.py "$out/ncu-$n.csv" || { status=1; tail -5 "$out/ncu-$n.err"; }
