@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""What a forward kernel costs in machine code (no GPU needed): instructions, MUFU operations.
+
+For each spec text (as `normjit dump --spec` takes it), `normjit dump --emit ptx` assembled by
+ptxas for sm_90 and disassembled by cuobjdump (the CUDA toolkit's, or the PyPI wheels
+nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm: pip download --no-deps, unzip, nvdisasm on
+PATH). Prints the registers and spill stores ptxas reports, the SASS instructions, the MUFU
+operations (and how many of them are predicated) and the branch and convergence instructions
+(BRA, BSSY, BSYNC). The environment passes through to normjit, so an experiment's knobs
+(scripts/experiments/*.patch) apply. Used for docs/performance-notes.md, "GroupNorm -> GELU:
+what erff costs in the machine code":
+
+  python3 scripts/sass_counts.py --normjit build-gpu/tools/normjit --cuobjdump PATH \\
+      --spec "op=groupnorm shape=1,256,512,512 dtype=f16 groups=32 affine=both activation=gelu"
+"""
+import argparse
+import os
+import re
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sass_loads import run  # noqa: E402  (the same subprocess helper)
+
+import tempfile  # noqa: E402
+
+
+def counts(a, spec):
+    env = dict(os.environ, LD_LIBRARY_PATH=os.path.dirname(os.path.dirname(a.normjit)) or ".")
+    ptx = run([a.normjit, "dump", "--spec", spec, "--arch", a.arch, "--emit", "ptx"], env=env).stdout
+    with tempfile.TemporaryDirectory() as tmp:
+        ptx_path, cubin = os.path.join(tmp, "k.ptx"), os.path.join(tmp, "k.cubin")
+        with open(ptx_path, "w") as f:
+            f.write(ptx)
+        info = run([a.ptxas, "-arch=sm_90", "-O3", "-v", "-o", cubin, ptx_path]).stderr
+        sass = run([a.cuobjdump, "-sass", cubin]).stdout
+    ops = []
+    for line in sass.splitlines():
+        m = re.match(r"\s+/\*[0-9a-f]{4}\*/\s+(@!?U?P[0-9T]\s+)?([A-Z0-9_.]+)", line)
+        if m:
+            ops.append((m.group(1) is not None, m.group(2)))
+    registers = re.search(r"Used (\d+) registers", info)
+    spills = re.search(r"(\d+) bytes spill stores", info)
+    mufu = [pred for pred, op in ops if op.startswith("MUFU")]
+    branches = sum(op.split(".")[0] in ("BRA", "BSSY", "BSYNC") for _, op in ops)
+    return (f"{registers.group(1) if registers else '?'} registers, "
+            f"{spills.group(1) if spills else '?'} bytes spilled, {len(ops)} instructions, "
+            f"{len(mufu)} MUFU ({sum(mufu)} predicated), {branches} BRA/BSSY/BSYNC")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--normjit", required=True, help="tools/normjit of a build folder")
+    ap.add_argument("--ptxas", default="/usr/local/cuda/bin/ptxas")
+    ap.add_argument("--cuobjdump", default="cuobjdump")
+    ap.add_argument("--spec", action="append", required=True, help="a spec text; repeatable")
+    ap.add_argument("--arch", default="sm_90", help="the plan's target (normjit dump --arch)")
+    a = ap.parse_args()
+    for spec in a.spec:
+        print(f"{spec}: {counts(a, spec)}")
+
+
+if __name__ == "__main__":
+    main()
