@@ -15,22 +15,44 @@ namespace normjit {
 // The host's normjit::Activation (generator), spelled by name in each configuration.
 enum class Activation { kNone, kSilu, kGelu };
 
-// One value through the activation, in f32. Fast device forms, each within a few f32 ulps of
-// the float64 function where it is not tiny beside the output's scale:
+// One value through the activation, in f32. Fast device forms, each within a few times 2^-24
+// of |act(v)| + 1 of the float64 function (the norm's own error is relative to the row's
+// scale, about 1):
 //   silu(v) = v / (1 + exp(-v)): __expf (ex2.approx, 2 ulp plus |v| * 2^-24 relative from the
 //     rounding of v * log2(e)) and __fdividef (2 ulp; the quotient is -0 where 1 + exp(-v)
 //     passes 2^126, v < -87.3, whose silu is below 1e-36); Epilogue::finish takes silu a pair
 //     at a time (silu_pair below);
-//   gelu(v) = v / 2 * (1 + erf(v / sqrt(2))) (PyTorch's exact GELU, approximate='none'): erff
-//     (libdevice, 2 ulp); for v << 0 the sum 1 + erf cancels as PyTorch's does, so the error
-//     there is about 2^-24 * |v| absolute, not relative to the tiny gelu(v).
+//   gelu(v) = v * Phi(v) (PyTorch's exact GELU, approximate='none', Phi the normal CDF), with
+//     Phi(v) = 1 - h (v >= 0) or h (v < 0), h = erfc(|v| / sqrt(2)) / 2 by Abramowitz and
+//     Stegun 7.1.26 (|error of erf| <= 1.5e-7): one rcp.approx, a 5-term polynomial and one
+//     ex2.approx, no coefficients selected by range, no cancellation of 1 + erf for v < 0.
+//     At most 2.1e-7 of |gelu(v)| + 1 (emulated in f32 against float64 over v in [-30, 30] by
+//     scripts/gelu_error.cpp; 2.12e-7 measured on the H200), where libdevice's erff form had
+//     8.3e-8: relative to gelu(v) alone, up to 1.7e-4 where |gelu| > 1e-3 (v near -3). NaN
+//     gives NaN, +inf inf, -inf NaN (as PyTorch's). It replaced erff, whose two predicated
+//     polynomials cost about 19 more SASS instructions an element (GroupNorm -> GELU 0.73-0.97x
+//     the time on the H200: docs/performance-notes.md, "GELU in the A&S form").
 // tests/gpu/variants_test.cpp (Activation*) measures both against float64 on the device.
 template <Activation A>
 __device__ __forceinline__ float activate(float v) {
   if constexpr (A == Activation::kSilu) {
     return __fdividef(v, 1.0f + __expf(-v));
   } else if constexpr (A == Activation::kGelu) {
-    return 0.5f * v * (1.0f + erff(v * 0.707106781186547524f));
+    const float a = fabsf(v);
+    float t;  // 1 / (1 + p |v| / sqrt(2)), p = 0.3275911
+    asm("rcp.approx.ftz.f32 %0, %1;"
+        : "=f"(t)
+        : "f"(fmaf(0.3275911f * 0.70710678118654752f, a, 1.0f)));
+    // h = (a1 t + ... + a5 t^5) / 2 * exp(-v^2 / 2): the coefficients halved
+    float p = fmaf(0.5f * 1.061405429f, t, 0.5f * -1.453152027f);
+    p = fmaf(p, t, 0.5f * 1.421413741f);
+    p = fmaf(p, t, 0.5f * -0.284496736f);
+    p = fmaf(p, t, 0.5f * 0.254829592f);
+    p *= t;
+    float e;  // exp(-v^2 / 2)
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(a * (a * (-0.5f * 1.4426950408889634f))));
+    const float h = p * e;
+    return v * (v >= 0.f ? 1.0f - h : h);
   } else {
     return v;
   }

@@ -29,7 +29,8 @@
 //      the registers; pieces merged with Chan's formula);
 //   2. the CTA's (mean, M2) per group: the sums of count*mean, then of M2 + count*(mean -
 //      group mean)^2, over the TY x CG partials of the group (Chan's formula for many parts,
-//      with no cancellation), each summed by one warp in shared memory;
+//      with no cancellation), each summed by one warp in shared memory (where a thread's V
+//      channels lie in one group, it sums them first: TY x CG / V floats a group);
 //   3. the P CTAs of an item's tile exchange their partials through the workspace (no float
 //      atomics; the protocol of exchange.cuh, with GT partials per CTA) and every CTA merges
 //      the P partials of each group in the same fixed order, so all of them get the same bits.
@@ -134,14 +135,22 @@ struct GroupShifts {
   }
 };
 
-// The sum of a group's TY x CG floats in part ([TY][CT]; group: within the tile) over the lanes
-// of one warp, every lane getting the same bits.
+// The sum of a group's partials in part over the lanes of one warp, every lane getting the same
+// bits (group: within the tile). Where a thread's V channels lie in one group (CG % V == 0),
+// part holds one float a thread ([TY][TX], the sum of its V channels') and a group spans CG / V
+// of a row's; otherwise one a channel ([TY][CT]).
 template <class Cfg>
 __device__ __forceinline__ float group_total(const float* part, int group, int lane) {
   constexpr int CT = Cfg::kChannels / Cfg::kTiles, CG = Cfg::kChannelsPerGroup;
-  constexpr int TY = Cfg::kThreadsY;
+  constexpr int TY = Cfg::kThreadsY, TX = Cfg::kThreadsX, V = Cfg::kVec;
   float total = 0.f;
-  for (int i = lane; i < TY * CG; i += 32) total += part[(i / CG) * CT + group * CG + i % CG];
+  if constexpr (CG % V == 0) {
+    constexpr int kCols = CG / V;  // threads of a row covering one group
+    for (int i = lane; i < TY * kCols; i += 32)
+      total += part[(i / kCols) * TX + group * kCols + i % kCols];
+  } else {
+    for (int i = lane; i < TY * CG; i += 32) total += part[(i / CG) * CT + group * CG + i % CG];
+  }
   return warp_sum(total);
 }
 
@@ -185,8 +194,25 @@ __global__ void __launch_bounds__(Cfg::kThreadsX* Cfg::kThreadsY, Cfg::kBlocksPe
   constexpr bool kFitsApart = TY * CT * 4 + GT * 8 + 16 + GT * kChunks * 8 <= 48 * 1024;
   constexpr bool kPollAll = kChunks > 1 && GT > kReduceWarps && (kInPart || kFitsApart);
   __shared__ unsigned long long apart[kPollAll && !kInPart ? GT * kChunks : 1];
-  // [ty][c]: a thread's per-channel partials (in the tile); with kPollAll, then the partials
+  // A thread's partials: [ty][tx], the sum of its V channels' (kOneGroup), else [ty][c] (in the
+  // tile); with kPollAll, then the exchanged partials.
   __shared__ alignas(8) float part[TY * CT];
+  // Stores a thread's V per-channel partials into part. With kOneGroup, their sum: a group's
+  // warp then reads TY x CG / V floats instead of TY x CG, twice a pass (the mean, then M2);
+  // on the SD VAE's f16 [1, 512, 128, 128] map (tiles of 16-channel groups, V = 8, TY = 64)
+  // 128 instead of 1024. 0.77-1.01x the time on the channels-last maps of the H200
+  // (docs/performance-notes.md, "Channels-last GroupNorm: a thread's channels summed first").
+  const auto put = [&](int row, int col, const float* v) {
+    if constexpr (kOneGroup) {
+      float t = 0.f;
+#pragma unroll
+      for (int j = 0; j < V; ++j) t += v[j];
+      part[row * TX + col] = t;
+    } else {
+#pragma unroll
+      for (int j = 0; j < V; ++j) part[row * CT + col * V + j] = v[j];
+    }
+  };
   __shared__ float2 group_stats[GT];  // per group: the CTA's mean, then the item's (mean, rstd)
   __shared__ unsigned long long base_generation;
 
@@ -286,8 +312,7 @@ __global__ void __launch_bounds__(Cfg::kThreadsX* Cfg::kThreadsY, Cfg::kBlocksPe
 #pragma unroll
         for (int j = 0; j < V; ++j) sum[j] += kAllValid || k < valid ? held[k][j] - shift[j] : 0.f;
       }
-#pragma unroll
-      for (int j = 0; j < V; ++j) part[ty * CT + tx * V + j] = sum[j];
+      put(ty, tx, sum);
     } else {
 #pragma unroll
       for (int j = 0; j < V; ++j) mean[j] = m2[j] = 0.f;
@@ -313,8 +338,10 @@ __global__ void __launch_bounds__(Cfg::kThreadsX* Cfg::kThreadsY, Cfg::kBlocksPe
         }
         count += float(n);
       }
+      float cm[V];
 #pragma unroll
-      for (int j = 0; j < V; ++j) part[ty * CT + tx * V + j] = count * mean[j];
+      for (int j = 0; j < V; ++j) cm[j] = count * mean[j];
+      put(ty, tx, cm);
     }
     __syncthreads();  // the sums are in
     if (warp < kReduceWarps) {
@@ -329,6 +356,7 @@ __global__ void __launch_bounds__(Cfg::kThreadsX* Cfg::kThreadsY, Cfg::kBlocksPe
     // 2. The CTA's M2 per group: the squared deviations from the CTA's group mean (held), or
     // each thread's M2 and count * (its mean - the group's)^2 (streamed): Chan's formula for
     // many parts, with no cancellation.
+    float totals[V];
 #pragma unroll
     for (int j = 0; j < V; ++j) {
       const float group_mean = group_stats[group_of(j)].x;
@@ -343,8 +371,9 @@ __global__ void __launch_bounds__(Cfg::kThreadsX* Cfg::kThreadsY, Cfg::kBlocksPe
         const float d = mean[j] - group_mean;
         total = m2[j] + count * d * d;
       }
-      part[ty * CT + tx * V + j] = total;
+      totals[j] = total;
     }
+    put(ty, tx, totals);
     __syncthreads();  // the M2 are in
 
     // 3. Each group's merged (mean, rstd) of the item, left in group_stats: the warp that sums a

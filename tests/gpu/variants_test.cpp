@@ -2201,7 +2201,8 @@ TEST_F(Variants, ActivationAdversarialValues) {
 // and without the activation (f32 out), and the first's output against the float64 activation
 // of the second's. The pre-activation values are the same arithmetic in both kernels (only the
 // epilogue differs), so what is left is the f32 activation of ex2.approx, div.approx (silu of a
-// lone value) or rcp.approx (silu of a pair: epilogue.cuh's silu_pair), and erff.
+// lone value) or rcp.approx (silu of a pair: epilogue.cuh's silu_pair), and gelu's
+// Abramowitz-Stegun erfc (rcp.approx, ex2.approx).
 // Bound: 2e-6 of |ref| + 1e-6 absolute (kActivationError; twice what the host emulation of the
 // formulas and the intrinsics' documented errors give). The measured worst is printed.
 TEST_F(Variants, ActivationErrorOfTheEpilogueAlone) {

@@ -1,9 +1,10 @@
-// The error of GELU in the Abramowitz-Stegun form of scripts/experiments/gelu-as.patch (and of
-// the library's erff form), emulated in f32 on the host (rcp and ex2 rounded to f32, fmaf) against
-// float64 over v in [-30, 30], step 1e-5. No GPU:
-//   g++ -O2 -o /tmp/gelu-as-error scripts/experiments/gelu-as-error.cpp && /tmp/gelu-as-error
+// The error of the forward kernels' GELU (templates/normjit/epilogue.cuh: the Abramowitz-Stegun
+// 7.1.26 form, since the erff form before it, and of that erff form), emulated in f32 on the
+// host (rcp and ex2 rounded to f32, fmaf) against float64 over v in [-30, 30], step 1e-5. No GPU:
+//   g++ -O2 -o /tmp/gelu_error scripts/gelu_error.cpp && /tmp/gelu_error
 // Output of 2026-11-29: A&S worst abs 4.21e-07 at v=3.11; worst err/(|ref|+1) 2.13e-07;
-// erff worst abs 4.47e-07, worst err/(|ref|+1) 8.26e-08.
+// erff worst abs 4.47e-07, worst err/(|ref|+1) 8.26e-08. On the device,
+// tests/gpu/variants_test.cpp (ActivationErrorOfTheEpilogueAlone) measures the kernels' own.
 #include <cmath>
 #include <cstdio>
 static float gelu_as(float v) {
