@@ -179,9 +179,9 @@ void row_fields(const KernelPlan& p, Fields& f) {
     case Strategy::kRowSplitBackward:
       break;
   }
-  // The channel forms in nhwc: rows of C, one after another (a constant stride, not the
-  // launch's row layout).
-  if (pr.nhwc) f.flag("kContiguousRows", true);
+  // The channel forms in nhwc or of S = 1: rows of C, one after another (a constant stride, not
+  // the launch's row layout).
+  if (pr.channel_rows) f.flag("kContiguousRows", true);
 }
 
 // The channels-last GroupNorm kernel's configuration (group_nhwc.cuh).

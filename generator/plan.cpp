@@ -1347,13 +1347,15 @@ Problem Problem::of(const NormSpec& spec) {
   pr.y = spec.out_type();
   pr.param = spec.param_type();
   pr.residual = spec.residual;
-  pr.channel_form = spec.op != Op::kGroupNorm && spec.channel_form() && !spec.nhwc();
+  pr.channel_form = spec.op != Op::kGroupNorm && spec.channel_form() && !spec.channel_rows();
+  pr.channel_rows = spec.channel_rows();
   pr.nhwc = spec.nhwc();
   pr.row_length = spec.row_length();
   if (spec.channel_form()) {
     pr.channels = spec.channels();
-    // Channels last, the channel forms are rows of C: their kernel is the same for every S.
-    pr.spatial = spec.nhwc() && spec.op != Op::kGroupNorm ? 1 : spec.spatial();
+    // Channels last (or S = 1), the channel forms are rows of C: their kernel is the same for
+    // every S.
+    pr.spatial = spec.channel_rows() ? 1 : spec.spatial();
   }
   pr.groups = spec.op == Op::kGroupNorm ? spec.groups : 0;
   pr.weight = spec.affine != Affine::kNone;
@@ -1601,8 +1603,8 @@ int batch_class(const NormSpec& spec) { return batch_class(spec, spec.batch()); 
 int batch_class(const NormSpec& spec, int64_t batch) {
   // Only the row kernel's parameters depend on it (row_registers): trailing forms with
   // parameters, rows that fit one team.
-  // The channel forms in nhwc are rows too: N x S of them.
-  const bool rows_form = spec.op != Op::kGroupNorm && (!spec.channel_form() || spec.nhwc());
+  // The channel forms in nhwc (and of S = 1) are rows too: N x S of them.
+  const bool rows_form = spec.op != Op::kGroupNorm && (!spec.channel_form() || spec.channel_rows());
   const bool row_registers =
       rows_form && !spec.backward && spec.row_length() <= int64_t{kMaxTeam} * kMaxTeamValues;
   if (!row_registers || spec.affine == Affine::kNone) return kBatchAny;
@@ -1615,7 +1617,7 @@ bool has_two_batch_classes(const NormSpec& spec) {
   // than kFewRows rows (N > kFewRows: at least that many rows) fall in different classes.
   const size_t leading = spec.shape.size() - spec.normalized_dims;
   if (spec.op == Op::kGroupNorm || leading == 0) return false;
-  if (spec.channel_form() && !spec.nhwc()) return false;
+  if (spec.channel_form() && !spec.channel_rows()) return false;
   return batch_class(spec, 1) != batch_class(spec, kFewRows + 1);
 }
 
@@ -1626,8 +1628,8 @@ std::vector<NormSpec> batch_class_specs(const NormSpec& spec) {
   const size_t leading = spec.shape.size() - spec.normalized_dims;
   if (spec.op == Op::kGroupNorm || leading == 0) return out;
   if (spec.channel_form()) {
-    if (!spec.nhwc()) return out;
-    // nhwc: N x S rows; the batch N alone changes.
+    if (!spec.channel_rows()) return out;
+    // nhwc (or S = 1): N x S rows; the batch N alone changes.
     const int64_t s = spec.spatial();
     other.shape[0] = batch_class(spec) == kBatchFewRows ? kFewRows / s + 1 : 1;
     if (batch_class(other) != batch_class(spec)) out.push_back(other);
@@ -1711,16 +1713,22 @@ KernelPlan plan(const NormSpec& spec, const Target& target) {
       case Strategy::kRowSplitBackward:
         break;
     }
-    if (pr.nhwc) {
-      // The channel forms, channels last: each position's C channels are one contiguous row.
+    if (pr.channel_rows) {
+      // The channel forms, channels last or of one position: each position's C channels are one
+      // contiguous row.
       p.rows_per_item = spec.spatial();
       const std::string params = !pr.weight ? ""
                                  : pr.bias  ? ", weight and bias [C] per element of a row"
                                             : ", weight [C] per element of a row";
-      why = "layout nhwc: the C = " + std::to_string(pr.channels) + " channels of each of the " +
-            std::to_string(spec.spatial()) +
-            " positions per item are contiguous, normalized as rows of the row kernel (N x " +
-            std::to_string(spec.spatial()) + " rows at a constant stride" + params + "); " + why;
+      why = (pr.nhwc ? "layout nhwc: the C = " + std::to_string(pr.channels) +
+                           " channels of each of the " + std::to_string(spec.spatial()) +
+                           " positions per item are contiguous, normalized as rows of the row "
+                           "kernel (N x " +
+                           std::to_string(spec.spatial()) + " rows"
+                     : "one position per item (S = 1): the C = " + std::to_string(pr.channels) +
+                           " channels of each item are contiguous, normalized as rows of the "
+                           "row kernel (N rows") +
+            " at a constant stride" + params + "); " + why;
     }
     if (pr.op == Op::kGroupNorm && p.vec > 1 && pr.spatial % p.vec != 0) {
       why += "; " + std::to_string(p.vec * size_of(pr.x)) +

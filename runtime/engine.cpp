@@ -872,9 +872,10 @@ Params launch_params(const NormSpec& spec, const LaunchArgs& args) {
   params.bias = args.bias;
   params.workspace = nullptr;  // launch() sets it for split plans
   params.batch = args.batch;
-  if (spec.nhwc() && spec.op != Op::kGroupNorm) {
-    // The channel forms in nhwc run the row kernel over N x S rows of C (contiguous: the kernel
-    // takes their stride as a constant); the grid counts them as the plan's rows per item.
+  if (spec.channel_rows()) {
+    // The channel forms in nhwc (or of S = 1) run the row kernel over N x S rows of C
+    // (contiguous: the kernel takes their stride as a constant); the grid counts them as the
+    // plan's rows per item.
     params.batch = args.batch * spec.spatial();
   }
   params.eps = args.eps;

@@ -2342,7 +2342,7 @@ TEST_F(Variants, ChannelsSlabOnSmallOddMapsEveryDtypeAxisAndCluster) {
       {{3, 2048, 7, 7}, 8},  // ResNet's last stage: 8 slabs of 256 channels
       {{2, 768, 7, 7}, 8},   // ConvNeXt-T's last stage
       {{5, 96, 7, 7}, 2},    // 18816 bytes: two slabs
-      {{4, 64, 1}, 1},       // S = 1: a 1x1 map
+      {{4, 64, 3}, 1},       // S = 3 (S = 1 is rows: ChannelFormsOfOnePositionRunAsRowsOfC)
       {{2, 1024, 3, 3}, 4},  // 36864 bytes: four of 9216
       {{3, 200, 9, 9}, 2},   // slabs of a quarter would not be whole 16-byte vectors
       {{2, 48, 5, 5}, 1},    {{1, 512, 13, 13}, 8},
@@ -2507,27 +2507,15 @@ TEST_F(Variants, NhwcAdversarialValues) {
   run_cases("layout nhwc adversarial values", cases);
 }
 
-TEST_F(Variants, NhwcItemBitsDoNotDependOnTheLaunchBatch) {
-  // GroupNorm's items over slots of P CTAs (fewer slots than items at the largest batch), and
-  // the channel forms' N x S rows: an item's y and statistics have the same bits whatever the
-  // batch launched, and nothing past the batch is written.
+// Each case launched at its largest batch, then at each batch of its list: an item's y and
+// statistics have the same bits whatever the batch launched, and nothing past the batch is
+// written.
+void run_batch_invariance(const char* title,
+                          const std::vector<std::pair<Case, std::vector<int64_t>>>& runs) {
   const auto t0 = std::chrono::steady_clock::now();
   device::PrimaryContext context;
   const Target target = device::target_of(context.device());
   Engine engine(test_engine_options());
-  const std::vector<std::pair<Case, std::vector<int64_t>>> runs = {
-      // Tiles of 2 groups, a CTA each over all positions: 16 CTAs per item, no exchange.
-      {nhwc_group({40, 320, 32, 32}, Dtype::kBF16, 32).stats().with(Values::kNormal, 1),
-       {1, 2, 13, 40}},
-      // Exchanged in tiles of 8 groups, the item's 4 tiles x P CTAs a slot: 2 slots of 56 CTAs
-      // on 132 SMs for the 9 items; 1 slot of 128 CTAs for the VAE's 3.
-      {nhwc_group({9, 320, 64, 64}, Dtype::kF16, 32).stats().with(Values::kNormal, 5),
-       {1, 2, 5, 9}},
-      {nhwc_group({3, 512, 128, 128}, Dtype::kBF16, 32).stats().with(Values::kNormal, 6), {1, 3}},
-      {nhwc_group({6, 128, 256, 256}, Dtype::kF32, 32).stats().with(Values::kNormal, 2), {1, 2, 6}},
-      {nhwc_group({9, 96, 7, 9}, Dtype::kF16, 3).stats().with(Values::kNormal, 3), {1, 4, 9}},
-      {nhwc_layer({9, 96, 14, 14}, Dtype::kBF16).stats().with(Values::kNormal, 4), {1, 4, 9}},
-  };
   Summary summary;
   for (const auto& [c, batches] : runs) {
     std::string what = format_shape(*c.fields.shape);
@@ -2567,7 +2555,30 @@ TEST_F(Variants, NhwcItemBitsDoNotDependOnTheLaunchBatch) {
       ADD_FAILURE() << what << ": " << e.what();
     }
   }
-  summary.print("layout nhwc batch invariance", t0);
+  summary.print(title, t0);
+}
+
+TEST_F(Variants, NhwcItemBitsDoNotDependOnTheLaunchBatch) {
+  // GroupNorm's items over slots of P CTAs (fewer slots than items at the largest batch), and
+  // the channel forms' N x S rows: an item's y and statistics have the same bits whatever the
+  // batch launched, and nothing past the batch is written.
+  run_batch_invariance(
+      "layout nhwc batch invariance",
+      {
+          // Tiles of 2 groups, a CTA each over all positions: 16 CTAs per item, no exchange.
+          {nhwc_group({40, 320, 32, 32}, Dtype::kBF16, 32).stats().with(Values::kNormal, 1),
+           {1, 2, 13, 40}},
+          // Exchanged in tiles of 8 groups, the item's 4 tiles x P CTAs a slot: 2 slots of 56 CTAs
+          // on 132 SMs for the 9 items; 1 slot of 128 CTAs for the VAE's 3.
+          {nhwc_group({9, 320, 64, 64}, Dtype::kF16, 32).stats().with(Values::kNormal, 5),
+           {1, 2, 5, 9}},
+          {nhwc_group({3, 512, 128, 128}, Dtype::kBF16, 32).stats().with(Values::kNormal, 6),
+           {1, 3}},
+          {nhwc_group({6, 128, 256, 256}, Dtype::kF32, 32).stats().with(Values::kNormal, 2),
+           {1, 2, 6}},
+          {nhwc_group({9, 96, 7, 9}, Dtype::kF16, 3).stats().with(Values::kNormal, 3), {1, 4, 9}},
+          {nhwc_layer({9, 96, 14, 14}, Dtype::kBF16).stats().with(Values::kNormal, 4), {1, 4, 9}},
+      });
 }
 
 TEST_F(Variants, NhwcCudaGraphOnAFreshStreamReplaysWithNewInputs) {
@@ -2616,6 +2627,73 @@ TEST_F(Variants, NhwcCudaGraphOnAFreshStreamReplaysWithNewInputs) {
     }
   }
   summary.print("layout nhwc CUDA graph replays", t0);
+}
+
+TEST_F(Variants, ChannelFormsOfOnePositionRunAsRowsOfC) {
+  // The channel forms with one position per item (S = 1): rmsnorm's default, dim 1, of a 2-D
+  // [N, C], and LayerNorm2d on [N, C, 1, 1] (ConvNeXt's head after its pooling). An item's C
+  // channels are then one contiguous row, and the forward plans the row kernels (checked here)
+  // where it planned the channel kernels; every dtype, each variant axis, odd, tiny and long C
+  // (rows split over CTAs), adversarial values, and their batch invariance.
+  device::PrimaryContext context;
+  const Target target = device::target_of(context.device());
+  const std::vector<std::vector<int64_t>> shapes = {{1, 1},       {3, 7},          {5, 65},
+                                                    {2, 1000, 1}, {7, 1021, 1, 1}, {32, 768, 1, 1},
+                                                    {512, 8192},  {2, 40000},      {1, 131071, 1}};
+  std::vector<Case> cases;
+  uint64_t seed = 4100;
+  int i = 0;
+  for (const std::vector<int64_t>& shape : shapes) {
+    for (Dtype x : kXDtypes) {
+      Case r = rms_channels(shape, x);
+      Case l = layer_norm_channels(shape, x, i % 2 ? Affine::kWeight : Affine::kBoth);
+      for (const Case* c : {&r, &l}) {
+        const std::string strat = strategy_of(NormSpec::from_fields(c->fields), target);
+        EXPECT_EQ(strat.rfind("row-", 0), 0u)
+            << NormSpec::from_fields(c->fields).to_string() << ": " << strat;
+      }
+      switch (i++ % 5) {
+        case 0:
+          break;
+        case 1:
+          r.params(Dtype::kF32).offset(1.0);
+          l.stats();
+          break;
+        case 2:
+          r.out(Dtype::kE4M3, 0.5f).stats();
+          l.act(Activation::kSilu).out(Dtype::kF32);
+          break;
+        case 3:
+          r.act(Activation::kGelu);
+          l.params(Dtype::kF32).out(Dtype::kE5M2, 4.0f).offset(0.5);
+          break;
+        default:
+          r.stats().offset(0.5);
+          l.stats().act(Activation::kGelu);
+          break;
+      }
+      cases.push_back(r.with(Values::kNormal, seed++));
+      cases.push_back(l.with(Values::kNormal, seed++));
+    }
+  }
+  for (Values v : {Values::kLargeMean, Values::kTiny, Values::kConstant, Values::kNegative}) {
+    for (Dtype x : kXDtypes) {
+      cases.push_back(layer_norm_channels({32, 768, 1, 1}, x).stats().with(v, seed++));
+      cases.push_back(rms_channels({3, 4099}, x).stats().with(v, seed++));
+    }
+  }
+  // The backward keeps the channel kernel (channel_rows() is the forward's).
+  NormSpec backward =
+      NormSpec::from_fields(layer_norm_channels({32, 768, 1, 1}, Dtype::kF32).fields);
+  backward.backward = true;
+  EXPECT_EQ(strategy_of(backward, target), "channels-backward");
+  run_cases("channel forms of one position as rows", cases);
+  run_batch_invariance(
+      "channel forms of one position: batch invariance",
+      {{rms_channels({40, 4096}, Dtype::kBF16).stats().with(Values::kNormal, 7), {1, 2, 17, 40}},
+       {layer_norm_channels({300, 768, 1, 1}, Dtype::kF16).stats().with(Values::kNormal, 8),
+        {1, 3, 257, 300}},
+       {rms_channels({5, 40000}, Dtype::kF32).with(Values::kNormal, 9), {1, 2, 5}}});
 }
 
 }  // namespace

@@ -165,6 +165,52 @@ TEST(PlanLayout, ChannelFormsAreRowsOfCThroughTheRowKernel) {
       Strategy::kChannels);
 }
 
+// The channel forms with one position per item (S = 1: rmsnorm's default on a 2-D [N, C],
+// LayerNorm2d on [N, C, 1, 1]) lie as rows of C in either layout: the forward plans the row
+// kernels, as for nhwc, where it planned the channel kernels (the slab, 3x the time of the rows
+// on the H200 for [4096, 8192] bf16: docs/performance-notes.md); the backward keeps its own.
+TEST(PlanLayout, ChannelFormsOfOnePositionAreRowsOfC) {
+  const KernelPlan p =
+      plan(NormSpec::parse("op=rmsnorm shape=4096,8192 dtype=bf16 affine=weight"), kH100);
+  EXPECT_EQ(p.strategy, Strategy::kRowRegisters);
+  EXPECT_FALSE(p.problem.channel_form);
+  EXPECT_TRUE(p.problem.channel_rows);
+  EXPECT_FALSE(p.problem.nhwc);
+  EXPECT_EQ(p.problem.row_length, 8192);
+  EXPECT_EQ(p.rows_per_item, 1);
+  EXPECT_EQ(p.grid(4096, 0), (4096 + p.rows_per_block - 1) / p.rows_per_block);
+  const std::string text = p.to_string();
+  EXPECT_TRUE(has(text, "layout: nchw") && has(text, "one position per item (S = 1)") &&
+              has(text, "rows of the row kernel"))
+      << text;
+  const std::string source = emit(p).source;
+  EXPECT_TRUE(has(source, "static constexpr bool kContiguousRows = true;")) << source;
+  EXPECT_TRUE(has(source, "rmsnorm_bf16_h8192 {")) << source;
+  // [N, C, 1, 1] of another N: the same kernel.
+  EXPECT_EQ(
+      emit(plan(NormSpec::parse("op=rmsnorm shape=7,8192,1,1 dtype=bf16 affine=weight"), kH100))
+          .source,
+      source);
+  // LayerNorm2d on a pooled map, and the few-rows class of its launches.
+  const NormSpec pooled =
+      NormSpec::parse("op=layernorm shape=2,768,1,1 dtype=f16 normalized_dims=0");
+  EXPECT_EQ(plan(pooled, kH100).strategy, Strategy::kRowRegisters);
+  EXPECT_EQ(batch_class(pooled), kBatchFewRows);
+  const std::vector<NormSpec> classes = batch_class_specs(pooled);
+  ASSERT_EQ(classes.size(), 2u);
+  EXPECT_EQ(batch_class(classes[1]), kBatchAny);
+  EXPECT_TRUE(has_two_batch_classes(pooled));
+  // Two positions: the channel kernels still; the backward of one position: its own kernel.
+  EXPECT_EQ(plan(NormSpec::parse("op=layernorm shape=2,768,2 dtype=f16 normalized_dims=0"), kH100)
+                .strategy,
+            Strategy::kChannels);
+  EXPECT_EQ(plan(NormSpec::parse("op=layernorm shape=2,768,1,1 dtype=f16 normalized_dims=0 "
+                                 "backward=true"),
+                 kH100)
+                .strategy,
+            Strategy::kChannelsBackward);
+}
+
 TEST(PlanLayout, ChannelFormRowsOfOddAndLongChannelCounts) {
   // C = 3: scalar accesses; C = 65536: rows longer than a team, split over CTAs.
   const KernelPlan three =
