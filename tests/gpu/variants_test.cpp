@@ -2330,6 +2330,32 @@ Case nhwc_layer(std::vector<int64_t> shape, Dtype d, Affine a = Affine::kBoth) {
   return layer_norm_channels(std::move(shape), d, a).nhwc();
 }
 
+// The variant axes in turn over a channel-form test's cases (the i-th RMSNorm r and LayerNorm
+// l): none; f32 params and an offset, stats; fp8 out and stats, silu to f32; gelu, f32 params
+// to e5m2 with an offset; stats and offsets with gelu.
+void with_axes_in_turn(int i, Case& r, Case& l) {
+  switch (i % 5) {
+    case 0:
+      break;
+    case 1:
+      r.params(Dtype::kF32).offset(1.0);
+      l.stats();
+      break;
+    case 2:
+      r.out(Dtype::kE4M3, 0.5f).stats();
+      l.act(Activation::kSilu).out(Dtype::kF32);
+      break;
+    case 3:
+      r.act(Activation::kGelu);
+      l.params(Dtype::kF32).out(Dtype::kE5M2, 4.0f).offset(0.5);
+      break;
+    default:
+      r.stats().offset(0.5);
+      l.stats().act(Activation::kGelu);
+      break;
+  }
+}
+
 TEST_F(Variants, ChannelsSlabOnSmallOddMapsEveryDtypeAxisAndCluster) {
   // The slab kernel (channels_slab.cuh, sm_90): items over clusters of 1, 2, 4 and 8 CTAs, maps
   // of 1, 3x3, 5x5, 7x7, 9x9, 13x13 and 3-D, both operators, every dtype, with each variant axis,
@@ -2365,26 +2391,7 @@ TEST_F(Variants, ChannelsSlabOnSmallOddMapsEveryDtypeAxisAndCluster) {
           EXPECT_EQ(p.blocks_per_item, m.cluster) << spec.to_string();
         }
       }
-      switch (i++ % 5) {
-        case 0:
-          break;
-        case 1:
-          r.params(Dtype::kF32).offset(1.0);
-          l.stats();
-          break;
-        case 2:
-          r.out(Dtype::kE4M3, 0.5f).stats();
-          l.act(Activation::kSilu).out(Dtype::kF32);
-          break;
-        case 3:
-          r.act(Activation::kGelu);
-          l.params(Dtype::kF32).out(Dtype::kE5M2, 4.0f).offset(0.5);
-          break;
-        default:
-          r.stats().offset(0.5);
-          l.stats().act(Activation::kGelu);
-          break;
-      }
+      with_axes_in_turn(i++, r, l);
       cases.push_back(r.with(Values::kNormal, seed++));
       cases.push_back(l.with(Values::kNormal, seed++));
     }
@@ -2652,26 +2659,7 @@ TEST_F(Variants, ChannelFormsOfOnePositionRunAsRowsOfC) {
         EXPECT_EQ(strat.rfind("row-", 0), 0u)
             << NormSpec::from_fields(c->fields).to_string() << ": " << strat;
       }
-      switch (i++ % 5) {
-        case 0:
-          break;
-        case 1:
-          r.params(Dtype::kF32).offset(1.0);
-          l.stats();
-          break;
-        case 2:
-          r.out(Dtype::kE4M3, 0.5f).stats();
-          l.act(Activation::kSilu).out(Dtype::kF32);
-          break;
-        case 3:
-          r.act(Activation::kGelu);
-          l.params(Dtype::kF32).out(Dtype::kE5M2, 4.0f).offset(0.5);
-          break;
-        default:
-          r.stats().offset(0.5);
-          l.stats().act(Activation::kGelu);
-          break;
-      }
+      with_axes_in_turn(i++, r, l);
       cases.push_back(r.with(Values::kNormal, seed++));
       cases.push_back(l.with(Values::kNormal, seed++));
     }
