@@ -12,6 +12,10 @@
 # Logs go to $OUT (default build-gpu-out; the Python tests also leave their reports there); with
 # BUNDLE=1 they are packed into $OUT/logs.tgz at the end (the device tool brings back few files).
 # The summary names, per gtest shard, its slowest tests and, if it timed out, the test it was in.
+# Shards: of about equal time (scripts/shard_tests.py) from TIMES (default
+# scripts/gpu_test_times.txt, the seconds of each test in an earlier run; TIMES=none: gtest's
+# own sharding, the tests dealt out in turn); every run leaves $OUT/gpu_test_times.txt, its own
+# seconds, to copy there.
 # Exit status: 0 all passed; 1 a part failed or timed out; 2 the build or the wheel is missing.
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -39,13 +43,31 @@ export NORMJIT_CACHE_DIR=${NORMJIT_CACHE_DIR:-/tmp/normjit-suite-cache}
 export PYTHONUNBUFFERED=1
 # The deployment tests run the normjit tool: this build's, not the path it was built at.
 export NORMJIT_TOOL=${NORMJIT_TOOL:-$build/tools/normjit}
+times=${TIMES:-$here/scripts/gpu_test_times.txt}
+filters=()
+if [ "$times" != none ] && [ -f "$times" ]; then
+  if ! mapfile -t filters < <(LD_LIBRARY_PATH=$build${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
+    "$build/tests/gpu/gpu_tests" --gtest_list_tests |
+    python3 "$here/scripts/shard_tests.py" --times "$times" --shards "$shards" --list -) ||
+    ((${#filters[@]} != shards)); then
+    echo "gpu_suite: shard_tests.py failed; gtest's own sharding instead" >&2
+    filters=()
+  fi
+fi
 pids=()
 for ((i = 0; i < shards; i++)); do
-  LD_LIBRARY_PATH=$build${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
-    GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i timeout "${TG:-480}" \
-    "$build/tests/gpu/gpu_tests" > "$out/gtest-$i.log" 2>&1 &
+  if ((${#filters[@]})); then
+    shard_args=(--gtest_filter="${filters[$i]}")
+    shard_env=()
+  else
+    shard_args=()
+    shard_env=(GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i)
+  fi
+  env LD_LIBRARY_PATH=$build${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "${shard_env[@]}" \
+    timeout "${TG:-480}" "$build/tests/gpu/gpu_tests" "${shard_args[@]}" > "$out/gtest-$i.log" 2>&1 &
   pids+=($!)
 done
+echo "gpu_suite: ${shards} gtest shards, $( ((${#filters[@]})) && echo "of about equal time by $times" || echo "gtest's own (tests dealt out in turn)")"
 
 rm -rf "$site" && mkdir -p "$site"
 python3 -m zipfile -e "$wheel" "$site"
@@ -75,6 +97,7 @@ for ((i = 0; i < shards; i++)); do
     "$out/gtest-$i.log" | sort -rn | head -3 | awk '{printf "%s %.0f s; ", $2, $1 / 1000}')"
   ((rc == 0)) || status=1
 done
+python3 "$here/scripts/shard_tests.py" --record "$out"/gtest-*.log > "$out/gpu_test_times.txt"
 echo "pytest: exit $pytest_status; $(tail -1 "$out/pytest.log")"
 if grep -q '^SKIPPED' "$out/pytest.log"; then
   # Why tests skipped (-rs): counts per reason, the most frequent first.
