@@ -1713,28 +1713,28 @@ KernelPlan plan(const NormSpec& spec, const Target& target) {
       case Strategy::kRowSplitBackward:
         break;
     }
-    if (pr.channel_rows) {
-      // The channel forms, channels last or of one position: each position's C channels are one
-      // contiguous row.
-      p.rows_per_item = spec.spatial();
-      const std::string params = !pr.weight ? ""
-                                 : pr.bias  ? ", weight and bias [C] per element of a row"
-                                            : ", weight [C] per element of a row";
-      why = (pr.nhwc ? "layout nhwc: the C = " + std::to_string(pr.channels) +
-                           " channels of each of the " + std::to_string(spec.spatial()) +
-                           " positions per item are contiguous, normalized as rows of the row "
-                           "kernel (N x " +
-                           std::to_string(spec.spatial()) + " rows"
-                     : "one position per item (S = 1): the C = " + std::to_string(pr.channels) +
-                           " channels of each item are contiguous, normalized as rows of the "
-                           "row kernel (N rows") +
-            " at a constant stride" + params + "); " + why;
-    }
     if (pr.op == Op::kGroupNorm && p.vec > 1 && pr.spatial % p.vec != 0) {
       why += "; " + std::to_string(p.vec * size_of(pr.x)) +
              "-byte vectors may span channels (S = " + std::to_string(pr.spatial) +
              " is odd), each element taking its own channel's weight and bias";
     }
+  }
+  if (pr.channel_rows) {
+    // The channel forms, channels last or of one position: each position's C channels are one
+    // contiguous row (the forward's and, with S = 1, the backward's row kernels).
+    p.rows_per_item = spec.spatial();
+    const std::string params = !pr.weight ? ""
+                               : pr.bias  ? ", weight and bias [C] per element of a row"
+                                          : ", weight [C] per element of a row";
+    const std::string as_rows = pr.backward ? "differentiated as rows by the row backward kernel"
+                                            : "normalized as rows of the row kernel";
+    why = (pr.nhwc ? "layout nhwc: the C = " + std::to_string(pr.channels) +
+                         " channels of each of the " + std::to_string(spec.spatial()) +
+                         " positions per item are contiguous, " + as_rows + " (N x " +
+                         std::to_string(spec.spatial()) + " rows"
+                   : "one position per item (S = 1): the C = " + std::to_string(pr.channels) +
+                         " channels of each item are contiguous, " + as_rows + " (N rows") +
+          " at a constant stride" + params + "); " + why;
   }
   p.why = why + variant_note(pr);
   return p;

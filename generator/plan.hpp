@@ -46,7 +46,8 @@ struct Problem {
   // (row_length C, spatial 1: their kernel does not depend on S; plan.rows_per_item = S).
   bool nhwc = false;
   // The channel forms in nhwc, or of S = 1 (NormSpec::channel_rows): rows of C, one after another
-  // at a constant stride, planned as the trailing forms' rows of row_length C.
+  // at a constant stride, planned as the trailing forms' rows of row_length C (forward and, with
+  // S = 1, backward).
   bool channel_rows = false;
   int64_t row_length = 0;  // H: elements normalized together (channel form: C)
   int64_t channels = 0;    // channel and group forms: C

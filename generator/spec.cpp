@@ -636,7 +636,7 @@ int64_t NormSpec::channels() const { return shape.size() > 1 ? shape[1] : 1; }
 int64_t NormSpec::spatial() const { return product(shape, 2, shape.size()); }
 
 bool NormSpec::channel_rows() const {
-  return op != Op::kGroupNorm && channel_form() && (nhwc() || (!backward && spatial() == 1));
+  return op != Op::kGroupNorm && channel_form() && (nhwc() || spatial() == 1);
 }
 
 int64_t NormSpec::row_length() const {

@@ -434,6 +434,52 @@ TEST_F(BackwardChannelsGpu, ChannelFormsShapesDtypesAndAffineMatchFloat64) {
   }
 }
 
+// The channel forms with one position per item (S = 1: rmsnorm's default on [N, C], LayerNorm2d
+// on a pooled [N, C, 1, 1]): the backward runs the row backward kernels (checked on the plan),
+// rows in registers and split over CTAs, every dtype and affine form, f32 parameters with an
+// offset, adversarial values.
+TEST_F(BackwardChannelsGpu, ChannelFormsOfOnePositionDifferentiateAsRows) {
+  device::PrimaryContext context;
+  const Target target = device::target_of(context.device());
+  Engine engine(test_engine_options());
+  const std::vector<int64_t> shapes[] = {{1, 1},          {3, 7},     {5, 65},    {7, 1021, 1, 1},
+                                         {32, 768, 1, 1}, {64, 4096}, {2, 131072}};
+  std::vector<Config> configs;
+  for (const auto& shape : shapes) {
+    for (Dtype dtype : kDtypes) {
+      configs.push_back(channels(Op::kRmsNorm, shape, dtype, Affine::kNone));
+      configs.push_back(channels(Op::kRmsNorm, shape, dtype, Affine::kWeight));
+      configs.push_back(channels(Op::kLayerNorm, shape, dtype, Affine::kNone));
+      configs.push_back(channels(Op::kLayerNorm, shape, dtype, Affine::kBoth));
+    }
+    Config offset = channels(Op::kRmsNorm, shape, Dtype::kBF16, Affine::kWeight);
+    offset.param = Dtype::kF32;
+    offset.weight_offset = 1.0;
+    configs.push_back(offset);
+  }
+  for (const Config& c : configs) {
+    const Strategy strategy = plan(c.spec(true), target).strategy;
+    EXPECT_TRUE(strategy == Strategy::kRowBackward || strategy == Strategy::kRowSplitBackward)
+        << c.name() << ": " << to_string(strategy);
+  }
+  prepare(engine, configs);
+  uint64_t seed = 1500;
+  for (const Config& c : configs) {
+    Backward run(engine, c, Values::kNormal, seed++);
+    run.run();
+    expect_close(run, c, Values::kNormal, "normal values");
+  }
+  for (Values values : {Values::kLargeMean, Values::kTiny, Values::kConstant, Values::kNegative}) {
+    for (const Config& c : {channels(Op::kLayerNorm, {32, 768, 1, 1}, Dtype::kBF16, Affine::kBoth),
+                            channels(Op::kRmsNorm, {3, 4099}, Dtype::kF32, Affine::kWeight)}) {
+      prepare(engine, {c});
+      Backward run(engine, c, values, seed++);
+      run.run();
+      expect_close(run, c, values, to_string(values));
+    }
+  }
+}
+
 TEST_F(BackwardChannelsGpu, AdversarialValues) {
   device::PrimaryContext context;
   Engine engine(test_engine_options());

@@ -2670,11 +2670,11 @@ TEST_F(Variants, ChannelFormsOfOnePositionRunAsRowsOfC) {
       cases.push_back(rms_channels({3, 4099}, x).stats().with(v, seed++));
     }
   }
-  // The backward keeps the channel kernel (channel_rows() is the forward's).
+  // The backward: the row backward kernel (BackwardChannelsGpu checks its values).
   NormSpec backward =
       NormSpec::from_fields(layer_norm_channels({32, 768, 1, 1}, Dtype::kF32).fields);
   backward.backward = true;
-  EXPECT_EQ(strategy_of(backward, target), "channels-backward");
+  EXPECT_EQ(strategy_of(backward, target), "row-backward");
   run_cases("channel forms of one position as rows", cases);
   run_batch_invariance(
       "channel forms of one position: batch invariance",

@@ -141,8 +141,9 @@ struct NormSpec {
   bool channel_form() const { return normalized_dims == 0; }  // reduce over dim 1 (all ops)
   bool nhwc() const { return layout == Layout::kNhwc; }
   // A channel form (rmsnorm or layernorm over dim 1) whose C channels of each position lie
-  // contiguous, normalized as rows of C by the row kernels: layout nhwc, or (the forward) one
-  // position per item, S = 1, where both layouts are one memory order ([N, C] or [N, C, 1, 1]).
+  // contiguous, normalized as rows of C by the row kernels: layout nhwc (forward only), or one
+  // position per item, S = 1, where both layouts are one memory order ([N, C] or [N, C, 1, 1]);
+  // its backward then runs the row backward kernels.
   bool channel_rows() const;
   int64_t batch() const;           // N for channel/group forms, product of leading dims otherwise
   int64_t channels() const;        // shape[1] (channel and group forms)

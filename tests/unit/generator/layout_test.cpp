@@ -168,7 +168,8 @@ TEST(PlanLayout, ChannelFormsAreRowsOfCThroughTheRowKernel) {
 // The channel forms with one position per item (S = 1: rmsnorm's default on a 2-D [N, C],
 // LayerNorm2d on [N, C, 1, 1]) lie as rows of C in either layout: the forward plans the row
 // kernels, as for nhwc, where it planned the channel kernels (the slab, 3x the time of the rows
-// on the H200 for [4096, 8192] bf16: docs/performance-notes.md); the backward keeps its own.
+// on the H200 for [4096, 8192] bf16: docs/performance-notes.md), and the backward the row
+// backward kernels, whose source is then the trailing form's.
 TEST(PlanLayout, ChannelFormsOfOnePositionAreRowsOfC) {
   const KernelPlan p =
       plan(NormSpec::parse("op=rmsnorm shape=4096,8192 dtype=bf16 affine=weight"), kH100);
@@ -200,15 +201,30 @@ TEST(PlanLayout, ChannelFormsOfOnePositionAreRowsOfC) {
   ASSERT_EQ(classes.size(), 2u);
   EXPECT_EQ(batch_class(classes[1]), kBatchAny);
   EXPECT_TRUE(has_two_batch_classes(pooled));
-  // Two positions: the channel kernels still; the backward of one position: its own kernel.
+  // Two positions: the channel kernels still, forward and backward.
   EXPECT_EQ(plan(NormSpec::parse("op=layernorm shape=2,768,2 dtype=f16 normalized_dims=0"), kH100)
                 .strategy,
             Strategy::kChannels);
-  EXPECT_EQ(plan(NormSpec::parse("op=layernorm shape=2,768,1,1 dtype=f16 normalized_dims=0 "
+  EXPECT_EQ(plan(NormSpec::parse("op=layernorm shape=2,768,2 dtype=f16 normalized_dims=0 "
                                  "backward=true"),
                  kH100)
                 .strategy,
             Strategy::kChannelsBackward);
+  // The backward of one position: the row backward kernels, the trailing form's source.
+  const KernelPlan backward = plan(
+      NormSpec::parse("op=layernorm shape=2,768,1,1 dtype=f16 normalized_dims=0 backward=true"),
+      kH100);
+  EXPECT_EQ(backward.strategy, Strategy::kRowBackward);
+  EXPECT_TRUE(has(backward.to_string(), "differentiated as rows by the row backward kernel"))
+      << backward.to_string();
+  EXPECT_EQ(emit(backward).source,
+            emit(plan(NormSpec::parse(
+                          "op=layernorm shape=2,768 dtype=f16 normalized_dims=1 backward=true"),
+                      kH100))
+                .source);
+  EXPECT_EQ(plan(NormSpec::parse("op=rmsnorm shape=2,131072 affine=weight backward=true"), kH100)
+                .strategy,
+            Strategy::kRowSplitBackward);
 }
 
 TEST(PlanLayout, ChannelFormRowsOfOddAndLongChannelCounts) {
