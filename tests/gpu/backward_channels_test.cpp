@@ -306,6 +306,17 @@ Config channels(Op op, std::vector<int64_t> shape, Dtype dtype, Affine affine) {
 
 constexpr Dtype kDtypes[] = {Dtype::kF32, Dtype::kF16, Dtype::kBF16};
 
+// RMSNorm without and with a weight, LayerNorm without and with weight and bias, over dim 1 of
+// shape, in every dtype.
+void add_every_channel_form(std::vector<Config>& configs, const std::vector<int64_t>& shape) {
+  for (Dtype dtype : kDtypes) {
+    configs.push_back(channels(Op::kRmsNorm, shape, dtype, Affine::kNone));
+    configs.push_back(channels(Op::kRmsNorm, shape, dtype, Affine::kWeight));
+    configs.push_back(channels(Op::kLayerNorm, shape, dtype, Affine::kNone));
+    configs.push_back(channels(Op::kLayerNorm, shape, dtype, Affine::kBoth));
+  }
+}
+
 void prepare(Engine& engine, const std::vector<Config>& configs) {
   std::vector<NormSpec> specs;
   for (const Config& c : configs) {
@@ -418,12 +429,7 @@ TEST_F(BackwardChannelsGpu, ChannelFormsShapesDtypesAndAffineMatchFloat64) {
                                          {1, 3, 4097},  {2, 96, 56, 56}, {65, 16, 5}};
   std::vector<Config> configs;
   for (const auto& shape : shapes) {
-    for (Dtype dtype : kDtypes) {
-      configs.push_back(channels(Op::kRmsNorm, shape, dtype, Affine::kNone));
-      configs.push_back(channels(Op::kRmsNorm, shape, dtype, Affine::kWeight));
-      configs.push_back(channels(Op::kLayerNorm, shape, dtype, Affine::kNone));
-      configs.push_back(channels(Op::kLayerNorm, shape, dtype, Affine::kBoth));
-    }
+    add_every_channel_form(configs, shape);
   }
   prepare(engine, configs);
   uint64_t seed = 1000;
@@ -446,12 +452,7 @@ TEST_F(BackwardChannelsGpu, ChannelFormsOfOnePositionDifferentiateAsRows) {
                                          {32, 768, 1, 1}, {64, 4096}, {2, 131072}};
   std::vector<Config> configs;
   for (const auto& shape : shapes) {
-    for (Dtype dtype : kDtypes) {
-      configs.push_back(channels(Op::kRmsNorm, shape, dtype, Affine::kNone));
-      configs.push_back(channels(Op::kRmsNorm, shape, dtype, Affine::kWeight));
-      configs.push_back(channels(Op::kLayerNorm, shape, dtype, Affine::kNone));
-      configs.push_back(channels(Op::kLayerNorm, shape, dtype, Affine::kBoth));
-    }
+    add_every_channel_form(configs, shape);
     Config offset = channels(Op::kRmsNorm, shape, Dtype::kBF16, Affine::kWeight);
     offset.param = Dtype::kF32;
     offset.weight_offset = 1.0;
