@@ -632,6 +632,13 @@ constexpr int kBackwardBlock = 256;      // threads per CTA where teams are smal
 // final sum, so a CTA should own several rows. 8 rather than 4: on the H100 bf16 rows of 4096
 // with 1024 tokens (256 CTAs of 4 rows, or 128 of 8) ran 5-6% faster, larger batches the same
 // (their grid is the CTAs the device holds either way; performance-notes, 2026-11-24).
+// Where that leaves fewer CTAs than the device has multiprocessors, the grid takes one CTA per
+// multiprocessor (KernelPlan::fill_ctas), or one per row of teams where there are fewer: a few
+// rows are latency-bound, and one CTA of 4 teams looping over 32 rows of 768 waited on each
+// row's loads in turn. On the H200 (performance-notes, 2026-11-29) launches of 8 to 512 rows
+// ran in 0.20-0.72x the time (LayerNorm f16 [32, 768] 29.3 -> 7.1 us); a CTA per row of teams
+// with more rows (256 rows of 4096: 256 CTAs) ran slower than 128 (9.7 us against 11.4: each
+// CTA's partial is a row of f32 to write and add again).
 constexpr int kBackwardRowsPerTeam = 8;
 constexpr int kBackwardHeaderFloats = 8;  // the grid barrier's counter, padded to 32 bytes
 constexpr int kBackwardSlotAlign = 8;     // floats: each CTA's partial starts 32-byte aligned
@@ -683,6 +690,7 @@ std::string row_backward(const Problem& pr, const Target& target, KernelPlan& p)
   p.block_x = team;
   p.rows_per_block = std::max(1, kBackwardBlock / team);
   p.block_y = p.rows_per_block;
+  p.fill_ctas = target.sm_count;
   std::ostringstream why;
   why << "backward: rows of " << h << " elements in the registers of " << team << " threads ("
       << p.vectors * p.vec << " values each of x and dy, " << p.vec * size_of(pr.x)
@@ -1379,9 +1387,11 @@ int64_t KernelPlan::grid(int64_t batch, int64_t co_resident) const {
     case Strategy::kRowSplit:
     case Strategy::kRowSplitBackward:
       return std::min(co_resident / split_chunks, rows) * split_chunks;
-    case Strategy::kRowBackward:
-      return std::max<int64_t>(
-          1, std::min(co_resident, ceil_div(rows, int64_t{rows_per_block} * kBackwardRowsPerTeam)));
+    case Strategy::kRowBackward: {
+      const int64_t owning = ceil_div(rows, int64_t{rows_per_block} * kBackwardRowsPerTeam);
+      const int64_t filling = std::min<int64_t>(fill_ctas, ceil_div(rows, rows_per_block));
+      return std::max<int64_t>(1, std::min(co_resident, std::max(owning, filling)));
+    }
     case Strategy::kGroupBackward: {
       const int64_t units =
           std::min(rows, wave_rows) * (problem.channels / problem.groups) * units_per_channel;
@@ -1476,10 +1486,11 @@ std::string KernelPlan::grid_text() const {
       return "batch x " + std::to_string(rows_per_item) + " rows / " +
              std::to_string(rows_per_block) + " rows per CTA";
     case Strategy::kRowBackward:
-      return "min(CTAs the device holds, rows / " +
-             std::to_string(rows_per_block * kBackwardRowsPerTeam) + ") CTAs of " +
-             std::to_string(rows_per_block) + " rows, looping over the rows" +
-             (cooperative() ? " (cooperative launch)" : "");
+      return "min(CTAs the device holds, max(rows / " +
+             std::to_string(rows_per_block * kBackwardRowsPerTeam) + ", min(rows / " +
+             std::to_string(rows_per_block) + ", " + std::to_string(fill_ctas) +
+             " multiprocessors))) CTAs of " + std::to_string(rows_per_block) +
+             " rows, looping over the rows" + (cooperative() ? " (cooperative launch)" : "");
     case Strategy::kGroupBackward:
       return "min(CTAs the device holds, units of " + std::to_string(wave_rows) + " rows / " +
              std::to_string(rows_per_block) +

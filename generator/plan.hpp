@@ -76,6 +76,8 @@ struct KernelPlan {
   int64_t split_chunks = 0;      // kRowSplit, kRowStream, kRowSplitBackward: CTAs per row (P);
                                  // kGroupNhwc: CTAs per tile of groups of an item
   int split_blocks_per_sm = 0;   // kRowSplit, kRowStream, kRowSplitBackward: residency built for
+  int fill_ctas = 0;             // kRowBackward: CTAs the grid takes at least where the rows
+                                 // allow (the target's multiprocessors)
   int vec = 1;                   // elements per global access of x and y
   int param_vec = 1;             // elements per access of weight and bias
   int smem_bytes = 0;            // dynamic shared memory per CTA

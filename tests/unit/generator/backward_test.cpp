@@ -175,12 +175,43 @@ TEST(BackwardPlan, GridIsCappedByTheDeviceAndOwnsSeveralRowsPerTeam) {
   const Target h100 = Target::parse("sm_90");
   const KernelPlan p = plan(NormSpec::parse("op=layernorm shape=4,1000 backward=true"), h100);
   ASSERT_EQ(p.rows_per_block, 4);
+  ASSERT_EQ(p.fill_ctas, 132);
   // 4 teams a CTA, 8 rows a team: 32 rows a CTA until the device is full.
-  EXPECT_EQ(p.grid(1, 500), 1);
-  EXPECT_EQ(p.grid(32, 500), 1);
-  EXPECT_EQ(p.grid(33, 500), 2);
-  EXPECT_EQ(p.grid(1000, 500), 32);
+  EXPECT_EQ(p.grid(8192, 500), 256);
+  EXPECT_EQ(p.grid(8193, 500), 257);
   EXPECT_EQ(p.grid(1000000, 500), 500);
+  EXPECT_EQ(p.grid(1000000, 100), 100);
+  EXPECT_NE(p.grid_text().find("rows / 32"), std::string::npos) << p.grid_text();
+}
+
+// Fewer rows than 32 a CTA would need to fill the multiprocessors: a CTA per multiprocessor, or
+// one per 4 rows (a row a team) where there are fewer; never beyond the CTAs the device holds.
+TEST(BackwardPlan, FewRowsTakeACtaPerMultiprocessor) {
+  const KernelPlan p =
+      plan(NormSpec::parse("op=layernorm shape=4,1000 backward=true"), Target::parse("sm_90"));
+  EXPECT_EQ(p.grid(1, 500), 1);
+  EXPECT_EQ(p.grid(4, 500), 1);
+  EXPECT_EQ(p.grid(5, 500), 2);
+  EXPECT_EQ(p.grid(32, 500), 8);
+  EXPECT_EQ(p.grid(528, 500), 132);
+  EXPECT_EQ(p.grid(1000, 500), 132);
+  EXPECT_EQ(p.grid(4224, 500), 132);  // 32 rows a CTA fill 132 CTAs
+  EXPECT_EQ(p.grid(4225, 500), 133);
+  EXPECT_EQ(p.grid(1000, 100), 100);
+  EXPECT_NE(p.grid_text().find("min(rows / 4, 132 multiprocessors)"), std::string::npos)
+      << p.grid_text();
+  // The multiprocessors are the target's: an H100 PCIe's 114.
+  const KernelPlan pcie =
+      plan(NormSpec::parse("op=layernorm shape=4,1000 backward=true"), Target::parse("sm_90:114"));
+  EXPECT_EQ(pcie.grid(1000, 500), 114);
+  // A row a CTA (teams of 256 threads, bf16 rows of 4096): a CTA a row up to 132 rows.
+  const KernelPlan wide = plan(
+      NormSpec::parse("op=rmsnorm shape=4,4096 dtype=bf16 affine=weight backward=true"),
+      Target::parse("sm_90"));
+  ASSERT_EQ(wide.rows_per_block, 1);
+  EXPECT_EQ(wide.grid(8, 264), 8);
+  EXPECT_EQ(wide.grid(256, 264), 132);
+  EXPECT_EQ(wide.grid(4096, 264), 264);
 }
 
 // A CTA that is one team prefetches its next row into L2 on sm_90; CTAs of several teams, and
