@@ -627,6 +627,7 @@ constexpr int kBackwardValues = 16;
 constexpr int kBackwardMaxTeam = 512;
 constexpr int kBackwardWideTeam = 1024;  // 16-bit rows in pairs: row_backward_max_team
 constexpr int kBackwardBlock = 256;      // threads per CTA where teams are smaller
+constexpr int kBackwardPairedTeams = 2;  // teams of kBackwardBlock a CTA in the few-rows class
 // Each team normalizes at least this many rows before the grid is capped below the CTAs the
 // device holds: every CTA adds one partial of dweight/dbias (a row's worth of f32 each) to the
 // final sum, so a CTA should own several rows. 8 rather than 4: on the H100 bf16 rows of 4096
@@ -674,6 +675,17 @@ int row_backward_max_team(const Problem& pr, const Target& target) {
   return kBackwardWideTeam;
 }
 
+// Whether a row backward of pr runs in teams of kBackwardBlock threads (whatever the arch: the
+// wide team only takes rows of more than 512 threads' values), which the few-rows class puts two
+// to a CTA.
+bool row_backward_pairs_teams(const Problem& pr) {
+  const int vec = row_vector_width(pr);
+  int team = 0;
+  int64_t per_thread = 0;
+  backward_team(ceil_div(pr.row_length, vec), vec, kBackwardMaxTeam, &team, &per_thread);
+  return team == kBackwardBlock;
+}
+
 bool row_backward_holds(const Problem& pr, const Target& target) {
   const int vec = row_vector_width(pr);
   int team = 0;
@@ -689,6 +701,16 @@ std::string row_backward(const Problem& pr, const Target& target, KernelPlan& p)
   backward_team(ceil_div(h, p.vec), p.vec, row_backward_max_team(pr, target), &team, &p.vectors);
   p.block_x = team;
   p.rows_per_block = std::max(1, kBackwardBlock / team);
+  // A launch of at most kBackwardFewRows rows of teams of kBackwardBlock threads puts two teams
+  // in a CTA (two rows in flight, one partial of dweight/dbias between them) and prefetches
+  // each team's next row: its grid is at most a CTA per multiprocessor, 8 warps each with one
+  // team a CTA. On the H200 (performance-notes, 2026-11-29) that ran 256 to 2048 rows of 3072
+  // and 4096 in 0.87-0.97x the time (LayerNorm bf16 [1024, 4096] 20.7 -> 17.9 us); with 4096
+  // rows and more, where the device holds two CTAs of one team on each multiprocessor, 0.96 to
+  // 1.04x, and 16384 rows 1.02-1.04x: there the two teams of a CTA wait for each other at each
+  // row's reduction.
+  const bool paired = p.batch_class == kBatchFewRows && team == kBackwardBlock;
+  if (paired) p.rows_per_block = kBackwardPairedTeams;
   p.block_y = p.rows_per_block;
   p.fill_ctas = target.sm_count;
   std::ostringstream why;
@@ -702,8 +724,14 @@ std::string row_backward(const Problem& pr, const Target& target, KernelPlan& p)
   // the H100 (performance-notes, 2026-11-24) that ran bf16 rows of 4096 and 8192 with 4096 and
   // 16384 tokens 2-11% faster (1024 tokens: the same); f32 rows of 768 in CTAs of 4 teams ran
   // 14% slower with it, so CTAs of several teams go without.
-  p.prefetch = target.sm >= 90 && p.rows_per_block == 1 ? 1 : 0;
-  if (p.prefetch) why << "; each CTA prefetches its next row's x and dy into L2";
+  p.prefetch = target.sm >= 90 && (p.rows_per_block == 1 || paired) ? 1 : 0;
+  if (paired) {
+    why << " (two teams a CTA: a launch of at most " << kBackwardFewRows << " rows)";
+  }
+  if (p.prefetch) {
+    why << (paired ? "; each team prefetches its next row's x and dy into L2"
+                   : "; each CTA prefetches its next row's x and dy into L2");
+  }
   // A team wider than kBackwardMaxTeam has 64 registers a thread: x and dy held as raw bits,
   // the weight loaded again where used (from L1: the CTA's columns are the same every row), and
   // the dbias sums in shared memory.
@@ -1526,7 +1554,7 @@ std::string KernelPlan::grid_text() const {
 }
 
 std::string KernelPlan::batch_class_text() const {
-  const std::string few = std::to_string(kFewRows);
+  const std::string few = std::to_string(few_rows);
   if (batch_class == kBatchFewRows) {
     return "few rows (launches of at most " + few +
            (two_classes ? " rows; a prepared kernel runs the other class's plan for more)" : ")");
@@ -1566,7 +1594,8 @@ std::string KernelPlan::to_string() const {
          << "\n";
       break;
     case Strategy::kRowBackward:
-      os << "vectors per thread: " << vectors << "\n";
+      os << "vectors per thread: " << vectors << "\n"
+         << "batch class: " << batch_class_text() << "\n";
       break;
     case Strategy::kGroupBackward:
       os << "vectors per thread: " << vectors << "\n"
@@ -1611,25 +1640,35 @@ std::string KernelPlan::to_string() const {
 
 int batch_class(const NormSpec& spec) { return batch_class(spec, spec.batch()); }
 
-int batch_class(const NormSpec& spec, int64_t batch) {
-  // Only the row kernel's parameters depend on it (row_registers): trailing forms with
-  // parameters, rows that fit one team.
+int64_t few_rows_limit(const NormSpec& spec) {
   // The channel forms in nhwc (and of S = 1) are rows too: N x S of them.
   const bool rows_form = spec.op != Op::kGroupNorm && (!spec.channel_form() || spec.channel_rows());
-  const bool row_registers =
-      rows_form && !spec.backward && spec.row_length() <= int64_t{kMaxTeam} * kMaxTeamValues;
-  if (!row_registers || spec.affine == Affine::kNone) return kBatchAny;
+  if (!rows_form) return 0;
+  // The forward: only the row kernel's parameters depend on it (row_registers): rows that fit
+  // one team, with parameters.
+  if (!spec.backward) {
+    const bool row_registers = spec.row_length() <= int64_t{kMaxTeam} * kMaxTeamValues;
+    return row_registers && spec.affine != Affine::kNone ? kFewRows : 0;
+  }
+  // The backward: rows whose team is kBackwardBlock threads (row_backward below).
+  return row_backward_pairs_teams(Problem::of(spec)) ? kBackwardFewRows : 0;
+}
+
+int batch_class(const NormSpec& spec, int64_t batch) {
+  const int64_t limit = few_rows_limit(spec);
+  if (limit == 0) return kBatchAny;
   const int64_t rows = spec.channel_form() ? batch * spec.spatial() : batch;
-  return rows <= kFewRows ? kBatchFewRows : kBatchAny;
+  return rows <= limit ? kBatchFewRows : kBatchAny;
 }
 
 bool has_two_batch_classes(const NormSpec& spec) {
   // As batch_class_specs decides, without building the other spec: one row (N = 1) and more
-  // than kFewRows rows (N > kFewRows: at least that many rows) fall in different classes.
+  // than the limit's rows (N > limit: at least that many rows) fall in different classes.
   const size_t leading = spec.shape.size() - spec.normalized_dims;
   if (spec.op == Op::kGroupNorm || leading == 0) return false;
   if (spec.channel_form() && !spec.channel_rows()) return false;
-  return batch_class(spec, 1) != batch_class(spec, kFewRows + 1);
+  const int64_t limit = few_rows_limit(spec);
+  return limit > 0 && batch_class(spec, 1) != batch_class(spec, limit + 1);
 }
 
 std::vector<NormSpec> batch_class_specs(const NormSpec& spec) {
@@ -1642,12 +1681,12 @@ std::vector<NormSpec> batch_class_specs(const NormSpec& spec) {
     if (!spec.channel_rows()) return out;
     // nhwc (or S = 1): N x S rows; the batch N alone changes.
     const int64_t s = spec.spatial();
-    other.shape[0] = batch_class(spec) == kBatchFewRows ? kFewRows / s + 1 : 1;
+    other.shape[0] = batch_class(spec) == kBatchFewRows ? few_rows_limit(spec) / s + 1 : 1;
     if (batch_class(other) != batch_class(spec)) out.push_back(other);
     return out;
   }
   for (size_t i = 0; i < leading; ++i) other.shape[i] = 1;
-  if (batch_class(spec) == kBatchFewRows) other.shape[0] = kFewRows + 1;
+  if (batch_class(spec) == kBatchFewRows) other.shape[0] = few_rows_limit(spec) + 1;
   if (batch_class(other) != batch_class(spec)) out.push_back(other);
   return out;
 }
@@ -1665,6 +1704,7 @@ KernelPlan plan(const NormSpec& spec, const Target& target) {
   p.problem = pr;
   p.arch = target.text();
   p.batch_class = batch_class(spec);
+  p.few_rows = few_rows_limit(spec);
   p.two_classes = has_two_batch_classes(spec);
   p.strategy = choose_strategy(pr, target);
   std::string why;

@@ -116,6 +116,7 @@ struct KernelPlan {
                                   // of chunk m is formed (A; 1 where a unit is one chunk)
   int sums_per_position = 0;      // kChannelsSlab: threads that sum a position's channels (G)
   int batch_class = 0;            // batch_class() of the spec planned
+  int64_t few_rows = 0;           // few_rows_limit() of the spec planned
   bool two_classes = false;       // has_two_batch_classes(): launches of the other class run
                                   // another plan (Engine::prepare loads both)
   std::string why;                // one line: why this strategy and shape
@@ -166,6 +167,12 @@ KernelPlan plan(const NormSpec& spec, const Target& target);
 constexpr int kBatchAny = 0;
 constexpr int kBatchFewRows = 1;
 constexpr int64_t kFewRows = 256;  // rows (batch x groups) of the few-rows class, at most
+// The row backward of rows held by teams of 256 threads puts two teams in a CTA for launches of
+// at most this many rows, one team a CTA for more (the dx of a row takes the same arithmetic).
+constexpr int64_t kBackwardFewRows = 2048;
+// The rows of the few-rows class of spec's kernel, at most (kFewRows, kBackwardFewRows); 0 where
+// its plan does not depend on the batch. No allocation.
+int64_t few_rows_limit(const NormSpec& spec);
 int batch_class(const NormSpec& spec);
 // The class of a launch of spec's kernel over `batch` (rows of the trailing forms, N of the
 // channel forms), as if the spec's leading dims were that batch: what a prepared kernel of

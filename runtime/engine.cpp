@@ -463,7 +463,7 @@ Kernel EngineImpl::prepare(const NormSpec& spec) {
     // both): this class's kernel serves every batch, the same bits, planned for the other.
     cache::warn("the kernel of " + other.to_string() + " (launches of " +
                 (batch_class(other) == kBatchFewRows ? "at most " : "more than ") +
-                std::to_string(kFewRows) +
+                std::to_string(few_rows_limit(spec)) +
                 " rows) is in no cache layer and JIT is off: the kernel of " + spec.to_string() +
                 " serves them");
   }
@@ -1037,7 +1037,7 @@ void Kernel::launch(const LaunchArgs& args, CUstream_st* stream) const {
 
 void Kernel::launch_backward(const BackwardArgs& args, CUstream_st* stream) const {
   if (!impl_) throw Error(ErrorCode::kInvalidArgument, "launch of an empty normjit::Kernel");
-  const detail::LoadedKernel& k = *impl_;
+  const detail::LoadedKernel& k = for_batch(args.batch);
   const NormSpec& spec = k.spec;
   const KernelPlan& plan = k.plan;
   Params params = detail::backward_params(spec, args);

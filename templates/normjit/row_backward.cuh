@@ -298,13 +298,17 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock) row_backward(Pa
     }
     // The CTA's partial: its teams' sums added in team order, written to its slot.
     if constexpr (ROWS > 1) {
-      __shared__ float parts[kParams][ROWS][K * V][TEAM];  // [.][team][value][thread]: no conflicts
+      // Teams 1 .. ROWS - 1 write theirs ([.][team - 1][value][thread]: no conflicts); team 0
+      // adds them to its own.
+      __shared__ float parts[kParams][ROWS - 1][K * V][TEAM];
+      if (threadIdx.y > 0) {
 #pragma unroll
-      for (int k = 0; k < K; ++k) {
+        for (int k = 0; k < K; ++k) {
 #pragma unroll
-        for (int j = 0; j < V; ++j) {
-          if constexpr (kWeight) parts[0][threadIdx.y][k * V + j][tid] = dw[k][j];
-          if constexpr (kBias) parts[kParams - 1][threadIdx.y][k * V + j][tid] = db[k][j];
+          for (int j = 0; j < V; ++j) {
+            if constexpr (kWeight) parts[0][threadIdx.y - 1][k * V + j][tid] = dw[k][j];
+            if constexpr (kBias) parts[kParams - 1][threadIdx.y - 1][k * V + j][tid] = db[k][j];
+          }
         }
       }
       __syncthreads();
@@ -314,8 +318,8 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock) row_backward(Pa
 #pragma unroll
           for (int j = 0; j < V; ++j) {
             for (int r = 1; r < ROWS; ++r) {
-              if constexpr (kWeight) dw[k][j] += parts[0][r][k * V + j][tid];
-              if constexpr (kBias) db[k][j] += parts[kParams - 1][r][k * V + j][tid];
+              if constexpr (kWeight) dw[k][j] += parts[0][r - 1][k * V + j][tid];
+              if constexpr (kBias) db[k][j] += parts[kParams - 1][r - 1][k * V + j][tid];
             }
           }
         }

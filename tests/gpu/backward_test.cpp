@@ -321,7 +321,8 @@ TEST_F(BackwardGpu, EveryHiddenBatchDtypeAndAffineMatchesFloat64) {
   device::PrimaryContext context;
   Engine engine(test_engine_options());
   std::vector<Config> configs;
-  for (int64_t hidden : {1, 3, 7, 65, 1000, 4097, 8192}) {
+  // 3072: a team of 256 threads in every dtype, two teams a CTA (launches of at most 2048 rows).
+  for (int64_t hidden : {1, 3, 7, 65, 1000, 3072, 4097, 8192}) {
     for (Dtype dtype : kDtypes) {
       for (const OpAffine& form : kForms) {
         for (int64_t rows : {1, 3, 1000}) {
@@ -468,26 +469,35 @@ TEST_F(BackwardGpu, DeterministicBitsAcrossRunsAndStreams) {
 }
 
 // A row's dx does not depend on how many rows the launch has (its dweight does: it sums them).
+// Rows of 4096 bf16 and 3072 f16 (teams of 256 threads): more than 2048 rows run one team a
+// CTA, the first three rows two teams a CTA (the few-rows class's kernel), the same dx bits.
 TEST_F(BackwardGpu, DxOfARowDoesNotDependOnTheBatch) {
   device::PrimaryContext context;
   Engine engine(test_engine_options());
-  Config c;
-  c.op = Op::kLayerNorm;
-  c.affine = Affine::kBoth;
-  c.dtype = Dtype::kF32;
-  c.hidden = 1000;
-  c.rows = 2000;
-  Backward run(engine, c, Values::kNormal, 500);
-  run.run();
-  const std::vector<unsigned char> all = download(run.dx());
-  BackwardArgs a = run.args();
-  a.batch = 3;  // the first three rows only
-  run.poison();
-  run.backward_kernel().launch_backward(a, nullptr);
-  NORMJIT_CU(driver::api().cuCtxSynchronize());
-  const std::vector<unsigned char> three = download(run.dx());
-  const size_t bytes = size_t(3 * c.hidden) * 4;
-  EXPECT_EQ(std::memcmp(all.data(), three.data(), bytes), 0);
+  struct Case {
+    Dtype dtype;
+    int64_t hidden, rows;
+  };
+  for (const Case& k : {Case{Dtype::kF32, 1000, 2000}, Case{Dtype::kBF16, 4096, 3000},
+                        Case{Dtype::kF16, 3072, 2100}}) {
+    Config c;
+    c.op = Op::kLayerNorm;
+    c.affine = Affine::kBoth;
+    c.dtype = k.dtype;
+    c.hidden = k.hidden;
+    c.rows = k.rows;
+    Backward run(engine, c, Values::kNormal, 500);
+    run.run();
+    const std::vector<unsigned char> all = download(run.dx());
+    BackwardArgs a = run.args();
+    a.batch = 3;  // the first three rows only
+    run.poison();
+    run.backward_kernel().launch_backward(a, nullptr);
+    NORMJIT_CU(driver::api().cuCtxSynchronize());
+    const std::vector<unsigned char> three = download(run.dx());
+    const size_t bytes = size_t(3 * c.hidden) * size_of(c.dtype);
+    EXPECT_EQ(std::memcmp(all.data(), three.data(), bytes), 0) << c.spec(true).to_string();
+  }
 }
 
 // Graph-safe: the backward captured on a stream it never used, its replays with new dy in the

@@ -204,14 +204,75 @@ TEST(BackwardPlan, FewRowsTakeACtaPerMultiprocessor) {
   const KernelPlan pcie =
       plan(NormSpec::parse("op=layernorm shape=4,1000 backward=true"), Target::parse("sm_90:114"));
   EXPECT_EQ(pcie.grid(1000, 500), 114);
-  // A row a CTA (teams of 256 threads, bf16 rows of 4096): a CTA a row up to 132 rows.
-  const KernelPlan wide = plan(
-      NormSpec::parse("op=rmsnorm shape=4,4096 dtype=bf16 affine=weight backward=true"),
-      Target::parse("sm_90"));
+  // A team a CTA (512 threads, f32 rows of 8192): a CTA a row up to 132 rows.
+  const KernelPlan wide =
+      plan(NormSpec::parse("op=rmsnorm shape=4,8192 affine=weight backward=true"),
+           Target::parse("sm_90"));
   ASSERT_EQ(wide.rows_per_block, 1);
   EXPECT_EQ(wide.grid(8, 264), 8);
   EXPECT_EQ(wide.grid(256, 264), 132);
   EXPECT_EQ(wide.grid(4096, 264), 264);
+}
+
+// Rows a team of 256 threads holds (bf16 rows of 4096): launches of at most 2048 rows (their
+// batch class) put two teams in a CTA and prefetch each team's next row; more rows, one team a
+// CTA. Rows of other teams have one class.
+TEST(BackwardPlan, FewRowsOfTeamsOf256TakeTwoTeamsACta) {
+  const Target h100 = Target::parse("sm_90");
+  const NormSpec few = NormSpec::parse(
+      "op=layernorm shape=1024,4096 dtype=bf16 normalized_dims=1 affine=both backward=true");
+  EXPECT_EQ(few_rows_limit(few), kBackwardFewRows);
+  EXPECT_EQ(batch_class(few), kBatchFewRows);
+  EXPECT_EQ(batch_class(few, 2048), kBatchFewRows);
+  EXPECT_EQ(batch_class(few, 2049), kBatchAny);
+  EXPECT_TRUE(has_two_batch_classes(few));
+  const std::vector<NormSpec> classes = batch_class_specs(few);
+  ASSERT_EQ(classes.size(), 2u);
+  EXPECT_EQ(classes[1].shape, (std::vector<int64_t>{2049, 4096}));
+  const KernelPlan paired = plan(few, h100);
+  EXPECT_EQ(paired.strategy, Strategy::kRowBackward);
+  EXPECT_EQ(paired.block_x, 256);
+  EXPECT_EQ(paired.rows_per_block, 2);
+  EXPECT_EQ(paired.prefetch, 1);
+  EXPECT_EQ(paired.grid(1024, 132), 132);  // max(1024 / 16, min(1024 / 2, 132))
+  EXPECT_EQ(paired.grid(100, 132), 50);
+  EXPECT_TRUE(has(paired.to_string(), "two teams a CTA: a launch of at most 2048 rows"))
+      << paired.to_string();
+  EXPECT_TRUE(has(paired.to_string(), "each team prefetches its next row")) << paired.to_string();
+  EXPECT_TRUE(has(paired.to_string(), "batch class: few rows (launches of at most 2048 rows"))
+      << paired.to_string();
+  const KernelPlan single = plan(classes[1], h100);
+  EXPECT_EQ(single.rows_per_block, 1);
+  EXPECT_EQ(single.prefetch, 1);
+  EXPECT_TRUE(has(single.to_string(), "batch class: more than 2048 rows")) << single.to_string();
+  // The two classes' kernels differ only in the teams a CTA (dx of a row: the same arithmetic).
+  const EmittedKernel a = emit(paired), b = emit(single);
+  EXPECT_NE(a.source, b.source);
+  EXPECT_TRUE(has(a.source, "static constexpr int kRowsPerBlock = 2;")) << a.source;
+  EXPECT_TRUE(has(b.source, "static constexpr int kRowsPerBlock = 1;")) << b.source;
+  // f16 rows of 3072 (384 vectors: a team of 256), f32 rows of 4096, a channel form of one
+  // position are paired too.
+  for (const char* text : {"op=layernorm shape=8,3072 dtype=f16 normalized_dims=1 backward=true",
+                           "op=rmsnorm shape=8,4096 normalized_dims=1 affine=none backward=true",
+                           "op=layernorm shape=8,4096,1,1 dtype=bf16 normalized_dims=0 "
+                           "backward=true"}) {
+    const NormSpec spec = NormSpec::parse(text);
+    EXPECT_EQ(few_rows_limit(spec), kBackwardFewRows) << text;
+    EXPECT_EQ(plan(spec, h100).rows_per_block, 2) << text;
+  }
+  // Teams of other sizes: one class.
+  for (const char* text :
+       {"op=layernorm shape=8,8192 dtype=bf16 normalized_dims=1 backward=true",
+        "op=layernorm shape=8,2048 normalized_dims=1 backward=true",
+        "op=layernorm shape=8,768 dtype=bf16 normalized_dims=1 backward=true",
+        "op=layernorm shape=8,1048576 dtype=bf16 normalized_dims=1 backward=true",
+        "op=groupnorm shape=8,64,16,16 groups=8 backward=true",
+        "op=rmsnorm shape=8,4096,4,4 backward=true"}) {
+    const NormSpec spec = NormSpec::parse(text);
+    EXPECT_EQ(few_rows_limit(spec), 0) << text;
+    EXPECT_FALSE(has_two_batch_classes(spec)) << text;
+    EXPECT_EQ(batch_class_specs(spec).size(), 1u) << text;
+  }
 }
 
 // A CTA that is one team prefetches its next row into L2 on sm_90; CTAs of several teams, and
@@ -219,7 +280,7 @@ TEST(BackwardPlan, FewRowsTakeACtaPerMultiprocessor) {
 TEST(BackwardPlan, OneTeamCtasPrefetchTheNextRowOnSm90) {
   const Target h100 = Target::parse("sm_90"), a100 = Target::parse("sm_80");
   const NormSpec wide = NormSpec::parse(
-      "op=rmsnorm shape=1024,4096 dtype=bf16 normalized_dims=1 "
+      "op=rmsnorm shape=4096,4096 dtype=bf16 normalized_dims=1 "
       "affine=weight backward=true");
   const KernelPlan one_team = plan(wide, h100);
   ASSERT_EQ(one_team.strategy, Strategy::kRowBackward);
@@ -310,7 +371,7 @@ TEST(BackwardPlan, RowsLongerThanOneTeamHoldsAreSplitNotRefused) {
 TEST(BackwardEmit, ConfigurationNamesEveryConstantTheKernelChecks) {
   const Target h100 = Target::parse("sm_90");
   const EmittedKernel e = emit(
-      plan(NormSpec::parse("op=rmsnorm shape=16,4096 normalized_dims=1 dtype=bf16 affine=weight "
+      plan(NormSpec::parse("op=rmsnorm shape=4096,4096 normalized_dims=1 dtype=bf16 affine=weight "
                            "param_dtype=f32 weight_offset=1 backward=true"),
            h100));
   EXPECT_EQ(e.kernel,
@@ -329,7 +390,7 @@ TEST(BackwardEmit, ConfigurationNamesEveryConstantTheKernelChecks) {
     EXPECT_TRUE(has(e.source, line)) << line << "\n" << e.source;
   }
   // Deterministic text.
-  EXPECT_EQ(e.source, emit(plan(NormSpec::parse("op=rmsnorm shape=16,4096 normalized_dims=1 "
+  EXPECT_EQ(e.source, emit(plan(NormSpec::parse("op=rmsnorm shape=4096,4096 normalized_dims=1 "
                                                 "dtype=bf16 affine=weight param_dtype=f32 "
                                                 "weight_offset=1 backward=true"),
                                 h100))
