@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <initializer_list>
 #include <string>
 
 #include "normjit/normjit.h"
@@ -140,9 +141,11 @@ TEST(CApiJitOffAfterPrewarm, PrecompileOfACachedKernelSucceedsWithoutCompiling) 
   normjit_engine_destroy(off);
 }
 
-TEST(CApiJitOffAfterPrewarm, APrewarmedSpecServesEveryBatchClass) {
-  // A bf16 LayerNorm row kernel is planned apart for launches of at most 256 rows: precompiling
-  // a spec of 8 rows compiles both kernels, so a JIT-off engine finds the one of 1000 rows.
+// Precompiles `prewarmed` into a fresh cache folder with JIT on (expecting `kernels` compiles:
+// one per batch class), then asks a JIT-off engine on that folder for each spec of `served`,
+// which must all be found there.
+void expect_prewarm_serves(const char* prewarmed, uint64_t kernels,
+                           std::initializer_list<const char*> served) {
   testing::TempDir dir;
   normjit_engine_options o;
   normjit_engine_options_init(&o);
@@ -150,19 +153,17 @@ TEST(CApiJitOffAfterPrewarm, APrewarmedSpecServesEveryBatchClass) {
   normjit_engine* on = nullptr;
   ASSERT_EQ(normjit_engine_create(&o, &on), NORMJIT_OK);
   int compiled = 0;
-  ASSERT_EQ(normjit_precompile(on, "op=layernorm shape=8,4096 dtype=bf16", "sm_90", &compiled),
-            NORMJIT_OK)
+  ASSERT_EQ(normjit_precompile(on, prewarmed, "sm_90", &compiled), NORMJIT_OK)
       << normjit_last_error();
   EXPECT_EQ(compiled, 1);
   uint64_t compiles = 0;
   ASSERT_EQ(normjit_engine_counters(on, &compiles, nullptr, nullptr), NORMJIT_OK);
-  EXPECT_EQ(compiles, 2u) << "one kernel per batch class";
+  EXPECT_EQ(compiles, kernels) << prewarmed << ": one kernel per batch class";
   normjit_engine_destroy(on);
   o.jit_disabled = 1;
   normjit_engine* off = nullptr;
   ASSERT_EQ(normjit_engine_create(&o, &off), NORMJIT_OK);
-  for (const char* spec :
-       {"op=layernorm shape=1000,4096 dtype=bf16", "op=layernorm shape=1,4096 dtype=bf16"}) {
+  for (const char* spec : served) {
     compiled = -1;
     EXPECT_EQ(normjit_precompile(off, spec, "sm_90", &compiled), NORMJIT_OK)
         << spec << ": " << normjit_last_error();
@@ -171,37 +172,21 @@ TEST(CApiJitOffAfterPrewarm, APrewarmedSpecServesEveryBatchClass) {
   normjit_engine_destroy(off);
 }
 
+TEST(CApiJitOffAfterPrewarm, APrewarmedSpecServesEveryBatchClass) {
+  // A bf16 LayerNorm row kernel is planned apart for launches of at most 256 rows: precompiling
+  // a spec of 8 rows compiles both kernels, so a JIT-off engine finds the one of 1000 rows.
+  expect_prewarm_serves(
+      "op=layernorm shape=8,4096 dtype=bf16", 2,
+      {"op=layernorm shape=1000,4096 dtype=bf16", "op=layernorm shape=1,4096 dtype=bf16"});
+}
+
 TEST(CApiJitOffAfterPrewarm, APrewarmedBackwardServesEveryBatchClass) {
   // The backward of bf16 rows of 4096 (teams of 256 threads) puts two teams in a CTA for
   // launches of at most 2048 rows: precompiling a spec of 1024 rows compiles both kernels, so a
   // JIT-off engine finds the one of 4096 rows and of one row.
-  testing::TempDir dir;
-  normjit_engine_options o;
-  normjit_engine_options_init(&o);
-  o.cache_dir = dir.path().c_str();
-  normjit_engine* on = nullptr;
-  ASSERT_EQ(normjit_engine_create(&o, &on), NORMJIT_OK);
-  int compiled = 0;
-  ASSERT_EQ(normjit_precompile(on, "op=layernorm shape=1024,4096 dtype=bf16 backward=true", "sm_90",
-                               &compiled),
-            NORMJIT_OK)
-      << normjit_last_error();
-  EXPECT_EQ(compiled, 1);
-  uint64_t compiles = 0;
-  ASSERT_EQ(normjit_engine_counters(on, &compiles, nullptr, nullptr), NORMJIT_OK);
-  EXPECT_EQ(compiles, 2u) << "one kernel per batch class";
-  normjit_engine_destroy(on);
-  o.jit_disabled = 1;
-  normjit_engine* off = nullptr;
-  ASSERT_EQ(normjit_engine_create(&o, &off), NORMJIT_OK);
-  for (const char* spec : {"op=layernorm shape=4096,4096 dtype=bf16 backward=true",
-                           "op=layernorm shape=1,4096 dtype=bf16 backward=true"}) {
-    compiled = -1;
-    EXPECT_EQ(normjit_precompile(off, spec, "sm_90", &compiled), NORMJIT_OK)
-        << spec << ": " << normjit_last_error();
-    EXPECT_EQ(compiled, 0) << spec;
-  }
-  normjit_engine_destroy(off);
+  expect_prewarm_serves("op=layernorm shape=1024,4096 dtype=bf16 backward=true", 2,
+                        {"op=layernorm shape=4096,4096 dtype=bf16 backward=true",
+                         "op=layernorm shape=1,4096 dtype=bf16 backward=true"});
 }
 
 // normjit_engine_config: _init sets its size and the defaults; create_ex takes it, refuses a
