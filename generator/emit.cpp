@@ -57,7 +57,15 @@ std::string config_name(const Problem& pr) {
   if (pr.activation != Activation::kNone) os << "_" << to_string(pr.activation);
   if (pr.y != pr.x) os << "_to_" << to_string(pr.y);
   if (pr.save_stats) os << "_stats";
-  if (pr.nhwc) os << "_nhwc";
+  // Channels-last GroupNorm has its own kernel. The channel forms whose items are contiguous
+  // rows of C (nhwc, or one position per item in either layout) run the row kernel over
+  // contiguous rows (kContiguousRows), the same source for every such spec of one C: one name,
+  // so one cache entry. Their backward is the trailing form's, and takes its name.
+  if (pr.nhwc && pr.groups > 0) {
+    os << "_nhwc";
+  } else if (pr.channel_rows && !pr.backward) {
+    os << "_contiguous";
+  }
   if (pr.backward) os << "_backward";
   return os.str();
 }

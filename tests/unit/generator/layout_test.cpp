@@ -156,7 +156,7 @@ TEST(PlanLayout, ChannelFormsAreRowsOfCThroughTheRowKernel) {
   EXPECT_NE(emit(trailing).source, emit(p).source);
   const std::string source = emit(p).source;
   EXPECT_TRUE(has(source, "static constexpr bool kContiguousRows = true;")) << source;
-  EXPECT_TRUE(has(source, "layernorm_bf16_h96_nhwc")) << source;
+  EXPECT_TRUE(has(source, "layernorm_bf16_h96_contiguous")) << source;
   EXPECT_FALSE(has(emit(trailing).source, "kContiguousRows"));
   // nchw stays the channel kernel.
   EXPECT_EQ(
@@ -186,12 +186,14 @@ TEST(PlanLayout, ChannelFormsOfOnePositionAreRowsOfC) {
       << text;
   const std::string source = emit(p).source;
   EXPECT_TRUE(has(source, "static constexpr bool kContiguousRows = true;")) << source;
-  EXPECT_TRUE(has(source, "rmsnorm_bf16_h8192 {")) << source;
-  // [N, C, 1, 1] of another N: the same kernel.
-  EXPECT_EQ(
-      emit(plan(NormSpec::parse("op=rmsnorm shape=7,8192,1,1 dtype=bf16 affine=weight"), kH100))
-          .source,
-      source);
+  EXPECT_TRUE(has(source, "rmsnorm_bf16_h8192_contiguous {")) << source;
+  // [N, C, 1, 1] of another N, and either layout of it or of any map (nhwc: N x S contiguous
+  // rows of C): the same kernel, so one cache entry.
+  for (const char* other : {"op=rmsnorm shape=7,8192,1,1 dtype=bf16 affine=weight",
+                            "op=rmsnorm shape=7,8192,1,1 dtype=bf16 affine=weight layout=nhwc",
+                            "op=rmsnorm shape=7,8192,5,3 dtype=bf16 affine=weight layout=nhwc"}) {
+    EXPECT_EQ(emit(plan(NormSpec::parse(other), kH100)).source, source) << other;
+  }
   // LayerNorm2d on a pooled map, and the few-rows class of its launches.
   const NormSpec pooled =
       NormSpec::parse("op=layernorm shape=2,768,1,1 dtype=f16 normalized_dims=0");
