@@ -675,11 +675,13 @@ int row_backward_max_team(const Problem& pr, const Target& target) {
   return kBackwardWideTeam;
 }
 
-// Whether a row backward of pr runs in teams of kBackwardBlock threads (whatever the arch: the
-// wide team only takes rows of more than 512 threads' values), which the few-rows class puts two
-// to a CTA.
+// Whether a row backward of pr runs in teams of kBackwardBlock threads (rows of 2049 to 4096
+// elements, whatever the arch: the wide team only takes rows of more than 512 threads' values)
+// in 16-byte accesses, which the few-rows class puts two to a CTA. Rows of narrower accesses
+// (odd lengths) keep one team a CTA: the pairing was measured and tested in 16-byte accesses only.
 bool row_backward_pairs_teams(const Problem& pr) {
   const int vec = row_vector_width(pr);
+  if (vec * size_of(pr.x) != kAccessBytes) return false;
   int team = 0;
   int64_t per_thread = 0;
   backward_team(ceil_div(pr.row_length, vec), vec, kBackwardMaxTeam, &team, &per_thread);

@@ -266,6 +266,10 @@ TEST(BackwardPlan, FewRowsOfTeamsOf256TakeTwoTeamsACta) {
         "op=layernorm shape=8,2048 normalized_dims=1 backward=true",
         "op=layernorm shape=8,768 dtype=bf16 normalized_dims=1 backward=true",
         "op=layernorm shape=8,1048576 dtype=bf16 normalized_dims=1 backward=true",
+        // Rows of 2049-4096 in narrower accesses (odd lengths): one team a CTA.
+        "op=layernorm shape=8,3001 dtype=bf16 normalized_dims=1 backward=true",
+        "op=rmsnorm shape=8,4094 dtype=f16 normalized_dims=1 backward=true",
+        "op=layernorm shape=8,2050 normalized_dims=1 backward=true",
         "op=groupnorm shape=8,64,16,16 groups=8 backward=true",
         "op=rmsnorm shape=8,4096,4,4 backward=true"}) {
     const NormSpec spec = NormSpec::parse(text);
