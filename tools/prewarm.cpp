@@ -470,7 +470,12 @@ std::unique_ptr<cache::Store> read_only_store(const std::string& dir) {
 struct Task {
   size_t entry = 0;
   Target target;
-  std::string key;    // empty when the spec cannot be planned for the target (error says why)
+  std::string key;  // empty when the spec cannot be planned for the target (error says why)
+  // The kernels of the spec's other batch class (generator/plan.hpp: a row kernel with
+  // parameters, or the backward of rows of 2049-4096, has a second plan for launches of another
+  // size), which precompile() compiles with it and a JIT-off engine loads: their specs and keys.
+  std::vector<NormSpec> other_specs;
+  std::vector<std::string> other_keys;
   std::string error;  // why it failed
   enum class Result { kPending, kCompiled, kCached, kFailed } result = Result::kPending;
 };
@@ -485,6 +490,11 @@ std::vector<Task> make_tasks(const std::vector<ManifestEntry>& entries,
       t.target = target;
       try {
         t.key = key_inputs(entries[i].spec, target).key();
+        const std::vector<NormSpec> classes = batch_class_specs(entries[i].spec);
+        for (size_t c = 1; c < classes.size(); ++c) {
+          t.other_specs.push_back(classes[c]);
+          t.other_keys.push_back(key_inputs(classes[c], target).key());
+        }
       } catch (const Error& e) {
         // Not yet supported (or not plannable for this target): a failed kernel, not a bad
         // manifest, so that the rest still compiles.
@@ -503,6 +513,13 @@ std::string describe(const std::vector<ManifestEntry>& entries, const Task& t) {
 
 std::string plural(size_t n, const char* one, const char* many) {
   return std::to_string(n) + " " + (n == 1 ? one : many);
+}
+
+// The kernels of the tasks listed: each task's own and its other batch class's.
+size_t kernels_of(const std::vector<Task>& tasks, const std::vector<size_t>& listed) {
+  size_t n = 0;
+  for (size_t i : listed) n += (tasks[i].key.empty() ? 0 : 1) + tasks[i].other_keys.size();
+  return n;
 }
 
 std::string duration_text(double seconds) {
@@ -526,27 +543,42 @@ void run_check(const PrewarmOptions& o, const std::vector<ManifestEntry>& entrie
   const bool exists = is_directory(dir);
   const auto store = exists ? read_only_store(dir) : nullptr;
   const std::vector<Task> tasks = make_tasks(entries, targets);
+  // Every kernel a JIT-off engine loads for the manifest: each spec's, and that of its other
+  // batch class where it has one.
   size_t present = 0, missing = 0, unknown = 0;
   for (const Task& t : tasks) {
     const std::string what = entries[t.entry].where + ": " + describe(entries, t);
     if (t.key.empty()) {
       ++unknown;
       std::printf("cannot check %s: %s\n", what.c_str(), indent(t.error).c_str());
-    } else if (store && store->load(t.key)) {
+      continue;
+    }
+    if (store && store->load(t.key)) {
       ++present;
     } else {
       ++missing;
       std::printf("missing %s key=%s\n", what.c_str(), t.key.c_str());
     }
+    for (size_t c = 0; c < t.other_keys.size(); ++c) {
+      if (store && store->load(t.other_keys[c])) {
+        ++present;
+      } else {
+        ++missing;
+        std::printf("missing %s: the kernel of its other batch class, %s arch=%s key=%s\n",
+                    what.c_str(), t.other_specs[c].to_string().c_str(), t.target.text().c_str(),
+                    t.other_keys[c].c_str());
+      }
+    }
   }
+  const size_t total = present + missing + unknown;
   std::printf("%s%s holds %zu of %s of %s; %zu missing%s\n", dir.c_str(),
               exists ? "" : " (no such directory)", present,
-              plural(tasks.size(), "kernel", "kernels").c_str(), o.manifest.c_str(), missing,
+              plural(total, "kernel", "kernels").c_str(), o.manifest.c_str(), missing,
               unknown ? (", " + std::to_string(unknown) + " cannot be checked").c_str() : "");
   std::fflush(stdout);
   if (missing + unknown > 0) {
     throw Error(ErrorCode::kCacheMiss,
-                std::to_string(missing + unknown) + " of " + std::to_string(tasks.size()) +
+                std::to_string(missing + unknown) + " of " + std::to_string(total) +
                     " kernels of " + o.manifest + " are not in " + dir +
                     "; run 'normjit prewarm' with the same manifest, --arch and normjit build");
   }
@@ -653,7 +685,8 @@ void run_prewarm(const PrewarmOptions& o, const std::vector<ManifestEntry>& entr
   Engine engine(engine_options);
 
   std::vector<Task> tasks = make_tasks(entries, targets);
-  // Entries that differ only in the batch (or eps) share a kernel: compile each key once.
+  // Entries that differ only in the batch, eps or a layout the kernel does not depend on share
+  // their kernels: compile each key once.
   std::vector<size_t> work;
   std::set<std::string> keys;
   size_t duplicates = 0;
@@ -669,11 +702,14 @@ void run_prewarm(const PrewarmOptions& o, const std::vector<ManifestEntry>& entr
   const size_t jobs =
       std::min<size_t>(o.jobs > 0 ? size_t(o.jobs) : hardware, std::max<size_t>(work.size(), 1));
   const bool terminal = ::isatty(STDERR_FILENO) == 1;
-  std::fprintf(stderr, "prewarm: %s (%s x %s) into %s with %s\n",
-               plural(work.size(), "kernel", "kernels").c_str(),
-               plural(entries.size(), "spec", "specs").c_str(),
-               plural(targets.size(), "arch", "archs").c_str(), dir.c_str(),
-               plural(jobs, "thread", "threads").c_str());
+  std::fprintf(
+      stderr, "prewarm: %s (%s x %s: %s and %s) into %s with %s\n",
+      plural(kernels_of(tasks, work), "kernel", "kernels").c_str(),
+      plural(entries.size(), "spec", "specs").c_str(),
+      plural(targets.size(), "arch", "archs").c_str(),
+      plural(work.size(), "distinct (spec, arch) pair", "distinct (spec, arch) pairs").c_str(),
+      work.size() == 1 ? "its batch classes" : "their batch classes", dir.c_str(),
+      plural(jobs, "thread", "threads").c_str());
   Progress progress(work.size(), terminal);
   SinkGuard restore;
   std::atomic<size_t> warnings{0};  // printed by the cache; the read-back below cites them
@@ -713,15 +749,23 @@ void run_prewarm(const PrewarmOptions& o, const std::vector<ManifestEntry>& entr
   const auto check = read_only_store(dir);
   for (size_t i : work) {
     Task& t = tasks[i];
-    if (t.result == Task::Result::kFailed || check->load(t.key)) continue;
+    if (t.result == Task::Result::kFailed) continue;
+    std::string lost;  // the kernels the directory lacks, when any
+    if (!check->load(t.key)) lost = "its kernel";
+    for (size_t c = 0; c < t.other_keys.size(); ++c) {
+      if (check->load(t.other_keys[c])) continue;
+      lost += std::string(lost.empty() ? "" : " and ") + "the kernel of its other batch class (" +
+              t.other_specs[c].to_string() + ")";
+    }
+    if (lost.empty()) continue;
     t.result = Task::Result::kFailed;
     // Cite warnings only when some were printed. With none, every write succeeded, so the
     // entry was removed since by another process ('normjit cache clear' or 'gc' meanwhile).
-    t.error = warnings > 0 ? "compiled, but not found in " + dir +
+    t.error = warnings > 0 ? "compiled, but " + lost + " not found in " + dir +
                                  " afterwards: its write failed (see the warnings above) or "
                                  "another process removed it"
-                           : "compiled and written, but " + dir +
-                                 " no longer holds it: another process removed it meanwhile "
+                           : "compiled and written, but " + dir + " no longer holds " + lost +
+                                 ": another process removed it meanwhile "
                                  "('normjit cache clear' or 'gc'?); run prewarm again";
   }
 
@@ -738,16 +782,21 @@ void run_prewarm(const PrewarmOptions& o, const std::vector<ManifestEntry>& entr
   }
   std::fflush(stderr);
   std::printf("prewarm: %zu compiled, %zu already cached, %zu failed (%s in %s", compiled, cached,
-              failed, plural(work.size(), "kernel", "kernels").c_str(), dir.c_str());
+              failed, plural(kernels_of(tasks, work), "kernel", "kernels").c_str(), dir.c_str());
   if (duplicates) {
-    std::printf("; %zu more (spec, arch) pairs differ only in batch or eps", duplicates);
+    std::printf(
+        "; %s the kernels of another, differing only in batch, eps or a layout the "
+        "kernel does not depend on",
+        plural(duplicates, "more (spec, arch) pair shares", "more (spec, arch) pairs share")
+            .c_str());
   }
   std::printf(", %.1f s)\n", seconds);
   std::fflush(stdout);
   if (failed) {
-    throw Error(ErrorCode::kCompile, std::to_string(failed) + " of " +
-                                         plural(work.size(), "kernel", "kernels") +
-                                         " failed (listed above)");
+    throw Error(ErrorCode::kCompile,
+                std::to_string(failed) + " of " +
+                    plural(work.size(), "(spec, arch) pair", "(spec, arch) pairs") +
+                    " failed (listed above)");
   }
 }
 

@@ -4,6 +4,7 @@
 // shows what was stored. The GPU half is tests/gpu/deployment_test.cpp.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <string>
@@ -236,6 +237,62 @@ TEST_F(Prewarm, SeedManifestPrewarmAndCheckAgree) {
       << c.describe();
   const int unknown = m[3].matched ? std::stoi(m[3]) : 0;
   EXPECT_EQ(std::stoi(m[1]) + unknown, s.failed) << c.describe();
+}
+
+// A spec whose kernel has a second plan for launches of another size (its batch class: a
+// row kernel with parameters, the backward of rows of 4096) is two kernels: prewarm writes and
+// reads back both, counts both, and --check names the other class's kernel when it is missing
+// (a JIT-off engine would otherwise run the spec's plan for every batch).
+TEST_F(Prewarm, BatchClassesAreKernelsPrewarmWritesAndCheckFinds) {
+  const std::vector<std::string> specs = {
+      "op=layernorm shape=8,4096 dtype=bf16",
+      "op=layernorm shape=1024,4096 dtype=bf16 normalized_dims=1 backward=true",
+      "op=rmsnorm shape=2,64,32,32 dtype=f32 affine=none"};  // one class
+  // manifest_of() writes op, shape, dtype and affine only: backward is given here.
+  write_file(manifest_, R"([
+    {"op": "layernorm", "shape": [8, 4096], "dtype": "bf16"},
+    {"op": "layernorm", "shape": [1024, 4096], "dtype": "bf16", "backward": true},
+    {"op": "rmsnorm", "shape": [2, 64, 32, 32], "dtype": "f32", "affine": "none"}
+  ])");
+  const std::string dir = home_ / "classes";
+  const ToolResult r = run({"prewarm", manifest_, "--arch", "sm_90", "--cache-dir", dir});
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  EXPECT_EQ(summary_of(r).compiled, 3) << r.describe();
+  EXPECT_NE(r.out.find("(5 kernels in " + dir), npos) << r.describe();
+  EXPECT_NE(r.err.find("prewarm: 5 kernels (3 specs x 1 arch"), npos) << r.describe();
+  const Target h100 = Target::parse("sm_90");
+  size_t entries = 0;
+  for (const std::string& text : specs) {
+    for (const NormSpec& each : batch_class_specs(NormSpec::parse(text))) {
+      ++entries;
+      EXPECT_TRUE(std::filesystem::exists(dir + "/" + key_inputs(each, h100).key() + ".entry"))
+          << each.to_string();
+    }
+  }
+  EXPECT_EQ(entries, 5u);
+  const std::vector<std::string> check_args = {"prewarm",     manifest_, "--arch", "sm_90",
+                                               "--cache-dir", dir,       "--check"};
+  const ToolResult ok = run(check_args);
+  EXPECT_EQ(ok.exit_code, 0) << ok.describe();
+  EXPECT_NE(ok.out.find("holds 5 of 5 kernels"), npos) << ok.describe();
+  // The backward's other class (launches of more than 2048 rows) removed: --check fails and
+  // names it.
+  const NormSpec other = batch_class_specs(NormSpec::parse(specs[1]))[1];
+  EXPECT_EQ(other.shape[0], 2049);
+  const std::string other_key = key_inputs(other, h100).key();
+  ASSERT_TRUE(std::filesystem::remove(dir + "/" + other_key + ".entry"));
+  const ToolResult lacking = run(check_args);
+  EXPECT_NE(lacking.exit_code, 0) << lacking.describe();
+  EXPECT_NE(lacking.out.find("the kernel of its other batch class, " + other.to_string() +
+                             " arch=sm_90 key=" + other_key),
+            npos)
+      << lacking.describe();
+  EXPECT_NE(lacking.out.find("holds 4 of 5 kernels"), npos) << lacking.describe();
+  // A second prewarm writes it again.
+  const ToolResult again = run({"prewarm", manifest_, "--arch", "sm_90", "--cache-dir", dir});
+  EXPECT_EQ(again.exit_code, 0) << again.describe();
+  EXPECT_TRUE(std::filesystem::exists(dir + "/" + other_key + ".entry")) << again.describe();
+  EXPECT_EQ(run(check_args).exit_code, 0);
 }
 
 TEST_F(Prewarm, DumpShowsACachedEntry) {
