@@ -384,6 +384,17 @@ void run_explain(const CacheFlags& flags, const std::vector<std::string>& words,
       std::printf("note:       the request's key=%s is not this spec's on this target\n",
                   printed.key->c_str());
     }
+    // A kernel with a second plan for launches of another size: a prepared kernel (and a
+    // JIT-off engine) loads that one too.
+    const std::vector<NormSpec> classes = batch_class_specs(spec);
+    for (size_t c = 1; c < classes.size(); ++c) {
+      std::printf(
+          "other:      %s key=%s (the batch class of launches of %s %lld rows; prepare and "
+          "prewarm compile it with this one)\n",
+          classes[c].to_string().c_str(), key_inputs(classes[c], target).key().c_str(),
+          batch_class(classes[c]) == kBatchFewRows ? "at most" : "more than",
+          static_cast<long long>(few_rows_limit(spec)));
+    }
   }
   print_explanation(cache::explain(infos, preimage));
 }

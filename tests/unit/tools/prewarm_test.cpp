@@ -295,6 +295,26 @@ TEST_F(Prewarm, BatchClassesAreKernelsPrewarmWritesAndCheckFinds) {
   EXPECT_EQ(run(check_args).exit_code, 0);
 }
 
+// `cache explain` of a spec with two batch classes names the other class's spec and key (the
+// file a JIT-off engine loads beside it); a spec of one class has no such line.
+TEST_F(Prewarm, CacheExplainNamesTheOtherBatchClass) {
+  const NormSpec two =
+      NormSpec::parse("op=layernorm shape=1024,4096 dtype=bf16 normalized_dims=1 backward=true");
+  const NormSpec other = batch_class_specs(two)[1];
+  const ToolResult r =
+      run({"cache", "explain", two.to_string(), "--arch", "sm_90", "--cache-dir", home_ / "empty"});
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  EXPECT_NE(r.out.find("other:      " + other.to_string() +
+                       " key=" + key_inputs(other, Target::parse("sm_90")).key() +
+                       " (the batch class of launches of more than 2048 rows"),
+            npos)
+      << r.describe();
+  const ToolResult one =
+      run({"cache", "explain", kSpecs[0], "--arch", "sm_90", "--cache-dir", home_ / "empty"});
+  ASSERT_EQ(one.exit_code, 0) << one.describe();
+  EXPECT_EQ(one.out.find("other:"), npos) << one.describe();
+}
+
 TEST_F(Prewarm, DumpShowsACachedEntry) {
   const std::string dir = home_ / "shipped";
   ASSERT_EQ(prewarm(dir).exit_code, 0);
