@@ -515,13 +515,6 @@ std::string plural(size_t n, const char* one, const char* many) {
   return std::to_string(n) + " " + (n == 1 ? one : many);
 }
 
-// The kernels of the tasks listed: each task's own and its other batch class's.
-size_t kernels_of(const std::vector<Task>& tasks, const std::vector<size_t>& listed) {
-  size_t n = 0;
-  for (size_t i : listed) n += (tasks[i].key.empty() ? 0 : 1) + tasks[i].other_keys.size();
-  return n;
-}
-
 std::string duration_text(double seconds) {
   char text[32];
   if (seconds < 60) {
@@ -686,15 +679,22 @@ void run_prewarm(const PrewarmOptions& o, const std::vector<ManifestEntry>& entr
 
   std::vector<Task> tasks = make_tasks(entries, targets);
   // Entries that differ only in the batch, eps or a layout the kernel does not depend on share
-  // their kernels: compile each key once.
+  // their kernels: compile each once. A task whose kernels (its own and its other batch class's) an
+  // earlier one already has is a duplicate: [8, 4096] and [1000, 4096] are the same two kernels,
+  // each the other's class.
   std::vector<size_t> work;
-  std::set<std::string> keys;
+  std::set<std::string> keys;  // the kernels of the work, each once
   size_t duplicates = 0;
   for (size_t i = 0; i < tasks.size(); ++i) {
-    if (!tasks[i].key.empty() && !keys.insert(tasks[i].key).second) {
+    const Task& t = tasks[i];
+    const auto known = [&keys](const std::string& key) { return keys.count(key) > 0; };
+    if (!t.key.empty() && known(t.key) &&
+        std::all_of(t.other_keys.begin(), t.other_keys.end(), known)) {
       ++duplicates;
       continue;
     }
+    if (!t.key.empty()) keys.insert(t.key);
+    keys.insert(t.other_keys.begin(), t.other_keys.end());
     work.push_back(i);
   }
 
@@ -704,7 +704,7 @@ void run_prewarm(const PrewarmOptions& o, const std::vector<ManifestEntry>& entr
   const bool terminal = ::isatty(STDERR_FILENO) == 1;
   std::fprintf(
       stderr, "prewarm: %s (%s x %s: %s and %s) into %s with %s\n",
-      plural(kernels_of(tasks, work), "kernel", "kernels").c_str(),
+      plural(keys.size(), "kernel", "kernels").c_str(),
       plural(entries.size(), "spec", "specs").c_str(),
       plural(targets.size(), "arch", "archs").c_str(),
       plural(work.size(), "distinct (spec, arch) pair", "distinct (spec, arch) pairs").c_str(),
@@ -782,7 +782,7 @@ void run_prewarm(const PrewarmOptions& o, const std::vector<ManifestEntry>& entr
   }
   std::fflush(stderr);
   std::printf("prewarm: %zu compiled, %zu already cached, %zu failed (%s in %s", compiled, cached,
-              failed, plural(kernels_of(tasks, work), "kernel", "kernels").c_str(), dir.c_str());
+              failed, plural(keys.size(), "kernel", "kernels").c_str(), dir.c_str());
   if (duplicates) {
     std::printf(
         "; %s the kernels of another, differing only in batch, eps or a layout the "

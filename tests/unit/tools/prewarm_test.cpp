@@ -295,6 +295,22 @@ TEST_F(Prewarm, BatchClassesAreKernelsPrewarmWritesAndCheckFinds) {
   EXPECT_EQ(run(check_args).exit_code, 0);
 }
 
+// Two specs that are each other's batch class ([8, 4096] and [1000, 4096]) are the same two
+// kernels: prewarm compiles them once and counts the second spec as sharing them.
+TEST_F(Prewarm, SpecsOfEachOthersBatchClassCompileOnce) {
+  write_file(manifest_, manifest_of({"op=layernorm shape=8,4096 dtype=bf16",
+                                     "op=layernorm shape=1000,4096 dtype=bf16"}));
+  const std::string dir = home_ / "pair";
+  const ToolResult r = run({"prewarm", manifest_, "--arch", "sm_90", "--cache-dir", dir});
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  const Summary s = summary_of(r);
+  EXPECT_EQ(s.compiled + s.cached, 1) << r.describe();
+  EXPECT_NE(r.out.find("(2 kernels in " + dir + "; 1 more (spec, arch) pair shares"), npos)
+      << r.describe();
+  EXPECT_EQ(run({"prewarm", manifest_, "--arch", "sm_90", "--cache-dir", dir, "--check"}).exit_code,
+            0);
+}
+
 // `cache explain` of a spec with two batch classes names the other class's spec and key (the
 // file a JIT-off engine loads beside it); a spec of one class has no such line.
 TEST_F(Prewarm, CacheExplainNamesTheOtherBatchClass) {
