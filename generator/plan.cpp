@@ -454,7 +454,14 @@ constexpr int kParamsAheadWords = 32;
 // parameters. On the H100 (normjit bench, a throwaway switch, two rounds) counting the residual
 // ran add + RMSNorm bf16 1024 x 4096 7% faster (72 registers, 7 CTAs an SM, to 55 and 9:
 // the 1024 rows in one wave) and 1024 x 8192 2% faster; 1 to 128 and 4096 tokens the same.
-constexpr int kParamsAheadWordsManyRows = 32;
+// 40, not 32: on the H200 (scripts/ab_bench.py, scripts/specs/row-params-at-the-store.txt, the
+// bound switched by a throwaway build, two rounds; performance-notes, "Parameters with x in
+// f32 rows of 768") the f32 LayerNorm rows of 768 (ViT-B, BERT-base: 12 + 24 words) ran 5%
+// faster with theirs loaded with x, 35 registers to 56; the 25 rows measured that load theirs
+// at the store otherwise ran the same at 40 (0.99-1.01x). At 48 and 64 some gained (f32 weights
+// beside bf16 rows of 8192: 2-7%), others lost (add + RMSNorm 1024 x 4096 6%, f32 weights
+// beside rows of 16384 at 1024 tokens 20%).
+constexpr int kParamsAheadWordsManyRows = 40;
 
 // The registers (32-bit words) `values` elements of a dtype take when held (HeldVec and Slice,
 // row_common.cuh): 16-bit pairs packed, otherwise one per element.

@@ -1787,6 +1787,34 @@ TEST_F(Variants, LlmRowsTokensByHidden) {
   run_cases("LLM rows", cases);
 }
 
+TEST_F(Variants, TransformerRowsOf768And1024InLaunchesOfManyRows) {
+  // ViT and BERT rows (768, 1024) in launches of more than 256 rows (the many-rows class): f32
+  // LayerNorm rows of 768 load their weight and bias with x there (kParamsAheadWordsManyRows,
+  // 12 + 24 registers), rows of 1024 at the store; every dtype and affine form, large means
+  // and negatives, and one with a residual and an f32 weight beside 16-bit x.
+  std::vector<Case> cases;
+  uint64_t seed = 1700;
+  int i = 0;
+  for (const int64_t n : {768, 1024}) {
+    for (Dtype d : kXDtypes) {
+      for (Affine a : {Affine::kBoth, Affine::kWeight, Affine::kNone}) {
+        const int64_t t = i % 2 == 0 ? 1000 : 257;
+        const Values v = i % 3 == 0   ? Values::kLargeMean
+                         : i % 3 == 1 ? Values::kNegative
+                                      : Values::kNormal;
+        cases.push_back(layer_norm({t, n}, d, a).with(v, seed++));
+        ++i;
+      }
+      cases.push_back(rms({300, n}, d).with(Values::kNormal, seed++));
+    }
+    cases.push_back(layer_norm({600, n}, Dtype::kBF16)
+                        .params(Dtype::kF32)
+                        .add_residual(Dtype::kBF16, true)
+                        .with(Values::kNormal, seed++));
+  }
+  run_cases("transformer rows, many", cases);
+}
+
 TEST_F(Variants, OddAndTinyRows) {
   // Row lengths 1, 3, 7, 65, 1000, 4097, 65537 and the prime 100003, each axis in turn.
   const int64_t lengths[] = {1, 3, 7, 65, 1000, 4097, 65537, 100003};

@@ -406,7 +406,7 @@ TEST(PlanRows, ParametersLoadedWithXWhenTheyFitThirtyTwoRegisters) {
   EXPECT_FALSE(ahead("op=rmsnorm shape=1,4096 normalized_dims=1 dtype=bf16 affine=none"));
   EXPECT_FALSE(ahead("op=groupnorm shape=8,64,7,7 groups=8"));
   // More than 256 rows (another batch class): only where the slice and its parameters take at
-  // most 32 registers together, the rest left for rows in flight.
+  // most 40 registers together, the rest left for rows in flight.
   EXPECT_TRUE(ahead("op=rmsnorm shape=1000,4096 normalized_dims=1 dtype=bf16 affine=weight"));
   EXPECT_FALSE(ahead("op=layernorm shape=1000,4096 dtype=bf16"));
   EXPECT_TRUE(ahead("op=layernorm shape=256,4096 dtype=bf16"));
@@ -419,6 +419,10 @@ TEST(PlanRows, ParametersLoadedWithXWhenTheyFitThirtyTwoRegisters) {
       ahead("op=rmsnorm shape=256,4096 normalized_dims=1 dtype=bf16 affine=weight residual=bf16"));
   EXPECT_TRUE(
       ahead("op=rmsnorm shape=1024,2048 normalized_dims=1 dtype=bf16 affine=weight residual=bf16"));
+  // The bound is 40 registers: f32 LayerNorm rows of 768 (ViT-B, BERT-base: 12 values a thread,
+  // 12 + 24 words) load their weight and bias with x; rows of 1024 (16 + 32) at the store.
+  EXPECT_TRUE(ahead("op=layernorm shape=12608,768 dtype=f32"));
+  EXPECT_FALSE(ahead("op=layernorm shape=8192,1024 dtype=f32"));
   EXPECT_NE(batch_class(NormSpec::parse("op=layernorm shape=256,4096")),
             batch_class(NormSpec::parse("op=layernorm shape=257,4096")));
   // Kernels whose plan never depends on the batch have one class.
