@@ -473,9 +473,12 @@ struct Task {
   std::string key;  // empty when the spec cannot be planned for the target (error says why)
   // The kernels of the spec's other batch class (generator/plan.hpp: a row kernel with
   // parameters, or the backward of rows of 2049-4096, has a second plan for launches of another
-  // size), which precompile() compiles with it and a JIT-off engine loads: their specs and keys.
-  std::vector<NormSpec> other_specs;
-  std::vector<std::string> other_keys;
+  // size), which precompile() compiles with it and a JIT-off engine loads.
+  struct OtherClass {
+    NormSpec spec;
+    std::string key;
+  };
+  std::vector<OtherClass> others;
   std::string error;  // why it failed
   enum class Result { kPending, kCompiled, kCached, kFailed } result = Result::kPending;
 };
@@ -492,8 +495,7 @@ std::vector<Task> make_tasks(const std::vector<ManifestEntry>& entries,
         t.key = key_inputs(entries[i].spec, target).key();
         const std::vector<NormSpec> classes = batch_class_specs(entries[i].spec);
         for (size_t c = 1; c < classes.size(); ++c) {
-          t.other_specs.push_back(classes[c]);
-          t.other_keys.push_back(key_inputs(classes[c], target).key());
+          t.others.push_back({classes[c], key_inputs(classes[c], target).key()});
         }
       } catch (const Error& e) {
         // Not yet supported (or not plannable for this target): a failed kernel, not a bad
@@ -552,14 +554,14 @@ void run_check(const PrewarmOptions& o, const std::vector<ManifestEntry>& entrie
       ++missing;
       std::printf("missing %s key=%s\n", what.c_str(), t.key.c_str());
     }
-    for (size_t c = 0; c < t.other_keys.size(); ++c) {
-      if (store && store->load(t.other_keys[c])) {
+    for (const Task::OtherClass& other : t.others) {
+      if (store && store->load(other.key)) {
         ++present;
       } else {
         ++missing;
         std::printf("missing %s: the kernel of its other batch class, %s arch=%s key=%s\n",
-                    what.c_str(), t.other_specs[c].to_string().c_str(), t.target.text().c_str(),
-                    t.other_keys[c].c_str());
+                    what.c_str(), other.spec.to_string().c_str(), t.target.text().c_str(),
+                    other.key.c_str());
       }
     }
   }
@@ -689,12 +691,13 @@ void run_prewarm(const PrewarmOptions& o, const std::vector<ManifestEntry>& entr
     const Task& t = tasks[i];
     const auto known = [&keys](const std::string& key) { return keys.count(key) > 0; };
     if (!t.key.empty() && known(t.key) &&
-        std::all_of(t.other_keys.begin(), t.other_keys.end(), known)) {
+        std::all_of(t.others.begin(), t.others.end(),
+                    [&known](const Task::OtherClass& other) { return known(other.key); })) {
       ++duplicates;
       continue;
     }
     if (!t.key.empty()) keys.insert(t.key);
-    keys.insert(t.other_keys.begin(), t.other_keys.end());
+    for (const Task::OtherClass& other : t.others) keys.insert(other.key);
     work.push_back(i);
   }
 
@@ -752,10 +755,10 @@ void run_prewarm(const PrewarmOptions& o, const std::vector<ManifestEntry>& entr
     if (t.result == Task::Result::kFailed) continue;
     std::string lost;  // the kernels the directory lacks, when any
     if (!check->load(t.key)) lost = "its kernel";
-    for (size_t c = 0; c < t.other_keys.size(); ++c) {
-      if (check->load(t.other_keys[c])) continue;
+    for (const Task::OtherClass& other : t.others) {
+      if (check->load(other.key)) continue;
       lost += std::string(lost.empty() ? "" : " and ") + "the kernel of its other batch class (" +
-              t.other_specs[c].to_string() + ")";
+              other.spec.to_string() + ")";
     }
     if (lost.empty()) continue;
     t.result = Task::Result::kFailed;
