@@ -286,6 +286,17 @@ void expect_close(const Backward& run, const Config& c, Values values, const std
   }
 }
 
+// Runs the backward of each config on `values` (one seed each, counting up from `seed`) and
+// checks it against float64 with expect_close.
+void expect_each_close(Engine& engine, const std::vector<Config>& configs, Values values,
+                       uint64_t& seed, const std::string& what) {
+  for (const Config& c : configs) {
+    Backward run(engine, c, values, seed++);
+    run.run();
+    expect_close(run, c, values, what);
+  }
+}
+
 Config group(std::vector<int64_t> shape, int64_t groups, Dtype dtype, Affine affine) {
   Config c;
   c.op = Op::kGroupNorm;
@@ -375,11 +386,7 @@ TEST_F(BackwardChannelsGpu, GroupNormShapesDtypesAndAffineMatchFloat64) {
       {std::begin(kDtypes), std::end(kDtypes)});
   prepare(engine, configs);
   uint64_t seed = 1;
-  for (const Config& c : configs) {
-    Backward run(engine, c, Values::kNormal, seed++);
-    run.run();
-    expect_close(run, c, Values::kNormal, "normal values");
-  }
+  expect_each_close(engine, configs, Values::kNormal, seed, "normal values");
 }
 
 // GroupNorm over 16-bit channels of 16384 positions and more takes units of 4 chunks (a team's
@@ -433,11 +440,7 @@ TEST_F(BackwardChannelsGpu, ChannelFormsShapesDtypesAndAffineMatchFloat64) {
   }
   prepare(engine, configs);
   uint64_t seed = 1000;
-  for (const Config& c : configs) {
-    Backward run(engine, c, Values::kNormal, seed++);
-    run.run();
-    expect_close(run, c, Values::kNormal, "normal values");
-  }
+  expect_each_close(engine, configs, Values::kNormal, seed, "normal values");
 }
 
 // The channel forms with one position per item (S = 1: rmsnorm's default on [N, C], LayerNorm2d
@@ -465,11 +468,7 @@ TEST_F(BackwardChannelsGpu, ChannelFormsOfOnePositionDifferentiateAsRows) {
   }
   prepare(engine, configs);
   uint64_t seed = 1500;
-  for (const Config& c : configs) {
-    Backward run(engine, c, Values::kNormal, seed++);
-    run.run();
-    expect_close(run, c, Values::kNormal, "normal values");
-  }
+  expect_each_close(engine, configs, Values::kNormal, seed, "normal values");
   for (Values values : {Values::kLargeMean, Values::kTiny, Values::kConstant, Values::kNegative}) {
     for (const Config& c : {channels(Op::kLayerNorm, {32, 768, 1, 1}, Dtype::kBF16, Affine::kBoth),
                             channels(Op::kRmsNorm, {3, 4099}, Dtype::kF32, Affine::kWeight)}) {
@@ -494,11 +493,7 @@ TEST_F(BackwardChannelsGpu, AdversarialValues) {
   prepare(engine, configs);
   uint64_t seed = 2000;
   for (Values values : {Values::kLargeMean, Values::kTiny, Values::kConstant, Values::kNegative}) {
-    for (const Config& c : configs) {
-      Backward run(engine, c, values, seed++);
-      run.run();
-      expect_close(run, c, values, to_string(values));
-    }
+    expect_each_close(engine, configs, values, seed, to_string(values));
   }
 }
 
@@ -520,11 +515,7 @@ TEST_F(BackwardChannelsGpu, ParamDtypeAndWeightOffset) {
   }
   prepare(engine, configs);
   uint64_t seed = 3000;
-  for (const Config& c : configs) {
-    Backward run(engine, c, Values::kNormal, seed++);
-    run.run();
-    expect_close(run, c, Values::kNormal, "f32 parameters");
-  }
+  expect_each_close(engine, configs, Values::kNormal, seed, "f32 parameters");
 }
 
 // The seeds' backward kernels (GroupNorm [112, 64, 512, 512], 8 groups of 2 Mi elements, with
