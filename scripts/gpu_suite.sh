@@ -99,6 +99,15 @@ for ((i = 0; i < shards; i++)); do
 done
 python3 "$here/scripts/shard_tests.py" --record "$out"/gtest-*.log > "$out/gpu_test_times.txt"
 echo "pytest: exit $pytest_status; $(tail -1 "$out/pytest.log")"
+if ((pytest_status == 124)); then
+  # Cut by the time limit: how far its progress got and what the results reported so far were
+  # (. passed, s skipped, F failed, E error, x/X xfail/xpass), so that a run cut in its summary
+  # is told apart from one cut halfway. It still counts as a failure.
+  echo "  timed out (TP=${TP:-420} s) at $(grep -oE '\[ *[0-9]+%\]$' "$out/pytest.log" | tail -1 |
+    tr -d '[] ') of its progress; results so far: $(grep -E '^[.sFExX]+ +\[ *[0-9]+%\]$' \
+    "$out/pytest.log" | sed -E 's/ +\[.*//' | fold -w1 | sort | uniq -c |
+    awk '{printf "%s %s, ", $1, $2}' | sed 's/, $//')"
+fi
 if grep -q '^SKIPPED' "$out/pytest.log"; then
   # Why tests skipped (-rs): counts per reason, the most frequent first.
   echo "pytest skips by reason:"
