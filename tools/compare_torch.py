@@ -913,6 +913,28 @@ def report_json(report: Report) -> dict:
     return data
 
 
+def report_from_json(data: dict) -> Report:
+    """The Report that report_json() wrote (its derived numbers dropped: they are recomputed)."""
+    def fields_of(cls, d: dict) -> dict:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return {k: v for k, v in d.items() if k in names}
+
+    results = []
+    for d in data["results"]:
+        r = fields_of(ProblemResult, d)
+        r["problem"] = Problem(**{**fields_of(Problem, d["problem"]),
+                                  "shape": tuple(d["problem"]["shape"])})
+        for impl in ("normjit", "eager", "compile", "liger", "copy"):
+            r[impl] = Measurement(**fields_of(Measurement, d.get(impl) or {}))
+        for kind in ("checks", "liger_checks"):
+            r[kind] = [Check(**fields_of(Check, c)) for c in d.get(kind) or []]
+        results.append(ProblemResult(**r))
+    jit = data.get("jit")
+    return Report(**{**fields_of(Report, data), "results": results,
+                     "jit": JitLatency(**fields_of(JitLatency, jit)) if jit else None,
+                     "size_copies": [tuple(c) for c in data.get("size_copies") or []]})
+
+
 def json_safe(value: Any) -> Any:
     """NaN and infinities are not JSON: null instead."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -1715,6 +1737,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     ap.add_argument("--list", action="store_true", help="list the selected problems and exit")
     ap.add_argument("--selftest", action="store_true",
                     help="check the non-GPU parts (no torch, no GPU) and exit")
+    ap.add_argument("--plot-from-json", default=None, metavar="PERF_JSON",
+                    help="measure nothing: draw --plot from a run's JSON (its --json-out) and exit")
     ap.add_argument("--refresh-notes", action="store_true",
                     help="measure nothing: replace the notes included at the end of --doc by the "
                          "current --notes (after an edit of the notes alone) and exit")
@@ -1977,6 +2001,12 @@ def selftest() -> int:
     report = fake_report()
     notes = "## RMSNorm channel\n\nLimited by bytes | see ncu.\n"
     md = render_markdown(report, notes, "performance.png")
+    # A run's JSON read back (--plot-from-json) gives the same tables (NaN errors come back as
+    # null: JSON has no NaN).
+    back = report_from_json(json.loads(json.dumps(json_safe(report_json(report)), default=str)))
+    assert check_tables(render_markdown(back, notes, "performance.png")) == check_tables(md)
+    assert [back.pct_copy(r, "normjit") for r in back.results] == \
+        [report.pct_copy(r, "normjit") for r in report.results]
     tables = check_tables(md)
     results = [t for t in tables if t[0] == RESULT_HEADERS]
     assert len(results) == 4, "one table per group (seeds, llm, sd, long)"
@@ -2225,6 +2255,17 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = parse_args(argv)
     if args.selftest:
         return selftest()
+    if args.plot_from_json:
+        try:
+            report = report_from_json(json.loads(Path(args.plot_from_json).read_text()))
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            print(f"compare_torch: --plot-from-json: {e}", file=sys.stderr)
+            return 2
+        if not write_plot(report, Path(args.plot)):
+            return 1
+        print(f"wrote {args.plot} (from {args.plot_from_json}: {report.date_utc}, "
+              f"{report.env.get('normjit', '?')})")
+        return 0
     if args.refresh_notes:
         try:
             doc = Path(args.doc).read_text()
