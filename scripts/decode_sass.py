@@ -47,6 +47,24 @@ def nvidia_bin(tool):
     return os.path.join(d, tool)
 
 
+def assemble(ptx, tmp, name):
+    """Assembles NVRTC's PTX for sm_90 with the ptxas of Triton's wheel; returns the cubin's
+    path. That ptxas may be older than the PTX ISA NVRTC writes; nothing the kernels use needs
+    more than what it reads, so the version line is lowered to its own."""
+    ptxas = nvidia_bin("ptxas")
+    have = re.search(r"current version is '([\d.]+)'", subprocess.run(
+        [ptxas, "-arch=sm_90", "-"], input=".version 99.0\n", capture_output=True,
+        text=True).stderr)
+    if have:
+        ptx = re.sub(r"^\.version [\d.]+", f".version {have.group(1)}", ptx, flags=re.M)
+    with open(os.path.join(tmp, name + ".ptx"), "w") as f:
+        f.write(ptx)
+    cubin = os.path.join(tmp, name + ".cubin")
+    subprocess.run([ptxas, "-arch=sm_90", "-O3", os.path.join(tmp, name + ".ptx"), "-o", cubin],
+                   check=True)
+    return cubin
+
+
 def sass_of(cubin):
     out = subprocess.run([nvidia_bin("cuobjdump"), "-sass", cubin], check=True,
                          capture_output=True, text=True).stdout
@@ -96,18 +114,7 @@ def main():
     plan = subprocess.run(spec + ["--emit", "plan"], check=True, capture_output=True,
                           text=True).stdout
     x_loads_nj = int(re.search(r"vectors per thread: (\d+)", plan).group(1))
-    # Triton's ptxas may be older than the PTX ISA NVRTC writes; nothing the kernel uses needs
-    # more than what that ptxas reads.
-    have = re.search(r"current version is '([\d.]+)'", subprocess.run(
-        [ptxas, "-arch=sm_90", "-"], input=".version 99.0\n", capture_output=True,
-        text=True).stderr)
-    if have:
-        ptx = re.sub(r"^\.version [\d.]+", f".version {have.group(1)}", ptx, flags=re.M)
-    with open(os.path.join(tmp, "normjit.ptx"), "w") as f:
-        f.write(ptx)
-    subprocess.run([ptxas, "-arch=sm_90", "-O3", os.path.join(tmp, "normjit.ptx"), "-o",
-                    os.path.join(tmp, "normjit.cubin")], check=True)
-    nj = sass_of(os.path.join(tmp, "normjit.cubin"))
+    nj = sass_of(assemble(ptx, tmp, "normjit"))
 
     block = 1 << (a.hidden - 1).bit_length()
     warps = 4 if block < 2048 else 8 if block < 8192 else 16 if block < 32768 else 32

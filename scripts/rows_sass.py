@@ -23,7 +23,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from decode_sass import nvidia_bin, print_listing, sass_of  # noqa: E402
+from decode_sass import assemble, nvidia_bin, print_listing, sass_of  # noqa: E402
 
 
 @triton.jit
@@ -66,7 +66,6 @@ def main():
     ap.add_argument("--list", action="store_true", help="also print both kernels' instructions")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="rows-sass-")
-    ptxas = nvidia_bin("ptxas")
     sig = {"in_ptr0": "*bf16", "in_ptr1": "*bf16", "out_ptr0": "*bf16", "xnumel": "i32",
            "XBLOCK": "constexpr", "RBLOCK": "constexpr"}
     attrs = {(i,): [["tt.divisibility", 16]] for i in range(4)}
@@ -80,17 +79,7 @@ def main():
             "eps=1e-06")
     ptx = subprocess.run([a.normjit, "dump", "--spec", spec, "--arch", "sm_90", "--emit", "ptx"],
                          check=True, capture_output=True, text=True).stdout
-    # Triton's ptxas may be older than the PTX ISA NVRTC writes (as in decode_sass.py).
-    have = re.search(r"current version is '([\d.]+)'", subprocess.run(
-        [ptxas, "-arch=sm_90", "-"], input=".version 99.0\n", capture_output=True,
-        text=True).stderr)
-    if have:
-        ptx = re.sub(r"^\.version [\d.]+", f".version {have.group(1)}", ptx, flags=re.M)
-    with open(os.path.join(tmp, "normjit.ptx"), "w") as f:
-        f.write(ptx)
-    nj_cubin = os.path.join(tmp, "normjit.cubin")
-    subprocess.run([ptxas, "-arch=sm_90", "-O3", os.path.join(tmp, "normjit.ptx"), "-o",
-                    nj_cubin], check=True)
+    nj_cubin = assemble(ptx, tmp, "normjit")
     print(f"[4096, {a.hidden}] bf16 RMSNorm with a weight, sm_90")
     for name, cubin in ((f"Inductor-like ({a.warps} warps)", ind_cubin), ("normjit", nj_cubin)):
         sass = sass_of(cubin)
