@@ -480,6 +480,14 @@ struct Task {
   };
   std::vector<OtherClass> others;
   std::string error;  // why it failed
+  // The keys of its kernels, its own first (none when it cannot be planned).
+  std::vector<std::string> keys() const {
+    std::vector<std::string> all;
+    if (key.empty()) return all;
+    all.push_back(key);
+    for (const OtherClass& other : others) all.push_back(other.key);
+    return all;
+  }
   enum class Result { kPending, kCompiled, kCached, kFailed } result = Result::kPending;
 };
 
@@ -688,16 +696,13 @@ void run_prewarm(const PrewarmOptions& o, const std::vector<ManifestEntry>& entr
   std::set<std::string> keys;  // the kernels of the work, each once
   size_t duplicates = 0;
   for (size_t i = 0; i < tasks.size(); ++i) {
-    const Task& t = tasks[i];
-    const auto known = [&keys](const std::string& key) { return keys.count(key) > 0; };
-    if (!t.key.empty() && known(t.key) &&
-        std::all_of(t.others.begin(), t.others.end(),
-                    [&known](const Task::OtherClass& other) { return known(other.key); })) {
+    const std::vector<std::string> kernels = tasks[i].keys();
+    if (!kernels.empty() && std::all_of(kernels.begin(), kernels.end(),
+                                        [&keys](const auto& k) { return keys.count(k) > 0; })) {
       ++duplicates;
       continue;
     }
-    if (!t.key.empty()) keys.insert(t.key);
-    for (const Task::OtherClass& other : t.others) keys.insert(other.key);
+    keys.insert(kernels.begin(), kernels.end());
     work.push_back(i);
   }
 
