@@ -234,6 +234,7 @@ void backward_fields(const KernelPlan& p, Fields& f) {
   f.integer("kVec", p.vec);
   f.integer("kVectors", p.vectors);
   f.flag("kPrefetchNextRow", p.prefetch != 0);
+  f.flag("kNextRowInRegisters", p.prefetch == 2);
   f.flag("kHoldPacked", p.hold_packed);
   f.flag("kReloadWeight", p.reload_weight);
   f.flag("kSharedBiasSums", p.shared_sums);

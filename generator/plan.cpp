@@ -229,8 +229,24 @@ int64_t team_slots(int64_t vectors, int values, int vec) {
 // slower, their 96 vectors filling a team of 32 threads at 32 values but leaving a quarter of
 // a team of 64 idle at 16.
 constexpr int64_t kShortPackedRow = 2048;
+// f32 rows (f32 x, one value a register) of at most kShortF32Row elements in 16-byte accesses aim
+// for half of kTeamValues where that leaves no more vector slots idle: twice the threads per
+// row. In both batch classes, so that a row's reduction (its team) and bits do not depend on the
+// launch's rows. On the H200 (performance-notes, "f32 rows of 1024 in teams of 8 values";
+// scripts/ab_bench.py with scripts/specs/row-f32-short-teams.txt) LayerNorm rows of 1024 ran
+// 0.97x the time at 6304 and 8192 rows and 0.88x at 1000 (with an f32 residual 0.98x), RMSNorm
+// 0.99x, rows of 512 0.99x; rows of 768 and 2048, which the rule leaves alone, ran 21% and up to
+// 4% slower in teams of 8 values.
+constexpr int64_t kShortF32Row = 1024;
 int team_values(const Problem& pr, int vec) {
-  if (!packed(pr, vec)) return kTeamValues;
+  if (!packed(pr, vec)) {
+    const int64_t vectors = ceil_div(pr.row_length, vec);
+    const bool shorter =
+        pr.op != Op::kGroupNorm && size_of(pr.x) == 4 && vec * 4 == kAccessBytes &&
+        pr.row_length <= kShortF32Row &&
+        team_slots(vectors, kTeamValues / 2, vec) <= team_slots(vectors, kTeamValues, vec);
+    return shorter ? kTeamValues / 2 : kTeamValues;
+  }
   if (pr.op == Op::kGroupNorm) return 2 * kTeamValues;  // groups: not measured with 16
   const int64_t vectors = ceil_div(pr.row_length, vec);
   const bool shorter =
@@ -740,6 +756,23 @@ std::string row_backward(const Problem& pr, const Target& target, KernelPlan& p)
   if (p.prefetch) {
     why << (paired ? "; each team prefetches its next row's x and dy into L2"
                    : "; each CTA prefetches its next row's x and dy into L2");
+  }
+  // A team that prefetches also loads its next row's 16-bit x and dy (held as raw pairs, two to
+  // a register) and statistics into a second set of registers as it takes a row, so that they
+  // are in flight through the row's sums, team reduction and dx stores; the L2 prefetch then
+  // pulls the row after it. A CTA's rows otherwise wait, each, for the previous row's reduction
+  // before their loads start (Nsight Compute: 43% of the stall cycles on scoreboard
+  // dependencies). Offline the registers stay within one register of the plan's kernels and
+  // nothing spills (bf16 LayerNorm rows of 8192: 120 -> 119). On the H200 (performance-notes,
+  // "The row backward's next row in registers") bf16 rows of 4096 and 8192 with 256 to 16384
+  // tokens ran 0.86-0.93x the time (16384 x 4096 0.97x). Teams wider than kBackwardMaxTeam (64
+  // registers a thread) go without, and so do CTAs of several teams (no prefetch: rows of 2048
+  // and shorter).
+  if (p.prefetch && size_of(pr.x) == 2 && p.vec % 2 == 0 && team <= kBackwardMaxTeam) {
+    p.prefetch = 2;
+    p.hold_packed = true;
+    why << "; x and dy held as raw 16-bit pairs, the next row's loaded into registers as a team "
+           "takes a row (the L2 prefetch pulls the row after it)";
   }
   // A team wider than kBackwardMaxTeam has 64 registers a thread: x and dy held as raw bits,
   // the weight loaded again where used (from L1: the CTA's columns are the same every row), and

@@ -88,7 +88,9 @@ struct KernelPlan {
   int64_t resident_vectors = 0;   // kRowSplit: vectors per thread with parameters on chip
   int prefetch = 0;               // kRowSplit: 0 none; 1 after a row's partial; 2 its barrier
                                   // kGroupBackward: 1 the next wave into L2
-                                  // kRowBackward: 1 each team's next row into L2
+                                  // kRowBackward: 1 each team's next row into L2; 2
+                                  // also its words into registers (the L2 prefetch
+                                  // then the row after it)
   int64_t segment = 0;            // kRowStream, kRowSplitBackward: elements of a row per CTA;
                                   // kGroupNhwc: positions
   int pieces = 0;                 // kGroupNhwc, kRowSplitBackward: pieces of `vectors` vectors

@@ -51,6 +51,8 @@ struct RowGradSums<true> {
 //   kRowLength                H: elements normalized together
 //   kThreads, kRowsPerBlock   TEAM, ROWS: blockDim = (TEAM, ROWS)
 //   kVec, kVectors            V: elements per access (V divides H); K: vectors per thread
+//   kNextRowInRegisters       (with kHoldPacked) the team's next row's x and dy words and
+//                             statistics loaded into a second set of registers as it takes a row
 //   kPrefetchNextRow          a team starts pulling its next row's x and dy into L2 as it takes
 //                             a row (sm_90+; the plan sets it where a team is the whole CTA)
 //   kHoldPacked               16-bit x and dy held as their raw bits (two to a register) and
@@ -161,16 +163,45 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock) row_backward(Pa
     }
   };
   const long long rows = p.batch;
+  // kNextRowInRegisters: the team loads its next row's x and dy words and statistics into a
+  // second set of registers at the top of each row, in flight through the row's sums, reduction
+  // and stores (a row past the last loads nothing: zero words, zero statistics).
+  constexpr bool kRegNext = C::kNextRowInRegisters;
+  static_assert(!kRegNext || kPacked, "the next row in registers: packed words only");
+  constexpr int KN = kRegNext ? K : 1;
+  unsigned int nxw[KN][V / 2 > 0 ? V / 2 : 1], ngw[KN][V / 2 > 0 ? V / 2 : 1];
+  float nrstd = 0.f, nmean = 0.f;
+  const auto load_next = [&](long long r) {
+    if constexpr (kRegNext) {
+      const bool act = r < rows;
+      const X* xr = static_cast<const X*>(p.x) + (act ? r : 0) * H;
+      const X* dr = static_cast<const X*>(p.dy) + (act ? r : 0) * H;
+      nrstd = act ? p.rstd[r] : 0.f;
+      nmean = kRms || !act ? 0.f : p.mean[r];
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        if (act && col(k) < H) {
+          load_words<X, V>(xr + col(k), nxw[k]);
+          load_words<X, V>(dr + col(k), ngw[k]);
+        } else {
+#pragma unroll
+          for (int i = 0; i < V / 2; ++i) nxw[k][i] = 0u, ngw[k][i] = 0u;
+        }
+      }
+    }
+  };
+  if constexpr (kRegNext) load_next((long long)blockIdx.x * ROWS + threadIdx.y);
   for (long long base = (long long)blockIdx.x * ROWS; base < rows;
        base += (long long)gridDim.x * ROWS) {  // the same trip count for the whole CTA
     const long long row = base + threadIdx.y;
     const bool active = row < rows;  // an inactive team loads nothing but joins the reduction
     const X* x = static_cast<const X*>(p.x) + (active ? row : 0) * H;
     const X* dy = static_cast<const X*>(p.dy) + (active ? row : 0) * H;
-    const float rstd = active ? p.rstd[row] : 0.f;
-    const float mean = kRms || !active ? 0.f : p.mean[row];
+    const float rstd = kRegNext ? nrstd : active ? p.rstd[row] : 0.f;
+    const float mean = kRegNext ? nmean : kRms || !active ? 0.f : p.mean[row];
     if (C::kPrefetchNextRow && tid == 0) {
-      const long long next = row + (long long)gridDim.x * ROWS;
+      // With the next row in registers, the row after it.
+      const long long next = row + (kRegNext ? 2 : 1) * (long long)gridDim.x * ROWS;
       if (next < rows) {
         prefetch_l2(static_cast<const X*>(p.x) + next * H, 0, H);
         prefetch_l2(static_cast<const X*>(p.dy) + next * H, 0, H);
@@ -179,14 +210,23 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock) row_backward(Pa
     if constexpr (kPacked) {
       // x and dy as raw bits; xhat and g formed again from them for dx (the same arithmetic).
       unsigned int xw[K][V / 2], gw[K][V / 2];
+      if constexpr (kRegNext) {
 #pragma unroll
-      for (int k = 0; k < K; ++k) {
-        if (active && col(k) < H) {
-          load_words<X, V>(x + col(k), xw[k]);
-          load_words<X, V>(dy + col(k), gw[k]);
-        } else {
+        for (int k = 0; k < K; ++k) {
 #pragma unroll
-          for (int i = 0; i < V / 2; ++i) xw[k][i] = 0u, gw[k][i] = 0u;  // dy 0: adds nothing
+          for (int i = 0; i < V / 2; ++i) xw[k][i] = nxw[k][i], gw[k][i] = ngw[k][i];
+        }
+        load_next(row + (long long)gridDim.x * ROWS);
+      } else {
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+          if (active && col(k) < H) {
+            load_words<X, V>(x + col(k), xw[k]);
+            load_words<X, V>(dy + col(k), gw[k]);
+          } else {
+#pragma unroll
+            for (int i = 0; i < V / 2; ++i) xw[k][i] = 0u, gw[k][i] = 0u;  // dy 0: adds nothing
+          }
         }
       }
       const auto unpack = [&](const unsigned int(&words)[V / 2], float(&out)[V]) {

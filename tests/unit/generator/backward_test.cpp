@@ -233,7 +233,7 @@ TEST(BackwardPlan, FewRowsOfTeamsOf256TakeTwoTeamsACta) {
   EXPECT_EQ(paired.strategy, Strategy::kRowBackward);
   EXPECT_EQ(paired.block_x, 256);
   EXPECT_EQ(paired.rows_per_block, 2);
-  EXPECT_EQ(paired.prefetch, 1);
+  EXPECT_EQ(paired.prefetch, 2);           // also the next row's words into registers (16-bit x)
   EXPECT_EQ(paired.grid(1024, 132), 132);  // max(1024 / 16, min(1024 / 2, 132))
   EXPECT_EQ(paired.grid(100, 132), 50);
   EXPECT_TRUE(has(paired.to_string(), "two teams a CTA: a launch of at most 2048 rows"))
@@ -243,7 +243,7 @@ TEST(BackwardPlan, FewRowsOfTeamsOf256TakeTwoTeamsACta) {
       << paired.to_string();
   const KernelPlan single = plan(classes[1], h100);
   EXPECT_EQ(single.rows_per_block, 1);
-  EXPECT_EQ(single.prefetch, 1);
+  EXPECT_EQ(single.prefetch, 2);
   EXPECT_TRUE(has(single.to_string(), "batch class: more than 2048 rows")) << single.to_string();
   // The two classes' kernels differ only in the teams a CTA (dx of a row: the same arithmetic).
   const EmittedKernel a = emit(paired), b = emit(single);
@@ -289,7 +289,7 @@ TEST(BackwardPlan, OneTeamCtasPrefetchTheNextRowOnSm90) {
   const KernelPlan one_team = plan(wide, h100);
   ASSERT_EQ(one_team.strategy, Strategy::kRowBackward);
   ASSERT_EQ(one_team.rows_per_block, 1);
-  EXPECT_EQ(one_team.prefetch, 1);
+  EXPECT_EQ(one_team.prefetch, 2);  // and its next row's words into registers (16-bit x)
   EXPECT_TRUE(has(one_team.to_string(), "prefetches its next row")) << one_team.to_string();
   EXPECT_EQ(plan(wide, a100).prefetch, 0);
   const KernelPlan four_teams =
@@ -335,10 +335,54 @@ TEST(BackwardPlan, SixteenBitRowsUpTo16384TakeOneTeamOf1024) {
     const KernelPlan p = plan(NormSpec::parse(std::string(text) + " backward=true"), h100);
     ASSERT_EQ(p.strategy, Strategy::kRowBackward) << text;
     EXPECT_LE(p.block_x, 512) << text;
-    EXPECT_FALSE(p.hold_packed) << text;
+    // 16-bit x and dy held as raw pairs only for the next row in registers (below).
+    EXPECT_EQ(p.hold_packed, p.prefetch == 2) << text;
     EXPECT_FALSE(p.reload_weight) << text;
     EXPECT_FALSE(p.shared_sums) << text;
     EXPECT_EQ(p.smem_bytes, 0) << text;
+  }
+}
+
+// A team that prefetches its next row into L2 (sm_90, one team or two a CTA) with 16-bit x also
+// loads that row's words and statistics into a second set of registers as it takes a row (the
+// kernel's kNextRowInRegisters, with x and dy held as raw pairs); f32 x, sm_80 (no prefetch),
+// CTAs of several small teams, odd rows in 2-byte accesses and the wide team (64 registers a
+// thread) go without.
+TEST(BackwardPlan, SixteenBitTeamsLoadTheirNextRowIntoRegisters) {
+  const Target h100 = Target::parse("sm_90"), a100 = Target::parse("sm_80");
+  const auto spec = [](const std::string& text) {
+    return NormSpec::parse(text + " normalized_dims=1 backward=true");
+  };
+  for (const char* text : {"op=rmsnorm shape=1024,4096 dtype=bf16 affine=weight",
+                           "op=layernorm shape=4096,8192 dtype=bf16",
+                           "op=layernorm shape=256,8192 dtype=f16 affine=none",
+                           "op=rmsnorm shape=16384,4096 dtype=bf16 affine=weight",
+                           "op=layernorm shape=300,5120 dtype=bf16"}) {
+    const KernelPlan p = plan(spec(text), h100);
+    ASSERT_EQ(p.strategy, Strategy::kRowBackward) << text;
+    EXPECT_EQ(p.prefetch, 2) << text;
+    EXPECT_TRUE(p.hold_packed) << text;
+    EXPECT_FALSE(p.reload_weight) << text;
+    EXPECT_TRUE(has(p.why, "the next row's loaded into registers")) << p.why;
+    const std::string source = emit(p).source;
+    EXPECT_TRUE(has(source, "kNextRowInRegisters = true;")) << source;
+    EXPECT_TRUE(has(source, "kHoldPacked = true;")) << source;
+    // sm_80 has no bulk prefetch and takes neither.
+    const KernelPlan old = plan(spec(text), a100);
+    EXPECT_EQ(old.prefetch, 0) << text;
+    EXPECT_FALSE(old.hold_packed) << text;
+    EXPECT_TRUE(has(emit(old).source, "kNextRowInRegisters = false;")) << text;
+  }
+  for (const char* text : {"op=rmsnorm shape=4096,4096 dtype=f32 affine=weight",
+                           "op=layernorm shape=4096,768 dtype=bf16",
+                           "op=rmsnorm shape=16384,2048 dtype=bf16 affine=weight",
+                           "op=layernorm shape=4096,3001 dtype=bf16",
+                           "op=rmsnorm shape=1024,16384 dtype=bf16 affine=weight"}) {
+    const KernelPlan p = plan(spec(text), h100);
+    ASSERT_EQ(p.strategy, Strategy::kRowBackward) << text;
+    EXPECT_NE(p.prefetch, 2) << text;
+    EXPECT_FALSE(has(p.why, "the next row's loaded into registers")) << p.why;
+    EXPECT_TRUE(has(emit(p).source, "kNextRowInRegisters = false;")) << text;
   }
 }
 

@@ -387,6 +387,24 @@ TEST(PlanRows, StrategyFollowsTheRowLength) {
             Strategy::kRowStream);
 }
 
+// f32 rows of at most 1024 elements in 16-byte accesses take teams of 8 values a thread where
+// that leaves no more vector slots idle, in both batch classes (a row's team, so its bits, must
+// not depend on the launch's rows); rows of 768 (a quarter of a team of 128 idle), of 2048, 16-bit
+// rows and f32 rows with scalar accesses keep 16.
+TEST(PlanRows, ShortF32RowsTakeTeamsOfEightValuesInEveryBatchClass) {
+  const Target t = Target::parse("sm_90");
+  const auto team = [&](const char* text) { return plan(NormSpec::parse(text), t).block_x; };
+  EXPECT_EQ(team("op=layernorm shape=8192,1024 dtype=f32"), 128);
+  EXPECT_EQ(team("op=layernorm shape=1,1024 dtype=f32"), 128);
+  EXPECT_EQ(team("op=rmsnorm shape=300,1024 normalized_dims=1 dtype=f32 affine=weight"), 128);
+  EXPECT_EQ(team("op=layernorm shape=8192,512 dtype=f32"), 64);
+  EXPECT_EQ(team("op=layernorm shape=12608,768 dtype=f32"), 64);
+  EXPECT_EQ(team("op=layernorm shape=4096,2048 dtype=f32"), 128);
+  EXPECT_EQ(team("op=layernorm shape=8192,1024 dtype=bf16"), 64);
+  EXPECT_EQ(team("op=layernorm shape=8192,1023 dtype=f32"), 64);
+  EXPECT_EQ(team("op=layernorm shape=8192,1024 dtype=bf16 residual=f32"), 64);
+}
+
 // The row kernel loads per-element parameters with x when they take at most 32 registers per
 // thread (packed 16-bit pairs count half), so a decode launch waits for one memory latency, not
 // one per vector; GroupNorm's per-channel parameters and rows without any are never loaded so.
@@ -420,9 +438,11 @@ TEST(PlanRows, ParametersLoadedWithXWhenTheyFitThirtyTwoRegisters) {
   EXPECT_TRUE(
       ahead("op=rmsnorm shape=1024,2048 normalized_dims=1 dtype=bf16 affine=weight residual=bf16"));
   // The bound is 40 registers: f32 LayerNorm rows of 768 (ViT-B, BERT-base: 12 values a thread,
-  // 12 + 24 words) load their weight and bias with x; rows of 1024 (16 + 32) at the store.
+  // 12 + 24 words) and of 1024 (8 values a thread: 8 + 16) load their weight and bias with x;
+  // rows of 4096 (16 + 32) at the store.
   EXPECT_TRUE(ahead("op=layernorm shape=12608,768 dtype=f32"));
-  EXPECT_FALSE(ahead("op=layernorm shape=8192,1024 dtype=f32"));
+  EXPECT_TRUE(ahead("op=layernorm shape=8192,1024 dtype=f32"));
+  EXPECT_FALSE(ahead("op=layernorm shape=4096,4096 dtype=f32"));
   EXPECT_NE(batch_class(NormSpec::parse("op=layernorm shape=256,4096")),
             batch_class(NormSpec::parse("op=layernorm shape=257,4096")));
   // Kernels whose plan never depends on the batch have one class.
@@ -525,7 +545,8 @@ TEST(PlanRows, TeamAndCtaSizes) {
            Case{"op=layernorm shape=16,768 dtype=bf16", 32, 4},
            Case{"op=rmsnorm shape=16,4096 dtype=bf16 normalized_dims=1 affine=weight", 128, 1},
            Case{"op=layernorm shape=16,8192 dtype=f16", 256, 1},
-           Case{"op=layernorm shape=16,1024", 64, 2},
+           // f32 rows of at most 1024: 8 values a thread (ShortF32Rows... below).
+           Case{"op=layernorm shape=16,1024", 128, 1},
            Case{"op=layernorm shape=16,2048", 128, 1},
            Case{"op=groupnorm shape=3,64,7,7 groups=8 dtype=f16", 16, 16},
        }) {
