@@ -168,26 +168,33 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock) row_backward(Pa
   // and stores (a row past the last loads nothing: zero words, zero statistics).
   constexpr bool kRegNext = C::kNextRowInRegisters;
   static_assert(!kRegNext || kPacked, "the next row in registers: packed words only");
-  constexpr int KN = kRegNext ? K : 1;
-  unsigned int nxw[KN][V / 2 > 0 ? V / 2 : 1], ngw[KN][V / 2 > 0 ? V / 2 : 1];
+  constexpr int KN = kRegNext ? K : 1, W = V / 2 > 0 ? V / 2 : 1;
+  unsigned int nxw[KN][W], ngw[KN][W];
   float nrstd = 0.f, nmean = 0.f;
-  const auto load_next = [&](long long r) {
-    if constexpr (kRegNext) {
+  // Row r's x and dy as raw 16-bit pairs (packed only); zeros past the row's end or the last row
+  // (dy 0: adds nothing).
+  const auto load_row_words = [&](long long r, unsigned int(&xw)[K][W], unsigned int(&gw)[K][W]) {
+    if constexpr (kPacked) {
       const bool act = r < rows;
       const X* xr = static_cast<const X*>(p.x) + (act ? r : 0) * H;
       const X* dr = static_cast<const X*>(p.dy) + (act ? r : 0) * H;
-      nrstd = act ? p.rstd[r] : 0.f;
-      nmean = kRms || !act ? 0.f : p.mean[r];
 #pragma unroll
       for (int k = 0; k < K; ++k) {
         if (act && col(k) < H) {
-          load_words<X, V>(xr + col(k), nxw[k]);
-          load_words<X, V>(dr + col(k), ngw[k]);
+          load_words<X, V>(xr + col(k), xw[k]);
+          load_words<X, V>(dr + col(k), gw[k]);
         } else {
 #pragma unroll
-          for (int i = 0; i < V / 2; ++i) nxw[k][i] = 0u, ngw[k][i] = 0u;
+          for (int i = 0; i < W; ++i) xw[k][i] = 0u, gw[k][i] = 0u;
         }
       }
+    }
+  };
+  const auto load_next = [&](long long r) {
+    if constexpr (kRegNext) {
+      nrstd = r < rows ? p.rstd[r] : 0.f;
+      nmean = kRms || r >= rows ? 0.f : p.mean[r];
+      load_row_words(r, nxw, ngw);
     }
   };
   if constexpr (kRegNext) load_next((long long)blockIdx.x * ROWS + threadIdx.y);
@@ -218,16 +225,7 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock) row_backward(Pa
         }
         load_next(row + (long long)gridDim.x * ROWS);
       } else {
-#pragma unroll
-        for (int k = 0; k < K; ++k) {
-          if (active && col(k) < H) {
-            load_words<X, V>(x + col(k), xw[k]);
-            load_words<X, V>(dy + col(k), gw[k]);
-          } else {
-#pragma unroll
-            for (int i = 0; i < V / 2; ++i) xw[k][i] = 0u, gw[k][i] = 0u;  // dy 0: adds nothing
-          }
-        }
+        load_row_words(row, xw, gw);
       }
       const auto unpack = [&](const unsigned int(&words)[V / 2], float(&out)[V]) {
 #pragma unroll
