@@ -7,7 +7,7 @@
 #   scripts/experiments/build.sh row-backward-next-row-wider wider   (NJX_BWD_RN_TEAMS, _WIDE)
 # and build-gpu (this checkout, with gpu_tests). On the GPU machine (carry build-gpu .devcarry):
 #   bash scripts/experiments/runs-2026-12-01.sh tests   the backward GPU tests over each patch's
-#        library with each knob that changes a kernel (gpu_tests of build-gpu), 8 at a time
+#        library with each knob that changes a kernel (gpu_tests of build-gpu), 13 at a time
 #   bash scripts/experiments/runs-2026-12-01.sh ab      the A/B tables (scripts/ab_bench.py)
 # Logs and tables go to $OUT (default ./runs-out), the logs packed into tests.tgz / ab.tgz.
 set -uo pipefail
@@ -23,7 +23,7 @@ rows='BackwardGpu.*:BackwardChannelsGpu.ChannelFormsOfOnePosition*'
 run() {
   local name=$1 lib=$2 knob=$3 filter=$4
   env LD_LIBRARY_PATH="$lib" NORMJIT_CACHE_DIR="/tmp/runs-cache-$name" "$knob" \
-    timeout "${LIMIT:-280}" "$gtests" --gtest_filter="$filter" >"/tmp/runs-logs/$name.log" 2>&1
+    timeout "${LIMIT:-420}" "$gtests" --gtest_filter="$filter" >"/tmp/runs-logs/$name.log" 2>&1
   echo "$name ($knob): exit $?; $(grep -E '^\[  (PASSED|FAILED)  \]' "/tmp/runs-logs/$name.log" |
     tr '\n' ' ')"
   grep -E '^\[  FAILED  \]' "/tmp/runs-logs/$name.log" | head
@@ -31,17 +31,28 @@ run() {
 
 case "${1:-}" in
   tests)
-    # The slowest BackwardGpu tests take 1.5-3 minutes each beside others; two halves a knob.
-    a='BackwardGpu.AdversarialValues:BackwardGpu.StreamedRowsInWaves:BackwardGpu.LongRows*:BackwardChannelsGpu.ChannelFormsOfOnePosition*'
-    b='BackwardGpu.*:-BackwardGpu.AdversarialValues:BackwardGpu.StreamedRowsInWaves:BackwardGpu.LongRows*'
-    run fsum1-a .devcarry/fsum NJX_BWD_FINAL=1 "$a" &
-    run fsum1-b .devcarry/fsum NJX_BWD_FINAL=1 "$b" &
-    run fsum2-b .devcarry/fsum NJX_BWD_FINAL=2 "$b" &
-    run stage1-a .devcarry/stage NJX_BWD_STAGE=1 "$a" &
-    run stage2-a .devcarry/stage NJX_BWD_STAGE=2 "$a" &
-    run stage2-b .devcarry/stage NJX_BWD_STAGE=2 "$b" &
-    run teams1-b .devcarry/wider NJX_BWD_RN_TEAMS=1 "$b" &
-    run teams2-b .devcarry/wider NJX_BWD_RN_TEAMS=2 "$b" &
+    # Shards of BackwardGpu (and the one-position channel rows) by the seconds of
+    # scripts/gpu_test_times.txt: 13 processes on the GPU machine's 16 cores, each ~4 minutes.
+    # The streamed and split rows (StreamedRowsInWaves, PrimeRowOfAMillionElements) run other
+    # kernels, untouched by the three patches.
+    s1='BackwardGpu.AdversarialValues:BackwardGpu.LongRowsDeterministicBits:BackwardGpu.ParamDtypeAndWeightOffset:BackwardGpu.CApi*:BackwardGpu.Misaligned*'
+    s2='BackwardGpu.EveryHidden*:BackwardGpu.InPlaceDxOverDy:BackwardGpu.LongRowsCudaGraph*:BackwardGpu.LayerNormSeed'
+    s3='BackwardGpu.LongRowsEvery*:BackwardGpu.LongRowsDxDoes*:BackwardGpu.WideTeam*:BackwardGpu.LongRowsParamDtype*'
+    s4='BackwardGpu.LongRowsAdversarialValues:BackwardGpu.DeterministicBitsAcrossRunsAndStreams:BackwardGpu.CudaGraphOnAFresh*:BackwardGpu.DxOfARow*:BackwardChannelsGpu.ChannelFormsOfOnePosition*'
+    wide='BackwardGpu.LongRows*:BackwardGpu.WideTeam*'
+    run fsum1-1 .devcarry/fsum NJX_BWD_FINAL=1 "$s1" &
+    run fsum1-2 .devcarry/fsum NJX_BWD_FINAL=1 "$s2" &
+    run fsum1-3 .devcarry/fsum NJX_BWD_FINAL=1 "$s3" &
+    run fsum1-4 .devcarry/fsum NJX_BWD_FINAL=1 "$s4" &
+    run fsum2-2 .devcarry/fsum NJX_BWD_FINAL=2 "$s2" &
+    run stage1-w .devcarry/stage NJX_BWD_STAGE=1 "$wide" &
+    run stage2-1 .devcarry/stage NJX_BWD_STAGE=2 "$s1" &
+    run stage2-2 .devcarry/stage NJX_BWD_STAGE=2 "$s2" &
+    run stage2-4 .devcarry/stage NJX_BWD_STAGE=2 "$s4" &
+    run teams1-1 .devcarry/wider NJX_BWD_RN_TEAMS=1 "$s1" &
+    run teams1-2 .devcarry/wider NJX_BWD_RN_TEAMS=1 "$s2" &
+    run teams2-2 .devcarry/wider NJX_BWD_RN_TEAMS=2 "$s2" &
+    run teams2-4 .devcarry/wider NJX_BWD_RN_TEAMS=2 "$s4" &
     wait
     tar czf "$out/tests.tgz" -C /tmp runs-logs
     ;;
