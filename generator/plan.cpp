@@ -757,17 +757,16 @@ std::string row_backward(const Problem& pr, const Target& target, KernelPlan& p)
     why << (paired ? "; each team prefetches its next row's x and dy into L2"
                    : "; each CTA prefetches its next row's x and dy into L2");
   }
-  // A team that prefetches also loads its next row's 16-bit x and dy (held as raw pairs, two to
-  // a register) and statistics into a second set of registers as it takes a row, so that they
-  // are in flight through the row's sums, team reduction and dx stores; the L2 prefetch then
-  // pulls the row after it. A CTA's rows otherwise wait, each, for the previous row's reduction
-  // before their loads start (Nsight Compute: 43% of the stall cycles on scoreboard
-  // dependencies). Offline the registers stay within one register of the plan's kernels and
-  // nothing spills (bf16 LayerNorm rows of 8192: 120 -> 119). On the H200 (performance-notes,
-  // "The row backward's next row in registers") bf16 rows of 4096 and 8192 with 256 to 16384
-  // tokens ran 0.86-0.93x the time (16384 x 4096 0.97x). Teams wider than kBackwardMaxTeam (64
-  // registers a thread) go without, and so do CTAs of several teams (no prefetch: rows of 2048
-  // and shorter).
+  // A team that prefetches also loads its next row's 16-bit x and dy (held as raw pairs, two to a
+  // register) and statistics into a second set of registers as it takes a row, so that they are in
+  // flight through the row's sums, team reduction and dx stores; the L2 prefetch then pulls the row
+  // after it. A CTA's rows otherwise wait, each, for the previous row's reduction before their
+  // loads start (Nsight Compute: 43% of the stall cycles on scoreboard dependencies). Offline
+  // nothing spills (bf16 LayerNorm rows of 8192: 120 -> 119 registers, RMSNorm rows of 4096 in
+  // teams of 256: 100 -> 108). On the H200 (performance-notes, "The row backward's next row in
+  // registers") bf16 rows of 4096 and 8192 with 256 to 16384 tokens ran 0.86-0.93x the time (16384
+  // x 4096 0.97x). Teams wider than kBackwardMaxTeam (64 registers a thread) go without, and so do
+  // CTAs of several teams (no prefetch: rows of 2048 and shorter).
   if (p.prefetch && size_of(pr.x) == 2 && p.vec % 2 == 0 && team <= kBackwardMaxTeam) {
     p.prefetch = 2;
     p.hold_packed = true;
