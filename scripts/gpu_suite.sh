@@ -78,8 +78,10 @@ for w in "$wheels"/*.whl; do
   python3 -m zipfile -e "$w" "$site"
   echo "gpu_suite: $(basename "$w") unpacked beside normjit"
 done
+# --durations: the slowest Python tests in the log, for balancing WORKERS and TP (at ff88978 on
+# the H200 pytest took 309 s in 4 workers, the six gtest shards 260-285 s each).
 PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH} timeout "${TP:-420}" python3 -m pytest -q -rfEs \
-  -p no:cacheprovider -n "$workers" tests/python > "$out/pytest.log" 2>&1
+  --durations=25 -p no:cacheprovider -n "$workers" tests/python > "$out/pytest.log" 2>&1
 pytest_status=$?
 
 status=0
