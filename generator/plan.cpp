@@ -748,14 +748,16 @@ std::string row_backward(const Problem& pr, const Target& target, KernelPlan& p)
   // rows are otherwise loaded one after the other, each after the previous one's reduction. On
   // the H100 (performance-notes, 2026-11-24) that ran bf16 rows of 4096 and 8192 with 4096 and
   // 16384 tokens 2-11% faster (1024 tokens: the same); f32 rows of 768 in CTAs of 4 teams ran
-  // 14% slower with it, so CTAs of several teams go without.
-  p.prefetch = target.sm >= 90 && (p.rows_per_block == 1 || paired) ? 1 : 0;
+  // 14% slower with it, so CTAs of several teams of f32 rows go without. CTAs of several teams of
+  // 16-bit rows in even accesses prefetch too, with the next row in registers (below).
+  const bool packs = size_of(pr.x) == 2 && p.vec % 2 == 0;
+  p.prefetch = target.sm >= 90 && (p.rows_per_block == 1 || paired || packs) ? 1 : 0;
   if (paired) {
     why << " (two teams a CTA: a launch of at most " << kBackwardFewRows << " rows)";
   }
   if (p.prefetch) {
-    why << (paired ? "; each team prefetches its next row's x and dy into L2"
-                   : "; each CTA prefetches its next row's x and dy into L2");
+    why << (p.rows_per_block > 1 ? "; each team prefetches its next row's x and dy into L2"
+                                 : "; each CTA prefetches its next row's x and dy into L2");
   }
   // A team that prefetches also loads its next row's 16-bit x and dy (held as raw pairs, two to a
   // register) and statistics into a second set of registers as it takes a row, so that they are in
@@ -765,9 +767,13 @@ std::string row_backward(const Problem& pr, const Target& target, KernelPlan& p)
   // nothing spills (bf16 LayerNorm rows of 8192: 120 -> 119 registers, RMSNorm rows of 4096 in
   // teams of 256: 100 -> 108). On the H200 (performance-notes, "The row backward's next row in
   // registers") bf16 rows of 4096 and 8192 with 256 to 16384 tokens ran 0.86-0.93x the time (16384
-  // x 4096 0.97x). Teams wider than kBackwardMaxTeam (64 registers a thread) go without, and so do
-  // CTAs of several teams (no prefetch: rows of 2048 and shorter).
-  if (p.prefetch && size_of(pr.x) == 2 && p.vec % 2 == 0 && team <= kBackwardMaxTeam) {
+  // x 4096 0.97x). In CTAs of several teams (16-bit rows of 2048 and shorter) each team does the
+  // same: bf16 rows of 768-2048 with 1024-16384 tokens ran 0.82-0.94x the time ("The row
+  // backward's next row in CTAs of several teams"; offline no spills, RMSNorm rows of 1024 and
+  // 2048 80 -> 96-106 registers, 3 CTAs of 256 threads an SM -> 2). Teams wider than
+  // kBackwardMaxTeam (64 registers a thread) go without: there it spilled 132-152 bytes a thread
+  // and ran 1.4-1.8x the time.
+  if (p.prefetch && packs && team <= kBackwardMaxTeam) {
     p.prefetch = 2;
     p.hold_packed = true;
     why << "; x and dy held as raw 16-bit pairs, the next row's loaded into registers as a team "

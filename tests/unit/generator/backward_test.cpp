@@ -279,8 +279,9 @@ TEST(BackwardPlan, FewRowsOfTeamsOf256TakeTwoTeamsACta) {
   }
 }
 
-// A CTA that is one team prefetches its next row into L2 on sm_90; CTAs of several teams, and
-// sm_80 (no bulk prefetch), do not.
+// A CTA that is one team prefetches its next row into L2 on sm_90; CTAs of several teams of f32
+// rows, and sm_80 (no bulk prefetch), do not; CTAs of several teams of 16-bit rows do, each team
+// its own next row.
 TEST(BackwardPlan, OneTeamCtasPrefetchTheNextRowOnSm90) {
   const Target h100 = Target::parse("sm_90"), a100 = Target::parse("sm_80");
   const NormSpec wide = NormSpec::parse(
@@ -296,6 +297,12 @@ TEST(BackwardPlan, OneTeamCtasPrefetchTheNextRowOnSm90) {
       plan(NormSpec::parse("op=layernorm shape=4,768 backward=true"), h100);
   ASSERT_GT(four_teams.rows_per_block, 1);
   EXPECT_EQ(four_teams.prefetch, 0);
+  const KernelPlan four_bf16_teams =
+      plan(NormSpec::parse("op=layernorm shape=4,768 dtype=bf16 backward=true"), h100);
+  ASSERT_GT(four_bf16_teams.rows_per_block, 1);
+  EXPECT_EQ(four_bf16_teams.prefetch, 2);
+  EXPECT_TRUE(has(four_bf16_teams.to_string(), "each team prefetches its next row"))
+      << four_bf16_teams.to_string();
 }
 
 // 16-bit rows in pairs of up to 16384 elements: one team of 1024 threads holding x and dy as raw
@@ -343,11 +350,11 @@ TEST(BackwardPlan, SixteenBitRowsUpTo16384TakeOneTeamOf1024) {
   }
 }
 
-// A team that prefetches its next row into L2 (sm_90, one team or two a CTA) with 16-bit x also
-// loads that row's words and statistics into a second set of registers as it takes a row (the
-// kernel's kNextRowInRegisters, with x and dy held as raw pairs); f32 x, sm_80 (no prefetch),
-// CTAs of several small teams, odd rows in 2-byte accesses and the wide team (64 registers a
-// thread) go without.
+// A team that prefetches its next row into L2 (sm_90, any number of teams a CTA) with 16-bit x
+// also loads that row's words and statistics into a second set of registers as it takes a row
+// (the kernel's kNextRowInRegisters, with x and dy held as raw pairs); f32 x, sm_80 (no
+// prefetch), odd rows in 2-byte accesses (in CTAs of one team or several) and the wide team (64
+// registers a thread) go without.
 TEST(BackwardPlan, SixteenBitTeamsLoadTheirNextRowIntoRegisters) {
   const Target h100 = Target::parse("sm_90"), a100 = Target::parse("sm_80");
   const auto spec = [](const std::string& text) {
@@ -357,7 +364,11 @@ TEST(BackwardPlan, SixteenBitTeamsLoadTheirNextRowIntoRegisters) {
                            "op=layernorm shape=4096,8192 dtype=bf16",
                            "op=layernorm shape=256,8192 dtype=f16 affine=none",
                            "op=rmsnorm shape=16384,4096 dtype=bf16 affine=weight",
-                           "op=layernorm shape=300,5120 dtype=bf16"}) {
+                           "op=layernorm shape=300,5120 dtype=bf16",
+                           // CTAs of several teams (rows of 2048 and shorter)
+                           "op=layernorm shape=4096,768 dtype=bf16",
+                           "op=rmsnorm shape=16384,2048 dtype=bf16 affine=weight",
+                           "op=layernorm shape=1024,1024 dtype=f16"}) {
     const KernelPlan p = plan(spec(text), h100);
     ASSERT_EQ(p.strategy, Strategy::kRowBackward) << text;
     EXPECT_EQ(p.prefetch, 2) << text;
@@ -373,11 +384,11 @@ TEST(BackwardPlan, SixteenBitTeamsLoadTheirNextRowIntoRegisters) {
     EXPECT_FALSE(old.hold_packed) << text;
     EXPECT_TRUE(has(emit(old).source, "kNextRowInRegisters = false;")) << text;
   }
-  for (const char* text : {"op=rmsnorm shape=4096,4096 dtype=f32 affine=weight",
-                           "op=layernorm shape=4096,768 dtype=bf16",
-                           "op=rmsnorm shape=16384,2048 dtype=bf16 affine=weight",
-                           "op=layernorm shape=4096,3001 dtype=bf16",
-                           "op=rmsnorm shape=1024,16384 dtype=bf16 affine=weight"}) {
+  for (const char* text :
+       {"op=rmsnorm shape=4096,4096 dtype=f32 affine=weight",
+        "op=layernorm shape=4096,768 dtype=f32", "op=layernorm shape=4096,767 dtype=bf16",
+        "op=layernorm shape=4096,3001 dtype=bf16",
+        "op=rmsnorm shape=1024,16384 dtype=bf16 affine=weight"}) {
     const KernelPlan p = plan(spec(text), h100);
     ASSERT_EQ(p.strategy, Strategy::kRowBackward) << text;
     EXPECT_NE(p.prefetch, 2) << text;
