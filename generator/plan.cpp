@@ -769,7 +769,7 @@ std::string row_backward(const Problem& pr, const Target& target, KernelPlan& p)
   // registers") bf16 rows of 4096 and 8192 with 256 to 16384 tokens ran 0.86-0.93x the time (16384
   // x 4096 0.97x). In CTAs of several teams (16-bit rows of 2048 and shorter) each team does the
   // same: bf16 rows of 768-2048 with 1024-16384 tokens ran 0.82-0.94x the time ("The row
-  // backward's next row in CTAs of several teams"; offline no spills, RMSNorm rows of 1024 and
+  // backward's three experiments on the H200"; offline no spills, RMSNorm rows of 1024 and
   // 2048 80 -> 96-106 registers, 3 CTAs of 256 threads an SM -> 2). Teams wider than
   // kBackwardMaxTeam (64 registers a thread) go without: there it spilled 132-152 bytes a thread
   // and ran 1.4-1.8x the time.
