@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# The GPU runs prepared on 2026-12-02 (no device time was left to make them), for the next
+# session's device calls; remove this file once they are made and written up. Two experiment
+# patches of the row backward, each built here first:
+#   scripts/experiments/build.sh row-backward-final-sum-spread spread   (NJX_BWD_SUM=0..4)
+#   scripts/experiments/build.sh row-backward-clock clock               (NJX_BWD_CLOCK=1)
+# and build-gpu (this checkout, with gpu_tests). On the GPU machine (carry build-gpu .devcarry):
+#   bash scripts/experiments/runs-2026-12-02.sh ab      the A/B table (scripts/ab_bench.py), first
+#   bash scripts/experiments/runs-2026-12-02.sh tests K...   the backward GPU tests over the spread
+#        patch's library with NJX_BWD_SUM=K (default 1 2 3), 4 shards a knob, all at once (one
+#        knob ~4 minutes: run only the knobs that win the A/B)
+#   bash scripts/experiments/runs-2026-12-02.sh clock   each CTA's timestamps, 4 specs
+# Logs and tables go to $OUT (default ./runs-out), the logs packed into tests.tgz / ab.tgz.
+set -uo pipefail
+here=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$here"
+out=${OUT:-$here/runs-out}
+mkdir -p "$out" /tmp/runs-logs
+export PYTHONUNBUFFERED=1
+gtests=build-gpu/tests/gpu/gpu_tests
+
+# One gtest run over a patch's library with its knob: name lib VAR=VALUE filter.
+run() {
+  local name=$1 lib=$2 knob=$3 filter=$4
+  env LD_LIBRARY_PATH="$lib" NORMJIT_CACHE_DIR="/tmp/runs-cache-$name" "$knob" \
+    timeout "${LIMIT:-420}" "$gtests" --gtest_filter="$filter" >"/tmp/runs-logs/$name.log" 2>&1
+  echo "$name ($knob): exit $?; $(grep -E '^\[  (PASSED|FAILED)  \]' "/tmp/runs-logs/$name.log" |
+    tr '\n' ' ')"
+  grep -E '^\[  FAILED  \]' "/tmp/runs-logs/$name.log" | head
+}
+
+case "${1:-}" in
+  tests)
+    # BackwardGpu in 4 shards of about 3.5 minutes by scripts/gpu_test_times.txt, for each of
+    # the three knobs; the streamed and split rows run other kernels, untouched by the patch.
+    s1='BackwardGpu.AdversarialValues:BackwardGpu.ParamDtypeAndWeightOffset:BackwardGpu.CApi*:BackwardGpu.Misaligned*:BackwardGpu.LayerNormSeed'
+    s2='BackwardGpu.EveryHidden*:BackwardGpu.InPlaceDxOverDy:BackwardGpu.DxOfARow*:BackwardGpu.CudaGraphOnAFresh*'
+    s3='BackwardGpu.LongRowsEvery*:BackwardGpu.LongRowsDxDoes*:BackwardGpu.WideTeam*:BackwardGpu.LongRowsParamDtype*:BackwardGpu.LongRowsCudaGraph*'
+    s4='BackwardGpu.LongRowsAdversarialValues:BackwardGpu.DeterministicBitsAcrossRunsAndStreams:BackwardGpu.LongRowsDeterministicBits'
+    shift
+    knobs=("$@")
+    [ ${#knobs[@]} -gt 0 ] || knobs=(1 2 3)
+    for k in "${knobs[@]}"; do
+      for s in 1 2 3 4; do
+        eval "filter=\$s$s"
+        run "sum$k-$s" .devcarry/spread "NJX_BWD_SUM=$k" "$filter" &
+      done
+    done
+    wait
+    tar czf "$out/tests.tgz" -C /tmp runs-logs
+    ;;
+  ab)
+    timeout "${LIMIT:-300}" python3 scripts/ab_bench.py --rounds 2 --out /tmp/runs-ab/spread \
+      --specs scripts/specs/row-backward-final-sum.txt --variant head=.devcarry/spread \
+      --variant spread=.devcarry/spread:NJX_BWD_SUM=1 --variant q4=.devcarry/spread:NJX_BWD_SUM=2 \
+      --variant vec=.devcarry/spread:NJX_BWD_SUM=3 --variant nosum=.devcarry/spread:NJX_BWD_SUM=4 \
+      2>&1 | tee "$out/ab-spread.txt"
+    tar czf "$out/ab.tgz" -C /tmp runs-ab
+    ;;
+  clock)
+    n=0
+    while IFS= read -r spec; do
+      case "$spec" in '' | '#'*) continue ;; esac
+      n=$((n + 1))
+      echo "## $spec" | tee -a "$out/clock.md"
+      NJX_BWD_CLOCK=1 LD_LIBRARY_PATH=.devcarry/clock NORMJIT_CACHE_DIR=/tmp/runs-cache-clock \
+        timeout 60 .devcarry/clock/tools/normjit bench --spec "$spec" --repeat 5 --warmup 1 \
+        >"$out/clock-$n.txt" 2>&1
+      python3 scripts/experiments/row-backward-clock.py "$out/clock-$n.txt" | tee -a "$out/clock.md"
+    done < scripts/specs/row-backward-ncu.txt
+    ;;
+  *)
+    sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//' >&2
+    exit 2
+    ;;
+esac
