@@ -54,8 +54,9 @@ struct RowGradSums<true> {
 //   kNextRowInRegisters       (with kHoldPacked) the team's next row's x and dy words and
 //                             statistics loaded into a second set of registers as it takes a row
 //   kPrefetchNextRow          a team starts pulling its next row's x and dy into L2 as it takes
-//                             a row (sm_90+; the plan sets it for one team a CTA, and for every
-//                             team of 16-bit rows)
+//                             a row (sm_90+; the plan sets it for CTAs of one team, of two in
+//                             launches of few rows, and of several teams of 16-bit rows in
+//                             even accesses)
 //   kHoldPacked               16-bit x and dy held as their raw bits (two to a register) and
 //                             converted again where used, instead of as f32
 //   kReloadWeight             the weight loaded again (from L1) where used instead of held
