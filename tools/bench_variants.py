@@ -262,6 +262,23 @@ VARIANTS = (
 VARIANT_BY_KEY = {v.key: v for v in VARIANTS}
 
 
+def in_place(v: Variant) -> Callable:
+    """A residual variant's expression with its outputs written into its inputs, where
+    normjit's in-place launch writes them: h over the residual, and y over x where the variant
+    has y over x (else y is returned, a new tensor). torch.compile of it is the in-place peer
+    (Inductor stores into the mutated inputs)."""
+    expression, y_over_x = v.expression, v.y_over_x
+
+    def expression_in_place(x, r, *rest):
+        y, h = expression(x, r, *rest)
+        r.copy_(h)
+        if y_over_x:
+            x.copy_(y)
+            return None
+        return y
+    return expression_in_place
+
+
 @dataclass(frozen=True)
 class Case:
     variant: Variant
@@ -344,7 +361,7 @@ def fill_launch_args(a: Any, fields: dict[str, Any]) -> None:
 # Results
 # ---------------------------------------------------------------------------------------
 
-IMPLS = ("normjit", "eager", "compile", "liger", "copy", "separate")
+IMPLS = ("normjit", "eager", "compile", "liger", "copy", "separate", "compile_inplace")
 
 
 @dataclass
@@ -389,6 +406,9 @@ class Row:
     # Residual variants: normjit writing y and h to separate buffers, one each for every input
     # set as the peers' outputs are, instead of over x and the residual (which rotate).
     separate: Timing = field(default_factory=Timing)
+    # Residual variants: the expression compiled with its outputs written into its inputs
+    # (in_place), as normjit's in-place launch writes them, its inputs rotating alike.
+    compile_inplace: Timing = field(default_factory=Timing)
     check: Optional[Check] = None
     error: str = ""           # the case could not be run
     skipped: str = ""         # not run (time budget)
@@ -535,9 +555,10 @@ def check_cell(row: Row) -> str:
 def table_headers(with_liger: bool, with_separate: bool = False) -> list[str]:
     return (["tokens", "hidden", "MB moved", "normjit µs"]
             + (["separate µs"] if with_separate else []) + ["eager µs", "compile µs"]
+            + (["compile in place µs"] if with_separate else [])
             + (["Liger µs"] if with_liger else [])
             + ["copy µs", "% of copy", "vs compile"]
-            + (["separate vs compile"] if with_separate else [])
+            + (["vs compile in place", "separate vs compile"] if with_separate else [])
             + ["error (rel. / max)", "check"])
 
 
@@ -547,11 +568,14 @@ def table_row(v: Variant, row: Row, with_liger: bool) -> list[str]:
     if v.residual:
         cells.append(timing_cell(row.separate))
     cells += [timing_cell(row.eager), timing_cell(row.compile)]
+    if v.residual:
+        cells.append(timing_cell(row.compile_inplace))
     if with_liger:
         cells.append(timing_cell(row.liger))
     cells += [timing_cell(row.copy), ct.fmt_num(row.pct_copy, ".0f", "%"),
               ct.fmt_num(row.speedup("compile"), ".2f", "x")]
     if v.residual:
+        cells.append(ct.fmt_num(row.speedup("compile_inplace"), ".2f", "x"))
         cells.append(ct.fmt_num(row.speedup("compile", "separate"), ".2f", "x"))
     return cells + [error_cell(row), check_cell(row)]
 
@@ -563,6 +587,10 @@ def variant_summary(rows: list[Row]) -> tuple[str, str, str]:
     sep = [r for r in rows if r.separate.us and r.compile.us]
     sep_text = (f"; y and h separate: {sum(1 for r in sep if r.separate.us <= r.compile.us)} "
                 f"of {len(sep)}" if sep else "")
+    inp = [r for r in rows if r.normjit.us and r.compile_inplace.us]
+    if inp:
+        sep_text += (f"; in place against compile in place: "
+                     f"{sum(1 for r in inp if r.normjit.us <= r.compile_inplace.us)} of {len(inp)}")
     pct = [r.pct_copy for r in rows if r.tokens >= LARGE_TOKENS and r.pct_copy is not None]
     pct_text = f"{min(pct):.0f}–{max(pct):.0f}%" if pct else "—"
     checked = [r for r in rows if r.check]
@@ -603,7 +631,7 @@ def render_section(rep: Report) -> str:
         "on the largest token count); dynamo specializes tokens = 1 and compiles that once "
         "more; compile time is excluded. Liger-Kernel's forward is timed where it has the "
         "variant (it also writes rstd; its fused add writes h to a new tensor).")
-    how = ct.rounds_text(s, "row", "eager, compile, Liger, separate, normjit")
+    how = ct.rounds_text(s, "row", "eager, compile, compile in place, Liger, separate, normjit")
     add(f"- GPU times: CUDA events around each call, {how}; a sleep kernel queued first (the "
         "events bracket GPU work, not Python or dispatch). The inputs rotate through enough sets that the bytes "
         "touched between two uses of one set exceed 4x L2, and L2 is flushed (a read of "
@@ -628,6 +656,13 @@ def render_section(rep: Report) -> str:
         "outputs that the peers' reused blocks do not; `separate vs compile` = compile µs / "
         "separate µs. Checked on one set: h bit-equal to x + r, every element of y written, "
         "the inputs unchanged.")
+    add("- Residual variants also have `compile in place µs`: the expression compiled with its "
+        "outputs written into its inputs where normjit's in-place launch writes them (`r.copy_(h)`, "
+        "and `x.copy_(y)` where y goes over x; y returned where it is a separate tensor), "
+        "compiled once per (variant, hidden) like the expression, its inputs rotating as "
+        "normjit's do; `vs compile in place` = compile in place µs / normjit µs, the in-place "
+        "launch against the in-place peer. Its outputs are checked against float64 on a copy "
+        "of one set (a warning where they are off).")
     add("- `error`: normjit's y against the expression in float64 (with h = x + r rounded to "
         "bf16, as the variant defines it): ||y - ref|| / ||ref||, and the largest |y - ref| in "
         "steps (ulp) of the output dtype at ref (bf16 steps taken at no less than "
@@ -733,15 +768,15 @@ def write_section(rep: Report, doc: Path, section_out: Optional[Path] = None) ->
 
 def render_summary(rep: Report) -> str:
     """The short table printed at the end of the run."""
-    headers = ["case", "normjit", "separate", "eager", "compile", "liger", "copy", "%copy",
-               "vs comp", "error", "check"]
+    headers = ["case", "normjit", "separate", "eager", "compile", "comp-inpl", "liger", "copy",
+               "%copy", "vs comp", "error", "check"]
     rows = []
     for r in rep.rows:
         v = VARIANT_BY_KEY[r.variant]
         rows.append([f"{v.number} {v.key} h{v.hidden_text(r.hidden)} t{r.tokens}",
                      timing_cell(r.normjit), timing_cell(r.separate) if v.residual else "",
                      timing_cell(r.eager), timing_cell(r.compile),
-                     timing_cell(r.liger), timing_cell(r.copy), ct.fmt_num(r.pct_copy, ".0f", "%"),
+                     timing_cell(r.compile_inplace) if v.residual else "", timing_cell(r.liger), timing_cell(r.copy), ct.fmt_num(r.pct_copy, ".0f", "%"),
                      ct.fmt_num(r.speedup("compile"), ".2f", "x"), error_cell(r),
                      check_cell(r).replace("*", "")])
     widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h)
@@ -1149,20 +1184,28 @@ class Bench:
         kernel, prep = self.prepare(v, hidden)
         torch._dynamo.reset()  # a fresh cache per group: no recompile limit reached
         compiled = None if self.args.skip_compile else torch.compile(v.expression)
+        compiled_inplace = (torch.compile(in_place(v)) if v.residual and not self.args.skip_compile
+                            else None)
         p = self.params(v, hidden)
-        compile_failed = ""
+        compile_failed = inplace_failed = ""
         for row in rows:
             if self.broken or self.over_budget():
                 row.skipped = (f"the CUDA context broke ({self.broken})" if self.broken else
                                f"the time budget (--budget-s {self.args.budget_s:g}) ran out")
             else:
                 t0 = time.perf_counter()
-                self.run_row(v, row, kernel, prep, compiled, p)
+                self.run_row(v, row, kernel, prep, compiled, compiled_inplace, p)
                 if compile_failed:  # not tried again: each try would compile again
                     row.compile.status, row.compile.message = "failed", compile_failed
                 elif row.compile.status == "failed":
                     compiled = None
                     compile_failed = f"as at tokens {row.tokens}: {row.compile.message}"
+                if inplace_failed:
+                    row.compile_inplace.status = "failed"
+                    row.compile_inplace.message = inplace_failed
+                elif row.compile_inplace.status == "failed":
+                    compiled_inplace = None
+                    inplace_failed = f"as at tokens {row.tokens}: {row.compile_inplace.message}"
                 self.log(f"  t{row.tokens}: normjit {timing_cell(row.normjit)}, eager "
                          f"{timing_cell(row.eager)}, compile {timing_cell(row.compile)}, liger "
                          f"{timing_cell(row.liger)}, copy {timing_cell(row.copy)} µs; "
@@ -1170,17 +1213,17 @@ class Bench:
                          f"{check_cell(row).replace('*', '')} ({time.perf_counter() - t0:.1f} s)")
             self.rep.rows.append(row)
             on_row()
-        del p, compiled
+        del p, compiled, compiled_inplace
         torch._dynamo.reset()
         self.free()
 
     def run_row(self, v: Variant, row: Row, kernel: Optional[int], prep: Timing, compiled,
-                p: dict) -> None:
+                compiled_inplace, p: dict) -> None:
         if self.cuda:
             torch.cuda.reset_peak_memory_stats()
         try:
             with torch.no_grad():
-                self._run_row(v, row, kernel, prep, compiled, p)
+                self._run_row(v, row, kernel, prep, compiled, compiled_inplace, p)
         except Exception as e:  # noqa: BLE001 - one case must not end the run
             row.error = ct.short_error(e)
             self.log(f"  error: {row.error}")
@@ -1194,7 +1237,7 @@ class Bench:
                 row.error = row.error or self.broken
 
     def _run_row(self, v: Variant, row: Row, kernel: Optional[int], prep: Timing, compiled,
-                 p: dict) -> None:
+                 compiled_inplace, p: dict) -> None:
         T, hidden = row.tokens, row.hidden
         n = row.rotation = self.rotation(row.bytes_moved)
         sets = [self.make_set(v, T, hidden) for _ in range(n)]
@@ -1239,6 +1282,20 @@ class Bench:
                     self.rep.compiles.append({"variant": v.key, "hidden": hidden, "tokens": T,
                                               "seconds": row.compile.first_call_s})
                     self.log(f"  compile  compiled in {row.compile.first_call_s:.1f} s")
+        if v.residual and compiled_inplace is None:
+            row.compile_inplace.status = "skipped"
+        elif v.residual:
+            # On copies of set 0's x and residual: normjit's check below reads set 0 as made.
+            tin = list(targs[0])
+            tin[0], tin[1] = tin[0].clone(), tin[1].clone()
+            if T >= 2:
+                for t in tin[:v.token_inputs]:
+                    torch._dynamo.mark_dynamic(t, 0)
+            o = self.first_call(row.compile_inplace, "compile in place",
+                                lambda: compiled_inplace(*tin))
+            if row.compile_inplace.status == "ok":
+                outs["compile_inplace"] = {"y": tin[0] if v.y_over_x else o, "h": tin[1]}
+            del tin
         liger = self.liger.get(v.key)
         if liger is None:
             row.liger.status = "absent"
@@ -1288,6 +1345,8 @@ class Bench:
             timers.append(("eager", lambda i: v.expression(*targs[i % n])))
         if row.compile.status == "ok":
             timers.append(("compile", lambda i: compiled(*targs[i % n])))
+        if row.compile_inplace.status == "ok":
+            timers.append(("compile_inplace", lambda i: compiled_inplace(*targs[i % n])))
         if row.liger.status == "ok":
             timers.append(("liger", lambda i: liger(*targs[i % n])))
         if row.separate.status == "ok":
@@ -1574,9 +1633,12 @@ def main(argv: Optional[list[str]] = None) -> int:
                 v = c.variant
                 print(f"{c.key:34s} {v.bytes_moved(c.tokens, c.hidden) / 1e6:10.2f} MB  "
                       f"{v.spec(c.hidden)}")
-        ones = sum(1 for g in groups if any(c.tokens == 1 for c in g))
+        # Each group compiles its expression (and a residual variant's in-place form too), once
+        # more where it has tokens = 1 (dynamo specializes a size of 1).
+        compiles = sum((1 + any(c.tokens == 1 for c in g)) * (2 if g[0].variant.residual else 1)
+                       for g in groups)
         print(f"{sum(len(g) for g in groups)} cases in {len(groups)} groups: {len(groups)} "
-              f"normjit kernels, {len(groups) + ones} torch.compile compiles")
+              f"normjit kernels, {compiles} torch.compile compiles")
         return 0
     if args.precompile:
         return precompile(args, groups)
@@ -1597,7 +1659,7 @@ def fake_report() -> Report:
     rows = [
         Row("add-rmsnorm", 16384, 4096, v1.bytes_moved(16384, 4096), normjit=ok(190.0),
             eager=ok(900.0), compile=ok(200.0), liger=ok(210.0), copy=ok(180.0),
-            separate=ok(160.0), check=passed(h_mismatches=0)),
+            separate=ok(160.0), compile_inplace=ok(228.0), check=passed(h_mismatches=0)),
         Row("add-rmsnorm", 1, 4096, v1.bytes_moved(1, 4096), rotation=256, normjit=ok(2.5),
             eager=ok(31.0), compile=ok(4.1), liger=Timing(status="failed", message="boom | x"),
             copy=ok(2.2), check=passed(h_mismatches=3, passed=False)),
@@ -1727,8 +1789,9 @@ def selftest(lib: Path) -> int:
     assert len(summary) == 1 and [r[0] for r in summary[0][1:]] == [
         "1. add-rmsnorm", "3. fp8-out", "4. gemma", "5. qk-norm", "7. add-layernorm"], summary
     s = {r[0]: r for r in summary[0][1:]}
-    assert s["1. add-rmsnorm"][2:] == ["2 of 2; y and h separate: 1 of 1", "95–95%",
-                                       "**1 FAIL**, 1 of 2 pass"], s
+    assert s["1. add-rmsnorm"][2:] == [
+        "2 of 2; y and h separate: 1 of 1; in place against compile in place: 1 of 1", "95–95%",
+        "**1 FAIL**, 1 of 2 pass"], s
     assert s["7. add-layernorm"][1] == "0" and s["5. qk-norm"][4] == "1 of 1 pass, 1 error"
     per = [t for t in tables if t[0][0] == "tokens"]
     assert len(per) == 5
@@ -1742,6 +1805,18 @@ def selftest(lib: Path) -> int:
     assert r2[col["normjit µs"]] == "190.0" and r2[col["eager µs"]] == "900.0"
     assert r2[col["% of copy"]] == "95%" and r2[col["vs compile"]] == "1.05x", r2
     assert r2[col["separate µs"]] == "160.0" and r2[col["separate vs compile"]] == "1.25x", r2
+    assert r2[col["compile in place µs"]] == "228.0" and r2[col["vs compile in place"]] == "1.20x"
+    assert r1[col["compile in place µs"]] == "not run" and r1[col["vs compile in place"]] == "—"
+    # The in-place peer: h over the residual, y over x where the variant has y over x.
+    import types
+    fake_torch_tensor = types.SimpleNamespace
+    for key, y_back in (("add-rmsnorm", None), ("combined", "y")):
+        got = {}
+        var = dataclasses.replace(v[key], expression=lambda x, r, *rest: ("y", "h"))
+        x_t = fake_torch_tensor(copy_=lambda val: got.__setitem__("x", val))
+        r_t = fake_torch_tensor(copy_=lambda val: got.__setitem__("r", val))
+        assert in_place(var)(x_t, r_t, "w") == y_back
+        assert got == ({"x": "y", "r": "h"} if var.y_over_x else {"r": "h"}), (key, got)
     assert r1[col["separate µs"]] == "not run" and r1[col["separate vs compile"]] == "—", r1
     assert r2[col["error (rel. / max)"]] == "2.9e-03 / 0.50 ulp" and r2[col["check"]] == "pass"
     assert r2[col["MB moved"]] == "536.9" and r1[col["MB moved"]] == "0.041", (r1, r2)
