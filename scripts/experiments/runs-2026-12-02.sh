@@ -10,6 +10,8 @@
 #        patch's library with NJX_BWD_SUM=K (default 1 2 3), 4 shards a knob, all at once (one
 #        knob ~4 minutes: run only the knobs that win the A/B)
 #   bash scripts/experiments/runs-2026-12-02.sh clock   each CTA's timestamps, 4 specs
+#   bash scripts/experiments/runs-2026-12-02.sh ncu-rows   normjit's and compile's kernels of the
+#        RMSNorm rows of 8192 under Nsight Compute (scripts/ncu_rows_vs_compile.sh), ~2 minutes
 #   bash scripts/experiments/runs-2026-12-02.sh variants   the variants table with its new column
 #        (compile in place, 20f0564; carry .whl for Liger too), ~5 minutes
 # Logs and tables go to $OUT (default ./runs-out), the logs packed into tests.tgz / ab.tgz.
@@ -71,13 +73,16 @@ case "${1:-}" in
       python3 scripts/experiments/row-backward-clock.py "$out/clock-$n.txt" | tee -a "$out/clock.md"
     done < scripts/specs/row-backward-ncu.txt
     ;;
+  ncu-rows)
+    OUT="$out/ncu-rows" timeout 300 bash scripts/ncu_rows_vs_compile.sh build-gpu | tee "$out/ncu-rows.txt"
+    ;;
   variants)
     NORMJIT_REVISION=${NORMJIT_REVISION:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)} BUILD=build-gpu \
       OUT="$out/variants" timeout 400 bash scripts/perf_variants.sh --budget-s 330
     rm -f "$out/variants/performance.md"
     ;;
   *)
-    sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
     ;;
 esac
