@@ -79,7 +79,9 @@ SUM_SLACK = 2.0 ** -23
 DY = ct.InputDist(0.0, 1.0)
 GROUP_TITLES = {"seeds": "Seed problems (docs/design.md)",
                 "llm": "LLM rows (bf16 [tokens, hidden]; RMSNorm with weight, LayerNorm with "
-                       "weight and bias)"}
+                       "weight and bias)",
+                "transformer": "Transformer rows of 768 and 1024 features (ViT, BERT "
+                               "LayerNorm with weight and bias)"}
 LLM_HIDDENS = (4096, 8192, 16384)
 LLM_TOKENS = (1024, 4096, 16384)
 LIGER_FUNCTIONS = {"rmsnorm": "rms_norm.LigerRMSNormFunction",
@@ -100,6 +102,10 @@ def default_problems() -> list[Problem]:
                         (tokens, hidden), "bf16", 1e-5, normalized_dims=1, affine="both",
                         quick=quick),
             ]
+    # The forward table's ViT/BERT LayerNorm rows (compare_torch.py), f32 and bf16: rows of
+    # 768 and 1024 run in CTAs of several teams.
+    problems += [dataclasses.replace(p, quick=False) for p in ct.default_problems()
+                 if p.group == "transformer" and p.dtype in ("f32", "bf16")]
     return problems
 
 
@@ -1197,7 +1203,7 @@ def selftest() -> int:
     for p in problems:
         p.validate()
     keys = [p.key for p in problems]
-    assert len(keys) == len(set(keys)) == 6 + 18, keys
+    assert len(keys) == len(set(keys)) == 6 + 18 + 8, keys
     by = {p.key: p for p in problems}
     rms, ln, gn = by["seed rmsnorm f32"], by["seed layernorm bf16"], by["seed groupnorm f32"]
     n = 112 * 64 * 512 * 512
@@ -1227,6 +1233,12 @@ def selftest() -> int:
     assert len(select(parse_args(["--only", "seeds"]))) == 6
     assert {p.dtype for p in select(parse_args(["--dtypes", "f32"]))} == {"f32"}
     assert len(select(parse_args(["--only", "h8192"]))) == 6
+    tr = select(parse_args(["--only", "transformer"]))
+    assert [(p.name, p.dtype, p.shape) for p in tr[:2]] == [
+        ("vit-b layernorm", "f32", (12608, 768)), ("vit-b layernorm", "bf16", (12608, 768))], tr
+    assert len(tr) == 8 and {p.affine for p in tr} == {"both"}
+    assert backward_spec(tr[1]) == ("op=layernorm shape=12608,768 dtype=bf16 normalized_dims=1 "
+                                    "affine=both eps=1e-06 backward=true"), backward_spec(tr[1])
 
     # Markdown of a fake run.
     rep = fake_report()

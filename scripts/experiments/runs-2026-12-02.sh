@@ -12,6 +12,10 @@
 #   bash scripts/experiments/runs-2026-12-02.sh clock   each CTA's timestamps, 4 specs
 #   bash scripts/experiments/runs-2026-12-02.sh ncu-rows   normjit's and compile's kernels of the
 #        RMSNorm rows of 8192 under Nsight Compute (scripts/ncu_rows_vs_compile.sh), ~2 minutes
+#   bash scripts/experiments/runs-2026-12-02.sh backward   the backward table's three groups (seeds,
+#        LLM rows, and the ViT/BERT rows that c2e1fd8's rule moved), ~7 minutes; merge here with
+#        python3 tools/bench_backward.py --from-json OUT/bwd-seeds/perf_backward.json,...
+#        --doc docs/performance.md
 #   bash scripts/experiments/runs-2026-12-02.sh variants   the variants table with its new column
 #        (compile in place, 20f0564; carry .whl for Liger too), ~5 minutes
 # Logs and tables go to $OUT (default ./runs-out), the logs packed into tests.tgz / ab.tgz.
@@ -76,13 +80,23 @@ case "${1:-}" in
   ncu-rows)
     OUT="$out/ncu-rows" timeout 300 bash scripts/ncu_rows_vs_compile.sh build-gpu | tee "$out/ncu-rows.txt"
     ;;
+  backward)
+    rev=${NORMJIT_REVISION:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+    for g in seeds:125 llm:215 transformer:90; do
+      NORMJIT_REVISION=$rev BUILD=build-gpu OUT="$out/bwd-${g%%:*}" timeout $((${g##*:} + 60)) \
+        bash scripts/perf_backward.sh --only "${g%%:*}" --budget-s "${g##*:}" \
+        >"$out/bwd-${g%%:*}.log" 2>&1
+      echo "backward ${g%%:*}: exit $?"
+      rm -f "$out/bwd-${g%%:*}/performance.md"
+    done
+    ;;
   variants)
     NORMJIT_REVISION=${NORMJIT_REVISION:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)} BUILD=build-gpu \
       OUT="$out/variants" timeout 400 bash scripts/perf_variants.sh --budget-s 330
     rm -f "$out/variants/performance.md"
     ;;
   *)
-    sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
     ;;
 esac
