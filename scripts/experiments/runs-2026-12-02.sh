@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # The GPU runs prepared on 2026-12-02 (no device time was left to make them), for the next
-# session's device calls; remove this file once they are made and written up. Two experiment
+# session's device calls; remove this file once they are made and written up. Three experiment
 # patches of the row backward, each built here first:
 #   scripts/experiments/build.sh row-backward-final-sum-spread spread   (NJX_BWD_SUM=0..4)
 #   scripts/experiments/build.sh row-backward-clock clock               (NJX_BWD_CLOCK=1)
+#   scripts/experiments/build.sh row-backward-team-barriers teambar     (NJX_TEAM_BAR=0..2)
 # and build-gpu (this checkout, with gpu_tests). On the GPU machine (carry build-gpu .devcarry):
 #   bash scripts/experiments/runs-2026-12-02.sh ab      the A/B table (scripts/ab_bench.py), first
 #   bash scripts/experiments/runs-2026-12-02.sh tests K...   the backward GPU tests over the spread
 #        patch's library with NJX_BWD_SUM=K (default 1 2 3), 4 shards a knob, all at once (one
 #        knob ~4 minutes: run only the knobs that win the A/B)
+#   bash scripts/experiments/runs-2026-12-02.sh ab-teambar   the team barriers' A/B table
+#   bash scripts/experiments/runs-2026-12-02.sh tests-teambar K...   the backward GPU tests with
+#        NJX_TEAM_BAR=K (default 1 2) over the teambar patch's library
 #   bash scripts/experiments/runs-2026-12-02.sh clock   each CTA's timestamps, 4 specs
 #   bash scripts/experiments/runs-2026-12-02.sh ncu-rows   normjit's and compile's kernels of the
 #        RMSNorm rows of 8192 under Nsight Compute (scripts/ncu_rows_vs_compile.sh), ~2 minutes
@@ -38,24 +42,28 @@ run() {
 }
 
 case "${1:-}" in
-  tests)
+  tests | tests-teambar)
     # BackwardGpu in 4 shards of about 3.5 minutes by scripts/gpu_test_times.txt, for each of
     # the three knobs; the streamed and split rows run other kernels, untouched by the patch.
     s1='BackwardGpu.AdversarialValues:BackwardGpu.ParamDtypeAndWeightOffset:BackwardGpu.CApi*:BackwardGpu.Misaligned*:BackwardGpu.LayerNormSeed'
     s2='BackwardGpu.EveryHidden*:BackwardGpu.InPlaceDxOverDy:BackwardGpu.DxOfARow*:BackwardGpu.CudaGraphOnAFresh*'
     s3='BackwardGpu.LongRowsEvery*:BackwardGpu.LongRowsDxDoes*:BackwardGpu.WideTeam*:BackwardGpu.LongRowsParamDtype*:BackwardGpu.LongRowsCudaGraph*'
     s4='BackwardGpu.LongRowsAdversarialValues:BackwardGpu.DeterministicBitsAcrossRunsAndStreams:BackwardGpu.LongRowsDeterministicBits'
+    what=$1
     shift
     knobs=("$@")
-    [ ${#knobs[@]} -gt 0 ] || knobs=(1 2 3)
+    if [ "$what" = tests ]; then lib=.devcarry/spread var=NJX_BWD_SUM name=sum def=(1 2 3); else
+      lib=.devcarry/teambar var=NJX_TEAM_BAR name=teambar def=(1 2)
+    fi
+    [ ${#knobs[@]} -gt 0 ] || knobs=("${def[@]}")
     for k in "${knobs[@]}"; do
       for s in 1 2 3 4; do
         eval "filter=\$s$s"
-        run "sum$k-$s" .devcarry/spread "NJX_BWD_SUM=$k" "$filter" &
+        run "$name$k-$s" "$lib" "$var=$k" "$filter" &
       done
     done
     wait
-    tar czf "$out/tests.tgz" -C /tmp runs-logs
+    tar czf "$out/tests-$name.tgz" -C /tmp runs-logs
     ;;
   ab)
     timeout "${LIMIT:-300}" python3 scripts/ab_bench.py --rounds 2 --out /tmp/runs-ab/spread \
@@ -64,6 +72,13 @@ case "${1:-}" in
       --variant vec=.devcarry/spread:NJX_BWD_SUM=3 --variant nosum=.devcarry/spread:NJX_BWD_SUM=4 \
       2>&1 | tee "$out/ab-spread.txt"
     tar czf "$out/ab.tgz" -C /tmp runs-ab
+    ;;
+  ab-teambar)
+    timeout "${LIMIT:-300}" python3 scripts/ab_bench.py --rounds 2 --out /tmp/runs-ab/teambar \
+      --specs scripts/specs/row-backward-team-barriers.txt --variant head=.devcarry/teambar \
+      --variant named=.devcarry/teambar:NJX_TEAM_BAR=1 \
+      --variant paired=.devcarry/teambar:NJX_TEAM_BAR=2 2>&1 | tee "$out/ab-teambar.txt"
+    tar czf "$out/ab-teambar.tgz" -C /tmp runs-ab/teambar
     ;;
   clock)
     n=0
@@ -96,7 +111,7 @@ case "${1:-}" in
     rm -f "$out/variants/performance.md"
     ;;
   *)
-    sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
     ;;
 esac
