@@ -416,8 +416,9 @@ TEST_F(BackwardGpu, ParamDtypeAndWeightOffset) {
 TEST_F(BackwardGpu, InPlaceDxOverDy) {
   device::PrimaryContext context;
   Engine engine(test_engine_options());
+  // 768: four teams of 64 a CTA, each holding its next row's dy in registers while it writes dx.
   for (const OpAffine& form : {kForms[1], kForms[4]}) {
-    for (int64_t hidden : {7, 4096}) {
+    for (int64_t hidden : {7, 768, 4096}) {
       Config c;
       c.op = form.op;
       c.affine = form.affine;
@@ -441,7 +442,7 @@ TEST_F(BackwardGpu, DeterministicBitsAcrossRunsAndStreams) {
   Engine engine(test_engine_options());
   for (const OpAffine& form : {kForms[1], kForms[4]}) {
     for (Dtype dtype : {Dtype::kF32, Dtype::kBF16}) {
-      for (int64_t hidden : {65, 4096, 8192}) {
+      for (int64_t hidden : {65, 768, 4096, 8192}) {  // 768: CTAs of four teams
         Config c;
         c.op = form.op;
         c.affine = form.affine;
@@ -470,7 +471,8 @@ TEST_F(BackwardGpu, DeterministicBitsAcrossRunsAndStreams) {
 
 // A row's dx does not depend on how many rows the launch has (its dweight does: it sums them).
 // Rows of 4096 bf16 and 3072 f16 (teams of 256 threads): more than 2048 rows run one team a
-// CTA, the first three rows two teams a CTA (the few-rows class's kernel), the same dx bits.
+// CTA, the first three rows two teams a CTA (the few-rows class's kernel), the same dx bits;
+// bf16 rows of 1024 in CTAs of four teams of 64, each team holding its next row in registers.
 TEST_F(BackwardGpu, DxOfARowDoesNotDependOnTheBatch) {
   device::PrimaryContext context;
   Engine engine(test_engine_options());
@@ -479,7 +481,7 @@ TEST_F(BackwardGpu, DxOfARowDoesNotDependOnTheBatch) {
     int64_t hidden, rows;
   };
   for (const Case& k : {Case{Dtype::kF32, 1000, 2000}, Case{Dtype::kBF16, 4096, 3000},
-                        Case{Dtype::kF16, 3072, 2100}}) {
+                        Case{Dtype::kF16, 3072, 2100}, Case{Dtype::kBF16, 1024, 5000}}) {
     Config c;
     c.op = Op::kLayerNorm;
     c.affine = Affine::kBoth;
