@@ -77,7 +77,8 @@ case "${1:-}" in
     timeout "${LIMIT:-300}" python3 scripts/ab_bench.py --rounds 2 --out /tmp/runs-ab/teambar \
       --specs scripts/specs/row-backward-team-barriers.txt --variant head=.devcarry/teambar \
       --variant named=.devcarry/teambar:NJX_TEAM_BAR=1 \
-      --variant paired=.devcarry/teambar:NJX_TEAM_BAR=2 2>&1 | tee "$out/ab-teambar.txt"
+      --variant paired=.devcarry/teambar:NJX_TEAM_BAR=2 \
+      --variant f32pf=.devcarry/teambar:NJX_BWD_F32_PF=1 2>&1 | tee "$out/ab-teambar.txt"
     tar czf "$out/ab-teambar.tgz" -C /tmp runs-ab/teambar
     ;;
   clock)
