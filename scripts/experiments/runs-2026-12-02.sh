@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
 # The GPU runs prepared on 2026-12-02 (no device time was left to make them), for the next
-# session's device calls; remove this file once they are made and written up. Three experiment
+# session's device calls; remove this file once they are made and written up. Four experiment
 # patches of the row backward, each built here first:
 #   scripts/experiments/build.sh row-backward-final-sum-spread spread   (NJX_BWD_SUM=0..4)
 #   scripts/experiments/build.sh row-backward-clock clock               (NJX_BWD_CLOCK=1)
-#   scripts/experiments/build.sh row-backward-team-barriers teambar     (NJX_TEAM_BAR=0..2)
+#   scripts/experiments/build.sh row-backward-team-barriers teambar     (NJX_TEAM_BAR=0..2,
+#                                                                        NJX_BWD_F32_PF=1)
+#   scripts/experiments/build.sh row-backward-ping-pong pingpong        (NJX_BWD_PINGPONG=1)
 # and build-gpu (this checkout, with gpu_tests). On the GPU machine (carry build-gpu .devcarry):
-#   bash scripts/experiments/runs-2026-12-02.sh ab      the A/B table (scripts/ab_bench.py), first
-#   bash scripts/experiments/runs-2026-12-02.sh tests K...   the backward GPU tests over the spread
-#        patch's library with NJX_BWD_SUM=K (default 1 2 3), 4 shards a knob, all at once (one
-#        knob ~4 minutes: run only the knobs that win the A/B)
-#   bash scripts/experiments/runs-2026-12-02.sh ab-teambar   the team barriers' A/B table
-#   bash scripts/experiments/runs-2026-12-02.sh tests-teambar K...   the backward GPU tests with
-#        NJX_TEAM_BAR=K (default 1 2) over the teambar patch's library
+#   bash scripts/experiments/runs-2026-12-02.sh ab NAME   the A/B table of one patch (spread,
+#        teambar or pingpong; scripts/ab_bench.py), first
+#   bash scripts/experiments/runs-2026-12-02.sh tests NAME VAR=K ...   the backward GPU tests over
+#        that patch's library with each knob setting, 4 shards each, all at once (one setting
+#        ~4 minutes: run only the settings that win the A/B)
 #   bash scripts/experiments/runs-2026-12-02.sh clock   each CTA's timestamps, 4 specs
 #   bash scripts/experiments/runs-2026-12-02.sh ncu-rows   normjit's and compile's kernels of the
 #        RMSNorm rows of 8192 under Nsight Compute (scripts/ncu_rows_vs_compile.sh), ~2 minutes
@@ -22,7 +22,8 @@
 #        --doc docs/performance.md
 #   bash scripts/experiments/runs-2026-12-02.sh variants   the variants table with its new column
 #        (compile in place, 20f0564; carry .whl for Liger too), ~5 minutes
-# Logs and tables go to $OUT (default ./runs-out), the logs packed into tests.tgz / ab.tgz.
+# Logs and tables go to $OUT (default ./runs-out), the logs packed into tests-NAME.tgz and
+# ab-NAME.tgz.
 set -uo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$here"
@@ -42,44 +43,40 @@ run() {
 }
 
 case "${1:-}" in
-  tests | tests-teambar)
-    # BackwardGpu in 4 shards of about 3.5 minutes by scripts/gpu_test_times.txt, for each of
-    # the three knobs; the streamed and split rows run other kernels, untouched by the patch.
+  tests)
+    # BackwardGpu in 4 shards of about 3.5 minutes by scripts/gpu_test_times.txt, for each knob
+    # setting; the streamed and split rows run other kernels, untouched by the patches.
     s1='BackwardGpu.AdversarialValues:BackwardGpu.ParamDtypeAndWeightOffset:BackwardGpu.CApi*:BackwardGpu.Misaligned*:BackwardGpu.LayerNormSeed'
     s2='BackwardGpu.EveryHidden*:BackwardGpu.InPlaceDxOverDy:BackwardGpu.DxOfARow*:BackwardGpu.CudaGraphOnAFresh*'
     s3='BackwardGpu.LongRowsEvery*:BackwardGpu.LongRowsDxDoes*:BackwardGpu.WideTeam*:BackwardGpu.LongRowsParamDtype*:BackwardGpu.LongRowsCudaGraph*'
     s4='BackwardGpu.LongRowsAdversarialValues:BackwardGpu.DeterministicBitsAcrossRunsAndStreams:BackwardGpu.LongRowsDeterministicBits'
-    what=$1
-    shift
-    knobs=("$@")
-    if [ "$what" = tests ]; then lib=.devcarry/spread var=NJX_BWD_SUM name=sum def=(1 2 3); else
-      lib=.devcarry/teambar var=NJX_TEAM_BAR name=teambar def=(1 2)
-    fi
-    [ ${#knobs[@]} -gt 0 ] || knobs=("${def[@]}")
-    for k in "${knobs[@]}"; do
+    name=${2:?tests NAME VAR=K ...}
+    shift 2
+    for knob in "$@"; do
       for s in 1 2 3 4; do
         eval "filter=\$s$s"
-        run "$name$k-$s" "$lib" "$var=$k" "$filter" &
+        run "$name-${knob//[^A-Za-z0-9]/_}-$s" ".devcarry/$name" "$knob" "$filter" &
       done
     done
     wait
     tar czf "$out/tests-$name.tgz" -C /tmp runs-logs
     ;;
   ab)
-    timeout "${LIMIT:-300}" python3 scripts/ab_bench.py --rounds 2 --out /tmp/runs-ab/spread \
-      --specs scripts/specs/row-backward-final-sum.txt --variant head=.devcarry/spread \
-      --variant spread=.devcarry/spread:NJX_BWD_SUM=1 --variant q4=.devcarry/spread:NJX_BWD_SUM=2 \
-      --variant vec=.devcarry/spread:NJX_BWD_SUM=3 --variant nosum=.devcarry/spread:NJX_BWD_SUM=4 \
-      2>&1 | tee "$out/ab-spread.txt"
-    tar czf "$out/ab.tgz" -C /tmp runs-ab
-    ;;
-  ab-teambar)
-    timeout "${LIMIT:-300}" python3 scripts/ab_bench.py --rounds 2 --out /tmp/runs-ab/teambar \
-      --specs scripts/specs/row-backward-team-barriers.txt --variant head=.devcarry/teambar \
-      --variant named=.devcarry/teambar:NJX_TEAM_BAR=1 \
-      --variant paired=.devcarry/teambar:NJX_TEAM_BAR=2 \
-      --variant f32pf=.devcarry/teambar:NJX_BWD_F32_PF=1 2>&1 | tee "$out/ab-teambar.txt"
-    tar czf "$out/ab-teambar.tgz" -C /tmp runs-ab/teambar
+    case "${2:-}" in
+      spread) list=scripts/specs/row-backward-final-sum.txt
+        variants=(spread=NJX_BWD_SUM=1 q4=NJX_BWD_SUM=2 vec=NJX_BWD_SUM=3 nosum=NJX_BWD_SUM=4) ;;
+      teambar) list=scripts/specs/row-backward-team-barriers.txt
+        variants=(named=NJX_TEAM_BAR=1 paired=NJX_TEAM_BAR=2 f32pf=NJX_BWD_F32_PF=1) ;;
+      pingpong) list=scripts/specs/row-backward-final-sum.txt
+        variants=(pp=NJX_BWD_PINGPONG=1) ;;
+      *) echo "ab: NAME is spread, teambar or pingpong" >&2; exit 2 ;;
+    esac
+    name=$2
+    args=(--variant "head=.devcarry/$name")
+    for v in "${variants[@]}"; do args+=(--variant "${v%%=*}=.devcarry/$name:${v#*=}"); done
+    timeout "${LIMIT:-300}" python3 scripts/ab_bench.py --rounds 2 --out "/tmp/runs-ab/$name" \
+      --specs "$list" "${args[@]}" 2>&1 | tee "$out/ab-$name.txt"
+    tar czf "$out/ab-$name.tgz" -C /tmp "runs-ab/$name"
     ;;
   clock)
     n=0
@@ -112,7 +109,7 @@ case "${1:-}" in
     rm -f "$out/variants/performance.md"
     ;;
   *)
-    sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,/^set /p' "$0" | grep '^#' | sed 's/^# \{0,1\}//' >&2
     exit 2
     ;;
 esac
