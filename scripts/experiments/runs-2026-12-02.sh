@@ -9,7 +9,7 @@
 #   scripts/experiments/build.sh row-backward-ping-pong pingpong        (NJX_BWD_PINGPONG=1)
 # and build-gpu (this checkout, with gpu_tests). On the GPU machine (carry build-gpu .devcarry):
 #   bash scripts/experiments/runs-2026-12-02.sh ab NAME   the A/B table of one patch (spread,
-#        teambar or pingpong; scripts/ab_bench.py), first
+#        teambar or pingpong, or all three in turn; scripts/ab_bench.py), first
 #   bash scripts/experiments/runs-2026-12-02.sh tests NAME VAR=K ...   the backward GPU tests over
 #        that patch's library with each knob setting, 4 shards each, all at once (one setting
 #        ~4 minutes: run only the settings that win the A/B)
@@ -24,6 +24,9 @@
 #        (compile in place, 20f0564; carry .whl for Liger too), ~5 minutes
 # Logs and tables go to $OUT (default ./runs-out), the logs packed into tests-NAME.tgz and
 # ab-NAME.tgz.
+# A suggested order for 30 device minutes: `ab all` (~8 min), `tests NAME VAR=K` of what won
+# (~5), `clock` and `ncu-rows` in one call (~3), then `backward` and `variants` (~12) at the
+# revision that lands.
 set -uo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$here"
@@ -62,6 +65,10 @@ case "${1:-}" in
     tar czf "$out/tests-$name.tgz" -C /tmp runs-logs
     ;;
   ab)
+    if [ "${2:-}" = all ]; then
+      for name in pingpong spread teambar; do bash "$0" ab "$name"; done
+      exit 0
+    fi
     case "${2:-}" in
       spread) list=scripts/specs/row-backward-final-sum.txt
         variants=(spread=NJX_BWD_SUM=1 q4=NJX_BWD_SUM=2 vec=NJX_BWD_SUM=3 nosum=NJX_BWD_SUM=4) ;;
@@ -69,7 +76,7 @@ case "${1:-}" in
         variants=(named=NJX_TEAM_BAR=1 paired=NJX_TEAM_BAR=2 f32pf=NJX_BWD_F32_PF=1) ;;
       pingpong) list=scripts/specs/row-backward-final-sum.txt
         variants=(pp=NJX_BWD_PINGPONG=1) ;;
-      *) echo "ab: NAME is spread, teambar or pingpong" >&2; exit 2 ;;
+      *) echo "ab: NAME is spread, teambar, pingpong or all" >&2; exit 2 ;;
     esac
     name=$2
     args=(--variant "head=.devcarry/$name")
