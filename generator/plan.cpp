@@ -749,8 +749,9 @@ std::string row_backward(const Problem& pr, const Target& target, KernelPlan& p)
   // the H100 (performance-notes, 2026-11-24) that ran bf16 rows of 4096 and 8192 with 4096 and
   // 16384 tokens 2-11% faster (1024 tokens: the same); f32 rows of 768 in CTAs of 4 teams ran
   // 14% slower with it, so CTAs of several teams of f32 rows go without. CTAs of several teams of
-  // 16-bit rows in even accesses prefetch too, with the next row in registers (below).
-  const bool packs = size_of(pr.x) == 2 && p.vec % 2 == 0;
+  // 16-bit rows in even accesses (packed: a backward has no residual, so x is what it holds)
+  // prefetch too, with the next row in registers (below).
+  const bool packs = packed(pr, p.vec);
   p.prefetch = target.sm >= 90 && (p.rows_per_block == 1 || paired || packs) ? 1 : 0;
   if (paired) {
     why << " (two teams a CTA: a launch of at most " << kBackwardFewRows << " rows)";
