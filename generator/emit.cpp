@@ -238,6 +238,8 @@ void backward_fields(const KernelPlan& p, Fields& f) {
   f.flag("kHoldPacked", p.hold_packed);
   f.flag("kReloadWeight", p.reload_weight);
   f.flag("kSharedBiasSums", p.shared_sums);
+  f.flag("kTeamBarriers", p.team_barriers);
+  f.flag("kQuadFinalSum", p.quad_final_sum);
   f.size("kDynamicSmemBytes", p.smem_bytes);
   f.size("kWorkspaceHeaderFloats", p.workspace_header_floats());
   f.size("kWorkspaceSlotFloats", p.workspace_slot_floats());

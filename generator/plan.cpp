@@ -650,7 +650,7 @@ constexpr int kBackwardValues = 16;
 constexpr int kBackwardMaxTeam = 512;
 constexpr int kBackwardWideTeam = 1024;  // 16-bit rows in pairs: row_backward_max_team
 constexpr int kBackwardBlock = 256;      // threads per CTA where teams are smaller
-constexpr int kBackwardPairedTeams = 2;  // teams of kBackwardBlock a CTA in the few-rows class
+constexpr int kBackwardPairedTeams = 2;  // teams of kBackwardBlock a CTA (16-byte accesses)
 // Each team normalizes at least this many rows before the grid is capped below the CTAs the
 // device holds: every CTA adds one partial of dweight/dbias (a row's worth of f32 each) to the
 // final sum, so a CTA should own several rows. 8 rather than 4: on the H100 bf16 rows of 4096
@@ -698,19 +698,6 @@ int row_backward_max_team(const Problem& pr, const Target& target) {
   return kBackwardWideTeam;
 }
 
-// Whether a row backward of pr runs in teams of kBackwardBlock threads (rows of 2049 to 4096
-// elements, whatever the arch: the wide team only takes rows of more than 512 threads' values)
-// in 16-byte accesses, which the few-rows class puts two to a CTA. Rows of narrower accesses
-// (odd lengths) keep one team a CTA: the pairing was measured and tested in 16-byte accesses only.
-bool row_backward_pairs_teams(const Problem& pr) {
-  const int vec = row_vector_width(pr);
-  if (vec * size_of(pr.x) != kAccessBytes) return false;
-  int team = 0;
-  int64_t per_thread = 0;
-  backward_team(ceil_div(pr.row_length, vec), vec, kBackwardMaxTeam, &team, &per_thread);
-  return team == kBackwardBlock;
-}
-
 bool row_backward_holds(const Problem& pr, const Target& target) {
   const int vec = row_vector_width(pr);
   int team = 0;
@@ -726,18 +713,26 @@ std::string row_backward(const Problem& pr, const Target& target, KernelPlan& p)
   backward_team(ceil_div(h, p.vec), p.vec, row_backward_max_team(pr, target), &team, &p.vectors);
   p.block_x = team;
   p.rows_per_block = std::max(1, kBackwardBlock / team);
-  // A launch of at most kBackwardFewRows rows of teams of kBackwardBlock threads puts two teams
-  // in a CTA (two rows in flight, one partial of dweight/dbias between them) and prefetches
-  // each team's next row: its grid is at most a CTA per multiprocessor, 8 warps each with one
-  // team a CTA. On the H200 (performance-notes, 2026-11-29) that ran 256 to 2048 rows of 3072
-  // and 4096 in 0.87-0.97x the time (LayerNorm bf16 [1024, 4096] 20.7 -> 17.9 us); with 4096
-  // rows and more, where the device holds two CTAs of one team on each multiprocessor, 0.96 to
-  // 1.04x, and 16384 rows 1.02-1.04x: there the two teams of a CTA wait for each other at each
-  // row's reduction.
-  const bool paired = p.batch_class == kBatchFewRows && team == kBackwardBlock;
+  // Teams of kBackwardBlock threads in 16-byte accesses (rows of 2049 to 4096 elements) go two
+  // to a CTA (two rows in flight, one partial of dweight/dbias between them; 16 warps an SM
+  // where one team a CTA left 8 in launches of few rows) and prefetch each team's next row. On
+  // the H200 (performance-notes, 2026-11-29) that ran 256 to 2048 rows of 3072 and 4096 in
+  // 0.87-0.97x the time (LayerNorm bf16 [1024, 4096] 20.7 -> 17.9 us), but 4096 rows and more
+  // 0.96-1.04x: there the two teams of a CTA waited for each other at each row's reduction, so
+  // launches of more than 2048 rows ran one team a CTA (a batch class of their own). With each
+  // team at its own barrier (below) the pairing gains there too (performance-notes, "The row
+  // backward's final sum over every CTA, and a barrier for each team": [4096, 4096] and [4096,
+  // 3072] 0.90-0.96x, [16384, 4096] 0.97-0.99x), so every batch takes it: one kernel, one class.
+  const bool paired = team == kBackwardBlock && p.vec * size_of(pr.x) == kAccessBytes;
   if (paired) p.rows_per_block = kBackwardPairedTeams;
   p.block_y = p.rows_per_block;
   p.fill_ctas = target.sm_count;
+  // The teams of a CTA of several (of whole warps) wait at a row's reduction at their own named
+  // barrier, not at the CTA's: else a team whose loads arrived first waits at every row for the
+  // slowest team of its CTA (Nsight Compute put a third of the warp samples of RMSNorm [4096,
+  // 4096] on the instruction after that barrier). On the H200 f32 rows of 1024 in CTAs of two
+  // teams ran 0.93x the time, 16-bit rows of 768-2048 in CTAs of two to four teams 0.98-0.99x.
+  p.team_barriers = p.rows_per_block > 1 && team % 32 == 0;
   std::ostringstream why;
   why << "backward: rows of " << h << " elements in the registers of " << team << " threads ("
       << p.vectors * p.vec << " values each of x and dy, " << p.vec * size_of(pr.x)
@@ -753,9 +748,7 @@ std::string row_backward(const Problem& pr, const Target& target, KernelPlan& p)
   // prefetch too, with the next row in registers (below).
   const bool packs = packed(pr, p.vec);
   p.prefetch = target.sm >= 90 && (p.rows_per_block == 1 || paired || packs) ? 1 : 0;
-  if (paired) {
-    why << " (two teams a CTA: a launch of at most " << kBackwardFewRows << " rows)";
-  }
+  if (p.team_barriers) why << " (each team at its own barrier at a row's reduction)";
   if (p.prefetch) {
     why << (p.rows_per_block > 1 ? "; each team prefetches its next row's x and dy into L2"
                                  : "; each CTA prefetches its next row's x and dy into L2");
@@ -792,10 +785,18 @@ std::string row_backward(const Problem& pr, const Target& target, KernelPlan& p)
         << (pr.weight ? ", the weight loaded again for each row (from L1)" : "")
         << (pr.bias ? ", the dbias sums in shared memory" : "");
   }
+  // The CTAs' partials are summed in float4s where the row is whole groups of 4 columns (16
+  // lanes a group, whole 32-byte sectors), by warps numbered CTA-minor so that every CTA takes
+  // part (add_slot_quads_in_order). On the H200 (performance-notes, "The row backward's final sum
+  // over every CTA, and a barrier for each team") the LLM rows at 1024-4096 tokens took
+  // 0.92-0.99x the time of one float a column by warps numbered CTA-major, which left the
+  // columns of rows of 4096 to 64 of 132 CTAs; numbered CTA-minor alone, 0.98-1.00x.
+  p.quad_final_sum = (pr.weight || pr.bias) && h % 4 == 0;
   if (pr.weight || pr.bias) {
     why << "; each CTA sums " << (pr.bias ? "dweight and dbias" : "dweight")
         << " of its rows in f32, then the CTAs' partials are added in a fixed order after a grid "
-           "barrier (cooperative launch; deterministic, no float atomics)";
+           "barrier (cooperative launch; deterministic, no float atomics), "
+        << (p.quad_final_sum ? "in float4s " : "") << "by every CTA";
   }
   return why.str();
 }
@@ -1643,7 +1644,8 @@ std::string KernelPlan::to_string() const {
       break;
     case Strategy::kRowBackward:
       os << "vectors per thread: " << vectors << "\n"
-         << "batch class: " << batch_class_text() << "\n";
+         << "team barriers: " << (team_barriers ? "one per team" : "the CTA's") << "\n"
+         << "final sum: " << (quad_final_sum ? "float4s" : "one float a column") << "\n";
       break;
     case Strategy::kGroupBackward:
       os << "vectors per thread: " << vectors << "\n"
@@ -1691,15 +1693,13 @@ int batch_class(const NormSpec& spec) { return batch_class(spec, spec.batch()); 
 int64_t few_rows_limit(const NormSpec& spec) {
   // The channel forms in nhwc (and of S = 1) are rows too: N x S of them.
   const bool rows_form = spec.op != Op::kGroupNorm && (!spec.channel_form() || spec.channel_rows());
-  if (!rows_form) return 0;
+  // The backward: one kernel for every batch (row_backward pairs its teams of kBackwardBlock
+  // threads whatever the rows).
+  if (!rows_form || spec.backward) return 0;
   // The forward: only the row kernel's parameters depend on it (row_registers): rows that fit
   // one team, with parameters.
-  if (!spec.backward) {
-    const bool row_registers = spec.row_length() <= int64_t{kMaxTeam} * kMaxTeamValues;
-    return row_registers && spec.affine != Affine::kNone ? kFewRows : 0;
-  }
-  // The backward: rows whose team is kBackwardBlock threads (row_backward below).
-  return row_backward_pairs_teams(Problem::of(spec)) ? kBackwardFewRows : 0;
+  const bool row_registers = spec.row_length() <= int64_t{kMaxTeam} * kMaxTeamValues;
+  return row_registers && spec.affine != Affine::kNone ? kFewRows : 0;
 }
 
 int batch_class(const NormSpec& spec, int64_t batch) {

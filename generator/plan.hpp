@@ -106,6 +106,9 @@ struct KernelPlan {
                                   // dbias summed in shared memory
   bool hold_packed = false;       // kRowBackward: 16-bit x and dy held as raw bits (two to a
                                   // register), converted again where used
+  bool team_barriers = false;     // kRowBackward: each team of a CTA of several waits at its own
+                                  // named barrier at a row's reduction
+  bool quad_final_sum = false;    // kRowBackward: the CTAs' partials summed in float4s
   int64_t chunks = 1;             // kGroupBackward: chunks of block_x * vectors * vec positions
                                   // a unit (M), taken in turn by its team
   int64_t units_per_channel = 0;  // kGroupBackward: units of chunks * block_x * vectors * vec
@@ -169,11 +172,8 @@ KernelPlan plan(const NormSpec& spec, const Target& target);
 constexpr int kBatchAny = 0;
 constexpr int kBatchFewRows = 1;
 constexpr int64_t kFewRows = 256;  // rows (batch x groups) of the few-rows class, at most
-// The row backward of rows held by teams of 256 threads puts two teams in a CTA for launches of
-// at most this many rows, one team a CTA for more (the dx of a row takes the same arithmetic).
-constexpr int64_t kBackwardFewRows = 2048;
-// The rows of the few-rows class of spec's kernel, at most (kFewRows, kBackwardFewRows); 0 where
-// its plan does not depend on the batch. No allocation.
+// The rows of the few-rows class of spec's kernel, at most (kFewRows); 0 where its plan does not
+// depend on the batch (every backward). No allocation.
 int64_t few_rows_limit(const NormSpec& spec);
 int batch_class(const NormSpec& spec);
 // The class of a launch of spec's kernel over `batch` (rows of the trailing forms, N of the

@@ -43,7 +43,22 @@ __device__ __forceinline__ float shfl_first(float v, int width) {
 // `scratch` holds ROWS * max(1, TEAM / 32) values. kReuse: the caller writes `scratch` again
 // after this call (another reduction), so the call ends with a barrier; without it the caller
 // gives each reduction its own scratch and no thread waits for the others' reads.
-template <int TEAM, int ROWS, bool kReuse = true, class V>
+// kTeamBarriers: in a CTA of several teams of whole warps, each team waits at its own named
+// barrier (barrier 1 + threadIdx.y, TEAM threads; barrier 0 is __syncthreads') instead of the
+// CTA's, so a team whose loads arrived first does not wait at every row for the slowest team of
+// its CTA. The arithmetic and its order are the same either way.
+template <int TEAM, int ROWS, bool kTeamBarriers>
+__device__ __forceinline__ void team_sync() {
+  if constexpr (kTeamBarriers && ROWS > 1) {
+    static_assert(TEAM % 32 == 0, "a named barrier counts whole warps");
+    static_assert(ROWS < 16, "16 barriers a CTA: barrier 0 and one for each team");
+    asm volatile("bar.sync %0, %1;" ::"r"(threadIdx.y + 1), "n"(TEAM) : "memory");
+  } else {
+    __syncthreads();
+  }
+}
+
+template <int TEAM, int ROWS, bool kReuse = true, bool kTeamBarriers = false, class V>
 __device__ __forceinline__ V team_reduce(V v, V* scratch) {
   constexpr int kWidth = TEAM < 32 ? TEAM : 32;
 #pragma unroll
@@ -55,7 +70,7 @@ __device__ __forceinline__ V team_reduce(V v, V* scratch) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     V* row_scratch = scratch + threadIdx.y * kWarps;
     if (lane == 0) row_scratch[warp] = v;
-    __syncthreads();
+    team_sync<TEAM, ROWS, kTeamBarriers>();
     if constexpr (kWarps * sizeof(V) <= 32) {
       // Every thread merges the warps' values itself, value i with value i + offset, offset
       // halving: the order of the shuffles below, so the same bits, with one barrier and no
@@ -68,7 +83,7 @@ __device__ __forceinline__ V team_reduce(V v, V* scratch) {
 #pragma unroll
         for (int i = 0; i < offset; ++i) part[i] = merge(part[i], part[i + offset]);
       }
-      if constexpr (kReuse) __syncthreads();
+      if constexpr (kReuse) team_sync<TEAM, ROWS, kTeamBarriers>();
       return part[0];
     } else {
       // Many warps (or wide values): the team's first warp merges them with shuffles (log2
@@ -81,9 +96,9 @@ __device__ __forceinline__ V team_reduce(V v, V* scratch) {
         }
         if (lane == 0) row_scratch[0] = total;
       }
-      __syncthreads();
+      team_sync<TEAM, ROWS, kTeamBarriers>();
       const V total = row_scratch[0];
-      if constexpr (kReuse) __syncthreads();
+      if constexpr (kReuse) team_sync<TEAM, ROWS, kTeamBarriers>();
       return total;
     }
   }

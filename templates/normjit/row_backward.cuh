@@ -19,8 +19,10 @@
 // Then, with no floating-point atomics: the CTA's teams add their sums in team order (shared
 // memory), the CTA writes that partial to its workspace slot, every CTA meets at a grid barrier,
 // and each column's partials are added in an order fixed by gridDim.x (kColumnLanes lanes each
-// add every kColumnLanes-th slot in CTA order, then their sums in a fixed tree). The same inputs
-// on the same grid give the same bits on every run.
+// add every kColumnLanes-th slot in CTA order, then their sums in a fixed tree; with
+// kQuadFinalSum, kQuadLanes lanes a group of 4 columns, in float4s), the warps that sum them
+// numbered CTA-minor so that every CTA takes part. The same inputs on the same grid give the
+// same bits on every run.
 //
 // Workspace (floats): the grid barrier's counter (kWorkspaceHeaderFloats, 32 bytes), then one
 // slot of kWorkspaceSlotFloats per CTA: its dweight partial, then its dbias partial, each a row
@@ -62,6 +64,10 @@ struct RowGradSums<true> {
 //   kReloadWeight             the weight loaded again (from L1) where used instead of held
 //   kSharedBiasSums           each thread's dbias sums in (dynamic) shared memory, not registers
 //                             ([k][j][thread]: K * V * TEAM floats)
+//   kTeamBarriers             (ROWS > 1, teams of whole warps) each team waits at its own named
+//                             barrier at a row's reduction, not at the CTA's
+//   kQuadFinalSum             (H a multiple of 4) the partials summed in float4s
+//                             (add_slot_quads_in_order), else one float a column
 //   kDynamicSmemBytes         the dynamic shared memory the plan launches it with
 //   kWorkspaceHeaderFloats    the plan's floats before the slots (checked against the layout)
 //   kWorkspaceSlotFloats      the plan's floats per CTA slot (checked against the layout)
@@ -85,6 +91,9 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock) row_backward(Pa
   static_assert(V * sizeof(float) <= kSlotAlign * sizeof(float),
                 "partials are stored as aligned vectors of V floats");
   static_assert(TEAM * ROWS % 32 == 0, "whole warps sum the partials");
+  static_assert(!C::kTeamBarriers || (ROWS > 1 && TEAM % 32 == 0),
+                "named barriers for CTAs of several teams of whole warps");
+  static_assert(!C::kQuadFinalSum || H % 4 == 0, "the float4 sum: rows of whole groups of 4");
   constexpr bool kPacked = C::kHoldPacked, kReload = C::kReloadWeight && kWeight;
   static_assert(!kPacked || (sizeof(X) == 2 && V % 2 == 0), "packed: pairs of 16-bit elements");
 
@@ -256,7 +265,7 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock) row_backward(Pa
           add_terms(sums, k, j, gk[j], xh, kWeight ? wk[j] : 1.f);
         }
       }
-      const Sums total = team_reduce<TEAM, ROWS>(sums, scratch);
+      const Sums total = team_reduce<TEAM, ROWS, true, C::kTeamBarriers>(sums, scratch);
       if (!active) continue;
       float mean_g, mean_gx;
       row_means(total, mean_g, mean_gx);
@@ -312,7 +321,7 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock) row_backward(Pa
           g[k][j] = add_terms(sums, k, j, g[k][j], xhat[k][j], wj);
         }
       }
-      const Sums total = team_reduce<TEAM, ROWS>(sums, scratch);
+      const Sums total = team_reduce<TEAM, ROWS, true, C::kTeamBarriers>(sums, scratch);
       if (!active) continue;
       float mean_g, mean_gx;
       row_means(total, mean_g, mean_gx);
@@ -377,8 +386,14 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock) row_backward(Pa
     }
     grid_barrier(reinterpret_cast<unsigned int*>(p.workspace));
 
-    add_slots_in_order<P, TEAM * ROWS, kParams, H, kPadded, C::kWorkspaceSlotFloats>(
-        slots, threadIdx.y * TEAM + tid, kWeight ? p.dweight : p.dbias, p.dbias);
+    void* const out0 = kWeight ? p.dweight : p.dbias;
+    if constexpr (C::kQuadFinalSum) {
+      add_slot_quads_in_order<P, TEAM * ROWS, kParams, H, kPadded, C::kWorkspaceSlotFloats>(
+          slots, threadIdx.y * TEAM + tid, out0, p.dbias);
+    } else {
+      add_slots_in_order<P, TEAM * ROWS, kParams, H, kPadded, C::kWorkspaceSlotFloats, true>(
+          slots, threadIdx.y * TEAM + tid, out0, p.dbias);
+    }
   }
 }
 

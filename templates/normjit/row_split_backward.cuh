@@ -59,15 +59,6 @@ __device__ __forceinline__ float2 load_global_cg2(const float* p) {
   return v;
 }
 
-__device__ __forceinline__ float4 load_global_cg4(const float* p) {
-  float4 v;
-  asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];"
-               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-               : "l"(p)
-               : "memory");
-  return v;
-}
-
 // One slot's exchange of row sums between its P CTAs, W rows per generation. Each CTA publishes
 // its partials (g, g * xhat) of the generation's rows, then adds one to the slot's counter;
 // generation g is complete when the counter reaches (g + 1) * P. Partials alternate between two
@@ -170,10 +161,6 @@ struct GradExchange {
 constexpr int kSumLanes = 8;    // lanes that add one column vector's partials where slots are many
 constexpr int kFewSlots = 8;    // at most this many slots: one lane per column vector
 constexpr int kSumColumns = 4;  // columns per lane (one 16-byte load of each partial)
-
-__device__ __forceinline__ float4 add4(float4 a, float4 b) {
-  return float4{a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w};
-}
 
 // add_slices_in_order (below) with Q lanes per column vector.
 template <int Q, class PT, int kThreads, int kParams, long long H, long long kSeg,

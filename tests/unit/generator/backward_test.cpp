@@ -214,42 +214,38 @@ TEST(BackwardPlan, FewRowsTakeACtaPerMultiprocessor) {
   EXPECT_EQ(wide.grid(4096, 264), 264);
 }
 
-// Rows a team of 256 threads holds (bf16 rows of 4096): launches of at most 2048 rows (their
-// batch class) put two teams in a CTA and prefetch each team's next row; more rows, one team a
-// CTA. Rows of other teams have one class.
-TEST(BackwardPlan, FewRowsOfTeamsOf256TakeTwoTeamsACta) {
+// Rows a team of 256 threads holds in 16-byte accesses (bf16 rows of 4096) put two teams in a CTA
+// and prefetch each team's next row, whatever the rows: the backward has one batch class. Rows
+// of other teams, or of narrower accesses, take one team a CTA (or their teams of fewer threads).
+TEST(BackwardPlan, TeamsOf256GoTwoACtaInEveryBatch) {
   const Target h100 = Target::parse("sm_90");
-  const NormSpec few = NormSpec::parse(
-      "op=layernorm shape=1024,4096 dtype=bf16 normalized_dims=1 affine=both backward=true");
-  EXPECT_EQ(few_rows_limit(few), kBackwardFewRows);
-  EXPECT_EQ(batch_class(few), kBatchFewRows);
-  EXPECT_EQ(batch_class(few, 2048), kBatchFewRows);
-  EXPECT_EQ(batch_class(few, 2049), kBatchAny);
-  EXPECT_TRUE(has_two_batch_classes(few));
-  const std::vector<NormSpec> classes = batch_class_specs(few);
-  ASSERT_EQ(classes.size(), 2u);
-  EXPECT_EQ(classes[1].shape, (std::vector<int64_t>{2049, 4096}));
-  const KernelPlan paired = plan(few, h100);
-  EXPECT_EQ(paired.strategy, Strategy::kRowBackward);
-  EXPECT_EQ(paired.block_x, 256);
-  EXPECT_EQ(paired.rows_per_block, 2);
-  EXPECT_EQ(paired.prefetch, 2);           // also the next row's words into registers (16-bit x)
+  for (const char* text :
+       {"op=layernorm shape=1024,4096 dtype=bf16 normalized_dims=1 affine=both backward=true",
+        "op=layernorm shape=16384,4096 dtype=bf16 normalized_dims=1 affine=both backward=true"}) {
+    const NormSpec spec = NormSpec::parse(text);
+    EXPECT_EQ(few_rows_limit(spec), 0) << text;
+    EXPECT_EQ(batch_class(spec), kBatchAny) << text;
+    EXPECT_FALSE(has_two_batch_classes(spec)) << text;
+    EXPECT_EQ(batch_class_specs(spec).size(), 1u) << text;
+    const KernelPlan paired = plan(spec, h100);
+    EXPECT_EQ(paired.strategy, Strategy::kRowBackward) << text;
+    EXPECT_EQ(paired.block_x, 256) << text;
+    EXPECT_EQ(paired.rows_per_block, 2) << text;
+    EXPECT_TRUE(paired.team_barriers) << text;
+    EXPECT_EQ(paired.prefetch, 2) << text;  // also the next row's words into registers
+    EXPECT_TRUE(has(paired.to_string(), "each team prefetches its next row")) << text;
+    EXPECT_TRUE(has(paired.to_string(), "each team at its own barrier")) << text;
+    EXPECT_TRUE(has(paired.to_string(), "team barriers: one per team")) << text;
+    const EmittedKernel k = emit(paired);
+    EXPECT_TRUE(has(k.source, "static constexpr int kRowsPerBlock = 2;")) << k.source;
+    EXPECT_TRUE(has(k.source, "static constexpr bool kTeamBarriers = true;")) << k.source;
+  }
+  const KernelPlan paired = plan(
+      NormSpec::parse("op=layernorm shape=1024,4096 dtype=bf16 normalized_dims=1 backward=true"),
+      h100);
   EXPECT_EQ(paired.grid(1024, 132), 132);  // max(1024 / 16, min(1024 / 2, 132))
   EXPECT_EQ(paired.grid(100, 132), 50);
-  EXPECT_TRUE(has(paired.to_string(), "two teams a CTA: a launch of at most 2048 rows"))
-      << paired.to_string();
-  EXPECT_TRUE(has(paired.to_string(), "each team prefetches its next row")) << paired.to_string();
-  EXPECT_TRUE(has(paired.to_string(), "batch class: few rows (launches of at most 2048 rows"))
-      << paired.to_string();
-  const KernelPlan single = plan(classes[1], h100);
-  EXPECT_EQ(single.rows_per_block, 1);
-  EXPECT_EQ(single.prefetch, 2);
-  EXPECT_TRUE(has(single.to_string(), "batch class: more than 2048 rows")) << single.to_string();
-  // The two classes' kernels differ only in the teams a CTA (dx of a row: the same arithmetic).
-  const EmittedKernel a = emit(paired), b = emit(single);
-  EXPECT_NE(a.source, b.source);
-  EXPECT_TRUE(has(a.source, "static constexpr int kRowsPerBlock = 2;")) << a.source;
-  EXPECT_TRUE(has(b.source, "static constexpr int kRowsPerBlock = 1;")) << b.source;
+  EXPECT_EQ(paired.grid(16384, 132), 132);
   // f16 rows of 3072 (384 vectors: a team of 256), f32 rows of 4096, a channel form of one
   // position are paired too.
   for (const char* text : {"op=layernorm shape=8,3072 dtype=f16 normalized_dims=1 backward=true",
@@ -257,19 +253,24 @@ TEST(BackwardPlan, FewRowsOfTeamsOf256TakeTwoTeamsACta) {
                            "op=layernorm shape=8,4096,1,1 dtype=bf16 normalized_dims=0 "
                            "backward=true"}) {
     const NormSpec spec = NormSpec::parse(text);
-    EXPECT_EQ(few_rows_limit(spec), kBackwardFewRows) << text;
     EXPECT_EQ(plan(spec, h100).rows_per_block, 2) << text;
+    EXPECT_FALSE(has_two_batch_classes(spec)) << text;
   }
-  // Teams of other sizes: one class.
+  // Rows of 2049-4096 in narrower accesses (odd lengths): one team a CTA, the CTA's barrier.
+  for (const char* text : {"op=layernorm shape=8,3001 dtype=bf16 normalized_dims=1 backward=true",
+                           "op=rmsnorm shape=8,4094 dtype=f16 normalized_dims=1 backward=true",
+                           "op=layernorm shape=8,2050 normalized_dims=1 backward=true"}) {
+    const KernelPlan one = plan(NormSpec::parse(text), h100);
+    ASSERT_EQ(one.strategy, Strategy::kRowBackward) << text;
+    EXPECT_EQ(one.rows_per_block, 1) << text;
+    EXPECT_FALSE(one.team_barriers) << text;
+  }
+  // No backward has two batch classes.
   for (const char* text :
        {"op=layernorm shape=8,8192 dtype=bf16 normalized_dims=1 backward=true",
         "op=layernorm shape=8,2048 normalized_dims=1 backward=true",
         "op=layernorm shape=8,768 dtype=bf16 normalized_dims=1 backward=true",
         "op=layernorm shape=8,1048576 dtype=bf16 normalized_dims=1 backward=true",
-        // Rows of 2049-4096 in narrower accesses (odd lengths): one team a CTA.
-        "op=layernorm shape=8,3001 dtype=bf16 normalized_dims=1 backward=true",
-        "op=rmsnorm shape=8,4094 dtype=f16 normalized_dims=1 backward=true",
-        "op=layernorm shape=8,2050 normalized_dims=1 backward=true",
         "op=groupnorm shape=8,64,16,16 groups=8 backward=true",
         "op=rmsnorm shape=8,4096,4,4 backward=true"}) {
     const NormSpec spec = NormSpec::parse(text);
@@ -279,13 +280,61 @@ TEST(BackwardPlan, FewRowsOfTeamsOf256TakeTwoTeamsACta) {
   }
 }
 
+// CTAs of several teams of whole warps give each team its own named barrier; teams narrower than
+// a warp (whose reduction is shuffles alone) and CTAs of one team keep the CTA's.
+TEST(BackwardPlan, TeamsOfSeveralWarpsWaitAtTheirOwnBarrier) {
+  const Target h100 = Target::parse("sm_90");
+  struct Case {
+    const char* text;
+    int teams;
+    bool named;
+  };
+  for (const Case& c : {Case{"op=layernorm shape=8,768 backward=true", 4, true},  // f32: 64
+                        Case{"op=layernorm shape=8,1024 dtype=bf16 backward=true", 4, true},
+                        Case{"op=rmsnorm shape=8,2048 dtype=bf16 affine=weight backward=true", 2,
+                             true},
+                        Case{"op=layernorm shape=8,128 dtype=bf16 backward=true", 32, false},
+                        Case{"op=rmsnorm shape=8,8192 dtype=bf16 backward=true", 1, false}}) {
+    const KernelPlan p = plan(NormSpec::parse(c.text), h100);
+    ASSERT_EQ(p.strategy, Strategy::kRowBackward) << c.text;
+    EXPECT_EQ(p.rows_per_block, c.teams) << c.text;
+    EXPECT_EQ(p.team_barriers, c.named) << c.text;
+    EXPECT_EQ(has(emit(p).source, "static constexpr bool kTeamBarriers = true;"), c.named)
+        << c.text;
+  }
+}
+
+// The CTAs' partials are summed in float4s where the row is whole groups of 4 columns, one float
+// a column otherwise; without parameters there is no sum.
+TEST(BackwardPlan, FinalSumInFloat4sWhereRowsAreGroupsOfFour) {
+  const Target h100 = Target::parse("sm_90");
+  struct Case {
+    const char* text;
+    bool quads;
+  };
+  for (const Case& c :
+       {Case{"op=rmsnorm shape=8,4096 dtype=bf16 affine=weight backward=true", true},
+        Case{"op=layernorm shape=8,1000 backward=true", true},
+        Case{"op=layernorm shape=8,16384 dtype=bf16 backward=true", true},
+        Case{"op=layernorm shape=8,1001 dtype=bf16 backward=true", false},
+        Case{"op=layernorm shape=8,4094 dtype=f16 backward=true", false},
+        Case{"op=rmsnorm shape=8,4096 affine=none backward=true", false}}) {
+    const KernelPlan p = plan(NormSpec::parse(c.text), h100);
+    ASSERT_EQ(p.strategy, Strategy::kRowBackward) << c.text;
+    EXPECT_EQ(p.quad_final_sum, c.quads) << c.text;
+    EXPECT_EQ(has(p.to_string(), "final sum: float4s"), c.quads) << p.to_string();
+    EXPECT_EQ(has(emit(p).source, "static constexpr bool kQuadFinalSum = true;"), c.quads)
+        << c.text;
+  }
+}
+
 // A CTA that is one team prefetches its next row into L2 on sm_90; CTAs of several teams of f32
 // rows, and sm_80 (no bulk prefetch), do not; CTAs of several teams of 16-bit rows do, each team
 // its own next row.
 TEST(BackwardPlan, OneTeamCtasPrefetchTheNextRowOnSm90) {
   const Target h100 = Target::parse("sm_90"), a100 = Target::parse("sm_80");
   const NormSpec wide = NormSpec::parse(
-      "op=rmsnorm shape=4096,4096 dtype=bf16 normalized_dims=1 "
+      "op=rmsnorm shape=4096,8192 dtype=bf16 normalized_dims=1 "
       "affine=weight backward=true");
   const KernelPlan one_team = plan(wide, h100);
   ASSERT_EQ(one_team.strategy, Strategy::kRowBackward);
@@ -442,8 +491,9 @@ TEST(BackwardEmit, ConfigurationNamesEveryConstantTheKernelChecks) {
         "  static constexpr bool kWeight = true;", "  static constexpr bool kBias = false;",
         "  static constexpr float kWeightOffset = 1;",
         "  static constexpr long long kRowLength = 4096;", "  static constexpr int kThreads = 256;",
-        "  static constexpr int kRowsPerBlock = 1;", "  static constexpr int kVec = 8;",
-        "  static constexpr int kVectors = 2;",
+        "  static constexpr int kRowsPerBlock = 2;", "  static constexpr int kVec = 8;",
+        "  static constexpr int kVectors = 2;", "  static constexpr bool kTeamBarriers = true;",
+        "  static constexpr bool kQuadFinalSum = true;",
         "  static constexpr long long kWorkspaceHeaderFloats = 8;",
         "  static constexpr long long kWorkspaceSlotFloats = 4096;"}) {
     EXPECT_TRUE(has(e.source, line)) << line << "\n" << e.source;

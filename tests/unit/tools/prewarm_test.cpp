@@ -240,26 +240,28 @@ TEST_F(Prewarm, SeedManifestPrewarmAndCheckAgree) {
 }
 
 // A spec whose kernel has a second plan for launches of another size (its batch class: a
-// row kernel with parameters, the backward of rows of 4096) is two kernels: prewarm writes and
-// reads back both, counts both, and --check names the other class's kernel when it is missing
-// (a JIT-off engine would otherwise run the spec's plan for every batch).
+// row kernel with parameters) is two kernels: prewarm writes and reads back both, counts both,
+// and --check names the other class's kernel when it is missing (a JIT-off engine would
+// otherwise run the spec's plan for every batch). A backward is one kernel for every batch.
 TEST_F(Prewarm, BatchClassesAreKernelsPrewarmWritesAndCheckFinds) {
   const std::vector<std::string> specs = {
       "op=layernorm shape=8,4096 dtype=bf16",
-      "op=layernorm shape=1024,4096 dtype=bf16 normalized_dims=1 backward=true",
-      "op=rmsnorm shape=2,64,32,32 dtype=f32 affine=none"};  // one class
+      "op=layernorm shape=1000,8192 dtype=bf16 normalized_dims=1 affine=both",
+      "op=rmsnorm shape=2,64,32,32 dtype=f32 affine=none",  // one class
+      "op=layernorm shape=1024,4096 dtype=bf16 normalized_dims=1 backward=true"};  // one class
   // manifest_of() writes op, shape, dtype and affine only: backward is given here.
   write_file(manifest_, R"([
     {"op": "layernorm", "shape": [8, 4096], "dtype": "bf16"},
-    {"op": "layernorm", "shape": [1024, 4096], "dtype": "bf16", "backward": true},
-    {"op": "rmsnorm", "shape": [2, 64, 32, 32], "dtype": "f32", "affine": "none"}
+    {"op": "layernorm", "shape": [1000, 8192], "dtype": "bf16"},
+    {"op": "rmsnorm", "shape": [2, 64, 32, 32], "dtype": "f32", "affine": "none"},
+    {"op": "layernorm", "shape": [1024, 4096], "dtype": "bf16", "backward": true}
   ])");
   const std::string dir = home_ / "classes";
   const ToolResult r = run({"prewarm", manifest_, "--arch", "sm_90", "--cache-dir", dir});
   ASSERT_EQ(r.exit_code, 0) << r.describe();
-  EXPECT_EQ(summary_of(r).compiled, 3) << r.describe();
-  EXPECT_NE(r.out.find("(5 kernels in " + dir), npos) << r.describe();
-  EXPECT_NE(r.err.find("prewarm: 5 kernels (3 specs x 1 arch"), npos) << r.describe();
+  EXPECT_EQ(summary_of(r).compiled, 4) << r.describe();
+  EXPECT_NE(r.out.find("(6 kernels in " + dir), npos) << r.describe();
+  EXPECT_NE(r.err.find("prewarm: 6 kernels (4 specs x 1 arch"), npos) << r.describe();
   const Target h100 = Target::parse("sm_90");
   size_t entries = 0;
   for (const std::string& text : specs) {
@@ -269,16 +271,17 @@ TEST_F(Prewarm, BatchClassesAreKernelsPrewarmWritesAndCheckFinds) {
           << each.to_string();
     }
   }
-  EXPECT_EQ(entries, 5u);
+  EXPECT_EQ(entries, 6u);
+  EXPECT_EQ(batch_class_specs(NormSpec::parse(specs[3])).size(), 1u);
   const std::vector<std::string> check_args = {"prewarm",     manifest_, "--arch", "sm_90",
                                                "--cache-dir", dir,       "--check"};
   const ToolResult ok = run(check_args);
   EXPECT_EQ(ok.exit_code, 0) << ok.describe();
-  EXPECT_NE(ok.out.find("holds 5 of 5 kernels"), npos) << ok.describe();
-  // The backward's other class (launches of more than 2048 rows) removed: --check fails and
+  EXPECT_NE(ok.out.find("holds 6 of 6 kernels"), npos) << ok.describe();
+  // The rows of 8192's other class (launches of at most 256 rows) removed: --check fails and
   // names it.
   const NormSpec other = batch_class_specs(NormSpec::parse(specs[1]))[1];
-  EXPECT_EQ(other.shape[0], 2049);
+  EXPECT_EQ(other.shape[0], 1);
   const std::string other_key = key_inputs(other, h100).key();
   ASSERT_TRUE(std::filesystem::remove(dir + "/" + other_key + ".entry"));
   const ToolResult lacking = run(check_args);
@@ -287,7 +290,7 @@ TEST_F(Prewarm, BatchClassesAreKernelsPrewarmWritesAndCheckFinds) {
                              " arch=sm_90 key=" + other_key),
             npos)
       << lacking.describe();
-  EXPECT_NE(lacking.out.find("holds 4 of 5 kernels"), npos) << lacking.describe();
+  EXPECT_NE(lacking.out.find("holds 5 of 6 kernels"), npos) << lacking.describe();
   // A second prewarm writes it again.
   const ToolResult again = run({"prewarm", manifest_, "--arch", "sm_90", "--cache-dir", dir});
   EXPECT_EQ(again.exit_code, 0) << again.describe();
@@ -315,14 +318,16 @@ TEST_F(Prewarm, SpecsOfEachOthersBatchClassCompileOnce) {
 // file a JIT-off engine loads beside it); a spec of one class has no such line.
 TEST_F(Prewarm, CacheExplainNamesTheOtherBatchClass) {
   const NormSpec two =
-      NormSpec::parse("op=layernorm shape=1024,4096 dtype=bf16 normalized_dims=1 backward=true");
-  const NormSpec other = batch_class_specs(two)[1];
+      NormSpec::parse("op=layernorm shape=1000,8192 dtype=bf16 normalized_dims=1 affine=both");
+  const std::vector<NormSpec> classes = batch_class_specs(two);
+  ASSERT_EQ(classes.size(), 2u);
+  const NormSpec other = classes[1];
   const ToolResult r =
       run({"cache", "explain", two.to_string(), "--arch", "sm_90", "--cache-dir", home_ / "empty"});
   ASSERT_EQ(r.exit_code, 0) << r.describe();
   EXPECT_NE(r.out.find("other:      " + other.to_string() +
                        " key=" + key_inputs(other, Target::parse("sm_90")).key() +
-                       " (the batch class of launches of more than 2048 rows"),
+                       " (the batch class of launches of at most 256 rows"),
             npos)
       << r.describe();
   const ToolResult one =
