@@ -158,8 +158,7 @@ __device__ __forceinline__ void add_slot_quads_in_order(const float* slots, int 
   const long long warp = sum_warp<true, kThreads>(tid);
   const int n = gridDim.x, q = lane % Q;
   // The same trip count for every lane of the warp (the shuffles need all 32).
-  for (long long first = warp * kGroupsPerWarp; first < kGroups;
-       first += warps * kGroupsPerWarp) {
+  for (long long first = warp * kGroupsPerWarp; first < kGroups; first += warps * kGroupsPerWarp) {
     const long long g = first + lane / Q;
     const bool valid = g < kGroups;
     const int param = kParams == 2 && g >= kGroupsPerParam ? 1 : 0;

@@ -289,12 +289,12 @@ TEST(BackwardPlan, TeamsOfSeveralWarpsWaitAtTheirOwnBarrier) {
     int teams;
     bool named;
   };
-  for (const Case& c : {Case{"op=layernorm shape=8,768 backward=true", 4, true},  // f32: 64
-                        Case{"op=layernorm shape=8,1024 dtype=bf16 backward=true", 4, true},
-                        Case{"op=rmsnorm shape=8,2048 dtype=bf16 affine=weight backward=true", 2,
-                             true},
-                        Case{"op=layernorm shape=8,128 dtype=bf16 backward=true", 32, false},
-                        Case{"op=rmsnorm shape=8,8192 dtype=bf16 backward=true", 1, false}}) {
+  for (const Case& c :
+       {Case{"op=layernorm shape=8,768 backward=true", 4, true},  // f32: 64
+        Case{"op=layernorm shape=8,1024 dtype=bf16 backward=true", 4, true},
+        Case{"op=rmsnorm shape=8,2048 dtype=bf16 affine=weight backward=true", 2, true},
+        Case{"op=layernorm shape=8,128 dtype=bf16 backward=true", 32, false},
+        Case{"op=rmsnorm shape=8,8192 dtype=bf16 backward=true", 1, false}}) {
     const KernelPlan p = plan(NormSpec::parse(c.text), h100);
     ASSERT_EQ(p.strategy, Strategy::kRowBackward) << c.text;
     EXPECT_EQ(p.rows_per_block, c.teams) << c.text;

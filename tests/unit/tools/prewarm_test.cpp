@@ -247,7 +247,7 @@ TEST_F(Prewarm, BatchClassesAreKernelsPrewarmWritesAndCheckFinds) {
   const std::vector<std::string> specs = {
       "op=layernorm shape=8,4096 dtype=bf16",
       "op=layernorm shape=1000,8192 dtype=bf16 normalized_dims=1 affine=both",
-      "op=rmsnorm shape=2,64,32,32 dtype=f32 affine=none",  // one class
+      "op=rmsnorm shape=2,64,32,32 dtype=f32 affine=none",                         // one class
       "op=layernorm shape=1024,4096 dtype=bf16 normalized_dims=1 backward=true"};  // one class
   // manifest_of() writes op, shape, dtype and affine only: backward is given here.
   write_file(manifest_, R"([
