@@ -136,6 +136,20 @@ __device__ __forceinline__ float4 add4(float4 a, float4 b) {
   return float4{a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w};
 }
 
+// The float4 sums of Q adjacent lanes added in a fixed tree (offsets Q / 2, Q / 4, ... 1): lane 0
+// of each group of Q gets their total.
+template <int Q>
+__device__ __forceinline__ float4 add4_over_lanes(float4 sum) {
+#pragma unroll
+  for (int offset = Q / 2; offset > 0; offset /= 2) {
+    sum.x += __shfl_down_sync(0xffffffffu, sum.x, offset, Q);
+    sum.y += __shfl_down_sync(0xffffffffu, sum.y, offset, Q);
+    sum.z += __shfl_down_sync(0xffffffffu, sum.z, offset, Q);
+    sum.w += __shfl_down_sync(0xffffffffu, sum.w, offset, Q);
+  }
+  return sum;
+}
+
 // add_slots_in_order on groups of 4 columns (kLength a multiple of 4): each group's partials
 // summed by kQuadLanes lanes of one warp as float4s (lane q adds the slots q, q + kQuadLanes,
 // ... in order, eight 16-byte loads in flight, then the lanes' sums in a fixed tree), the warps
@@ -178,13 +192,7 @@ __device__ __forceinline__ void add_slot_quads_in_order(const float* slots, int 
       }
       for (; s < n; s += Q) sum = add4(sum, load_global_cg4(column + (long long)s * kSlotFloats));
     }
-#pragma unroll
-    for (int offset = Q / 2; offset > 0; offset /= 2) {
-      sum.x += __shfl_down_sync(0xffffffffu, sum.x, offset, Q);
-      sum.y += __shfl_down_sync(0xffffffffu, sum.y, offset, Q);
-      sum.z += __shfl_down_sync(0xffffffffu, sum.z, offset, Q);
-      sum.w += __shfl_down_sync(0xffffffffu, sum.w, offset, Q);
-    }
+    sum = add4_over_lanes<Q>(sum);
     if (valid && q == 0) {
       P* out = static_cast<P*>(param == 0 ? out0 : out1) + e;
       out[0] = from_float<P>(sum.x), out[1] = from_float<P>(sum.y);

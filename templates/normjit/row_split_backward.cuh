@@ -194,13 +194,7 @@ __device__ __forceinline__ void add_slices_with(const float* slices, long long s
       }
       for (; s < slots; s += Q) sum = add4(sum, load_global_cg4(column + s * kSlotFloats));
     }
-#pragma unroll
-    for (int offset = Q / 2; offset > 0; offset /= 2) {
-      sum.x += __shfl_down_sync(0xffffffffu, sum.x, offset, Q);
-      sum.y += __shfl_down_sync(0xffffffffu, sum.y, offset, Q);
-      sum.z += __shfl_down_sync(0xffffffffu, sum.z, offset, Q);
-      sum.w += __shfl_down_sync(0xffffffffu, sum.w, offset, Q);
-    }
+    sum = add4_over_lanes<Q>(sum);
     if (valid && q == 0) {
       PT* out = static_cast<PT*>(param == 0 ? out0 : out1) + e;
       const float parts[kSumColumns] = {sum.x, sum.y, sum.z, sum.w};
