@@ -388,6 +388,8 @@ void run_explain(const CacheFlags& flags, const std::vector<std::string>& words,
     // JIT-off engine) loads that one too.
     const std::vector<NormSpec> classes = batch_class_specs(spec);
     for (size_t c = 1; c < classes.size(); ++c) {
+      // The other class's plan may come out the same (the same key): one kernel, nothing to add.
+      if (key_inputs(classes[c], target).key() == key) continue;
       std::printf(
           "other:      %s key=%s (the batch class of launches of %s %lld rows; prepare and "
           "prewarm compile it with this one)\n",

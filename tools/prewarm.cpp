@@ -503,7 +503,10 @@ std::vector<Task> make_tasks(const std::vector<ManifestEntry>& entries,
         t.key = key_inputs(entries[i].spec, target).key();
         const std::vector<NormSpec> classes = batch_class_specs(entries[i].spec);
         for (size_t c = 1; c < classes.size(); ++c) {
-          t.others.push_back({classes[c], key_inputs(classes[c], target).key()});
+          // A class whose plan comes out the same as the spec's (rows whose parameters load
+          // with x either way) is the same kernel: one entry, counted once.
+          std::string other_key = key_inputs(classes[c], target).key();
+          if (other_key != t.key) t.others.push_back({classes[c], std::move(other_key)});
         }
       } catch (const Error& e) {
         // Not yet supported (or not plannable for this target): a failed kernel, not a bad

@@ -336,6 +336,32 @@ TEST_F(Prewarm, CacheExplainNamesTheOtherBatchClass) {
   EXPECT_EQ(one.out.find("other:"), npos) << one.describe();
 }
 
+// A spec with two batch classes whose plans come out the same (bf16 RMSNorm rows of 4096 with a
+// weight load their parameters with x in both) is one kernel: `cache explain` names no other,
+// prewarm writes and counts one entry, and --check finds it whole.
+TEST_F(Prewarm, BatchClassesOfOneKernelCountOnce) {
+  const NormSpec spec =
+      NormSpec::parse("op=rmsnorm shape=1024,4096 dtype=bf16 normalized_dims=1 affine=weight");
+  const Target h100 = Target::parse("sm_90");
+  const std::vector<NormSpec> classes = batch_class_specs(spec);
+  ASSERT_EQ(classes.size(), 2u);
+  ASSERT_EQ(key_inputs(classes[1], h100).key(), key_inputs(spec, h100).key());
+  const ToolResult explain =
+      run({"cache", "explain", spec.to_string(), "--arch", "sm_90", "--cache-dir", home_ / "e"});
+  ASSERT_EQ(explain.exit_code, 0) << explain.describe();
+  EXPECT_EQ(explain.out.find("other:"), npos) << explain.describe();
+  write_file(manifest_, R"([{"op": "rmsnorm", "shape": [1024, 4096], "dtype": "bf16",
+                             "normalized_dims": 1, "affine": "weight"}])");
+  const std::string dir = home_ / "one";
+  const ToolResult r = run({"prewarm", manifest_, "--arch", "sm_90", "--cache-dir", dir});
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  EXPECT_NE(r.out.find("(1 kernel in " + dir), npos) << r.describe();
+  const ToolResult check =
+      run({"prewarm", manifest_, "--arch", "sm_90", "--cache-dir", dir, "--check"});
+  EXPECT_EQ(check.exit_code, 0) << check.describe();
+  EXPECT_NE(check.out.find("holds 1 of 1 kernel"), npos) << check.describe();
+}
+
 TEST_F(Prewarm, DumpShowsACachedEntry) {
   const std::string dir = home_ / "shipped";
   ASSERT_EQ(prewarm(dir).exit_code, 0);
