@@ -155,8 +155,9 @@ __device__ __forceinline__ float4 add4_over_lanes(float4 sum) {
 // ... in order, eight 16-byte loads in flight, then the lanes' sums in a fixed tree), the warps
 // numbered CTA-minor. Lanes q and q + kQuadLanes read adjacent groups of one slot: whole 32-byte
 // sectors, a quarter of the loads of one float a column. On the H200 (performance-notes, "The
-// row backward's final sum spread over the CTAs") the LLM rows' backward at 1024-4096 tokens
-// took 0.92-0.99x the time of the scalar sum's, CTA-major. The order depends on gridDim.x only.
+// row backward's final sum over every CTA, and a barrier for each team") the LLM rows' backward
+// at 1024-4096 tokens took 0.92-0.99x the time of the scalar sum's, CTA-major. The order depends
+// on gridDim.x only.
 constexpr int kQuadLanes = 16;
 template <class P, int kThreads, int kParams, long long kLength, long long kPadded,
           long long kSlotFloats>
