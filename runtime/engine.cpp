@@ -15,6 +15,7 @@
 #include "runtime/compiler.hpp"
 #include "runtime/device.hpp"
 #include "runtime/driver.hpp"
+#include "runtime/single_flight.hpp"
 #include "templates/normjit/params.cuh"  // plain C++: the host uses the same struct
 
 namespace normjit {
@@ -159,6 +160,15 @@ bool jit_disabled_by_env() {
                   " (prewarm it with --arch " + target.text() + ")");
 }
 
+// The kernel's mangled name an entry's metadata records; empty when it records none.
+std::string lowered_name_of(const cache::Entry& entry) {
+  try {
+    return nlohmann::json::parse(entry.metadata).at("lowered_name").get<std::string>();
+  } catch (const std::exception&) {
+    return "";
+  }
+}
+
 }  // namespace
 
 struct LoadedKernel {
@@ -247,6 +257,12 @@ class EngineImpl {
                                             Source* source);
   Target device_target(CUcontext context);
   void publish(const ClassKey& key, std::shared_ptr<const LoadedKernel> kernel);
+  // The kernel of cache key `key` compiled by NVRTC and saved to the cache. One compile of a
+  // key at a time: the two batch classes of a spec whose plans come out the same (one key),
+  // prepared together on two threads, compile once (the second waits for the first's cubin).
+  std::shared_ptr<const CompiledKernel> compile_and_save(
+      const std::string& key, const NormSpec& spec, const KernelPlan& plan,
+      const EmittedKernel& emitted, const cache::KeyInputs& inputs, const Target& target);
 
   EngineOptions options_;
   std::unique_ptr<cache::Store> store_;
@@ -263,6 +279,8 @@ class EngineImpl {
   std::unordered_map<ClassKey, std::shared_future<std::shared_ptr<const LoadedKernel>>,
                      ClassKeyHash>
       in_flight_;
+
+  detail::SingleFlight<std::string, std::shared_ptr<const CompiledKernel>> compiles_;
 
   std::mutex context_mutex_;
   CUcontext primary_ = nullptr;  // retained primary context of options_.device, if we used it
@@ -360,12 +378,7 @@ std::shared_ptr<const LoadedKernel> EngineImpl::build(const NormSpec& spec, CUco
   };
 
   if (std::optional<cache::Entry> entry = store_->load(kernel->key)) {
-    std::string lowered;
-    try {
-      lowered = nlohmann::json::parse(entry->metadata).at("lowered_name").get<std::string>();
-    } catch (const std::exception&) {
-      lowered.clear();
-    }
+    const std::string lowered = lowered_name_of(*entry);
     const CUresult r =
         lowered.empty() ? CUDA_ERROR_INVALID_IMAGE : load_module(entry->cubin, lowered);
     if (r != CUDA_SUCCESS && !driver::rejects_the_image(r)) {
@@ -388,12 +401,9 @@ std::shared_ptr<const LoadedKernel> EngineImpl::build(const NormSpec& spec, CUco
   }
   if (!kernel->function) {
     if (options_.jit_disabled) throw_jit_disabled(spec, target, kernel->key);
-    nvrtc_compiles_++;
-    const CompiledKernel compiled = compile(emitted, target);
-    cache::Entry entry{kernel->key, inputs.preimage(), entry_metadata(spec, kernel->plan, compiled),
-                       compiled.cubin, compiled.ptx};
-    store_->save(entry);
-    NORMJIT_CU(load_module(compiled.cubin, compiled.lowered_name));
+    const std::shared_ptr<const CompiledKernel> compiled =
+        compile_and_save(kernel->key, spec, kernel->plan, emitted, inputs, target);
+    NORMJIT_CU(load_module(compiled->cubin, compiled->lowered_name));
     *source = Source::kCompiled;
   }
   // The default limit (48 KiB) counts the static shared memory too: a plan of 48 KiB of
@@ -545,11 +555,28 @@ bool EngineImpl::precompile_one(const NormSpec& spec, const std::string& arch) {
   const std::string key = inputs.key();
   if (store_->load(key)) return false;
   if (options_.jit_disabled) throw_jit_disabled(spec, target, key);
-  nvrtc_compiles_++;
-  const CompiledKernel compiled = compile(emitted, target);
-  store_->save(
-      {key, inputs.preimage(), entry_metadata(spec, p, compiled), compiled.cubin, compiled.ptx});
+  compile_and_save(key, spec, p, emitted, inputs, target);
   return true;
+}
+
+std::shared_ptr<const CompiledKernel> EngineImpl::compile_and_save(
+    const std::string& key, const NormSpec& spec, const KernelPlan& plan,
+    const EmittedKernel& emitted, const cache::KeyInputs& inputs, const Target& target) {
+  return compiles_.run(key, [&] {
+    // Saved since the caller missed the cache (a compile of the key that ended just before
+    // this one started, or another process's): loaded, not compiled again.
+    if (std::optional<cache::Entry> entry = store_->load(key)) {
+      if (std::string lowered = lowered_name_of(*entry); !lowered.empty()) {
+        return std::make_shared<const CompiledKernel>(
+            CompiledKernel{entry->cubin, entry->ptx, std::move(lowered), ""});
+      }
+    }
+    nvrtc_compiles_++;
+    auto compiled = std::make_shared<const CompiledKernel>(compile(emitted, target));
+    store_->save({key, inputs.preimage(), entry_metadata(spec, plan, *compiled), compiled->cubin,
+                  compiled->ptx});
+    return compiled;
+  });
 }
 
 }  // namespace detail

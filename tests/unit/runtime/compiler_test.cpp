@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <future>
 #include <string>
 #include <utility>
 #include <vector>
@@ -111,6 +112,36 @@ TEST(Engine, WithoutAGpuPrecompilesAndRefusesToLaunchClearly) {
     EXPECT_EQ(e.code(), ErrorCode::kNoDevice);
     EXPECT_NE(std::string(e.what()).find("no GPU"), std::string::npos) << e.what();
   }
+  std::filesystem::remove_all(dir);
+}
+
+// Threads that precompile one spec into one engine at once compile its kernel once: the first
+// to miss the cache compiles, the others wait for its cubin (or find it saved). The spec's two
+// batch classes plan the same kernel (one key), which Engine::prepare also builds on two
+// threads at once. Needs no GPU.
+TEST(Engine, ThreadsAskingForOneKernelAtOnceCompileItOnce) {
+  const auto dir = std::filesystem::temp_directory_path() / "normjit-engine-one-compile";
+  std::filesystem::remove_all(dir);
+  EngineOptions o;
+  o.cache_dir = dir.string();
+  Engine engine(o);
+  const NormSpec spec =
+      NormSpec::parse("op=rmsnorm shape=1024,4096 dtype=bf16 normalized_dims=1 affine=weight");
+  const std::vector<NormSpec> classes = batch_class_specs(spec);
+  ASSERT_EQ(classes.size(), 2u);
+  ASSERT_EQ(key_inputs(classes[1], Target::parse("sm_90")).key(),
+            key_inputs(spec, Target::parse("sm_90")).key());
+  std::vector<std::future<bool>> threads;
+  for (const NormSpec& each : {classes[0], classes[1], classes[0], classes[1]}) {
+    threads.push_back(std::async(std::launch::async,
+                                 [&engine, each] { return engine.precompile(each, "sm_90"); }));
+  }
+  int compiled = 0;
+  for (auto& t : threads) compiled += t.get();
+  EXPECT_GE(compiled, 1);
+  EXPECT_EQ(engine.counters().nvrtc_compiles, 1u);
+  EXPECT_FALSE(engine.precompile(spec, "sm_90"));
+  EXPECT_EQ(engine.counters().nvrtc_compiles, 1u);
   std::filesystem::remove_all(dir);
 }
 
