@@ -3,13 +3,18 @@
 # the next device time"); remove this file once they are made and written up. Build first:
 #   scripts/experiments/build.sh backward-barriers-release-acquire ra   (NJX_BARRIER_RA=1)
 #   scripts/experiments/build.sh row-backward-cluster-pairs-wide pairswide   (NJX_BWD_PAIRS=1)
-# and build-gpu (this checkout). On the GPU machine (carry build-gpu .devcarry):
+#   scripts/experiments/build.sh row-backward-cluster-sum clsum   (NJX_BWD_CLUSTER=2|4)
+# and build-gpu (this checkout). On the GPU machine (carry build-gpu .devcarry/ra
+# .devcarry/pairswide .devcarry/clsum: all of .devcarry with build-gpu is near the 64 MiB limit):
 #   bash scripts/experiments/runs-2026-12-03.sh ra   the channels, GroupNorm and split backward
 #        GPU tests over the ra library with NJX_BARRIER_RA=1 (3 shards at once, ~4 minutes), then,
 #        if they pass, its A/B on scripts/specs/backward-barriers.txt (~4 minutes)
-#   bash scripts/experiments/runs-2026-12-03.sh pairswide   the row backward's GPU tests over
-#        the pairswide library with NJX_BWD_PAIRS=1 (3 shards, ~3 minutes), then, if they pass,
-#        its A/B on the LLM rows (~2 minutes)
+#   bash scripts/experiments/runs-2026-12-03.sh clusters   the A/B of the row backward in
+#        clusters on the LLM rows: this checkout's build-gpu, pairswide (NJX_BWD_PAIRS=1), clsum
+#        with NJX_BWD_CLUSTER=2 and =4 (~4 minutes; timing only)
+#   bash scripts/experiments/runs-2026-12-03.sh cluster-tests LIB KNOB=VALUE   the row
+#        backward's GPU tests over .devcarry/LIB with the knob (3 shards, ~3 minutes), e.g.
+#        cluster-tests clsum NJX_BWD_CLUSTER=4
 #   bash scripts/experiments/runs-2026-12-03.sh ncu-rows   normjit's and compile's kernels of the
 #        RMSNorm rows of 8192 under Nsight Compute (scripts/ncu_rows_vs_compile.sh), ~2 minutes
 # Logs and tables go to $OUT (default ./runs-out).
@@ -41,25 +46,32 @@ case "${1:-}" in
       --specs scripts/specs/backward-barriers.txt --variant head=.devcarry/ra \
       --variant ra=.devcarry/ra:NJX_BARRIER_RA=1 2>&1 | tee "$out/ra-ab.txt"
     ;;
-  pairswide)
+  clusters)
+    timeout 400 python3 scripts/ab_bench.py --rounds 2 --out /tmp/clusters-ab \
+      --specs scripts/specs/row-backward-final-sum.txt --variant head=build-gpu \
+      --variant pairs=.devcarry/pairswide:NJX_BWD_PAIRS=1 \
+      --variant cl2=.devcarry/clsum:NJX_BWD_CLUSTER=2 \
+      --variant cl4=.devcarry/clsum:NJX_BWD_CLUSTER=4 2>&1 | tee "$out/clusters-ab.txt"
+    ;;
+  cluster-tests)
+    lib=${2:?cluster-tests LIB KNOB=VALUE}
+    knob=${3:?cluster-tests LIB KNOB=VALUE}
     s1='BackwardGpu.AdversarialValues:BackwardGpu.LayerNormSeed'
     s2='BackwardGpu.EveryHidden*:BackwardGpu.ParamDtypeAndWeightOffset:BackwardGpu.CApi*:BackwardGpu.Misaligned*'
     s3='BackwardGpu.InPlaceDxOverDy:BackwardGpu.DxOfARow*:BackwardGpu.CudaGraphOnAFresh*:BackwardGpu.WideTeam*:BackwardGpu.DeterministicBitsAcrossRunsAndStreams'
-    mkdir -p /tmp/pairswide-logs
+    logs=/tmp/cluster-tests-$lib
+    mkdir -p "$logs"
     for n in 1 2 3; do
       eval "filter=\$s$n"
-      (NJX_BWD_PAIRS=1 LD_LIBRARY_PATH=.devcarry/pairswide NORMJIT_CACHE_DIR=/tmp/pairswide-cache \
+      (env "$knob" LD_LIBRARY_PATH=.devcarry/$lib NORMJIT_CACHE_DIR=/tmp/cluster-tests-cache \
         timeout 300 build-gpu/tests/gpu/gpu_tests --gtest_filter="$filter" \
-        >"/tmp/pairswide-logs/shard-$n.log" 2>&1
-        echo "pairswide shard $n: exit $?; $(grep -E '^\[  (PASSED|FAILED)  \]' \
-          "/tmp/pairswide-logs/shard-$n.log" | tr '\n' ' ')") &
+        >"$logs/shard-$n.log" 2>&1
+        echo "$lib $knob shard $n: exit $?; $(grep -E '^\[  (PASSED|FAILED)  \]' \
+          "$logs/shard-$n.log" | tr '\n' ' ')") &
     done
     wait
-    tar czf "$out/pairswide-tests.tgz" -C /tmp pairswide-logs
-    grep -h -E '^\[  FAILED  \]' /tmp/pairswide-logs/*.log && exit 1
-    timeout 200 python3 scripts/ab_bench.py --rounds 2 --out /tmp/pairswide-ab \
-      --specs scripts/specs/row-backward-final-sum.txt --variant head=.devcarry/pairswide \
-      --variant pairs=.devcarry/pairswide:NJX_BWD_PAIRS=1 2>&1 | tee "$out/pairswide-ab.txt"
+    tar czf "$out/cluster-tests-$lib.tgz" -C /tmp "cluster-tests-$lib"
+    grep -h -E '^\[  FAILED  \]' "$logs"/*.log && exit 1
     ;;
   ncu-rows)
     OUT="$out/ncu-rows" timeout 300 bash scripts/ncu_rows_vs_compile.sh build-gpu | tee "$out/ncu-rows.txt"
