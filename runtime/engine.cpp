@@ -260,9 +260,13 @@ class EngineImpl {
   // The kernel of cache key `key` compiled by NVRTC and saved to the cache. One compile of a
   // key at a time: the two batch classes of a spec whose plans come out the same (one key),
   // prepared together on two threads, compile once (the second waits for the first's cubin).
-  std::shared_ptr<const CompiledKernel> compile_and_save(
-      const std::string& key, const NormSpec& spec, const KernelPlan& plan,
-      const EmittedKernel& emitted, const cache::KeyInputs& inputs, const Target& target);
+  // recheck_cache: look in the cache again first (the caller missed it).
+  std::shared_ptr<const CompiledKernel> compile_and_save(const std::string& key,
+                                                         const NormSpec& spec,
+                                                         const KernelPlan& plan,
+                                                         const EmittedKernel& emitted,
+                                                         const cache::KeyInputs& inputs,
+                                                         const Target& target, bool recheck_cache);
 
   EngineOptions options_;
   std::unique_ptr<cache::Store> store_;
@@ -377,6 +381,7 @@ std::shared_ptr<const LoadedKernel> EngineImpl::build(const NormSpec& spec, CUco
     return cu.cuModuleGetFunction(&kernel->function, module, lowered.c_str());
   };
 
+  bool rejected = false;  // an entry the driver refused (it may stay in a read-only layer)
   if (std::optional<cache::Entry> entry = store_->load(kernel->key)) {
     const std::string lowered = lowered_name_of(*entry);
     const CUresult r =
@@ -392,6 +397,7 @@ std::shared_ptr<const LoadedKernel> EngineImpl::build(const NormSpec& spec, CUco
       *source = Source::kDisk;
     } else {
       bad_entries_++;
+      rejected = true;
       cache::warn("cache entry " + kernel->key + " for " + spec.to_string() +
                   " was rejected by the driver (" + driver::describe(r) + "); rebuilding it");
       store_->discard(kernel->key);
@@ -402,7 +408,7 @@ std::shared_ptr<const LoadedKernel> EngineImpl::build(const NormSpec& spec, CUco
   if (!kernel->function) {
     if (options_.jit_disabled) throw_jit_disabled(spec, target, kernel->key);
     const std::shared_ptr<const CompiledKernel> compiled =
-        compile_and_save(kernel->key, spec, kernel->plan, emitted, inputs, target);
+        compile_and_save(kernel->key, spec, kernel->plan, emitted, inputs, target, !rejected);
     NORMJIT_CU(load_module(compiled->cubin, compiled->lowered_name));
     *source = Source::kCompiled;
   }
@@ -555,17 +561,21 @@ bool EngineImpl::precompile_one(const NormSpec& spec, const std::string& arch) {
   const std::string key = inputs.key();
   if (store_->load(key)) return false;
   if (options_.jit_disabled) throw_jit_disabled(spec, target, key);
-  compile_and_save(key, spec, p, emitted, inputs, target);
+  compile_and_save(key, spec, p, emitted, inputs, target, /*recheck_cache=*/true);
   return true;
 }
 
 std::shared_ptr<const CompiledKernel> EngineImpl::compile_and_save(
     const std::string& key, const NormSpec& spec, const KernelPlan& plan,
-    const EmittedKernel& emitted, const cache::KeyInputs& inputs, const Target& target) {
+    const EmittedKernel& emitted, const cache::KeyInputs& inputs, const Target& target,
+    bool recheck_cache) {
   return compiles_.run(key, [&] {
     // Saved since the caller missed the cache (a compile of the key that ended just before
-    // this one started, or another process's): loaded, not compiled again.
-    if (std::optional<cache::Entry> entry = store_->load(key)) {
+    // this one started, or another process's): loaded, not compiled again. Not where the
+    // caller found an entry the driver refused: the cache may still hold it.
+    std::optional<cache::Entry> entry;
+    if (recheck_cache) entry = store_->load(key);
+    if (entry) {
       if (std::string lowered = lowered_name_of(*entry); !lowered.empty()) {
         return std::make_shared<const CompiledKernel>(
             CompiledKernel{entry->cubin, entry->ptx, std::move(lowered), ""});
