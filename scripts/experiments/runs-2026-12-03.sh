@@ -24,24 +24,35 @@ cd "$here"
 out=${OUT:-$here/runs-out}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
+
+# test_shards NAME LIB KNOB=VALUE SECONDS FILTER...: build-gpu's gpu_tests over .devcarry/LIB
+# with the knob, one shard a filter, all at once; logs tarred to $out/NAME-tests.tgz. Fails
+# when a test failed.
+test_shards() {
+  local name=$1 lib=$2 knob=$3 seconds=$4 logs=/tmp/$1-logs n=0
+  shift 4
+  mkdir -p "$logs"
+  for filter in "$@"; do
+    n=$((n + 1))
+    (env "$knob" LD_LIBRARY_PATH=".devcarry/$lib" NORMJIT_CACHE_DIR="/tmp/$name-cache" \
+      timeout "$seconds" build-gpu/tests/gpu/gpu_tests --gtest_filter="$filter" \
+      >"$logs/shard-$n.log" 2>&1
+      echo "$name shard $n: exit $?; $(grep -E '^\[  (PASSED|FAILED)  \]' \
+        "$logs/shard-$n.log" | tr '\n' ' ')") &
+  done
+  wait
+  tar czf "$out/$name-tests.tgz" -C /tmp "$name-logs"
+  ! grep -h -E '^\[  FAILED  \]' "$logs"/*.log
+}
+
 case "${1:-}" in
   ra)
     # About 190-210 s of test time a shard (scripts/gpu_test_times.txt).
-    s1='BackwardGpu.StreamedRowsInWaves:BackwardGpu.LongRowsEveryDtypeAndAffineMatchFloat64'
-    s2='BackwardGpu.LongRowsAdversarialValues:BackwardGpu.LongRowsParamDtype*:BackwardGpu.LongRowsDeterministicBits:BackwardGpu.LongRowsDx*:BackwardGpu.LongRowsCudaGraph*:BackwardChannelsGpu.DeterministicBits*:BackwardChannelsGpu.CudaGraph*:BackwardChannelsGpu.AdversarialValues:BackwardChannelsGpu.CApi*:BackwardChannelsGpu.Dram*:BackwardChannelsGpu.Smaller*:BackwardChannelsGpu.ParamDtype*'
-    s3='BackwardChannelsGpu.StreamedGroupNorm*:BackwardChannelsGpu.SeedKernels:BackwardChannelsGpu.ChannelForms*:BackwardChannelsGpu.GroupNormShapes*:BackwardChannelsGpu.ChunkedGroupNorm*'
-    mkdir -p /tmp/ra-logs
-    for n in 1 2 3; do
-      eval "filter=\$s$n"
-      (NJX_BARRIER_RA=1 LD_LIBRARY_PATH=.devcarry/ra NORMJIT_CACHE_DIR=/tmp/ra-cache \
-        timeout 330 build-gpu/tests/gpu/gpu_tests --gtest_filter="$filter" \
-        >"/tmp/ra-logs/shard-$n.log" 2>&1
-        echo "ra shard $n: exit $?; $(grep -E '^\[  (PASSED|FAILED)  \]' \
-          "/tmp/ra-logs/shard-$n.log" | tr '\n' ' ')") &
-    done
-    wait
-    tar czf "$out/ra-tests.tgz" -C /tmp ra-logs
-    grep -h -E '^\[  FAILED  \]' /tmp/ra-logs/*.log && exit 1
+    test_shards ra ra NJX_BARRIER_RA=1 330 \
+      'BackwardGpu.StreamedRowsInWaves:BackwardGpu.LongRowsEveryDtypeAndAffineMatchFloat64' \
+      'BackwardGpu.LongRowsAdversarialValues:BackwardGpu.LongRowsParamDtype*:BackwardGpu.LongRowsDeterministicBits:BackwardGpu.LongRowsDx*:BackwardGpu.LongRowsCudaGraph*:BackwardChannelsGpu.DeterministicBits*:BackwardChannelsGpu.CudaGraph*:BackwardChannelsGpu.AdversarialValues:BackwardChannelsGpu.CApi*:BackwardChannelsGpu.Dram*:BackwardChannelsGpu.Smaller*:BackwardChannelsGpu.ParamDtype*' \
+      'BackwardChannelsGpu.StreamedGroupNorm*:BackwardChannelsGpu.SeedKernels:BackwardChannelsGpu.ChannelForms*:BackwardChannelsGpu.GroupNormShapes*:BackwardChannelsGpu.ChunkedGroupNorm*' ||
+      exit 1
     timeout 280 python3 scripts/ab_bench.py --rounds 2 --out /tmp/ra-ab \
       --specs scripts/specs/backward-barriers.txt --variant head=.devcarry/ra \
       --variant ra=.devcarry/ra:NJX_BARRIER_RA=1 2>&1 | tee "$out/ra-ab.txt"
@@ -56,22 +67,11 @@ case "${1:-}" in
   cluster-tests)
     lib=${2:?cluster-tests LIB KNOB=VALUE}
     knob=${3:?cluster-tests LIB KNOB=VALUE}
-    s1='BackwardGpu.AdversarialValues:BackwardGpu.LayerNormSeed'
-    s2='BackwardGpu.EveryHidden*:BackwardGpu.ParamDtypeAndWeightOffset:BackwardGpu.CApi*:BackwardGpu.Misaligned*'
-    s3='BackwardGpu.InPlaceDxOverDy:BackwardGpu.DxOfARow*:BackwardGpu.CudaGraphOnAFresh*:BackwardGpu.WideTeam*:BackwardGpu.DeterministicBitsAcrossRunsAndStreams'
-    logs=/tmp/cluster-tests-$lib
-    mkdir -p "$logs"
-    for n in 1 2 3; do
-      eval "filter=\$s$n"
-      (env "$knob" LD_LIBRARY_PATH=.devcarry/$lib NORMJIT_CACHE_DIR=/tmp/cluster-tests-cache \
-        timeout 300 build-gpu/tests/gpu/gpu_tests --gtest_filter="$filter" \
-        >"$logs/shard-$n.log" 2>&1
-        echo "$lib $knob shard $n: exit $?; $(grep -E '^\[  (PASSED|FAILED)  \]' \
-          "$logs/shard-$n.log" | tr '\n' ' ')") &
-    done
-    wait
-    tar czf "$out/cluster-tests-$lib.tgz" -C /tmp "cluster-tests-$lib"
-    grep -h -E '^\[  FAILED  \]' "$logs"/*.log && exit 1
+    test_shards "cluster-tests-$lib" "$lib" "$knob" 300 \
+      'BackwardGpu.AdversarialValues:BackwardGpu.LayerNormSeed' \
+      'BackwardGpu.EveryHidden*:BackwardGpu.ParamDtypeAndWeightOffset:BackwardGpu.CApi*:BackwardGpu.Misaligned*' \
+      'BackwardGpu.InPlaceDxOverDy:BackwardGpu.DxOfARow*:BackwardGpu.CudaGraphOnAFresh*:BackwardGpu.WideTeam*:BackwardGpu.DeterministicBitsAcrossRunsAndStreams' ||
+      exit 1
     ;;
   ncu-rows)
     OUT="$out/ncu-rows" timeout 300 bash scripts/ncu_rows_vs_compile.sh build-gpu | tee "$out/ncu-rows.txt"
