@@ -17,6 +17,13 @@
 #        cluster-tests clsum NJX_BWD_CLUSTER=4
 #   bash scripts/experiments/runs-2026-12-03.sh ncu-rows   normjit's and compile's kernels of the
 #        RMSNorm rows of 8192 under Nsight Compute (scripts/ncu_rows_vs_compile.sh), ~2 minutes
+#   bash scripts/experiments/runs-2026-12-03.sh split-fences   the split backward with its
+#        exchange's wait fence (.devcarry/waitfence: split-exchange-wait-fence.patch over the
+#        release/acquire barriers) and without (build-gpu), and head (.devcarry/ra without its knob)
+#        on scripts/specs/split-exchange-fences.txt (~2 minutes; timing only)
+#   bash scripts/experiments/runs-2026-12-03.sh backward-table PART BUDGET   build-gpu's part of
+#        the backward table (scripts/perf_backward.sh --only PART --budget-s BUDGET), its files
+#        tarred to $OUT/backward-PART.tgz
 # Logs and tables go to $OUT (default ./runs-out).
 set -uo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
@@ -72,6 +79,20 @@ case "${1:-}" in
       'BackwardGpu.EveryHidden*:BackwardGpu.ParamDtypeAndWeightOffset:BackwardGpu.CApi*:BackwardGpu.Misaligned*' \
       'BackwardGpu.InPlaceDxOverDy:BackwardGpu.DxOfARow*:BackwardGpu.CudaGraphOnAFresh*:BackwardGpu.WideTeam*:BackwardGpu.DeterministicBitsAcrossRunsAndStreams' ||
       exit 1
+    ;;
+  split-fences)
+    timeout 300 python3 scripts/ab_bench.py --rounds 2 --out /tmp/split-fences-ab \
+      --specs scripts/specs/split-exchange-fences.txt --variant head=.devcarry/ra \
+      --variant nofence=build-gpu --variant waitfence=.devcarry/waitfence 2>&1 |
+      tee "$out/split-fences-ab.txt"
+    ;;
+  backward-table)
+    part=${2:?backward-table PART BUDGET}
+    budget=${3:?backward-table PART BUDGET}
+    NORMJIT_REVISION=${NORMJIT_REVISION:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)} BUILD=build-gpu \
+      OUT=/tmp/backward-$part timeout $((budget + 120)) bash scripts/perf_backward.sh --only "$part" \
+      --budget-s "$budget" 2>&1 | tail -25
+    tar czf "$out/backward-$part.tgz" -C /tmp "backward-$part"
     ;;
   ncu-rows)
     OUT="$out/ncu-rows" timeout 300 bash scripts/ncu_rows_vs_compile.sh build-gpu | tee "$out/ncu-rows.txt"

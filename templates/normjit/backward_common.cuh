@@ -49,34 +49,26 @@ __device__ __forceinline__ float load_global_cg(const float* p) {
 // CTA 0 adds 2^31 - (gridDim.x - 1) and the others 1, so each barrier flips the counter's top
 // bit whatever its value (the scheme of the CUDA cooperative groups' grid sync). Launches on one
 // counter must be ordered (one workspace per stream).
-// kReleaseAcquire: thread 0 arrives with atom.add.release.gpu and polls with ld.acquire.gpu
-// (the CTA's writes, ordered before the arrival by __syncthreads, released with it: release is
-// cumulative) instead of a __threadfence() on each side. On the H200 (performance-notes, "The
-// row backward's grid barrier with release and acquire") the row backward ran 0.95-1.00x the
-// time over 31 rows, never slower; the other kernels keep the fences (not measured).
-template <bool kReleaseAcquire = false>
+// Thread 0 arrives with atom.add.release.gpu (the CTA's writes, ordered before the arrival by
+// __syncthreads, released with it: release is cumulative) and polls with ld.acquire.gpu, a 64 ns
+// sleep before each poll, instead of a relaxed atomic between two __threadfence() (membar.gl).
+// On the H200 the row backward ran 0.95-1.00x the time with it over 31 rows, the channels,
+// GroupNorm and split backward 0.92-1.00x over 14 problems, never slower (performance-notes,
+// "The row backward's grid barrier with release and acquire" and "The other backward kernels'
+// barriers with release and acquire").
 __device__ __forceinline__ void grid_barrier(unsigned int* counter) {
   __syncthreads();
   if (threadIdx.x == 0 && threadIdx.y == 0) {
     const unsigned int add = blockIdx.x == 0 ? 0x80000000u - (gridDim.x - 1) : 1u;
-    if constexpr (kReleaseAcquire) {
-      unsigned int old, now;
-      asm volatile("atom.add.release.gpu.global.u32 %0, [%1], %2;"
-                   : "=r"(old)
-                   : "l"(counter), "r"(add)
-                   : "memory");
-      do {
-        __nanosleep(64);
-        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(now) : "l"(counter) : "memory");
-      } while (((old ^ now) & 0x80000000u) == 0);
-    } else {
-      __threadfence();
-      const unsigned int old = atomicAdd(counter, add);
-      while (((old ^ *static_cast<volatile unsigned int*>(counter)) & 0x80000000u) == 0) {
-        __nanosleep(64);
-      }
-      __threadfence();
-    }
+    unsigned int old, now;
+    asm volatile("atom.add.release.gpu.global.u32 %0, [%1], %2;"
+                 : "=r"(old)
+                 : "l"(counter), "r"(add)
+                 : "memory");
+    do {
+      __nanosleep(64);
+      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(now) : "l"(counter) : "memory");
+    } while (((old ^ now) & 0x80000000u) == 0);
   }
   __syncthreads();
 }

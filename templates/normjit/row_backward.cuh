@@ -384,7 +384,7 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock) row_backward(Pa
         if constexpr (kBias) store_vec<float, V>(slot + (kParams - 1) * kPadded + col(k), db[k]);
       }
     }
-    grid_barrier</*kReleaseAcquire=*/true>(reinterpret_cast<unsigned int*>(p.workspace));
+    grid_barrier(reinterpret_cast<unsigned int*>(p.workspace));
 
     void* const out0 = kWeight ? p.dweight : p.dbias;
     if constexpr (C::kQuadFinalSum) {

@@ -65,7 +65,9 @@ __device__ __forceinline__ float2 load_global_cg2(const float* p) {
 // buffers by generation parity: a CTA publishes g + 2 only after g + 1 completed, that is after
 // every CTA of the slot had read g's. The counter only grows (across launches too): the launch's
 // first generation is floor(counter / P), exact since the generation in progress cannot complete
-// without this CTA.
+// without this CTA. The arrival is a red.release.gpu and the wait an ld.acquire.gpu poll, without
+// __threadfence() (performance-notes, "The other backward kernels' barriers with release and
+// acquire").
 template <int THREADS, long long P, int W>
 struct GradExchange {
   static constexpr int kWarps = THREADS / 32;
@@ -122,8 +124,7 @@ struct GradExchange {
     }
     __syncthreads();  // the partials are written (and warp_sums read) before the arrival
     if (tid == 0) {
-      __threadfence();
-      atomicAdd(counter, 1ull);
+      asm volatile("red.release.gpu.global.add.u64 [%0], 1;" ::"l"(counter) : "memory");
     }
   }
 
@@ -134,7 +135,6 @@ struct GradExchange {
     if (tid == 0) {
       const unsigned long long complete = (g + 1) * P;
       while (load_acquire_u64(counter) < complete) __nanosleep(64);
-      __threadfence();
     }
     __syncthreads();
     const float* in = partials + (g & 1) * kBufferFloats;
