@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# The GPU runs prepared on 2026-12-02 for the next device time (performance-notes, "Prepared for
-# the next device time"); remove this file once they are made and written up. Build first:
+# The GPU runs prepared on 2026-12-02 (performance-notes, "The other backward kernels' barriers
+# with release and acquire" for ra, split-fences, clusters and backward-table, made on
+# 2026-12-02; "Prepared for the next device time" for sbwpf, sbwpf-tests and ncu-rows, not yet
+# made). The libraries (ra, waitfence, pairswide, clsum: patches of 021180a; sbwpf: of 6ef5e04):
 #   scripts/experiments/build.sh backward-barriers-release-acquire ra   (NJX_BARRIER_RA=1)
+#   scripts/experiments/build.sh split-exchange-wait-fence waitfence
 #   scripts/experiments/build.sh row-backward-cluster-pairs-wide pairswide   (NJX_BWD_PAIRS=1)
 #   scripts/experiments/build.sh row-backward-cluster-sum clsum   (NJX_BWD_CLUSTER=2|4)
+#   scripts/experiments/build.sh split-backward-prefetch sbwpf   (NJX_SBW_PF=D)
 # and build-gpu (this checkout). On the GPU machine (carry build-gpu .devcarry/ra
 # .devcarry/pairswide .devcarry/clsum: all of .devcarry with build-gpu is near the 64 MiB limit):
 #   bash scripts/experiments/runs-2026-12-03.sh ra   the channels, GroupNorm and split backward
@@ -24,6 +28,12 @@
 #   bash scripts/experiments/runs-2026-12-03.sh backward-table PART BUDGET   build-gpu's part of
 #        the backward table (scripts/perf_backward.sh --only PART --budget-s BUDGET), its files
 #        tarred to $OUT/backward-PART.tgz
+#   bash scripts/experiments/runs-2026-12-03.sh sbwpf   the split backward's streamed parts with
+#        D steps of x and dy prefetched to L2 ahead of the loads (.devcarry/sbwpf:
+#        split-backward-prefetch.patch, NJX_SBW_PF=D; 0 is head's kernel) on
+#        scripts/specs/split-backward-streamed.txt, D = 0, 2, 4, 8 (~4 minutes; timing only)
+#   bash scripts/experiments/runs-2026-12-03.sh sbwpf-tests D   the split backward's GPU tests
+#        over .devcarry/sbwpf with NJX_SBW_PF=D (3 shards, ~3 minutes)
 # Logs and tables go to $OUT (default ./runs-out).
 set -uo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
@@ -93,6 +103,20 @@ case "${1:-}" in
       OUT=/tmp/backward-$part timeout $((budget + 120)) bash scripts/perf_backward.sh --only "$part" \
       --budget-s "$budget" 2>&1 | tail -25
     tar czf "$out/backward-$part.tgz" -C /tmp "backward-$part"
+    ;;
+  sbwpf)
+    timeout 400 python3 scripts/ab_bench.py --rounds 2 --out /tmp/sbwpf-ab \
+      --specs scripts/specs/split-backward-streamed.txt --variant head=.devcarry/sbwpf \
+      --variant pf2=.devcarry/sbwpf:NJX_SBW_PF=2 --variant pf4=.devcarry/sbwpf:NJX_SBW_PF=4 \
+      --variant pf8=.devcarry/sbwpf:NJX_SBW_PF=8 2>&1 | tee "$out/sbwpf-ab.txt"
+    ;;
+  sbwpf-tests)
+    steps=${2:?sbwpf-tests D}
+    test_shards sbwpf-tests sbwpf "NJX_SBW_PF=$steps" 300 \
+      'BackwardGpu.StreamedRowsInWaves' \
+      'BackwardGpu.LongRowsAdversarialValues:BackwardGpu.LongRowsCudaGraph*:BackwardGpu.LayerNormSeed' \
+      'BackwardGpu.LongRowsEveryDtypeAndAffineMatchFloat64:BackwardGpu.LongRowsDeterministicBits' ||
+      exit 1
     ;;
   ncu-rows)
     OUT="$out/ncu-rows" timeout 300 bash scripts/ncu_rows_vs_compile.sh build-gpu | tee "$out/ncu-rows.txt"
