@@ -31,27 +31,30 @@
 #   bash scripts/experiments/runs-2026-12-03.sh sbwpf   the split backward's streamed parts with
 #        D steps of x and dy prefetched to L2 ahead of the loads (.devcarry/sbwpf:
 #        split-backward-prefetch.patch, NJX_SBW_PF=D; 0 is head's kernel) on
-#        scripts/specs/split-backward-streamed.txt, D = 0, 2, 4, 8 (~4 minutes; timing only)
-#   bash scripts/experiments/runs-2026-12-03.sh sbwpf-tests D   the split backward's GPU tests
-#        over .devcarry/sbwpf with NJX_SBW_PF=D (3 shards, ~3 minutes)
+#        scripts/specs/split-backward-streamed.txt, D = 0, 2, 4, 8 each thread its vectors, and
+#        D = 4 by thread 0's bulk prefetches (NJX_SBW_BULK=1) (~5 minutes; timing only)
+#   bash scripts/experiments/runs-2026-12-03.sh sbwpf-tests KNOBS   the split backward's GPU
+#        tests over .devcarry/sbwpf with KNOBS (e.g. NJX_SBW_PF=4, or "NJX_SBW_PF=4
+#        NJX_SBW_BULK=1") (3 shards, ~3 minutes)
 # Logs and tables go to $OUT (default ./runs-out).
 set -uo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$here"
+cd "$here" || exit 2
 out=${OUT:-$here/runs-out}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 
-# test_shards NAME LIB KNOB=VALUE SECONDS FILTER...: build-gpu's gpu_tests over .devcarry/LIB
-# with the knob, one shard a filter, all at once; logs tarred to $out/NAME-tests.tgz. Fails
-# when a test failed.
+# test_shards NAME LIB "KNOB=VALUE ..." SECONDS FILTER...: build-gpu's gpu_tests over
+# .devcarry/LIB with the knobs (space-separated), one shard a filter, all at once; logs tarred
+# to $out/NAME-tests.tgz. Fails when a test failed.
 test_shards() {
-  local name=$1 lib=$2 knob=$3 seconds=$4 logs=/tmp/$1-logs n=0
+  local name=$1 lib=$2 seconds=$4 logs=/tmp/$1-logs n=0 knobs
+  read -r -a knobs <<<"$3"
   shift 4
   mkdir -p "$logs"
   for filter in "$@"; do
     n=$((n + 1))
-    (env "$knob" LD_LIBRARY_PATH=".devcarry/$lib" NORMJIT_CACHE_DIR="/tmp/$name-cache" \
+    (env "${knobs[@]}" LD_LIBRARY_PATH=".devcarry/$lib" NORMJIT_CACHE_DIR="/tmp/$name-cache" \
       timeout "$seconds" build-gpu/tests/gpu/gpu_tests --gtest_filter="$filter" \
       >"$logs/shard-$n.log" 2>&1
       echo "$name shard $n: exit $?; $(grep -E '^\[  (PASSED|FAILED)  \]' \
@@ -108,11 +111,12 @@ case "${1:-}" in
     timeout 400 python3 scripts/ab_bench.py --rounds 2 --out /tmp/sbwpf-ab \
       --specs scripts/specs/split-backward-streamed.txt --variant head=.devcarry/sbwpf \
       --variant pf2=.devcarry/sbwpf:NJX_SBW_PF=2 --variant pf4=.devcarry/sbwpf:NJX_SBW_PF=4 \
-      --variant pf8=.devcarry/sbwpf:NJX_SBW_PF=8 2>&1 | tee "$out/sbwpf-ab.txt"
+      --variant pf8=.devcarry/sbwpf:NJX_SBW_PF=8 \
+      --variant bulk4=.devcarry/sbwpf:NJX_SBW_PF=4,NJX_SBW_BULK=1 2>&1 | tee "$out/sbwpf-ab.txt"
     ;;
   sbwpf-tests)
-    steps=${2:?sbwpf-tests D}
-    test_shards sbwpf-tests sbwpf "NJX_SBW_PF=$steps" 300 \
+    settings=${2:?sbwpf-tests KNOBS}
+    test_shards sbwpf-tests sbwpf "$settings" 300 \
       'BackwardGpu.StreamedRowsInWaves' \
       'BackwardGpu.LongRowsAdversarialValues:BackwardGpu.LongRowsCudaGraph*:BackwardGpu.LayerNormSeed' \
       'BackwardGpu.LongRowsEveryDtypeAndAffineMatchFloat64:BackwardGpu.LongRowsDeterministicBits' ||
