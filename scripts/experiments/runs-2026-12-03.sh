@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # The GPU runs prepared on 2026-12-02 (performance-notes, "The other backward kernels' barriers
 # with release and acquire" for ra, split-fences, clusters and backward-table, made on
-# 2026-12-02; "Prepared for the next device time" for sbwpf, sbwpf-tests and ncu-rows, not yet
-# made). The libraries (ra, waitfence, pairswide, clsum: patches of 021180a; sbwpf: of 6ef5e04):
+# 2026-12-02; "Prepared for the next device time" for sbwpf, sbwpf-tests, relaxed and ncu-rows,
+# not yet made). The libraries (ra, waitfence, pairswide, clsum: patches of 021180a; sbwpf and
+# relaxed: of 76f600a, whose kernels are 6ef5e04's):
 #   scripts/experiments/build.sh backward-barriers-release-acquire ra   (NJX_BARRIER_RA=1)
 #   scripts/experiments/build.sh split-exchange-wait-fence waitfence
 #   scripts/experiments/build.sh row-backward-cluster-pairs-wide pairswide   (NJX_BWD_PAIRS=1)
 #   scripts/experiments/build.sh row-backward-cluster-sum clsum   (NJX_BWD_CLUSTER=2|4)
 #   scripts/experiments/build.sh split-backward-prefetch sbwpf   (NJX_SBW_PF=D)
-# and build-gpu (this checkout). On the GPU machine (carry build-gpu .devcarry/ra
-# .devcarry/pairswide .devcarry/clsum: all of .devcarry with build-gpu is near the 64 MiB limit):
+#   scripts/experiments/build.sh relaxed-polls relaxed   (NJX_RELAXED_POLLS=1)
+# and build-gpu (this checkout). On the GPU machine (carry build-gpu and the libraries a step
+# uses, e.g. .devcarry/sbwpf .devcarry/relaxed: all of .devcarry with build-gpu is over the
+# 64 MiB the device tool carries):
 #   bash scripts/experiments/runs-2026-12-03.sh ra   the channels, GroupNorm and split backward
 #        GPU tests over the ra library with NJX_BARRIER_RA=1 (3 shards at once, ~4 minutes), then,
 #        if they pass, its A/B on scripts/specs/backward-barriers.txt (~4 minutes)
@@ -36,6 +39,9 @@
 #   bash scripts/experiments/runs-2026-12-03.sh sbwpf-tests KNOBS   the split backward's GPU
 #        tests over .devcarry/sbwpf with KNOBS (e.g. NJX_SBW_PF=4, or "NJX_SBW_PF=4
 #        NJX_SBW_BULK=1") (3 shards, ~3 minutes)
+#   bash scripts/experiments/runs-2026-12-03.sh relaxed   the backward kernels' waits with relaxed
+#        polls and one acquire load (.devcarry/relaxed, NJX_RELAXED_POLLS=1) against head (the
+#        same library, knob off) on scripts/specs/relaxed-polls.txt (~3 minutes; timing only)
 # Logs and tables go to $OUT (default ./runs-out).
 set -uo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
@@ -121,6 +127,11 @@ case "${1:-}" in
       'BackwardGpu.LongRowsAdversarialValues:BackwardGpu.LongRowsCudaGraph*:BackwardGpu.LayerNormSeed' \
       'BackwardGpu.LongRowsEveryDtypeAndAffineMatchFloat64:BackwardGpu.LongRowsDeterministicBits' ||
       exit 1
+    ;;
+  relaxed)
+    timeout 300 python3 scripts/ab_bench.py --rounds 2 --out /tmp/relaxed-ab \
+      --specs scripts/specs/relaxed-polls.txt --variant head=.devcarry/relaxed \
+      --variant relaxed=.devcarry/relaxed:NJX_RELAXED_POLLS=1 2>&1 | tee "$out/relaxed-ab.txt"
     ;;
   ncu-rows)
     OUT="$out/ncu-rows" timeout 300 bash scripts/ncu_rows_vs_compile.sh build-gpu | tee "$out/ncu-rows.txt"
