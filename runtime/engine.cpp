@@ -278,12 +278,9 @@ class EngineImpl {
   std::mutex publish_mutex_;
   std::vector<std::unique_ptr<const Table>> retired_;
 
-  // Single flight: one build per key; other callers wait on its future.
-  std::mutex flight_mutex_;
-  std::unordered_map<ClassKey, std::shared_future<std::shared_ptr<const LoadedKernel>>,
-                     ClassKeyHash>
-      in_flight_;
-
+  // Single flight: one build per class key (plan, compile or load, and the module's load), and
+  // one compile per cache key (two classes may share a kernel); other callers wait for it.
+  detail::SingleFlight<ClassKey, std::shared_ptr<const LoadedKernel>, ClassKeyHash> class_builds_;
   detail::SingleFlight<std::string, std::shared_ptr<const CompiledKernel>> compiles_;
 
   std::mutex context_mutex_;
@@ -499,50 +496,19 @@ Kernel EngineImpl::prepare_class(const NormSpec& spec, CUcontext context) {
       return out;
     }
   }
-  // Miss: join the build in flight for this key, or start it.
-  std::promise<std::shared_ptr<const LoadedKernel>> promise;
-  std::shared_future<std::shared_ptr<const LoadedKernel>> future;
-  bool leader = false;
-  {
-    std::lock_guard<std::mutex> lock(flight_mutex_);
-    const Table* table = table_.load(std::memory_order_acquire);
-    auto it = table->find(key);
-    if (it != table->end()) {
-      memory_hits_++;
-      out.impl_ = it->second;
-      out.source_ = Source::kMemory;
-      return out;
-    }
-    auto flight = in_flight_.find(key);
-    if (flight != in_flight_.end()) {
-      future = flight->second;
-    } else {
-      future = promise.get_future().share();
-      in_flight_.emplace(key, future);
-      leader = true;
-    }
-  }
-  if (!leader) {
-    out.impl_ = future.get();  // rethrows the leader's error
-    out.source_ = Source::kMemory;
-    memory_hits_++;
-    return out;
-  }
-  Source source = Source::kCompiled;
-  try {
+  // Miss: join the build in flight for this key, or start it. A build published (and its
+  // flight ended) since the lookup above is found in the table again inside the flight.
+  Source source = Source::kMemory;
+  out.impl_ = class_builds_.run(key, [&]() -> std::shared_ptr<const LoadedKernel> {
+    const Table* now = table_.load(std::memory_order_acquire);
+    if (auto it = now->find(key); it != now->end()) return it->second;
+    source = Source::kCompiled;
     auto kernel = build(spec, context, &source);
     publish(key, kernel);
-    promise.set_value(kernel);
-    out.impl_ = std::move(kernel);
-    out.source_ = source;
-  } catch (...) {
-    promise.set_exception(std::current_exception());
-    std::lock_guard<std::mutex> lock(flight_mutex_);
-    in_flight_.erase(key);
-    throw;
-  }
-  std::lock_guard<std::mutex> lock(flight_mutex_);
-  in_flight_.erase(key);
+    return kernel;
+  });
+  if (source == Source::kMemory) memory_hits_++;  // another thread's build
+  out.source_ = source;
   return out;
 }
 

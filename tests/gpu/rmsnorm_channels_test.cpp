@@ -1,5 +1,6 @@
 // RMSNorm channel form on the GPU against the float64 reference: many shapes, every dtype,
 // with and without weight, adversarial values, in place, and bad launches refused.
+#include <algorithm>
 #include <filesystem>
 #include <thread>
 
@@ -119,15 +120,23 @@ TEST_F(RmsNormChannels, ConcurrentPreparesCompileOnce) {
   const NormSpec spec = NormSpec::parse("op=rmsnorm shape=2,48,20 dtype=f16");
   std::vector<std::thread> threads;
   std::vector<std::string> keys(8);
+  std::vector<Source> sources(8);
   for (int i = 0; i < 8; ++i) {
     threads.emplace_back([&, i] {
       NORMJIT_CU(driver::api().cuCtxSetCurrent(nullptr));  // each thread finds its context
-      keys[i] = engine.prepare(spec).key();
+      const Kernel kernel = engine.prepare(spec);
+      keys[i] = kernel.key();
+      sources[i] = kernel.source();
     });
   }
   for (auto& t : threads) t.join();
   EXPECT_EQ(engine.counters().nvrtc_compiles, 1u);
   for (const auto& k : keys) EXPECT_EQ(k, keys[0]);
+  // One thread built the kernel (compiled and loaded it); the others waited for that build or
+  // found it published, and took it from memory.
+  EXPECT_EQ(std::count(sources.begin(), sources.end(), Source::kCompiled), 1);
+  EXPECT_EQ(std::count(sources.begin(), sources.end(), Source::kMemory), 7);
+  EXPECT_EQ(engine.counters().memory_hits, 7u);
 }
 
 TEST_F(RmsNormChannels, SecondEngineLoadsFromDisk) {
