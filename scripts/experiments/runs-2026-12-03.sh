@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # The GPU runs prepared on 2026-12-02 (performance-notes, "The other backward kernels' barriers
 # with release and acquire" for ra, split-fences, clusters and backward-table, made on
-# 2026-12-02; "Prepared for the next device time" for sbwpf, sbwpf-tests, relaxed and ncu-rows,
-# not yet made). The libraries (ra, waitfence, pairswide, clsum: patches of 021180a; sbwpf and
-# relaxed: of 76f600a, whose kernels are 6ef5e04's):
+# 2026-12-02; "Prepared for the next device time" for sbwpf, sbwpf-tests, relaxed, cta-minor
+# and ncu-rows, not yet made). The libraries (ra, waitfence, pairswide, clsum: patches of
+# 021180a; sbwpf, relaxed and ctaminor: of 76f600a or later, whose kernels are 6ef5e04's):
 #   scripts/experiments/build.sh backward-barriers-release-acquire ra   (NJX_BARRIER_RA=1)
 #   scripts/experiments/build.sh split-exchange-wait-fence waitfence
 #   scripts/experiments/build.sh row-backward-cluster-pairs-wide pairswide   (NJX_BWD_PAIRS=1)
 #   scripts/experiments/build.sh row-backward-cluster-sum clsum   (NJX_BWD_CLUSTER=2|4)
 #   scripts/experiments/build.sh split-backward-prefetch sbwpf   (NJX_SBW_PF=D)
 #   scripts/experiments/build.sh relaxed-polls relaxed   (NJX_RELAXED_POLLS=1)
+#   scripts/experiments/build.sh final-sums-cta-minor ctaminor   (NJX_CTA_MINOR=1)
 # and build-gpu (this checkout). On the GPU machine (carry build-gpu and the libraries a step
 # uses, e.g. .devcarry/sbwpf .devcarry/relaxed: all of .devcarry with build-gpu is over the
 # 64 MiB the device tool carries):
@@ -42,6 +43,9 @@
 #   bash scripts/experiments/runs-2026-12-03.sh relaxed   the backward kernels' waits with relaxed
 #        polls and one acquire load (.devcarry/relaxed, NJX_RELAXED_POLLS=1) against head (the
 #        same library, knob off) on scripts/specs/relaxed-polls.txt (~3 minutes; timing only)
+#   bash scripts/experiments/runs-2026-12-03.sh cta-minor   the channels and split backward's
+#        final sums CTA-minor (.devcarry/ctaminor, NJX_CTA_MINOR=1) against head (knob off) on
+#        scripts/specs/final-sums-cta-minor.txt (~3 minutes; timing only)
 # Logs and tables go to $OUT (default ./runs-out).
 set -uo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
@@ -132,6 +136,11 @@ case "${1:-}" in
     timeout 300 python3 scripts/ab_bench.py --rounds 2 --out /tmp/relaxed-ab \
       --specs scripts/specs/relaxed-polls.txt --variant head=.devcarry/relaxed \
       --variant relaxed=.devcarry/relaxed:NJX_RELAXED_POLLS=1 2>&1 | tee "$out/relaxed-ab.txt"
+    ;;
+  cta-minor)
+    timeout 300 python3 scripts/ab_bench.py --rounds 2 --out /tmp/cta-minor-ab \
+      --specs scripts/specs/final-sums-cta-minor.txt --variant head=.devcarry/ctaminor \
+      --variant minor=.devcarry/ctaminor:NJX_CTA_MINOR=1 2>&1 | tee "$out/cta-minor-ab.txt"
     ;;
   ncu-rows)
     OUT="$out/ncu-rows" timeout 300 bash scripts/ncu_rows_vs_compile.sh build-gpu | tee "$out/ncu-rows.txt"
