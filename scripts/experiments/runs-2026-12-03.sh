@@ -46,6 +46,8 @@
 #   bash scripts/experiments/runs-2026-12-03.sh cta-minor   the channels and split backward's
 #        final sums CTA-minor (.devcarry/ctaminor, NJX_CTA_MINOR=1) against head (knob off) on
 #        scripts/specs/final-sums-cta-minor.txt (~3 minutes; timing only)
+#   bash scripts/experiments/runs-2026-12-03.sh timing   sbwpf, relaxed and cta-minor in turn (one
+#        device call, ~5 minutes: the clusters step's 4 variants of 14 specs took 159 s)
 # Logs and tables go to $OUT (default ./runs-out).
 set -uo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
@@ -141,6 +143,9 @@ case "${1:-}" in
     timeout 300 python3 scripts/ab_bench.py --rounds 2 --out /tmp/cta-minor-ab \
       --specs scripts/specs/final-sums-cta-minor.txt --variant head=.devcarry/ctaminor \
       --variant minor=.devcarry/ctaminor:NJX_CTA_MINOR=1 2>&1 | tee "$out/cta-minor-ab.txt"
+    ;;
+  timing)
+    for step in sbwpf relaxed cta-minor; do bash "$0" "$step"; done
     ;;
   ncu-rows)
     OUT="$out/ncu-rows" timeout 300 bash scripts/ncu_rows_vs_compile.sh build-gpu | tee "$out/ncu-rows.txt"
