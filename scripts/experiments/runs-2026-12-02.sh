@@ -15,59 +15,29 @@
 #   bash scripts/experiments/runs-2026-12-02.sh clock   each CTA's timestamps, 4 specs
 # Logs and tables go to $OUT (default ./runs-out).
 set -uo pipefail
-here=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$here"
-out=${OUT:-$here/runs-out}
-mkdir -p "$out"
-export PYTHONUNBUFFERED=1
+# shellcheck source=scripts/experiments/lib.sh
+source "$(dirname "$0")/lib.sh"
+
+# tests_then_ab NAME KNOB=VALUE LIB: the row backward's GPU tests over LIB (.devcarry/NAME, or
+# build-gpu) with the knob; if they pass, the A/B of LIB without and with the knob on the LLM and
+# ViT/BERT rows.
+tests_then_ab() {
+  local name=$1 knob=$2 lib=$3 list
+  test_shards "$name" "$lib" "$knob" 300 "${ROW_BACKWARD_FILTERS[@]}" || exit 1
+  for list in row-backward-final-sum row-backward-team-barriers; do
+    timeout 200 python3 scripts/ab_bench.py --rounds 2 --out "/tmp/$name-ab-$list" \
+      --specs "scripts/specs/$list.txt" --variant "head=$lib" \
+      --variant "$name=$lib:$knob" 2>&1 | tee "$out/$name-ab-$list.txt"
+  done
+}
+
 case "${1:-}" in
   flags)
-    # The BackwardGpu tests of the row backward's kernels (the knob leaves the split kernels of
-    # the LongRows* and StreamedRows tests alone), 3 shards of about 3 minutes
-    # (scripts/gpu_test_times.txt), at once.
-    s1='BackwardGpu.AdversarialValues:BackwardGpu.LayerNormSeed'
-    s2='BackwardGpu.EveryHidden*:BackwardGpu.ParamDtypeAndWeightOffset:BackwardGpu.CApi*:BackwardGpu.Misaligned*'
-    s3='BackwardGpu.InPlaceDxOverDy:BackwardGpu.DxOfARow*:BackwardGpu.CudaGraphOnAFresh*:BackwardGpu.WideTeam*:BackwardGpu.DeterministicBitsAcrossRunsAndStreams'
-    mkdir -p /tmp/flags-logs
-    for n in 1 2 3; do
-      eval "filter=\$s$n"
-      (NJX_BWD_FLAGS=1 LD_LIBRARY_PATH=.devcarry/flags NORMJIT_CACHE_DIR=/tmp/flags-cache \
-        timeout 300 build-gpu/tests/gpu/gpu_tests --gtest_filter="$filter" \
-        >"/tmp/flags-logs/shard-$n.log" 2>&1
-        echo "flags shard $n: exit $?; $(grep -E '^\[  (PASSED|FAILED)  \]' \
-          "/tmp/flags-logs/shard-$n.log" | tr '\n' ' ')") &
-    done
-    wait
-    tar czf "$out/flags-tests.tgz" -C /tmp flags-logs
-    grep -h -E '^\[  FAILED  \]' /tmp/flags-logs/*.log && exit 1
-    for list in row-backward-final-sum row-backward-team-barriers; do
-      timeout 200 python3 scripts/ab_bench.py --rounds 2 --out "/tmp/flags-ab-$list" \
-        --specs "scripts/specs/$list.txt" --variant head=.devcarry/flags \
-        --variant flags=.devcarry/flags:NJX_BWD_FLAGS=1 2>&1 | tee "$out/flags-ab-$list.txt"
-    done
+    tests_then_ab flags NJX_BWD_FLAGS=1 .devcarry/flags
     ;;
   pairs)
     # NJX_BWD_PAIRS=1 in this checkout's build-gpu: the row backward's CTAs in clusters of two.
-    s1='BackwardGpu.AdversarialValues:BackwardGpu.LayerNormSeed'
-    s2='BackwardGpu.EveryHidden*:BackwardGpu.ParamDtypeAndWeightOffset:BackwardGpu.CApi*:BackwardGpu.Misaligned*'
-    s3='BackwardGpu.InPlaceDxOverDy:BackwardGpu.DxOfARow*:BackwardGpu.CudaGraphOnAFresh*:BackwardGpu.WideTeam*:BackwardGpu.DeterministicBitsAcrossRunsAndStreams'
-    mkdir -p /tmp/pairs-logs
-    for n in 1 2 3; do
-      eval "filter=\$s$n"
-      (NJX_BWD_PAIRS=1 NORMJIT_CACHE_DIR=/tmp/pairs-cache \
-        timeout 300 build-gpu/tests/gpu/gpu_tests --gtest_filter="$filter" \
-        >"/tmp/pairs-logs/shard-$n.log" 2>&1
-        echo "pairs shard $n: exit $?; $(grep -E '^\[  (PASSED|FAILED)  \]' \
-          "/tmp/pairs-logs/shard-$n.log" | tr '\n' ' ')") &
-    done
-    wait
-    tar czf "$out/pairs-tests.tgz" -C /tmp pairs-logs
-    grep -h -E '^\[  FAILED  \]' /tmp/pairs-logs/*.log && exit 1
-    for list in row-backward-final-sum row-backward-team-barriers; do
-      timeout 200 python3 scripts/ab_bench.py --rounds 2 --out "/tmp/pairs-ab-$list" \
-        --specs "scripts/specs/$list.txt" --variant head=build-gpu \
-        --variant pairs=build-gpu:NJX_BWD_PAIRS=1 2>&1 | tee "$out/pairs-ab-$list.txt"
-    done
+    tests_then_ab pairs NJX_BWD_PAIRS=1 build-gpu
     ;;
   barrier)
     # NJX_BWD_BARRIER=1|2|3 in this checkout's build-gpu: the row backward's grid barrier.

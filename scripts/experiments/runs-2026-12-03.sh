@@ -50,37 +50,13 @@
 #        device call, ~5 minutes: the clusters step's 4 variants of 14 specs took 159 s)
 # Logs and tables go to $OUT (default ./runs-out).
 set -uo pipefail
-here=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$here" || exit 2
-out=${OUT:-$here/runs-out}
-mkdir -p "$out"
-export PYTHONUNBUFFERED=1
-
-# test_shards NAME LIB "KNOB=VALUE ..." SECONDS FILTER...: build-gpu's gpu_tests over
-# .devcarry/LIB with the knobs (space-separated), one shard a filter, all at once; logs tarred
-# to $out/NAME-tests.tgz. Fails when a test failed.
-test_shards() {
-  local name=$1 lib=$2 seconds=$4 logs=/tmp/$1-logs n=0 knobs
-  read -r -a knobs <<<"$3"
-  shift 4
-  mkdir -p "$logs"
-  for filter in "$@"; do
-    n=$((n + 1))
-    (env "${knobs[@]}" LD_LIBRARY_PATH=".devcarry/$lib" NORMJIT_CACHE_DIR="/tmp/$name-cache" \
-      timeout "$seconds" build-gpu/tests/gpu/gpu_tests --gtest_filter="$filter" \
-      >"$logs/shard-$n.log" 2>&1
-      echo "$name shard $n: exit $?; $(grep -E '^\[  (PASSED|FAILED)  \]' \
-        "$logs/shard-$n.log" | tr '\n' ' ')") &
-  done
-  wait
-  tar czf "$out/$name-tests.tgz" -C /tmp "$name-logs"
-  ! grep -h -E '^\[  FAILED  \]' "$logs"/*.log
-}
+# shellcheck source=scripts/experiments/lib.sh
+source "$(dirname "$0")/lib.sh"
 
 case "${1:-}" in
   ra)
     # About 190-210 s of test time a shard (scripts/gpu_test_times.txt).
-    test_shards ra ra NJX_BARRIER_RA=1 330 \
+    test_shards ra .devcarry/ra NJX_BARRIER_RA=1 330 \
       'BackwardGpu.StreamedRowsInWaves:BackwardGpu.LongRowsEveryDtypeAndAffineMatchFloat64' \
       'BackwardGpu.LongRowsAdversarialValues:BackwardGpu.LongRowsParamDtype*:BackwardGpu.LongRowsDeterministicBits:BackwardGpu.LongRowsDx*:BackwardGpu.LongRowsCudaGraph*:BackwardChannelsGpu.DeterministicBits*:BackwardChannelsGpu.CudaGraph*:BackwardChannelsGpu.AdversarialValues:BackwardChannelsGpu.CApi*:BackwardChannelsGpu.Dram*:BackwardChannelsGpu.Smaller*:BackwardChannelsGpu.ParamDtype*' \
       'BackwardChannelsGpu.StreamedGroupNorm*:BackwardChannelsGpu.SeedKernels:BackwardChannelsGpu.ChannelForms*:BackwardChannelsGpu.GroupNormShapes*:BackwardChannelsGpu.ChunkedGroupNorm*' ||
@@ -99,10 +75,7 @@ case "${1:-}" in
   cluster-tests)
     lib=${2:?cluster-tests LIB KNOB=VALUE}
     knob=${3:?cluster-tests LIB KNOB=VALUE}
-    test_shards "cluster-tests-$lib" "$lib" "$knob" 300 \
-      'BackwardGpu.AdversarialValues:BackwardGpu.LayerNormSeed' \
-      'BackwardGpu.EveryHidden*:BackwardGpu.ParamDtypeAndWeightOffset:BackwardGpu.CApi*:BackwardGpu.Misaligned*' \
-      'BackwardGpu.InPlaceDxOverDy:BackwardGpu.DxOfARow*:BackwardGpu.CudaGraphOnAFresh*:BackwardGpu.WideTeam*:BackwardGpu.DeterministicBitsAcrossRunsAndStreams' ||
+    test_shards "cluster-tests-$lib" ".devcarry/$lib" "$knob" 300 "${ROW_BACKWARD_FILTERS[@]}" ||
       exit 1
     ;;
   split-fences)
@@ -128,7 +101,7 @@ case "${1:-}" in
     ;;
   sbwpf-tests)
     settings=${2:?sbwpf-tests KNOBS}
-    test_shards sbwpf-tests sbwpf "$settings" 300 \
+    test_shards sbwpf-tests .devcarry/sbwpf "$settings" 300 \
       'BackwardGpu.StreamedRowsInWaves' \
       'BackwardGpu.LongRowsAdversarialValues:BackwardGpu.LongRowsCudaGraph*:BackwardGpu.LayerNormSeed' \
       'BackwardGpu.LongRowsEveryDtypeAndAffineMatchFloat64:BackwardGpu.LongRowsDeterministicBits' ||
@@ -145,7 +118,9 @@ case "${1:-}" in
       --variant minor=.devcarry/ctaminor:NJX_CTA_MINOR=1 2>&1 | tee "$out/cta-minor-ab.txt"
     ;;
   timing)
-    for step in sbwpf relaxed cta-minor; do bash "$0" "$step"; done
+    for step in sbwpf relaxed cta-minor; do
+      bash "$here/scripts/experiments/runs-2026-12-03.sh" "$step"
+    done
     ;;
   ncu-rows)
     OUT="$out/ncu-rows" timeout 300 bash scripts/ncu_rows_vs_compile.sh build-gpu | tee "$out/ncu-rows.txt"

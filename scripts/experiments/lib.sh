@@ -1,0 +1,39 @@
+# shellcheck shell=bash
+# Shared by the runs-*.sh scripts of scripts/experiments (sourced, not run): the repository root
+# as the working directory, $out (OUT, default ./runs-out), and test_shards.
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$here" || exit 2
+out=${OUT:-$here/runs-out}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+
+# The BackwardGpu tests of the row backward's kernels in 3 shards of about 3 minutes
+# (scripts/gpu_test_times.txt); the split kernels of the LongRows* and StreamedRows tests are
+# not among them.
+# shellcheck disable=SC2034  # used by the scripts that source this file
+ROW_BACKWARD_FILTERS=(
+  'BackwardGpu.AdversarialValues:BackwardGpu.LayerNormSeed'
+  'BackwardGpu.EveryHidden*:BackwardGpu.ParamDtypeAndWeightOffset:BackwardGpu.CApi*:BackwardGpu.Misaligned*'
+  'BackwardGpu.InPlaceDxOverDy:BackwardGpu.DxOfARow*:BackwardGpu.CudaGraphOnAFresh*:BackwardGpu.WideTeam*:BackwardGpu.DeterministicBitsAcrossRunsAndStreams'
+)
+
+# test_shards NAME LIB "KNOB=VALUE ..." SECONDS FILTER...: build-gpu's gpu_tests over the
+# library in folder LIB (e.g. .devcarry/ra, or build-gpu) with the knobs (space-separated), one
+# shard a filter, all at once; logs tarred to $out/NAME-tests.tgz. Fails when a test failed.
+test_shards() {
+  local name=$1 lib=$2 seconds=$4 logs=/tmp/$1-logs n=0 knobs
+  read -r -a knobs <<<"$3"
+  shift 4
+  mkdir -p "$logs"
+  for filter in "$@"; do
+    n=$((n + 1))
+    (env "${knobs[@]}" LD_LIBRARY_PATH="$lib" NORMJIT_CACHE_DIR="/tmp/$name-cache" \
+      timeout "$seconds" build-gpu/tests/gpu/gpu_tests --gtest_filter="$filter" \
+      >"$logs/shard-$n.log" 2>&1
+      echo "$name shard $n: exit $?; $(grep -E '^\[  (PASSED|FAILED)  \]' \
+        "$logs/shard-$n.log" | tr '\n' ' ')") &
+  done
+  wait
+  tar czf "$out/$name-tests.tgz" -C /tmp "$name-logs"
+  ! grep -h -E '^\[  FAILED  \]' "$logs"/*.log
+}
