@@ -261,6 +261,7 @@ void split_backward_fields(const KernelPlan& p, Fields& f) {
   f.integer("kWaveRows", int(p.wave_rows));
   f.flag("kReloadWeight", p.reload_weight);
   f.flag("kSharedBiasSums", p.shared_sums);
+  f.integer("kStepsAhead", p.prefetch);
   f.size("kWorkspaceHeaderFloats", p.workspace_header_floats());
   f.size("kWorkspaceSlotFloats", p.workspace_slot_floats());
 }

@@ -830,6 +830,14 @@ constexpr int kSplitBackwardBlocksPerSmHeld = 3;
 // fast or up to 12% slower (performance-notes, 2026-11-24).
 constexpr int kSplitBackwardPieceValues = 8;
 constexpr int kSplitBackwardWaveRows = 16;
+// Streamed parts whose piece is one vector a thread (16-bit x: 16 bytes each of x and dy) wait a
+// DRAM round trip each step with that little in flight; each thread starts its vectors this many
+// steps ahead towards L2. On the H200 (performance-notes, "The split backward's streamed steps
+// prefetched ahead") the bf16 LayerNorm seed's backward took 0.85x the time (2 steps; 4: 0.87x,
+// 8: 1.05x), RMSNorm bf16 rows of 4 Mi 0.84x, LayerNorm bf16 rows of 2 Mi 0.86x. Where it did
+// not help it is not done: two vectors a piece (f32: 1.02-1.03x) or waves of one row (no
+// parameters, the second read from L2: 1.27x).
+constexpr int kSplitBackwardStepsAhead = 2;
 
 std::string row_split_backward(const Problem& pr, const Target& target, KernelPlan& p) {
   const int64_t h = pr.row_length;
@@ -877,6 +885,8 @@ std::string row_split_backward(const Problem& pr, const Target& target, KernelPl
     p.segment = units * unit;
     p.split_chunks = ceil_div(h, p.segment);
     p.wave_rows = params_of(pr) > 0 ? kSplitBackwardWaveRows : 1;
+    p.prefetch =
+        target.sm >= 90 && p.vectors == 1 && p.wave_rows > 1 ? kSplitBackwardStepsAhead : 0;
     why << "backward: rows of " << h << " elements exceed what " << capacity
         << " co-resident CTAs hold in registers: each row is split over " << p.split_chunks
         << " co-resident CTAs of " << p.segment << " elements, each streaming its part twice in "
@@ -885,6 +895,10 @@ std::string row_split_backward(const Problem& pr, const Target& target, KernelPl
         << (p.wave_rows == 1 ? " row" : " rows")
         << ", each CTA's sums of g and g * xhat of a wave's rows exchanged once and added in "
            "chunk order";
+    if (p.prefetch > 0) {
+      why << "; each thread starts its vectors of x and dy " << p.prefetch
+          << " steps (a row's piece) ahead of its loads towards L2";
+    }
   }
   why << "; " << p.split_blocks_per_sm << " CTAs of " << kSplitBackwardThreads << " threads per SM";
   if (pr.weight || pr.bias) {
@@ -1675,7 +1689,8 @@ std::string KernelPlan::to_string() const {
       os << "vectors per thread" << (pieces == 1 ? "" : " per piece") << ": " << vectors << "\n"
          << "segment: " << segment << " elements per CTA, " << pieces
          << (pieces == 1 ? " piece (in registers)" : " pieces (streamed, read twice)") << "\n"
-         << "rows per exchange: " << wave_rows << "\n";
+         << "rows per exchange: " << wave_rows << "\n"
+         << "steps prefetched ahead: " << prefetch << "\n";
       break;
     case Strategy::kGroupNhwc:
       os << "positions per thread per piece: " << vectors << "\n"

@@ -91,6 +91,8 @@ struct KernelPlan {
                                   // kRowBackward: 1 each team's next row into L2; 2
                                   // also its words into registers (the L2 prefetch
                                   // then the row after it)
+                                  // kRowSplitBackward: streamed steps (a row's piece) whose
+                                  // x and dy each thread prefetches into L2 ahead
   int64_t segment = 0;            // kRowStream, kRowSplitBackward: elements of a row per CTA;
                                   // kGroupNhwc: positions
   int pieces = 0;                 // kGroupNhwc, kRowSplitBackward: pieces of `vectors` vectors

@@ -17,6 +17,15 @@ ROW_BACKWARD_FILTERS=(
   'BackwardGpu.InPlaceDxOverDy:BackwardGpu.DxOfARow*:BackwardGpu.CudaGraphOnAFresh*:BackwardGpu.WideTeam*:BackwardGpu.DeterministicBitsAcrossRunsAndStreams'
 )
 
+# The channels, GroupNorm and split backward's GPU tests in 3 shards of about 190-210 s
+# (scripts/gpu_test_times.txt).
+# shellcheck disable=SC2034  # used by the scripts that source this file
+SPLIT_CHANNELS_FILTERS=(
+  'BackwardGpu.StreamedRowsInWaves:BackwardGpu.LongRowsEveryDtypeAndAffineMatchFloat64'
+  'BackwardGpu.LongRowsAdversarialValues:BackwardGpu.LongRowsParamDtype*:BackwardGpu.LongRowsDeterministicBits:BackwardGpu.LongRowsDx*:BackwardGpu.LongRowsCudaGraph*:BackwardChannelsGpu.DeterministicBits*:BackwardChannelsGpu.CudaGraph*:BackwardChannelsGpu.AdversarialValues:BackwardChannelsGpu.CApi*:BackwardChannelsGpu.Dram*:BackwardChannelsGpu.Smaller*:BackwardChannelsGpu.ParamDtype*'
+  'BackwardChannelsGpu.StreamedGroupNorm*:BackwardChannelsGpu.SeedKernels:BackwardChannelsGpu.ChannelForms*:BackwardChannelsGpu.GroupNormShapes*:BackwardChannelsGpu.ChunkedGroupNorm*'
+)
+
 # test_shards NAME LIB "KNOB=VALUE ..." SECONDS FILTER...: build-gpu's gpu_tests over the
 # library in folder LIB (e.g. .devcarry/ra, or build-gpu) with the knobs (space-separated), one
 # shard a filter, all at once; logs tarred to $out/NAME-tests.tgz. Fails when a test failed.

@@ -48,6 +48,11 @@
 #        scripts/specs/final-sums-cta-minor.txt (~3 minutes; timing only)
 #   bash scripts/experiments/runs-2026-12-03.sh timing   sbwpf, relaxed and cta-minor in turn (one
 #        device call, ~5 minutes: the clusters step's 4 variants of 14 specs took 159 s)
+#   bash scripts/experiments/runs-2026-12-03.sh landed   build-gpu with the split backward's steps
+#        prefetched ahead and the CTA-minor final sums as rules: the channels, GroupNorm and split
+#        backward's GPU tests (3 shards), then its A/B against the kernels before (.devcarry/sbwpf
+#        and .devcarry/ctaminor without their knobs) on split-backward-streamed.txt, beside D = 1
+#        and 3 (NJX_SBW_PF), and on final-sums-cta-minor.txt (~6 minutes)
 # Logs and tables go to $OUT (default ./runs-out).
 set -uo pipefail
 # shellcheck source=scripts/experiments/lib.sh
@@ -55,12 +60,7 @@ source "$(dirname "$0")/lib.sh"
 
 case "${1:-}" in
   ra)
-    # About 190-210 s of test time a shard (scripts/gpu_test_times.txt).
-    test_shards ra .devcarry/ra NJX_BARRIER_RA=1 330 \
-      'BackwardGpu.StreamedRowsInWaves:BackwardGpu.LongRowsEveryDtypeAndAffineMatchFloat64' \
-      'BackwardGpu.LongRowsAdversarialValues:BackwardGpu.LongRowsParamDtype*:BackwardGpu.LongRowsDeterministicBits:BackwardGpu.LongRowsDx*:BackwardGpu.LongRowsCudaGraph*:BackwardChannelsGpu.DeterministicBits*:BackwardChannelsGpu.CudaGraph*:BackwardChannelsGpu.AdversarialValues:BackwardChannelsGpu.CApi*:BackwardChannelsGpu.Dram*:BackwardChannelsGpu.Smaller*:BackwardChannelsGpu.ParamDtype*' \
-      'BackwardChannelsGpu.StreamedGroupNorm*:BackwardChannelsGpu.SeedKernels:BackwardChannelsGpu.ChannelForms*:BackwardChannelsGpu.GroupNormShapes*:BackwardChannelsGpu.ChunkedGroupNorm*' ||
-      exit 1
+    test_shards ra .devcarry/ra NJX_BARRIER_RA=1 330 "${SPLIT_CHANNELS_FILTERS[@]}" || exit 1
     timeout 280 python3 scripts/ab_bench.py --rounds 2 --out /tmp/ra-ab \
       --specs scripts/specs/backward-barriers.txt --variant head=.devcarry/ra \
       --variant ra=.devcarry/ra:NJX_BARRIER_RA=1 2>&1 | tee "$out/ra-ab.txt"
@@ -121,6 +121,16 @@ case "${1:-}" in
     for step in sbwpf relaxed cta-minor; do
       bash "$here/scripts/experiments/runs-2026-12-03.sh" "$step"
     done
+    ;;
+  landed)
+    test_shards landed build-gpu "" 330 "${SPLIT_CHANNELS_FILTERS[@]}" || exit 1
+    timeout 300 python3 scripts/ab_bench.py --rounds 2 --out /tmp/landed-streamed-ab \
+      --specs scripts/specs/split-backward-streamed.txt --variant before=.devcarry/sbwpf \
+      --variant landed=build-gpu --variant pf1=.devcarry/sbwpf:NJX_SBW_PF=1 \
+      --variant pf3=.devcarry/sbwpf:NJX_SBW_PF=3 2>&1 | tee "$out/landed-streamed-ab.txt"
+    timeout 200 python3 scripts/ab_bench.py --rounds 2 --out /tmp/landed-sums-ab \
+      --specs scripts/specs/final-sums-cta-minor.txt --variant before=.devcarry/ctaminor \
+      --variant landed=build-gpu 2>&1 | tee "$out/landed-sums-ab.txt"
     ;;
   ncu-rows)
     OUT="$out/ncu-rows" timeout 300 bash scripts/ncu_rows_vs_compile.sh build-gpu | tee "$out/ncu-rows.txt"

@@ -82,18 +82,20 @@ __device__ __forceinline__ void grid_barrier(unsigned int* counter) {
 // thread per column would (a few thousand columns against hundreds of slots: one thread per
 // column would wait on hundreds of dependent L2 round trips). Every thread of the grid calls it;
 // `tid` is its index in its CTA of kThreads threads.
-// kCtaMinor numbers the grid's warps CTA-minor (warp w of CTA b is b + w * gridDim.x), so that
-// consecutive groups of columns go to different CTAs: where the columns are fewer than the grid's
-// warps take, every multiprocessor takes part. CTA-major (b * warps a CTA + w), rows of 4096
-// columns sum on the first 64 CTAs of 132 while the others exit. Either way the same bits.
-template <bool kCtaMinor, int kThreads>
+// The final sums number the grid's warps CTA-minor (sum_warp: warp w of CTA b is
+// b + w * gridDim.x), so that consecutive groups of columns go to different CTAs: where the
+// columns are fewer than the grid's warps take, every multiprocessor takes part. CTA-major
+// (b * warps a CTA + w), rows of 4096 columns summed on the first 64 CTAs of 132 while the others
+// exited; ConvNeXt's [32, 768, 7, 7] on the first 48 of 132. On the H200 (performance-notes,
+// "CTA-minor final sums in the channels and split backward") 0.97-1.00x the time of CTA-major.
+// Either way the same bits: the order of each column's additions does not change.
+template <int kThreads>
 __device__ __forceinline__ long long sum_warp(int tid) {
-  return kCtaMinor ? (long long)(tid / 32) * gridDim.x + blockIdx.x
-                   : (long long)blockIdx.x * (kThreads / 32) + tid / 32;
+  return (long long)(tid / 32) * gridDim.x + blockIdx.x;
 }
 
 template <class P, int kThreads, int kParams, long long kLength, long long kPadded,
-          long long kSlotFloats, bool kCtaMinor = false>
+          long long kSlotFloats>
 __device__ __forceinline__ void add_slots_in_order(const float* slots, int tid, void* out0,
                                                    void* out1) {
   static_assert(kThreads % 32 == 0, "whole warps sum the partials");
@@ -101,7 +103,7 @@ __device__ __forceinline__ void add_slots_in_order(const float* slots, int tid, 
   constexpr long long kColumns = kParams * kLength;
   const int lane = tid % 32;
   const long long warps = (long long)gridDim.x * (kThreads / 32);
-  const long long warp = sum_warp<kCtaMinor, kThreads>(tid);
+  const long long warp = sum_warp<kThreads>(tid);
   const int n = gridDim.x, q = lane % Q;
   // The same trip count for every lane of the warp (the shuffles need all 32).
   for (long long first = warp * kColumnsPerWarp; first < kColumns;
@@ -180,7 +182,7 @@ __device__ __forceinline__ void add_slot_quads_in_order(const float* slots, int 
   constexpr long long kGroups = kParams * kLength / 4, kGroupsPerParam = kLength / 4;
   const int lane = tid % 32;
   const long long warps = (long long)gridDim.x * (kThreads / 32);
-  const long long warp = sum_warp<true, kThreads>(tid);
+  const long long warp = sum_warp<kThreads>(tid);
   const int n = gridDim.x, q = lane % Q;
   // The same trip count for every lane of the warp (the shuffles need all 32).
   for (long long first = warp * kGroupsPerWarp; first < kGroups; first += warps * kGroupsPerWarp) {

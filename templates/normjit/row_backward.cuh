@@ -391,7 +391,7 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock) row_backward(Pa
       add_slot_quads_in_order<P, TEAM * ROWS, kParams, H, kPadded, C::kWorkspaceSlotFloats>(
           slots, threadIdx.y * TEAM + tid, out0, p.dbias);
     } else {
-      add_slots_in_order<P, TEAM * ROWS, kParams, H, kPadded, C::kWorkspaceSlotFloats, true>(
+      add_slots_in_order<P, TEAM * ROWS, kParams, H, kPadded, C::kWorkspaceSlotFloats>(
           slots, threadIdx.y * TEAM + tid, out0, p.dbias);
     }
   }

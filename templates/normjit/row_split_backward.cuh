@@ -172,7 +172,7 @@ __device__ __forceinline__ void add_slices_with(const float* slices, long long s
   constexpr long long kVectors = kParams * P * kVectorsPerChunk;
   const int tid = threadIdx.x, lane = tid % 32, q = lane % Q;
   const long long warps = (long long)gridDim.x * (kThreads / 32);
-  const long long warp = (long long)blockIdx.x * (kThreads / 32) + tid / 32;
+  const long long warp = sum_warp<kThreads>(tid);
   // The same trip count for every lane of the warp (the shuffles need all 32).
   for (long long first = warp * kPerWarp; first < kVectors; first += warps * kPerWarp) {
     const long long v = first + lane / Q;
@@ -243,6 +243,8 @@ __device__ __forceinline__ void add_slices_in_order(const float* slices, long lo
 //   kWaveRows                 W: rows of a slot per exchange (held: 1)
 //   kReloadWeight             held: the weight loaded with each row instead of held
 //   kSharedBiasSums           held: each thread's dbias sums in shared memory, not registers
+//   kStepsAhead               streamed: each step's vectors of x and dy started towards L2 this
+//                             many steps of the wave's walk ahead of its loads (0: none)
 //   kWorkspaceHeaderFloats    the plan's floats before the slots (checked against the layout)
 //   kWorkspaceSlotFloats      the plan's floats per slot (checked against the layout)
 template <class C>
@@ -412,6 +414,40 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm) row_split_backwa
       }
       __syncthreads();
 
+      // A step is one row's piece; the wave's walk is pass 1's pieces, each over the wave's
+      // rows, then pass 2's. With kStepsAhead = D, each step first starts this thread's vectors
+      // of x and dy D steps further on towards L2 (prefetch.global.L2: no registers held), so
+      // that D more steps of each thread are in flight beside its loads; without it a step waits
+      // a DRAM round trip with one piece's vectors in flight (16 KiB an SM for bf16 at 2 CTAs of
+      // 256 threads).
+      long long ahead_piece = 0;
+      int ahead_row = 0, ahead_pass = 0;
+      const auto advance_ahead = [&] {
+        if (++ahead_row == n) {
+          ahead_row = 0;
+          if (++ahead_piece == kPieces) ahead_piece = 0, ++ahead_pass;
+        }
+      };
+      const auto step_ahead = [&] {
+        if constexpr (C::kStepsAhead > 0) {
+          if (ahead_pass < 2) {
+            const long long at = begin + ahead_piece * kPiece;
+            const long long row = first + ahead_row * slots;
+#pragma unroll
+            for (int k = 0; k < K; ++k) {
+              if (col(at, k) < end) {
+                prefetch_l2_vector(x_all + row * H + col(at, k));
+                prefetch_l2_vector(dy_all + row * H + col(at, k));
+              }
+            }
+          }
+          advance_ahead();
+        }
+      };
+      if constexpr (C::kStepsAhead > 0) {
+        for (int d = 0; d < C::kStepsAhead; ++d) advance_ahead();
+      }
+
       // Pass 1: each piece over the wave's rows.
       GradSums sums[W];
 #pragma unroll
@@ -428,6 +464,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm) row_split_backwa
           const float mean = stats[0][r], rstd = stats[1][r];
           const X* x = x_all + row * H;
           const X* dy = dy_all + row * H;
+          step_ahead();
           float xv[K][V], gv[K][V];
 #pragma unroll
           for (int k = 0; k < K; ++k) {
@@ -499,6 +536,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm) row_split_backwa
           const X* x = x_all + row * H;
           const X* dy = dy_all + row * H;
           X* dx = dx_all + row * H;
+          step_ahead();
           float xv[K][V], gv[K][V];
 #pragma unroll
           for (int k = 0; k < K; ++k) {

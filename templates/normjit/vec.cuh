@@ -244,4 +244,10 @@ __device__ __forceinline__ void prefetch_l2(const T* row, long long begin, long 
 #endif
 }
 
+// Starts pulling the 16-byte vector (or the line holding it) at p into L2: one thread's hint,
+// nothing waits for it.
+__device__ __forceinline__ void prefetch_l2_vector(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
 }  // namespace normjit
