@@ -26,6 +26,15 @@ SPLIT_CHANNELS_FILTERS=(
   'BackwardChannelsGpu.StreamedGroupNorm*:BackwardChannelsGpu.SeedKernels:BackwardChannelsGpu.ChannelForms*:BackwardChannelsGpu.GroupNormShapes*:BackwardChannelsGpu.ChunkedGroupNorm*'
 )
 
+# The split backward's streamed rows' GPU tests (the LayerNorm seed among them) in 3 shards of
+# about 2 minutes.
+# shellcheck disable=SC2034  # used by the scripts that source this file
+SPLIT_STREAMED_FILTERS=(
+  'BackwardGpu.StreamedRowsInWaves'
+  'BackwardGpu.LongRowsAdversarialValues:BackwardGpu.LongRowsCudaGraph*:BackwardGpu.LayerNormSeed'
+  'BackwardGpu.LongRowsEveryDtypeAndAffineMatchFloat64:BackwardGpu.LongRowsDeterministicBits'
+)
+
 # test_shards NAME LIB "KNOB=VALUE ..." SECONDS FILTER...: build-gpu's gpu_tests over the
 # library in folder LIB (e.g. .devcarry/ra, or build-gpu) with the knobs (space-separated), one
 # shard a filter, all at once; logs tarred to $out/NAME-tests.tgz. Fails when a test failed.

@@ -101,10 +101,7 @@ case "${1:-}" in
     ;;
   sbwpf-tests)
     settings=${2:?sbwpf-tests KNOBS}
-    test_shards sbwpf-tests .devcarry/sbwpf "$settings" 300 \
-      'BackwardGpu.StreamedRowsInWaves' \
-      'BackwardGpu.LongRowsAdversarialValues:BackwardGpu.LongRowsCudaGraph*:BackwardGpu.LayerNormSeed' \
-      'BackwardGpu.LongRowsEveryDtypeAndAffineMatchFloat64:BackwardGpu.LongRowsDeterministicBits' ||
+    test_shards sbwpf-tests .devcarry/sbwpf "$settings" 300 "${SPLIT_STREAMED_FILTERS[@]}" ||
       exit 1
     ;;
   relaxed)
