@@ -1062,8 +1062,8 @@ std::string group_backward(const Problem& pr, const Target& target, KernelPlan& 
         << " loaded while dx of one is stored";
   }
   why << "), " << p.units_per_channel << " per channel, " << row_units << " per group of "
-      << pr.row_length << " elements; rows in waves of " << p.wave_rows
-      << " (x and dy of a wave: " << p.wave_rows * row_bytes
+      << pr.row_length << " elements; rows in waves of up to " << p.wave_rows
+      << " (the kernel serves any batch; x and dy of a full wave: " << p.wave_rows * row_bytes
       << (stream ? " bytes, read again from DRAM" : " bytes, kept for the second read in L2")
       << "), one grid barrier per wave: each unit's sums of dy and dy * xhat, then dx from its "
          "row's sums (x and dy read twice)";
