@@ -836,7 +836,8 @@ constexpr int kSplitBackwardWaveRows = 16;
 // prefetched ahead") the bf16 LayerNorm seed's backward took 0.85x the time (2 steps; 4: 0.87x,
 // 8: 1.05x), RMSNorm bf16 rows of 4 Mi 0.84x, LayerNorm bf16 rows of 2 Mi 0.86x. Where it did
 // not help it is not done: two vectors a piece (f32: 1.02-1.03x) or waves of one row (no
-// parameters, the second read from L2: 1.27x).
+// parameters, the second read from L2: 1.27x). Narrower accesses (odd rows) are not measured and
+// go without.
 constexpr int kSplitBackwardStepsAhead = 2;
 
 std::string row_split_backward(const Problem& pr, const Target& target, KernelPlan& p) {
@@ -885,8 +886,8 @@ std::string row_split_backward(const Problem& pr, const Target& target, KernelPl
     p.segment = units * unit;
     p.split_chunks = ceil_div(h, p.segment);
     p.wave_rows = params_of(pr) > 0 ? kSplitBackwardWaveRows : 1;
-    p.prefetch =
-        target.sm >= 90 && p.vectors == 1 && p.wave_rows > 1 ? kSplitBackwardStepsAhead : 0;
+    const bool one_vector = p.vectors == 1 && p.vec * size_of(pr.x) == kAccessBytes;
+    p.prefetch = target.sm >= 90 && one_vector && p.wave_rows > 1 ? kSplitBackwardStepsAhead : 0;
     why << "backward: rows of " << h << " elements exceed what " << capacity
         << " co-resident CTAs hold in registers: each row is split over " << p.split_chunks
         << " co-resident CTAs of " << p.segment << " elements, each streaming its part twice in "

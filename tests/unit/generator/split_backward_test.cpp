@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 
 #include "generator/emit.hpp"
 #include "generator/plan.hpp"
@@ -130,6 +131,31 @@ TEST(SplitBackwardPlan, RowsLongerThanTheChipHoldsAreStreamedInWaves) {
   // Fewer SMs hold less: a row held on 132 SMs is streamed on 16.
   EXPECT_EQ(plan_of("op=layernorm shape=2,1000003 dtype=f16").pieces, 1);
   EXPECT_GT(plan_of("op=layernorm shape=2,1000003 dtype=f16", "sm_90:16").pieces, 1);
+}
+
+TEST(SplitBackwardPlan, StreamedStepsOfOneVectorInWavesOfRowsPrefetchTwoStepsAhead) {
+  // The bf16 seed: one 16-byte vector a thread a piece, waves of 16 rows (parameters), sm_90.
+  const KernelPlan seed = plan_of("op=layernorm shape=16,64,256,256 normalized_dims=3 dtype=bf16");
+  EXPECT_EQ(seed.prefetch, 2);
+  EXPECT_TRUE(has(seed.to_string(), "steps prefetched ahead: 2\n"));
+  EXPECT_TRUE(has(seed.why, "2 steps (a row's piece) ahead of its loads towards L2"));
+  EXPECT_TRUE(has(emit(seed).source, "  static constexpr int kStepsAhead = 2;"));
+  // Not where it was slower or not measured: two vectors a piece (the f32 seed), waves of one
+  // row (no parameters), before sm_90, narrower accesses (odd rows), parts held in registers.
+  for (const auto& [spec, target] : {
+           std::pair{"op=layernorm shape=16,64,256,256 normalized_dims=3", "sm_90"},
+           std::pair{"op=layernorm shape=16,64,256,256 normalized_dims=3 dtype=bf16 affine=none",
+                     "sm_90"},
+           std::pair{"op=layernorm shape=16,64,256,256 normalized_dims=3 dtype=bf16", "sm_80"},
+           std::pair{"op=layernorm shape=2,1081345 affine=weight", "sm_90"},
+           std::pair{"op=rmsnorm shape=4096,32768 dtype=bf16 affine=weight", "sm_90"},
+       }) {
+    const KernelPlan p = plan_of(spec, target);
+    ASSERT_EQ(p.strategy, Strategy::kRowSplitBackward) << spec << " " << target;
+    EXPECT_EQ(p.prefetch, 0) << spec << " " << target;
+    EXPECT_FALSE(has(p.why, "ahead of its loads")) << spec << " " << target;
+    EXPECT_TRUE(has(emit(p).source, "  static constexpr int kStepsAhead = 0;")) << spec;
+  }
 }
 
 TEST(SplitBackwardPlan, GridIsWholeSlotsOfPCtas) {
