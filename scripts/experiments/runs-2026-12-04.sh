@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU runs prepared on 2026-12-02 after session 42's device time (performance-notes, "The
 # split backward's streamed steps prefetched ahead ..." and "Prepared for the next device time
-# (2026-12-03)"). The library (a patch of 861eb94, whose kernels are 67d5564's):
+# (2026-12-03)"). The library (a patch of c5ed001, whose kernels are 67d5564's but for odd rows):
 #   scripts/experiments/build.sh split-backward-piece-wave sbwpw
 #        (NJX_SBW_W=w rows a wave with parameters; NJX_SBW_VALUES=n values a thread a piece;
 #        NJX_SBW_PF=d steps ahead, overriding the rule; NJX_SBW_REV=1 pass 2 in reverse)
