@@ -29,9 +29,10 @@
 #        exchange's wait fence (.devcarry/waitfence: split-exchange-wait-fence.patch over the
 #        release/acquire barriers) and without (build-gpu), and head (.devcarry/ra without its knob)
 #        on scripts/specs/split-exchange-fences.txt (~2 minutes; timing only)
-#   bash scripts/experiments/runs-2026-12-03.sh backward-table PART BUDGET   build-gpu's part of
-#        the backward table (scripts/perf_backward.sh --only PART --budget-s BUDGET), its files
-#        tarred to $OUT/backward-PART.tgz
+#   NORMJIT_REVISION=REV bash scripts/experiments/runs-2026-12-03.sh backward-table PART BUDGET
+#        build-gpu's part of the backward table (scripts/perf_backward.sh --only PART --budget-s
+#        BUDGET), its files tarred to $OUT/backward-PART.tgz; REV typed in (the commit build-gpu
+#        was built at), not asked of the device copy's git
 #   bash scripts/experiments/runs-2026-12-03.sh sbwpf   the split backward's streamed parts with
 #        D steps of x and dy prefetched to L2 ahead of the loads (.devcarry/sbwpf:
 #        split-backward-prefetch.patch, NJX_SBW_PF=D; 0 is head's kernel) on
@@ -87,7 +88,10 @@ case "${1:-}" in
   backward-table)
     part=${2:?backward-table PART BUDGET}
     budget=${3:?backward-table PART BUDGET}
-    NORMJIT_REVISION=${NORMJIT_REVISION:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)} BUILD=build-gpu \
+    # The device copy's git may name an older commit than its tree (it said 214289c for 67d5564's
+    # tree on 2026-12-02): the caller names the revision, typed into the command.
+    : "${NORMJIT_REVISION:?backward-table: set NORMJIT_REVISION to the commit of build-gpu, named on the machine that built it}"
+    NORMJIT_REVISION=$NORMJIT_REVISION BUILD=build-gpu \
       OUT=/tmp/backward-$part timeout $((budget + 120)) bash scripts/perf_backward.sh --only "$part" \
       --budget-s "$budget" 2>&1 | tail -25
     tar czf "$out/backward-$part.tgz" -C /tmp "backward-$part"
