@@ -478,6 +478,19 @@ constexpr int kParamsAheadWords = 32;
 // beside bf16 rows of 8192: 2-7%), others lost (add + RMSNorm 1024 x 4096 6%, f32 weights
 // beside rows of 16384 at 1024 tokens 20%).
 constexpr int kParamsAheadWordsManyRows = 40;
+// Rows of scalar accesses (odd lengths) in a team of at least this many threads (rows of more
+// than 4096 elements at 16 values a thread) load their parameters at the store in launches of
+// many rows, whatever their words: held with x, their parameters took the row kernel from 31-32
+// registers to 37-54, two or three CTAs of 512 threads an SM instead of four. On the H200
+// (scripts/ab_bench.py, scripts/specs/rows-odd-values.txt and rows-odd-values-2.txt, the bound
+// switched by a throwaway build, two rounds; performance-notes, "Odd rows' parameters at the
+// store") rows of 4097 ran 0.76x the time (LayerNorm bf16), 0.80x (LayerNorm f32) and 0.91-0.92x
+// (RMSNorm bf16, f16), [8192, 4097] 0.74x and rows of 4501 0.77x (LayerNorm bf16) and 0.98x
+// (RMSNorm f16); in teams of 256 threads (rows of 2049 to 4096) some gained (LayerNorm bf16 of
+// 2049 and 3001: 0.93x) and some lost (RMSNorm bf16 of 2301: 1.12x, LayerNorm f32 of 2049:
+// 1.02x), in teams of 128 most lost (rows of 1023 and 1025: 1.03-1.10x), so they keep the rule
+// above. Rows with a residual (x and the residual held together) were not measured and keep it.
+constexpr int kScalarRowsParamsAtTheStoreTeam = 512;
 
 // The registers (32-bit words) `values` elements of a dtype take when held (HeldVec and Slice,
 // row_common.cuh): 16-bit pairs packed, otherwise one per element.
@@ -526,9 +539,11 @@ std::string row_registers(const Problem& pr, const Target& target, KernelPlan& p
   const int64_t slice_words = held_words(pr.held(), values, p.vec);
   const int64_t loaded_words = slice_words * (pr.residual ? 2 : 1);
   const bool few = p.batch_class == kBatchFewRows;
+  const bool wide_scalar =
+      p.vec == 1 && team >= kScalarRowsParamsAtTheStoreTeam && !pr.residual && !group;
   p.params_ahead = !group && params_of(pr) > 0 &&
                    (few ? param_words <= kParamsAheadWords
-                        : loaded_words + param_words <= kParamsAheadWordsManyRows);
+                        : !wide_scalar && loaded_words + param_words <= kParamsAheadWordsManyRows);
   std::ostringstream why;
   why << "rows of " << h << " elements fit in the registers of " << team << " threads (" << values
       << " values each, " << p.vec * size_of(pr.x) << "-byte accesses); " << p.rows_per_block
@@ -541,6 +556,10 @@ std::string row_registers(const Problem& pr, const Target& target, KernelPlan& p
   if (p.params_ahead) {
     why << "; the parameters are loaded with x"
         << (few ? " (a launch of at most " + std::to_string(kFewRows) + " rows)" : "");
+  }
+  if (!few && wide_scalar && params_of(pr) > 0) {
+    why << "; the parameters are loaded at the store (scalar accesses in a team of " << team
+        << ": held with x they would leave fewer rows in flight)";
   }
   if (p.early_h) why << "; h written as it is formed, before the reduction";
   p.evict_first_rows = evict_first_rows(pr, target);
