@@ -11,8 +11,11 @@
 #        16-byte-aligned bytes and read from there, the arithmetic unchanged; =2: y formed there
 #        too and written by one bulk copy of its aligned interior; rows of one team a CTA, no
 #        residual, at most 16 KiB of 16-bit x)
+#   scripts/experiments/build.sh row-odd-values oddv
+#        (NJX_ODD_VALUES=n: the row kernel's values a thread for rows of scalar accesses;
+#        NJX_PA_MANY=n: their many-rows bound on the words loaded with x, the plan's 40)
 # and build-gpu (this checkout). On the GPU machine (carry build-gpu .devcarry/gbwpf
-# .devcarry/oddbulk .whl):
+# .devcarry/oddbulk .devcarry/oddv .whl):
 #   bash scripts/experiments/runs-2026-12-05.sh gbwpf   the GroupNorm backward with step 2
 #        prefetching 1, 2 and 4 chunks ahead, step 1 one unit ahead, and both, on
 #        scripts/specs/groupnorm-backward-step-prefetch.txt (~4 minutes; timing only)
@@ -22,6 +25,14 @@
 #   bash scripts/experiments/runs-2026-12-05.sh oddbulk   rows of odd length through shared memory
 #        (NJX_ODD_BULK=1, 2) on scripts/specs/rows-odd-bulk.txt (~2 minutes; timing only), then
 #        the row kernels' GPU tests over .devcarry/oddbulk with NJX_ODD_BULK=2 (3 shards)
+#   bash scripts/experiments/runs-2026-12-05.sh oddv   rows of odd length at 32 and 64 values a
+#        thread (the plan's 16) on scripts/specs/rows-odd-values.txt (~1.5 minutes; timing), then
+#        the row kernels' GPU tests over .devcarry/oddv with NJX_ODD_VALUES=32 (3 shards)
+#   bash scripts/experiments/runs-2026-12-05.sh oddv2   the same knob on more odd lengths
+#        (scripts/specs/rows-odd-values-2.txt, ~1 minute; timing only)
+#   bash scripts/experiments/runs-2026-12-05.sh oddpa   odd rows' parameters loaded at the store
+#        in launches of many rows (NJX_PA_MANY=0) beside 32 values a thread, on both odd-row
+#        lists (~1.5 minutes), then the row kernels' GPU tests with NJX_PA_MANY=0 (3 shards)
 # Logs and tables go to $OUT (default ./runs-out).
 set -uo pipefail
 # shellcheck source=scripts/experiments/lib.sh
@@ -33,6 +44,13 @@ GROUP_BACKWARD_FILTERS=(
   'BackwardChannelsGpu.StreamedGroupNorm*:BackwardChannelsGpu.SmallerBatch*:BackwardChannelsGpu.CApi*:BackwardChannelsGpu.Dram*:BackwardChannelsGpu.CudaGraph*'
   'BackwardChannelsGpu.SeedKernels:BackwardChannelsGpu.ChunkedGroupNorm*:BackwardChannelsGpu.DeterministicBits*:BackwardChannelsGpu.AdversarialValues'
   'BackwardChannelsGpu.GroupNormShapes*:BackwardChannelsGpu.ParamDtype*:BackwardChannelsGpu.ChannelFormsShapes*'
+)
+
+# The forward row kernels' GPU tests in 3 shards of about 40-75 s (scripts/gpu_test_times.txt).
+ROW_FORWARD_FILTERS=(
+  'Ops.FixedShapes*'
+  'Ops.RandomizedSweep:Ops.AdversarialValues:Ops.InPlace:Variants.OddAndTinyRows:Variants.Strided*:Variants.BatchInvariance*:Variants.OutDtype*:Variants.SaveStats*'
+  'Variants.TransformerRows*:Variants.LlmRows*:Variants.ActivationLongAndOddRows*:Variants.ActivationEvery*:Variants.ParamDtype*:Variants.WeightOffset*:Variants.AllAxes*:Variants.CudaGraph*:Variants.AdversarialValuesThroughTheVariants'
 )
 
 case "${1:-}" in
@@ -55,10 +73,29 @@ case "${1:-}" in
       --specs scripts/specs/rows-odd-bulk.txt --variant head=$lib \
       --variant ob1=$lib:NJX_ODD_BULK=1 --variant ob2=$lib:NJX_ODD_BULK=2 2>&1 |
       tee "$out/oddbulk-ab.txt"
-    test_shards oddbulk-tests $lib NJX_ODD_BULK=2 200 'Ops.FixedShapes*' \
-      'Ops.RandomizedSweep:Ops.AdversarialValues:Ops.InPlace:Variants.OddAndTinyRows:Variants.Strided*:Variants.BatchInvariance*:Variants.OutDtype*:Variants.SaveStats*' \
-      'Variants.TransformerRows*:Variants.LlmRows*:Variants.ActivationLongAndOddRows*:Variants.ActivationEvery*:Variants.ParamDtype*:Variants.WeightOffset*:Variants.AllAxes*:Variants.CudaGraph*:Variants.AdversarialValuesThroughTheVariants' ||
-      exit 1
+    test_shards oddbulk-tests $lib NJX_ODD_BULK=2 200 "${ROW_FORWARD_FILTERS[@]}" || exit 1
+    ;;
+  oddv)
+    lib=.devcarry/oddv
+    timeout 200 python3 scripts/ab_bench.py --rounds 2 --out /tmp/oddv-ab \
+      --specs scripts/specs/rows-odd-values.txt --variant head=$lib \
+      --variant v32=$lib:NJX_ODD_VALUES=32 --variant v64=$lib:NJX_ODD_VALUES=64 2>&1 |
+      tee "$out/oddv-ab.txt"
+    test_shards oddv-tests $lib NJX_ODD_VALUES=32 200 "${ROW_FORWARD_FILTERS[@]}" || exit 1
+    ;;
+  oddv2)
+    lib=.devcarry/oddv
+    timeout 200 python3 scripts/ab_bench.py --rounds 2 --out /tmp/oddv2-ab \
+      --specs scripts/specs/rows-odd-values-2.txt --variant head=$lib \
+      --variant v32=$lib:NJX_ODD_VALUES=32 2>&1 | tee "$out/oddv2-ab.txt"
+    ;;
+  oddpa)
+    lib=.devcarry/oddv
+    cat scripts/specs/rows-odd-values.txt scripts/specs/rows-odd-values-2.txt >/tmp/rows-odd-all.txt
+    timeout 200 python3 scripts/ab_bench.py --rounds 2 --out /tmp/oddpa-ab \
+      --specs /tmp/rows-odd-all.txt --variant head=$lib --variant pa0=$lib:NJX_PA_MANY=0 \
+      --variant v32=$lib:NJX_ODD_VALUES=32 2>&1 | tee "$out/oddpa-ab.txt"
+    test_shards oddpa-tests $lib NJX_PA_MANY=0 200 "${ROW_FORWARD_FILTERS[@]}" || exit 1
     ;;
   *)
     sed -n '2,/^set /p' "$0" | grep '^#' | sed 's/^# \{0,1\}//' >&2

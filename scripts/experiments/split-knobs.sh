@@ -27,7 +27,8 @@ nvidia-smi -L | tee -a "$log"
 for round in 1 2; do
   for v in "${settings[@]}"; do
     echo "== round $round $v" >> "$log"
-    env $v "$tool" bench --specs "$specs" --repeat 30 >> "$log" 2>&1
+    read -r -a knobs <<< "$v"  # a setting may set several knobs
+    env "${knobs[@]}" "$tool" bench --specs "$specs" --repeat 30 >> "$log" 2>&1
   done
 done
 python3 - "$log" "${settings[@]}" <<'PY'
