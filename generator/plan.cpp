@@ -488,8 +488,9 @@ constexpr int kParamsAheadWordsManyRows = 40;
 // (RMSNorm bf16, f16), [8192, 4097] 0.74x and rows of 4501 0.77x (LayerNorm bf16) and 0.98x
 // (RMSNorm f16); in teams of 256 threads (rows of 2049 to 4096) some gained (LayerNorm bf16 of
 // 2049 and 3001: 0.93x) and some lost (RMSNorm bf16 of 2301: 1.12x, LayerNorm f32 of 2049:
-// 1.02x), in teams of 128 most lost (rows of 1023 and 1025: 1.03-1.10x), so they keep the rule
-// above. Rows with a residual (x and the residual held together) were not measured and keep it.
+// 1.02x), in teams of 64 and 128 (rows of 1023 and 1025) they ran 1.00-1.10x, so they keep the
+// rule above. Rows with a residual (x and the residual held together) were not measured and keep
+// it.
 constexpr int kScalarRowsParamsAtTheStoreTeam = 512;
 
 // The registers (32-bit words) `values` elements of a dtype take when held (HeldVec and Slice,
