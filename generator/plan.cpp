@@ -478,10 +478,10 @@ constexpr int kParamsAheadWords = 32;
 // beside bf16 rows of 8192: 2-7%), others lost (add + RMSNorm 1024 x 4096 6%, f32 weights
 // beside rows of 16384 at 1024 tokens 20%).
 constexpr int kParamsAheadWordsManyRows = 40;
-// Rows of scalar accesses (odd lengths) in a team of at least this many threads (rows of more
-// than 4096 elements at 16 values a thread) load their parameters at the store in launches of
-// many rows, whatever their words: held with x, their parameters took the row kernel from 31-32
-// registers to 37-54, two or three CTAs of 512 threads an SM instead of four. On the H200
+// Rows of scalar accesses (odd lengths) in a team of this many threads (rows of 4097 to 8192
+// elements at 16 values a thread) load their parameters at the store in launches of many rows,
+// whatever their words: held with x, their parameters took the row kernel from 31-32 registers
+// to 37-54, two or three CTAs of 512 threads an SM instead of four. On the H200
 // (scripts/ab_bench.py, scripts/specs/rows-odd-values.txt and rows-odd-values-2.txt, the bound
 // switched by a throwaway build, two rounds; performance-notes, "Odd rows' parameters at the
 // store") rows of 4097 ran 0.76x the time (LayerNorm bf16), 0.80x (LayerNorm f32) and 0.91-0.92x
@@ -489,8 +489,8 @@ constexpr int kParamsAheadWordsManyRows = 40;
 // (RMSNorm f16); in teams of 256 threads (rows of 2049 to 4096) some gained (LayerNorm bf16 of
 // 2049 and 3001: 0.93x) and some lost (RMSNorm bf16 of 2301: 1.12x, LayerNorm f32 of 2049:
 // 1.02x), in teams of 64 and 128 (rows of 1023 and 1025) they ran 1.00-1.10x, so they keep the
-// rule above. Rows with a residual (x and the residual held together) were not measured and keep
-// it.
+// rule above. Teams of 1024 (odd rows over 8192) and rows with a residual were not measured and
+// keep it too.
 constexpr int kScalarRowsParamsAtTheStoreTeam = 512;
 
 // The registers (32-bit words) `values` elements of a dtype take when held (HeldVec and Slice,
@@ -541,7 +541,7 @@ std::string row_registers(const Problem& pr, const Target& target, KernelPlan& p
   const int64_t loaded_words = slice_words * (pr.residual ? 2 : 1);
   const bool few = p.batch_class == kBatchFewRows;
   const bool wide_scalar =
-      p.vec == 1 && team >= kScalarRowsParamsAtTheStoreTeam && !pr.residual && !group;
+      p.vec == 1 && team == kScalarRowsParamsAtTheStoreTeam && !pr.residual && !group;
   p.params_ahead = !group && params_of(pr) > 0 &&
                    (few ? param_words <= kParamsAheadWords
                         : !wide_scalar && loaded_words + param_words <= kParamsAheadWordsManyRows);
