@@ -33,6 +33,9 @@
 #   bash scripts/experiments/runs-2026-12-05.sh oddpa   odd rows' parameters loaded at the store
 #        in launches of many rows (NJX_PA_MANY=0) beside 32 values a thread, on both odd-row
 #        lists (~1.5 minutes), then the row kernels' GPU tests with NJX_PA_MANY=0 (3 shards)
+#   bash scripts/experiments/runs-2026-12-05.sh oddpa256   odd rows in teams of 256 with their
+#        parameters at the store (NJX_PA_MANY=0) against the plan (library rebuilt at 245e463,
+#        where the knob off is the plan), on scripts/specs/rows-odd-teams-256.txt (~1 minute)
 # Logs and tables go to $OUT (default ./runs-out).
 set -uo pipefail
 # shellcheck source=scripts/experiments/lib.sh
@@ -96,6 +99,12 @@ case "${1:-}" in
       --specs /tmp/rows-odd-all.txt --variant head=$lib --variant pa0=$lib:NJX_PA_MANY=0 \
       --variant v32=$lib:NJX_ODD_VALUES=32 2>&1 | tee "$out/oddpa-ab.txt"
     test_shards oddpa-tests $lib NJX_PA_MANY=0 200 "${ROW_FORWARD_FILTERS[@]}" || exit 1
+    ;;
+  oddpa256)
+    lib=.devcarry/oddv
+    timeout 200 python3 scripts/ab_bench.py --rounds 3 --out /tmp/oddpa256-ab \
+      --specs scripts/specs/rows-odd-teams-256.txt --variant head=$lib \
+      --variant pa0=$lib:NJX_PA_MANY=0 2>&1 | tee "$out/oddpa256-ab.txt"
     ;;
   *)
     sed -n '2,/^set /p' "$0" | grep '^#' | sed 's/^# \{0,1\}//' >&2
