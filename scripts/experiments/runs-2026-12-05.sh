@@ -13,7 +13,9 @@
 #        residual, at most 16 KiB of 16-bit x)
 #   scripts/experiments/build.sh row-odd-values oddv
 #        (NJX_ODD_VALUES=n: the row kernel's values a thread for rows of scalar accesses;
-#        NJX_PA_MANY=n: their many-rows bound on the words loaded with x, the plan's 40)
+#        NJX_PA_MANY=n: their many-rows bound on the words loaded with x, the plan's 40;
+#        NJX_PA_ALL=n: that bound for every row; NJX_ROW_MINB=n: row_norm's launch bounds ask
+#        for n CTAs an SM; with the knobs off the PTX is the plan's)
 # and build-gpu (this checkout). On the GPU machine (carry build-gpu .devcarry/gbwpf
 # .devcarry/oddbulk .devcarry/oddv .whl):
 #   bash scripts/experiments/runs-2026-12-05.sh gbwpf   the GroupNorm backward with step 2
@@ -36,6 +38,9 @@
 #   bash scripts/experiments/runs-2026-12-05.sh oddpa256   odd rows in teams of 256 with their
 #        parameters at the store (NJX_PA_MANY=0) against the plan (library rebuilt at 245e463,
 #        where the knob off is the plan), on scripts/specs/rows-odd-teams-256.txt (~1 minute)
+#   bash scripts/experiments/runs-2026-12-05.sh rows8192   LLM rows of 8192 with the weight at
+#        the store (NJX_PA_ALL=0), and launch bounds of 5 CTAs an SM with it and without it, on
+#        scripts/specs/rows-8192-occupancy.txt (~1.5 minutes; timing only)
 # Logs and tables go to $OUT (default ./runs-out).
 set -uo pipefail
 # shellcheck source=scripts/experiments/lib.sh
@@ -105,6 +110,13 @@ case "${1:-}" in
     timeout 200 python3 scripts/ab_bench.py --rounds 3 --out /tmp/oddpa256-ab \
       --specs scripts/specs/rows-odd-teams-256.txt --variant head=$lib \
       --variant pa0=$lib:NJX_PA_MANY=0 2>&1 | tee "$out/oddpa256-ab.txt"
+    ;;
+  rows8192)
+    lib=.devcarry/oddv
+    timeout 240 python3 scripts/ab_bench.py --rounds 3 --out /tmp/rows8192-ab \
+      --specs scripts/specs/rows-8192-occupancy.txt --variant head=$lib \
+      --variant pa0=$lib:NJX_PA_ALL=0 --variant pa0b5=$lib:NJX_PA_ALL=0,NJX_ROW_MINB=5 \
+      --variant b5=$lib:NJX_ROW_MINB=5 2>&1 | tee "$out/rows8192-ab.txt"
     ;;
   *)
     sed -n '2,/^set /p' "$0" | grep '^#' | sed 's/^# \{0,1\}//' >&2
