@@ -18,13 +18,9 @@ if (($# < 1 || $# > 2)); then
   sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 fi
-patch=$1
-[ -f "$patch" ] || patch=scripts/experiments/${1%.patch}.patch
-if [ ! -f "$patch" ]; then
-  echo "build.sh: no patch $1 (neither a file nor scripts/experiments/${1%.patch}.patch)" >&2
-  exit 2
-fi
-patch=$(cd "$(dirname "$patch")" && pwd)/$(basename "$patch")
+# shellcheck source=scripts/experiments/patch_arg.sh
+source scripts/experiments/patch_arg.sh
+resolve_patch build.sh "$1"
 name=${2:-$(basename "$patch" .patch)}
 if [[ ! "$name" =~ ^[A-Za-z0-9._-]+$ ]]; then
   echo "build.sh: NAME '$name' takes letters, digits, '.', '_' and '-' only" >&2

@@ -55,3 +55,16 @@ test_shards() {
   tar czf "$out/$name-tests.tgz" -C /tmp "$name-logs"
   ! grep -h -E '^\[  FAILED  \]' "$logs"/*.log
 }
+
+# ab_variants NAME SECONDS ROUNDS SPECS LIB [VAR=KNOBS ...]: scripts/ab_bench.py on the spec list
+# SPECS with the library in folder LIB as `head` (its knobs off) beside each VAR, the same library
+# with KNOBS (comma-separated VAR=VALUE), ROUNDS rounds, stopped after SECONDS; the table to
+# $out/NAME-ab.txt.
+ab_variants() {
+  local name=$1 seconds=$2 rounds=$3 specs=$4 lib=$5 v
+  shift 5
+  local variants=(--variant "head=$lib")
+  for v in "$@"; do variants+=(--variant "${v%%=*}=$lib:${v#*=}"); done
+  timeout "$seconds" python3 scripts/ab_bench.py --rounds "$rounds" --out "/tmp/$name-ab" \
+    --specs "$specs" "${variants[@]}" 2>&1 | tee "$out/$name-ab.txt"
+}

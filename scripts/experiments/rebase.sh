@@ -22,13 +22,9 @@ if (($# != 1)); then
   sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 fi
-patch=$1
-[ -f "$patch" ] || patch=scripts/experiments/${1%.patch}.patch
-if [ ! -f "$patch" ]; then
-  echo "rebase.sh: no patch $1 (neither a file nor scripts/experiments/${1%.patch}.patch)" >&2
-  exit 2
-fi
-patch=$(cd "$(dirname "$patch")" && pwd)/$(basename "$patch")
+# shellcheck source=scripts/experiments/patch_arg.sh
+source scripts/experiments/patch_arg.sh
+resolve_patch rebase.sh "$1"
 name=$(basename "$patch" .patch)
 tree=/tmp/rebase-$name
 head=$(git rev-parse --short HEAD)

@@ -63,12 +63,9 @@ ROW_FORWARD_FILTERS=(
 
 case "${1:-}" in
   gbwpf)
-    lib=.devcarry/gbwpf
-    timeout 500 python3 scripts/ab_bench.py --rounds 2 --out /tmp/gbwpf-ab \
-      --specs scripts/specs/groupnorm-backward-step-prefetch.txt --variant head=$lib \
-      --variant pf1=$lib:NJX_GBW_PF=1 --variant pf2=$lib:NJX_GBW_PF=2 \
-      --variant pf4=$lib:NJX_GBW_PF=4 --variant s1=$lib:NJX_GBW_PF1=1 \
-      --variant pf2s1=$lib:NJX_GBW_PF=2,NJX_GBW_PF1=1 2>&1 | tee "$out/gbwpf-ab.txt"
+    ab_variants gbwpf 500 2 scripts/specs/groupnorm-backward-step-prefetch.txt .devcarry/gbwpf \
+      pf1=NJX_GBW_PF=1 pf2=NJX_GBW_PF=2 pf4=NJX_GBW_PF=4 s1=NJX_GBW_PF1=1 \
+      pf2s1=NJX_GBW_PF=2,NJX_GBW_PF1=1
     ;;
   gbwpf-tests)
     settings=${2:?gbwpf-tests KNOBS}
@@ -76,47 +73,32 @@ case "${1:-}" in
       exit 1
     ;;
   oddbulk)
-    lib=.devcarry/oddbulk
-    timeout 240 python3 scripts/ab_bench.py --rounds 2 --out /tmp/oddbulk-ab \
-      --specs scripts/specs/rows-odd-bulk.txt --variant head=$lib \
-      --variant ob1=$lib:NJX_ODD_BULK=1 --variant ob2=$lib:NJX_ODD_BULK=2 2>&1 |
-      tee "$out/oddbulk-ab.txt"
-    test_shards oddbulk-tests $lib NJX_ODD_BULK=2 200 "${ROW_FORWARD_FILTERS[@]}" || exit 1
+    ab_variants oddbulk 240 2 scripts/specs/rows-odd-bulk.txt .devcarry/oddbulk \
+      ob1=NJX_ODD_BULK=1 ob2=NJX_ODD_BULK=2
+    test_shards oddbulk-tests .devcarry/oddbulk NJX_ODD_BULK=2 200 "${ROW_FORWARD_FILTERS[@]}" ||
+      exit 1
     ;;
   oddv)
-    lib=.devcarry/oddv
-    timeout 200 python3 scripts/ab_bench.py --rounds 2 --out /tmp/oddv-ab \
-      --specs scripts/specs/rows-odd-values.txt --variant head=$lib \
-      --variant v32=$lib:NJX_ODD_VALUES=32 --variant v64=$lib:NJX_ODD_VALUES=64 2>&1 |
-      tee "$out/oddv-ab.txt"
-    test_shards oddv-tests $lib NJX_ODD_VALUES=32 200 "${ROW_FORWARD_FILTERS[@]}" || exit 1
+    ab_variants oddv 200 2 scripts/specs/rows-odd-values.txt .devcarry/oddv \
+      v32=NJX_ODD_VALUES=32 v64=NJX_ODD_VALUES=64
+    test_shards oddv-tests .devcarry/oddv NJX_ODD_VALUES=32 200 "${ROW_FORWARD_FILTERS[@]}" ||
+      exit 1
     ;;
   oddv2)
-    lib=.devcarry/oddv
-    timeout 200 python3 scripts/ab_bench.py --rounds 2 --out /tmp/oddv2-ab \
-      --specs scripts/specs/rows-odd-values-2.txt --variant head=$lib \
-      --variant v32=$lib:NJX_ODD_VALUES=32 2>&1 | tee "$out/oddv2-ab.txt"
+    ab_variants oddv2 200 2 scripts/specs/rows-odd-values-2.txt .devcarry/oddv v32=NJX_ODD_VALUES=32
     ;;
   oddpa)
-    lib=.devcarry/oddv
     cat scripts/specs/rows-odd-values.txt scripts/specs/rows-odd-values-2.txt >/tmp/rows-odd-all.txt
-    timeout 200 python3 scripts/ab_bench.py --rounds 2 --out /tmp/oddpa-ab \
-      --specs /tmp/rows-odd-all.txt --variant head=$lib --variant pa0=$lib:NJX_PA_MANY=0 \
-      --variant v32=$lib:NJX_ODD_VALUES=32 2>&1 | tee "$out/oddpa-ab.txt"
-    test_shards oddpa-tests $lib NJX_PA_MANY=0 200 "${ROW_FORWARD_FILTERS[@]}" || exit 1
+    ab_variants oddpa 200 2 /tmp/rows-odd-all.txt .devcarry/oddv pa0=NJX_PA_MANY=0 \
+      v32=NJX_ODD_VALUES=32
+    test_shards oddpa-tests .devcarry/oddv NJX_PA_MANY=0 200 "${ROW_FORWARD_FILTERS[@]}" || exit 1
     ;;
   oddpa256)
-    lib=.devcarry/oddv
-    timeout 200 python3 scripts/ab_bench.py --rounds 3 --out /tmp/oddpa256-ab \
-      --specs scripts/specs/rows-odd-teams-256.txt --variant head=$lib \
-      --variant pa0=$lib:NJX_PA_MANY=0 2>&1 | tee "$out/oddpa256-ab.txt"
+    ab_variants oddpa256 200 3 scripts/specs/rows-odd-teams-256.txt .devcarry/oddv pa0=NJX_PA_MANY=0
     ;;
   rows8192)
-    lib=.devcarry/oddv
-    timeout 240 python3 scripts/ab_bench.py --rounds 3 --out /tmp/rows8192-ab \
-      --specs scripts/specs/rows-8192-occupancy.txt --variant head=$lib \
-      --variant pa0=$lib:NJX_PA_ALL=0 --variant pa0b5=$lib:NJX_PA_ALL=0,NJX_ROW_MINB=5 \
-      --variant b5=$lib:NJX_ROW_MINB=5 2>&1 | tee "$out/rows8192-ab.txt"
+    ab_variants rows8192 240 3 scripts/specs/rows-8192-occupancy.txt .devcarry/oddv \
+      pa0=NJX_PA_ALL=0 pa0b5=NJX_PA_ALL=0,NJX_ROW_MINB=5 b5=NJX_ROW_MINB=5
     ;;
   *)
     sed -n '2,/^set /p' "$0" | grep '^#' | sed 's/^# \{0,1\}//' >&2

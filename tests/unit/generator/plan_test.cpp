@@ -445,7 +445,7 @@ TEST(PlanRows, ParametersLoadedWithXWhenTheyFitThirtyTwoRegisters) {
   EXPECT_FALSE(ahead("op=layernorm shape=4096,4096 dtype=f32"));
   // Rows of scalar accesses (odd lengths) in a team of 512 threads load them at the store in
   // launches of many rows, though 9 + 18 words are under 40; a launch of few rows, a team of 256
-  // or 1024 (not measured) and a row with a residual keep the rule above.
+  // (measured: mixed) or 1024 (not measured) and a row with a residual keep the rule above.
   EXPECT_FALSE(ahead("op=layernorm shape=4096,4097 normalized_dims=1 dtype=bf16"));
   EXPECT_FALSE(ahead("op=rmsnorm shape=4096,4097 normalized_dims=1 dtype=f32 affine=weight"));
   EXPECT_TRUE(ahead("op=layernorm shape=16,4097 normalized_dims=1 dtype=bf16"));
