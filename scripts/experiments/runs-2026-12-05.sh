@@ -38,6 +38,9 @@
 #   bash scripts/experiments/runs-2026-12-05.sh oddpa256   odd rows in teams of 256 with their
 #        parameters at the store (NJX_PA_MANY=0) against the plan (library rebuilt at 245e463,
 #        where the knob off is the plan), on scripts/specs/rows-odd-teams-256.txt (~1 minute)
+#   bash scripts/experiments/runs-2026-12-05.sh oddcross   odd rows in launches of 512 to 2048
+#        rows, parameters all at the store (NJX_PA_MANY=0) and all with x (=100) beside the plan,
+#        on scripts/specs/rows-odd-crossover.txt (~1 minute; timing only)
 #   bash scripts/experiments/runs-2026-12-05.sh rows8192   LLM rows of 8192 with the weight at
 #        the store (NJX_PA_ALL=0), and launch bounds of 5 CTAs an SM with it and without it, on
 #        scripts/specs/rows-8192-occupancy.txt (~1.5 minutes; timing only)
@@ -95,6 +98,10 @@ case "${1:-}" in
     ;;
   oddpa256)
     ab_variants oddpa256 200 3 scripts/specs/rows-odd-teams-256.txt .devcarry/oddv pa0=NJX_PA_MANY=0
+    ;;
+  oddcross)
+    ab_variants oddcross 200 3 scripts/specs/rows-odd-crossover.txt .devcarry/oddv \
+      pa0=NJX_PA_MANY=0 pa100=NJX_PA_MANY=100
     ;;
   rows8192)
     ab_variants rows8192 240 3 scripts/specs/rows-8192-occupancy.txt .devcarry/oddv \
