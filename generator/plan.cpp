@@ -490,8 +490,32 @@ constexpr int kParamsAheadWordsManyRows = 40;
 // 2049 and 3001: 0.93x) and some lost (RMSNorm bf16 of 2301: 1.12x, LayerNorm f32 of 2049:
 // 1.02x), in teams of 64 and 128 (rows of 1023 and 1025) they ran 1.00-1.10x, so they keep the
 // rule above. Teams of 1024 (odd rows over 8192) and rows with a residual were not measured and
-// keep it too.
+// keep it too. At 512 to 2048 rows (scalar rows of 4097, scripts/specs/rows-odd-crossover.txt)
+// the rule ran 0.99-1.00x, the parameters with x 1.03-1.27x.
 constexpr int kScalarRowsParamsAtTheStoreTeam = 512;
+// 16-bit LayerNorm rows of scalar accesses in a team of half as many threads (2049 to 4095
+// elements) load theirs at the store too, but only in launches of more than
+// kScalarLayerNormFewRows rows: their few-rows class (parameters with x) reaches that far. On the
+// H200 (scripts/ab_bench.py, rows-odd-teams-256.txt and rows-odd-crossover.txt, the bound switched
+// by a throwaway build, three rounds; performance-notes, "Odd rows: where the batch decides")
+// bf16 rows of 2049 and 3001 ran 0.92-0.98x the time at 1024 to 4096 rows and 0.86x at
+// [16384, 3001], f16 0.93-1.00x, but 1.09-1.13x at 512 rows, a launch the parameters-with-x plan
+// holds in one wave. RMSNorm's rows (one parameter: 0.97-1.12x) and f32 LayerNorm's (1.02-1.12x)
+// keep the rule above.
+constexpr int kScalarLayerNormParamsAtTheStoreTeam = kScalarRowsParamsAtTheStoreTeam / 2;
+constexpr int64_t kScalarLayerNormFewRows = 2 * kFewRows;
+
+// Rows of scalar accesses whose parameters are loaded at the store in launches of many rows,
+// whatever their words (the two rules above), for a row kernel of `team` threads a row.
+bool scalar_params_at_the_store(const Problem& pr, int vec, int team) {
+  if (vec != 1 || pr.residual || pr.op == Op::kGroupNorm || params_of(pr) == 0) return false;
+  return team == kScalarRowsParamsAtTheStoreTeam || (team == kScalarLayerNormParamsAtTheStoreTeam &&
+                                                     pr.op == Op::kLayerNorm && size_of(pr.x) == 2);
+}
+// The team of the row kernel for pr's rows (threads a row).
+int row_team(const Problem& pr, int vec) {
+  return team_for(ceil_div(pr.row_length, vec), team_values(pr, vec), vec);
+}
 
 // The registers (32-bit words) `values` elements of a dtype take when held (HeldVec and Slice,
 // row_common.cuh): 16-bit pairs packed, otherwise one per element.
@@ -530,7 +554,7 @@ std::string row_registers(const Problem& pr, const Target& target, KernelPlan& p
   const int64_t h = pr.row_length;
   const int64_t vectors = ceil_div(h, p.vec);
   const bool group = pr.op == Op::kGroupNorm;
-  const int team = team_for(vectors, team_values(pr, p.vec), p.vec);
+  const int team = row_team(pr, p.vec);
   p.vectors = ceil_div(vectors, team);
   p.block_x = team;
   p.rows_per_block = std::max(1, (group ? kGroupRowCtaThreads : kRowCtaThreads) / team);
@@ -540,8 +564,7 @@ std::string row_registers(const Problem& pr, const Target& target, KernelPlan& p
   const int64_t slice_words = held_words(pr.held(), values, p.vec);
   const int64_t loaded_words = slice_words * (pr.residual ? 2 : 1);
   const bool few = p.batch_class == kBatchFewRows;
-  const bool wide_scalar =
-      p.vec == 1 && team == kScalarRowsParamsAtTheStoreTeam && !pr.residual && !group;
+  const bool wide_scalar = scalar_params_at_the_store(pr, p.vec, team);
   p.params_ahead = !group && params_of(pr) > 0 &&
                    (few ? param_words <= kParamsAheadWords
                         : !wide_scalar && loaded_words + param_words <= kParamsAheadWordsManyRows);
@@ -556,9 +579,9 @@ std::string row_registers(const Problem& pr, const Target& target, KernelPlan& p
   p.early_h = few && pr.residual && pr.op == Op::kRmsNorm;
   if (p.params_ahead) {
     why << "; the parameters are loaded with x"
-        << (few ? " (a launch of at most " + std::to_string(kFewRows) + " rows)" : "");
+        << (few ? " (a launch of at most " + std::to_string(p.few_rows) + " rows)" : "");
   }
-  if (!few && wide_scalar && params_of(pr) > 0) {
+  if (!few && wide_scalar) {
     why << "; the parameters are loaded at the store (scalar accesses in a team of " << team
         << ": held with x they would leave fewer rows in flight)";
   }
@@ -1735,7 +1758,13 @@ int64_t few_rows_limit(const NormSpec& spec) {
   // The forward: only the row kernel's parameters depend on it (row_registers): rows that fit
   // one team, with parameters.
   const bool row_registers = spec.row_length() <= int64_t{kMaxTeam} * kMaxTeamValues;
-  return row_registers && spec.affine != Affine::kNone ? kFewRows : 0;
+  if (!row_registers || spec.affine == Affine::kNone) return 0;
+  const Problem pr = Problem::of(spec);
+  const int vec = row_vector_width(pr);
+  const int team = row_team(pr, vec);
+  return team == kScalarLayerNormParamsAtTheStoreTeam && scalar_params_at_the_store(pr, vec, team)
+             ? kScalarLayerNormFewRows
+             : kFewRows;
 }
 
 int batch_class(const NormSpec& spec, int64_t batch) {

@@ -41,6 +41,10 @@
 #   bash scripts/experiments/runs-2026-12-05.sh oddcross   odd rows in launches of 512 to 2048
 #        rows, parameters all at the store (NJX_PA_MANY=0) and all with x (=100) beside the plan,
 #        on scripts/specs/rows-odd-crossover.txt (~1 minute; timing only)
+#   bash scripts/experiments/runs-2026-12-05.sh lnfew   16-bit LayerNorm rows in teams of 256 with
+#        their parameters at the store past 512 rows (build-gpu) against the plan before
+#        (.devcarry/oddv, knobs off) on rows-odd-crossover.txt and rows-odd-teams-256.txt (~2
+#        minutes), then the row kernels' GPU tests over build-gpu (3 shards)
 #   bash scripts/experiments/runs-2026-12-05.sh rows8192   LLM rows of 8192 with the weight at
 #        the store (NJX_PA_ALL=0), and launch bounds of 5 CTAs an SM with it and without it, on
 #        scripts/specs/rows-8192-occupancy.txt (~1.5 minutes; timing only)
@@ -102,6 +106,12 @@ case "${1:-}" in
   oddcross)
     ab_variants oddcross 200 3 scripts/specs/rows-odd-crossover.txt .devcarry/oddv \
       pa0=NJX_PA_MANY=0 pa100=NJX_PA_MANY=100
+    ;;
+  lnfew)
+    cat scripts/specs/rows-odd-crossover.txt scripts/specs/rows-odd-teams-256.txt >/tmp/lnfew.txt
+    timeout 240 python3 scripts/ab_bench.py --rounds 3 --out /tmp/lnfew-ab --specs /tmp/lnfew.txt \
+      --variant old=.devcarry/oddv --variant new=build-gpu 2>&1 | tee "$out/lnfew-ab.txt"
+    test_shards lnfew-tests build-gpu "" 200 "${ROW_FORWARD_FILTERS[@]}" || exit 1
     ;;
   rows8192)
     ab_variants rows8192 240 3 scripts/specs/rows-8192-occupancy.txt .devcarry/oddv \

@@ -1516,6 +1516,11 @@ TEST_F(Variants, BatchInvarianceRowBitsDoNotDependOnTheLaunchBatch) {
            .with(Values::kNormal, 10),
        {1, 64, 5000, 8000},
        64},
+      // Odd 16-bit LayerNorm rows in a team of 256: parameters with x in launches of at most 512
+      // rows, at the store in larger ones (few_rows_limit).
+      {layer_norm({2000, 3001}, Dtype::kBF16).with(Values::kLargeMean, 11),
+       {1, 512, 513, 2000},
+       513},
       // Rows split over CTAs; rows of the streaming kernel.
       {layer_norm({4, 1000003}, Dtype::kF32).stats().with(Values::kLargeMean, 6), {1, 2, 3, 4}, 2},
       {rms({2, 5000011}, Dtype::kBF16)

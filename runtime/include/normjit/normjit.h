@@ -101,7 +101,8 @@ normjit_status normjit_groupnorm(normjit_engine* engine, const void* x, void* y,
 /* A kernel prepared once and launched many times: the path for callers that launch the same
  * shape class often (the Python package, inference engines). The batch is not part of the
  * kernel: one kernel serves every batch size of its spec's other dims. (A row kernel with
- * parameters is planned apart for launches of at most 256 rows, decode, and for more:
+ * parameters is planned apart for launches of at most 256 rows (512 for 16-bit LayerNorm rows
+ * of 2049 to 4095 odd elements), decode, and for more:
  * normjit_prepare compiles or loads both, and each launch runs its own; a row's result bits
  * are the same in both.) */
 typedef struct normjit_kernel normjit_kernel;

@@ -444,12 +444,27 @@ TEST(PlanRows, ParametersLoadedWithXWhenTheyFitThirtyTwoRegisters) {
   EXPECT_TRUE(ahead("op=layernorm shape=8192,1024 dtype=f32"));
   EXPECT_FALSE(ahead("op=layernorm shape=4096,4096 dtype=f32"));
   // Rows of scalar accesses (odd lengths) in a team of 512 threads load them at the store in
-  // launches of many rows, though 9 + 18 words are under 40; a launch of few rows, a team of 256
-  // (measured: mixed) or 1024 (not measured) and a row with a residual keep the rule above.
+  // launches of many rows, though 9 + 18 words are under 40; a launch of few rows, a team of 1024
+  // (not measured) and a row with a residual keep the rule above.
   EXPECT_FALSE(ahead("op=layernorm shape=4096,4097 normalized_dims=1 dtype=bf16"));
   EXPECT_FALSE(ahead("op=rmsnorm shape=4096,4097 normalized_dims=1 dtype=f32 affine=weight"));
+  EXPECT_FALSE(ahead("op=layernorm shape=257,4097 normalized_dims=1 dtype=bf16"));
   EXPECT_TRUE(ahead("op=layernorm shape=16,4097 normalized_dims=1 dtype=bf16"));
-  EXPECT_TRUE(ahead("op=layernorm shape=4096,2049 normalized_dims=1 dtype=bf16"));
+  // In a team of 256 (rows of 2049 to 4095), 16-bit LayerNorm only, and only past 512 rows (its
+  // few-rows class reaches that far); RMSNorm and f32 LayerNorm keep the rule above.
+  EXPECT_FALSE(ahead("op=layernorm shape=4096,2049 normalized_dims=1 dtype=bf16"));
+  EXPECT_FALSE(ahead("op=layernorm shape=513,3001 normalized_dims=1 dtype=f16"));
+  EXPECT_TRUE(ahead("op=layernorm shape=512,3001 normalized_dims=1 dtype=bf16"));
+  EXPECT_TRUE(ahead("op=layernorm shape=300,3333 normalized_dims=1 dtype=bf16"));
+  EXPECT_TRUE(ahead("op=layernorm shape=4096,2049 normalized_dims=1 dtype=f32"));
+  EXPECT_TRUE(ahead("op=rmsnorm shape=4096,2049 normalized_dims=1 dtype=bf16 affine=weight"));
+  EXPECT_TRUE(ahead("op=layernorm shape=4096,2049 normalized_dims=1 dtype=bf16 residual=bf16"));
+  EXPECT_EQ(few_rows_limit(NormSpec::parse("op=layernorm shape=1,3001 dtype=bf16")), 512);
+  EXPECT_EQ(few_rows_limit(NormSpec::parse("op=layernorm shape=1,3001 dtype=f32")), 256);
+  EXPECT_EQ(few_rows_limit(NormSpec::parse("op=layernorm shape=1,4097 dtype=bf16")), 256);
+  EXPECT_EQ(few_rows_limit(NormSpec::parse("op=layernorm shape=1,3000 dtype=bf16")), 256);
+  EXPECT_EQ(batch_class_specs(NormSpec::parse("op=layernorm shape=2,3001 dtype=bf16"))[1].batch(),
+            513);
   EXPECT_TRUE(ahead("op=rmsnorm shape=4096,9999 normalized_dims=1 dtype=bf16 affine=weight"));
   EXPECT_TRUE(
       ahead("op=rmsnorm shape=4096,4097 normalized_dims=1 dtype=bf16 affine=weight residual=bf16"));
