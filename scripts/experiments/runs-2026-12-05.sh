@@ -45,6 +45,9 @@
 #        their parameters at the store past 512 rows (build-gpu) against the plan before
 #        (.devcarry/oddv, knobs off) on rows-odd-crossover.txt and rows-odd-teams-256.txt (~2
 #        minutes), then the row kernels' GPU tests over build-gpu (3 shards)
+#   bash scripts/experiments/runs-2026-12-05.sh pamid   LLM rows of 257 to 1024 rows with their
+#        parameters with x (NJX_PA_ALL=100) against the plan (at the store) on
+#        scripts/specs/rows-params-ahead-mid.txt (~1 minute; timing only)
 #   bash scripts/experiments/runs-2026-12-05.sh rows8192   LLM rows of 8192 with the weight at
 #        the store (NJX_PA_ALL=0), and launch bounds of 5 CTAs an SM with it and without it, on
 #        scripts/specs/rows-8192-occupancy.txt (~1.5 minutes; timing only)
@@ -112,6 +115,9 @@ case "${1:-}" in
     timeout 240 python3 scripts/ab_bench.py --rounds 3 --out /tmp/lnfew-ab --specs /tmp/lnfew.txt \
       --variant old=.devcarry/oddv --variant new=build-gpu 2>&1 | tee "$out/lnfew-ab.txt"
     test_shards lnfew-tests build-gpu "" 200 "${ROW_FORWARD_FILTERS[@]}" || exit 1
+    ;;
+  pamid)
+    ab_variants pamid 150 3 scripts/specs/rows-params-ahead-mid.txt .devcarry/oddv pa100=NJX_PA_ALL=100
     ;;
   rows8192)
     ab_variants rows8192 240 3 scripts/specs/rows-8192-occupancy.txt .devcarry/oddv \
