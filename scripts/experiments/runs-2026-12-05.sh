@@ -48,6 +48,14 @@
 #   bash scripts/experiments/runs-2026-12-05.sh pamid   LLM rows of 257 to 1024 rows with their
 #        parameters with x (NJX_PA_ALL=100) against the plan (at the store) on
 #        scripts/specs/rows-params-ahead-mid.txt (~1 minute; timing only)
+#   bash scripts/experiments/runs-2026-12-05.sh fewrows   the few-rows class (parameters with x)
+#        reaching 512 or 768 rows for teams of 128 threads, 512 for every team, beside the plan
+#        (256), on scripts/specs/rows-few-rows-limit.txt (~3 minutes; timing only), over
+#        .devcarry/fewrows (scripts/experiments/build.sh few-rows-limit fewrows)
+#   bash scripts/experiments/runs-2026-12-05.sh fewrows-tests KNOBS   the row kernels' GPU tests
+#        over .devcarry/fewrows with KNOBS (e.g. "NJX_FEW_ROWS=512 NJX_FEW_ROWS_TEAM=128"; 3
+#        shards; Variants.APreparedKernelLaunchesTheKernelOfEachBatchClass, not among them,
+#        expects the boundary at kFewRows: a rule from this would move it and that test)
 #   bash scripts/experiments/runs-2026-12-05.sh rows8192   LLM rows of 8192 with the weight at
 #        the store (NJX_PA_ALL=0), and launch bounds of 5 CTAs an SM with it and without it, on
 #        scripts/specs/rows-8192-occupancy.txt (~1.5 minutes; timing only)
@@ -118,6 +126,16 @@ case "${1:-}" in
     ;;
   pamid)
     ab_variants pamid 150 3 scripts/specs/rows-params-ahead-mid.txt .devcarry/oddv pa100=NJX_PA_ALL=100
+    ;;
+  fewrows)
+    ab_variants fewrows 300 3 scripts/specs/rows-few-rows-limit.txt .devcarry/fewrows \
+      t128f512=NJX_FEW_ROWS=512,NJX_FEW_ROWS_TEAM=128 t128f768=NJX_FEW_ROWS=768,NJX_FEW_ROWS_TEAM=128 \
+      f512=NJX_FEW_ROWS=512
+    ;;
+  fewrows-tests)
+    settings=${2:?fewrows-tests KNOBS}
+    test_shards fewrows-tests .devcarry/fewrows "$settings" 200 "${ROW_FORWARD_FILTERS[@]}" ||
+      exit 1
     ;;
   rows8192)
     ab_variants rows8192 240 3 scripts/specs/rows-8192-occupancy.txt .devcarry/oddv \
