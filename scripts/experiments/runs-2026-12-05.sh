@@ -56,6 +56,9 @@
 #        over .devcarry/fewrows with KNOBS (e.g. "NJX_FEW_ROWS=512 NJX_FEW_ROWS_TEAM=128"; 3
 #        shards; Variants.APreparedKernelLaunchesTheKernelOfEachBatchClass, not among them,
 #        expects the boundary at kFewRows: a rule from this would move it and that test)
+#   bash scripts/experiments/runs-2026-12-05.sh f32w   rows of 41 to 64 words of slice and
+#        parameters with the parameters held with x past 256 rows (NJX_PA_ALL=48, 64) beside the
+#        plan, on scripts/specs/rows-f32-weight-ahead.txt (~1.5 minutes; timing only)
 #   bash scripts/experiments/runs-2026-12-05.sh rows8192   LLM rows of 8192 with the weight at
 #        the store (NJX_PA_ALL=0), and launch bounds of 5 CTAs an SM with it and without it, on
 #        scripts/specs/rows-8192-occupancy.txt (~1.5 minutes; timing only)
@@ -136,6 +139,10 @@ case "${1:-}" in
     settings=${2:?fewrows-tests KNOBS}
     test_shards fewrows-tests .devcarry/fewrows "$settings" 200 "${ROW_FORWARD_FILTERS[@]}" ||
       exit 1
+    ;;
+  f32w)
+    ab_variants f32w 200 3 scripts/specs/rows-f32-weight-ahead.txt .devcarry/oddv \
+      pa48=NJX_PA_ALL=48 pa64=NJX_PA_ALL=64
     ;;
   rows8192)
     ab_variants rows8192 240 3 scripts/specs/rows-8192-occupancy.txt .devcarry/oddv \
