@@ -59,6 +59,9 @@
 #   bash scripts/experiments/runs-2026-12-05.sh f32w   rows of 41 to 64 words of slice and
 #        parameters with the parameters held with x past 256 rows (NJX_PA_ALL=48, 64) beside the
 #        plan, on scripts/specs/rows-f32-weight-ahead.txt (~1.5 minutes; timing only)
+#   bash scripts/experiments/runs-2026-12-05.sh oddres   odd rows with a residual (bf16, 2049 to
+#        5001 elements, 1024 and 4096 rows) with their parameters at the store (NJX_PA_MANY=0)
+#        beside the plan, on scripts/specs/rows-odd-residual.txt (~1 minute; timing only)
 #   bash scripts/experiments/runs-2026-12-05.sh rows8192   LLM rows of 8192 with the weight at
 #        the store (NJX_PA_ALL=0), and launch bounds of 5 CTAs an SM with it and without it, on
 #        scripts/specs/rows-8192-occupancy.txt (~1.5 minutes; timing only)
@@ -143,6 +146,9 @@ case "${1:-}" in
   f32w)
     ab_variants f32w 200 3 scripts/specs/rows-f32-weight-ahead.txt .devcarry/oddv \
       pa48=NJX_PA_ALL=48 pa64=NJX_PA_ALL=64
+    ;;
+  oddres)
+    ab_variants oddres 150 3 scripts/specs/rows-odd-residual.txt .devcarry/oddv pa0=NJX_PA_MANY=0
     ;;
   rows8192)
     ab_variants rows8192 240 3 scripts/specs/rows-8192-occupancy.txt .devcarry/oddv \
