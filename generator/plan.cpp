@@ -1660,6 +1660,10 @@ std::string KernelPlan::grid_text() const {
   return "?";
 }
 
+int KernelPlan::batch_class_of(int64_t batch) const {
+  return few_rows > 0 && batch * rows_per_item <= few_rows ? kBatchFewRows : kBatchAny;
+}
+
 std::string KernelPlan::batch_class_text() const {
   const std::string few = std::to_string(few_rows);
   if (batch_class == kBatchFewRows) {

@@ -162,6 +162,9 @@ struct KernelPlan {
   std::string to_string() const;  // multi-line, for `normjit dump --emit plan`
   // The launches this plan serves ("any", or one of two batch classes), for to_string().
   std::string batch_class_text() const;
+  // The class of a launch of this kernel over `batch` (batch_class(spec, batch) of the spec
+  // planned), from few_rows and rows_per_item: what the launch path asks, without the spec.
+  int batch_class_of(int64_t batch) const;
 };
 
 KernelPlan plan(const NormSpec& spec, const Target& target);

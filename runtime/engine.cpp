@@ -991,7 +991,7 @@ const char* to_string(Source source) {
 }
 
 const detail::LoadedKernel& Kernel::for_batch(int64_t batch) const {
-  if (other_ && batch_class(impl_->spec, batch) != impl_->plan.batch_class) return *other_;
+  if (other_ && impl_->plan.batch_class_of(batch) != impl_->plan.batch_class) return *other_;
   return *impl_;
 }
 

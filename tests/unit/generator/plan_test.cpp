@@ -491,13 +491,19 @@ TEST(PlanRows, ParametersLoadedWithXWhenTheyFitThirtyTwoRegisters) {
         "op=rmsnorm shape=2,64,4,4 affine=weight layout=nhwc",
         "op=rmsnorm shape=2,64,32,32 affine=weight layout=nhwc",
         "op=layernorm shape=300,64,4,4 normalized_dims=0 layout=nhwc",
-        "op=layernorm shape=2,64,4096 backward=true"}) {
+        "op=layernorm shape=2,64,4096 backward=true", "op=layernorm shape=2,3001 dtype=bf16"}) {
     const NormSpec spec = NormSpec::parse(text);
     const std::vector<NormSpec> classes = batch_class_specs(spec);
     EXPECT_EQ(has_two_batch_classes(spec), classes.size() == 2) << text;
     for (const NormSpec& each : classes) {
       const int64_t batch = each.batch();
       EXPECT_EQ(batch_class(spec, batch), batch_class(each)) << text << ", batch " << batch;
+    }
+    // A prepared kernel launches by its plan's batch_class_of, which agrees with the spec's.
+    const KernelPlan planned = plan(spec, t);
+    for (int64_t batch : {1, 2, 16, 64, 256, 257, 512, 513, 1000}) {
+      EXPECT_EQ(planned.batch_class_of(batch), batch_class(spec, batch))
+          << text << ", batch " << batch;
     }
   }
   EXPECT_NE(plan(NormSpec::parse("op=layernorm shape=1,4096"), t)
