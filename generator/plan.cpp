@@ -478,6 +478,18 @@ constexpr int kParamsAheadWords = 32;
 // beside bf16 rows of 8192: 2-7%), others lost (add + RMSNorm 1024 x 4096 6%, f32 weights
 // beside rows of 16384 at 1024 tokens 20%).
 constexpr int kParamsAheadWordsManyRows = 40;
+// 16-bit rows in 16-byte accesses in a team of kWideRowsTeam threads (rows of 4097 to 8192
+// elements, 32 values a thread: 16 words of slice) hold up to this many: an f32 weight, a
+// LayerNorm's weight and bias, or a residual's second slice beside a weight. On the H200
+// (scripts/ab_bench.py, scripts/specs/rows-f32-weight-ahead.txt, the bound switched by a
+// throwaway build for every row, three rounds; performance-notes, "The few-rows class of teams of
+// 128 reaches 512 rows") RMSNorm of bf16 rows of 8192 with an f32 weight ran 0.93x the time at
+// 1024 tokens and 0.98x at 4096 and 16384, LayerNorm bf16 [1024, 8192] 0.97x, add + RMSNorm 0.99x;
+// the same bound lost on other teams (f32 weights beside rows of 4096, 128 threads: 1.04x; of
+// 16384, 512 threads: 1.20x; LayerNorm bf16 rows of 4096: 1.09x) and on f32 LayerNorm rows of
+// 4096 (1.02x), which keep 40.
+constexpr int kParamsAheadWordsWideRows = 48;
+constexpr int kWideRowsTeam = 256;
 // Rows of scalar accesses (odd lengths) in a team of this many threads (rows of 4097 to 8192
 // elements at 16 values a thread) load their parameters at the store in launches of many rows,
 // whatever their words: held with x, their parameters took the row kernel from 31-32 registers
@@ -495,7 +507,7 @@ constexpr int kParamsAheadWordsManyRows = 40;
 constexpr int kScalarRowsParamsAtTheStoreTeam = 512;
 // 16-bit LayerNorm rows of scalar accesses in a team of half as many threads (2049 to 4095
 // elements) load theirs at the store too, but only in launches of more than
-// kScalarLayerNormFewRows rows: their few-rows class (parameters with x) reaches that far. On the
+// kNarrowFewRows rows: their few-rows class (parameters with x) reaches that far. On the
 // H200 (scripts/ab_bench.py, rows-odd-teams-256.txt and rows-odd-crossover.txt, the bound switched
 // by a throwaway build, three rounds; performance-notes, "Odd rows: where the batch decides")
 // bf16 rows of 2049 and 3001 ran 0.92-0.98x the time at 1024 to 4096 rows and 0.86x at
@@ -503,7 +515,21 @@ constexpr int kScalarRowsParamsAtTheStoreTeam = 512;
 // holds in one wave. RMSNorm's rows (one parameter: 0.97-1.12x) and f32 LayerNorm's (1.02-1.12x)
 // keep the rule above.
 constexpr int kScalarLayerNormParamsAtTheStoreTeam = kScalarRowsParamsAtTheStoreTeam / 2;
-constexpr int64_t kScalarLayerNormFewRows = 2 * kFewRows;
+// The few-rows class of those rows, and of every row kernel of at most kNarrowTeam threads a row
+// (rows of at most 4096 16-bit or 2048 f32 elements in 16-byte accesses), reaches
+// kNarrowFewRows rows, that of the kernels of kWideRowsTeam threads (16-bit rows of 4097 to 8192
+// elements, f32 rows of 2049 to 4096) kWideFewRows: about the rows a launch holds in one wave of
+// CTAs with its parameters loaded with x. On the H200 (scripts/ab_bench.py,
+// scripts/specs/rows-few-rows-limit.txt and rows-few-rows-team256.txt, the limit switched by a
+// throwaway build, three rounds; performance-notes, "The few-rows class of teams of 128 reaches
+// 512 rows") bf16 rows of 4096 in teams of 128 ran 0.90-0.92x the time at 300 and 512 rows
+// (LayerNorm, add + RMSNorm, add + LayerNorm) and f32 LayerNorm rows of 2048 0.87-0.88x; at 768
+// rows add + LayerNorm lost (1.05x), at 1024 all ran level. In teams of 256 (f32 LayerNorm rows of
+// 4096; bf16 rows of 8192: LayerNorm, an f32 weight, add + RMSNorm) they ran 0.91-0.97x at 300,
+// 352 and 384 rows, 0.97-1.04x at 448 and 0.99-1.08x at 512. Wider teams keep kFewRows.
+constexpr int kNarrowTeam = 128;
+constexpr int64_t kNarrowFewRows = 2 * kFewRows;
+constexpr int64_t kWideFewRows = kFewRows + kFewRows / 2;
 
 // Rows of scalar accesses whose parameters are loaded at the store in launches of many rows,
 // whatever their words (the two rules above), for a row kernel of `team` threads a row.
@@ -565,9 +591,12 @@ std::string row_registers(const Problem& pr, const Target& target, KernelPlan& p
   const int64_t loaded_words = slice_words * (pr.residual ? 2 : 1);
   const bool few = p.batch_class == kBatchFewRows;
   const bool wide_scalar = scalar_params_at_the_store(pr, p.vec, team);
+  const bool wide_16bit =
+      team == kWideRowsTeam && size_of(pr.x) == 2 && p.vec * size_of(pr.x) == kAccessBytes;
+  const int many_rows_words = wide_16bit ? kParamsAheadWordsWideRows : kParamsAheadWordsManyRows;
   p.params_ahead = !group && params_of(pr) > 0 &&
                    (few ? param_words <= kParamsAheadWords
-                        : !wide_scalar && loaded_words + param_words <= kParamsAheadWordsManyRows);
+                        : !wide_scalar && loaded_words + param_words <= many_rows_words);
   std::ostringstream why;
   why << "rows of " << h << " elements fit in the registers of " << team << " threads (" << values
       << " values each, " << p.vec * size_of(pr.x) << "-byte accesses); " << p.rows_per_block
@@ -1766,9 +1795,10 @@ int64_t few_rows_limit(const NormSpec& spec) {
   const Problem pr = Problem::of(spec);
   const int vec = row_vector_width(pr);
   const int team = row_team(pr, vec);
-  return team == kScalarLayerNormParamsAtTheStoreTeam && scalar_params_at_the_store(pr, vec, team)
-             ? kScalarLayerNormFewRows
-             : kFewRows;
+  const bool scalar_layernorm =
+      team == kScalarLayerNormParamsAtTheStoreTeam && scalar_params_at_the_store(pr, vec, team);
+  if (team <= kNarrowTeam || scalar_layernorm) return kNarrowFewRows;
+  return team == kWideRowsTeam ? kWideFewRows : kFewRows;
 }
 
 int batch_class(const NormSpec& spec, int64_t batch) {

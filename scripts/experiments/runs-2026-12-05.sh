@@ -56,6 +56,16 @@
 #        over .devcarry/fewrows with KNOBS (e.g. "NJX_FEW_ROWS=512 NJX_FEW_ROWS_TEAM=128"; 3
 #        shards; Variants.APreparedKernelLaunchesTheKernelOfEachBatchClass, not among them,
 #        expects the boundary at kFewRows: a rule from this would move it and that test)
+#   bash scripts/experiments/runs-2026-12-05.sh team256   the few-rows class of teams of 256
+#        threads reaching 448 rows (NJX_FEW_ROWS=448) beside the plan on
+#        scripts/specs/rows-few-rows-team256.txt (352 to 448 rows; ~1 minute; timing only)
+#   bash scripts/experiments/runs-2026-12-05.sh rule-tests   the row kernels' GPU tests and the
+#        prepared kernel's batch classes over build-gpu (4 shards, ~2 minutes)
+#   bash scripts/experiments/runs-2026-12-05.sh rules   build-gpu (the few-rows class of 512 rows
+#        in teams of at most 128 threads and 384 in teams of 256; 16-bit rows in teams of 256
+#        holding 48 words with x) beside .devcarry/fewrows with its knobs off (the plan before),
+#        on rows-few-rows-limit.txt, rows-few-rows-team256.txt, rows-f32-weight-ahead.txt and
+#        rows-wide-params-ahead.txt (~3 minutes; timing only)
 #   bash scripts/experiments/runs-2026-12-05.sh f32w   rows of 41 to 64 words of slice and
 #        parameters with the parameters held with x past 256 rows (NJX_PA_ALL=48, 64) beside the
 #        plan, on scripts/specs/rows-f32-weight-ahead.txt (~1.5 minutes; timing only)
@@ -142,6 +152,20 @@ case "${1:-}" in
     settings=${2:?fewrows-tests KNOBS}
     test_shards fewrows-tests .devcarry/fewrows "$settings" 200 "${ROW_FORWARD_FILTERS[@]}" ||
       exit 1
+    ;;
+  rules)
+    cat scripts/specs/rows-few-rows-limit.txt scripts/specs/rows-few-rows-team256.txt \
+      scripts/specs/rows-f32-weight-ahead.txt scripts/specs/rows-wide-params-ahead.txt >/tmp/rules.txt
+    timeout 240 python3 scripts/ab_bench.py --rounds 3 --out /tmp/rules-ab --specs /tmp/rules.txt \
+      --variant old=.devcarry/fewrows --variant new=build-gpu 2>&1 | tee "$out/rules-ab.txt"
+    ;;
+  team256)
+    ab_variants team256 150 3 scripts/specs/rows-few-rows-team256.txt .devcarry/fewrows \
+      f448=NJX_FEW_ROWS=448
+    ;;
+  rule-tests)
+    test_shards rule-tests build-gpu "" 200 "${ROW_FORWARD_FILTERS[@]}" \
+      'Variants.APreparedKernelLaunchesTheKernelOfEachBatchClass:Variants.BatchInvariance*' || exit 1
     ;;
   f32w)
     ab_variants f32w 200 3 scripts/specs/rows-f32-weight-ahead.txt .devcarry/oddv \

@@ -1609,10 +1609,11 @@ TEST_F(Variants, BatchInvarianceRowBitsDoNotDependOnTheLaunchBatch) {
 }
 
 TEST_F(Variants, APreparedKernelLaunchesTheKernelOfEachBatchClass) {
-  // A row kernel with parameters has a plan for launches of at most 256 rows (decode: the
-  // parameters loaded with x, h written early) and one for more. Whatever batch the spec was
-  // prepared with, a launch runs its own class's kernel: the function a captured launch
-  // records is the one of the kernel prepared for that batch, and the two classes differ.
+  // A row kernel with parameters has a plan for launches of few rows (decode: the parameters
+  // loaded with x, h written early; at most 512 rows for these rows of 4096 in teams of 128)
+  // and one for more. Whatever batch the spec was prepared with, a launch runs its own class's
+  // kernel: the function a captured launch records is the one of the kernel prepared for that
+  // batch, and the two classes differ.
   device::PrimaryContext context;
   Engine engine(test_engine_options());
   const Case few =
@@ -1641,8 +1642,10 @@ TEST_F(Variants, APreparedKernelLaunchesTheKernelOfEachBatchClass) {
     EXPECT_EQ(f.size(), 1u) << "kernel nodes of one launch";
     return f.empty() ? CUfunction{} : f[0];
   };
-  for (int64_t rows : {int64_t{1}, kFewRows, kFewRows + 1, int64_t{1000}}) {
-    const CUfunction own = recorded(rows <= kFewRows ? from_few : from_many, rows);
+  const int64_t limit = few_rows_limit(few_spec);
+  EXPECT_EQ(limit, 2 * kFewRows);
+  for (int64_t rows : {int64_t{1}, kFewRows, kFewRows + 1, limit, limit + 1, int64_t{1000}}) {
+    const CUfunction own = recorded(rows <= limit ? from_few : from_many, rows);
     EXPECT_EQ(recorded(from_few, rows), own) << rows << " rows, the kernel prepared for 1 row";
     EXPECT_EQ(recorded(from_many, rows), own) << rows << " rows, the kernel prepared for 1000";
   }

@@ -139,11 +139,12 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   // A ready kernel for the current context (or the primary context of options.device), for
-  // launches of any batch: where the plan of a row kernel depends on the batch class (at most
-  // 256 rows, or more; 512 for 16-bit LayerNorm rows of 2049 to 4095 odd elements), the kernel of
-  // each class is compiled or loaded (two at once on a miss) and every launch runs its own class's;
-  // the bits of a row are the same in both. The spec's batch picks the class that spec(), key() and
-  // plan_text() report.
+  // launches of any batch: where the plan of a row kernel depends on the batch class (few rows or
+  // more: at most 512 rows for rows of up to 4096 16-bit or 2048 f32 elements and 16-bit LayerNorm
+  // rows of 2049 to 4095 odd elements, 384 up to 8192 16-bit or 4096 f32 elements, 256 beyond),
+  // the kernel of each class is compiled or loaded (two at once on a miss) and every launch runs
+  // its own class's; the bits of a row are the same in both. The spec's batch picks the class
+  // that spec(), key() and plan_text() report.
   Kernel prepare(const NormSpec& spec);
   // prepare(spec) then launch with batch and eps from the spec.
   void run(const NormSpec& spec, const void* x, void* y, const void* weight, const void* bias,

@@ -246,15 +246,18 @@ TEST(PlanLayout, ChannelFormRowsOfOddAndLongChannelCounts) {
 TEST(PlanLayout, BatchClassCountsPositionsAsRows) {
   const NormSpec few = NormSpec::parse("op=rmsnorm shape=2,64,4,4 affine=weight layout=nhwc");
   EXPECT_EQ(batch_class(few), kBatchFewRows);  // 32 rows
-  const NormSpec many = NormSpec::parse("op=rmsnorm shape=2,64,16,16 affine=weight layout=nhwc");
-  EXPECT_EQ(batch_class(many), kBatchAny);  // 512 rows
+  const NormSpec many = NormSpec::parse("op=rmsnorm shape=2,64,16,32 affine=weight layout=nhwc");
+  EXPECT_EQ(batch_class(many), kBatchAny);  // 1024 rows
+  // Rows of 64 channels take a team of at most 128 threads: their few-rows class reaches 512.
+  EXPECT_EQ(batch_class(NormSpec::parse("op=rmsnorm shape=2,64,16,16 affine=weight layout=nhwc")),
+            kBatchFewRows);
   // nchw channel forms have no batch class.
   EXPECT_EQ(batch_class(NormSpec::parse("op=rmsnorm shape=2,64,4,4 affine=weight")), kBatchAny);
   // What precompile compiles: each class a launch of this spec's other dims can take.
   const std::vector<NormSpec> from_few = batch_class_specs(few);
   ASSERT_EQ(from_few.size(), 2u);
   EXPECT_EQ(batch_class(from_few[1]), kBatchAny);
-  EXPECT_EQ(from_few[1].shape, (std::vector<int64_t>{17, 64, 4, 4}));
+  EXPECT_EQ(from_few[1].shape, (std::vector<int64_t>{33, 64, 4, 4}));
   const std::vector<NormSpec> from_many = batch_class_specs(many);
   ASSERT_EQ(from_many.size(), 2u);
   EXPECT_EQ(batch_class(from_many[1]), kBatchFewRows);

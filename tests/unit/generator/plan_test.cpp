@@ -423,12 +423,17 @@ TEST(PlanRows, ParametersLoadedWithXWhenTheyFitThirtyTwoRegisters) {
   EXPECT_FALSE(ahead("op=layernorm shape=1,32768"));
   EXPECT_FALSE(ahead("op=rmsnorm shape=1,4096 normalized_dims=1 dtype=bf16 affine=none"));
   EXPECT_FALSE(ahead("op=groupnorm shape=8,64,7,7 groups=8"));
-  // More than 256 rows (another batch class): only where the slice and its parameters take at
-  // most 40 registers together, the rest left for rows in flight.
+  // More rows than the few-rows class's (256; 512 in teams of at most 128 threads): only where
+  // the slice and its parameters take at most 40 registers together, the rest left for rows in
+  // flight.
   EXPECT_TRUE(ahead("op=rmsnorm shape=1000,4096 normalized_dims=1 dtype=bf16 affine=weight"));
   EXPECT_FALSE(ahead("op=layernorm shape=1000,4096 dtype=bf16"));
-  EXPECT_TRUE(ahead("op=layernorm shape=256,4096 dtype=bf16"));
-  EXPECT_FALSE(ahead("op=layernorm shape=257,4096 dtype=bf16"));
+  EXPECT_TRUE(ahead("op=layernorm shape=512,4096 dtype=bf16"));
+  EXPECT_FALSE(ahead("op=layernorm shape=513,4096 dtype=bf16"));
+  EXPECT_TRUE(ahead("op=layernorm shape=384,4096 dtype=f32"));
+  EXPECT_FALSE(ahead("op=layernorm shape=385,4096 dtype=f32"));
+  EXPECT_TRUE(ahead("op=layernorm shape=256,8192 dtype=f32"));
+  EXPECT_FALSE(ahead("op=layernorm shape=257,8192 dtype=f32"));
   // With a residual, x and the residual are both in flight before h is formed: 16 + 16 words,
   // and the weight's 16 are loaded at the store (a few rows still load it with x).
   EXPECT_FALSE(
@@ -441,6 +446,24 @@ TEST(PlanRows, ParametersLoadedWithXWhenTheyFitThirtyTwoRegisters) {
   // 12 + 24 words) and of 1024 (8 values a thread: 8 + 16) load their weight and bias with x;
   // rows of 4096 (16 + 32) at the store.
   EXPECT_TRUE(ahead("op=layernorm shape=12608,768 dtype=f32"));
+  // 16-bit rows in a team of 256 (rows of 4097 to 8192 in 16-byte accesses, 16 words of slice)
+  // hold up to 48: an f32 weight, a weight and bias, a residual beside a weight; not 64 (a
+  // residual beside a weight and bias), nor 48 in other teams or f32 rows.
+  EXPECT_TRUE(
+      ahead("op=rmsnorm shape=4096,8192 normalized_dims=1 dtype=bf16 affine=weight "
+            "param_dtype=f32"));
+  EXPECT_TRUE(ahead("op=layernorm shape=16384,8192 dtype=bf16"));
+  EXPECT_TRUE(ahead("op=layernorm shape=4096,6000 dtype=f16"));
+  EXPECT_TRUE(
+      ahead("op=rmsnorm shape=4096,8192 normalized_dims=1 dtype=bf16 affine=weight residual=bf16"));
+  EXPECT_FALSE(ahead("op=layernorm shape=4096,8192 dtype=bf16 residual=bf16"));
+  EXPECT_FALSE(
+      ahead("op=rmsnorm shape=4096,4096 normalized_dims=1 dtype=bf16 affine=weight "
+            "param_dtype=f32"));
+  EXPECT_FALSE(
+      ahead("op=rmsnorm shape=4096,16384 normalized_dims=1 dtype=bf16 affine=weight "
+            "param_dtype=f32"));
+  EXPECT_FALSE(ahead("op=layernorm shape=4096,4096 dtype=bf16"));
   EXPECT_TRUE(ahead("op=layernorm shape=8192,1024 dtype=f32"));
   EXPECT_FALSE(ahead("op=layernorm shape=4096,4096 dtype=f32"));
   // Rows of scalar accesses (odd lengths) in a team of 512 threads load them at the store in
@@ -460,16 +483,40 @@ TEST(PlanRows, ParametersLoadedWithXWhenTheyFitThirtyTwoRegisters) {
   EXPECT_TRUE(ahead("op=rmsnorm shape=4096,2049 normalized_dims=1 dtype=bf16 affine=weight"));
   EXPECT_TRUE(ahead("op=layernorm shape=4096,2049 normalized_dims=1 dtype=bf16 residual=bf16"));
   EXPECT_EQ(few_rows_limit(NormSpec::parse("op=layernorm shape=1,3001 dtype=bf16")), 512);
-  EXPECT_EQ(few_rows_limit(NormSpec::parse("op=layernorm shape=1,3001 dtype=f32")), 256);
+  EXPECT_EQ(few_rows_limit(NormSpec::parse("op=layernorm shape=1,3001 dtype=f32")), 384);
   EXPECT_EQ(few_rows_limit(NormSpec::parse("op=layernorm shape=1,4097 dtype=bf16")), 256);
-  EXPECT_EQ(few_rows_limit(NormSpec::parse("op=layernorm shape=1,3000 dtype=bf16")), 256);
+  EXPECT_EQ(few_rows_limit(NormSpec::parse("op=layernorm shape=1,6000 dtype=bf16")), 384);
+  // Row kernels of at most 128 threads a row: 512 rows (bf16 rows of 4096, f32 rows of 2048,
+  // with a residual too); teams of 256 (f32 rows of 4096, bf16 rows of 8192) 384; wider teams
+  // (bf16 rows of 16384, f32 rows of 8192) 256.
+  EXPECT_EQ(few_rows_limit(NormSpec::parse("op=layernorm shape=1,4096 dtype=bf16")), 512);
+  EXPECT_EQ(few_rows_limit(NormSpec::parse("op=layernorm shape=1,2048 dtype=f32")), 512);
+  EXPECT_EQ(
+      few_rows_limit(NormSpec::parse(
+          "op=rmsnorm shape=1,4096 normalized_dims=1 dtype=bf16 affine=weight residual=bf16")),
+      512);
+  EXPECT_EQ(few_rows_limit(NormSpec::parse("op=layernorm shape=1,768 dtype=f32")), 512);
+  EXPECT_EQ(few_rows_limit(NormSpec::parse("op=layernorm shape=1,4096 dtype=f32")), 384);
+  EXPECT_EQ(few_rows_limit(NormSpec::parse("op=layernorm shape=1,8192 dtype=bf16")), 384);
+  EXPECT_EQ(few_rows_limit(NormSpec::parse("op=layernorm shape=1,16384 dtype=bf16")), 256);
+  EXPECT_EQ(few_rows_limit(NormSpec::parse("op=layernorm shape=1,8192 dtype=f32")), 256);
+  EXPECT_EQ(
+      few_rows_limit(NormSpec::parse(
+          "op=rmsnorm shape=1,8192 normalized_dims=1 dtype=bf16 affine=weight param_dtype=f32")),
+      384);
+  EXPECT_TRUE(ahead("op=layernorm shape=512,4096 normalized_dims=1 dtype=bf16"));
+  EXPECT_FALSE(ahead("op=layernorm shape=513,4096 normalized_dims=1 dtype=bf16"));
+  EXPECT_TRUE(
+      ahead("op=rmsnorm shape=400,4096 normalized_dims=1 dtype=bf16 affine=weight residual=bf16"));
+  EXPECT_TRUE(ahead("op=layernorm shape=300,4096 normalized_dims=1 dtype=f32"));
+  EXPECT_FALSE(ahead("op=layernorm shape=400,4096 normalized_dims=1 dtype=f32"));
   EXPECT_EQ(batch_class_specs(NormSpec::parse("op=layernorm shape=2,3001 dtype=bf16"))[1].batch(),
             513);
   EXPECT_TRUE(ahead("op=rmsnorm shape=4096,9999 normalized_dims=1 dtype=bf16 affine=weight"));
   EXPECT_TRUE(
       ahead("op=rmsnorm shape=4096,4097 normalized_dims=1 dtype=bf16 affine=weight residual=bf16"));
-  EXPECT_NE(batch_class(NormSpec::parse("op=layernorm shape=256,4096")),
-            batch_class(NormSpec::parse("op=layernorm shape=257,4096")));
+  EXPECT_NE(batch_class(NormSpec::parse("op=layernorm shape=384,4096")),
+            batch_class(NormSpec::parse("op=layernorm shape=385,4096")));
   // Kernels whose plan never depends on the batch have one class.
   EXPECT_EQ(batch_class(NormSpec::parse("op=groupnorm shape=1,64,7,7 groups=8")),
             batch_class(NormSpec::parse("op=groupnorm shape=1000,64,7,7 groups=8")));
@@ -478,12 +525,12 @@ TEST(PlanRows, ParametersLoadedWithXWhenTheyFitThirtyTwoRegisters) {
   // precompile() compiles a spec of each class.
   EXPECT_EQ(batch_class_specs(NormSpec::parse("op=layernorm shape=2,3,4096")).size(), 2u);
   EXPECT_EQ(batch_class_specs(NormSpec::parse("op=layernorm shape=2,3,4096"))[1].batch(), 257);
-  EXPECT_EQ(batch_class_specs(NormSpec::parse("op=layernorm shape=300,4096"))[1].batch(), 1);
+  EXPECT_EQ(batch_class_specs(NormSpec::parse("op=layernorm shape=400,4096"))[1].batch(), 1);
   EXPECT_EQ(batch_class_specs(NormSpec::parse("op=groupnorm shape=2,64,7,7 groups=8")).size(), 1u);
   // Engine::prepare asks has_two_batch_classes (no allocation) what batch_class_specs builds,
   // and launches by batch_class(spec, batch).
   for (const char* text :
-       {"op=layernorm shape=2,3,4096", "op=layernorm shape=300,4096", "op=layernorm shape=4096",
+       {"op=layernorm shape=2,3,4096", "op=layernorm shape=400,4096", "op=layernorm shape=4096",
         "op=layernorm shape=2,4096 affine=none", "op=rmsnorm shape=1,4096 normalized_dims=1",
         "op=rmsnorm shape=1,4096 normalized_dims=1 affine=weight residual=bf16 dtype=bf16",
         "op=rmsnorm shape=3,40000 normalized_dims=1 affine=weight",
@@ -491,7 +538,8 @@ TEST(PlanRows, ParametersLoadedWithXWhenTheyFitThirtyTwoRegisters) {
         "op=rmsnorm shape=2,64,4,4 affine=weight layout=nhwc",
         "op=rmsnorm shape=2,64,32,32 affine=weight layout=nhwc",
         "op=layernorm shape=300,64,4,4 normalized_dims=0 layout=nhwc",
-        "op=layernorm shape=2,64,4096 backward=true", "op=layernorm shape=2,3001 dtype=bf16"}) {
+        "op=layernorm shape=2,64,4096 backward=true", "op=layernorm shape=2,3001 dtype=bf16",
+        "op=layernorm shape=2,4096 dtype=bf16", "op=layernorm shape=2,8192 dtype=f32"}) {
     const NormSpec spec = NormSpec::parse(text);
     const std::vector<NormSpec> classes = batch_class_specs(spec);
     EXPECT_EQ(has_two_batch_classes(spec), classes.size() == 2) << text;
@@ -501,7 +549,7 @@ TEST(PlanRows, ParametersLoadedWithXWhenTheyFitThirtyTwoRegisters) {
     }
     // A prepared kernel launches by its plan's batch_class_of, which agrees with the spec's.
     const KernelPlan planned = plan(spec, t);
-    for (int64_t batch : {1, 2, 16, 64, 256, 257, 512, 513, 1000}) {
+    for (int64_t batch : {1, 2, 16, 64, 256, 257, 384, 385, 512, 513, 1000}) {
       EXPECT_EQ(planned.batch_class_of(batch), batch_class(spec, batch))
           << text << ", batch " << batch;
     }
@@ -517,11 +565,11 @@ TEST(PlanRows, ParametersLoadedWithXWhenTheyFitThirtyTwoRegisters) {
     return at == std::string::npos ? std::string() : s.substr(at, s.find('\n', at) - at);
   };
   EXPECT_EQ(class_line("op=layernorm shape=1,4096"),
-            "batch class: few rows (launches of at most 256 rows; a prepared kernel runs the "
+            "batch class: few rows (launches of at most 384 rows; a prepared kernel runs the "
             "other class's plan for more)");
-  EXPECT_EQ(class_line("op=layernorm shape=300,4096"),
-            "batch class: more than 256 rows (a prepared kernel runs the few-rows plan for "
-            "launches of at most 256)");
+  EXPECT_EQ(class_line("op=layernorm shape=400,4096"),
+            "batch class: more than 384 rows (a prepared kernel runs the few-rows plan for "
+            "launches of at most 384)");
   EXPECT_EQ(class_line("op=layernorm shape=300,4096 affine=none"), "batch class: any");
 }
 

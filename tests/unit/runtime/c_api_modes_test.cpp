@@ -173,7 +173,7 @@ void expect_prewarm_serves(const char* prewarmed, uint64_t kernels,
 }
 
 TEST(CApiJitOffAfterPrewarm, APrewarmedSpecServesEveryBatchClass) {
-  // A bf16 LayerNorm row kernel is planned apart for launches of at most 256 rows: precompiling
+  // A bf16 LayerNorm row kernel is planned apart for launches of at most 512 rows: precompiling
   // a spec of 8 rows compiles both kernels, so a JIT-off engine finds the one of 1000 rows.
   expect_prewarm_serves(
       "op=layernorm shape=8,4096 dtype=bf16", 2,

@@ -246,13 +246,13 @@ TEST_F(Prewarm, SeedManifestPrewarmAndCheckAgree) {
 TEST_F(Prewarm, BatchClassesAreKernelsPrewarmWritesAndCheckFinds) {
   const std::vector<std::string> specs = {
       "op=layernorm shape=8,4096 dtype=bf16",
-      "op=layernorm shape=1000,8192 dtype=bf16 normalized_dims=1 affine=both",
+      "op=layernorm shape=1000,16384 dtype=bf16 normalized_dims=1 affine=both",
       "op=rmsnorm shape=2,64,32,32 dtype=f32 affine=none",                         // one class
       "op=layernorm shape=1024,4096 dtype=bf16 normalized_dims=1 backward=true"};  // one class
   // manifest_of() writes op, shape, dtype and affine only: backward is given here.
   write_file(manifest_, R"([
     {"op": "layernorm", "shape": [8, 4096], "dtype": "bf16"},
-    {"op": "layernorm", "shape": [1000, 8192], "dtype": "bf16"},
+    {"op": "layernorm", "shape": [1000, 16384], "dtype": "bf16"},
     {"op": "rmsnorm", "shape": [2, 64, 32, 32], "dtype": "f32", "affine": "none"},
     {"op": "layernorm", "shape": [1024, 4096], "dtype": "bf16", "backward": true}
   ])");
@@ -278,7 +278,7 @@ TEST_F(Prewarm, BatchClassesAreKernelsPrewarmWritesAndCheckFinds) {
   const ToolResult ok = run(check_args);
   EXPECT_EQ(ok.exit_code, 0) << ok.describe();
   EXPECT_NE(ok.out.find("holds 6 of 6 kernels"), npos) << ok.describe();
-  // The rows of 8192's other class (launches of at most 256 rows) removed: --check fails and
+  // The rows of 16384's other class (launches of at most 256 rows) removed: --check fails and
   // names it.
   const NormSpec other = batch_class_specs(NormSpec::parse(specs[1]))[1];
   EXPECT_EQ(other.shape[0], 1);
@@ -318,7 +318,7 @@ TEST_F(Prewarm, SpecsOfEachOthersBatchClassCompileOnce) {
 // file a JIT-off engine loads beside it); a spec of one class has no such line.
 TEST_F(Prewarm, CacheExplainNamesTheOtherBatchClass) {
   const NormSpec two =
-      NormSpec::parse("op=layernorm shape=1000,8192 dtype=bf16 normalized_dims=1 affine=both");
+      NormSpec::parse("op=layernorm shape=1000,16384 dtype=bf16 normalized_dims=1 affine=both");
   const std::vector<NormSpec> classes = batch_class_specs(two);
   ASSERT_EQ(classes.size(), 2u);
   const NormSpec other = classes[1];
