@@ -479,15 +479,16 @@ constexpr int kParamsAheadWords = 32;
 // beside rows of 16384 at 1024 tokens 20%).
 constexpr int kParamsAheadWordsManyRows = 40;
 // 16-bit rows in 16-byte accesses in a team of kWideRowsTeam threads (rows of 4097 to 8192
-// elements, 32 values a thread: 16 words of slice) hold up to this many: an f32 weight, a
-// LayerNorm's weight and bias, or a residual's second slice beside a weight. On the H200
-// (scripts/ab_bench.py, scripts/specs/rows-f32-weight-ahead.txt, the bound switched by a
-// throwaway build for every row, three rounds; performance-notes, "The few-rows class of teams of
-// 128 reaches 512 rows") RMSNorm of bf16 rows of 8192 with an f32 weight ran 0.93x the time at
-// 1024 tokens and 0.98x at 4096 and 16384, LayerNorm bf16 [1024, 8192] 0.97x, add + RMSNorm 0.99x;
-// the same bound lost on other teams (f32 weights beside rows of 4096, 128 threads: 1.04x; of
-// 16384, 512 threads: 1.20x; LayerNorm bf16 rows of 4096: 1.09x) and on f32 LayerNorm rows of
-// 4096 (1.02x), which keep 40.
+// elements, 32 values a thread: 16 words of slice) with f32 parameters hold up to this many: an
+// f32 weight of RMSNorm (32 words; bf16 x with an f32 weight, as autocast and many checkpoints
+// have it). On the H200 (scripts/ab_bench.py, three rounds; performance-notes, "The few-rows class
+// of teams of 128 reaches 512 rows") RMSNorm of bf16 rows of 8192 with an f32 weight ran 0.89x
+// the time at 768 tokens, 0.94-0.95x at 1024, 0.98-0.99x at 4096 and 16384 and 1.02x at 512
+// (f16 [4096, 8192] 0.98x). The same 48 words lost for 16-bit parameters beside those rows
+// (LayerNorm's weight and bias: 1.05-1.08x at 448 and 512 rows, 1.02-1.03x at 4096 and 16384;
+// add + RMSNorm 1.08-1.09x at 448 and 512, 1.01x at 4096 and 16384), in other teams (f32 weights
+// beside rows of 4096, 128 threads: 1.04x; of 16384, 512 threads: 1.20x) and for f32 LayerNorm
+// rows of 4096 (1.02x), which keep 40.
 constexpr int kParamsAheadWordsWideRows = 48;
 constexpr int kWideRowsTeam = 256;
 // Rows of scalar accesses (odd lengths) in a team of this many threads (rows of 4097 to 8192
@@ -591,9 +592,11 @@ std::string row_registers(const Problem& pr, const Target& target, KernelPlan& p
   const int64_t loaded_words = slice_words * (pr.residual ? 2 : 1);
   const bool few = p.batch_class == kBatchFewRows;
   const bool wide_scalar = scalar_params_at_the_store(pr, p.vec, team);
-  const bool wide_16bit =
-      team == kWideRowsTeam && size_of(pr.x) == 2 && p.vec * size_of(pr.x) == kAccessBytes;
-  const int many_rows_words = wide_16bit ? kParamsAheadWordsWideRows : kParamsAheadWordsManyRows;
+  const bool f32_params_of_wide_16bit_rows = team == kWideRowsTeam && size_of(pr.x) == 2 &&
+                                             p.vec * size_of(pr.x) == kAccessBytes &&
+                                             size_of(pr.param) == 4;
+  const int many_rows_words =
+      f32_params_of_wide_16bit_rows ? kParamsAheadWordsWideRows : kParamsAheadWordsManyRows;
   p.params_ahead = !group && params_of(pr) > 0 &&
                    (few ? param_words <= kParamsAheadWords
                         : !wide_scalar && loaded_words + param_words <= many_rows_words);

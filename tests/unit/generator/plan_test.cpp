@@ -447,16 +447,20 @@ TEST(PlanRows, ParametersLoadedWithXWhenTheyFitThirtyTwoRegisters) {
   // rows of 4096 (16 + 32) at the store.
   EXPECT_TRUE(ahead("op=layernorm shape=12608,768 dtype=f32"));
   // 16-bit rows in a team of 256 (rows of 4097 to 8192 in 16-byte accesses, 16 words of slice)
-  // hold up to 48: an f32 weight, a weight and bias, a residual beside a weight; not 64 (a
-  // residual beside a weight and bias), nor 48 in other teams or f32 rows.
+  // hold an f32 weight (48 words); not 16-bit parameters of 48 words (a weight and bias, a
+  // residual beside a weight), nor an f32 weight in other teams.
   EXPECT_TRUE(
       ahead("op=rmsnorm shape=4096,8192 normalized_dims=1 dtype=bf16 affine=weight "
             "param_dtype=f32"));
-  EXPECT_TRUE(ahead("op=layernorm shape=16384,8192 dtype=bf16"));
-  EXPECT_TRUE(ahead("op=layernorm shape=4096,6000 dtype=f16"));
   EXPECT_TRUE(
+      ahead("op=rmsnorm shape=16384,6000 normalized_dims=1 dtype=f16 affine=weight "
+            "param_dtype=f32"));
+  EXPECT_FALSE(ahead("op=layernorm shape=16384,8192 dtype=bf16"));
+  EXPECT_FALSE(
       ahead("op=rmsnorm shape=4096,8192 normalized_dims=1 dtype=bf16 affine=weight residual=bf16"));
-  EXPECT_FALSE(ahead("op=layernorm shape=4096,8192 dtype=bf16 residual=bf16"));
+  EXPECT_FALSE(
+      ahead("op=rmsnorm shape=4096,8192 normalized_dims=1 dtype=bf16 affine=weight "
+            "param_dtype=f32 residual=bf16"));
   EXPECT_FALSE(
       ahead("op=rmsnorm shape=4096,4096 normalized_dims=1 dtype=bf16 affine=weight "
             "param_dtype=f32"));
