@@ -65,7 +65,8 @@
 #        in teams of at most 128 threads and 384 in teams of 256; 16-bit rows in teams of 256
 #        holding 48 words with x) beside .devcarry/fewrows with its knobs off (the plan before),
 #        on rows-few-rows-limit.txt, rows-few-rows-team256.txt, rows-f32-weight-ahead.txt and
-#        rows-wide-params-ahead.txt (~3 minutes; timing only)
+#        rows-wide-params-ahead.txt (~5 minutes: 58 specs compiled afresh for each library;
+#        timing only)
 #   bash scripts/experiments/runs-2026-12-05.sh f32w   rows of 41 to 64 words of slice and
 #        parameters with the parameters held with x past 256 rows (NJX_PA_ALL=48, 64) beside the
 #        plan, on scripts/specs/rows-f32-weight-ahead.txt (~1.5 minutes; timing only)
@@ -156,7 +157,7 @@ case "${1:-}" in
   rules)
     cat scripts/specs/rows-few-rows-limit.txt scripts/specs/rows-few-rows-team256.txt \
       scripts/specs/rows-f32-weight-ahead.txt scripts/specs/rows-wide-params-ahead.txt >/tmp/rules.txt
-    timeout 240 python3 scripts/ab_bench.py --rounds 3 --out /tmp/rules-ab --specs /tmp/rules.txt \
+    timeout 360 python3 scripts/ab_bench.py --rounds 3 --out /tmp/rules-ab --specs /tmp/rules.txt \
       --variant old=.devcarry/fewrows --variant new=build-gpu 2>&1 | tee "$out/rules-ab.txt"
     ;;
   team256)
