@@ -177,9 +177,10 @@ KernelPlan plan(const NormSpec& spec, const Target& target);
 constexpr int kBatchAny = 0;
 constexpr int kBatchFewRows = 1;
 constexpr int64_t kFewRows = 256;  // rows (batch x groups) of the few-rows class, at most
-// The rows of the few-rows class of spec's kernel, at most (kFewRows, or twice that for row
-// kernels of at most 128 threads a row and 16-bit LayerNorm rows of scalar accesses in a team of
-// 256: plan.cpp); 0 where its plan does not depend on the batch (every backward). No allocation.
+// The rows of the few-rows class of spec's kernel, at most (kFewRows; twice that for row kernels
+// of at most 128 threads a row and 16-bit LayerNorm rows of scalar accesses in a team of 256, one
+// and a half times for the other teams of 256: plan.cpp); 0 where its plan does not depend on the
+// batch (every backward). No allocation.
 int64_t few_rows_limit(const NormSpec& spec);
 int batch_class(const NormSpec& spec);
 // The class of a launch of spec's kernel over `batch` (rows of the trailing forms, N of the

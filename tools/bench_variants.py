@@ -646,8 +646,9 @@ def render_section(rep: Report) -> str:
     add("- `vs compile` = compile µs / normjit µs (above 1: normjit is faster).")
     add("- normjit: each (variant, hidden) prepared once, from the spec of one row (as an "
         "inference engine prepares a shape class), and launched for every token count: "
-        "`prepare` compiles the kernel of each batch class (at most 256 rows, or more; the "
-        "same bits), and every launch runs its own (before ed2cecc every launch here ran the "
+        "`prepare` compiles the kernel of each batch class (few rows: at most 256 to 512 by the "
+        "row's team, `normjit dump --emit plan` says; or more; the same bits), and every launch "
+        "runs its own (before ed2cecc every launch here ran the "
         "few-rows kernel).")
     add("- Residual variants (in place, as vLLM's fused_add_rms_norm) also have `separate µs`: "
         "the same kernel writing y and h to separate buffers, one each for every input set, "

@@ -1521,6 +1521,12 @@ TEST_F(Variants, BatchInvarianceRowBitsDoNotDependOnTheLaunchBatch) {
       {layer_norm({2000, 3001}, Dtype::kBF16).with(Values::kLargeMean, 11),
        {1, 512, 513, 2000},
        513},
+      // The few-rows class of teams of 128 (bf16 rows of 4096) reaches 512 rows, of teams of 256
+      // (f32 rows of 4096) 384; past them the parameters are loaded at the store.
+      {layer_norm({1000, 4096}, Dtype::kBF16).with(Values::kLargeMean, 12),
+       {1, 512, 513, 1000},
+       513},
+      {layer_norm({1000, 4096}, Dtype::kF32).with(Values::kNegative, 13), {1, 384, 385, 1000}, 385},
       // Rows split over CTAs; rows of the streaming kernel.
       {layer_norm({4, 1000003}, Dtype::kF32).stats().with(Values::kLargeMean, 6), {1, 2, 3, 4}, 2},
       {rms({2, 5000011}, Dtype::kBF16)
@@ -1796,17 +1802,18 @@ TEST_F(Variants, LlmRowsTokensByHidden) {
 }
 
 TEST_F(Variants, TransformerRowsOf768And1024InLaunchesOfManyRows) {
-  // ViT and BERT rows (768, 1024) in launches of more than 256 rows (the many-rows class): f32
-  // LayerNorm rows of 768 load their weight and bias with x there (kParamsAheadWordsManyRows,
-  // 12 + 24 registers), rows of 1024 at the store; every dtype and affine form, large means
-  // and negatives, and one with a residual and an f32 weight beside 16-bit x.
+  // ViT and BERT rows (768, 1024) in launches of more than 512 rows (the many-rows class of their
+  // teams of at most 128 threads): f32 LayerNorm rows of 768 load their weight and bias with x
+  // there (kParamsAheadWordsManyRows, 12 + 24 registers), rows of 1024 at the store; every dtype
+  // and affine form, large means and negatives, and one with a residual and an f32 weight beside
+  // 16-bit x.
   std::vector<Case> cases;
   uint64_t seed = 1700;
   int i = 0;
   for (const int64_t n : {768, 1024}) {
     for (Dtype d : kXDtypes) {
       for (Affine a : {Affine::kBoth, Affine::kWeight, Affine::kNone}) {
-        const int64_t t = i % 2 == 0 ? 1000 : 257;
+        const int64_t t = i % 2 == 0 ? 1000 : 513;
         const Values v = i % 3 == 0   ? Values::kLargeMean
                          : i % 3 == 1 ? Values::kNegative
                                       : Values::kNormal;
