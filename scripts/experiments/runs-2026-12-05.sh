@@ -67,6 +67,14 @@
 #        on rows-few-rows-limit.txt, rows-few-rows-team256.txt, rows-f32-weight-ahead.txt and
 #        rows-wide-params-ahead.txt (~5 minutes: 58 specs compiled afresh for each library;
 #        timing only)
+#   bash scripts/experiments/runs-2026-12-05.sh team512   LLM rows of many rows in teams at 16
+#        values a thread with the parameters at the store (v16s: NJX_FWD_VALUES=16,NJX_FWD_AHEAD=0;
+#        512 threads of 32 registers for rows of 8192), at 16 values with the plan's bound (v16),
+#        the plan's team with every parameter at the store (s), and 8 values at the store (v8s),
+#        beside the plan, on scripts/specs/rows-team-512-store.txt (~3 minutes; timing only), over
+#        .devcarry/fv (scripts/experiments/build.sh row-forward-many-rows fv)
+#   bash scripts/experiments/runs-2026-12-05.sh team512-tests KNOBS   the row kernels' GPU tests
+#        over .devcarry/fv with KNOBS (e.g. "NJX_FWD_VALUES=16 NJX_FWD_AHEAD=0"; 3 shards)
 #   bash scripts/experiments/runs-2026-12-05.sh f32w   rows of 41 to 64 words of slice and
 #        parameters with the parameters held with x past 256 rows (NJX_PA_ALL=48, 64) beside the
 #        plan, on scripts/specs/rows-f32-weight-ahead.txt (~1.5 minutes; timing only)
@@ -159,6 +167,15 @@ case "${1:-}" in
       scripts/specs/rows-f32-weight-ahead.txt scripts/specs/rows-wide-params-ahead.txt >/tmp/rules.txt
     timeout 360 python3 scripts/ab_bench.py --rounds 3 --out /tmp/rules-ab --specs /tmp/rules.txt \
       --variant old=.devcarry/fewrows --variant new=build-gpu 2>&1 | tee "$out/rules-ab.txt"
+    ;;
+  team512)
+    ab_variants team512 300 3 scripts/specs/rows-team-512-store.txt .devcarry/fv \
+      v16s=NJX_FWD_VALUES=16,NJX_FWD_AHEAD=0 v16=NJX_FWD_VALUES=16 s=NJX_FWD_AHEAD=0 \
+      v8s=NJX_FWD_VALUES=8,NJX_FWD_AHEAD=0
+    ;;
+  team512-tests)
+    settings=${2:?team512-tests KNOBS}
+    test_shards team512-tests .devcarry/fv "$settings" 200 "${ROW_FORWARD_FILTERS[@]}" || exit 1
     ;;
   team256)
     ab_variants team256 150 3 scripts/specs/rows-few-rows-team256.txt .devcarry/fewrows \
