@@ -101,9 +101,9 @@ normjit_status normjit_groupnorm(normjit_engine* engine, const void* x, void* y,
 /* A kernel prepared once and launched many times: the path for callers that launch the same
  * shape class often (the Python package, inference engines). The batch is not part of the
  * kernel: one kernel serves every batch size of its spec's other dims. (A row kernel with
- * parameters is planned apart for launches of few rows, decode (at most 512 for rows of up to
- * 4096 16-bit or 2048 f32 elements and 16-bit LayerNorm rows of 2049 to 4095 odd elements, 384
- * for rows of up to 8192 16-bit or 4096 f32 elements, 256 for longer ones), and for more:
+ * parameters is planned apart for launches of few rows, decode (at most 512, 384 or 256 by the
+ * threads a row takes: bf16 rows of 4096 up to 512, of 8192 up to 384, of 16384 up to 256;
+ * `normjit dump --emit plan` prints a spec's), and for more:
  * normjit_prepare compiles or loads both, and each launch runs its own; a row's result bits
  * are the same in both.) */
 typedef struct normjit_kernel normjit_kernel;

@@ -140,8 +140,8 @@ class Engine {
 
   // A ready kernel for the current context (or the primary context of options.device), for
   // launches of any batch: where the plan of a row kernel depends on the batch class (few rows or
-  // more: at most 512 rows for rows of up to 4096 16-bit or 2048 f32 elements and 16-bit LayerNorm
-  // rows of 2049 to 4095 odd elements, 384 up to 8192 16-bit or 4096 f32 elements, 256 beyond),
+  // more: at most 512, 384 or 256 rows by the threads a row takes, bf16 rows of 4096 up to 512,
+  // of 8192 up to 384, of 16384 up to 256; plan_text() says),
   // the kernel of each class is compiled or loaded (two at once on a miss) and every launch runs
   // its own class's; the bits of a row are the same in both. The spec's batch picks the class
   // that spec(), key() and plan_text() report.
