@@ -84,6 +84,13 @@
 #   bash scripts/experiments/runs-2026-12-05.sh rows8192   LLM rows of 8192 with the weight at
 #        the store (NJX_PA_ALL=0), and launch bounds of 5 CTAs an SM with it and without it, on
 #        scripts/specs/rows-8192-occupancy.txt (~1.5 minutes; timing only)
+#   bash scripts/experiments/runs-2026-12-05.sh oddwin   odd rows read and written in 16-byte
+#        vectors aligned in memory, their parameters element by element (w: NJX_WIN=1) or as
+#        aligned vectors shifted in registers (w2: NJX_WIN=2), at the plan's values a thread and at
+#        16 (NJX_WIN_VALUES=16), beside the plan, on scripts/specs/rows-odd-window.txt (~2 minutes;
+#        timing only), over .devcarry/oddwin (scripts/experiments/build.sh row-odd-window oddwin)
+#   bash scripts/experiments/runs-2026-12-05.sh oddwin-tests KNOBS   the row kernels' GPU tests
+#        over .devcarry/oddwin with KNOBS (e.g. NJX_WIN=2; 3 shards)
 # Logs and tables go to $OUT (default ./runs-out).
 set -uo pipefail
 # shellcheck source=scripts/experiments/lib.sh
@@ -172,6 +179,15 @@ case "${1:-}" in
     ab_variants team512 300 3 scripts/specs/rows-team-512-store.txt .devcarry/fv \
       v16s=NJX_FWD_VALUES=16,NJX_FWD_AHEAD=0 v16=NJX_FWD_VALUES=16 s=NJX_FWD_AHEAD=0 \
       v8s=NJX_FWD_VALUES=8,NJX_FWD_AHEAD=0
+    ;;
+  oddwin)
+    ab_variants oddwin 300 2 scripts/specs/rows-odd-window.txt .devcarry/oddwin w=NJX_WIN=1 \
+      w16=NJX_WIN=1,NJX_WIN_VALUES=16 w2=NJX_WIN=2 w2v16=NJX_WIN=2,NJX_WIN_VALUES=16
+    ;;
+  oddwin-tests)
+    settings=${2:?oddwin-tests KNOBS}
+    test_shards "oddwin-tests${settings//[^0-9]/}" .devcarry/oddwin "$settings" 200 \
+      "${ROW_FORWARD_FILTERS[@]}" || exit 1
     ;;
   team512-tests)
     settings=${2:?team512-tests KNOBS}
