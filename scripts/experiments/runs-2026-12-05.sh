@@ -90,7 +90,8 @@
 #        16 (NJX_WIN_VALUES=16), beside the plan, on scripts/specs/rows-odd-window.txt (~2 minutes;
 #        timing only), over .devcarry/oddwin (scripts/experiments/build.sh row-odd-window oddwin)
 #   bash scripts/experiments/runs-2026-12-05.sh oddwin-tests KNOBS   the row kernels' GPU tests
-#        over .devcarry/oddwin with KNOBS (e.g. NJX_WIN=2; 3 shards)
+#        over .devcarry/oddwin with KNOBS (e.g. NJX_WIN=2; 3 shards; the tests that read plans abort:
+#        the patch changes KernelPlan, which build-gpu's gpu_tests were built without)
 #   bash scripts/experiments/runs-2026-12-05.sh fwdpf   the LLM rows with each team's first thread
 #        starting the row 528, 1056 or 2112 rows ahead towards L2 once its row is stored
 #        (NJX_FWD_PF) beside the plan, on scripts/specs/rows-team-512-store.txt (~1 minute; timing
