@@ -95,8 +95,7 @@
 #   bash scripts/experiments/runs-2026-12-05.sh fwdpf   the LLM rows with each team's first thread
 #        starting the row 528, 1056 or 2112 rows ahead towards L2 once its row is stored
 #        (NJX_FWD_PF) beside the plan, on scripts/specs/rows-team-512-store.txt (~1 minute; timing
-#        only), over .devcarry/fpf
-#        (scripts/experiments/build.sh row-forward-l2-ahead fpf)
+#        only), over .devcarry/fpf (scripts/experiments/build.sh row-forward-l2-ahead fpf)
 # Logs and tables go to $OUT (default ./runs-out).
 set -uo pipefail
 # shellcheck source=scripts/experiments/lib.sh
