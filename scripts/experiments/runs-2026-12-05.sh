@@ -95,7 +95,8 @@
 #   bash scripts/experiments/runs-2026-12-05.sh fwdpf   the LLM rows with each team's first thread
 #        starting the row 528, 1056 or 2112 rows ahead towards L2 once its row is stored
 #        (NJX_FWD_PF) beside the plan, on scripts/specs/rows-team-512-store.txt (~1 minute; timing
-#        only), over .devcarry/fpf (scripts/experiments/build.sh row-forward-l2-ahead fpf)
+#        only), and issued before the team's own loads instead (NJX_FWD_PF_EARLY=1) 528 and 1056
+#        rows ahead, over .devcarry/fpf (scripts/experiments/build.sh row-forward-l2-ahead fpf)
 # Logs and tables go to $OUT (default ./runs-out).
 set -uo pipefail
 # shellcheck source=scripts/experiments/lib.sh
@@ -190,8 +191,9 @@ case "${1:-}" in
       w16=NJX_WIN=1,NJX_WIN_VALUES=16 w2=NJX_WIN=2 w2v16=NJX_WIN=2,NJX_WIN_VALUES=16
     ;;
   fwdpf)
-    ab_variants fwdpf 150 2 scripts/specs/rows-team-512-store.txt .devcarry/fpf p528=NJX_FWD_PF=528 \
-      p1056=NJX_FWD_PF=1056 p2112=NJX_FWD_PF=2112
+    ab_variants fwdpf 240 2 scripts/specs/rows-team-512-store.txt .devcarry/fpf p528=NJX_FWD_PF=528 \
+      p1056=NJX_FWD_PF=1056 p2112=NJX_FWD_PF=2112 e528=NJX_FWD_PF=528,NJX_FWD_PF_EARLY=1 \
+      e1056=NJX_FWD_PF=1056,NJX_FWD_PF_EARLY=1
     ;;
   oddwin-tests)
     settings=${2:?oddwin-tests KNOBS}
