@@ -97,6 +97,10 @@
 #        (NJX_FWD_PF) beside the plan, on scripts/specs/rows-team-512-store.txt (~1 minute; timing
 #        only), and issued before the team's own loads instead (NJX_FWD_PF_EARLY=1) 528 and 1056
 #        rows ahead, over .devcarry/fpf (scripts/experiments/build.sh row-forward-l2-ahead fpf)
+#   bash scripts/experiments/runs-2026-12-05.sh fwdpf2   the same prefetch on more LLM rows and
+#        variants (scripts/specs/rows-l2-ahead.txt): a team's own row before its loads (e0), and
+#        264, 528 and 1056 rows ahead after its store (one wave of CTAs for rows of 16384, 8192
+#        and 4096 on 132 SMs), 3 rounds (~5 minutes; timing only)
 # Logs and tables go to $OUT (default ./runs-out).
 set -uo pipefail
 # shellcheck source=scripts/experiments/lib.sh
@@ -189,6 +193,11 @@ case "${1:-}" in
   oddwin)
     ab_variants oddwin 300 2 scripts/specs/rows-odd-window.txt .devcarry/oddwin w=NJX_WIN=1 \
       w16=NJX_WIN=1,NJX_WIN_VALUES=16 w2=NJX_WIN=2 w2v16=NJX_WIN=2,NJX_WIN_VALUES=16
+    ;;
+  fwdpf2)
+    ab_variants fwdpf2 330 3 scripts/specs/rows-l2-ahead.txt .devcarry/fpf \
+      e0=NJX_FWD_PF=0,NJX_FWD_PF_EARLY=1 p264=NJX_FWD_PF=264 p528=NJX_FWD_PF=528 \
+      p1056=NJX_FWD_PF=1056
     ;;
   fwdpf)
     ab_variants fwdpf 240 2 scripts/specs/rows-team-512-store.txt .devcarry/fpf p528=NJX_FWD_PF=528 \
