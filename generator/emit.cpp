@@ -163,6 +163,7 @@ void row_fields(const KernelPlan& p, Fields& f) {
       f.flag("kParamsAhead", p.params_ahead);
       f.flag("kEarlyResidualStore", p.early_h);
       f.size("kEvictFirstRows", p.evict_first_rows);
+      f.flag("kPrefetchRow", p.prefetch_row);
       break;
     case Strategy::kRowSplit:
       f.size("kChunks", p.split_chunks);

@@ -614,6 +614,36 @@ TEST(PlanRows, XIsReadEvictFirstInLaunchesThatFitInL2) {
             rows("op=layernorm shape=1000,768 dtype=bf16", "sm_90"));
 }
 
+// RMSNorm rows of 16-byte accesses, at least 4 KiB of x, in a launch of many rows start their row
+// towards L2 before loading it (sm_90's bulk prefetch); LayerNorm, f32 parameters beside 16-bit
+// x, a few rows, short or odd rows and archs without the bulk prefetch do not.
+TEST(PlanRows, ManyRmsNormRowsPrefetchTheirRowIntoL2) {
+  const auto prefetches = [](const char* text, const char* arch = "sm_90") {
+    return plan(NormSpec::parse(text), Target::parse(arch)).prefetch_row;
+  };
+  const char* rms = "op=rmsnorm shape=4096,8192 normalized_dims=1 dtype=bf16 affine=weight";
+  EXPECT_TRUE(prefetches(rms));
+  EXPECT_TRUE(prefetches("op=rmsnorm shape=16384,2048 normalized_dims=1 dtype=bf16"));
+  EXPECT_TRUE(prefetches("op=rmsnorm shape=4096,8192 normalized_dims=1 dtype=f32 affine=weight"));
+  EXPECT_TRUE(
+      prefetches("op=rmsnorm shape=4096,8192 normalized_dims=1 dtype=bf16 "
+                 "affine=weight residual=bf16 out_dtype=e4m3 weight_offset=1"));
+  EXPECT_FALSE(prefetches(rms, "sm_80"));
+  EXPECT_FALSE(prefetches("op=layernorm shape=4096,8192 dtype=bf16"));
+  EXPECT_FALSE(
+      prefetches("op=rmsnorm shape=4096,8192 normalized_dims=1 dtype=bf16 "
+                 "affine=weight param_dtype=f32"));
+  EXPECT_FALSE(prefetches("op=rmsnorm shape=16,8192 normalized_dims=1 dtype=bf16 affine=weight"));
+  EXPECT_FALSE(prefetches("op=rmsnorm shape=16384,1024 normalized_dims=1 dtype=bf16"));
+  EXPECT_FALSE(prefetches("op=rmsnorm shape=4096,4097 normalized_dims=1 dtype=bf16"));
+  EXPECT_FALSE(prefetches("op=groupnorm shape=32,1024,14,14 groups=32 dtype=bf16"));
+  // The plan says so.
+  const std::string text = plan(NormSpec::parse(rms), Target::parse("sm_90")).to_string();
+  EXPECT_NE(text.find("L2 prefetch of the row: one bulk prefetch before the loads"),
+            std::string::npos)
+      << text;
+}
+
 TEST(PlanRows, TeamAndCtaSizes) {
   const Target t = Target::parse("sm_90");
   struct Case {
