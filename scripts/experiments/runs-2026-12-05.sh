@@ -101,6 +101,9 @@
 #        variants (scripts/specs/rows-l2-ahead.txt): a team's own row before its loads (e0), and
 #        264, 528 and 1056 rows ahead after its store (one wave of CTAs for rows of 16384, 8192
 #        and 4096 on 132 SMs), 3 rounds (~5 minutes; timing only)
+#   bash scripts/experiments/runs-2026-12-05.sh fwdpf-decode   a team's own row started towards
+#        L2 before its loads (e0) on the decode rows (scripts/specs/decode-rows.txt; the few-rows
+#        class, which the rule of 8a1480c leaves out), 3 rounds (~1.5 minutes; timing only)
 # Logs and tables go to $OUT (default ./runs-out).
 set -uo pipefail
 # shellcheck source=scripts/experiments/lib.sh
@@ -193,6 +196,10 @@ case "${1:-}" in
   oddwin)
     ab_variants oddwin 300 2 scripts/specs/rows-odd-window.txt .devcarry/oddwin w=NJX_WIN=1 \
       w16=NJX_WIN=1,NJX_WIN_VALUES=16 w2=NJX_WIN=2 w2v16=NJX_WIN=2,NJX_WIN_VALUES=16
+    ;;
+  fwdpf-decode)
+    ab_variants fwdpf-decode 100 3 scripts/specs/decode-rows.txt .devcarry/fpf \
+      e0=NJX_FWD_PF=0,NJX_FWD_PF_EARLY=1
     ;;
   fwdpf2)
     ab_variants fwdpf2 330 3 scripts/specs/rows-l2-ahead.txt .devcarry/fpf \
