@@ -187,11 +187,12 @@ TEST(PlanLayout, ChannelFormsOfOnePositionAreRowsOfC) {
   const std::string source = emit(p).source;
   EXPECT_TRUE(has(source, "static constexpr bool kContiguousRows = true;")) << source;
   EXPECT_TRUE(has(source, "rmsnorm_bf16_h8192_contiguous {")) << source;
-  // [N, C, 1, 1] of another N, and either layout of it or of any map (nhwc: N x S contiguous
-  // rows of C): the same kernel, so one cache entry.
-  for (const char* other : {"op=rmsnorm shape=7,8192,1,1 dtype=bf16 affine=weight",
-                            "op=rmsnorm shape=7,8192,1,1 dtype=bf16 affine=weight layout=nhwc",
-                            "op=rmsnorm shape=7,8192,5,3 dtype=bf16 affine=weight layout=nhwc"}) {
+  // [N, C, 1, 1] of another N of the same batch class (more than 384 rows; a launch of fewer
+  // takes the few-rows kernel, which starts no L2 prefetch of its row), and either layout of it
+  // or of any map (nhwc: N x S contiguous rows of C): the same kernel, so one cache entry.
+  for (const char* other : {"op=rmsnorm shape=1000,8192,1,1 dtype=bf16 affine=weight",
+                            "op=rmsnorm shape=1000,8192,1,1 dtype=bf16 affine=weight layout=nhwc",
+                            "op=rmsnorm shape=100,8192,5,3 dtype=bf16 affine=weight layout=nhwc"}) {
     EXPECT_EQ(emit(plan(NormSpec::parse(other), kH100)).source, source) << other;
   }
   // LayerNorm2d on a pooled map, and the few-rows class of its launches.

@@ -336,12 +336,12 @@ TEST_F(Prewarm, CacheExplainNamesTheOtherBatchClass) {
   EXPECT_EQ(one.out.find("other:"), npos) << one.describe();
 }
 
-// A spec with two batch classes whose plans come out the same (bf16 RMSNorm rows of 4096 with a
+// A spec with two batch classes whose plans come out the same (bf16 RMSNorm rows of 1024 with a
 // weight load their parameters with x in both) is one kernel: `cache explain` names no other,
 // prewarm writes and counts one entry, and --check finds it whole.
 TEST_F(Prewarm, BatchClassesOfOneKernelCountOnce) {
   const NormSpec spec =
-      NormSpec::parse("op=rmsnorm shape=1024,4096 dtype=bf16 normalized_dims=1 affine=weight");
+      NormSpec::parse("op=rmsnorm shape=1024,1024 dtype=bf16 normalized_dims=1 affine=weight");
   const Target h100 = Target::parse("sm_90");
   const std::vector<NormSpec> classes = batch_class_specs(spec);
   ASSERT_EQ(classes.size(), 2u);
@@ -350,7 +350,7 @@ TEST_F(Prewarm, BatchClassesOfOneKernelCountOnce) {
       run({"cache", "explain", spec.to_string(), "--arch", "sm_90", "--cache-dir", home_ / "e"});
   ASSERT_EQ(explain.exit_code, 0) << explain.describe();
   EXPECT_EQ(explain.out.find("other:"), npos) << explain.describe();
-  write_file(manifest_, R"([{"op": "rmsnorm", "shape": [1024, 4096], "dtype": "bf16",
+  write_file(manifest_, R"([{"op": "rmsnorm", "shape": [1024, 1024], "dtype": "bf16",
                              "normalized_dims": 1, "affine": "weight"}])");
   const std::string dir = home_ / "one";
   const ToolResult r = run({"prewarm", manifest_, "--arch", "sm_90", "--cache-dir", dir});
