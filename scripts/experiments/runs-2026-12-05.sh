@@ -104,6 +104,12 @@
 #   bash scripts/experiments/runs-2026-12-05.sh fwdpf-decode   a team's own row started towards
 #        L2 before its loads (e0) on the decode rows (scripts/specs/decode-rows.txt; the few-rows
 #        class, which the rule of 8a1480c leaves out), 3 rounds (~1.5 minutes; timing only)
+#   bash scripts/experiments/runs-2026-12-05.sh pfall   the L2 prefetch of a team's own row
+#        (kPrefetchRow) off (off: the plan before 8a1480c), for LayerNorm and f32 parameters too
+#        (all), issued before x's loads through a dependency on their pointer (dep, depall: also
+#        LayerNorm; asm: those explicit loads without the prefetch), beside the plan, on
+#        scripts/specs/rows-prefetch-all.txt, 2 rounds (~5 minutes; timing only), over
+#        .devcarry/pfall (scripts/experiments/build.sh row-forward-prefetch-all pfall)
 # Logs and tables go to $OUT (default ./runs-out).
 set -uo pipefail
 # shellcheck source=scripts/experiments/lib.sh
@@ -196,6 +202,11 @@ case "${1:-}" in
   oddwin)
     ab_variants oddwin 300 2 scripts/specs/rows-odd-window.txt .devcarry/oddwin w=NJX_WIN=1 \
       w16=NJX_WIN=1,NJX_WIN_VALUES=16 w2=NJX_WIN=2 w2v16=NJX_WIN=2,NJX_WIN_VALUES=16
+    ;;
+  pfall)
+    ab_variants pfall 330 2 scripts/specs/rows-prefetch-all.txt .devcarry/pfall off=NJX_PF_OFF=1 \
+      all=NJX_PF_ALL=1 dep=NJX_PF_DEP=1 depall=NJX_PF_DEP=1,NJX_PF_ALL=1 \
+      asm=NJX_PF_DEP=1,NJX_PF_OFF=1
     ;;
   fwdpf-decode)
     ab_variants fwdpf-decode 100 3 scripts/specs/decode-rows.txt .devcarry/fpf \
