@@ -577,9 +577,10 @@ int64_t evict_first_rows(const Problem& pr, const Target& target) {
   return l2_bytes(target) / row_bytes;
 }
 
-// RMSNorm rows of a launch of many rows start their row towards L2 before loading it: the team's
-// first thread issues one bulk prefetch of the row (sm_90: cp.async.bulk.prefetch.L2), then the
-// team loads it as before. On the H200 (normjit bench, 3 rounds, the knob of
+// RMSNorm rows of a launch of many rows ask L2 for their row with one bulk prefetch (sm_90:
+// cp.async.bulk.prefetch.L2) by the team's first thread, placed before the team's loads in the
+// source; ptxas issues it after them (the machine code in performance-notes), so what it changes
+// is not yet known. On the H200 (normjit bench, 3 rounds, the knob of
 // scripts/experiments/row-forward-l2-ahead.patch; performance-notes, "The forward rows' L2
 // prefetch") that ran bf16 RMSNorm rows of 2048 to 8192 elements at 1024 to 16384 tokens 1-7%
 // faster (rows of 8192 at 1024 tokens 7%, the rows of 8192 that trailed torch.compile 1-2%), with
@@ -643,8 +644,7 @@ std::string row_registers(const Problem& pr, const Target& target, KernelPlan& p
   }
   p.prefetch_row = prefetches_row(pr, target, p);
   if (p.prefetch_row) {
-    why << "; each team's first thread starts its row towards L2 (one bulk prefetch) before the "
-           "team loads it";
+    why << "; each team's first thread asks L2 for its row (one bulk prefetch)";
   }
   return why.str();
 }
@@ -1759,7 +1759,7 @@ std::string KernelPlan::to_string() const {
                                   : std::string("normal"))
          << "\n"
          << "L2 prefetch of the row: "
-         << (prefetch_row ? "one bulk prefetch before the loads" : "none") << "\n";
+         << (prefetch_row ? "one bulk prefetch by the team's first thread" : "none") << "\n";
       break;
     case Strategy::kRowBackward:
       os << "vectors per thread: " << vectors << "\n"

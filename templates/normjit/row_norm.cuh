@@ -23,8 +23,8 @@ namespace normjit {
 //   kEarlyResidualStore  h is written as soon as it is formed (RMSNorm with a residual)
 //   kEvictFirstRows launches of at most this many rows load x (and the residual) with an L2
 //                   evict-first policy, larger ones with the normal one; 0: plain loads
-//   kPrefetchRow    the team's first thread starts the row of x (and of the residual) towards
-//                   L2 with one bulk prefetch before the team's loads (sm_90)
+//   kPrefetchRow    the team's first thread asks L2 for the row of x (and of the residual)
+//                   with one bulk prefetch (sm_90)
 template <class C>
 __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock) row_norm(Params p) {
   constexpr int TEAM = C::kThreads, ROWS = C::kRowsPerBlock;
@@ -48,8 +48,8 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock) row_norm(Params
     ahead.load(p, 0, threadIdx.x, NoHint{});
   }
   const Epilogue<C> epi(p);
-  // kPrefetchRow: the whole row requested at once, ahead of the team's 16-byte loads, which then
-  // find its lines in L2 or on their way there (the plan says where it measured faster).
+  // kPrefetchRow: the whole row requested at once. Here in the source it comes before the team's
+  // 16-byte loads; ptxas issues it after them (the plan says where it measured faster).
   if constexpr (C::kPrefetchRow) {
     if (active && threadIdx.x == 0) {
       prefetch_l2(io.x, 0, H);

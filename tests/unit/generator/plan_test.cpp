@@ -614,9 +614,9 @@ TEST(PlanRows, XIsReadEvictFirstInLaunchesThatFitInL2) {
             rows("op=layernorm shape=1000,768 dtype=bf16", "sm_90"));
 }
 
-// RMSNorm rows of 16-byte accesses, at least 4 KiB of x, in a launch of many rows start their row
-// towards L2 before loading it (sm_90's bulk prefetch); LayerNorm, f32 parameters beside 16-bit
-// x, a few rows, short or odd rows and archs without the bulk prefetch do not.
+// RMSNorm rows of 16-byte accesses, at least 4 KiB of x, in a launch of many rows ask L2 for their
+// row (sm_90's bulk prefetch); LayerNorm, f32 parameters beside 16-bit x, a few rows, short or odd
+// rows and archs without the bulk prefetch do not.
 TEST(PlanRows, ManyRmsNormRowsPrefetchTheirRowIntoL2) {
   const auto prefetches = [](const char* text, const char* arch = "sm_90") {
     return plan(NormSpec::parse(text), Target::parse(arch)).prefetch_row;
@@ -639,7 +639,7 @@ TEST(PlanRows, ManyRmsNormRowsPrefetchTheirRowIntoL2) {
   EXPECT_FALSE(prefetches("op=groupnorm shape=32,1024,14,14 groups=32 dtype=bf16"));
   // The plan says so.
   const std::string text = plan(NormSpec::parse(rms), Target::parse("sm_90")).to_string();
-  EXPECT_NE(text.find("L2 prefetch of the row: one bulk prefetch before the loads"),
+  EXPECT_NE(text.find("L2 prefetch of the row: one bulk prefetch by the team's first thread"),
             std::string::npos)
       << text;
 }
