@@ -102,8 +102,8 @@ struct KernelPlan {
   bool early_h = false;           // kRowRegisters: h written as formed, before the reduction
   int64_t evict_first_rows = 0;   // kRowRegisters: launches of at most this many rows (their
                                   // bytes within L2) load x evict-first; 0: plain loads
-  bool prefetch_row = false;      // kRowRegisters: each team's first thread starts its row of x
-                                  // (and of the residual) towards L2 before the team's loads
+  bool prefetch_row = false;      // kRowRegisters: each team's first thread asks L2 for its row
+                                  // of x (and of the residual) with one bulk prefetch
   bool reload_weight = false;     // kRowSplitBackward (held parts), kRowBackward (wide teams):
                                   // the weight loaded again for each row (from L1), not held
   bool shared_sums = false;       // kRowSplitBackward (held parts), kRowBackward (wide teams):
