@@ -106,9 +106,10 @@
 #        class, which the rule of 8a1480c leaves out), 3 rounds (~1.5 minutes; timing only)
 #   bash scripts/experiments/runs-2026-12-05.sh pfall   the L2 prefetch of a team's own row
 #        (kPrefetchRow) off (off: the plan before 8a1480c), for LayerNorm and f32 parameters too
-#        (all), issued before x's loads through a dependency on their pointer (dep, depall: also
-#        LayerNorm; asm: those explicit loads without the prefetch), beside the plan, on
-#        scripts/specs/rows-prefetch-all.txt, 2 rounds (~5 minutes; timing only), over
+#        (all), issued before x's loads through a dependency on their pointer (dep; depa: with the
+#        row's own address and size; depall: also LayerNorm; asm: those explicit loads without the
+#        prefetch), beside the plan, on scripts/specs/rows-prefetch-all.txt, 2 rounds (~5-6
+#        minutes; timing only), over
 #        .devcarry/pfall (scripts/experiments/build.sh row-forward-prefetch-all pfall)
 # Logs and tables go to $OUT (default ./runs-out).
 set -uo pipefail
@@ -205,8 +206,8 @@ case "${1:-}" in
     ;;
   pfall)
     ab_variants pfall 330 2 scripts/specs/rows-prefetch-all.txt .devcarry/pfall off=NJX_PF_OFF=1 \
-      all=NJX_PF_ALL=1 dep=NJX_PF_DEP=1 depall=NJX_PF_DEP=1,NJX_PF_ALL=1 \
-      asm=NJX_PF_DEP=1,NJX_PF_OFF=1
+      all=NJX_PF_ALL=1 dep=NJX_PF_DEP=1 depa=NJX_PF_DEP=1,NJX_PF_ALIGNED=1 \
+      depall=NJX_PF_DEP=1,NJX_PF_ALL=1 asm=NJX_PF_DEP=1,NJX_PF_OFF=1
     ;;
   fwdpf-decode)
     ab_variants fwdpf-decode 100 3 scripts/specs/decode-rows.txt .devcarry/fpf \
