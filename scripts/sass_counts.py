@@ -6,16 +6,24 @@ ptxas for sm_90 and disassembled by cuobjdump (the CUDA toolkit's, or the PyPI w
 nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm: pip download --no-deps, unzip, nvdisasm on
 PATH). Prints the registers and spill stores ptxas reports, the SASS instructions, the MUFU
 operations (and how many of them are predicated) and the branch and convergence instructions
-(BRA, BSSY, BSYNC). The environment passes through to normjit, so an experiment's knobs
-(scripts/experiments/*.patch) apply. Used for docs/performance-notes.md, "GroupNorm -> GELU:
-what erff costs in the machine code":
+(BRA, BSSY, BSYNC); with --positions also where the 16-byte global loads (LDG.E.128), bulk
+L2 prefetches (UBLKPF), block barriers (BAR) and 16-byte stores (STG.E.128) sit, as
+instruction indices. The environment passes through to normjit, so an experiment's knobs
+(scripts/experiments/*.patch) apply. A ptxas older than the PTX ISA NVRTC writes (e.g. the one
+in Triton's wheel) gets the PTX's version line lowered to its own. Used for
+docs/performance-notes.md, "GroupNorm -> GELU: what erff costs in the machine code" and "The
+forward rows' L2 prefetch":
 
   python3 scripts/sass_counts.py --normjit build-gpu/tools/normjit --cuobjdump PATH \\
       --spec "op=groupnorm shape=1,256,512,512 dtype=f16 groups=32 affine=both activation=gelu"
+  NJX_PF_DEP=1 python3 scripts/sass_counts.py --normjit .devcarry/pfall/tools/normjit \\
+      --ptxas TRITON/backends/nvidia/bin/ptxas --cuobjdump TRITON/backends/nvidia/bin/cuobjdump \\
+      --positions --spec "op=rmsnorm shape=4096,8192 dtype=bf16 normalized_dims=1 affine=weight"
 """
 import argparse
 import os
 import re
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -29,6 +37,11 @@ def counts(a, spec):
     ptx = run([a.normjit, "dump", "--spec", spec, "--arch", a.arch, "--emit", "ptx"], env=env).stdout
     with tempfile.TemporaryDirectory() as tmp:
         ptx_path, cubin = os.path.join(tmp, "k.ptx"), os.path.join(tmp, "k.cubin")
+        have = re.search(r"current version is '([\d.]+)'", subprocess.run(
+            [a.ptxas, "-arch=sm_90", "-"], input=".version 99.0\n", capture_output=True,
+            text=True).stderr)
+        if have:
+            ptx = re.sub(r"^\.version [\d.]+", f".version {have.group(1)}", ptx, flags=re.M)
         with open(ptx_path, "w") as f:
             f.write(ptx)
         info = run([a.ptxas, "-arch=sm_90", "-O3", "-v", "-o", cubin, ptx_path]).stderr
@@ -42,9 +55,15 @@ def counts(a, spec):
     spills = re.search(r"(\d+) bytes spill stores", info)
     mufu = [pred for pred, op in ops if op.startswith("MUFU")]
     branches = sum(op.split(".")[0] in ("BRA", "BSSY", "BSYNC") for _, op in ops)
-    return (f"{registers.group(1) if registers else '?'} registers, "
+    text = (f"{registers.group(1) if registers else '?'} registers, "
             f"{spills.group(1) if spills else '?'} bytes spilled, {len(ops)} instructions, "
             f"{len(mufu)} MUFU ({sum(mufu)} predicated), {branches} BRA/BSSY/BSYNC")
+    if a.positions:
+        for name, prefix in (("LDG.E.128", "LDG.E.128"), ("UBLKPF", "UBLKPF"), ("BAR", "BAR."),
+                             ("STG.E.128", "STG.E.128")):
+            at = [i for i, (_, op) in enumerate(ops) if op.startswith(prefix)]
+            text += f"\n  {name} at {at}"
+    return text
 
 
 def main():
@@ -54,6 +73,9 @@ def main():
     ap.add_argument("--cuobjdump", default="cuobjdump")
     ap.add_argument("--spec", action="append", required=True, help="a spec text; repeatable")
     ap.add_argument("--arch", default="sm_90", help="the plan's target (normjit dump --arch)")
+    ap.add_argument("--positions", action="store_true",
+                    help="also the instruction indices of 16-byte loads and stores, bulk "
+                         "prefetches and barriers")
     a = ap.parse_args()
     for spec in a.spec:
         print(f"{spec}: {counts(a, spec)}")
