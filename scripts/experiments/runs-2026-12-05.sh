@@ -111,6 +111,10 @@
 #        prefetch), beside the plan, on scripts/specs/rows-prefetch-all.txt, 2 rounds (~5-6
 #        minutes; timing only), over
 #        .devcarry/pfall (scripts/experiments/build.sh row-forward-prefetch-all pfall)
+#   bash scripts/experiments/runs-2026-12-05.sh pfdep   the row prefetch issued before x's loads
+#        (build-gpu at the commit that made it the rule) beside the plan of 8a1480c (old:
+#        .devcarry/pfall) and no prefetch (off), on scripts/specs/rows-prefetch-dep.txt, 2 rounds
+#        (~2.5 minutes; timing only)
 # Logs and tables go to $OUT (default ./runs-out).
 set -uo pipefail
 # shellcheck source=scripts/experiments/lib.sh
@@ -203,6 +207,11 @@ case "${1:-}" in
   oddwin)
     ab_variants oddwin 300 2 scripts/specs/rows-odd-window.txt .devcarry/oddwin w=NJX_WIN=1 \
       w16=NJX_WIN=1,NJX_WIN_VALUES=16 w2=NJX_WIN=2 w2v16=NJX_WIN=2,NJX_WIN_VALUES=16
+    ;;
+  pfdep)
+    timeout 200 python3 scripts/ab_bench.py --rounds 2 --out /tmp/pfdep-ab \
+      --specs scripts/specs/rows-prefetch-dep.txt --variant off=.devcarry/pfall:NJX_PF_OFF=1 \
+      --variant old=.devcarry/pfall --variant dep=build-gpu 2>&1 | tee "$out/pfdep-ab.txt"
     ;;
   pfall)
     ab_variants pfall 330 2 scripts/specs/rows-prefetch-all.txt .devcarry/pfall off=NJX_PF_OFF=1 \

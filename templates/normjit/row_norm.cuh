@@ -48,23 +48,27 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock) row_norm(Params
     ahead.load(p, 0, threadIdx.x, NoHint{});
   }
   const Epilogue<C> epi(p);
-  // kPrefetchRow: the whole row requested at once. Here in the source it comes before the team's
-  // 16-byte loads; ptxas issues it after them (the plan says where it measured faster).
-  if constexpr (C::kPrefetchRow) {
-    if (active && threadIdx.x == 0) {
-      prefetch_l2(io.x, 0, H);
-      if constexpr (C::kResidual) prefetch_l2(io.residual, 0, H);
-    }
-  }
   // A launch whose reads and writes fit in L2 marks x evict-first: read once, its lines go
   // first, so y (and h) stay in L2 for the kernel that reads them next (and, as a buffer used
   // again, are written there). Larger launches take the normal policy, a hint as well: one load
   // path (a branch to plain loads cost registers and ran slower), although on the H100 a hint
   // cost large launches 1-4% (docs/performance-notes.md; the plan therefore gives the policy
   // to short rows only).
+  // kPrefetchRow: the team's first thread asks L2 for the whole row at once, before the team's
+  // 16-byte loads, which go through the pointer that the prefetch's asm returns: without that
+  // dependency ptxas issued the prefetch after them, and it gained nothing (the plan says where
+  // it measured faster).
+  RowIo<C> from = io;
+  if constexpr (C::kPrefetchRow) {
+    const bool issue = active && threadIdx.x == 0;
+    from.x = prefetch_l2_then(io.x, H, issue);
+    if constexpr (C::kResidual) from.residual = prefetch_l2_then(io.residual, H, issue);
+  }
   if constexpr (C::kEvictFirstRows > 0) {
-    slice.load(io, 0, threadIdx.x, io.shift(),
+    slice.load(from, 0, threadIdx.x, io.shift(),
                l2_evict_first_if(total_rows<C>(p) <= C::kEvictFirstRows));
+  } else if constexpr (C::kPrefetchRow) {
+    slice.load(from, 0, threadIdx.x, io.shift(), GlobalLoad{});
   } else {
     slice.load(io, 0, threadIdx.x, io.shift());
   }

@@ -64,8 +64,10 @@ __device__ __forceinline__ unsigned int pack_word(const float (&in)[V], int i) {
 // L2 eviction hints (sm_80+: createpolicy and .L2::cache_hint). A row kernel marks what it
 // touches once (x, y) evict-first and what every row reads again (LayerNorm's weight and bias,
 // as large as a row) evict-last, so the parameters stay in L2 while the rows stream past.
-// NoHint is the plain access.
+// NoHint is the plain access; GlobalLoad too, spelled ld.global (for a pointer that comes out of
+// an asm, whose state space NVVM cannot infer, so it would issue a generic load).
 struct NoHint {};
+struct GlobalLoad {};
 struct L2Hint {
   unsigned long long policy;
 };
@@ -73,6 +75,8 @@ template <class Hint>
 constexpr bool kHinted = true;
 template <>
 constexpr bool kHinted<NoHint> = false;
+template <>
+constexpr bool kHinted<GlobalLoad> = false;
 
 #if __CUDA_ARCH__ >= 800
 __device__ __forceinline__ L2Hint l2_evict_first() {
@@ -115,6 +119,18 @@ __device__ __forceinline__ void load_raw(const void* p, unsigned int (&w)[kWords
     w[0] = v.x, w[1] = v.y;
   } else {
     w[0] = *reinterpret_cast<const unsigned int*>(p);
+  }
+}
+template <int kWords>
+__device__ __forceinline__ void load_raw(const void* p, unsigned int (&w)[kWords], GlobalLoad) {
+  if constexpr (kWords == 4) {
+    asm("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
+        : "l"(p));
+  } else if constexpr (kWords == 2) {
+    asm("ld.global.v2.u32 {%0, %1}, [%2];" : "=r"(w[0]), "=r"(w[1]) : "l"(p));
+  } else {
+    asm("ld.global.u32 %0, [%1];" : "=r"(w[0]) : "l"(p));
   }
 }
 template <int kWords>
@@ -241,6 +257,29 @@ __device__ __forceinline__ void prefetch_l2(const T* row, long long begin, long 
                  "r"(static_cast<unsigned int>(last - first))
                  : "memory");
   }
+#endif
+}
+
+// prefetch_l2(row, 0, n) where `issue`, returning row through the same asm: loads through the
+// returned pointer depend on the asm, so ptxas cannot issue them ahead of the prefetch (given
+// alone, it placed the prefetch after the loads that follow it in the source). Load through the
+// returned pointer with GlobalLoad: NVVM no longer knows it points to global memory.
+template <class T>
+__device__ __forceinline__ const T* prefetch_l2_then(const T* row, long long n, bool issue) {
+#if __CUDA_ARCH__ >= 900
+  const unsigned long long first = (reinterpret_cast<unsigned long long>(row) + 15) & ~15ull;
+  const unsigned long long last = reinterpret_cast<unsigned long long>(row + n) & ~15ull;
+  unsigned long long out;
+  asm volatile(
+      "{\n\t.reg .pred p;\n\tsetp.ne.u32 p, %2, 0;\n\t"
+      "@p cp.async.bulk.prefetch.L2.global [%3], %4;\n\tmov.b64 %0, %1;\n\t}"
+      : "=l"(out)
+      : "l"(row), "r"(issue && last > first ? 1u : 0u), "l"(first),
+        "r"(static_cast<unsigned int>(last - first))
+      : "memory");
+  return reinterpret_cast<const T*>(out);
+#else
+  return row;
 #endif
 }
 
