@@ -115,6 +115,10 @@
 #        (build-gpu at the commit that made it the rule) beside the plan of 8a1480c (old:
 #        .devcarry/pfall) and no prefetch (off), on scripts/specs/rows-prefetch-dep.txt, 2 rounds
 #        (~2.5 minutes; timing only)
+#   bash scripts/experiments/runs-2026-12-05.sh pfscope   the row prefetch of e043ee7 beyond its
+#        rule: decode rows (few), LayerNorm rows of 768 and 1024 (ln), rows of 2 KiB (min), on
+#        scripts/specs/rows-prefetch-scope.txt, 3 rounds (~2 minutes; timing only), over
+#        .devcarry/pfscope (scripts/experiments/build.sh row-forward-prefetch-scope pfscope)
 # Logs and tables go to $OUT (default ./runs-out).
 set -uo pipefail
 # shellcheck source=scripts/experiments/lib.sh
@@ -212,6 +216,10 @@ case "${1:-}" in
     timeout 200 python3 scripts/ab_bench.py --rounds 2 --out /tmp/pfdep-ab \
       --specs scripts/specs/rows-prefetch-dep.txt --variant off=.devcarry/pfall:NJX_PF_OFF=1 \
       --variant old=.devcarry/pfall --variant dep=build-gpu 2>&1 | tee "$out/pfdep-ab.txt"
+    ;;
+  pfscope)
+    ab_variants pfscope 200 3 scripts/specs/rows-prefetch-scope.txt .devcarry/pfscope \
+      few=NJX_PF_FEW=1 ln=NJX_PF_LN=1,NJX_PF_MIN=1024 min=NJX_PF_MIN=1024
     ;;
   pfall)
     ab_variants pfall 330 2 scripts/specs/rows-prefetch-all.txt .devcarry/pfall off=NJX_PF_OFF=1 \
