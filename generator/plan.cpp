@@ -578,15 +578,17 @@ int64_t evict_first_rows(const Problem& pr, const Target& target) {
 }
 
 // RMSNorm rows of a launch of many rows ask L2 for their row with one bulk prefetch (sm_90:
-// cp.async.bulk.prefetch.L2) by the team's first thread, placed before the team's loads in the
-// source; ptxas issues it after them (the machine code in performance-notes), so what it changes
-// is not yet known. On the H200 (normjit bench, 3 rounds, the knob of
-// scripts/experiments/row-forward-l2-ahead.patch; performance-notes, "The forward rows' L2
-// prefetch") that ran bf16 RMSNorm rows of 2048 to 8192 elements at 1024 to 16384 tokens 1-7%
-// faster (rows of 8192 at 1024 tokens 7%, the rows of 8192 that trailed torch.compile 1-2%), with
-// a residual or an fp8 output 1-3%, f32 rows of 8192 1%, rows of 16384 the same; LayerNorm rows
-// (a second reduction) and RMSNorm rows with f32 parameters beside 16-bit x ran 1-2% slower, so
-// they do not. Only rows measured so: 16-byte accesses, at least kPrefetchRowMinBytes of x.
+// cp.async.bulk.prefetch.L2) by the team's first thread, issued before the team's loads: they go
+// through the pointer that the prefetch's asm returns (row_norm.cuh). On the H200 (normjit bench,
+// 2 rounds, scripts/experiments/runs-2026-12-05.sh pfdep; performance-notes, "The forward rows'
+// L2 prefetch") that ran bf16 RMSNorm rows of 2048 to 16384 elements 0-5% faster than no
+// prefetch (rows of 8192 at 1024 tokens 5%, of 16384 at 1024 tokens 4%), with a residual or an
+// fp8 output 2%, f32 rows of 1024 and 8192 0-2% (geometric mean over 24 LLM rows 0.988), where
+// the same prefetch placed by ptxas after the loads (8a1480c) measured 0.999. LayerNorm rows gained
+// nothing and RMSNorm rows with f32 parameters beside 16-bit x ran 15-19% slower with it (pfall,
+// depall), so they do not take it; nor does the few-rows class (decode rows), which ran 3-13%
+// slower with the prefetch of an earlier experiment (fwdpf-decode). Only rows measured so: 16-byte
+// accesses, at least kPrefetchRowMinBytes of x.
 constexpr int64_t kPrefetchRowMinBytes = 4096;
 
 bool prefetches_row(const Problem& pr, const Target& target, const KernelPlan& p) {
