@@ -119,6 +119,11 @@
 #        rule: decode rows (few), LayerNorm rows of 768 and 1024 (ln), rows of 2 KiB (min), on
 #        scripts/specs/rows-prefetch-scope.txt, 3 rounds (~2 minutes; timing only), over
 #        .devcarry/pfscope (scripts/experiments/build.sh row-forward-prefetch-scope pfscope)
+#   bash scripts/experiments/runs-2026-12-05.sh pg   the parameters loaded ahead as explicit
+#        ld.global where the row is prefetched (64 registers for the bf16 rows of 4096 and 8192
+#        instead of 68) beside e043ee7's kernel (build-gpu), on scripts/specs/rows-prefetch-dep.txt,
+#        2 rounds, then the row kernel's GPU tests over it (~4 minutes), over .devcarry/pg
+#        (scripts/experiments/build.sh row-forward-prefetch-params-global pg)
 # Logs and tables go to $OUT (default ./runs-out).
 set -uo pipefail
 # shellcheck source=scripts/experiments/lib.sh
@@ -220,6 +225,12 @@ case "${1:-}" in
   pfscope)
     ab_variants pfscope 200 3 scripts/specs/rows-prefetch-scope.txt .devcarry/pfscope \
       few=NJX_PF_FEW=1 ln=NJX_PF_LN=1,NJX_PF_MIN=1024 min=NJX_PF_MIN=1024
+    ;;
+  pg)
+    timeout 130 python3 scripts/ab_bench.py --rounds 2 --out /tmp/pg-ab \
+      --specs scripts/specs/rows-prefetch-dep.txt --variant head=build-gpu --variant pg=.devcarry/pg \
+      2>&1 | tee "$out/pg-ab.txt"
+    test_shards pg-tests .devcarry/pg "NJX_NONE=1" 150 "${ROW_FORWARD_FILTERS[@]}" || exit 1
     ;;
   pfall)
     ab_variants pfall 330 2 scripts/specs/rows-prefetch-all.txt .devcarry/pfall off=NJX_PF_OFF=1 \
