@@ -124,6 +124,11 @@
 #        instead of 68) beside e043ee7's kernel (build-gpu), on scripts/specs/rows-prefetch-dep.txt,
 #        2 rounds, then the row kernel's GPU tests over it (~4 minutes), over .devcarry/pg
 #        (scripts/experiments/build.sh row-forward-prefetch-params-global pg)
+#   bash scripts/experiments/runs-2026-12-05.sh sched   the parameters' loads ahead of x's in the
+#        machine code (s1: NJX_SCHED=1 of row-forward-loads-ordered.patch) on the decode rows
+#        (scripts/specs/decode-rows.txt), 2 rounds, then pfscope in 2 rounds (~3 minutes; timing
+#        only), over .devcarry/sched (scripts/experiments/build.sh row-forward-loads-ordered sched)
+#        and .devcarry/pfscope
 # Logs and tables go to $OUT (default ./runs-out).
 set -uo pipefail
 # shellcheck source=scripts/experiments/lib.sh
@@ -221,6 +226,11 @@ case "${1:-}" in
     timeout 200 python3 scripts/ab_bench.py --rounds 2 --out /tmp/pfdep-ab \
       --specs scripts/specs/rows-prefetch-dep.txt --variant off=.devcarry/pfall:NJX_PF_OFF=1 \
       --variant old=.devcarry/pfall --variant dep=build-gpu 2>&1 | tee "$out/pfdep-ab.txt"
+    ;;
+  sched)
+    ab_variants sched 110 2 scripts/specs/decode-rows.txt .devcarry/sched s1=NJX_SCHED=1
+    ab_variants pfscope 110 2 scripts/specs/rows-prefetch-scope.txt .devcarry/pfscope \
+      few=NJX_PF_FEW=1 ln=NJX_PF_LN=1,NJX_PF_MIN=1024 min=NJX_PF_MIN=1024
     ;;
   pfscope)
     ab_variants pfscope 200 3 scripts/specs/rows-prefetch-scope.txt .devcarry/pfscope \
