@@ -129,6 +129,9 @@
 #        (scripts/specs/decode-rows.txt), 2 rounds, then pfscope in 2 rounds (~3 minutes; timing
 #        only), over .devcarry/sched (scripts/experiments/build.sh row-forward-loads-ordered sched)
 #        and .devcarry/pfscope
+#   bash scripts/experiments/runs-2026-12-05.sh ln16   pfscope's ln on the bf16 LayerNorm rows of
+#        rows-prefetch-scope.txt and rows-prefetch-all.txt's rows of 4096, 3 rounds (~30 s; timing
+#        only), over .devcarry/pfscope
 # Logs and tables go to $OUT (default ./runs-out).
 set -uo pipefail
 # shellcheck source=scripts/experiments/lib.sh
@@ -231,6 +234,13 @@ case "${1:-}" in
     ab_variants sched 110 2 scripts/specs/decode-rows.txt .devcarry/sched s1=NJX_SCHED=1
     ab_variants pfscope 110 2 scripts/specs/rows-prefetch-scope.txt .devcarry/pfscope \
       few=NJX_PF_FEW=1 ln=NJX_PF_LN=1,NJX_PF_MIN=1024 min=NJX_PF_MIN=1024
+    ;;
+  ln16)
+    grep -E "layernorm.*bf16" scripts/specs/rows-prefetch-scope.txt >/tmp/ln16.txt
+    grep -E "layernorm shape=4096,4096 dtype=bf16" scripts/specs/rows-prefetch-all.txt >>/tmp/ln16.txt
+    timeout 80 python3 scripts/ab_bench.py --rounds 3 --out /tmp/ln16-ab --specs /tmp/ln16.txt \
+      --variant head=.devcarry/pfscope --variant ln=.devcarry/pfscope:NJX_PF_LN=1,NJX_PF_MIN=1024 \
+      2>&1 | tee "$out/ln16-ab.txt"
     ;;
   pfscope)
     ab_variants pfscope 200 3 scripts/specs/rows-prefetch-scope.txt .devcarry/pfscope \
