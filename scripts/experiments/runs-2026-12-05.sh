@@ -132,6 +132,10 @@
 #   bash scripts/experiments/runs-2026-12-05.sh ln16   pfscope's ln on the bf16 LayerNorm rows of
 #        rows-prefetch-scope.txt and rows-prefetch-all.txt's rows of 4096, 3 rounds (~30 s; timing
 #        only), over .devcarry/pfscope
+#   bash scripts/experiments/runs-2026-12-05.sh lnlen   the row prefetch for 16-bit LayerNorm rows of
+#        other lengths than 768 and 1024 (384 to 3072), f16, and with a residual
+#        (scripts/specs/layernorm-rows-prefetch-lengths.txt), 3 rounds (~1 minute; timing only),
+#        over .devcarry/pfscope
 # Logs and tables go to $OUT (default ./runs-out).
 set -uo pipefail
 # shellcheck source=scripts/experiments/lib.sh
@@ -234,6 +238,10 @@ case "${1:-}" in
     ab_variants sched 110 2 scripts/specs/decode-rows.txt .devcarry/sched s1=NJX_SCHED=1
     ab_variants pfscope 110 2 scripts/specs/rows-prefetch-scope.txt .devcarry/pfscope \
       few=NJX_PF_FEW=1 ln=NJX_PF_LN=1,NJX_PF_MIN=1024 min=NJX_PF_MIN=1024
+    ;;
+  lnlen)
+    ab_variants lnlen 120 3 scripts/specs/layernorm-rows-prefetch-lengths.txt .devcarry/pfscope \
+      ln=NJX_PF_LN=1,NJX_PF_MIN=256
     ;;
   ln16)
     grep -E "layernorm.*bf16" scripts/specs/rows-prefetch-scope.txt >/tmp/ln16.txt
