@@ -120,8 +120,8 @@
 #        scripts/specs/rows-prefetch-scope.txt, 3 rounds (~2 minutes; timing only), over
 #        .devcarry/pfscope (scripts/experiments/build.sh row-forward-prefetch-scope pfscope)
 #   bash scripts/experiments/runs-2026-12-05.sh pg   the parameters loaded ahead as explicit
-#        ld.global where the row is prefetched (64 registers for the bf16 rows of 4096 and 8192
-#        instead of 68) beside e043ee7's kernel (build-gpu), on scripts/specs/rows-prefetch-dep.txt,
+#        ld.global where the row is prefetched (64 registers for the bf16 rows of 8192 instead
+#        of 68) beside e043ee7's kernel (build-gpu), on scripts/specs/rows-prefetch-dep.txt,
 #        2 rounds, then the row kernel's GPU tests over it (~4 minutes), over .devcarry/pg
 #        (scripts/experiments/build.sh row-forward-prefetch-params-global pg)
 #   bash scripts/experiments/runs-2026-12-05.sh sched   the parameters' loads ahead of x's in the
