@@ -585,10 +585,10 @@ int64_t evict_first_rows(const Problem& pr, const Target& target) {
 // prefetch (rows of 8192 at 1024 tokens 5%, of 16384 at 1024 tokens 4%), with a residual or an
 // fp8 output 2%, f32 rows of 1024 and 8192 0-2% (geometric mean over 24 LLM rows 0.988), where
 // the same prefetch placed by ptxas after the loads (8a1480c) measured 0.999. LayerNorm rows gained
-// nothing and RMSNorm rows with f32 parameters beside 16-bit x ran 15-19% slower with it (pfall,
-// depall), so they do not take it; nor does the few-rows class (decode rows), which ran 3-13%
-// slower with the prefetch of an earlier experiment (fwdpf-decode). Only rows measured so: 16-byte
-// accesses, at least kPrefetchRowMinBytes of x.
+// nothing and RMSNorm rows of 8192 with f32 parameters beside 16-bit x ran 15-19% slower with it
+// (pfall, depall; rows of 4096 1%), so they do not take it; nor does the few-rows class (decode
+// rows), which ran 3-13% slower with the prefetch of an earlier experiment (fwdpf-decode). Only
+// rows measured so: 16-byte accesses, at least kPrefetchRowMinBytes of x.
 constexpr int64_t kPrefetchRowMinBytes = 4096;
 
 bool prefetches_row(const Problem& pr, const Target& target, const KernelPlan& p) {
