@@ -373,3 +373,51 @@ def test_the_spec_texts_it_prepares_compile(spec, tmp_path):
         pytest.skip(f"libnormjit.so is not loadable: {e}")
     with engine:
         assert engine.precompile(spec, arch="sm_90") is True
+
+
+class GroupNormLayerNorm2d(torch.nn.GroupNorm):
+    """The LayerNorm2d of many repositories built on nn.GroupNorm with one group: C and the
+    positions normalized together, not C at each position."""
+
+    def __init__(self, num_channels: int, eps: float = 1e-5, affine: bool = True):
+        super().__init__(1, num_channels, eps=eps, affine=affine)
+
+
+GroupNormLayerNorm2d.__name__ = GroupNormLayerNorm2d.__qualname__ = "LayerNorm2d"
+
+
+class SpecRecorder:
+    """prepare records the spec texts; launches write nothing."""
+
+    def __init__(self):
+        self.specs = []
+
+    def prepare(self, spec):
+        self.specs.append(spec)
+        return 0x7F0000001000 + 0x100 * len(self.specs)
+
+    def launch(self, *args):
+        return 0
+
+
+def test_patch_takes_a_layer_norm_2d_built_on_group_norm_for_a_group_norm(monkeypatch, quiet):
+    """Its class name is LayerNorm2d, but it computes GroupNorm of one group: patched as a
+    GroupNorm, it launches groupnorm groups=1, not the channel LayerNorm, and on CPU its result
+    is the layer's own."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 1), GroupNormLayerNorm2d(8))
+    with torch.no_grad():
+        for p in model[1].parameters():
+            p.normal_()
+    x = torch.randn(2, 3, 4, 5)
+    with torch.no_grad():
+        before = model(x)
+    report = njt.patch(model)
+    assert [name for name, _ in report.replaced] == ["1"], report
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), before)
+    recorder = SpecRecorder()
+    with launch_path_into(monkeypatch, recorder), torch.no_grad():
+        model(x)
+    assert recorder.specs == ["op=groupnorm shape=2,8,4,5 dtype=f32 groups=1 affine=both "
+                              "eps=1e-05"], recorder.specs

@@ -19,7 +19,8 @@ Recognised layers:
     weight and bias of shape [C] (or both None): torchvision's ConvNeXt, SAM, detectron2 and
     the copies of ConvNeXt's layer in other projects, whose forward is permute + layer_norm +
     permute (or the same function written with mean and var over dim 1). Recognised by class
-    name (the report names each), since their forwards are spelled many ways.
+    name (the report names each), since their forwards are spelled many ways; a LayerNorm2d
+    that is an nn.GroupNorm (one group: C and the positions normalized together) is a GroupNorm.
   * the original Stable Diffusion's (ldm's) GroupNorm32 (GroupNorm of x.float(), cast back to
     x's dtype: normjit's GroupNorm, which rounds once).
 Other layers whose class name has "Norm" in it are reported as skipped, with the reason.
@@ -263,7 +264,9 @@ def _choose(module: torch.nn.Module) -> Union[Callable[[Callable], Callable], st
     if cls.__module__.startswith("timm."):
         if cls.__name__ in _TIMM:
             return _TIMM[cls.__name__]
-    if cls.__name__ == "LayerNorm2d":
+    if cls.__name__ == "LayerNorm2d" and not isinstance(module, torch.nn.GroupNorm):
+        # (A LayerNorm2d built on nn.GroupNorm with one group normalizes over C and the positions
+        # together, not over C at each position: it is a GroupNorm, below.)
         fits = _layer_norm_2d(module)
         return _layer_norm_channels_forward if fits is True else f"{where}: {fits}"
     if (isinstance(module, torch.nn.GroupNorm) and cls.__name__ == "GroupNorm32"
