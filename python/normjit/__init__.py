@@ -59,9 +59,11 @@ class Engine:
         # The arguments are checked before the library is loaded, so that a wrong one is
         # named whatever the machine has.
         strings = [_path_text(cache_dir, "cache_dir"), _dirs_text(readonly_dirs)]
-        cache_max_bytes = _count(cache_max_bytes, "cache_max_bytes")
-        device = _count(device, "device")
-        dram_gbps = _count(dram_gbps, "dram_gbps")  # the library checks its upper bound
+        # Bounded by the C fields they go into (uint64_t, int), which would wrap a larger value;
+        # the library checks dram_gbps's own upper bound.
+        cache_max_bytes = _count(cache_max_bytes, "cache_max_bytes", 2**64 - 1)
+        device = _count(device, "device", 2**31 - 1)
+        dram_gbps = _count(dram_gbps, "dram_gbps", 2**31 - 1)
         lib = library()
         self._lib = lib
         config = _EngineConfig()
@@ -134,6 +136,8 @@ def _path_text(value, argument: str) -> Optional[bytes]:
             if not path:
                 raise ValueError(f"normjit.Engine: {argument} is empty (None for the "
                                  "environment's or the default)")
+            if "\0" in path:
+                raise ValueError(f"normjit.Engine: {argument} {path!r} contains a NUL character")
             return path.encode()
     raise TypeError(f"normjit.Engine: {argument} must be a str or os.PathLike, not "
                     f"{type(value).__name__} ({value!r})")
@@ -144,7 +148,12 @@ def _dirs_text(value) -> Optional[bytes]:
     if value is None or isinstance(value, (str, os.PathLike)):
         return _path_text(value, "readonly_dirs")
     if isinstance(value, (list, tuple)):
-        return b":".join(_path_text(v, f"readonly_dirs[{i}]") for i, v in enumerate(value))
+        paths = [_path_text(v, f"readonly_dirs[{i}]") for i, v in enumerate(value)]
+        for i, path in enumerate(paths):
+            if b":" in path:  # the C API's list is colon-separated: it would split the path
+                raise ValueError(f"normjit.Engine: readonly_dirs[{i}] {path.decode()!r} contains "
+                                 "':', which separates the layers of the list normjit takes")
+        return b":".join(paths)
     raise TypeError(f"normjit.Engine: readonly_dirs must be a str, an os.PathLike or a list of "
                     f"them, not {type(value).__name__} ({value!r})")
 
@@ -157,8 +166,8 @@ def _index(value) -> int:
     return operator.index(value)
 
 
-def _count(value, argument: str) -> int:
-    """A non-negative int argument (an integer-like value, not a bool)."""
+def _count(value, argument: str, most: int) -> int:
+    """An int argument from 0 to most (an integer-like value, not a bool)."""
     try:
         number = _index(value)
     except TypeError:
@@ -166,6 +175,8 @@ def _count(value, argument: str) -> int:
                         f"{type(value).__name__} ({value!r})") from None
     if number < 0:
         raise ValueError(f"normjit.Engine: {argument} must be 0 or more, not {number}")
+    if number > most:
+        raise ValueError(f"normjit.Engine: {argument} must be at most {most}, not {number}")
     return number
 
 
@@ -173,6 +184,8 @@ def _text(value: str, argument: str) -> bytes:
     if not isinstance(value, str):
         raise TypeError(f"normjit: {argument} must be a str, not {type(value).__name__} "
                         f"({value!r})")
+    if "\0" in value:  # the C string would end there
+        raise ValueError(f"normjit: {argument} {value!r} contains a NUL character")
     return value.encode()
 
 

@@ -110,6 +110,15 @@ def test_engine_arguments_are_checked_and_named(tmp_path):
         (dict(device=True), TypeError, "device must be an int, not bool"),
         (dict(dram_gbps=-5), ValueError, "dram_gbps must be 0 or more, not -5"),
         (dict(dram_gbps="4814"), TypeError, r"dram_gbps must be an int, not str"),
+        # Beyond the C fields (int, uint64_t): refused, not wrapped to another value.
+        (dict(cache_max_bytes=2**64 + 5), ValueError,
+         f"cache_max_bytes must be at most {2**64 - 1}, not {2**64 + 5}"),
+        (dict(device=2**32), ValueError, f"device must be at most {2**31 - 1}, not {2**32}"),
+        (dict(dram_gbps=2**32 + 100), ValueError, f"dram_gbps must be at most {2**31 - 1}"),
+        # A NUL would end the C string there; ':' inside a list's path would split it.
+        (dict(cache_dir=str(tmp_path / "c\0x")), ValueError, "cache_dir .* contains a NUL"),
+        (dict(readonly_dirs=[tmp_path / "ro", str(tmp_path / "a:b")]), ValueError,
+         r"readonly_dirs\[1\] .*a:b' contains ':'"),
     ]:
         with pytest.raises(error, match=match):
             normjit.Engine(**kwargs)
@@ -120,6 +129,13 @@ def test_engine_arguments_are_checked_and_named(tmp_path):
     with pytest.raises(normjit.InvalidArgumentError) as e:
         normjit.Engine(memory_only=True, dram_gbps=2_000_000)
     assert "dram_gbps" in e.value.message and "2000000" in e.value.message, e.value.message
+    # Spec and arch text: a NUL is refused (the C API would read up to it: this spec would be
+    # taken for its f32 kernel).
+    with normjit.Engine(memory_only=True) as engine:
+        with pytest.raises(ValueError, match="spec .* contains a NUL character"):
+            engine.precompile("op=rmsnorm shape=8,64\0 dtype=bf16", arch="sm_90")
+        with pytest.raises(ValueError, match=r"arch 'sm_90\\x00x' contains a NUL character"):
+            engine.precompile("op=rmsnorm shape=8,64", arch="sm_90\0x")
 
 
 @pytest.mark.parametrize("spec, argument, value", [
