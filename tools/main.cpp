@@ -1,6 +1,9 @@
 // normjit: the command. main parses flags (CLI11) and calls the library; each subcommand
 // lives in its own file.
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <iostream>
 
 #include "normjit/error.hpp"
 #include "runtime/compiler.hpp"
@@ -94,6 +97,14 @@ int main(int argc, char** argv) {
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "normjit: error: %s\n", e.what());
+    return 1;
+  }
+  // What a command printed must have reached its reader: a failed write to standard output (a
+  // full disk under `normjit dump ... > file`) is a failure, not a truncated success.
+  errno = 0;
+  if (!std::cout.flush() || std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    std::fprintf(stderr, "normjit: error: cannot write standard output (%s)\n",
+                 errno != 0 ? std::strerror(errno) : "write failed");
     return 1;
   }
   return 0;

@@ -170,6 +170,19 @@ TEST_F(Cli, UnwritableOutput) {
   }
 }
 
+// Standard output that cannot be written (a full disk): the command fails and says so, for the
+// outputs printed through iostreams (dump) and through stdio alike.
+TEST_F(Cli, AFailedWriteToStandardOutputIsAFailure) {
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"dump", "--op", "rmsnorm", "--shape", "8,64", "--arch", "sm_90", "--emit", "ptx"},
+           {"dump", "--op", "rmsnorm", "--shape", "8,64", "--arch", "sm_90", "--emit", "plan"},
+           {"cache", "ls", "--cache-dir", dir_.path()}}) {
+    const ToolResult r = normjit::testing::run_tool(args, {}, "/dev/full");
+    EXPECT_EQ(r.exit_code, 1) << args[0] << " " << args.back() << "\n" << r.describe();
+    EXPECT_NE(r.err.find("normjit: error: cannot write standard output"), npos) << r.describe();
+  }
+}
+
 TEST_F(Cli, UnwritableCacheDirectoryFailsPrewarm) {
   const std::string good = manifest("good.json", R"([{"op": "rmsnorm", "shape": [2, 64, 8]}])");
   const std::string file = manifest("a-file", "not a directory");

@@ -64,9 +64,11 @@ inline std::string tool_path() {
   return tool && *tool ? tool : NORMJIT_TOOL_PATH;
 }
 
-// Runs `normjit args...`. env: "NAME=value" sets a variable, "NAME" removes it.
+// Runs `normjit args...`. env: "NAME=value" sets a variable, "NAME" removes it. stdout_to: a
+// file to give the tool as its standard output (e.g. /dev/full) in place of the captured one.
 inline ToolResult run_tool(const std::vector<std::string>& args,
-                           const std::vector<std::string>& env = {}) {
+                           const std::vector<std::string>& env = {},
+                           const std::string& stdout_to = "") {
   ToolResult result;
   const std::string tool = tool_path();
   if (tool.empty()) {
@@ -95,7 +97,8 @@ inline ToolResult run_tool(const std::vector<std::string>& args,
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, out_path.c_str(),
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO,
+                                   stdout_to.empty() ? out_path.c_str() : stdout_to.c_str(),
                                    O_WRONLY | O_CREAT | O_TRUNC, 0600);
   posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err_path.c_str(),
                                    O_WRONLY | O_CREAT | O_TRUNC, 0600);
@@ -110,7 +113,7 @@ inline ToolResult run_tool(const std::vector<std::string>& args,
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  result.out = read_file(out_path);
+  if (stdout_to.empty()) result.out = read_file(out_path);
   result.err = read_file(err_path);
   return result;
 }
