@@ -56,10 +56,12 @@ Target parse_arch(const std::string& flag, const std::string& arch) {
   }
   try {
     target = Target::parse(arch);
-  } catch (const Error&) {
+  } catch (const Error& e) {
+    // The library's reason (the multiprocessor count or the bandwidth, whichever is wrong),
+    // under the flag's name.
+    const std::string message = e.what(), prefix = "invalid arch " + shown + ": ";
     throw_invalid_argument(flag, shown,
-                           "the multiprocessor count after ':' must be an integer from 1 to " +
-                               std::to_string(Target::kMaxSmCount));
+                           message.rfind(prefix, 0) == 0 ? message.substr(prefix.size()) : message);
   }
   // Exactly the target named: sm_100f is built as sm_100f, and an arch or suffix this NVRTC
   // lacks is refused rather than replaced.

@@ -96,6 +96,19 @@ TEST_F(Cli, UnknownArchListsTheSupportedOnes) {
   }
 }
 
+// A part's sizes after the arch: the error names the one that is wrong.
+TEST_F(Cli, ArchSizesNameTheOneThatIsWrong) {
+  for (const auto& [arch, why] : std::vector<std::pair<std::string, std::string>>{
+           {"sm_90:0", "the multiprocessor count after ':'"},
+           {"sm_90:x:4814", "the multiprocessor count after ':'"},
+           {"sm_90:132:0", "the DRAM bandwidth (GB/s) after the second ':'"},
+           {"sm_90:132:abc", "the DRAM bandwidth (GB/s) after the second ':'"}}) {
+    const std::string e =
+        single_error(run({"dump", "--op", "rmsnorm", "--shape", "8,64", "--arch", arch}));
+    EXPECT_NE(e.find("invalid --arch '" + arch + "': " + why), npos) << e;
+  }
+}
+
 TEST_F(Cli, DumpWithoutGpuNeedsArch) {
   if (gpu_available()) GTEST_SKIP() << "a GPU is present: dump takes its arch";
   const std::string e = single_error(run({"dump", "--op", "rmsnorm", "--shape", "8,64,32,32"}));
