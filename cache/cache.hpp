@@ -150,6 +150,9 @@ class Store {
   // Every entry of every layer, in layer order. Without verify, valid means the header and the
   // preimage check out (no cubin is read); verify also checks the payload checksum.
   std::vector<EntryInfo> list(bool verify) const;
+  // The entries of one key in every layer, in layer order, each checked whole (the payload's
+  // checksum included): what a load of key would find. Empty for a name that is not a key.
+  std::vector<EntryInfo> list_key(const std::string& key) const;
   // Evicts LRU down to max_bytes and sweeps temporaries older than kStaleTemporarySeconds.
   // Sizes are counted as they are on disk; files that cannot be entries (implausible sizes) go
   // before any entry, and names that are not regular files are neither counted nor removed.

@@ -842,6 +842,21 @@ std::vector<EntryInfo> Store::list(bool verify) const {
   return infos;
 }
 
+std::vector<EntryInfo> Store::list_key(const std::string& key) const {
+  std::vector<EntryInfo> infos;
+  if (!detail::is_key(key)) return infos;
+  const std::string name = entry_name(key);
+  for (size_t i = 0; i < impl_->layer_count(); ++i) {
+    const Layer& l = impl_->layer(i);
+    if (!l.dir.valid()) continue;
+    const std::vector<std::string> names = detail::list_directory(l.dir.get());
+    if (std::find(names.begin(), names.end(), name) != names.end()) {
+      infos.push_back(impl_->describe(i, name, /*verify=*/true));
+    }
+  }
+  return infos;
+}
+
 Removal Store::gc(uint64_t max_bytes) {
   const uint64_t swept = impl_->sweep(kStaleTemporarySeconds);
   Removal removal = impl_->evict(max_bytes, /*keep=*/"");

@@ -313,7 +313,7 @@ void print_explanation(const cache::Explanation& e) {
                 e.found->readonly ? "read-only" : "writable", e.found->layer.c_str(),
                 e.found->path.c_str());
   } else {
-    std::printf("present:    no, in no layer\n");
+    std::printf("present:    no valid entry in any layer\n");
   }
   if (!e.nearest) {
     std::printf("nearest:    no %sentry to compare with\n", e.found ? "other " : "");
@@ -354,11 +354,22 @@ void run_explain(const CacheFlags& flags, const std::vector<std::string>& words,
                                (arch_flag ? "" : " (drop the arch= word)"));
   }
   const auto store = open_store(flags);
-  const auto infos = store->list(/*verify=*/false);
+  auto infos = store->list(/*verify=*/false);
+  // The entries of the key asked about are checked whole, as a load checks them: an entry whose
+  // payload is corrupt is no hit, and explain must not call it present.
+  const auto check_whole = [&](const std::string& key) {
+    std::vector<cache::EntryInfo> checked = store->list_key(key);
+    for (cache::EntryInfo& info : infos) {
+      for (const cache::EntryInfo& whole : checked) {
+        if (whole.path == info.path) info = whole;
+      }
+    }
+  };
 
   std::string preimage;
   if (is_key) {
     std::printf("key:        %s\n", request.c_str());
+    check_whole(request);
     for (const cache::EntryInfo& info : infos) {
       if (info.key != request) continue;
       if (!info.valid) {
@@ -380,6 +391,12 @@ void run_explain(const CacheFlags& flags, const std::vector<std::string>& words,
     const std::string key = cache::sha256_hex(preimage);
     std::printf("spec:       %s\ntarget:     %s\nkey:        %s\n", spec.to_string().c_str(),
                 target.text().c_str(), key.c_str());
+    check_whole(key);
+    for (const cache::EntryInfo& info : infos) {
+      if (info.key == key && !info.valid) {
+        std::printf("present:    a bad entry at %s: %s\n", info.path.c_str(), info.problem.c_str());
+      }
+    }
     if (printed.key && *printed.key != key) {
       std::printf("note:       the request's key=%s is not this spec's on this target\n",
                   printed.key->c_str());

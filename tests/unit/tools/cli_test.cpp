@@ -379,6 +379,35 @@ TEST_F(Cli, EntriesOfAnotherPartListAndExplainWithItsTarget) {
   EXPECT_NE(plan.out.find("streamed (DRAM of 4814 GB/s"), npos) << plan.describe();
 }
 
+// An entry whose payload is corrupt (its header and preimage intact) is no hit for a load, so
+// explain does not call it present: by spec and by key, it names the bad entry and why.
+TEST_F(Cli, ExplainCallsAnEntryWithACorruptPayloadBad) {
+  const std::string manifest_path = manifest("r.json", R"([{"op": "rmsnorm", "shape": [8, 64]}])");
+  ASSERT_EQ(run({"prewarm", manifest_path, "--arch", "sm_90"}).exit_code, 0);
+  std::vector<std::filesystem::path> entries;
+  for (const auto& f : std::filesystem::recursive_directory_iterator(cache_.path())) {
+    if (f.is_regular_file() && f.path().filename().string().size() > 64 &&
+        f.path().filename().string().find(".json") == npos) {
+      entries.push_back(f.path());
+    }
+  }
+  ASSERT_EQ(entries.size(), 1u);
+  std::string bytes = read_file(entries[0]);
+  ASSERT_GT(bytes.size(), 16u);
+  bytes.back() = static_cast<char>(bytes.back() ^ 0x5a);  // the payload's last byte
+  write_file(entries[0], bytes);
+  const std::string key = entries[0].filename().string().substr(0, 64);
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"cache", "explain", "op=rmsnorm shape=8,64", "--arch", "sm_90"},
+           {"cache", "explain", key}}) {
+    const ToolResult r = run(args);
+    ASSERT_EQ(r.exit_code, 0) << r.describe();
+    EXPECT_EQ(r.out.find("present:    yes"), npos) << r.describe();
+    EXPECT_NE(r.out.find("present:    a bad entry at " + entries[0].string() + ": "), npos)
+        << r.describe();
+  }
+}
+
 TEST_F(Cli, VersionNamesNormjitAndNvrtc) {
   const ToolResult r = run({"--version"});
   EXPECT_EQ(r.exit_code, 0) << r.describe();
