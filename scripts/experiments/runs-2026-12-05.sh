@@ -132,6 +132,9 @@
 #   bash scripts/experiments/runs-2026-12-05.sh ln16   pfscope's ln on the bf16 LayerNorm rows of
 #        rows-prefetch-scope.txt and rows-prefetch-all.txt's rows of 4096, 3 rounds (~30 s; timing
 #        only), over .devcarry/pfscope
+#   bash scripts/experiments/runs-2026-12-05.sh lntable   the bf16 ViT/BERT rows in
+#        tools/compare_torch.py's harness (y to one buffer), with and without pfscope's ln knob,
+#        taking turns, 2 rounds (~2-3 minutes; timing only), over .devcarry/pfscope
 #   bash scripts/experiments/runs-2026-12-05.sh lnlen   the row prefetch for 16-bit LayerNorm rows of
 #        other lengths than 768 and 1024 (384 to 3072), f16, and with a residual
 #        (scripts/specs/layernorm-rows-prefetch-lengths.txt), 3 rounds (~1 minute; timing only),
@@ -242,6 +245,33 @@ case "${1:-}" in
   lnlen)
     ab_variants lnlen 120 3 scripts/specs/layernorm-rows-prefetch-lengths.txt .devcarry/pfscope \
       ln=NJX_PF_LN=1,NJX_PF_MIN=256
+    ;;
+  lntable)
+    # In the table's own harness (compare_torch: y written to one buffer, x rotating), the bf16
+    # ViT/BERT rows with and without the LayerNorm prefetch (pfscope's ln knob), taking turns.
+    for r in 1 2; do
+      for v in head ln; do
+        knobs=(NJX_NONE=1)
+        [ "$v" = ln ] && knobs=(NJX_PF_LN=1 NJX_PF_MIN=256)
+        env "${knobs[@]}" NORMJIT_CACHE_DIR="/tmp/lntable-$v" timeout 110 python3 \
+          tools/compare_torch.py --build .devcarry/pfscope --only vit,bert --dtypes bf16 \
+          --skip-compile --skip-jit-latency --doc "/tmp/lntable-$v$r.md" \
+          --plot "/tmp/lntable-$v$r.png" --json-out "$out/lntable-$v$r.json" \
+          >"$out/lntable-$v$r.log" 2>&1
+      done
+    done
+    python3 - "$out" <<'PY'
+import json, sys
+from pathlib import Path
+rows = {}
+for f in sorted(Path(sys.argv[1]).glob("lntable-*.json")):
+    for r in json.loads(f.read_text())["results"]:
+        p = r["problem"]
+        name = p if isinstance(p, str) else f"{p.get('name')} {p.get('dtype', '')}"
+        rows.setdefault(name, {})[f.stem[len("lntable-"):]] = r["normjit"].get("ms", 0) * 1000
+for name, t in rows.items():
+    print(f"| {name} | " + " | ".join(f"{k} {v:.2f}" for k, v in sorted(t.items())) + " |")
+PY
     ;;
   ln16)
     grep -E "layernorm.*bf16" scripts/specs/rows-prefetch-scope.txt >/tmp/ln16.txt
