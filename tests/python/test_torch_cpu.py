@@ -296,3 +296,31 @@ def test_eager_calls_launch_through_the_extension_or_ctypes(hidden):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["ctypes" if hidden else "extension"]
+
+
+class _RefusingLibrary:
+    """A stand-in library whose prepare fails the test: the calls below must not reach it."""
+
+    def prepare(self, spec):
+        pytest.fail(f"prepared {spec}")
+
+
+@pytest.mark.parametrize("on_device", [False, True])
+def test_channel_functions_refuse_eps_none_on_every_device(on_device, monkeypatch):
+    """eps None is rms_norm's (the dtype's epsilon), not the channel functions' or group_norm's:
+    a TypeError naming the function, whether normjit or PyTorch would compute the call."""
+    from conftest import launch_path_into
+
+    x, w = torch.randn(2, 6, 3, 3), torch.ones(6)
+    calls = [("rms_norm_channels", lambda: njt.rms_norm_channels(x, w, None)),
+             ("layer_norm_channels", lambda: njt.layer_norm_channels(x, w, w, None)),
+             ("group_norm", lambda: njt.group_norm(x, 3, w, w, None)),
+             ("group_norm", lambda: njt.group_norm(x, 3, w, w, None, activation="silu"))]
+    for name, call in calls:
+        if on_device:
+            with launch_path_into(monkeypatch, _RefusingLibrary()):
+                with pytest.raises(TypeError, match=f"^{name}: eps must be a float, not None$"):
+                    call()
+        else:
+            with pytest.raises(TypeError, match=f"^{name}: eps must be a float, not None$"):
+                call()

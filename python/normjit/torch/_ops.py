@@ -2052,6 +2052,8 @@ def rms_norm_channels(input: Tensor, weight: Optional[Tensor] = None, eps: float
     None, 'silu' or 'gelu' (F.silu; F.gelu, approximate='none') of that, in the same kernel. A
     channels-last input (channels_last, channels_last_3d, or any rank's analogue) is read in
     place and the result is channels last too; a contiguous input gives a contiguous result."""
+    if eps is None:
+        _no_eps("rms_norm_channels")
     if activation is None:
         return _rms_norm_channels(input, weight, eps)
     return _rms_norm_channels(input, weight, eps, None, None,
@@ -2141,6 +2143,8 @@ def layer_norm_channels(input: Tensor, weight: Optional[Tensor] = None,
     kernel (an input, weight or bias that requires grad, grad mode on). activation None, 'silu' or
     'gelu' (F.silu; F.gelu, approximate='none') of the result, in the same kernel (forward-only:
     with an input that requires grad, PyTorch computes both, with a NormjitFallbackWarning)."""
+    if eps is None:
+        _no_eps("layer_norm_channels")
     if activation is None:
         return _layer_norm_channels(input, weight, bias, eps)
     return _layer_norm_channels(input, weight, bias, eps, None, None,
@@ -2158,10 +2162,19 @@ def group_norm(input: Tensor, num_groups: int, weight: Optional[Tensor] = None,
     in place of its memory order, without the copy PyTorch's CUDA GroupNorm makes, and the result
     keeps the input's memory format (channels last stays channels last; a contiguous input gives
     a contiguous result, as F.group_norm's)."""
+    if eps is None:
+        _no_eps("group_norm")
     if activation is None:
         return _group_norm(input, num_groups, weight, bias, eps)
     return _group_norm(input, num_groups, weight, bias, eps, None, None,
                        _as_activation("group_norm", activation))
+
+
+def _no_eps(op: str) -> None:
+    """eps None: a float is needed (rms_norm's None, the dtype's epsilon, is not theirs); the same
+    error on every device, where the kernel would take the dtype's epsilon and PyTorch's
+    implementation would fail on None."""
+    raise TypeError(f"{op}: eps must be a float, not None")
 
 
 def _param(module: torch.nn.Module, name: str) -> Optional[Tensor]:
