@@ -678,11 +678,13 @@ void add_bench_command(CLI::App& app) {
       add_integer_option(*bench, "--calls", options->calls, 1, 10000000,
                          "with --jit-latency only: calls per host-overhead figure (default 10000)");
   bench->add_flag("--json", options->json, "print one JSON document (for scripts)");
-  add_text_option(*bench, "--cache-dir", options->cache_dir,
-                  "cache directory (default: NORMJIT_CACHE_DIR or ~/.cache/normjit); "
-                  "--jit-latency times its compiles and disk hits in a fresh directory made "
-                  "inside it (default: in TMPDIR), removed after; an error with --compile, which "
-                  "uses no cache");
+  add_text_option(
+      *bench, "--cache-dir", options->cache_dir,
+      "cache directory (default: $NORMJIT_CACHE_DIR, else $XDG_CACHE_HOME/normjit, else "
+      "~/.cache/normjit); "
+      "--jit-latency times its compiles and disk hits in a fresh directory made "
+      "inside it (default: in TMPDIR), removed after; an error with --compile, which "
+      "uses no cache");
   bench->footer(
       "Example:\n"
       "  normjit bench --op rmsnorm --shape 112,64,512,512 --dtype bf16 --repeat 50\n"

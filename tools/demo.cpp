@@ -161,8 +161,10 @@ void add_demo_command(CLI::App& app) {
   demo->add_option("--arch", options->arch,
                    "target to compile for when there is no GPU (checked on a GPU too)")
       ->capture_default_str();
-  add_text_option(*demo, "--cache-dir", options->cache_dir,
-                  "cache directory (default: NORMJIT_CACHE_DIR or ~/.cache/normjit)");
+  add_text_option(
+      *demo, "--cache-dir", options->cache_dir,
+      "cache directory (default: $NORMJIT_CACHE_DIR, else $XDG_CACHE_HOME/normjit, else "
+      "~/.cache/normjit)");
   add_integer_option(*demo, "--repeat", options->repeat, 1, 100000,
                      "timed launches per kernel, median reported (default 10)");
   add_integer_option(*demo, "--samples", options->samples, 1, 100000,

@@ -401,6 +401,12 @@ std::vector<ManifestEntry> parse_manifest(const std::string& path) {
                     "; expected a list of specs such as [{\"op\": \"rmsnorm\", \"shape\": [8, "
                     "64, 32, 32]}]");
   }
+  if (manifest.empty()) {  // a generator that produced nothing: no kernel is no success
+    throw Error(ErrorCode::kInvalidArgument,
+                what +
+                    " lists no spec; expected a list of specs such as [{\"op\": \"rmsnorm\", "
+                    "\"shape\": [8, 64, 32, 32]}]");
+  }
   const std::vector<int> lines = element_lines(text);
   std::vector<ManifestEntry> entries;
   for (size_t i = 0; i < manifest.size(); ++i) {

@@ -87,7 +87,7 @@ void SpecFlags::add_to(CLI::App& app, bool required) {
            "nhwc: channels innermost (channels_last), the shape still N,C,... (default nchw)");
   app.add_flag("--backward", backward,
                "the backward kernel: dx, dweight and dbias from x, dy and the saved mean and "
-               "rstd (every op and form; trailing rows of up to 8192 elements)");
+               "rstd (every op and form, rows of any length)");
   if (!required) {
     add_text(app, "--spec", text,
              "the whole spec as text instead of the flags above, e.g. \"op=rmsnorm "

@@ -121,6 +121,19 @@ TEST_F(Cli, DumpNeedsASpec) {
   EXPECT_NE(e.find("--op"), npos) << e;
 }
 
+// A manifest of no spec (a generating step that produced nothing) fails prewarm and its check,
+// naming the file, rather than passing with 0 of 0 kernels.
+TEST_F(Cli, EmptyManifestIsAnError) {
+  const std::string empty = manifest("empty.json", "[]\n");
+  for (const char* check : {"", "--check"}) {
+    std::vector<std::string> args = {"prewarm", empty,         "--arch",
+                                     "sm_90",   "--cache-dir", cache_.path()};
+    if (*check) args.push_back(check);
+    const std::string e = single_error(run(args));
+    EXPECT_NE(e.find("manifest '" + empty + "' lists no spec"), npos) << check << ": " << e;
+  }
+}
+
 TEST_F(Cli, UnreadableManifest) {
   const std::string missing = dir_ / "no-such-manifest.json";
   for (const std::string& path : {missing, dir_.path()}) {  // absent; a directory
