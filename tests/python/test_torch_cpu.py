@@ -243,6 +243,19 @@ def test_patch_reports_and_keeps_the_function():
     assert njt.unpatch(model) == 4 and type(model.ln) is torch.nn.LayerNorm
 
 
+def test_patch_leaves_normjit_modules_and_says_so():
+    """normjit's own modules compute with normjit already: left as they are, reported as such
+    (not as layers whose forward normjit cannot vouch for)."""
+    model = torch.nn.Sequential(njt.LayerNorm(16), njt.RMSNorm(16), njt.LayerNorm2d(16),
+                                njt.GroupNorm(4, 16, activation="silu"))
+    classes = [type(m) for m in model]
+    report = njt.patch(model)
+    assert not report.replaced
+    assert report.skipped == [(str(i), f"normjit.torch.{c.__qualname__}", "already a normjit module")
+                              for i, c in enumerate(classes)], report
+    assert [type(m) for m in model] == classes
+
+
 @pytest.mark.parametrize("op, args", [
     ("rms_norm", lambda: (torch.randn(3, 8), [8], torch.randn(8), 1e-6)),
     ("rms_norm_channels", lambda: (torch.randn(2, 4, 3), torch.randn(4), 1e-5)),

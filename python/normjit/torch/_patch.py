@@ -480,6 +480,10 @@ def patch(model: torch.nn.Module) -> PatchReport:
         if "_normjit_original_class" in cls.__dict__:
             report.skipped.append((name, cls._normjit_original_class.__name__, "already patched"))
             continue
+        if cls.__module__ == "normjit.torch.modules":  # njt.LayerNorm, ...: nothing to patch
+            report.skipped.append((name, f"normjit.torch.{cls.__qualname__}",
+                                   "already a normjit module"))
+            continue
         choice = _choose(module)
         if callable(choice):
             module.__class__ = _patched_class(cls, choice)
