@@ -47,7 +47,26 @@ std::string unknown_subcommand(const CLI::App& app, int argc, char** argv) {
     }
     level = next;
   }
-  return "";
+  // The words ended where a subcommand was still expected ("normjit cache").
+  const std::vector<const CLI::App*> subcommands =
+      level->get_subcommands([](const CLI::App*) { return true; });
+  if (subcommands.empty() || !level->get_subcommands().empty()) return "";
+  std::string known;
+  for (const CLI::App* sub : subcommands) known += (known.empty() ? "" : ", ") + sub->get_name();
+  const std::string command = level == &app ? "normjit" : "normjit " + level->get_name();
+  return "'" + command + "' needs a subcommand: one of " + known + "\nrun '" + command +
+         " --help' for usage";
+}
+
+// "normjit dump" for an error in dump's flags: the deepest subcommand the words selected, whose
+// --help explains them.
+std::string command_path(const CLI::App* app) {
+  std::string path = "normjit";
+  for (std::vector<CLI::App*> parsed = app->get_subcommands(); !parsed.empty();
+       parsed = parsed.front()->get_subcommands()) {
+    path += " " + parsed.front()->get_name();
+  }
+  return path;
 }
 
 // What --version prints: this build's version and the NVRTC it compiles with (loaded at run
@@ -74,7 +93,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", version_text, "print normjit's and NVRTC's versions and exit");
   app.failure_message([](const CLI::App* command, const CLI::Error& e) {
     std::string out = "normjit: error: " + normjit::excerpt(e.what(), kMaxMessageBytes) + "\n";
-    out += "run '" + command->get_name() + " --help' for usage\n";
+    out += "run '" + command_path(command) + " --help' for usage\n";
     return out;
   });
   normjit::tools::add_demo_command(app);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "normjit/normjit.hpp"
@@ -51,6 +52,28 @@ class Cli : public ::testing::Test {
 
   TempDir dir_, cache_;
 };
+
+// A usage error points at the help of the command it was in; a command that needs a subcommand
+// lists them.
+TEST_F(Cli, UsageErrorsNameTheirCommandsHelp) {
+  for (const auto& [args, says, help] :
+       std::vector<std::tuple<std::vector<std::string>, std::string, std::string>>{
+           {{"dump", "--emit", "PTX"}, "--emit: PTX", "normjit dump"},
+           {{"cache", "ls", "--bogus"}, "--bogus", "normjit cache ls"},
+           {{"cache"},
+            "'normjit cache' needs a subcommand: one of ls, stats, verify, gc, clear, "
+            "explain",
+            "normjit cache"},
+           {{},
+            "'normjit' needs a subcommand: one of demo, dump, prewarm, cache, bench",
+            "normjit"}}) {
+    const ToolResult r = run(args);
+    EXPECT_NE(r.exit_code, 0) << r.describe();
+    EXPECT_EQ(r.err_lines("normjit: error: ").size(), 1u) << r.describe();
+    EXPECT_NE(r.err.find(says), npos) << r.describe();
+    EXPECT_NE(r.err.find("\nrun '" + help + " --help' for usage\n"), npos) << r.describe();
+  }
+}
 
 TEST_F(Cli, UnknownOp) {
   for (const auto& args : std::vector<std::vector<std::string>>{
