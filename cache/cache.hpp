@@ -63,6 +63,7 @@ struct StoreOptions {
   std::vector<std::string> readonly;      // read-only layers, searched after dir, in order
   uint64_t max_bytes = kDefaultMaxBytes;  // cap on the writable layer
   bool max_bytes_from_env = false;        // from_env(): max_bytes came from the variable
+  std::string max_bytes_problem;          // from_env(): why the variable's value was not used
 
   // NORMJIT_CACHE_DIR (default $XDG_CACHE_HOME/normjit, else ~/.cache/normjit),
   // NORMJIT_CACHE_READONLY (colon-separated), NORMJIT_CACHE_MAX_BYTES.

@@ -975,8 +975,13 @@ StoreOptions StoreOptions::from_env() {
       options.max_bytes = *bytes;
       options.max_bytes_from_env = true;
     } else {
-      warn("NORMJIT_CACHE_MAX_BYTES='" + max +
-           "' is not a byte count such as 1073741824, 512M or 2G; using the default 2G");
+      options.max_bytes_problem = "NORMJIT_CACHE_MAX_BYTES='" + max +
+                                  "' is not a byte count such as 1073741824, 512M or 2G";
+      // Once per value and process: a command opens its store more than once.
+      static std::mutex warned_mutex;
+      static std::set<std::string> warned;
+      std::lock_guard<std::mutex> lock(warned_mutex);
+      if (warned.insert(max).second) warn(options.max_bytes_problem + "; using the default 2G");
     }
   }
   return options;

@@ -444,6 +444,27 @@ TEST_F(Cli, ExplainCallsAnEntryWithACorruptPayloadBad) {
   }
 }
 
+// A malformed NORMJIT_CACHE_MAX_BYTES: one warning a command, and cache gc, which evicts down to
+// its limit, refuses to take the default in its place unless --max-bytes is given.
+TEST_F(Cli, MalformedCacheLimitWarnsOnceAndStopsGc) {
+  const std::vector<std::string> env = {"NORMJIT_CACHE_DIR=" + cache_.path(),
+                                        "NORMJIT_CACHE_READONLY", "NORMJIT_CACHE_MAX_BYTES=1.5G"};
+  const std::string warning = "normjit: warning: NORMJIT_CACHE_MAX_BYTES='1.5G' is not a byte";
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"cache", "ls"}, {"cache", "verify"}}) {
+    const ToolResult r = normjit::testing::run_tool(args, env);
+    EXPECT_EQ(r.exit_code, 0) << r.describe();
+    EXPECT_EQ(r.err_lines(warning).size(), 1u) << r.describe();
+  }
+  const ToolResult gc = normjit::testing::run_tool({"cache", "gc"}, env);
+  EXPECT_NE(gc.exit_code, 0) << gc.describe();
+  EXPECT_NE(gc.err.find("normjit: error: NORMJIT_CACHE_MAX_BYTES='1.5G' is not a byte count"), npos)
+      << gc.describe();
+  EXPECT_NE(gc.err.find("give --max-bytes"), npos) << gc.describe();
+  const ToolResult given = normjit::testing::run_tool({"cache", "gc", "--max-bytes", "1G"}, env);
+  EXPECT_EQ(given.exit_code, 0) << given.describe();
+}
+
 TEST_F(Cli, VersionNamesNormjitAndNvrtc) {
   const ToolResult r = run({"--version"});
   EXPECT_EQ(r.exit_code, 0) << r.describe();
