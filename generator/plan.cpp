@@ -588,28 +588,14 @@ int64_t evict_first_rows(const Problem& pr, const Target& target) {
 // nothing and RMSNorm rows of 8192 with f32 parameters beside 16-bit x ran 15-19% slower with it
 // (pfall, depall; rows of 4096 1%), so they do not take it; nor does the few-rows class (decode
 // rows), which ran 3-13% slower with the prefetch of an earlier experiment (fwdpf-decode). Only
-// rows measured so: 16-byte accesses, at least kPrefetchRowMinBytes of x. Bf16 RMSNorm rows of
-// 1024 (2 KiB) gained nothing (runs-2026-12-05.sh pfscope, `min`).
-// LayerNorm's 16-bit rows of kPrefetchLayerNormMin to kPrefetchLayerNormMax elements (ViT-S's 384
-// to GPT-2 XL's 1600 and 2560) take it too: in pfscope (`ln`, 2 rounds) and a run of 3 rounds after
-// it (ln16) the rows of 768 and 1024 ran 2-5% faster at 6304 to 16384 rows (12608 x 768
-// 0.95-0.96x); in lnlen (3 rounds) bf16 rows of 384 to 2560 at 8192 or 16384 rows ran 2-8% faster
-// (1280, 1408, 1600 and 2560 0.92x), f16 rows of 768 and 1024 0.97x and 0.99x, where rows of 3072
-// (1.01x), 4096 and more, f32 rows of 768 and 1024 and rows with a residual (16384 x 768: 1.01x)
-// gained nothing.
+// rows measured so: 16-byte accesses, at least kPrefetchRowMinBytes of x.
 constexpr int64_t kPrefetchRowMinBytes = 4096;
-constexpr int64_t kPrefetchLayerNormMin = 384, kPrefetchLayerNormMax = 2560;
 
 bool prefetches_row(const Problem& pr, const Target& target, const KernelPlan& p) {
-  if (!arch_facts(target.sm).clusters || p.batch_class == kBatchFewRows ||
-      p.vec * size_of(pr.x) != kAccessBytes || size_of(pr.param) > size_of(pr.x)) {
-    return false;
-  }
-  if (pr.op == Op::kLayerNorm) {
-    return size_of(pr.x) == 2 && !pr.residual && pr.row_length >= kPrefetchLayerNormMin &&
-           pr.row_length <= kPrefetchLayerNormMax;
-  }
-  return pr.op == Op::kRmsNorm && pr.row_length * size_of(pr.x) >= kPrefetchRowMinBytes;
+  return arch_facts(target.sm).clusters && pr.op == Op::kRmsNorm &&
+         p.batch_class != kBatchFewRows && p.vec * size_of(pr.x) == kAccessBytes &&
+         size_of(pr.param) <= size_of(pr.x) &&
+         pr.row_length * size_of(pr.x) >= kPrefetchRowMinBytes;
 }
 
 std::string row_registers(const Problem& pr, const Target& target, KernelPlan& p) {
