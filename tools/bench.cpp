@@ -254,7 +254,7 @@ KernelTiming time_kernel(Engine& engine, const NormSpec& spec, const DeviceInfo&
 
 // --specs FILE: one spec text per line; blank lines and lines starting with '#' are skipped.
 // A line that does not parse is an error naming the file and the line.
-std::vector<NormSpec> specs_of_file(const std::string& path) {
+std::vector<NormSpec> specs_of_file(const std::string& path, const std::string& arch_word_hint) {
   std::ifstream in(path);
   if (!in) {
     throw Error(ErrorCode::kInvalidArgument,
@@ -273,8 +273,7 @@ std::vector<NormSpec> specs_of_file(const std::string& path) {
       if (printed.arch || printed.key) {
         throw Error(ErrorCode::kInvalidArgument,
                     std::string(printed.arch ? "arch=" + *printed.arch : "key=" + *printed.key) +
-                        ": bench times kernels for GPU 0's own target; drop the word (or use "
-                        "--compile --arch for compile times)");
+                        ": " + arch_word_hint);
       }
       specs.push_back(NormSpec::parse(printed.spec));
     } catch (const Error& e) {
@@ -290,6 +289,12 @@ std::vector<NormSpec> specs_of_file(const std::string& path) {
 }
 
 std::vector<NormSpec> requested_specs(const BenchOptions& o) {
+  // A spec's arch= word (cache ls, prewarm --check) has no meaning in bench: it times GPU 0's
+  // own target, or --compile's --arch.
+  const std::string arch_word_hint =
+      o.compile_only ? "bench --compile compiles for --arch; drop the word and give --arch"
+                     : "bench times kernels for GPU 0's own target; drop the word (or use "
+                       "--compile --arch for compile times)";
   const bool spec_flags = o.spec.op || o.spec.shape || o.spec.text;
   const bool listed = !o.specs_file.empty();
   if (int(spec_flags) + int(o.seeds) + int(listed) + int(o.jit_latency) != 1) {
@@ -303,8 +308,14 @@ std::vector<NormSpec> requested_specs(const BenchOptions& o) {
                 "not --jit-latency");
   }
   if (o.seeds) return seed_specs();
-  if (listed) return specs_of_file(o.specs_file);
-  if (spec_flags) return {o.spec.resolve()};
+  if (listed) return specs_of_file(o.specs_file, arch_word_hint);
+  if (spec_flags) {
+    if (const std::optional<std::string> arch = o.spec.printed_arch()) {
+      throw_invalid_argument("--spec", quoted_excerpt(*o.spec.text),
+                             "its arch=" + *arch + ": " + arch_word_hint);
+    }
+    return {o.spec.resolve()};
+  }
   return {};
 }
 

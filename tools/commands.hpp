@@ -35,6 +35,10 @@ struct SpecFlags {
   static inline const std::string kResidualOfX = std::string(1, '\0');
   void add_to(CLI::App& app, bool required);
   NormSpec resolve() const;  // throws normjit::Error naming the flag and its value
+  // --spec as dump --emit plan, cache ls and prewarm --check print it: a leading "spec:" and
+  // key= words are read past (resolve() does), and its arch= word is returned here for the
+  // command to use or refuse.
+  std::optional<std::string> printed_arch() const;
 };
 
 // Where `normjit` keeps its cache unless --cache-dir says otherwise.

@@ -78,17 +78,27 @@ std::string dump_spec(const DumpOptions& o) {
                            "KEY");
   }
   const NormSpec spec = o.spec.resolve();
+  // A spec pasted with its target (cache ls, prewarm --check): that target, unless --arch says
+  // another.
+  std::optional<std::string> arch = o.arch;
+  if (const std::optional<std::string> printed = o.spec.printed_arch()) {
+    if (arch && *arch != *printed) {
+      throw_invalid_argument("--arch", quoted_excerpt(*arch),
+                             "differs from the spec's arch=" + *printed);
+    }
+    arch = printed;
+  }
   if (o.cache_dir) {
     throw_invalid_argument("--cache-dir", "'" + *o.cache_dir + "'",
                            "only applies with --cache-entry; a spec is planned and compiled "
                            "without the cache");
   }
-  if (!o.arch && !gpu_available()) {
+  if (!arch && !gpu_available()) {
     throw_invalid_argument(
         "--arch", "(missing)",
         "no GPU here (" + gpu_unavailable_reason() + "); name the target, e.g. --arch sm_90");
   }
-  const Target target = o.arch ? parse_arch("--arch", *o.arch) : device_target();
+  const Target target = arch ? parse_arch(o.arch ? "--arch" : "arch", *arch) : device_target();
   const KernelPlan p = plan(spec, target);
   const EmittedKernel emitted = emit(p);
   if (o.emit == "plan") return "spec: " + spec.to_string() + "\n" + p.to_string();

@@ -1,6 +1,9 @@
+#include <sstream>
+
 #include "cache/cache.hpp"
 #include "normjit/error.hpp"
 #include "tools/commands.hpp"
+#include "tools/util.hpp"
 
 namespace normjit::tools {
 namespace {
@@ -96,6 +99,33 @@ void SpecFlags::add_to(CLI::App& app, bool required) {
   }
 }
 
+// (Here rather than in util.cpp: the spec flags' unit test builds this file alone.)
+PrintedSpec printed_spec(const std::string& text) {
+  PrintedSpec out;
+  std::istringstream words(text);
+  std::string word;
+  bool first = true;
+  while (words >> word) {
+    if (first && word == "spec:") {
+      first = false;
+      continue;
+    }
+    first = false;
+    if (word.rfind("arch=", 0) == 0) {
+      out.arch = word.substr(5);
+    } else if (word.rfind("key=", 0) == 0) {
+      out.key = word.substr(4);
+    } else {
+      out.spec += (out.spec.empty() ? "" : " ") + word;
+    }
+  }
+  return out;
+}
+
+std::optional<std::string> SpecFlags::printed_arch() const {
+  return text ? printed_spec(*text).arch : std::nullopt;
+}
+
 NormSpec SpecFlags::resolve() const {
   if (text) {
     SpecFlags flags = *this;
@@ -110,7 +140,7 @@ NormSpec SpecFlags::resolve() const {
                              "normalized_dims=1\"");
     }
     try {
-      return NormSpec::parse(*text);
+      return NormSpec::parse(printed_spec(*text).spec);
     } catch (const Error& e) {
       throw Error(e.code(), "--spec: " + std::string(e.what()));
     }

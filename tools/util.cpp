@@ -119,28 +119,6 @@ CLI::Option* add_text_option(CLI::App& app, const std::string& name,
       app, name, [&value](const std::string& text) { value = text; }, help);
 }
 
-PrintedSpec printed_spec(const std::string& text) {
-  PrintedSpec out;
-  std::istringstream words(text);
-  std::string word;
-  bool first = true;
-  while (words >> word) {
-    if (first && word == "spec:") {
-      first = false;
-      continue;
-    }
-    first = false;
-    if (word.rfind("arch=", 0) == 0) {
-      out.arch = word.substr(5);
-    } else if (word.rfind("key=", 0) == 0) {
-      out.key = word.substr(4);
-    } else {
-      out.spec += (out.spec.empty() ? "" : " ") + word;
-    }
-  }
-  return out;
-}
-
 std::string indent(const std::string& text) {
   std::string out;
   for (char c : text) {

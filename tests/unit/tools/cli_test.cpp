@@ -386,6 +386,25 @@ TEST_F(Cli, DumpAndBenchTakeTheSpecAsText) {
       single_error(run({"dump", "--arch", "sm_90", "--spec", "op=rmsnorm shape=8,64 dtype=f64"}));
   EXPECT_NE(bad.find("--spec: "), npos) << bad;
   EXPECT_NE(bad.find("'f64'"), npos) << bad;
+
+  // The spec as the tools print it: dump --emit plan's "spec: ..." line whole, and cache ls's
+  // "... arch=TARGET" (dump then plans for that target, unless --arch names another).
+  const ToolResult pasted =
+      run({"dump", "--emit", "plan", "--arch", "sm_90:132:4814", "--spec", first});
+  ASSERT_EQ(pasted.exit_code, 0) << pasted.describe();
+  EXPECT_EQ(pasted.out, plan.out);
+  const ToolResult with_arch =
+      run({"dump", "--emit", "plan", "--spec", text + " arch=sm_90:132:4814"});
+  ASSERT_EQ(with_arch.exit_code, 0) << with_arch.describe();
+  EXPECT_EQ(with_arch.out, plan.out);
+  const std::string other =
+      single_error(run({"dump", "--arch", "sm_80", "--spec", text + " arch=sm_90"}));
+  EXPECT_NE(other.find("invalid --arch 'sm_80': differs from the spec's arch=sm_90"), npos)
+      << other;
+  const std::string compile_arch = single_error(
+      run({"bench", "--compile", "--repeat", "1", "--spec", "op=rmsnorm shape=8,64 arch=sm_90"}));
+  EXPECT_NE(compile_arch.find("its arch=sm_90: bench --compile compiles for --arch"), npos)
+      << compile_arch;
 }
 
 // A kernel planned for a part other than the arch's full-size one (a multiprocessor count, a
