@@ -558,6 +558,16 @@ void run_check(const PrewarmOptions& o, const std::vector<ManifestEntry>& entrie
   // Every kernel a JIT-off engine loads for the manifest: each spec's, and that of its other
   // batch class where it has one.
   size_t present = 0, missing = 0, unknown = 0;
+  // Why a kernel that did not load is not there: "" for no entry, else the problem of the entry
+  // every load rejects.
+  const auto absent = [&](const std::string& key) -> std::string {
+    if (store) {
+      for (const cache::EntryInfo& info : store->list_key(key)) {
+        if (!info.valid) return info.problem;
+      }
+    }
+    return "";
+  };
   for (const Task& t : tasks) {
     const std::string what = entries[t.entry].where + ": " + describe(entries, t);
     if (t.key.empty()) {
@@ -569,16 +579,20 @@ void run_check(const PrewarmOptions& o, const std::vector<ManifestEntry>& entrie
       ++present;
     } else {
       ++missing;
-      std::printf("missing %s key=%s\n", what.c_str(), t.key.c_str());
+      const std::string why = absent(t.key);
+      std::printf("%s %s key=%s%s\n", why.empty() ? "missing" : "corrupt", what.c_str(),
+                  t.key.c_str(), why.empty() ? "" : (": " + why).c_str());
     }
     for (const Task::OtherClass& other : t.others) {
       if (store && store->load(other.key)) {
         ++present;
       } else {
         ++missing;
-        std::printf("missing %s: the kernel of its other batch class, %s arch=%s key=%s\n",
-                    what.c_str(), other.spec.to_string().c_str(), t.target.text().c_str(),
-                    other.key.c_str());
+        const std::string why = absent(other.key);
+        std::printf("%s %s: the kernel of its other batch class, %s arch=%s key=%s%s\n",
+                    why.empty() ? "missing" : "corrupt", what.c_str(),
+                    other.spec.to_string().c_str(), t.target.text().c_str(), other.key.c_str(),
+                    why.empty() ? "" : (": " + why).c_str());
       }
     }
   }

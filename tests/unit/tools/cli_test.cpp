@@ -461,6 +461,11 @@ TEST_F(Cli, ExplainCallsAnEntryWithACorruptPayloadBad) {
     EXPECT_NE(r.out.find("present:    a bad entry at " + entries[0].string() + ": "), npos)
         << r.describe();
   }
+  // prewarm --check: the kernel is not there, and its entry is named corrupt, with why.
+  const ToolResult check = run({"prewarm", manifest_path, "--arch", "sm_90", "--check"});
+  EXPECT_NE(check.exit_code, 0) << check.describe();
+  EXPECT_NE(check.out.find("corrupt entry 0"), npos) << check.describe();
+  EXPECT_NE(check.out.find("key=" + key + ": payload checksum mismatch"), npos) << check.describe();
 }
 
 // A malformed NORMJIT_CACHE_MAX_BYTES: one warning a command, and cache gc, which evicts down to
