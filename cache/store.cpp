@@ -381,7 +381,10 @@ void Store::Impl::reject(size_t index, const std::string& key, const struct stat
     std::lock_guard lock(bad_mutex);
     known_bad.insert(file_id(index, key, *judged));
   }
-  std::string outcome = "; it will be rebuilt";
+  // A read-only layer's entry stays; the kernel comes from a later layer, or is rebuilt into
+  // the writable one where the JIT is on.
+  std::string outcome =
+      l.readonly ? "; skipped (a read-only layer: it stays)" : "; it will be rebuilt";
   if (removed) {
     outcome = "; removed, it will be rebuilt";
   } else if (remove_error != 0) {
