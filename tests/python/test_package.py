@@ -197,3 +197,25 @@ def test_library_path_override(monkeypatch, tmp_path):
     assert _capi.library_path() == tmp_path / "nope.so"
     with pytest.raises(ImportError, match="nope.so"):
         _capi.Library(_capi.library_path())
+
+
+def test_library_search_path_has_no_empty_entry():
+    """libnormjit.so's RUNPATH/RPATH (the loader's directories for libcrypto, libnvrtc): no empty
+    entry, which the loader takes as the current directory, so that importing normjit from a
+    folder holding a library of such a name would load that one. (CMake pads a build-tree RPATH
+    with empty entries for install() to rewrite; the wheel copies the library as built.)"""
+    import shutil
+    import subprocess
+
+    from normjit._capi import library_path
+
+    readelf = shutil.which("readelf")
+    if readelf is None:
+        pytest.skip("readelf (binutils) is not installed: cannot read the library's RUNPATH")
+    dynamic = subprocess.run([readelf, "-d", str(library_path())], capture_output=True,
+                             text=True, check=True).stdout
+    paths = [line.split("[", 1)[1].rsplit("]", 1)[0] for line in dynamic.splitlines()
+             if "(RUNPATH)" in line or "(RPATH)" in line]
+    assert paths, f"no RUNPATH in {library_path()}:\n{dynamic}"
+    for path in paths:
+        assert "" not in path.split(":"), f"an empty entry in {path!r} ({library_path()})"
