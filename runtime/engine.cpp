@@ -1091,11 +1091,22 @@ void enqueue(const LoadedKernel& k, Params& params, int64_t batch, CUstream_st* 
 
 }  // namespace detail
 
-const NormSpec& Kernel::spec() const { return impl_->spec; }
+// A default-constructed Kernel has nothing to describe: an error, as launch() says, not a null
+// dereference.
+const NormSpec& Kernel::spec() const {
+  if (!impl_) throw Error(ErrorCode::kInvalidArgument, "spec() of an empty normjit::Kernel");
+  return impl_->spec;
+}
 Source Kernel::source() const { return source_; }
 const void* detail::identity(const Kernel& kernel) { return kernel.impl_.get(); }
-std::string Kernel::plan_text() const { return impl_->plan.to_string(); }
-std::string Kernel::key() const { return impl_->key; }
+std::string Kernel::plan_text() const {
+  if (!impl_) throw Error(ErrorCode::kInvalidArgument, "plan_text() of an empty normjit::Kernel");
+  return impl_->plan.to_string();
+}
+std::string Kernel::key() const {
+  if (!impl_) throw Error(ErrorCode::kInvalidArgument, "key() of an empty normjit::Kernel");
+  return impl_->key;
+}
 
 // ---------------------------------------------------------------------------------------
 // Engine

@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "normjit/normjit.h"
 #include "normjit/normjit.hpp"
@@ -200,6 +202,19 @@ TEST(BackwardArgs, ForwardAndBackwardEntryPointsRefuseEachOthersSpecs) {
     ADD_FAILURE() << "an empty kernel launched";
   } catch (const Error& e) {
     EXPECT_TRUE(has(e.what(), "empty normjit::Kernel")) << e.what();
+  }
+  // So is asking one what it is (it dereferenced nothing: a crash).
+  const Kernel empty;
+  for (const auto& ask : std::vector<std::function<void()>>{[&] { (void)empty.key(); },
+                                                            [&] { (void)empty.plan_text(); },
+                                                            [&] { (void)empty.spec(); }}) {
+    try {
+      ask();
+      ADD_FAILURE() << "an empty kernel described itself";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+      EXPECT_TRUE(has(e.what(), "of an empty normjit::Kernel")) << e.what();
+    }
   }
 }
 
