@@ -75,7 +75,9 @@ void normjit_engine_config_init(normjit_engine_config* config);
  * normjit_launch_ex. */
 normjit_status normjit_engine_create_ex(const normjit_engine_config* config, normjit_engine** out);
 
-/* The message of the calling thread's last failed call ("" if none). */
+/* The message of the calling thread's latest call if it failed, "" if it succeeded: every call
+ * clears it first, so read it right after the call that failed. Valid until the thread's next
+ * call. */
 const char* normjit_last_error(void);
 const char* normjit_status_name(normjit_status status);
 
