@@ -130,32 +130,35 @@ def _path_text(value, argument: str) -> Optional[bytes]:
     """A path argument as the C API takes it: None, or the path's bytes."""
     if value is None:
         return None
-    if isinstance(value, (str, os.PathLike)):
-        path = os.fspath(value)
-        if isinstance(path, str):
-            if not path:
-                raise ValueError(f"normjit.Engine: {argument} is empty (None for the "
-                                 "environment's or the default)")
-            if "\0" in path:
-                raise ValueError(f"normjit.Engine: {argument} {path!r} contains a NUL character")
-            return path.encode()
-    raise TypeError(f"normjit.Engine: {argument} must be a str or os.PathLike, not "
+    if isinstance(value, (str, bytes, os.PathLike)):
+        # The file system's encoding, as open() takes a path: a name os.listdir gave (bytes, or
+        # a str with surrogate escapes of bytes that are not UTF-8) reaches the same file.
+        path = os.fsencode(value)
+        if not path:
+            raise ValueError(f"normjit.Engine: {argument} is empty (None for the "
+                             "environment's or the default)")
+        if b"\0" in path:
+            raise ValueError(f"normjit.Engine: {argument} {os.fsdecode(path)!r} contains a NUL "
+                             "character")
+        return path
+    raise TypeError(f"normjit.Engine: {argument} must be a str, bytes or os.PathLike, not "
                     f"{type(value).__name__} ({value!r})")
 
 
 def _dirs_text(value) -> Optional[bytes]:
     """readonly_dirs: None, one path (a str may list several, colon-separated) or a sequence."""
-    if value is None or isinstance(value, (str, os.PathLike)):
+    if value is None or isinstance(value, (str, bytes, os.PathLike)):
         return _path_text(value, "readonly_dirs")
     if isinstance(value, (list, tuple)):
         paths = [_path_text(v, f"readonly_dirs[{i}]") for i, v in enumerate(value)]
         for i, path in enumerate(paths):
             if b":" in path:  # the C API's list is colon-separated: it would split the path
-                raise ValueError(f"normjit.Engine: readonly_dirs[{i}] {path.decode()!r} contains "
-                                 "':', which separates the layers of the list normjit takes")
+                raise ValueError(f"normjit.Engine: readonly_dirs[{i}] {os.fsdecode(path)!r} "
+                                 "contains ':', which separates the layers of the list normjit "
+                                 "takes")
         return b":".join(paths)
-    raise TypeError(f"normjit.Engine: readonly_dirs must be a str, an os.PathLike or a list of "
-                    f"them, not {type(value).__name__} ({value!r})")
+    raise TypeError(f"normjit.Engine: readonly_dirs must be a str, bytes, an os.PathLike or a "
+                    f"list of them, not {type(value).__name__} ({value!r})")
 
 
 def _index(value) -> int:

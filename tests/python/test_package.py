@@ -99,11 +99,12 @@ def test_engine_arguments_are_checked_and_named(tmp_path):
         assert engine.precompile("op=rmsnorm shape=4,64", arch="sm_80") is True
     assert any((tmp_path / "c").rglob("*"))
     for kwargs, error, match in [
-        (dict(cache_dir=5), TypeError, r"cache_dir must be a str or os.PathLike, not int \(5\)"),
+        (dict(cache_dir=5), TypeError,
+         r"cache_dir must be a str, bytes or os.PathLike, not int \(5\)"),
         (dict(cache_dir=""), ValueError, "cache_dir is empty"),
         (dict(readonly_dirs=[tmp_path, 3]), TypeError, r"readonly_dirs\[1\] must be a str"),
-        (dict(readonly_dirs=7), TypeError, "readonly_dirs must be a str, an os.PathLike or a "
-                                           "list"),
+        (dict(readonly_dirs=7), TypeError,
+         "readonly_dirs must be a str, bytes, an os.PathLike or a list"),
         (dict(cache_max_bytes=-1), ValueError, "cache_max_bytes must be 0 or more, not -1"),
         (dict(cache_max_bytes=1.5), TypeError, r"cache_max_bytes must be an int, not float"),
         (dict(device="cuda:0"), TypeError, r"device must be an int, not str \('cuda:0'\)"),
@@ -122,6 +123,14 @@ def test_engine_arguments_are_checked_and_named(tmp_path):
     ]:
         with pytest.raises(error, match=match):
             normjit.Engine(**kwargs)
+    # A path that is not UTF-8 (as os.listdir gives it, bytes or a str with surrogate escapes)
+    # reaches the same directory.
+    odd = os.fsencode(str(tmp_path)) + b"/c-\xff"
+    for given, compiles in ((odd, True), (os.fsdecode(odd), False)):  # then cached there
+        with normjit.Engine(cache_dir=given) as engine:
+            assert engine._strings[0] == odd
+            assert engine.precompile("op=rmsnorm shape=4,64", arch="sm_80") is compiles
+        assert any(Path(os.fsdecode(odd)).rglob("*.entry"))
     # dram_gbps (normjit_engine_config): the library takes a bandwidth and names one beyond
     # its bound.
     with normjit.Engine(memory_only=True, dram_gbps=4814) as engine:
