@@ -21,6 +21,7 @@
 #include <set>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 
 #include "cache/cache.hpp"
 #include "generator/plan.hpp"
@@ -558,15 +559,15 @@ void run_check(const PrewarmOptions& o, const std::vector<ManifestEntry>& entrie
   // Every kernel a JIT-off engine loads for the manifest: each spec's, and that of its other
   // batch class where it has one.
   size_t present = 0, missing = 0, unknown = 0;
-  // Why a kernel that did not load is not there: "" for no entry, else the problem of the entry
-  // every load rejects.
-  const auto absent = [&](const std::string& key) -> std::string {
+  // How a kernel that did not load is reported: "missing" (no entry), or "corrupt" with the
+  // problem of the entry that every load rejects (to end its line).
+  const auto absent = [&](const std::string& key) -> std::pair<const char*, std::string> {
     if (store) {
       for (const cache::EntryInfo& info : store->list_key(key)) {
-        if (!info.valid) return info.problem;
+        if (!info.valid) return {"corrupt", ": " + info.problem};
       }
     }
-    return "";
+    return {"missing", ""};
   };
   for (const Task& t : tasks) {
     const std::string what = entries[t.entry].where + ": " + describe(entries, t);
@@ -579,20 +580,18 @@ void run_check(const PrewarmOptions& o, const std::vector<ManifestEntry>& entrie
       ++present;
     } else {
       ++missing;
-      const std::string why = absent(t.key);
-      std::printf("%s %s key=%s%s\n", why.empty() ? "missing" : "corrupt", what.c_str(),
-                  t.key.c_str(), why.empty() ? "" : (": " + why).c_str());
+      const auto [state, why] = absent(t.key);
+      std::printf("%s %s key=%s%s\n", state, what.c_str(), t.key.c_str(), why.c_str());
     }
     for (const Task::OtherClass& other : t.others) {
       if (store && store->load(other.key)) {
         ++present;
       } else {
         ++missing;
-        const std::string why = absent(other.key);
-        std::printf("%s %s: the kernel of its other batch class, %s arch=%s key=%s%s\n",
-                    why.empty() ? "missing" : "corrupt", what.c_str(),
-                    other.spec.to_string().c_str(), t.target.text().c_str(), other.key.c_str(),
-                    why.empty() ? "" : (": " + why).c_str());
+        const auto [state, why] = absent(other.key);
+        std::printf("%s %s: the kernel of its other batch class, %s arch=%s key=%s%s\n", state,
+                    what.c_str(), other.spec.to_string().c_str(), t.target.text().c_str(),
+                    other.key.c_str(), why.c_str());
       }
     }
   }
