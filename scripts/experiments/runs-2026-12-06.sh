@@ -8,6 +8,10 @@
 #   bash scripts/experiments/runs-2026-12-06.sh slab   the slab kernel in modes 1-4 beside the plan
 #        on scripts/specs/slab-modes.txt, 3 rounds (~1.5 minutes; timing only), then the channel
 #        forms' GPU tests over .devcarry/slab with NJX_SLAB_MODE=1 (2 shards, ~1 minute)
+#   bash scripts/experiments/runs-2026-12-06.sh slab-ncu   Nsight Compute's duration (the kernel
+#        alone, no launch) and stall reasons of the slab kernel in modes 0-3 on ConvNeXt's
+#        [32, 1024, 7, 7] bf16 LayerNorm2d and of the row kernel on the same bytes as rows
+#        ([1568, 1024]) (~1 minute)
 set -uo pipefail
 # shellcheck source=scripts/experiments/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -22,6 +26,32 @@ case "${1:-}" in
     ab_variants slab 150 3 scripts/specs/slab-modes.txt .devcarry/slab \
       one=NJX_SLAB_MODE=1 noexch=NJX_SLAB_MODE=2 copy=NJX_SLAB_MODE=3 nocl=NJX_SLAB_MODE=4
     test_shards slab .devcarry/slab "NJX_SLAB_MODE=1" 150 "${SLAB_FILTERS[@]}" || exit 1
+    ;;
+  slab-ncu)
+    metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum
+    metrics+=,sm__warps_active.avg.pct_of_peak_sustained_active
+    for reason in long_scoreboard barrier membar short_scoreboard wait lg_throttle \
+      mio_throttle; do
+      metrics+=,smsp__average_warps_issue_stalled_${reason}_per_issue_active.ratio
+    done
+    spec="op=layernorm shape=32,1024,7,7 dtype=bf16 normalized_dims=0 affine=both"
+    for m in 0 1 2 3; do
+      NJX_SLAB_MODE=$m LD_LIBRARY_PATH=.devcarry/slab NORMJIT_CACHE_DIR=/tmp/slab-ncu-$m \
+        timeout 60 "${NCU:-/usr/local/cuda/bin/ncu}" --clock-control none --metrics "$metrics" \
+        -k regex:channels_slab --launch-skip 3 -c 1 --csv .devcarry/slab/tools/normjit bench \
+        --spec "$spec" --repeat 5 >"$out/slab-ncu-$m.csv" 2>&1
+      echo "mode $m"
+      grep -E '"(gpu__time|dram__bytes|sm__warps|smsp__average)' "$out/slab-ncu-$m.csv" |
+        awk -F'","' '{print "  " $(NF-2) " " $NF}' | tr -d '"'
+    done
+    LD_LIBRARY_PATH=.devcarry/slab NORMJIT_CACHE_DIR=/tmp/slab-ncu-rows timeout 60 \
+      "${NCU:-/usr/local/cuda/bin/ncu}" --clock-control none --metrics "$metrics" \
+      -k regex:row --launch-skip 3 -c 1 --csv .devcarry/slab/tools/normjit bench \
+      --spec "op=layernorm shape=1568,1024 dtype=bf16 normalized_dims=1 affine=both" \
+      --repeat 5 >"$out/slab-ncu-rows.csv" 2>&1
+    echo "rows [1568, 1024]"
+    grep -E '"(gpu__time|dram__bytes|sm__warps|smsp__average)' "$out/slab-ncu-rows.csv" |
+      awk -F'","' '{print "  " $(NF-2) " " $NF}' | tr -d '"'
     ;;
   *)
     sed -n '2,/^set /p' "$0" | grep '^#' | sed 's/^# \{0,1\}//' >&2
