@@ -123,15 +123,12 @@ normjit_status run(normjit_engine* engine, const normjit::SpecFields& fields, co
   });
 }
 
-// A caller's args struct of `size` bytes (its `size` field): a smaller size than the first
-// published version is refused (not such a struct; or not initialised with its _init function).
-// A later version only appends fields, whose defaults the caller's copy keeps for an older,
-// shorter struct. A caller's larger struct (a newer header than this library) is taken when
-// the fields this library does not know are all zero, and refused otherwise: a variant it
-// asks for would be dropped silently. A size beyond any plausible struct is refused unread (an
-// uninitialised size).
-void check_args_size(const void* args, size_t size, size_t first_published, size_t known,
-                     const std::string& type, const std::string& field = "args.size") {
+// A caller's sized struct of `size` bytes (its `size` field): a smaller size than the first
+// published version is refused (not such a struct; or not initialised with its _init function),
+// and so is a size beyond any plausible struct (an uninitialised size). A later version only
+// appends fields.
+void check_struct_size(size_t size, size_t first_published, const std::string& type,
+                       const std::string& field) {
   constexpr size_t kMaxSize = 4096;
   if (size < first_published || size > kMaxSize) {
     normjit::throw_invalid_argument(
@@ -140,6 +137,15 @@ void check_args_size(const void* args, size_t size, size_t first_published, size
             type + " (" + std::to_string(first_published) +
             " bytes today): initialise the struct with " + type + "_init");
   }
+}
+
+// A caller's args struct (an input), checked as by check_struct_size: the defaults of fields
+// that an older, shorter struct lacks are kept. A caller's larger struct (a newer header than
+// this library) is taken when the fields this library does not know are all zero, and refused
+// otherwise: a variant it asks for would be dropped silently.
+void check_args_size(const void* args, size_t size, size_t first_published, size_t known,
+                     const std::string& type, const std::string& field = "args.size") {
+  check_struct_size(size, first_published, type, field);
   if (size > known) {
     const unsigned char* tail = static_cast<const unsigned char*>(args);
     for (size_t i = known; i < size; ++i) {
@@ -221,6 +227,15 @@ normjit_status normjit_engine_create_ex(const normjit_engine_config* config, nor
 void normjit_engine_destroy(normjit_engine* engine) { delete engine; }
 
 const char* normjit_last_error(void) { return last_error.c_str(); }
+
+// The header's numbers, which CMakeLists.txt checks against the project's version.
+#define DOTTED_TEXT(a, b, c) #a "." #b "." #c
+#define DOTTED(a, b, c) DOTTED_TEXT(a, b, c)  // a, b and c expanded first
+const char* normjit_version(void) {
+  return DOTTED(NORMJIT_VERSION_MAJOR, NORMJIT_VERSION_MINOR, NORMJIT_VERSION_PATCH);
+}
+#undef DOTTED
+#undef DOTTED_TEXT
 
 const char* normjit_status_name(normjit_status status) {
   int value = 0;  // any int from C: read as one (see to_dtype)
@@ -425,6 +440,37 @@ normjit_status normjit_engine_counters(const normjit_engine* engine, uint64_t* n
     if (nvrtc_compiles) *nvrtc_compiles = c.nvrtc_compiles;
     if (memory_hits) *memory_hits = c.memory_hits;
     if (disk_hits) *disk_hits = c.disk_hits;
+  });
+}
+
+void normjit_engine_stats_init(normjit_engine_stats* stats) {
+  if (!stats) return;
+  *stats = normjit_engine_stats{};
+  stats->size = sizeof(normjit_engine_stats);
+}
+
+normjit_status normjit_engine_counters_ex(const normjit_engine* engine,
+                                          normjit_engine_stats* stats) {
+  return guarded([&] {
+    check_engine(engine);
+    if (!stats) {
+      normjit::throw_invalid_argument("stats", "NULL",
+                                      "fill a normjit_engine_stats with normjit_engine_stats_init");
+    }
+    // Every field through bad_entries is the first published version. An output: of a newer
+    // caller's larger struct, the fields after this library's are not written.
+    check_struct_size(
+        stats->size,
+        offsetof(normjit_engine_stats, bad_entries) + sizeof(normjit_engine_stats::bad_entries),
+        "normjit_engine_stats", "stats.size");
+    const normjit::EngineCounters c = engine->engine.counters();
+    normjit_engine_stats s;
+    s.size = stats->size;
+    s.nvrtc_compiles = c.nvrtc_compiles;
+    s.memory_hits = c.memory_hits;
+    s.disk_hits = c.disk_hits;
+    s.bad_entries = c.bad_entries;
+    std::memcpy(stats, &s, std::min(stats->size, sizeof s));
   });
 }
 

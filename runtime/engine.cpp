@@ -318,7 +318,8 @@ EngineCounters EngineImpl::counters() const {
   c.nvrtc_compiles = nvrtc_compiles_.load();
   c.memory_hits = memory_hits_.load();
   c.disk_hits = disk_hits_.load();
-  c.bad_entries = bad_entries_.load();
+  // The store rejects the corrupt entries; the engine counts the cubins the driver refused.
+  c.bad_entries = bad_entries_.load() + store_->stats().bad_entries;
   return c;
 }
 

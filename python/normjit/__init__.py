@@ -23,13 +23,14 @@ from ._capi import (CacheMissError, CompileError, DriverError, Dtype, InvalidArg
                     NoDeviceError, NormjitError, Status, UnsupportedError, library,
                     library_path)
 from ._capi import EngineConfig as _EngineConfig
+from ._capi import EngineStats as _EngineStats
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Engine", "Counters", "engine", "precompile", "library_path", "Status", "Dtype",
-    "NormjitError", "InvalidArgumentError", "UnsupportedError", "CompileError", "DriverError",
-    "NoDeviceError", "CacheMissError",
+    "Engine", "Counters", "engine", "precompile", "library_path", "library_version", "Status",
+    "Dtype", "NormjitError", "InvalidArgumentError", "UnsupportedError", "CompileError",
+    "DriverError", "NoDeviceError", "CacheMissError",
 ]
 
 
@@ -37,6 +38,7 @@ class Counters(NamedTuple):
     nvrtc_compiles: int  # NVRTC invocations
     memory_hits: int
     disk_hits: int
+    bad_entries: int  # disk entries rejected: corrupt, or a cubin the driver refused
 
 
 class Engine:
@@ -105,10 +107,12 @@ class Engine:
         return kernel.value
 
     def counters(self) -> Counters:
-        c = [ctypes.c_uint64() for _ in range(3)]
-        self._lib.check(self._lib.normjit_engine_counters(self._live(),
-                                                          *(ctypes.byref(v) for v in c)))
-        return Counters(*(v.value for v in c))
+        """What the engine counted so far (C: normjit_engine_counters_ex)."""
+        stats = _EngineStats()
+        self._lib.normjit_engine_stats_init(ctypes.byref(stats))
+        self._lib.check(self._lib.normjit_engine_counters_ex(self._live(), ctypes.byref(stats)))
+        return Counters(stats.nvrtc_compiles, stats.memory_hits, stats.disk_hits,
+                        stats.bad_entries)
 
     def close(self) -> None:
         """Destroys the engine; the kernels it prepared become invalid."""
@@ -205,6 +209,12 @@ def engine() -> Engine:
             if _engine is None:
                 _engine = Engine()
     return _engine
+
+
+def library_version() -> str:
+    """The version libnormjit.so was built as, "MAJOR.MINOR.PATCH" (C: normjit_version()); the
+    package's own is __version__, and the two are the same for an installed package."""
+    return library().normjit_version().decode()
 
 
 def precompile(spec: str, arch: str = "sm_90") -> bool:

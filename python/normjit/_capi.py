@@ -1,9 +1,10 @@
 """The binding of the C API (runtime/include/normjit/normjit.h) by ctypes: the one copy.
 
 Everything of the header that Python uses is declared here once: the enums, the structs
-(engine options, launch arguments) and every function's prototype (ctypes would otherwise pass Python ints as C int and
-truncate pointers and int64 values). tests/python/test_binding.py parses the header and
-compares it with these declarations, so the two cannot drift apart.
+(engine options, launch arguments, engine counters) and every function's prototype (ctypes
+would otherwise pass Python ints as C int and truncate pointers and int64 values).
+tests/python/test_binding.py parses the header and compares it with these declarations, so the
+two cannot drift apart.
 
 Three functions have a second way in: launch_function() gives normjit_launch,
 launch_ex_function() normjit_launch_ex and launch_backward_function() normjit_launch_backward,
@@ -114,12 +115,25 @@ class BackwardArgs(ctypes.Structure):
     ]
 
 
+class EngineStats(ctypes.Structure):
+    """struct normjit_engine_stats: fill it with normjit_engine_stats_init (which sets `size`),
+    then pass it to normjit_engine_counters_ex."""
+    _fields_ = [
+        ("size", ctypes.c_size_t),
+        ("nvrtc_compiles", ctypes.c_uint64),
+        ("memory_hits", ctypes.c_uint64),
+        ("disk_hits", ctypes.c_uint64),
+        ("bad_entries", ctypes.c_uint64),
+    ]
+
+
 # C struct name -> its ctypes Structure.
 STRUCTS = {
     "normjit_engine_options": EngineOptions,
     "normjit_engine_config": EngineConfig,
     "normjit_launch_args": LaunchArgs,
     "normjit_backward_args": BackwardArgs,
+    "normjit_engine_stats": EngineStats,
 }
 
 _vp = ctypes.c_void_p
@@ -135,6 +149,7 @@ _p_opts = ctypes.POINTER(EngineOptions)
 _p_config = ctypes.POINTER(EngineConfig)
 _p_args = ctypes.POINTER(LaunchArgs)
 _p_bwd = ctypes.POINTER(BackwardArgs)
+_p_stats = ctypes.POINTER(EngineStats)
 
 # Every function of normjit.h: name -> (restype, argtypes). Opaque handles (normjit_engine*,
 # normjit_kernel*, CUstream) are void pointers; enums are C ints.
@@ -146,6 +161,7 @@ PROTOTYPES = {
     "normjit_engine_create_ex": (_int, [_p_config, _p_vp]),
     "normjit_last_error": (_str, []),
     "normjit_status_name": (_str, [_int]),
+    "normjit_version": (_str, []),
     # engine, x, y, weight, shape, ndim, normalized_dims, dtype, eps, stream
     "normjit_rmsnorm": (_int, [_vp, _vp, _vp, _vp, _p_i64, _int, _int, _int, _f64, _vp]),
     # engine, x, y, weight, bias, shape, ndim, normalized_dims, dtype, eps, stream
@@ -166,6 +182,9 @@ PROTOTYPES = {
     "normjit_precompile": (_int, [_vp, _str, _str, _p_int]),
     # engine, nvrtc_compiles, memory_hits, disk_hits
     "normjit_engine_counters": (_int, [_vp, _p_u64, _p_u64, _p_u64]),
+    "normjit_engine_stats_init": (None, [_p_stats]),
+    # engine, stats
+    "normjit_engine_counters_ex": (_int, [_vp, _p_stats]),
 }
 
 

@@ -51,6 +51,7 @@ C_TYPES = {
     "const normjit_launch_args*": P(_capi.LaunchArgs),
     "normjit_backward_args*": P(_capi.BackwardArgs),
     "const normjit_backward_args*": P(_capi.BackwardArgs),
+    "normjit_engine_stats*": P(_capi.EngineStats),
 }
 
 
@@ -163,7 +164,8 @@ def test_header_parses_completely():
     parsed = parse_header(HEADER.read_text())
     assert set(parsed["enums"]) == {"normjit_status", "normjit_dtype"}
     assert set(parsed["structs"]) == {"normjit_engine_options", "normjit_engine_config",
-                                      "normjit_launch_args", "normjit_backward_args"}
+                                      "normjit_launch_args", "normjit_backward_args",
+                                      "normjit_engine_stats"}
     # Every "normjit_...(" declaration in the header was understood.
     declared = set(re.findall(r"\b(normjit_\w+)\s*\(", strip_comments(HEADER.read_text())))
     assert declared == set(parsed["functions"]), declared ^ set(parsed["functions"])

@@ -193,6 +193,26 @@ def test_prepare_without_a_gpu_raises_with_the_status():
     assert r.stdout.splitlines()[1].strip(), "no message"
 
 
+def test_counters_count_a_corrupt_cache_entry(tmp_path):
+    # A flipped bit in each entry of the disk cache: the next engine's precompile rejects them
+    # (counters().bad_entries, C's normjit_engine_counters_ex) and compiles them again.
+    spec = "op=layernorm shape=4,4096 dtype=bf16 normalized_dims=1"
+    with normjit.Engine(cache_dir=tmp_path) as engine:
+        assert engine.precompile(spec) is True
+        assert engine.counters().bad_entries == 0
+    entries = list(tmp_path.rglob("*.entry"))
+    assert entries
+    for entry in entries:
+        data = bytearray(entry.read_bytes())
+        data[-1] ^= 1
+        entry.write_bytes(bytes(data))
+    with normjit.Engine(cache_dir=tmp_path) as engine:
+        assert engine.precompile(spec) is True
+        counters = engine.counters()
+        assert counters.bad_entries == len(entries)
+        assert counters.nvrtc_compiles == len(entries)
+
+
 def test_engine_after_close_is_an_error():
     engine = normjit.Engine(memory_only=True)
     engine.close()

@@ -15,6 +15,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The version of this header. CMakeLists.txt's project version must equal it (configuring
+ * fails otherwise); tests/python/test_version.py holds pyproject.toml and normjit.__version__ to
+ * it. normjit_version() gives the library's. */
+#define NORMJIT_VERSION_MAJOR 0
+#define NORMJIT_VERSION_MINOR 1
+#define NORMJIT_VERSION_PATCH 0
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -80,6 +87,12 @@ normjit_status normjit_engine_create_ex(const normjit_engine_config* config, nor
  * call. */
 const char* normjit_last_error(void);
 const char* normjit_status_name(normjit_status status);
+
+/* The version libnormjit was built as, "MAJOR.MINOR.PATCH" (a static string): compare it with
+ * the NORMJIT_VERSION_* macros of the header compiled against, since a program may run against
+ * another build of the library than it was compiled with. Leaves normjit_last_error() as it
+ * is. */
+const char* normjit_version(void);
 
 /* RMSNorm. normalized_dims == 0: channel form, x [N, C, *spatial] reduced over dim 1,
  * weight [C] or NULL. normalized_dims == k > 0: the last k dims, weight of that shape or NULL. */
@@ -203,9 +216,30 @@ normjit_status normjit_launch_backward(const normjit_kernel* kernel,
 normjit_status normjit_precompile(normjit_engine* engine, const char* spec, const char* arch,
                                   int* compiled);
 
-/* Counters of the engine: NVRTC invocations, memory and disk hits. */
+/* Counters of the engine: NVRTC invocations, memory and disk hits (any pointer may be NULL).
+ * normjit_engine_counters_ex gives these and the later counters. */
 normjit_status normjit_engine_counters(const normjit_engine* engine, uint64_t* nvrtc_compiles,
                                        uint64_t* memory_hits, uint64_t* disk_hits);
+
+/* Every counter of an engine, in a struct that later versions extend by appending fields (its
+ * size tells which the caller knows, as for normjit_engine_config). Fill it with
+ * normjit_engine_stats_init (it sets size, every counter 0), then pass it to
+ * normjit_engine_counters_ex. */
+typedef struct normjit_engine_stats {
+  size_t size;             /* sizeof(normjit_engine_stats), set by its _init */
+  uint64_t nvrtc_compiles; /* NVRTC invocations */
+  uint64_t memory_hits;    /* kernels prepared from the engine's loaded ones */
+  uint64_t disk_hits;      /* kernels prepared from a disk cache layer */
+  uint64_t bad_entries;    /* disk entries rejected: corrupt, or a cubin the driver refused */
+} normjit_engine_stats;
+
+/* Fills *stats with size and every counter 0. */
+void normjit_engine_stats_init(normjit_engine_stats* stats);
+/* Writes the engine's counters into *stats (not NULL). stats->size tells which fields the caller
+ * knows: a size below the first published struct (today's) is invalid; of a larger one (a newer
+ * header) the fields this library does not know are left as they are (0 from _init). */
+normjit_status normjit_engine_counters_ex(const normjit_engine* engine,
+                                          normjit_engine_stats* stats);
 
 #ifdef __cplusplus
 }

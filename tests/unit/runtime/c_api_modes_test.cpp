@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <initializer_list>
 #include <string>
 
@@ -245,6 +247,141 @@ TEST(CApiEngineConfig, InitCreatesAndRefusesNamingTheField) {
   newer.later = 1;
   EXPECT_EQ(normjit_engine_create_ex(&newer.known, &engine), NORMJIT_ERROR_UNSUPPORTED);
   EXPECT_TRUE(mentions("normjit_engine_config")) << normjit_last_error();
+}
+
+// normjit_version is the header's version (CMakeLists.txt holds the project's to it), and
+// leaves the latest error for the caller to read.
+TEST(CApiVersion, TheLibraryReportsTheHeadersVersion) {
+  const std::string header = std::to_string(NORMJIT_VERSION_MAJOR) + "." +
+                             std::to_string(NORMJIT_VERSION_MINOR) + "." +
+                             std::to_string(NORMJIT_VERSION_PATCH);
+  EXPECT_EQ(std::string(normjit_version()), header);
+  ASSERT_EQ(normjit_engine_create(nullptr, nullptr), NORMJIT_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(normjit_version(), nullptr);
+  EXPECT_TRUE(mentions("out")) << normjit_last_error();
+}
+
+normjit_engine* engine_over(const std::string& cache_dir) {
+  normjit_engine_options o;
+  normjit_engine_options_init(&o);
+  o.cache_dir = cache_dir.c_str();
+  normjit_engine* engine = nullptr;
+  EXPECT_EQ(normjit_engine_create(&o, &engine), NORMJIT_OK) << normjit_last_error();
+  return engine;
+}
+
+// normjit_engine_stats: _init sets its size and zeros; normjit_engine_counters_ex fills it with
+// what normjit_engine_counters gives and bad_entries, names a NULL engine and a NULL or
+// uninitialised struct, and writes nothing past the fields it knows.
+TEST(CApiEngineStats, CountersExFillsTheStructAndRefusesNamingTheArgument) {
+  normjit_engine_stats stats;
+  std::memset(&stats, 0x5a, sizeof stats);
+  normjit_engine_stats_init(&stats);
+  EXPECT_EQ(stats.size, sizeof(normjit_engine_stats));
+  EXPECT_EQ(stats.nvrtc_compiles, 0u);
+  EXPECT_EQ(stats.memory_hits, 0u);
+  EXPECT_EQ(stats.disk_hits, 0u);
+  EXPECT_EQ(stats.bad_entries, 0u);
+  normjit_engine_stats_init(nullptr);  // ignored
+
+  testing::TempDir dir;
+  normjit_engine* engine = engine_over(dir.path());
+  ASSERT_NE(engine, nullptr);
+  std::memset(&stats, 0x5a, sizeof stats);  // every counter is written
+  stats.size = sizeof stats;
+  ASSERT_EQ(normjit_engine_counters_ex(engine, &stats), NORMJIT_OK) << normjit_last_error();
+  EXPECT_EQ(stats.size, sizeof(normjit_engine_stats));
+  EXPECT_EQ(stats.nvrtc_compiles, 0u);
+  EXPECT_EQ(stats.memory_hits, 0u);
+  EXPECT_EQ(stats.disk_hits, 0u);
+  EXPECT_EQ(stats.bad_entries, 0u);
+
+  int compiled = 0;
+  ASSERT_EQ(
+      normjit_precompile(engine, "op=rmsnorm shape=8,64 normalized_dims=1", "sm_90", &compiled),
+      NORMJIT_OK)
+      << normjit_last_error();
+  uint64_t compiles = 0, memory_hits = 99, disk_hits = 99;
+  ASSERT_EQ(normjit_engine_counters(engine, &compiles, &memory_hits, &disk_hits), NORMJIT_OK);
+  ASSERT_EQ(normjit_engine_counters_ex(engine, &stats), NORMJIT_OK) << normjit_last_error();
+  EXPECT_GE(compiles, 1u);
+  EXPECT_EQ(stats.nvrtc_compiles, compiles);
+  EXPECT_EQ(stats.memory_hits, memory_hits);
+  EXPECT_EQ(stats.disk_hits, disk_hits);
+  EXPECT_EQ(stats.bad_entries, 0u);
+
+  EXPECT_EQ(normjit_engine_counters_ex(nullptr, &stats), NORMJIT_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(mentions("invalid engine NULL")) << normjit_last_error();
+  EXPECT_EQ(normjit_engine_counters_ex(engine, nullptr), NORMJIT_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(mentions("invalid stats NULL")) << normjit_last_error();
+  EXPECT_TRUE(mentions("normjit_engine_stats_init")) << normjit_last_error();
+  stats.size = 8;  // not initialised with _init
+  stats.nvrtc_compiles = 99;
+  EXPECT_EQ(normjit_engine_counters_ex(engine, &stats), NORMJIT_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(mentions("invalid stats.size 8")) << normjit_last_error();
+  EXPECT_TRUE(mentions("is smaller than any normjit_engine_stats")) << normjit_last_error();
+  EXPECT_EQ(stats.nvrtc_compiles, 99u) << "nothing written on error";
+  stats.size = 1 << 20;
+  EXPECT_EQ(normjit_engine_counters_ex(engine, &stats), NORMJIT_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(mentions("stats.size 1048576")) << normjit_last_error();
+
+  // A newer header's struct: longer; the field this library does not know is left as it is.
+  struct {
+    normjit_engine_stats known;
+    uint64_t later;
+  } newer;
+  std::memset(&newer, 0, sizeof newer);
+  normjit_engine_stats_init(&newer.known);
+  newer.known.size = sizeof newer;
+  newer.later = 7;
+  ASSERT_EQ(normjit_engine_counters_ex(engine, &newer.known), NORMJIT_OK) << normjit_last_error();
+  EXPECT_EQ(newer.known.size, sizeof newer);
+  EXPECT_EQ(newer.known.nvrtc_compiles, compiles);
+  EXPECT_EQ(newer.later, 7u);
+  normjit_engine_destroy(engine);
+}
+
+// A corrupt entry in the disk cache counts in bad_entries, and its kernel is compiled again.
+// No GPU: precompile reads the cache as prepare does.
+TEST(CApiEngineStats, ACorruptCacheEntryCountsAsBad) {
+  const char* spec = "op=layernorm shape=8,4096 dtype=bf16";
+  testing::TempDir dir;
+  normjit_engine* writer = engine_over(dir.path());
+  ASSERT_NE(writer, nullptr);
+  int compiled = 0;
+  ASSERT_EQ(normjit_precompile(writer, spec, "sm_90", &compiled), NORMJIT_OK)
+      << normjit_last_error();
+  normjit_engine_destroy(writer);
+
+  uint64_t corrupted = 0;  // one entry per batch class of the spec
+  for (const auto& file : std::filesystem::recursive_directory_iterator(dir.path())) {
+    if (file.path().extension() != ".entry") continue;
+    std::fstream f(file.path(), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-1, std::ios::end);
+    const char last = static_cast<char>(f.get());
+    f.seekp(-1, std::ios::end);
+    f.put(static_cast<char>(last ^ 0x01));  // a flipped bit of the payload: its checksum fails
+    ASSERT_TRUE(f.good()) << file.path();
+    ++corrupted;
+  }
+  ASSERT_GE(corrupted, 1u) << "no entry in " << dir.path();
+
+  normjit_engine* reader = engine_over(dir.path());
+  ASSERT_NE(reader, nullptr);
+  ASSERT_EQ(normjit_precompile(reader, spec, "sm_90", &compiled), NORMJIT_OK)
+      << normjit_last_error();
+  EXPECT_EQ(compiled, 1) << "a corrupt entry is a miss";
+  normjit_engine_stats stats;
+  normjit_engine_stats_init(&stats);
+  ASSERT_EQ(normjit_engine_counters_ex(reader, &stats), NORMJIT_OK) << normjit_last_error();
+  EXPECT_EQ(stats.bad_entries, corrupted);
+  EXPECT_EQ(stats.nvrtc_compiles, corrupted);
+  // The rebuilt entries are good.
+  ASSERT_EQ(normjit_precompile(reader, spec, "sm_90", &compiled), NORMJIT_OK);
+  EXPECT_EQ(compiled, 0);
+  ASSERT_EQ(normjit_engine_counters_ex(reader, &stats), NORMJIT_OK);
+  EXPECT_EQ(stats.bad_entries, corrupted);
+  normjit_engine_destroy(reader);
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 /* The C API compiled as C99: bad arguments give a status and a message naming the argument;
  * precompiling needs no GPU; the second precompile is a cache hit; normjit_launch_args is a C
- * struct that normjit_launch_args_init fills and normjit_launch_ex checks. */
+ * struct that normjit_launch_args_init fills and normjit_launch_ex checks; normjit_engine_stats
+ * one that normjit_engine_stats_init fills and normjit_engine_counters_ex checks and writes; the
+ * library's version is the header's. */
 #define _XOPEN_SOURCE 700
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,9 +32,15 @@ int main(void) {
   float fake[1];
   int compiled = -1;
   normjit_launch_args args;
+  normjit_engine_stats stats;
+  uint64_t compiles = 0;
+  char version[32];
   normjit_status s;
 
   if (!mkdtemp(dir)) return 1;
+  snprintf(version, sizeof(version), "%d.%d.%d", NORMJIT_VERSION_MAJOR, NORMJIT_VERSION_MINOR,
+           NORMJIT_VERSION_PATCH);
+  EXPECT(strcmp(normjit_version(), version) == 0);
   normjit_engine_options_init(&options);
   options.cache_dir = dir;
   EXPECT(normjit_engine_create(&options, NULL) == NORMJIT_ERROR_INVALID_ARGUMENT);
@@ -83,6 +91,20 @@ int main(void) {
   EXPECT(s == NORMJIT_OK && compiled == 0);
   s = normjit_precompile(engine, "op=rmsnorm shape=2,64,8,8 dtype=f32", "sm_12", &compiled);
   EXPECT(s == NORMJIT_ERROR_INVALID_ARGUMENT && mentions("arch"));
+
+  /* Every counter, bad_entries included, in a sized struct. */
+  memset(&stats, 0x5a, sizeof(stats));
+  normjit_engine_stats_init(&stats);
+  EXPECT(stats.size == sizeof(normjit_engine_stats) && stats.nvrtc_compiles == 0);
+  EXPECT(stats.memory_hits == 0 && stats.disk_hits == 0 && stats.bad_entries == 0);
+  EXPECT(normjit_engine_counters(engine, &compiles, NULL, NULL) == NORMJIT_OK);
+  EXPECT(normjit_engine_counters_ex(engine, &stats) == NORMJIT_OK);
+  EXPECT(stats.nvrtc_compiles == compiles && compiles >= 1 && stats.bad_entries == 0);
+  s = normjit_engine_counters_ex(engine, NULL);
+  EXPECT(s == NORMJIT_ERROR_INVALID_ARGUMENT && mentions("stats"));
+  stats.size = 0;
+  s = normjit_engine_counters_ex(engine, &stats);
+  EXPECT(s == NORMJIT_ERROR_INVALID_ARGUMENT && mentions("stats.size"));
 
   normjit_engine_destroy(engine);
   {
