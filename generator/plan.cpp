@@ -134,6 +134,12 @@ std::string channels_slab(const Problem& pr, const Target& target, KernelPlan& p
   // G threads per position, each summing every G-th channel of the slab: about one sum per
   // thread of the CTA.
   p.sums_per_position = int(std::clamp<int64_t>(kSlabThreads / s, 1, own));
+  // LayerNorm forms y in the sums' layout, each thread at one position (its mean, rstd and shift
+  // in registers), and stores it an element at a time, lanes of a warp at consecutive positions;
+  // RMSNorm keeps 16-byte vectors along the slab (two factors an element). On the H200 (normjit
+  // bench of scripts/specs/slab-modes.txt, performance-notes "The slab kernel of small odd maps")
+  // that ran LayerNorm 4-12% faster (with its one exchange, 11-15%), RMSNorm 5-11% slower.
+  p.slab_store_vec = pr.op == Op::kLayerNorm ? 1 : p.vec;
   // The slab, then f32: weights and biases of the CTA's channels, G x S partials, and five
   // arrays of S (channels_slab.cuh, slab_smem_bytes).
   p.smem_bytes = int(own * s * size_of(pr.x) + 4 * (2 * own + p.sums_per_position * s + 5 * s));
@@ -142,8 +148,12 @@ std::string channels_slab(const Problem& pr, const Target& target, KernelPlan& p
       << p.blocks_per_item << " CTAs, each copying the contiguous [" << own << ", " << s
       << "] slab of its channels (" << own * s * size_of(pr.x)
       << " bytes) into shared memory (one bulk copy) and exchanging per-position sums with the "
-         "others through distributed shared memory; y written in "
-      << kAccessBytes << "-byte vectors";
+         "others through distributed shared memory ("
+      << (pr.op == Op::kLayerNorm ? "once: each CTA's mean and M2" : "once") << "); y written "
+      << (p.slab_store_vec == 1
+              ? std::string("an element a store from the sums' layout (a warp's lanes at "
+                            "consecutive positions)")
+              : "in " + std::to_string(kAccessBytes) + "-byte vectors");
   return why.str();
 }
 
@@ -1749,7 +1759,11 @@ std::string KernelPlan::to_string() const {
     case Strategy::kChannelsSlab:
       os << "values: in shared memory (a slab of " << problem.channels / blocks_per_item
          << " channels per CTA)\n"
-         << "threads per position's sum: " << sums_per_position << "\n";
+         << "threads per position's sum: " << sums_per_position << "\n"
+         << "stores of y: "
+         << (slab_store_vec == 1 ? "one element each, in the sums' layout"
+                                 : std::to_string(slab_store_vec) + " elements each (16 bytes)")
+         << "\n";
       break;
     case Strategy::kRowRegisters:
       os << "vectors per thread: " << vectors << "\n"

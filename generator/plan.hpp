@@ -124,6 +124,8 @@ struct KernelPlan {
   int chunks_ahead = 1;           // kGroupBackward: step 2 loads chunks m + 1 .. m + A while dx
                                   // of chunk m is formed (A; 1 where a unit is one chunk)
   int sums_per_position = 0;      // kChannelsSlab: threads that sum a position's channels (G)
+  int slab_store_vec = 0;         // kChannelsSlab: y's elements a store: vec (16-byte vectors
+                                  // along the slab) or 1 (one a store, in the sums' layout)
   int batch_class = 0;            // batch_class() of the spec planned
   int64_t few_rows = 0;           // few_rows_limit() of the spec planned
   bool two_classes = false;       // has_two_batch_classes(): launches of the other class run

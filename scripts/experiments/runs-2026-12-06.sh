@@ -8,6 +8,11 @@
 #   bash scripts/experiments/runs-2026-12-06.sh slab   the slab kernel in modes 1-4 beside the plan
 #        on scripts/specs/slab-modes.txt, 3 rounds (~1.5 minutes; timing only), then the channel
 #        forms' GPU tests over .devcarry/slab with NJX_SLAB_MODE=1 (2 shards, ~1 minute)
+#   bash scripts/experiments/runs-2026-12-06.sh slab2   the slab kernel's epilogue in the sums'
+#        layout (NJX_SLAB_EPI=1: element stores; 2: through the slab), alone and with one
+#        exchange (NJX_SLAB_MODE=1), beside the plan on scripts/specs/slab-modes.txt, 3 rounds
+#        (~2 minutes; timing), then the channel forms' GPU tests over .devcarry/slab with
+#        one exchange and each epilogue (4 shards, ~1 minute)
 #   bash scripts/experiments/runs-2026-12-06.sh slab-ncu   Nsight Compute's duration (the kernel
 #        alone, no launch) and stall reasons of the slab kernel in modes 0-3 on ConvNeXt's
 #        [32, 1024, 7, 7] bf16 LayerNorm2d and of the row kernel on the same bytes as rows
@@ -26,6 +31,14 @@ case "${1:-}" in
     ab_variants slab 150 3 scripts/specs/slab-modes.txt .devcarry/slab \
       one=NJX_SLAB_MODE=1 noexch=NJX_SLAB_MODE=2 copy=NJX_SLAB_MODE=3 nocl=NJX_SLAB_MODE=4
     test_shards slab .devcarry/slab "NJX_SLAB_MODE=1" 150 "${SLAB_FILTERS[@]}" || exit 1
+    ;;
+  slab2)
+    ab_variants slab2 200 3 scripts/specs/slab-modes.txt .devcarry/slab \
+      e1=NJX_SLAB_EPI=1 e2=NJX_SLAB_EPI=2 one-e1=NJX_SLAB_MODE=1,NJX_SLAB_EPI=1 \
+      one-e2=NJX_SLAB_MODE=1,NJX_SLAB_EPI=2
+    (test_shards slab-e1 .devcarry/slab "NJX_SLAB_MODE=1 NJX_SLAB_EPI=1" 150 "${SLAB_FILTERS[@]}") &
+    (test_shards slab-e2 .devcarry/slab "NJX_SLAB_MODE=1 NJX_SLAB_EPI=2" 150 "${SLAB_FILTERS[@]}") &
+    wait
     ;;
   slab-ncu)
     metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum

@@ -9,12 +9,14 @@
 // channels [r C/K, (r+1) C/K), whose [C/K, S] elements are one contiguous slab of x. It copies
 // the slab into shared memory with one bulk copy (cp.async.bulk, completing on an mbarrier),
 // sums each position over its channels from shared memory, and the K CTAs exchange those
-// partial sums through distributed shared memory (each CTA adds the K partials in rank order, so
-// every CTA of the cluster has the same bits). LayerNorm exchanges twice: the mean, then the sum
-// of squared deviations from it (exact, from shared memory); like the register kernel it sums
-// d = x - shift, shift = x at the position's channel 0 (read by every CTA from global memory),
-// so that its statistics keep their precision when |mean| >> std. y is written from shared memory
-// as 16-byte vectors of x along the slab, whatever S is.
+// partial sums once through distributed shared memory (each CTA adds the K partials in rank
+// order, so every CTA of the cluster has the same bits). For LayerNorm each CTA publishes the
+// mean of its channels and the sum of squared deviations from it (exact, two passes over its
+// slab), merged by Chan's formula; like the register kernel it sums d = x - shift, shift = x at
+// the position's channel 0 (read by every CTA from global memory), so that its statistics keep
+// their precision when |mean| >> std. y is formed from shared memory and written as 16-byte
+// vectors along the slab whatever S is, or (kStoreVec 1) an element at a time from the sums'
+// layout.
 #pragma once
 
 #include "normjit/epilogue.cuh"
@@ -32,6 +34,9 @@ namespace normjit {
 //   kCluster            K: CTAs per item, one cluster (C % K == 0)
 //   kVec                x elements of one 16-byte access: the slab's pass over y
 //   kGroups             G: threads that sum one position's channels of the slab
+//   kStoreVec           y's elements a store: kVec (16-byte vectors along the slab, each
+//                       element's factors read from shared memory) or 1 (y formed in the sums'
+//                       layout, G threads a position, and stored an element at a time)
 //   kWeight, kBias, kWeightOffset, kActivation, kSaveStats   as channels_norm.cuh
 //   kBlocksPerItem      the plan's CTAs per n (K)
 //   kDynamicSmemBytes   the plan's dynamic shared memory (checked against this kernel's layout)
@@ -93,8 +98,8 @@ __device__ __forceinline__ void wait_phase0(unsigned long long* bar) {
 
 // The dynamic shared memory of the kernel (bytes): the slab of x, then f32 arrays: the
 // CTA's weights and biases, G x S partial sums, and per position the CTA's partial sums of
-// the two exchanges, the shift (layernorm), the mean of d and the rstd. generator/plan.cpp computes
-// the same number.
+// the exchange (the sum, and layernorm's M2), the shift (layernorm), the mean of d and the rstd.
+// generator/plan.cpp computes the same number.
 template <class Cfg>
 __host__ __device__ constexpr long long slab_smem_bytes() {
   constexpr long long kOwn = Cfg::kChannels / Cfg::kCluster;
@@ -102,35 +107,20 @@ __host__ __device__ constexpr long long slab_smem_bytes() {
          4 * (2 * kOwn + (long long)Cfg::kGroups * Cfg::kSpatial + 5 * Cfg::kSpatial);
 }
 
-// What slab_sums adds up at each position: x^2 (rmsnorm), d = x - shift, (d - mean)^2.
-enum class SlabSum { kSquares, kShifted, kDeviations };
-
-// The sum over the cluster's channels of one SlabSum at each position: G threads per position
-// each sum every G-th channel of the CTA's slab, the CTA's partials go to `exchange` (read by
-// every CTA of the cluster after a cluster barrier), and `out` receives the K CTAs' partials
-// added in rank order, divided by C. Every thread of the cluster calls it.
-template <class Cfg, SlabSum kWhat>
-__device__ __forceinline__ void slab_sums(const typename Cfg::X* slab, const float* shift,
-                                          const float* mean, float* red, float* exchange,
-                                          float* out) {
-  constexpr int C = Cfg::kChannels, K = Cfg::kCluster, G = Cfg::kGroups;
-  constexpr int S = (int)Cfg::kSpatial, kOwn = C / K, kThreads = Cfg::kThreads;
+// Each position's sum over this CTA's channels of f(x, s): G threads per position each sum every
+// G-th channel of the slab, and out[s] receives their G partials added in order. Every thread of
+// the CTA calls it; out is complete when it returns.
+template <class Cfg, class F>
+__device__ __forceinline__ void slab_local_sums(const typename Cfg::X* slab, float* red, float* out,
+                                                F f) {
+  constexpr int G = Cfg::kGroups, S = (int)Cfg::kSpatial;
+  constexpr int kOwn = Cfg::kChannels / Cfg::kCluster, kThreads = Cfg::kThreads;
   const int tid = threadIdx.x;
   for (int k = tid; k < G * S; k += kThreads) {
     const int g = k / S, s = k - g * S;
     float acc = 0.f;
 #pragma unroll 4
-    for (int c = g; c < kOwn; c += G) {
-      const float v = to_float(slab[c * S + s]);
-      if constexpr (kWhat == SlabSum::kSquares) {
-        acc += v * v;
-      } else if constexpr (kWhat == SlabSum::kShifted) {
-        acc += v - shift[s];
-      } else {
-        const float d = (v - shift[s]) - mean[s];
-        acc += d * d;
-      }
-    }
+    for (int c = g; c < kOwn; c += G) acc += f(to_float(slab[c * S + s]), s);
     red[k] = acc;
   }
   __syncthreads();
@@ -138,15 +128,48 @@ __device__ __forceinline__ void slab_sums(const typename Cfg::X* slab, const flo
     float total = 0.f;
 #pragma unroll
     for (int g = 0; g < G; ++g) total += red[g * S + s];
-    exchange[s] = total;
+    out[s] = total;
   }
+  __syncthreads();
+}
+
+// The statistics of each position over the cluster's channels, in one exchange: every CTA
+// publishes its partials (`sums`: rmsnorm's sum of x^2 or layernorm's sum of d; `m2`: layernorm's
+// sum of squares of d about the CTA's own mean of d), and after one cluster barrier each adds the
+// K CTAs' in rank order, so every CTA has the same bits. LayerNorm merges the K (mean, M2) by
+// Chan's formula for equal counts: mean = the average of the means, M2 = sum of M2_r + own x sum
+// of (mean_r - mean)^2. Writes mean (of d; 0 for rmsnorm) and rstd at each position.
+template <class Cfg>
+__device__ __forceinline__ void slab_exchange(const float* sums, const float* m2, float* mean,
+                                              float* rstd, float eps) {
+  constexpr int C = Cfg::kChannels, K = Cfg::kCluster, S = (int)Cfg::kSpatial;
+  constexpr int kOwn = C / K, kThreads = Cfg::kThreads;
   slab::cluster_arrive();  // this CTA's partials, to every CTA of the cluster
   slab::cluster_wait();
-  for (int s = tid; s < S; s += kThreads) {
-    float total = 0.f;
+  for (int s = threadIdx.x; s < S; s += kThreads) {
+    if constexpr (Cfg::kRms) {
+      float total = 0.f;
 #pragma unroll
-    for (int r = 0; r < K; ++r) total += slab::load_cluster(exchange + s, r);
-    out[s] = total * (1.0f / C);
+      for (int r = 0; r < K; ++r) total += slab::load_cluster(sums + s, r);
+      mean[s] = 0.f;
+      rstd[s] = rsqrtf(total * (1.0f / C) + eps);
+    } else {
+      float means[K];
+      float within = 0.f, total = 0.f;
+#pragma unroll
+      for (int r = 0; r < K; ++r) {
+        means[r] = slab::load_cluster(sums + s, r) * (1.0f / kOwn);
+        within += slab::load_cluster(m2 + s, r);
+      }
+#pragma unroll
+      for (int r = 0; r < K; ++r) total += means[r];
+      const float mu = total * (1.0f / K);
+      float between = 0.f;
+#pragma unroll
+      for (int r = 0; r < K; ++r) between += (means[r] - mu) * (means[r] - mu);
+      mean[s] = mu;
+      rstd[s] = rsqrtf((within + float(kOwn) * between) * (1.0f / C) + eps);
+    }
   }
   __syncthreads();
 }
@@ -170,14 +193,15 @@ __global__ void __launch_bounds__(Cfg::kThreads) __cluster_dims__(Cfg::kCluster,
   static_assert(Cfg::kDynamicSmemBytes == slab_smem_bytes<Cfg>(), "the plan's shared memory");
   static_assert(G >= 1 && G <= kOwn && G * S <= 4 * kThreads, "the partial sums' layout");
   static_assert(!kRms || !kBias, "rmsnorm has no bias");
+  static_assert(Cfg::kStoreVec == 1 || Cfg::kStoreVec == V, "y's stores: elements or vectors");
 
   extern __shared__ __align__(128) unsigned char smem[];
   T* slab = reinterpret_cast<T*>(smem);
   float* w = reinterpret_cast<float*>(smem + kSlabBytes);  // [kOwn]
   float* b = w + kOwn;                                     // [kOwn]
   float* red = b + kOwn;                                   // [G][S]
-  float* part = red + G * S;                               // [S]: the first exchange
-  float* part2 = part + S;                                 // [S]: layernorm's second one
+  float* part = red + G * S;                               // [S]: the CTA's sums, exchanged
+  float* part2 = part + S;                                 // [S]: and its M2 (layernorm)
   float* shift = part2 + S;                                // [S]: layernorm
   float* mean = shift + S;                                 // [S]: of d = x - shift
   float* rstd = mean + S;                                  // [S]
@@ -215,16 +239,15 @@ __global__ void __launch_bounds__(Cfg::kThreads) __cluster_dims__(Cfg::kCluster,
   slab::wait_phase0(&bar);
 
   if constexpr (kRms) {
-    slab_sums<Cfg, SlabSum::kSquares>(slab, shift, mean, red, part, rstd);
-    for (int s = tid; s < S; s += kThreads) {
-      mean[s] = 0.f;
-      rstd[s] = rsqrtf(rstd[s] + p.eps);
-    }
+    slab_local_sums<Cfg>(slab, red, part, [](float v, int) { return v * v; });
   } else {
-    slab_sums<Cfg, SlabSum::kShifted>(slab, shift, mean, red, part, mean);
-    slab_sums<Cfg, SlabSum::kDeviations>(slab, shift, mean, red, part2, rstd);
-    for (int s = tid; s < S; s += kThreads) rstd[s] = rsqrtf(rstd[s] + p.eps);
+    slab_local_sums<Cfg>(slab, red, part, [shift](float v, int s) { return v - shift[s]; });
+    slab_local_sums<Cfg>(slab, red, part2, [shift, part](float v, int s) {
+      const float d = (v - shift[s]) - part[s] * (1.0f / kOwn);
+      return d * d;
+    });
   }
+  slab_exchange<Cfg>(part, part2, mean, rstd, p.eps);
   // Done reading the other CTAs' shared memory; none may leave before all are (the wait at
   // the end), while y is written.
   slab::cluster_arrive();
@@ -239,22 +262,44 @@ __global__ void __launch_bounds__(Cfg::kThreads) __cluster_dims__(Cfg::kCluster,
   }
 
   Y* y = static_cast<Y*>(p.y) + first;
-#pragma unroll 2
-  for (int e = tid * V; e < kElements; e += kThreads * V) {
-    float v[V];
-    load_vec<T, V>(slab + e, v);
-#pragma unroll
-    for (int j = 0; j < V; ++j) {
-      const int c = (e + j) / S, s = (e + j) - c * S;
-      if constexpr (kRms) {
-        v[j] = v[j] * rstd[s] * w[c];
-      } else {
-        v[j] = ((v[j] - shift[s]) - mean[s]) * rstd[s] * w[c];
+  if constexpr (Cfg::kStoreVec == 1) {
+    // In the sums' layout: each thread at one position, its statistics in registers, every G-th
+    // channel; a warp's lanes store consecutive positions of a channel.
+    for (int k = tid; k < G * S; k += kThreads) {
+      const int g = k / S, s = k - g * S;
+      const float sh = shift[s], mu = mean[s], rs = rstd[s];
+#pragma unroll 4
+      for (int c = g; c < kOwn; c += G) {
+        float v[1] = {to_float(slab[c * S + s])};
+        if constexpr (kRms) {
+          v[0] = v[0] * rs * w[c];
+        } else {
+          v[0] = ((v[0] - sh) - mu) * rs * w[c];
+        }
+        if constexpr (kBias) v[0] += b[c];
+        epi.template finish</*kFolded=*/true>(v);
+        y[c * S + s] = from_float<Y>(v[0]);
       }
-      if constexpr (kBias) v[j] += b[c];
     }
-    epi.template finish</*kFolded=*/true>(v);
-    store_vec<Y, V>(y + e, v);
+  } else {
+    // 16-byte vectors along the slab, each element's factors from shared memory.
+#pragma unroll 2
+    for (int e = tid * V; e < kElements; e += kThreads * V) {
+      float v[V];
+      load_vec<T, V>(slab + e, v);
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const int c = (e + j) / S, s = (e + j) - c * S;
+        if constexpr (kRms) {
+          v[j] = v[j] * rstd[s] * w[c];
+        } else {
+          v[j] = ((v[j] - shift[s]) - mean[s]) * rstd[s] * w[c];
+        }
+        if constexpr (kBias) v[j] += b[c];
+      }
+      epi.template finish</*kFolded=*/true>(v);
+      store_vec<Y, V>(y + e, v);
+    }
   }
   slab::cluster_wait();
 }

@@ -266,6 +266,14 @@ TEST(Plan, SmallOddMapsOnSm90TakeTheSlabKernelOverAClusterOfCtas) {
   EXPECT_EQ(p.sums_per_position, 5);  // 256 threads over 49 positions
   // The slab, then f32: 2 x 256 factors, 5 x 49 partials, five arrays of 49 (slab_smem_bytes).
   EXPECT_EQ(p.smem_bytes, 256 * 49 * 2 + 4 * (2 * 256 + 5 * 49 + 5 * 49));
+  // RMSNorm stores y in 16-byte vectors along the slab; LayerNorm an element at a time from the
+  // sums' layout (x still 16-byte aligned: the bulk copy).
+  EXPECT_EQ(p.slab_store_vec, 8);
+  const KernelPlan ln =
+      plan(NormSpec::parse("op=layernorm shape=32,768,7,7 normalized_dims=0 dtype=bf16"), sm90);
+  EXPECT_EQ(ln.strategy, Strategy::kChannelsSlab);
+  EXPECT_EQ(ln.slab_store_vec, 1);
+  EXPECT_EQ(ln.vec, 8);
   // The smallest cluster whose slabs are at most 16 KiB, else the largest that divides C.
   EXPECT_EQ(plan(NormSpec::parse("op=layernorm shape=8,96,7,7 normalized_dims=0 dtype=bf16"), sm90)
                 .blocks_per_item,
