@@ -13,6 +13,10 @@
 #        exchange (NJX_SLAB_MODE=1), beside the plan on scripts/specs/slab-modes.txt, 3 rounds
 #        (~2 minutes; timing), then the channel forms' GPU tests over .devcarry/slab with
 #        one exchange and each epilogue (4 shards, ~1 minute)
+#   bash scripts/experiments/runs-2026-12-06.sh slabt   the slab kernel of 77f1aec in CTAs of 512 and
+#        1024 threads (NJX_SLAB_THREADS) beside the plan's 256, on scripts/specs/slab-modes.txt,
+#        3 rounds (~1 minute; timing), and the channel forms' GPU tests at 512 (2 shards), over
+#        .devcarry/slabt (scripts/experiments/build.sh slab-threads slabt)
 #   bash scripts/experiments/runs-2026-12-06.sh slab-ncu   Nsight Compute's duration (the kernel
 #        alone, no launch) and stall reasons of the slab kernel in modes 0-3 on ConvNeXt's
 #        [32, 1024, 7, 7] bf16 LayerNorm2d and of the row kernel on the same bytes as rows
@@ -39,6 +43,11 @@ case "${1:-}" in
     (test_shards slab-e1 .devcarry/slab "NJX_SLAB_MODE=1 NJX_SLAB_EPI=1" 150 "${SLAB_FILTERS[@]}") &
     (test_shards slab-e2 .devcarry/slab "NJX_SLAB_MODE=1 NJX_SLAB_EPI=2" 150 "${SLAB_FILTERS[@]}") &
     wait
+    ;;
+  slabt)
+    ab_variants slabt 150 3 scripts/specs/slab-modes.txt .devcarry/slabt \
+      t512=NJX_SLAB_THREADS=512 t1024=NJX_SLAB_THREADS=1024
+    test_shards slabt .devcarry/slabt "NJX_SLAB_THREADS=512" 150 "${SLAB_FILTERS[@]}" || exit 1
     ;;
   slab-ncu)
     metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum
