@@ -17,6 +17,10 @@
 #        1024 threads (NJX_SLAB_THREADS) beside the plan's 256, on scripts/specs/slab-modes.txt,
 #        3 rounds (~1 minute; timing), and the channel forms' GPU tests at 512 (2 shards), over
 #        .devcarry/slabt (scripts/experiments/build.sh slab-threads slabt)
+#   bash scripts/experiments/runs-2026-12-06.sh slabr   the slab kernel of 29c2856 with a thread's
+#        values in registers (NJX_SLAB_REG=1) beside the plan, on scripts/specs/slab-modes.txt,
+#        3 rounds (~1 minute; timing), then the channel forms' GPU tests with it (2 shards), over
+#        .devcarry/slabr (scripts/experiments/build.sh slab-registers slabr)
 #   bash scripts/experiments/runs-2026-12-06.sh slab-ncu   Nsight Compute's duration (the kernel
 #        alone, no launch) and stall reasons of the slab kernel in modes 0-3 on ConvNeXt's
 #        [32, 1024, 7, 7] bf16 LayerNorm2d and of the row kernel on the same bytes as rows
@@ -48,6 +52,10 @@ case "${1:-}" in
     ab_variants slabt 150 3 scripts/specs/slab-modes.txt .devcarry/slabt \
       t512=NJX_SLAB_THREADS=512 t1024=NJX_SLAB_THREADS=1024
     test_shards slabt .devcarry/slabt "NJX_SLAB_THREADS=512" 150 "${SLAB_FILTERS[@]}" || exit 1
+    ;;
+  slabr)
+    ab_variants slabr 150 3 scripts/specs/slab-modes.txt .devcarry/slabr reg=NJX_SLAB_REG=1
+    test_shards slabr .devcarry/slabr "NJX_SLAB_REG=1" 150 "${SLAB_FILTERS[@]}" || exit 1
     ;;
   slab-ncu)
     metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum
