@@ -21,11 +21,12 @@
 #        values in registers (NJX_SLAB_REG=1) beside the plan, on scripts/specs/slab-modes.txt,
 #        3 rounds (~1 minute; timing), then the channel forms' GPU tests with it (2 shards), over
 #        .devcarry/slabr (scripts/experiments/build.sh slab-registers slabr)
-#   bash scripts/experiments/runs-2026-12-06.sh slabk   the three knobs of slab-knobs.patch (registers,
-#        relaxed arrive, CTAs of 512) alone and together beside the plan on
-#        scripts/specs/slab-modes.txt, 3 rounds (~3 minutes; timing), then the channel forms' GPU
-#        tests with all three (2 shards), over .devcarry/slabk (scripts/experiments/build.sh
-#        slab-knobs slabk)
+#   bash scripts/experiments/runs-2026-12-06.sh slabk   the knobs of slab-knobs.patch (registers,
+#        relaxed arrive, CTAs of 512, statistics by warps) alone and together beside the plan on
+#        scripts/specs/slab-modes.txt, 3 rounds (~4 minutes; timing), then the channel forms' GPU
+#        tests with registers, relaxed arrive and CTAs of 512 (2 shards; the winner's own tests
+#        next, e.g. test_shards with NJX_SLAB_WARP=1), over .devcarry/slabk
+#        (scripts/experiments/build.sh slab-knobs slabk)
 #   bash scripts/experiments/runs-2026-12-06.sh slab-ncu   Nsight Compute's duration (the kernel
 #        alone, no launch) and stall reasons of the slab kernel in modes 0-3 on ConvNeXt's
 #        [32, 1024, 7, 7] bf16 LayerNorm2d and of the row kernel on the same bytes as rows
@@ -64,8 +65,8 @@ case "${1:-}" in
     ;;
   slabk)
     ab_variants slabk 300 3 scripts/specs/slab-modes.txt .devcarry/slabk reg=NJX_SLAB_REG=1 \
-      relaxed=NJX_SLAB_RELAXED=1 t512=NJX_SLAB_THREADS=512 \
-      reg-relaxed=NJX_SLAB_REG=1,NJX_SLAB_RELAXED=1 \
+      relaxed=NJX_SLAB_RELAXED=1 t512=NJX_SLAB_THREADS=512 warp=NJX_SLAB_WARP=1 \
+      warp-relaxed=NJX_SLAB_WARP=1,NJX_SLAB_RELAXED=1 \
       all=NJX_SLAB_REG=1,NJX_SLAB_RELAXED=1,NJX_SLAB_THREADS=512
     test_shards slabk .devcarry/slabk "NJX_SLAB_REG=1 NJX_SLAB_RELAXED=1 NJX_SLAB_THREADS=512" 150 \
       "${SLAB_FILTERS[@]}" || exit 1
