@@ -9,9 +9,14 @@ expression it replaces (float64 reference), on the GPU:
   * fp8 (e4m3) output with a per-tensor scale for the next GEMM.
 
     python3 examples/decoder_norms.py [--tokens 128] [--hidden 4096]
+    python3 examples/decoder_norms.py --device cpu   # no GPU: the same calls, PyTorch's fallback
+
+On the CPU every call falls back to PyTorch's implementation (one NormjitFallbackWarning per
+reason), so the numbers check the calls and the reference, not normjit's kernels.
 """
 import argparse
 import sys
+import warnings
 
 import torch
 
@@ -28,17 +33,23 @@ def rms(h: torch.Tensor, weight: torch.Tensor, eps: float, offset: float = 0.0) 
     return hd * torch.rsqrt(hd.pow(2).mean(-1, keepdim=True) + eps) * (offset + weight.double())
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tokens", type=int, default=128)
-    ap.add_argument("--hidden", type=int, default=4096)
-    args = ap.parse_args()
-    if not torch.cuda.is_available():
-        print("decoder_norms: no CUDA device (normjit.torch would fall back to PyTorch)")
-        return 0
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tokens", type=int, default=128, help="rows of x (default 128)")
+    ap.add_argument("--hidden", type=int, default=4096, help="hidden size (default 4096)")
+    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                    help="cuda (default): normjit's kernels; cpu: PyTorch's fallback")
+    args = ap.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("decoder_norms: error: no CUDA device (--device cpu runs the same calls through "
+              "PyTorch's fallback)", file=sys.stderr)
+        return 1
+    if args.device == "cpu":
+        warnings.simplefilter("ignore", njt.NormjitFallbackWarning)  # every call falls back
     torch.manual_seed(0)
     t, d, heads, kv_heads, head_dim = args.tokens, args.hidden, 32, 8, 128
-    bf16, dev = torch.bfloat16, "cuda"
+    bf16, dev = torch.bfloat16, args.device
     x = torch.randn(t, d, device=dev, dtype=bf16)
     residual = torch.randn(t, d, device=dev, dtype=torch.float32)
     w = 1 + 0.1 * torch.randn(d, device=dev, dtype=torch.float32)

@@ -35,3 +35,11 @@ def get_inputs():
 
 def get_init_inputs():
     return [features, num_groups]
+
+
+if __name__ == "__main__":  # this seed alone, through run_seeds.py: --help says more
+    import sys
+
+    from run_seeds import main
+
+    sys.exit(main(["--only", "groupnorm", *sys.argv[1:]], prog="groupnorm.py"))

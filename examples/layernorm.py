@@ -35,3 +35,11 @@ def get_inputs():
 
 def get_init_inputs():
     return [(features, dim1, dim2)]
+
+
+if __name__ == "__main__":  # this seed alone, through run_seeds.py: --help says more
+    import sys
+
+    from run_seeds import main
+
+    sys.exit(main(["--only", "layernorm", *sys.argv[1:]], prog="layernorm.py"))

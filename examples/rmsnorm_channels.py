@@ -37,3 +37,11 @@ def get_inputs():
 
 def get_init_inputs():
     return [features]
+
+
+if __name__ == "__main__":  # this seed alone, through run_seeds.py: --help says more
+    import sys
+
+    from run_seeds import main
+
+    sys.exit(main(["--only", "rmsnorm_channels", *sys.argv[1:]], prog="rmsnorm_channels.py"))
