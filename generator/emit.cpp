@@ -142,6 +142,7 @@ void channels_slab_fields(const KernelPlan& p, Fields& f) {
   f.integer("kVec", p.vec);
   f.integer("kGroups", p.sums_per_position);
   f.integer("kStoreVec", p.slab_store_vec);
+  f.integer("kHeld", p.slab_held);
   f.size("kBlocksPerItem", p.blocks_per_item);
   f.size("kDynamicSmemBytes", p.smem_bytes);
 }

@@ -106,6 +106,9 @@ constexpr int64_t kSlabAimBytes = 16 * 1024;
 constexpr int64_t kSlabMaxBytes = 96 * 1024;
 constexpr int kMaxCluster = 8;
 constexpr int kSlabThreads = 256;
+// The most values of the slab a thread holds in registers (KernelPlan::slab_held): 52 (bf16
+// [32, 2048, 7, 7]) ran 8% faster on the H200, as they did at 26 and 39.
+constexpr int64_t kSlabMostHeld = 64;
 
 // The cluster size of the slab kernel for the problem, 0 where it does not apply.
 int slab_cluster(const Problem& pr, const Target& target) {
@@ -140,6 +143,15 @@ std::string channels_slab(const Problem& pr, const Target& target, KernelPlan& p
   // bench of scripts/specs/slab-modes.txt, performance-notes "The slab kernel of small odd maps")
   // that ran LayerNorm 4-12% faster (with its one exchange, 11-15%), RMSNorm 5-11% slower.
   p.slab_store_vec = pr.op == Op::kLayerNorm ? 1 : p.vec;
+  // LayerNorm's threads of the sums' layout read their values of the slab once, into registers,
+  // for both sums and y (the same additions in the same order: the same bits). On the H200
+  // (normjit bench of scripts/specs/slab-modes.txt beside the plan before, 3 rounds;
+  // performance-notes "The slab kernel's values in registers") that ran ConvNeXt's 7x7
+  // LayerNorm2d (batch 32, C 768 to 2048) 5-8% faster with the relaxed arrive, 3x3 maps 3%, batch
+  // 8 of C 1536 2% slower; RMSNorm, whose y is stored in vectors, ran 0-6% slower in the
+  // sums' layout.
+  const int64_t held = (own + p.sums_per_position - 1) / p.sums_per_position;
+  if (p.slab_store_vec == 1 && held <= kSlabMostHeld) p.slab_held = int(held);
   // The slab, then f32: weights and biases of the CTA's channels, G x S partials, and five
   // arrays of S (channels_slab.cuh, slab_smem_bytes).
   p.smem_bytes = int(own * s * size_of(pr.x) + 4 * (2 * own + p.sums_per_position * s + 5 * s));
@@ -154,6 +166,7 @@ std::string channels_slab(const Problem& pr, const Target& target, KernelPlan& p
               ? std::string("an element a store from the sums' layout (a warp's lanes at "
                             "consecutive positions)")
               : "in " + std::to_string(kAccessBytes) + "-byte vectors");
+  if (p.slab_held > 0) why << "; each thread's " << p.slab_held << " values held in registers";
   return why.str();
 }
 
@@ -1758,7 +1771,11 @@ std::string KernelPlan::to_string() const {
       break;
     case Strategy::kChannelsSlab:
       os << "values: in shared memory (a slab of " << problem.channels / blocks_per_item
-         << " channels per CTA)\n"
+         << " channels per CTA)"
+         << (slab_held > 0 ? ", " + std::to_string(slab_held) +
+                                 " a thread held in registers for both sums and y"
+                           : std::string())
+         << "\n"
          << "threads per position's sum: " << sums_per_position << "\n"
          << "stores of y: "
          << (slab_store_vec == 1 ? "one element each, in the sums' layout"

@@ -126,6 +126,9 @@ struct KernelPlan {
   int sums_per_position = 0;      // kChannelsSlab: threads that sum a position's channels (G)
   int slab_store_vec = 0;         // kChannelsSlab: y's elements a store: vec (16-byte vectors
                                   // along the slab) or 1 (one a store, in the sums' layout)
+  int slab_held = 0;              // kChannelsSlab: values of the slab a thread of the sums'
+                                  // layout holds in registers for both sums and y (0: each pass
+                                  // reads the slab)
   int batch_class = 0;            // batch_class() of the spec planned
   int64_t few_rows = 0;           // few_rows_limit() of the spec planned
   bool two_classes = false;       // has_two_batch_classes(): launches of the other class run

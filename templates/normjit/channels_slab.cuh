@@ -16,7 +16,8 @@
 // the position's channel 0 (read by every CTA from global memory), so that its statistics keep
 // their precision when |mean| >> std. y is formed from shared memory and written as 16-byte
 // vectors along the slab whatever S is, or (kStoreVec 1) an element at a time from the sums'
-// layout.
+// layout. With kHeld > 0 (LayerNorm) each thread of the sums' layout reads its values of the slab
+// from shared memory once, into registers, and both passes of its statistics and y use them.
 #pragma once
 
 #include "normjit/epilogue.cuh"
@@ -37,6 +38,8 @@ namespace normjit {
 //   kStoreVec           y's elements a store: kVec (16-byte vectors along the slab, each
 //                       element's factors read from shared memory) or 1 (y formed in the sums'
 //                       layout, G threads a position, and stored an element at a time)
+//   kHeld               0, or (kStoreVec 1) the values of the slab a thread of the sums' layout
+//                       holds in registers: ceil(C / K / G)
 //   kWeight, kBias, kWeightOffset, kActivation, kSaveStats   as channels_norm.cuh
 //   kBlocksPerItem      the plan's CTAs per n (K)
 //   kDynamicSmemBytes   the plan's dynamic shared memory (checked against this kernel's layout)
@@ -51,6 +54,10 @@ __device__ __forceinline__ unsigned shared_address(const void* p) {
 // A barrier of every thread of the cluster, split: arrive (release) then wait (acquire).
 __device__ __forceinline__ void cluster_arrive() {
   asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+}
+// Relaxed: orders none of this thread's memory accesses before it for the other CTAs.
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
 }
 __device__ __forceinline__ void cluster_wait() {
   asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
@@ -107,6 +114,21 @@ __host__ __device__ constexpr long long slab_smem_bytes() {
          4 * (2 * kOwn + (long long)Cfg::kGroups * Cfg::kSpatial + 5 * Cfg::kSpatial);
 }
 
+// out[s] = the G partials red[g * S + s] added in order, after a block barrier (red complete);
+// out is complete when it returns.
+template <class Cfg>
+__device__ __forceinline__ void slab_add_partials(const float* red, float* out) {
+  constexpr int G = Cfg::kGroups, S = (int)Cfg::kSpatial, kThreads = Cfg::kThreads;
+  __syncthreads();
+  for (int s = threadIdx.x; s < S; s += kThreads) {
+    float total = 0.f;
+#pragma unroll
+    for (int g = 0; g < G; ++g) total += red[g * S + s];
+    out[s] = total;
+  }
+  __syncthreads();
+}
+
 // Each position's sum over this CTA's channels of f(x, s): G threads per position each sum every
 // G-th channel of the slab, and out[s] receives their G partials added in order. Every thread of
 // the CTA calls it; out is complete when it returns.
@@ -115,22 +137,41 @@ __device__ __forceinline__ void slab_local_sums(const typename Cfg::X* slab, flo
                                                 F f) {
   constexpr int G = Cfg::kGroups, S = (int)Cfg::kSpatial;
   constexpr int kOwn = Cfg::kChannels / Cfg::kCluster, kThreads = Cfg::kThreads;
-  const int tid = threadIdx.x;
-  for (int k = tid; k < G * S; k += kThreads) {
+  for (int k = threadIdx.x; k < G * S; k += kThreads) {
     const int g = k / S, s = k - g * S;
     float acc = 0.f;
 #pragma unroll 4
     for (int c = g; c < kOwn; c += G) acc += f(to_float(slab[c * S + s]), s);
     red[k] = acc;
   }
-  __syncthreads();
-  for (int s = tid; s < S; s += kThreads) {
-    float total = 0.f;
+  slab_add_partials<Cfg>(red, out);
+}
+
+// The same sums from the values a thread holds (kHeld: thread k = g * S + s < G * S holds
+// channels g, g + G, ... of position s; the threads past G * S hold none and add nothing): the
+// same additions in the same order as slab_local_sums, so the same bits.
+template <class Cfg, int N, class F>
+__device__ __forceinline__ void slab_held_sums(const float (&held)[N], int g, int s, bool active,
+                                               float* red, float* out, F f) {
+  constexpr int G = Cfg::kGroups, kOwn = Cfg::kChannels / Cfg::kCluster;
+  float acc = 0.f;
 #pragma unroll
-    for (int g = 0; g < G; ++g) total += red[g * S + s];
-    out[s] = total;
+  for (int i = 0; i < N; ++i) {
+    if (g + G * i < kOwn) acc += f(held[i], s);
   }
-  __syncthreads();
+  if (active) red[threadIdx.x] = acc;
+  slab_add_partials<Cfg>(red, out);
+}
+
+// slab_held_sums where the kernel holds values (Cfg::kHeld > 0), else slab_local_sums.
+template <class Cfg, int N, class F>
+__device__ __forceinline__ void slab_sums(const typename Cfg::X* slab, const float (&held)[N],
+                                          int g, int s, bool active, float* red, float* out, F f) {
+  if constexpr (Cfg::kHeld > 0) {
+    slab_held_sums<Cfg>(held, g, s, active, red, out, f);
+  } else {
+    slab_local_sums<Cfg>(slab, red, out, f);
+  }
 }
 
 // The statistics of each position over the cluster's channels, in one exchange: every CTA
@@ -194,6 +235,9 @@ __global__ void __launch_bounds__(Cfg::kThreads) __cluster_dims__(Cfg::kCluster,
   static_assert(G >= 1 && G <= kOwn && G * S <= 4 * kThreads, "the partial sums' layout");
   static_assert(!kRms || !kBias, "rmsnorm has no bias");
   static_assert(Cfg::kStoreVec == 1 || Cfg::kStoreVec == V, "y's stores: elements or vectors");
+  static_assert(Cfg::kHeld == 0 || (Cfg::kStoreVec == 1 && G * S <= kThreads &&
+                                    Cfg::kHeld == (kOwn + G - 1) / G),
+                "values held: a position's share of the slab a thread");
 
   extern __shared__ __align__(128) unsigned char smem[];
   T* slab = reinterpret_cast<T*>(smem);
@@ -238,19 +282,36 @@ __global__ void __launch_bounds__(Cfg::kThreads) __cluster_dims__(Cfg::kCluster,
   __syncthreads();  // the mbarrier's initialisation before any thread waits on it
   slab::wait_phase0(&bar);
 
+  // kHeld > 0: thread k = g * S + s of the sums' layout reads channels g, g + G, ... of position
+  // s from the slab once and holds them (f32) for both sums and y.
+  constexpr int kHeld = Cfg::kHeld;
+  const bool active = tid < G * S;
+  const int hg = active ? tid / S : 0, hs = active ? tid - hg * S : 0;
+  float held[kHeld > 0 ? kHeld : 1];
+  if constexpr (kHeld > 0) {
+#pragma unroll
+    for (int i = 0; i < kHeld; ++i) {
+      const int c = hg + G * i;
+      held[i] = active && c < kOwn ? to_float(slab[c * S + hs]) : 0.f;
+    }
+  }
   if constexpr (kRms) {
-    slab_local_sums<Cfg>(slab, red, part, [](float v, int) { return v * v; });
+    slab_sums<Cfg>(slab, held, hg, hs, active, red, part, [](float v, int) { return v * v; });
   } else {
-    slab_local_sums<Cfg>(slab, red, part, [shift](float v, int s) { return v - shift[s]; });
-    slab_local_sums<Cfg>(slab, red, part2, [shift, part](float v, int s) {
+    slab_sums<Cfg>(slab, held, hg, hs, active, red, part,
+                   [shift](float v, int s) { return v - shift[s]; });
+    slab_sums<Cfg>(slab, held, hg, hs, active, red, part2, [shift, part](float v, int s) {
       const float d = (v - shift[s]) - part[s] * (1.0f / kOwn);
       return d * d;
     });
   }
   slab_exchange<Cfg>(part, part2, mean, rstd, p.eps);
-  // Done reading the other CTAs' shared memory; none may leave before all are (the wait at
-  // the end), while y is written.
-  slab::cluster_arrive();
+  // Done reading the other CTAs' shared memory; none may leave before all are (the wait at the
+  // end), while y is written. The arrive is relaxed: it orders nothing of this CTA's memory for
+  // the others (they read none of it after the exchange), and the remote loads it stands for
+  // have returned, their values stored into mean and rstd above. A release arrive costs a
+  // MEMBAR.ALL.GPU before it (ptxas, sm_90).
+  slab::cluster_arrive_relaxed();
   __syncthreads();
   if constexpr (Cfg::kSaveStats) {
     if (rank == 0) {
@@ -262,24 +323,36 @@ __global__ void __launch_bounds__(Cfg::kThreads) __cluster_dims__(Cfg::kCluster,
   }
 
   Y* y = static_cast<Y*>(p.y) + first;
-  if constexpr (Cfg::kStoreVec == 1) {
+  // y[c, s] from x[c, s] and the position's shift, mean and rstd, stored.
+  const auto store_one = [&](float x, int c, int s, float sh, float mu, float rs) {
+    float v[1];
+    if constexpr (kRms) {
+      v[0] = x * rs * w[c];
+    } else {
+      v[0] = ((x - sh) - mu) * rs * w[c];
+    }
+    if constexpr (kBias) v[0] += b[c];
+    epi.template finish</*kFolded=*/true>(v);
+    y[c * S + s] = from_float<Y>(v[0]);
+  };
+  if constexpr (kHeld > 0) {
+    // From the values held, in the sums' layout.
+    if (active) {
+      const float sh = shift[hs], mu = mean[hs], rs = rstd[hs];
+#pragma unroll
+      for (int i = 0; i < kHeld; ++i) {
+        const int c = hg + G * i;
+        if (c < kOwn) store_one(held[i], c, hs, sh, mu, rs);
+      }
+    }
+  } else if constexpr (Cfg::kStoreVec == 1) {
     // In the sums' layout: each thread at one position, its statistics in registers, every G-th
     // channel; a warp's lanes store consecutive positions of a channel.
     for (int k = tid; k < G * S; k += kThreads) {
       const int g = k / S, s = k - g * S;
       const float sh = shift[s], mu = mean[s], rs = rstd[s];
 #pragma unroll 4
-      for (int c = g; c < kOwn; c += G) {
-        float v[1] = {to_float(slab[c * S + s])};
-        if constexpr (kRms) {
-          v[0] = v[0] * rs * w[c];
-        } else {
-          v[0] = ((v[0] - sh) - mu) * rs * w[c];
-        }
-        if constexpr (kBias) v[0] += b[c];
-        epi.template finish</*kFolded=*/true>(v);
-        y[c * S + s] = from_float<Y>(v[0]);
-      }
+      for (int c = g; c < kOwn; c += G) store_one(to_float(slab[c * S + s]), c, s, sh, mu, rs);
     }
   } else {
     // 16-byte vectors along the slab, each element's factors from shared memory.

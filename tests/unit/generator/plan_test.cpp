@@ -274,6 +274,22 @@ TEST(Plan, SmallOddMapsOnSm90TakeTheSlabKernelOverAClusterOfCtas) {
   EXPECT_EQ(ln.strategy, Strategy::kChannelsSlab);
   EXPECT_EQ(ln.slab_store_vec, 1);
   EXPECT_EQ(ln.vec, 8);
+  // LayerNorm's threads hold their values of the slab in registers: ceil(96 channels / 5 a
+  // position); RMSNorm's vectors read the slab.
+  EXPECT_EQ(ln.slab_held, 20);
+  EXPECT_EQ(p.slab_held, 0);
+  // 3x3 maps: 28 threads a position, ceil(512 / 28) values each.
+  EXPECT_EQ(plan(NormSpec::parse("op=layernorm shape=4,4096,3,3 normalized_dims=0 dtype=bf16"),
+                 sm90)
+                .slab_held,
+            19);
+  // More than 64 values a thread stay in shared memory: f32 C 3200 on 7x7, 8 CTAs of 400
+  // channels (78400-byte slabs), 5 threads a position: 80 values each.
+  const KernelPlan wide =
+      plan(NormSpec::parse("op=layernorm shape=2,3200,7,7 normalized_dims=0"), sm90);
+  EXPECT_EQ(wide.strategy, Strategy::kChannelsSlab);
+  EXPECT_EQ(wide.blocks_per_item, 8);
+  EXPECT_EQ(wide.slab_held, 0);
   // The smallest cluster whose slabs are at most 16 KiB, else the largest that divides C.
   EXPECT_EQ(plan(NormSpec::parse("op=layernorm shape=8,96,7,7 normalized_dims=0 dtype=bf16"), sm90)
                 .blocks_per_item,
