@@ -235,8 +235,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) __cluster_dims__(Cfg::kCluster,
   static_assert(G >= 1 && G <= kOwn && G * S <= 4 * kThreads, "the partial sums' layout");
   static_assert(!kRms || !kBias, "rmsnorm has no bias");
   static_assert(Cfg::kStoreVec == 1 || Cfg::kStoreVec == V, "y's stores: elements or vectors");
-  static_assert(Cfg::kHeld == 0 || (Cfg::kStoreVec == 1 && G * S <= kThreads &&
-                                    Cfg::kHeld == (kOwn + G - 1) / G),
+  static_assert(Cfg::kHeld == 0 ||
+                    (Cfg::kStoreVec == 1 && G * S <= kThreads && Cfg::kHeld == (kOwn + G - 1) / G),
                 "values held: a position's share of the slab a thread");
 
   extern __shared__ __align__(128) unsigned char smem[];

@@ -279,10 +279,10 @@ TEST(Plan, SmallOddMapsOnSm90TakeTheSlabKernelOverAClusterOfCtas) {
   EXPECT_EQ(ln.slab_held, 20);
   EXPECT_EQ(p.slab_held, 0);
   // 3x3 maps: 28 threads a position, ceil(512 / 28) values each.
-  EXPECT_EQ(plan(NormSpec::parse("op=layernorm shape=4,4096,3,3 normalized_dims=0 dtype=bf16"),
-                 sm90)
-                .slab_held,
-            19);
+  EXPECT_EQ(
+      plan(NormSpec::parse("op=layernorm shape=4,4096,3,3 normalized_dims=0 dtype=bf16"), sm90)
+          .slab_held,
+      19);
   // More than 64 values a thread stay in shared memory: f32 C 3200 on 7x7, 8 CTAs of 400
   // channels (78400-byte slabs), 5 threads a position: 80 values each.
   const KernelPlan wide =
