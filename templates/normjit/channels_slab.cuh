@@ -151,27 +151,16 @@ __device__ __forceinline__ void slab_local_sums(const typename Cfg::X* slab, flo
 // channels g, g + G, ... of position s; the threads past G * S hold none and add nothing): the
 // same additions in the same order as slab_local_sums, so the same bits.
 template <class Cfg, int N, class F>
-__device__ __forceinline__ void slab_held_sums(const float (&held)[N], int g, int s, bool active,
+__device__ __forceinline__ void slab_held_sums(const float (&held)[N], int g, bool active,
                                                float* red, float* out, F f) {
   constexpr int G = Cfg::kGroups, kOwn = Cfg::kChannels / Cfg::kCluster;
   float acc = 0.f;
 #pragma unroll
   for (int i = 0; i < N; ++i) {
-    if (g + G * i < kOwn) acc += f(held[i], s);
+    if (g + G * i < kOwn) acc += f(held[i]);
   }
   if (active) red[threadIdx.x] = acc;
   slab_add_partials<Cfg>(red, out);
-}
-
-// slab_held_sums where the kernel holds values (Cfg::kHeld > 0), else slab_local_sums.
-template <class Cfg, int N, class F>
-__device__ __forceinline__ void slab_sums(const typename Cfg::X* slab, const float (&held)[N],
-                                          int g, int s, bool active, float* red, float* out, F f) {
-  if constexpr (Cfg::kHeld > 0) {
-    slab_held_sums<Cfg>(held, g, s, active, red, out, f);
-  } else {
-    slab_local_sums<Cfg>(slab, red, out, f);
-  }
 }
 
 // The statistics of each position over the cluster's channels, in one exchange: every CTA
@@ -283,24 +272,35 @@ __global__ void __launch_bounds__(Cfg::kThreads) __cluster_dims__(Cfg::kCluster,
   slab::wait_phase0(&bar);
 
   // kHeld > 0: thread k = g * S + s of the sums' layout reads channels g, g + G, ... of position
-  // s from the slab once and holds them (f32) for both sums and y.
+  // s from the slab once and holds them in f32 for both sums and y: x (rmsnorm) or d = x - shift
+  // (layernorm), each formed as slab_local_sums forms it, so the sums have the same bits.
   constexpr int kHeld = Cfg::kHeld;
   const bool active = tid < G * S;
   const int hg = active ? tid / S : 0, hs = active ? tid - hg * S : 0;
   float held[kHeld > 0 ? kHeld : 1];
   if constexpr (kHeld > 0) {
+    const float sh = kRms ? 0.f : shift[hs];
 #pragma unroll
     for (int i = 0; i < kHeld; ++i) {
       const int c = hg + G * i;
-      held[i] = active && c < kOwn ? to_float(slab[c * S + hs]) : 0.f;
+      const float v = active && c < kOwn ? to_float(slab[c * S + hs]) : 0.f;
+      held[i] = kRms ? v : v - sh;
     }
-  }
-  if constexpr (kRms) {
-    slab_sums<Cfg>(slab, held, hg, hs, active, red, part, [](float v, int) { return v * v; });
+    if constexpr (kRms) {
+      slab_held_sums<Cfg>(held, hg, active, red, part, [](float v) { return v * v; });
+    } else {
+      slab_held_sums<Cfg>(held, hg, active, red, part, [](float d) { return d; });
+      const float m = part[hs] * (1.0f / kOwn);
+      slab_held_sums<Cfg>(held, hg, active, red, part2, [m](float d) {
+        const float e = d - m;
+        return e * e;
+      });
+    }
+  } else if constexpr (kRms) {
+    slab_local_sums<Cfg>(slab, red, part, [](float v, int) { return v * v; });
   } else {
-    slab_sums<Cfg>(slab, held, hg, hs, active, red, part,
-                   [shift](float v, int s) { return v - shift[s]; });
-    slab_sums<Cfg>(slab, held, hg, hs, active, red, part2, [shift, part](float v, int s) {
+    slab_local_sums<Cfg>(slab, red, part, [shift](float v, int s) { return v - shift[s]; });
+    slab_local_sums<Cfg>(slab, red, part2, [shift, part](float v, int s) {
       const float d = (v - shift[s]) - part[s] * (1.0f / kOwn);
       return d * d;
     });
@@ -323,13 +323,14 @@ __global__ void __launch_bounds__(Cfg::kThreads) __cluster_dims__(Cfg::kCluster,
   }
 
   Y* y = static_cast<Y*>(p.y) + first;
-  // y[c, s] from x[c, s] and the position's shift, mean and rstd, stored.
-  const auto store_one = [&](float x, int c, int s, float sh, float mu, float rs) {
+  // y[c, s] from x[c, s] (rmsnorm) or d = x[c, s] - shift (layernorm) and the position's mean
+  // (of d) and rstd, stored.
+  const auto store_one = [&](float d, int c, int s, float mu, float rs) {
     float v[1];
     if constexpr (kRms) {
-      v[0] = x * rs * w[c];
+      v[0] = d * rs * w[c];
     } else {
-      v[0] = ((x - sh) - mu) * rs * w[c];
+      v[0] = (d - mu) * rs * w[c];
     }
     if constexpr (kBias) v[0] += b[c];
     epi.template finish</*kFolded=*/true>(v);
@@ -338,11 +339,11 @@ __global__ void __launch_bounds__(Cfg::kThreads) __cluster_dims__(Cfg::kCluster,
   if constexpr (kHeld > 0) {
     // From the values held, in the sums' layout.
     if (active) {
-      const float sh = shift[hs], mu = mean[hs], rs = rstd[hs];
+      const float mu = mean[hs], rs = rstd[hs];
 #pragma unroll
       for (int i = 0; i < kHeld; ++i) {
         const int c = hg + G * i;
-        if (c < kOwn) store_one(held[i], c, hs, sh, mu, rs);
+        if (c < kOwn) store_one(held[i], c, hs, mu, rs);
       }
     }
   } else if constexpr (Cfg::kStoreVec == 1) {
@@ -352,7 +353,10 @@ __global__ void __launch_bounds__(Cfg::kThreads) __cluster_dims__(Cfg::kCluster,
       const int g = k / S, s = k - g * S;
       const float sh = shift[s], mu = mean[s], rs = rstd[s];
 #pragma unroll 4
-      for (int c = g; c < kOwn; c += G) store_one(to_float(slab[c * S + s]), c, s, sh, mu, rs);
+      for (int c = g; c < kOwn; c += G) {
+        const float x = to_float(slab[c * S + s]);
+        store_one(kRms ? x : x - sh, c, s, mu, rs);
+      }
     }
   } else {
     // 16-byte vectors along the slab, each element's factors from shared memory.
