@@ -107,7 +107,8 @@ constexpr int64_t kSlabMaxBytes = 96 * 1024;
 constexpr int kMaxCluster = 8;
 constexpr int kSlabThreads = 256;
 // The most values of the slab a thread holds in registers (KernelPlan::slab_held): 52 (bf16
-// [32, 2048, 7, 7]) ran 8% faster on the H200, as they did at 26 and 39.
+// [32, 2048, 7, 7], 80 registers) ran 7% faster on the H200, 20 to 26 5-8%; 39 (C 1536 at batch
+// 8) 2% slower.
 constexpr int64_t kSlabMostHeld = 64;
 
 // The cluster size of the slab kernel for the problem, 0 where it does not apply.
@@ -145,11 +146,11 @@ std::string channels_slab(const Problem& pr, const Target& target, KernelPlan& p
   p.slab_store_vec = pr.op == Op::kLayerNorm ? 1 : p.vec;
   // LayerNorm's threads of the sums' layout read their values of the slab once, into registers,
   // for both sums and y (the same additions in the same order: the same bits). On the H200
-  // (normjit bench of scripts/specs/slab-modes.txt beside the plan before, 3 rounds;
-  // performance-notes "The slab kernel's values in registers") that ran ConvNeXt's 7x7
-  // LayerNorm2d (batch 32, C 768 to 2048) 5-8% faster with the relaxed arrive, 3x3 maps 3%, batch
-  // 8 of C 1536 2% slower; RMSNorm, whose y is stored in vectors, ran 0-6% slower in the
-  // sums' layout.
+  // (normjit bench of scripts/specs/slab-modes.txt, this build beside the one before, 3 rounds;
+  // performance-notes "The slab kernel's values in registers ...") that and the relaxed arrive
+  // ran ConvNeXt's 7x7 LayerNorm2d at batch 32 (C 768 to 2048) and 1 0.92-0.95x the time, 3x3
+  // maps 0.97x, batch 8 of C 1536 1.02x; RMSNorm, whose y is stored in vectors, ran 0-6% slower
+  // with its values held and stored in the sums' layout (the knob of slab-knobs.patch).
   const int64_t held = (own + p.sums_per_position - 1) / p.sums_per_position;
   if (p.slab_store_vec == 1 && held <= kSlabMostHeld) p.slab_held = int(held);
   // The slab, then f32: weights and biases of the CTA's channels, G x S partials, and five
