@@ -10,6 +10,11 @@
 #   bash scripts/experiments/runs-2026-12-07.sh slabl   the knobs alone and together beside the
 #        plan on scripts/specs/slab-modes.txt, 3 rounds (~2 minutes; timing), then the channel
 #        forms' GPU tests over .devcarry/slabl with both knobs (3 shards, ~2 minutes)
+#   bash scripts/experiments/runs-2026-12-07.sh nhwcs   channels-last GroupNorm with 1, 2 or 4 of a
+#        thread's held positions in shared memory (NJX_NHWC_SMEM) beside the plan on
+#        scripts/specs/groupnorm-silu-nhwc.txt, 3 rounds (~1.5 minutes; timing), then the
+#        channels-last tests with 2 (~1 minute), over .devcarry/nhwcs
+#        (scripts/experiments/build.sh nhwc-smem nhwcs; carry build-gpu .devcarry/nhwcs)
 set -uo pipefail
 # shellcheck source=scripts/experiments/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -26,6 +31,11 @@ case "${1:-}" in
       lanes=NJX_SLAB_LANES=1 bulky=NJX_SLAB_BULKY=1 both=NJX_SLAB_LANES=1,NJX_SLAB_BULKY=1
     test_shards slabl .devcarry/slabl "NJX_SLAB_LANES=1 NJX_SLAB_BULKY=1" 150 \
       "${SLAB_FILTERS[@]}" || exit 1
+    ;;
+  nhwcs)
+    ab_variants nhwcs 150 3 scripts/specs/groupnorm-silu-nhwc.txt .devcarry/nhwcs \
+      s1=NJX_NHWC_SMEM=1 s2=NJX_NHWC_SMEM=2 s4=NJX_NHWC_SMEM=4
+    test_shards nhwcs .devcarry/nhwcs "NJX_NHWC_SMEM=2" 150 'Variants.Nhwc*:Capture*' || exit 1
     ;;
   *)
     sed -n '2,/^set /p' "$0" | grep '^#' | sed 's/^# \{0,1\}//' >&2
