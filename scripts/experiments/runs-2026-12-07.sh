@@ -15,6 +15,11 @@
 #        scripts/specs/groupnorm-silu-nhwc.txt, 3 rounds (~1.5 minutes; timing), then the
 #        channels-last tests with 2 (~1 minute), over .devcarry/nhwcs
 #        (scripts/experiments/build.sh nhwc-smem nhwcs; carry build-gpu .devcarry/nhwcs)
+#   bash scripts/experiments/runs-2026-12-07.sh cvt   single f32 -> bf16 conversions by one
+#        cvt.rn.bf16.f32 (NJX_BF16_CVT=1) beside the plan on scripts/specs/bf16-scalar-stores.txt,
+#        3 rounds (~1 minute; timing), then the forward GPU tests and two backward ones with it
+#        (3 shards, ~4 minutes), over .devcarry/cvt (scripts/experiments/build.sh bf16-cvt cvt;
+#        carry build-gpu .devcarry/cvt)
 set -uo pipefail
 # shellcheck source=scripts/experiments/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -36,6 +41,12 @@ case "${1:-}" in
     ab_variants nhwcs 150 3 scripts/specs/groupnorm-silu-nhwc.txt .devcarry/nhwcs \
       s1=NJX_NHWC_SMEM=1 s2=NJX_NHWC_SMEM=2 s4=NJX_NHWC_SMEM=4
     test_shards nhwcs .devcarry/nhwcs "NJX_NHWC_SMEM=2" 150 'Variants.Nhwc*:Capture*' || exit 1
+    ;;
+  cvt)
+    ab_variants cvt 120 3 scripts/specs/bf16-scalar-stores.txt .devcarry/cvt cvt=NJX_BF16_CVT=1
+    test_shards cvt .devcarry/cvt "NJX_BF16_CVT=1" 270 'Variants.*' 'Ops.*' \
+      'LayerNormChannels.*:RmsNormChannels*:Capture*:Deployment*:BackwardGpu.EveryHidden*:BackwardChannelsGpu.GroupNorm*' ||
+      exit 1
     ;;
   *)
     sed -n '2,/^set /p' "$0" | grep '^#' | sed 's/^# \{0,1\}//' >&2
