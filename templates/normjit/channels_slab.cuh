@@ -224,9 +224,9 @@ __global__ void __launch_bounds__(Cfg::kThreads) __cluster_dims__(Cfg::kCluster,
   static_assert(G >= 1 && G <= kOwn && G * S <= 4 * kThreads, "the partial sums' layout");
   static_assert(!kRms || !kBias, "rmsnorm has no bias");
   static_assert(Cfg::kStoreVec == 1 || Cfg::kStoreVec == V, "y's stores: elements or vectors");
-  static_assert(Cfg::kHeld == 0 ||
-                    (Cfg::kStoreVec == 1 && G * S <= kThreads && Cfg::kHeld == (kOwn + G - 1) / G),
-                "values held: a position's share of the slab a thread");
+  static_assert(Cfg::kHeld == 0 || (!kRms && Cfg::kStoreVec == 1 && G * S <= kThreads &&
+                                    Cfg::kHeld == (kOwn + G - 1) / G),
+                "values held (layernorm): a position's share of the slab a thread");
 
   extern __shared__ __align__(128) unsigned char smem[];
   T* slab = reinterpret_cast<T*>(smem);
@@ -271,31 +271,27 @@ __global__ void __launch_bounds__(Cfg::kThreads) __cluster_dims__(Cfg::kCluster,
   __syncthreads();  // the mbarrier's initialisation before any thread waits on it
   slab::wait_phase0(&bar);
 
-  // kHeld > 0: thread k = g * S + s of the sums' layout reads channels g, g + G, ... of position
-  // s from the slab once and holds them in f32 for both sums and y: x (rmsnorm) or d = x - shift
-  // (layernorm), each formed as slab_local_sums forms it, so the sums have the same bits.
+  // kHeld > 0 (layernorm): thread k = g * S + s of the sums' layout reads channels g, g + G, ...
+  // of position s from the slab once and holds d = x - shift in f32 for both sums and y, formed
+  // as slab_local_sums forms it, so the sums have the same bits.
   constexpr int kHeld = Cfg::kHeld;
   const bool active = tid < G * S;
   const int hg = active ? tid / S : 0, hs = active ? tid - hg * S : 0;
   float held[kHeld > 0 ? kHeld : 1];
   if constexpr (kHeld > 0) {
-    const float sh = kRms ? 0.f : shift[hs];
+    const float sh = shift[hs];
 #pragma unroll
     for (int i = 0; i < kHeld; ++i) {
       const int c = hg + G * i;
       const float v = active && c < kOwn ? to_float(slab[c * S + hs]) : 0.f;
-      held[i] = kRms ? v : v - sh;
+      held[i] = v - sh;
     }
-    if constexpr (kRms) {
-      slab_held_sums<Cfg>(held, hg, active, red, part, [](float v) { return v * v; });
-    } else {
-      slab_held_sums<Cfg>(held, hg, active, red, part, [](float d) { return d; });
-      const float m = part[hs] * (1.0f / kOwn);
-      slab_held_sums<Cfg>(held, hg, active, red, part2, [m](float d) {
-        const float e = d - m;
-        return e * e;
-      });
-    }
+    slab_held_sums<Cfg>(held, hg, active, red, part, [](float d) { return d; });
+    const float m = part[hs] * (1.0f / kOwn);
+    slab_held_sums<Cfg>(held, hg, active, red, part2, [m](float d) {
+      const float e = d - m;
+      return e * e;
+    });
   } else if constexpr (kRms) {
     slab_local_sums<Cfg>(slab, red, part, [](float v, int) { return v * v; });
   } else {
