@@ -209,6 +209,8 @@ void group_nhwc_fields(const KernelPlan& p, Fields& f) {
   f.integer("kVec", p.vec);
   f.integer("kVectors", p.vectors);
   f.integer("kPieces", p.pieces);
+  f.integer("kAside", p.nhwc_aside);
+  f.size("kDynamicSmemBytes", p.smem_bytes);
   f.size("kChunks", p.split_chunks);
   f.size("kSegment", p.segment);
   f.integer("kBlocksPerSm", p.split_blocks_per_sm);

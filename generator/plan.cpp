@@ -1306,6 +1306,14 @@ constexpr int64_t kGroupWords = 32;
 // 1280 f16 channels (20 KiB) ran fastest of the segments measured (performance-notes).
 constexpr int64_t kGroupMinSegmentBytes = 16 * 1024;
 constexpr int64_t kGroupStreamVectors = 4;  // positions per thread per piece when streamed
+// Channels-last GroupNorm: threads that hold at least kNhwcAsideFrom positions in registers keep
+// kNhwcAside of them in dynamic shared memory instead (KernelPlan::nhwc_aside). Their spills
+// (`normjit dump --emit resources`, f16 with SiLU) fall from 84-92 to 52-64 bytes; on the H200
+// 0.89x the time at [2, 320, 128, 128] (5 positions), 0.94x at [1, 512, 128, 128] (8), and
+// 1.06x at [1, 512, 64, 64] (4: not taken) (performance-notes, "Held positions in shared
+// memory").
+constexpr int64_t kNhwcAsideFrom = 5;
+constexpr int kNhwcAside = 2;
 
 // Registers beyond its held values a thread of the channels-last kernel takes (addresses,
 // statistics, parameters): with 32 words held in CTAs of 1024 threads ptxas spilled 52 bytes
@@ -1535,6 +1543,15 @@ std::string group_nhwc(const Problem& pr, const Target& target, KernelPlan& p) {
   if (pr.groups > 0 && (pr.channels / pr.groups) % p.vec != 0) {
     why << "; a vector may span groups (C/G = " << pr.channels / pr.groups
         << "), each channel taking its group's statistics";
+  }
+  // Threads holding kNhwcAsideFrom or more positions spill (64 registers at 1024 threads, the
+  // SiLU epilogue's values among them): the last kNhwcAside of them go to dynamic shared memory.
+  const int words = size_of(pr.x) == 2 && p.vec % 2 == 0 ? int(p.vec / 2) : int(p.vec);
+  if (p.pieces == 1 && p.vectors >= kNhwcAsideFrom && words % 4 == 0) {
+    p.nhwc_aside = kNhwcAside;
+    p.smem_bytes = int(int64_t{p.nhwc_aside} * p.block_x * p.block_y * words * 4);
+    why << "; " << p.nhwc_aside << " of a thread's " << p.vectors
+        << " positions held in shared memory (" << p.smem_bytes << " bytes), not registers";
   }
   return why.str();
 }

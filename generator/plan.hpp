@@ -129,6 +129,8 @@ struct KernelPlan {
   int slab_held = 0;              // kChannelsSlab: values of the slab a thread of the sums'
                                   // layout holds in registers for both sums and y (0: each pass
                                   // reads the slab)
+  int nhwc_aside = 0;             // kGroupNhwc: the last of a thread's held positions kept in
+                                  // dynamic shared memory, not registers
   int batch_class = 0;            // batch_class() of the spec planned
   int64_t few_rows = 0;           // few_rows_limit() of the spec planned
   bool two_classes = false;       // has_two_batch_classes(): launches of the other class run

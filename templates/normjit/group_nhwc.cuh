@@ -51,6 +51,9 @@ namespace normjit {
 //   kThreadsX, kThreadsY, kVec   TX, TY (blockDim), V: channels per access (TX * V == C / kTiles)
 //   kVectors                     K: positions per thread per piece
 //   kPieces                      pieces per segment; 1: the values stay in registers
+//   kAside                       (kPieces 1) the last kAside of a thread's K positions held in
+//                                dynamic shared memory instead of registers
+//   kDynamicSmemBytes            their bytes: [kAside][16-byte words of a vector][TY][TX]
 //   kChunks                      P: CTAs per tile of an item
 //   kSegment                     positions per CTA (TY * K * kPieces)
 //   kBlocksPerSm                 CTAs per SM the launch bounds ask for
@@ -252,6 +255,50 @@ __global__ void __launch_bounds__(Cfg::kThreadsX* Cfg::kThreadsY, Cfg::kBlocksPe
 #endif
 
   HeldVec<T, V> held[K];  // one piece: its K vectors (all of them while kPieces == 1)
+  // The last KS of them in dynamic shared memory (kAside; 16 bytes at a time, [KS][kWords / 4]
+  // [TY][TX]: a warp's accesses contiguous), read back where they are used.
+  using HV = HeldVec<T, V>;
+  constexpr int kWords = HV::kPairs ? V / 2 : V;
+  constexpr int KS = Cfg::kAside;
+  static_assert(KS == 0 || (kPieces == 1 && KS < K && kWords % 4 == 0 &&
+                            Cfg::kDynamicSmemBytes == 16LL * KS * (kWords / 4) * TX * TY),
+                "the plan's positions in shared memory and their bytes (plan.cpp, group_nhwc)");
+  constexpr int KR = K - KS;
+  extern __shared__ __align__(16) unsigned char nhwc_dyn[];
+  uint4* aside = reinterpret_cast<uint4*>(nhwc_dyn);
+  const auto put_aside = [&](int k) {
+#pragma unroll
+    for (int q = 0; q < kWords / 4; ++q) {
+      uint4 u;
+      if constexpr (HV::kPairs) {
+        u = make_uint4(held[k].words[4 * q], held[k].words[4 * q + 1], held[k].words[4 * q + 2],
+                       held[k].words[4 * q + 3]);
+      } else {
+        u = make_uint4(
+            __float_as_uint(held[k].values[4 * q]), __float_as_uint(held[k].values[4 * q + 1]),
+            __float_as_uint(held[k].values[4 * q + 2]), __float_as_uint(held[k].values[4 * q + 3]));
+      }
+      aside[((k - KR) * (kWords / 4) + q) * (TX * TY) + ty * TX + tx] = u;
+    }
+  };
+  // Vector k of the thread: from registers, or from shared memory.
+  const auto vec = [&](int k) {
+    if (k < KR) return held[k];
+    HV h;
+#pragma unroll
+    for (int q = 0; q < kWords / 4; ++q) {
+      const uint4 u = aside[((k - KR) * (kWords / 4) + q) * (TX * TY) + ty * TX + tx];
+      if constexpr (HV::kPairs) {
+        h.words[4 * q] = u.x, h.words[4 * q + 1] = u.y, h.words[4 * q + 2] = u.z,
+                    h.words[4 * q + 3] = u.w;
+      } else {
+        h.values[4 * q] = __uint_as_float(u.x), h.values[4 * q + 1] = __uint_as_float(u.y),
+                     h.values[4 * q + 2] = __uint_as_float(u.z),
+                     h.values[4 * q + 3] = __uint_as_float(u.w);
+      }
+    }
+    return h;
+  };
   // Full segments of one piece need no bounds tests.
   constexpr bool kAllValid = kPieces == 1 && S % kSeg == 0;
   // Loads piece `piece` of the item into `held`; returns how many of its K positions are valid
@@ -273,6 +320,10 @@ __global__ void __launch_bounds__(Cfg::kThreadsX* Cfg::kThreadsY, Cfg::kBlocksPe
         ++valid;
       }
     }
+    if constexpr (KS > 0) {
+#pragma unroll
+      for (int k = KR; k < K; ++k) put_aside(k);
+    }
     return valid;
   };
   const float cta_count = float(positions * CG);  // elements of a group in this CTA
@@ -282,7 +333,7 @@ __global__ void __launch_bounds__(Cfg::kThreadsX* Cfg::kThreadsY, Cfg::kBlocksPe
   const auto reconvert = [&] {
     if constexpr (HeldVec<T, V>::kPairs) {
 #pragma unroll
-      for (int k = 0; k < K; ++k) {
+      for (int k = 0; k < KR; ++k) {
 #pragma unroll
         for (int i = 0; i < V / 2; ++i) asm volatile("" : "+r"(held[k].words[i]));
       }
@@ -309,8 +360,11 @@ __global__ void __launch_bounds__(Cfg::kThreadsX* Cfg::kThreadsY, Cfg::kBlocksPe
       for (int j = 0; j < V; ++j) sum[j] = 0.f;
 #pragma unroll
       for (int k = 0; k < K; ++k) {
+        {
+          const HV h = vec(k);
 #pragma unroll
-        for (int j = 0; j < V; ++j) sum[j] += kAllValid || k < valid ? held[k][j] - shift[j] : 0.f;
+          for (int j = 0; j < V; ++j) sum[j] += kAllValid || k < valid ? h[j] - shift[j] : 0.f;
+        }
       }
       put(ty, tx, sum);
     } else {
@@ -357,21 +411,38 @@ __global__ void __launch_bounds__(Cfg::kThreadsX* Cfg::kThreadsY, Cfg::kBlocksPe
     // each thread's M2 and count * (its mean - the group's)^2 (streamed): Chan's formula for
     // many parts, with no cancellation.
     float totals[V];
+    if constexpr (KS > 0) {
+      // The vectors outer, each read from shared memory once (the same additions per channel,
+      // in the same order).
+      float group_mean[V];
 #pragma unroll
-    for (int j = 0; j < V; ++j) {
-      const float group_mean = group_stats[group_of(j)].x;
-      float total = 0.f;
-      if constexpr (kPieces == 1) {
+      for (int j = 0; j < V; ++j) group_mean[j] = group_stats[group_of(j)].x, totals[j] = 0.f;
 #pragma unroll
-        for (int k = 0; k < K; ++k) {
-          const float d = held[k][j] - shift[j] - group_mean;
-          total += kAllValid || k < valid ? d * d : 0.f;
+      for (int k = 0; k < K; ++k) {
+        const HV h = vec(k);
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          const float d = h[j] - shift[j] - group_mean[j];
+          totals[j] += kAllValid || k < valid ? d * d : 0.f;
         }
-      } else {
-        const float d = mean[j] - group_mean;
-        total = m2[j] + count * d * d;
       }
-      totals[j] = total;
+    } else {
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const float group_mean = group_stats[group_of(j)].x;
+        float total = 0.f;
+        if constexpr (kPieces == 1) {
+#pragma unroll
+          for (int k = 0; k < K; ++k) {
+            const float d = held[k][j] - shift[j] - group_mean;
+            total += kAllValid || k < valid ? d * d : 0.f;
+          }
+        } else {
+          const float d = mean[j] - group_mean;
+          total = m2[j] + count * d * d;
+        }
+        totals[j] = total;
+      }
     }
     put(ty, tx, totals);
     __syncthreads();  // the M2 are in
@@ -498,7 +569,9 @@ __global__ void __launch_bounds__(Cfg::kThreadsX* Cfg::kThreadsY, Cfg::kBlocksPe
         if (kAllValid || local < positions) {
           float out[V];
 #pragma unroll
-          for (int j = 0; j < V; ++j) out[j] = normalize(held[k][j] - shift[j], j);
+          const HV h = kPieces == 1 ? vec(k) : held[k];
+#pragma unroll
+          for (int j = 0; j < V; ++j) out[j] = normalize(h[j] - shift[j], j);
           epi.template finish<true, V>(out);
           store_vec<Y, V>(y + (long long)(first + local) * C, out, stream_hint);
         }
