@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The GPU runs prepared in session 51 (2026-12-03; performance-notes, "The slab kernel's values in
-# registers and its relaxed arrive ..."). The library (a patch of 6bc05df):
+# registers and its relaxed arrive ..."), run in session 52 (performance-notes, "Single f32 -> bf16
+# conversions by one instruction ..."): cvt and nhwcs landed in f496406 (their patches apply to
+# 417a707, not after), slabl was not kept. The library (a patch of 6bc05df):
 #   scripts/experiments/build.sh slab-lanes slabl
 #        (NJX_SLAB_LANES=1: LayerNorm's G threads of a position adjacent lanes of a warp, their
 #        sums by shuffles, no block barrier before the exchange; NJX_SLAB_BULKY=1: y written

@@ -367,6 +367,39 @@ TEST(PlanLayout, GroupNormItemsLargerThanTheChipStreamTwice) {
   EXPECT_EQ(bf16.vec, 4);
 }
 
+// Threads that hold 5 or more positions keep the last 2 in dynamic shared memory (their
+// registers spill otherwise); 4 or fewer, all in registers.
+TEST(PlanLayout, GroupNormManyHeldPositionsPutTwoInSharedMemory) {
+  const KernelPlan vae = plan(
+      NormSpec::parse("op=groupnorm shape=1,512,128,128 dtype=f16 groups=32 layout=nhwc"), kH100);
+  EXPECT_EQ(vae.pieces, 1);
+  EXPECT_GE(vae.vectors, 5);
+  EXPECT_EQ(vae.nhwc_aside, 2);
+  // 2 positions x the CTA's threads x one 16-byte vector (8 f16 channels).
+  EXPECT_EQ(vae.vec, 8);
+  EXPECT_EQ(vae.smem_bytes, 2 * vae.block_x * vae.block_y * 16);
+  EXPECT_TRUE(has(vae.to_string(), "2 of a thread's " + std::to_string(vae.vectors) +
+                                       " positions held in shared memory"))
+      << vae.to_string();
+  const std::string source = emit(vae).source;
+  EXPECT_TRUE(has(source, "static constexpr int kAside = 2;") &&
+              has(source, "static constexpr long long kDynamicSmemBytes = " +
+                              std::to_string(vae.smem_bytes) + ";"))
+      << source;
+
+  const KernelPlan few = plan(
+      NormSpec::parse("op=groupnorm shape=1,512,64,64 dtype=f16 groups=32 layout=nhwc"), kH100);
+  EXPECT_LT(few.vectors, 5);
+  EXPECT_EQ(few.nhwc_aside, 0);
+  EXPECT_EQ(few.smem_bytes, 0);
+  EXPECT_TRUE(has(emit(few).source, "static constexpr int kAside = 0;"));
+  // Vectors of 8 bytes (C/G = 4 bf16 channels) are not put aside, however many a thread holds.
+  const KernelPlan narrow = plan(
+      NormSpec::parse("op=groupnorm shape=1,128,256,256 dtype=bf16 groups=32 layout=nhwc"), kH100);
+  EXPECT_GE(narrow.vectors, 5);
+  EXPECT_EQ(narrow.nhwc_aside, 0);
+}
+
 TEST(PlanLayout, GroupNormSmallItemsNeedNoExchange) {
   const KernelPlan p =
       plan(NormSpec::parse("op=groupnorm shape=2,32,3,5,7 groups=8 layout=nhwc"), kH100);
