@@ -1547,9 +1547,14 @@ std::string group_nhwc(const Problem& pr, const Target& target, KernelPlan& p) {
   // Threads holding kNhwcAsideFrom or more positions spill (64 registers at 1024 threads, the
   // SiLU epilogue's values among them): the last kNhwcAside of them go to dynamic shared memory.
   const int words = size_of(pr.x) == 2 && p.vec % 2 == 0 ? int(p.vec / 2) : int(p.vec);
-  if (p.pieces == 1 && p.vectors >= kNhwcAsideFrom && words % 4 == 0) {
+  // Beside the kernel's static shared memory (at most 48 KiB) within what a CTA may have (an
+  // SM's less 1 KiB): not on 64 KiB parts (sm_75).
+  const int64_t aside_bytes = int64_t{kNhwcAside} * p.block_x * p.block_y * words * 4;
+  const int64_t cta_smem = (int64_t{arch_facts(target.sm).smem_per_sm_kib} - 1) * 1024;
+  if (p.pieces == 1 && p.vectors >= kNhwcAsideFrom && words % 4 == 0 &&
+      aside_bytes + 48 * 1024 <= cta_smem) {
     p.nhwc_aside = kNhwcAside;
-    p.smem_bytes = int(int64_t{p.nhwc_aside} * p.block_x * p.block_y * words * 4);
+    p.smem_bytes = int(aside_bytes);
     why << "; " << p.nhwc_aside << " of a thread's " << p.vectors
         << " positions held in shared memory (" << p.smem_bytes << " bytes), not registers";
   }

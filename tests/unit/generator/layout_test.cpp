@@ -393,6 +393,18 @@ TEST(PlanLayout, GroupNormManyHeldPositionsPutTwoInSharedMemory) {
   EXPECT_EQ(few.nhwc_aside, 0);
   EXPECT_EQ(few.smem_bytes, 0);
   EXPECT_TRUE(has(emit(few).source, "static constexpr int kAside = 0;"));
+  // Not on a part of 64 KiB of shared memory an SM (beside the kernel's static 32 KiB), where
+  // a part of 100 KiB takes it.
+  const NormSpec mid =
+      NormSpec::parse("op=groupnorm shape=1,512,96,96 dtype=f16 groups=32 layout=nhwc");
+  const KernelPlan t4 = plan(mid, Target::parse("sm_75"));
+  EXPECT_EQ(t4.pieces, 1);
+  EXPECT_GE(t4.vectors, 5);
+  EXPECT_EQ(t4.nhwc_aside, 0);
+  EXPECT_EQ(t4.smem_bytes, 0);
+  const KernelPlan a40 = plan(mid, Target::parse("sm_86"));
+  EXPECT_GE(a40.vectors, 5);
+  EXPECT_EQ(a40.nhwc_aside, 2);
   // Vectors of 8 bytes (C/G = 4 bf16 channels) are not put aside, however many a thread holds.
   const KernelPlan narrow = plan(
       NormSpec::parse("op=groupnorm shape=1,128,256,256 dtype=bf16 groups=32 layout=nhwc"), kH100);
