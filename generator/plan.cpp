@@ -1308,10 +1308,10 @@ constexpr int64_t kGroupMinSegmentBytes = 16 * 1024;
 constexpr int64_t kGroupStreamVectors = 4;  // positions per thread per piece when streamed
 // Channels-last GroupNorm: threads that hold at least kNhwcAsideFrom positions in registers keep
 // kNhwcAside of them in dynamic shared memory instead (KernelPlan::nhwc_aside). Their spills
-// (`normjit dump --emit resources`, f16 with SiLU) fall from 84-92 to 52-64 bytes; on the H200
-// 0.89x the time at [2, 320, 128, 128] (5 positions), 0.94x at [1, 512, 128, 128] (8), and
-// 1.06x at [1, 512, 64, 64] (4: not taken) (performance-notes, "Held positions in shared
-// memory").
+// (`normjit dump --emit resources`, f16 with SiLU) fall from 88 to 52 bytes stored at [1, 512,
+// 128, 128] (8 positions), 52 to 36 at [2, 320, 128, 128] (5); on the H200 0.94x and 0.89x the
+// time, and 1.06x at [1, 512, 64, 64] (4: not taken) (performance-notes, "Single f32 -> bf16
+// conversions by one instruction ...; held positions in shared memory ...").
 constexpr int64_t kNhwcAsideFrom = 5;
 constexpr int kNhwcAside = 2;
 

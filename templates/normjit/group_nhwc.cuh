@@ -288,13 +288,14 @@ __global__ void __launch_bounds__(Cfg::kThreadsX* Cfg::kThreadsY, Cfg::kBlocksPe
 #pragma unroll
     for (int q = 0; q < kWords / 4; ++q) {
       const uint4 u = aside[((k - KR) * (kWords / 4) + q) * (TX * TY) + ty * TX + tx];
-      if constexpr (HV::kPairs) {
-        h.words[4 * q] = u.x, h.words[4 * q + 1] = u.y, h.words[4 * q + 2] = u.z,
-                    h.words[4 * q + 3] = u.w;
-      } else {
-        h.values[4 * q] = __uint_as_float(u.x), h.values[4 * q + 1] = __uint_as_float(u.y),
-                     h.values[4 * q + 2] = __uint_as_float(u.z),
-                     h.values[4 * q + 3] = __uint_as_float(u.w);
+      const unsigned int w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        if constexpr (HV::kPairs) {
+          h.words[4 * q + i] = w[i];
+        } else {
+          h.values[4 * q + i] = __uint_as_float(w[i]);
+        }
       }
     }
     return h;
