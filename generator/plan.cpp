@@ -1546,12 +1546,13 @@ std::string group_nhwc(const Problem& pr, const Target& target, KernelPlan& p) {
   }
   // Threads holding kNhwcAsideFrom or more positions spill (64 registers at 1024 threads, the
   // SiLU epilogue's values among them): the last kNhwcAside of them go to dynamic shared memory.
+  // 16-bit x only: the rule's measurements and GPU tests are f16 and bf16.
   const int words = size_of(pr.x) == 2 && p.vec % 2 == 0 ? int(p.vec / 2) : int(p.vec);
   // Beside the kernel's static shared memory (at most 48 KiB) within what a CTA may have (an
   // SM's less 1 KiB): not on 64 KiB parts (sm_75).
   const int64_t aside_bytes = int64_t{kNhwcAside} * p.block_x * p.block_y * words * 4;
   const int64_t cta_smem = (int64_t{arch_facts(target.sm).smem_per_sm_kib} - 1) * 1024;
-  if (p.pieces == 1 && p.vectors >= kNhwcAsideFrom && words % 4 == 0 &&
+  if (size_of(pr.x) == 2 && p.pieces == 1 && p.vectors >= kNhwcAsideFrom && words % 4 == 0 &&
       aside_bytes + 48 * 1024 <= cta_smem) {
     p.nhwc_aside = kNhwcAside;
     p.smem_bytes = int(aside_bytes);
