@@ -269,16 +269,17 @@ __global__ void __launch_bounds__(Cfg::kThreadsX* Cfg::kThreadsY, Cfg::kBlocksPe
   const auto put_aside = [&](int k) {
 #pragma unroll
     for (int q = 0; q < kWords / 4; ++q) {
-      uint4 u;
-      if constexpr (HV::kPairs) {
-        u = make_uint4(held[k].words[4 * q], held[k].words[4 * q + 1], held[k].words[4 * q + 2],
-                       held[k].words[4 * q + 3]);
-      } else {
-        u = make_uint4(
-            __float_as_uint(held[k].values[4 * q]), __float_as_uint(held[k].values[4 * q + 1]),
-            __float_as_uint(held[k].values[4 * q + 2]), __float_as_uint(held[k].values[4 * q + 3]));
+      unsigned int w[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        if constexpr (HV::kPairs) {
+          w[i] = held[k].words[4 * q + i];
+        } else {
+          w[i] = __float_as_uint(held[k].values[4 * q + i]);
+        }
       }
-      aside[((k - KR) * (kWords / 4) + q) * (TX * TY) + ty * TX + tx] = u;
+      aside[((k - KR) * (kWords / 4) + q) * (TX * TY) + ty * TX + tx] =
+          make_uint4(w[0], w[1], w[2], w[3]);
     }
   };
   // Vector k of the thread: from registers, or from shared memory.
@@ -361,11 +362,9 @@ __global__ void __launch_bounds__(Cfg::kThreadsX* Cfg::kThreadsY, Cfg::kBlocksPe
       for (int j = 0; j < V; ++j) sum[j] = 0.f;
 #pragma unroll
       for (int k = 0; k < K; ++k) {
-        {
-          const HV h = vec(k);
+        const HV h = vec(k);
 #pragma unroll
-          for (int j = 0; j < V; ++j) sum[j] += kAllValid || k < valid ? h[j] - shift[j] : 0.f;
-        }
+        for (int j = 0; j < V; ++j) sum[j] += kAllValid || k < valid ? h[j] - shift[j] : 0.f;
       }
       put(ty, tx, sum);
     } else {
@@ -569,8 +568,7 @@ __global__ void __launch_bounds__(Cfg::kThreadsX* Cfg::kThreadsY, Cfg::kBlocksPe
         const int local = piece * int(kPiece) + ty + k * TY;
         if (kAllValid || local < positions) {
           float out[V];
-#pragma unroll
-          const HV h = kPieces == 1 ? vec(k) : held[k];
+          const HV h = vec(k);  // held[k] unless it is aside (kPieces 1 only)
 #pragma unroll
           for (int j = 0; j < V; ++j) out[j] = normalize(h[j] - shift[j], j);
           epi.template finish<true, V>(out);
