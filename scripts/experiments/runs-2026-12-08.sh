@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# The GPU runs prepared in session 53 (2026-12-03; performance-notes, "The tables at b106891 ...
+# what torch.compile runs for add + RMSNorm at 1024 tokens"). The library (a patch of b106891):
+#   scripts/experiments/build.sh row-forward-many-rows fv
+#        (the many-rows class's knobs: NJX_FWD_VALUES values a thread, NJX_FWD_AHEAD=0 every
+#        parameter at the store, NJX_FWD_CTA threads a CTA)
+# and build-gpu (this checkout, for its gpu_tests). On the GPU machine (carry build-gpu
+# .devcarry/fv):
+#   bash scripts/experiments/runs-2026-12-08.sh addrms   add + RMSNorm at 1024 tokens (and
+#        controls) in torch.compile's shape of those rows, a CTA of 512 threads a row at 32
+#        registers (v8s: NJX_FWD_VALUES=8,NJX_FWD_AHEAD=0), in teams of 256 (v16s, and v16 with the
+#        parameters held), beside the plan on scripts/specs/add-rmsnorm-1024.txt, 3 rounds
+#        (~2 minutes; timing)
+#   bash scripts/experiments/runs-2026-12-08.sh addtable KNOBS   the variants table's own harness
+#        (tools/bench_variants.py: inputs rotating, a sleep kernel first) on add + RMSNorm at 1024
+#        and 4096 tokens, the plan and KNOBS (e.g. NJX_FWD_VALUES=8,NJX_FWD_AHEAD=0) taking turns,
+#        2 rounds, no torch.compile (its times are the table's) (~3 minutes; timing)
+#   bash scripts/experiments/runs-2026-12-08.sh addtests KNOBS   the forward row kernels' GPU
+#        tests over .devcarry/fv with KNOBS (3 shards, ~75 s)
+# Logs and tables go to $OUT (default ./runs-out).
+set -uo pipefail
+# shellcheck source=scripts/experiments/lib.sh
+source "$(dirname "$0")/lib.sh"
+
+# The forward row kernels' GPU tests in 3 shards of about 40-75 s (as runs-2026-12-05.sh).
+ROW_FORWARD_FILTERS=(
+  'Ops.FixedShapes*'
+  'Ops.RandomizedSweep:Ops.AdversarialValues:Ops.InPlace:Variants.OddAndTinyRows:Variants.Strided*:Variants.BatchInvariance*:Variants.OutDtype*:Variants.SaveStats*'
+  'Variants.TransformerRows*:Variants.LlmRows*:Variants.ActivationLongAndOddRows*:Variants.ActivationEvery*:Variants.ParamDtype*:Variants.WeightOffset*:Variants.AllAxes*:Variants.CudaGraph*:Variants.AdversarialValuesThroughTheVariants'
+)
+
+knobs_arg() {
+  if [ -z "${1:-}" ]; then
+    echo "runs-2026-12-08.sh: $2 takes the knobs, e.g. NJX_FWD_VALUES=8,NJX_FWD_AHEAD=0" >&2
+    exit 2
+  fi
+}
+
+case "${1:-}" in
+  addrms)
+    ab_variants addrms 200 3 scripts/specs/add-rmsnorm-1024.txt .devcarry/fv \
+      v8s=NJX_FWD_VALUES=8,NJX_FWD_AHEAD=0 v16s=NJX_FWD_VALUES=16,NJX_FWD_AHEAD=0 \
+      v16=NJX_FWD_VALUES=16
+    ;;
+  addtable)
+    knobs_arg "${2:-}" addtable
+    IFS=, read -r -a knobs <<<"$2"
+    for r in 1 2; do
+      for v in head knob; do
+        set_knobs=(NJX_NONE=1)
+        [ "$v" = knob ] && set_knobs=("${knobs[@]}")
+        env "${set_knobs[@]}" NORMJIT_CACHE_DIR="/tmp/addtable-$v" timeout 120 python3 \
+          tools/bench_variants.py --build .devcarry/fv --only add-rmsnorm --tokens 1024,4096 \
+          --skip-compile --doc "/tmp/addtable-$v$r.md" --json-out "$out/addtable-$v$r.json" \
+          >"$out/addtable-$v$r.log" 2>&1
+        echo "addtable $v round $r: exit $?"
+      done
+    done
+    python3 - "$out" <<'PY'
+import json, sys
+from pathlib import Path
+rows = {}
+for f in sorted(Path(sys.argv[1]).glob("addtable-*.json")):
+    for r in json.loads(f.read_text())["rows"]:
+        key = f"{r['variant']} {r['tokens']} x {r['hidden']}"
+        for col in ("normjit", "separate"):
+            us = (r.get(col) or {}).get("us")
+            if us:
+                rows.setdefault(f"{key} {col}", {})[f.stem[len("addtable-"):]] = us
+for name, t in rows.items():
+    print(f"| {name} | " + " | ".join(f"{k} {v:.2f}" for k, v in sorted(t.items())) + " |")
+PY
+    ;;
+  addtests)
+    knobs_arg "${2:-}" addtests
+    test_shards addtests .devcarry/fv "${2//,/ }" 150 "${ROW_FORWARD_FILTERS[@]}" || exit 1
+    ;;
+  *)
+    sed -n '2,/^set /p' "$0" | grep '^#' | sed 's/^# \{0,1\}//' >&2
+    exit 2
+    ;;
+esac
