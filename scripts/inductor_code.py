@@ -9,7 +9,7 @@ PTX. It times nothing.
 
     python3 scripts/inductor_code.py --variant add-rmsnorm --tokens 1024 --hidden 4096 --out DIR
 
-Writes DIR/<variant>-t<tokens>-h<hidden>.py (the generated module) and one .ptx per kernel,
+Writes DIR/<variant>-t<tokens>-h<hidden>-<dtype>.py (the generated module) and one .ptx per kernel,
 and prints one line per kernel. Needs PyTorch with CUDA and Triton.
 """
 from __future__ import annotations
@@ -25,12 +25,16 @@ sys.path.insert(0, str(REPO / "tools"))
 VARIANTS = ("add-rmsnorm", "add-layernorm", "rmsnorm", "layernorm")
 
 
-def inputs(torch, variant: str, tokens: int, hidden: int):
+DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
+
+
+def inputs(torch, variant: str, tokens: int, hidden: int, dtype: str):
     gen = torch.Generator(device="cuda").manual_seed(0)
-    x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16, generator=gen)
-    r = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16, generator=gen)
-    w = torch.randn(hidden, device="cuda", dtype=torch.bfloat16, generator=gen)
-    b = torch.randn(hidden, device="cuda", dtype=torch.bfloat16, generator=gen)
+    dt = getattr(torch, DTYPES[dtype])
+    x = torch.randn(tokens, hidden, device="cuda", dtype=dt, generator=gen)
+    r = torch.randn(tokens, hidden, device="cuda", dtype=dt, generator=gen)
+    w = torch.randn(hidden, device="cuda", dtype=dt, generator=gen)
+    b = torch.randn(hidden, device="cuda", dtype=dt, generator=gen)
     return {"add-rmsnorm": (x, r, w), "add-layernorm": (x, r, w, b), "rmsnorm": (x, w),
             "layernorm": (x, w, b)}[variant]
 
@@ -63,6 +67,19 @@ def autotuners():
     return found
 
 
+def ptx_of(tuner, launcher) -> dict:
+    """The compiled kernel's assembly: where it hangs depends on the PyTorch version (the
+    launcher's binary, or the autotuner's compile results)."""
+    places = [getattr(launcher, "bin", None), launcher]
+    for result in getattr(tuner, "compile_results", None) or []:
+        places.append(getattr(result, "kernel", None))
+    for place in places:
+        asm = getattr(place, "asm", None)
+        if isinstance(asm, dict) and "ptx" in asm:
+            return asm
+    return {}
+
+
 def describe(name: str, tuner, out: Path, stem: str) -> str:
     launchers = getattr(tuner, "launchers", None) or []
     if not launchers:
@@ -78,8 +95,7 @@ def describe(name: str, tuner, out: Path, stem: str) -> str:
         if hasattr(la, attr):
             fields.append(f"{attr}={getattr(la, attr)}")
     fields.append(f"configs tried={len(getattr(tuner, 'configs', []) or [])}")
-    binary = getattr(la, "bin", None)
-    asm = getattr(binary, "asm", None) or {}
+    asm = ptx_of(tuner, la)
     if "ptx" in asm:
         path = out / f"{stem}-{name}.ptx"
         path.write_text(asm["ptx"])
@@ -92,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variant", choices=VARIANTS, default="add-rmsnorm")
     ap.add_argument("--tokens", type=int, default=1024)
     ap.add_argument("--hidden", type=int, default=4096)
+    ap.add_argument("--dtype", choices=sorted(DTYPES), default="bf16",
+                    help="x's dtype (and the residual's and parameters'; default bf16)")
     ap.add_argument("--out", type=Path, default=Path("inductor-code"),
                     help="folder for the generated module and PTX (created)")
     args = ap.parse_args(argv)
@@ -109,10 +127,10 @@ def main(argv: list[str] | None = None) -> int:
     bv.torch, bv.F = torch, F
 
     args.out.mkdir(parents=True, exist_ok=True)
-    stem = f"{args.variant}-t{args.tokens}-h{args.hidden}"
+    stem = f"{args.variant}-t{args.tokens}-h{args.hidden}-{args.dtype}"
     torch._dynamo.reset()
     fn = torch.compile(expression(bv, args.variant), dynamic=False)
-    _, sources = run_and_get_code(fn, *inputs(torch, args.variant, args.tokens, args.hidden))
+    _, sources = run_and_get_code(fn, *inputs(torch, args.variant, args.tokens, args.hidden, args.dtype))
     torch.cuda.synchronize()
     text = "\n\n# ---- next module ----\n\n".join(sources)
     (args.out / f"{stem}.py").write_text(text)

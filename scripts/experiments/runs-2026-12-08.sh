@@ -15,6 +15,10 @@
 #        (tools/bench_variants.py: inputs rotating, a sleep kernel first) on add + RMSNorm at 1024
 #        and 4096 tokens, the plan and KNOBS (e.g. NJX_FWD_VALUES=8,NJX_FWD_AHEAD=0) taking turns,
 #        2 rounds, no torch.compile (its times are the table's) (~3 minutes; timing)
+#   bash scripts/experiments/runs-2026-12-08.sh inductor   what torch.compile generates (and its
+#        autotuner chose) for the other rows behind it in the tables: LayerNorm f32 [8192, 1024]
+#        (BERT-large) and bf16 [12608, 768] (ViT-B), RMSNorm bf16 [4096, 8192] and [8, 4096],
+#        LayerNorm bf16 [8192, 1024] (scripts/inductor_code.py; ~1.5 minutes, no build needed)
 #   bash scripts/experiments/runs-2026-12-08.sh addtests KNOBS   the forward row kernels' GPU
 #        tests over .devcarry/fv with KNOBS (3 shards, ~75 s)
 # Logs and tables go to $OUT (default ./runs-out).
@@ -70,6 +74,14 @@ for f in sorted(Path(sys.argv[1]).glob("addtable-*.json")):
 for name, t in rows.items():
     print(f"| {name} | " + " | ".join(f"{k} {v:.2f}" for k, v in sorted(t.items())) + " |")
 PY
+    ;;
+  inductor)
+    for c in "layernorm 8192 1024 f32" "layernorm 12608 768 bf16" "rmsnorm 4096 8192 bf16" \
+      "rmsnorm 8 4096 bf16" "layernorm 8192 1024 bf16"; do
+      read -r v t h d <<<"$c"
+      timeout 60 python3 scripts/inductor_code.py --variant "$v" --tokens "$t" --hidden "$h" \
+        --dtype "$d" --out "$out/inductor" 2>&1 | grep -v -i warning | tee -a "$out/inductor.txt"
+    done
     ;;
   addtests)
     knobs_arg "${2:-}" addtests
