@@ -2,6 +2,8 @@
 # Installs what normjit needs on a fresh Debian 12 with the CUDA toolkit in /usr/local/cuda,
 # then configures and builds. Idempotent: re-running only rebuilds.
 #   scripts/setup.sh [build-dir]        (default: build)
+# NORMJIT_BUILD_TYPE: CMake's build type (default RelWithDebInfo; scripts/device_prep.sh takes
+# Release, whose folder is small enough to carry to the GPU machine).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$here/build}
@@ -47,6 +49,6 @@ if ! "$here/.venv/bin/python" -c "import pytest, scikit_build_core" 2>/dev/null;
 fi
 
 export CUDAToolkit_ROOT=/usr/local/cuda
-cmake -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+cmake -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE="${NORMJIT_BUILD_TYPE:-RelWithDebInfo}" \
   -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc >/dev/null
 cmake --build "$build" -j "$(nproc)"
