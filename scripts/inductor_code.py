@@ -40,8 +40,10 @@ def inputs(torch, variant: str, tokens: int, hidden: int, dtype: str):
 
 
 def expression(bv, variant: str):
-    """The table's own expressions (bench_variants.py), so that compile sees the same code."""
-    torch, F = bv.torch, bv.F
+    """The variants table's own expressions (bench_variants.py) for add + norm, so that compile
+    sees the same code; plain rows as the main table's modules compute them (nn.RMSNorm and
+    nn.LayerNorm call these functions)."""
+    F = bv.F
     if variant == "add-rmsnorm":
         return bv.pt_add_rmsnorm
     if variant == "add-layernorm":
