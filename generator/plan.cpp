@@ -253,6 +253,15 @@ int64_t team_slots(int64_t vectors, int values, int vec) {
 // slower, their 96 vectors filling a team of 32 threads at 32 values but leaving a quarter of
 // a team of 64 idle at 16.
 constexpr int64_t kShortPackedRow = 2048;
+// LayerNorm with a residual of x's 16-bit dtype, rows of kResidualLayerNormRows elements, aims for
+// kTeamValues as well (teams of 256 to 512, the parameters then held with x), in both batch
+// classes (a row's bits do not depend on the launch's rows). On the H200 (scripts/ab_bench.py,
+// scripts/specs/layernorm-knobs.txt, 3 rounds; performance-notes, "add + LayerNorm in teams of
+// 16 values") the many-rows class ran add + LayerNorm 1024 x 4096 in 0.89x the time (its 71
+// registers at 128 threads leave 7 CTAs an SM: 924 of 1024 rows in the first wave), 1024 and
+// 4096 x 8192 in 0.98x, 4096 and 16384 x 4096 in 1.00-1.01x; rows of 2048 the same (not taken);
+// plain LayerNorm rows 1.11-1.14x the time (not taken).
+constexpr int64_t kResidualLayerNormRows[2] = {4096, 8192};
 // f32 rows (f32 x, one value a register) of at most kShortF32Row elements in 16-byte accesses aim
 // for half of kTeamValues where that leaves no more vector slots idle: twice the threads per
 // row. In both batch classes, so that a row's reduction (its team) and bits do not depend on the
@@ -273,6 +282,10 @@ int team_values(const Problem& pr, int vec) {
   }
   if (pr.op == Op::kGroupNorm) return 2 * kTeamValues;  // groups: not measured with 16
   const int64_t vectors = ceil_div(pr.row_length, vec);
+  const bool residual_layernorm = pr.op == Op::kLayerNorm && pr.residual == pr.x &&
+                                  pr.row_length >= kResidualLayerNormRows[0] &&
+                                  pr.row_length <= kResidualLayerNormRows[1];
+  if (residual_layernorm) return kTeamValues;
   const bool shorter =
       pr.row_length <= kShortPackedRow &&
       team_slots(vectors, kTeamValues, vec) <= team_slots(vectors, 2 * kTeamValues, vec);
