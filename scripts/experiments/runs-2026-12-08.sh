@@ -21,6 +21,12 @@
 #        LayerNorm bf16 [8192, 1024] (scripts/inductor_code.py; ~1.5 minutes, no build needed)
 #   bash scripts/experiments/runs-2026-12-08.sh addtests KNOBS   the forward row kernels' GPU
 #        tests over .devcarry/fv with KNOBS (3 shards, ~75 s)
+#   bash scripts/experiments/runs-2026-12-08.sh addevict   (added in session 54, the library
+#        rebuilt at 43e831d with the patch's NJX_EVICT_MAX_ROW) add + RMSNorm at 1024 tokens with x
+#        and the residual loaded evict-first from L2 as torch.compile's kernels load them
+#        (NJX_EVICT_MAX_ROW=16384: every launch of those rows that fits in L2), beside the plan on
+#        scripts/specs/add-rmsnorm-1024.txt, 3 rounds (~1.5 minutes), then the variants table's
+#        harness on the same (addtable NJX_EVICT_MAX_ROW=16384, ~3 minutes; timing)
 # Logs and tables go to $OUT (default ./runs-out).
 set -uo pipefail
 # shellcheck source=scripts/experiments/lib.sh
@@ -82,6 +88,11 @@ PY
       timeout 60 python3 scripts/inductor_code.py --variant "$v" --tokens "$t" --hidden "$h" \
         --dtype "$d" --out "$out/inductor" 2>&1 | grep -v -i warning | tee -a "$out/inductor.txt"
     done
+    ;;
+  addevict)
+    ab_variants addevict 150 3 scripts/specs/add-rmsnorm-1024.txt .devcarry/fv \
+      e16k=NJX_EVICT_MAX_ROW=16384
+    bash "$0" addtable NJX_EVICT_MAX_ROW=16384
     ;;
   addtests)
     knobs_arg "${2:-}" addtests
