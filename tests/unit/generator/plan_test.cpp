@@ -429,6 +429,29 @@ TEST(PlanRows, ShortF32RowsTakeTeamsOfEightValuesInEveryBatchClass) {
   EXPECT_EQ(team("op=layernorm shape=8192,1024 dtype=bf16 residual=f32"), 64);
 }
 
+// LayerNorm with a residual of x's 16-bit dtype over rows of 4096 to 8192 takes teams of 16 values
+// a thread (kResidualLayerNormRows), in both batch classes; rows of 16384, plain LayerNorm and add
+// + RMSNorm keep 32 (rows of 2048 take 16 by kShortPackedRow, an f32 residual, h held in f32, as
+// unpacked rows). Its parameters are
+// then held with x in launches of many rows too.
+TEST(PlanRows, ResidualLayerNormRowsTakeTeamsOfSixteenValuesInEveryBatchClass) {
+  const Target t = Target::parse("sm_90");
+  const auto team = [&](const char* text) { return plan(NormSpec::parse(text), t).block_x; };
+  EXPECT_EQ(team("op=layernorm shape=1024,4096 dtype=bf16 residual=bf16"), 256);
+  EXPECT_EQ(team("op=layernorm shape=1,4096 dtype=bf16 residual=bf16"), 256);
+  EXPECT_EQ(team("op=layernorm shape=16384,8192 dtype=f16 residual=f16"), 512);
+  EXPECT_EQ(team("op=layernorm shape=1,8192 dtype=f16 residual=f16"), 512);
+  EXPECT_EQ(team("op=layernorm shape=1024,2048 dtype=bf16 residual=bf16"), 128);
+  EXPECT_EQ(team("op=layernorm shape=1024,16384 dtype=bf16 residual=bf16"), 512);
+  EXPECT_EQ(team("op=layernorm shape=1024,4096 dtype=bf16 residual=f32"), 256);
+  EXPECT_EQ(team("op=layernorm shape=1024,4096 dtype=bf16"), 128);
+  EXPECT_EQ(
+      team("op=rmsnorm shape=1024,4096 normalized_dims=1 dtype=bf16 affine=weight residual=bf16"),
+      128);
+  EXPECT_TRUE(plan(NormSpec::parse("op=layernorm shape=1024,4096 dtype=bf16 residual=bf16"), t)
+                  .params_ahead);
+}
+
 // The row kernel loads per-element parameters with x when they take at most 32 registers per
 // thread (packed 16-bit pairs count half), so a decode launch waits for one memory latency, not
 // one per vector; GroupNorm's per-channel parameters and rows without any are never loaded so.
