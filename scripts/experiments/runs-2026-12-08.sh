@@ -27,6 +27,12 @@
 #        (NJX_EVICT_MAX_ROW=16384: every launch of those rows that fits in L2), beside the plan on
 #        scripts/specs/add-rmsnorm-1024.txt, 3 rounds (~1.5 minutes), then the variants table's
 #        harness on the same (addtable NJX_EVICT_MAX_ROW=16384, ~3 minutes; timing)
+#   bash scripts/experiments/runs-2026-12-08.sh minb   (added in session 54) the row kernel's
+#        registers capped by its launch bounds (NJX_FWD_MINB CTAs an SM) on
+#        scripts/specs/row-minb.txt: build-gpu (this checkout's plan) first, then .devcarry/fv with
+#        launch bounds of 1 CTA an SM (where the plan names none, ptxas gives these kernels 3-8
+#        more registers so), of 3 and 4, and add + LayerNorm's teams of 128 before 70d9187
+#        (NJX_FWD_VALUES=32) with and without 8 CTAs an SM, 3 rounds (~2.5 minutes; timing)
 # Logs and tables go to $OUT (default ./runs-out).
 set -uo pipefail
 # shellcheck source=scripts/experiments/lib.sh
@@ -93,6 +99,14 @@ PY
     ab_variants addevict 150 3 scripts/specs/add-rmsnorm-1024.txt .devcarry/fv \
       e16k=NJX_EVICT_MAX_ROW=16384
     bash "$0" addtable NJX_EVICT_MAX_ROW=16384
+    ;;
+  minb)
+    timeout 240 python3 scripts/ab_bench.py --rounds 3 --out /tmp/minb-ab \
+      --specs scripts/specs/row-minb.txt --variant head=build-gpu \
+      --variant m1=.devcarry/fv:NJX_FWD_MINB=1 --variant m3=.devcarry/fv:NJX_FWD_MINB=3 \
+      --variant m4=.devcarry/fv:NJX_FWD_MINB=4 \
+      --variant o32=.devcarry/fv:NJX_FWD_VALUES=32 \
+      --variant o32m8=.devcarry/fv:NJX_FWD_VALUES=32,NJX_FWD_MINB=8 2>&1 | tee "$out/minb-ab.txt"
     ;;
   addtests)
     knobs_arg "${2:-}" addtests
