@@ -22,7 +22,7 @@
 #   bash scripts/experiments/runs-2026-12-08.sh addtests KNOBS   the forward row kernels' GPU
 #        tests over .devcarry/fv with KNOBS (3 shards, ~75 s)
 #   bash scripts/experiments/runs-2026-12-08.sh addevict   (added in session 54, the library
-#        rebuilt at 43e831d with the patch's NJX_EVICT_MAX_ROW) add + RMSNorm at 1024 tokens with x
+#        rebuilt at ddbcf12 with the patch's NJX_EVICT_MAX_ROW) add + RMSNorm at 1024 tokens with x
 #        and the residual loaded evict-first from L2 as torch.compile's kernels load them
 #        (NJX_EVICT_MAX_ROW=16384: every launch of those rows that fits in L2), beside the plan on
 #        scripts/specs/add-rmsnorm-1024.txt, 3 rounds (~1.5 minutes), then the variants table's
