@@ -1830,6 +1830,30 @@ TEST_F(Variants, TransformerRowsOf768And1024InLaunchesOfManyRows) {
   run_cases("transformer rows, many", cases);
 }
 
+TEST_F(Variants, ResidualLayerNormRowsInTeamsOfSixteenValues) {
+  // LayerNorm with a residual of x's 16-bit dtype over rows of 4096 to 8192 (plan.cpp's
+  // kResidualLayerNormRows: teams of 256 to 512 threads, 16 values each, the parameters held with
+  // x) in both batch classes (the few-rows class of teams of 256 reaches 384 rows, of 512 256),
+  // in place and to separate outputs, with saved statistics; rows of 6144 leave a quarter of
+  // their team's vector slots idle. Large means, negatives and normal values in turn.
+  std::vector<Case> cases;
+  uint64_t seed = 2600;
+  int i = 0;
+  for (const int64_t n : {4096, 6144, 8192}) {
+    for (const int64_t t : {1, 7, 384, 385, 1000}) {
+      const Dtype d = i % 2 == 0 ? Dtype::kBF16 : Dtype::kF16;
+      const Values v = i % 3 == 0   ? Values::kLargeMean
+                       : i % 3 == 1 ? Values::kNegative
+                                    : Values::kNormal;
+      Case c = layer_norm({t, n}, d).add_residual(d, /*in_place=*/i % 2 == 1).with(v, seed++);
+      if (i % 4 == 0) c.stats();
+      cases.push_back(c);
+      ++i;
+    }
+  }
+  run_cases("residual LayerNorm rows, teams of 16 values", cases);
+}
+
 TEST_F(Variants, OddAndTinyRows) {
   // Row lengths 1, 3, 7, 65, 1000, 4097, 65537 and the prime 100003, each axis in turn.
   const int64_t lengths[] = {1, 3, 7, 65, 1000, 4097, 65537, 100003};
