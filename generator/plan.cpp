@@ -255,12 +255,12 @@ int64_t team_slots(int64_t vectors, int values, int vec) {
 constexpr int64_t kShortPackedRow = 2048;
 // LayerNorm with a residual of x's 16-bit dtype, rows of kResidualLayerNormRows elements, aims for
 // kTeamValues as well (teams of 256 to 512, the parameters then held with x), in both batch
-// classes (a row's bits do not depend on the launch's rows). On the H200 (scripts/ab_bench.py,
-// scripts/specs/layernorm-knobs.txt, 3 rounds; performance-notes, "add + LayerNorm in teams of
-// 16 values") the many-rows class ran add + LayerNorm 1024 x 4096 in 0.89x the time (its 71
-// registers at 128 threads leave 7 CTAs an SM: 924 of 1024 rows in the first wave), 1024 and
-// 4096 x 8192 in 0.98x, 4096 and 16384 x 4096 in 1.00-1.01x; rows of 2048 the same (not taken);
-// plain LayerNorm rows 1.11-1.14x the time (not taken).
+// classes (a row's bits do not depend on the launch's rows). On the H200 (scripts/ab_bench.py, 3
+// rounds; performance-notes, "add + LayerNorm in teams of 16 values") the many-rows class ran add
+// + LayerNorm 1024 x 4096 in 0.89x the time (its 71 registers at 128 threads leave 7 CTAs an SM:
+// 924 of 1024 rows in the first round of CTAs), 1024 and 4096 x 8192 in 0.98x, 4096 and 16384 x
+// 4096 in 1.00-1.01x, plain LayerNorm rows in 1.11-1.14x (not taken); with the rule
+// (scripts/specs/add-layernorm-teams.txt) 16384 x 8192 0.98x, 1 to 384 tokens 0.97-1.01x.
 constexpr int64_t kResidualLayerNormRows[2] = {4096, 8192};
 // f32 rows (f32 x, one value a register) of at most kShortF32Row elements in 16-byte accesses aim
 // for half of kTeamValues where that leaves no more vector slots idle: twice the threads per

@@ -430,10 +430,9 @@ TEST(PlanRows, ShortF32RowsTakeTeamsOfEightValuesInEveryBatchClass) {
 }
 
 // LayerNorm with a residual of x's 16-bit dtype over rows of 4096 to 8192 takes teams of 16 values
-// a thread (kResidualLayerNormRows), in both batch classes; rows of 16384, plain LayerNorm and add
-// + RMSNorm keep 32 (rows of 2048 take 16 by kShortPackedRow, an f32 residual, h held in f32, as
-// unpacked rows). Its parameters are
-// then held with x in launches of many rows too.
+// a thread (kResidualLayerNormRows), in both batch classes, its parameters then held with x in
+// launches of many rows too. Rows of 16384, plain LayerNorm and add + RMSNorm keep 32 values;
+// rows of 2048 take 16 by kShortPackedRow, and an f32 residual (h held in f32) as unpacked rows.
 TEST(PlanRows, ResidualLayerNormRowsTakeTeamsOfSixteenValuesInEveryBatchClass) {
   const Target t = Target::parse("sm_90");
   const auto team = [&](const char* text) { return plan(NormSpec::parse(text), t).block_x; };
