@@ -21,12 +21,14 @@
 #        LayerNorm bf16 [8192, 1024] (scripts/inductor_code.py; ~1.5 minutes, no build needed)
 #   bash scripts/experiments/runs-2026-12-08.sh addtests KNOBS   the forward row kernels' GPU
 #        tests over .devcarry/fv with KNOBS (3 shards, ~75 s)
-#   bash scripts/experiments/runs-2026-12-08.sh addevict   (added in session 54, the library
-#        rebuilt at ddbcf12 with the patch's NJX_EVICT_MAX_ROW) add + RMSNorm at 1024 tokens with x
-#        and the residual loaded evict-first from L2 as torch.compile's kernels load them
-#        (NJX_EVICT_MAX_ROW=16384: every launch of those rows that fits in L2), beside the plan on
-#        scripts/specs/add-rmsnorm-1024.txt, 3 rounds (~1.5 minutes), then the variants table's
-#        harness on the same (addtable NJX_EVICT_MAX_ROW=16384, ~3 minutes; timing)
+#   bash scripts/experiments/runs-2026-12-08.sh addevict [KNOBS]   (added in session 54, the
+#        library rebuilt at a667604 with the patch's NJX_EVICT_MAX_ROW and NJX_EARLY_H) add +
+#        RMSNorm at 1024 tokens with x and the residual loaded evict-first from L2 as
+#        torch.compile's kernels load them (e16k: NJX_EVICT_MAX_ROW=16384, every launch of those
+#        rows that fits in L2), with h written as formed (eh: NJX_EARLY_H=1, as compile's first
+#        loop stores it), both (e16keh), beside the plan on scripts/specs/add-rmsnorm-1024.txt, 3
+#        rounds (~2.5 minutes), then the variants table's harness with KNOBS (addtable; default
+#        NJX_EVICT_MAX_ROW=16384; ~3 minutes; timing)
 #   bash scripts/experiments/runs-2026-12-08.sh minb   (added in session 54) the row kernel's
 #        registers capped by its launch bounds (NJX_FWD_MINB CTAs an SM) on
 #        scripts/specs/row-minb.txt: build-gpu (this checkout's plan) first, then .devcarry/fv with
@@ -96,9 +98,9 @@ PY
     done
     ;;
   addevict)
-    ab_variants addevict 150 3 scripts/specs/add-rmsnorm-1024.txt .devcarry/fv \
-      e16k=NJX_EVICT_MAX_ROW=16384
-    bash "$0" addtable NJX_EVICT_MAX_ROW=16384
+    ab_variants addevict 220 3 scripts/specs/add-rmsnorm-1024.txt .devcarry/fv \
+      e16k=NJX_EVICT_MAX_ROW=16384 eh=NJX_EARLY_H=1 e16keh=NJX_EVICT_MAX_ROW=16384,NJX_EARLY_H=1
+    bash "$0" addtable "${2:-NJX_EVICT_MAX_ROW=16384}"
     ;;
   minb)
     timeout 240 python3 scripts/ab_bench.py --rounds 3 --out /tmp/minb-ab \
