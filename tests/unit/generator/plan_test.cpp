@@ -411,13 +411,14 @@ TEST(PlanRows, StrategyFollowsTheRowLength) {
             Strategy::kRowStream);
 }
 
+// The row team (threads a row) of a spec's plan on sm_90.
+int team(const char* text) { return plan(NormSpec::parse(text), Target::parse("sm_90")).block_x; }
+
 // f32 rows of at most 1024 elements in 16-byte accesses take teams of 8 values a thread where
 // that leaves no more vector slots idle, in both batch classes (a row's team, so its bits, must
 // not depend on the launch's rows); rows of 768 (a quarter of a team of 128 idle), of 2048, 16-bit
 // rows and f32 rows with scalar accesses keep 16.
 TEST(PlanRows, ShortF32RowsTakeTeamsOfEightValuesInEveryBatchClass) {
-  const Target t = Target::parse("sm_90");
-  const auto team = [&](const char* text) { return plan(NormSpec::parse(text), t).block_x; };
   EXPECT_EQ(team("op=layernorm shape=8192,1024 dtype=f32"), 128);
   EXPECT_EQ(team("op=layernorm shape=1,1024 dtype=f32"), 128);
   EXPECT_EQ(team("op=rmsnorm shape=300,1024 normalized_dims=1 dtype=f32 affine=weight"), 128);
@@ -434,8 +435,6 @@ TEST(PlanRows, ShortF32RowsTakeTeamsOfEightValuesInEveryBatchClass) {
 // launches of many rows too. Rows of 16384, plain LayerNorm and add + RMSNorm keep 32 values;
 // rows of 2048 take 16 by kShortPackedRow, and an f32 residual (h held in f32) as unpacked rows.
 TEST(PlanRows, ResidualLayerNormRowsTakeTeamsOfSixteenValuesInEveryBatchClass) {
-  const Target t = Target::parse("sm_90");
-  const auto team = [&](const char* text) { return plan(NormSpec::parse(text), t).block_x; };
   EXPECT_EQ(team("op=layernorm shape=1024,4096 dtype=bf16 residual=bf16"), 256);
   EXPECT_EQ(team("op=layernorm shape=1,4096 dtype=bf16 residual=bf16"), 256);
   EXPECT_EQ(team("op=layernorm shape=16384,8192 dtype=f16 residual=f16"), 512);
@@ -447,7 +446,8 @@ TEST(PlanRows, ResidualLayerNormRowsTakeTeamsOfSixteenValuesInEveryBatchClass) {
   EXPECT_EQ(
       team("op=rmsnorm shape=1024,4096 normalized_dims=1 dtype=bf16 affine=weight residual=bf16"),
       128);
-  EXPECT_TRUE(plan(NormSpec::parse("op=layernorm shape=1024,4096 dtype=bf16 residual=bf16"), t)
+  EXPECT_TRUE(plan(NormSpec::parse("op=layernorm shape=1024,4096 dtype=bf16 residual=bf16"),
+                   Target::parse("sm_90"))
                   .params_ahead);
 }
 
