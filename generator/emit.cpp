@@ -166,6 +166,7 @@ void row_fields(const KernelPlan& p, Fields& f) {
       f.flag("kEarlyResidualStore", p.early_h);
       f.size("kEvictFirstRows", p.evict_first_rows);
       f.flag("kPrefetchRow", p.prefetch_row);
+      f.integer("kMinBlocksPerSm", p.min_blocks_per_sm);
       break;
     case Strategy::kRowSplit:
       f.size("kChunks", p.split_chunks);

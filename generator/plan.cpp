@@ -635,6 +635,27 @@ bool prefetches_row(const Problem& pr, const Target& target, const KernelPlan& p
          pr.row_length * size_of(pr.x) >= kPrefetchRowMinBytes;
 }
 
+// bf16 RMSNorm rows of 32 values a thread in teams of 256 (rows of 7169 to 8192: Llama-70B's and
+// Gemma's hidden size), with a 16-bit weight, bf16 y and no residual, take launch bounds of
+// kBf16RowsBlocksPerSm CTAs an SM in launches of many rows: ptxas gives them 68 registers (3 CTAs
+// of 256 an SM), the bounds 64 with no spills (4 CTAs). On the H200 (scripts/ab_bench.py, 3 rounds,
+// scripts/specs/row-minb.txt; performance-notes, "Launch bounds of 4 CTAs an SM on the bf16 rows of
+// 8192") Gemma's rows of 8192 ran 0.97x the time at 1024 tokens and 0.98x at 4096 and 16384, plain
+// RMSNorm 4096 x 8192 0.99x. Left out: an f32 weight (80 registers; 4 CTAs spilled and ran
+// 1.38-1.42x slower), f32 y and an activation (8-12 bytes spilled), an f32 residual (CTAs of 512),
+// f16 rows (ptxas gives them 64 already; the bounds added spills to f16 add + RMSNorm rows of 5120)
+// and the few-rows class (at most 384 rows: one round of CTAs either way).
+constexpr int64_t kSmRegisters = 65536;  // 32-bit registers per SM on every arch from sm_70 on
+constexpr int kBf16RowsBlocksPerSm = 4;
+constexpr int kBf16RowsValues = 32;
+constexpr int kBf16RowsCtaThreads = 256;
+bool bf16_rows_bounded(const Problem& pr, const KernelPlan& p) {
+  return p.batch_class != kBatchFewRows && pr.op == Op::kRmsNorm && pr.x == Dtype::kBF16 &&
+         pr.y == Dtype::kBF16 && !pr.residual && pr.activation == Activation::kNone &&
+         params_of(pr) > 0 && size_of(pr.param) == 2 &&
+         p.block_x * p.block_y == kBf16RowsCtaThreads && p.vectors * p.vec == kBf16RowsValues;
+}
+
 std::string row_registers(const Problem& pr, const Target& target, KernelPlan& p) {
   const int64_t h = pr.row_length;
   const int64_t vectors = ceil_div(h, p.vec);
@@ -644,6 +665,7 @@ std::string row_registers(const Problem& pr, const Target& target, KernelPlan& p
   p.block_x = team;
   p.rows_per_block = std::max(1, (group ? kGroupRowCtaThreads : kRowCtaThreads) / team);
   p.block_y = p.rows_per_block;
+  p.min_blocks_per_sm = bf16_rows_bounded(pr, p) ? kBf16RowsBlocksPerSm : 0;  // 0: no bounds
   const int64_t values = p.vectors * p.vec;
   const int64_t param_words = params_of(pr) * held_words(pr.param, values, p.vec);
   const int64_t slice_words = held_words(pr.held(), values, p.vec);
@@ -684,6 +706,10 @@ std::string row_registers(const Problem& pr, const Target& target, KernelPlan& p
   p.prefetch_row = prefetches_row(pr, target, p);
   if (p.prefetch_row) {
     why << "; each team's first thread asks L2 for its row (one bulk prefetch)";
+  }
+  if (p.min_blocks_per_sm > 0) {
+    why << "; launch bounds of " << p.min_blocks_per_sm << " CTAs an SM (caps the registers at "
+        << kSmRegisters / (p.min_blocks_per_sm * kBf16RowsCtaThreads) << ")";
   }
   return why.str();
 }
@@ -1333,7 +1359,6 @@ constexpr int kNhwcAside = 2;
 // (`normjit dump --emit resources` of f16 [1, 512, 64, 64] in tiles of one group).
 constexpr int64_t kGroupTileOverheadWords = 40;
 constexpr int64_t kGroupTileMinAccessBytes = 8;
-constexpr int64_t kSmRegisters = 65536;  // 32-bit registers per SM on every arch from sm_70 on
 
 // A tile of whole groups (kTiles > 1) that one CTA covers at every position of an item
 // (nhwc_tile), or `chunks` CTAs that exchange the tile's partials (exchange_tile).

@@ -20,7 +20,8 @@
 #        (BERT-large) and bf16 [12608, 768] (ViT-B), RMSNorm bf16 [4096, 8192] and [8, 4096],
 #        LayerNorm bf16 [8192, 1024] (scripts/inductor_code.py; ~1.5 minutes, no build needed)
 #   bash scripts/experiments/runs-2026-12-08.sh addtests KNOBS   the forward row kernels' GPU
-#        tests over .devcarry/fv with KNOBS (3 shards, ~75 s)
+#        tests over .devcarry/fv with KNOBS (3 shards, ~75 s); rowtests-build-gpu: the same over
+#        build-gpu with no knobs (added in session 55)
 #   bash scripts/experiments/runs-2026-12-08.sh addevict [KNOBS]   (added in session 54, the
 #        library rebuilt at a667604 with the patch's NJX_EVICT_MAX_ROW and NJX_EARLY_H) add +
 #        RMSNorm at 1024 tokens with x and the residual loaded evict-first from L2 as
@@ -113,6 +114,9 @@ PY
   addtests)
     knobs_arg "${2:-}" addtests
     test_shards addtests .devcarry/fv "${2//,/ }" 150 "${ROW_FORWARD_FILTERS[@]}" || exit 1
+    ;;
+  rowtests-build-gpu)
+    test_shards rowtests build-gpu "" 150 "${ROW_FORWARD_FILTERS[@]}" || exit 1
     ;;
   *)
     sed -n '2,/^set /p' "$0" | grep '^#' | sed 's/^# \{0,1\}//' >&2

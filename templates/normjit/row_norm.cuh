@@ -25,8 +25,11 @@ namespace normjit {
 //                   evict-first policy, larger ones with the normal one; 0: plain loads
 //   kPrefetchRow    the team's first thread asks L2 for the row of x (and of the residual)
 //                   with one bulk prefetch (sm_90)
+//   kMinBlocksPerSm the launch bounds' CTAs an SM (caps the registers); 0 names none (1 would
+//                   give ptxas more registers than none)
 template <class C>
-__global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock) row_norm(Params p) {
+__global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock, C::kMinBlocksPerSm)
+    row_norm(Params p) {
   constexpr int TEAM = C::kThreads, ROWS = C::kRowsPerBlock;
   constexpr long long H = C::kRowLength;
   constexpr int kWarps = TEAM > 32 ? TEAM / 32 : 1;

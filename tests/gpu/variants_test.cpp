@@ -1854,6 +1854,46 @@ TEST_F(Variants, ResidualLayerNormRowsInTeamsOfSixteenValues) {
   run_cases("residual LayerNorm rows, teams of 16 values", cases);
 }
 
+TEST_F(Variants, Bf16RmsNormRowsOfEightKiUnderLaunchBounds) {
+  // bf16 RMSNorm rows held at 32 values a thread in teams of 256 (rows of 7169 to 8192, and 7168
+  // and an odd 8191 in scalar accesses), a 16-bit weight, bf16 y, no residual: in launches of
+  // more than 384 rows the kernel takes launch bounds of 4 CTAs an SM (plan.cpp's
+  // kBf16RowsBlocksPerSm, its registers capped at 64); the few-rows class, with none, beside
+  // them. Gemma's 1 + w, an f16 weight, saved rstd, y over x and strided rows in turn; large
+  // means, negatives and normal values.
+  std::vector<Case> cases;
+  uint64_t seed = 2700;
+  int i = 0;
+  for (const int64_t n : {7168, 7200, 8191, 8192}) {
+    for (const int64_t t : {3, 385, 1000, 4096}) {
+      const Values v = i % 3 == 0   ? Values::kLargeMean
+                       : i % 3 == 1 ? Values::kNegative
+                                    : Values::kNormal;
+      Case c = rms({t, n}, Dtype::kBF16);
+      switch (i % 5) {
+        case 0:
+          c.offset(1.0);
+          break;
+        case 1:
+          c.params(Dtype::kF16).stats();
+          break;
+        case 2:
+          c.y_over_x();
+          break;
+        case 3:
+          c.rows_at(slice(64, n + 64), slice(128, n + 32));
+          break;
+        default:
+          c.offset(1.0).stats();
+          break;
+      }
+      cases.push_back(c.with(v, seed++));
+      ++i;
+    }
+  }
+  run_cases("bf16 RMSNorm rows of 8 Ki under launch bounds", cases);
+}
+
 TEST_F(Variants, OddAndTinyRows) {
   // Row lengths 1, 3, 7, 65, 1000, 4097, 65537 and the prime 100003, each axis in turn.
   const int64_t lengths[] = {1, 3, 7, 65, 1000, 4097, 65537, 100003};

@@ -451,6 +451,41 @@ TEST(PlanRows, ResidualLayerNormRowsTakeTeamsOfSixteenValuesInEveryBatchClass) {
                   .params_ahead);
 }
 
+// bf16 RMSNorm rows of 32 values a thread in teams of 256 (rows of 7169 to 8192), with a 16-bit
+// weight, bf16 y and no residual, take launch bounds of 4 CTAs an SM in launches of many rows
+// (kBf16RowsBlocksPerSm: 64 registers, not ptxas's 68); the few-rows class, f16 rows, an f32
+// weight or y, a residual, an activation, no weight and shorter rows name none (0).
+TEST(PlanRows, Bf16RmsNormRowsOfEightKiTakeLaunchBoundsOfFourCtas) {
+  const auto bound = [](const char* text) {
+    return plan(NormSpec::parse(text), Target::parse("sm_90")).min_blocks_per_sm;
+  };
+  EXPECT_EQ(bound("op=rmsnorm shape=4096,8192 normalized_dims=1 dtype=bf16 affine=weight"), 4);
+  EXPECT_EQ(bound("op=rmsnorm shape=1024,8192 normalized_dims=1 dtype=bf16 affine=weight "
+                  "weight_offset=1"),
+            4);
+  EXPECT_EQ(bound("op=rmsnorm shape=1024,7200 normalized_dims=1 dtype=bf16 affine=weight "
+                  "param_dtype=f16 save_stats=true"),
+            4);
+  EXPECT_EQ(bound("op=rmsnorm shape=100,8192 normalized_dims=1 dtype=bf16 affine=weight"), 0);
+  EXPECT_EQ(bound("op=rmsnorm shape=4096,8192 normalized_dims=1 dtype=f16 affine=weight"), 0);
+  EXPECT_EQ(bound("op=rmsnorm shape=4096,8192 normalized_dims=1 dtype=bf16 affine=weight "
+                  "param_dtype=f32"),
+            0);
+  EXPECT_EQ(bound("op=rmsnorm shape=4096,8192 normalized_dims=1 dtype=bf16 affine=weight "
+                  "out_dtype=f32"),
+            0);
+  EXPECT_EQ(bound("op=rmsnorm shape=4096,8192 normalized_dims=1 dtype=bf16 affine=weight "
+                  "residual=bf16"),
+            0);
+  EXPECT_EQ(bound("op=rmsnorm shape=4096,8192 normalized_dims=1 dtype=bf16 affine=weight "
+                  "activation=silu"),
+            0);
+  EXPECT_EQ(bound("op=rmsnorm shape=4096,8192 normalized_dims=1 dtype=bf16 affine=none"), 0);
+  EXPECT_EQ(bound("op=layernorm shape=4096,8192 dtype=bf16"), 0);
+  EXPECT_EQ(bound("op=rmsnorm shape=4096,4096 normalized_dims=1 dtype=bf16 affine=weight"), 0);
+  EXPECT_EQ(bound("op=rmsnorm shape=4096,16384 normalized_dims=1 dtype=bf16 affine=weight"), 0);
+}
+
 // The row kernel loads per-element parameters with x when they take at most 32 registers per
 // thread (packed 16-bit pairs count half), so a decode launch waits for one memory latency, not
 // one per vector; GroupNorm's per-channel parameters and rows without any are never loaded so.
