@@ -635,25 +635,32 @@ bool prefetches_row(const Problem& pr, const Target& target, const KernelPlan& p
          pr.row_length * size_of(pr.x) >= kPrefetchRowMinBytes;
 }
 
-// bf16 RMSNorm rows of 32 values a thread in teams of 256 (rows of 7169 to 8192: Llama-70B's and
-// Gemma's hidden size), with a 16-bit weight, bf16 y and no residual, take launch bounds of
-// kBf16RowsBlocksPerSm CTAs an SM in launches of many rows: ptxas gives them 68 registers (3 CTAs
-// of 256 an SM), the bounds 64 with no spills (4 CTAs). On the H200 (scripts/ab_bench.py, 3 rounds,
-// scripts/specs/row-minb.txt; performance-notes, "Launch bounds of 4 CTAs an SM on the bf16 rows of
-// 8192") Gemma's rows of 8192 ran 0.97x the time at 1024 tokens and 0.98x at 4096 and 16384, plain
-// RMSNorm 4096 x 8192 0.99x. Left out: an f32 weight (80 registers; 4 CTAs spilled and ran
-// 1.38-1.42x slower), f32 y and an activation (8-12 bytes spilled), an f32 residual (CTAs of 512),
-// f16 rows (ptxas gives them 64 already; the bounds added spills to f16 add + RMSNorm rows of 5120)
-// and the few-rows class (at most 384 rows: one round of CTAs either way).
+// Row kernels of 16-bit rows in CTAs of 256 or 512 threads take launch bounds that cap their
+// registers at kRowRegisterCap (4 or 2 CTAs an SM) in launches of many rows: ptxas gives some of
+// them a few more (68-72: 3 CTAs of 256 an SM, or 1 of 512, a quarter of the threads an SM holds).
+// On the H200 (scripts/ab_bench.py, 3 rounds, NJX_FWD_MINB of row-forward-many-rows.patch;
+// performance-notes, "Launch bounds: 64 registers for the row kernels in CTAs of 256 and 512")
+// LayerNorm bf16 rows of 12288 (69 registers, 1 CTA of 512 an SM) ran 0.70x the time at 1024 tokens
+// and 0.63x at 4096; bf16 RMSNorm rows of 8192 (68 registers) 0.98-0.99x (Gemma's and Llama-70B's,
+// 1024 to 16384 tokens), f16 ones (64 and 8 bytes spilled) 0.97-0.98x, -> SiLU (70; 12 bytes
+// spilled with the bounds) 0.98x, add + RMSNorm bf16 rows of 5120 (68) 0.99x. Left out: an f32
+// weight beside 16-bit x (80 registers; 4 CTAs an SM spilled 80 bytes and ran 1.38-1.42x slower),
+// f32 y or h (not measured), add + LayerNorm at 32 values a thread (rows of 16384: 81 registers,
+// 36 bytes spilled with the bounds, 1.03x at 4096 tokens), f32 rows (CTAs of 1024 hold at most
+// 64 registers anyway) and the few-rows class (at most 384 rows: one round of CTAs either way).
 constexpr int64_t kSmRegisters = 65536;  // 32-bit registers per SM on every arch from sm_70 on
-constexpr int kBf16RowsBlocksPerSm = 4;
-constexpr int kBf16RowsValues = 32;
-constexpr int kBf16RowsCtaThreads = 256;
-bool bf16_rows_bounded(const Problem& pr, const KernelPlan& p) {
-  return p.batch_class != kBatchFewRows && pr.op == Op::kRmsNorm && pr.x == Dtype::kBF16 &&
-         pr.y == Dtype::kBF16 && !pr.residual && pr.activation == Activation::kNone &&
-         params_of(pr) > 0 && size_of(pr.param) == 2 &&
-         p.block_x * p.block_y == kBf16RowsCtaThreads && p.vectors * p.vec == kBf16RowsValues;
+constexpr int kRowRegisterCap = 64;
+int row_blocks_bound(const Problem& pr, const KernelPlan& p) {
+  const int cta = p.block_x * p.block_y;
+  const bool sixteen_bit = size_of(pr.x) == 2 && size_of(pr.y) <= 2 && size_of(pr.held()) == 2 &&
+                           (params_of(pr) == 0 || size_of(pr.param) == 2);
+  const bool residual_layernorm_of_32 =
+      pr.op == Op::kLayerNorm && pr.residual && p.vectors * p.vec == 2 * kTeamValues;
+  if (p.batch_class == kBatchFewRows || pr.op == Op::kGroupNorm || !sixteen_bit ||
+      residual_layernorm_of_32 || (cta != 256 && cta != 512)) {
+    return 0;  // no bounds
+  }
+  return int(kSmRegisters / (int64_t{kRowRegisterCap} * cta));
 }
 
 std::string row_registers(const Problem& pr, const Target& target, KernelPlan& p) {
@@ -665,7 +672,7 @@ std::string row_registers(const Problem& pr, const Target& target, KernelPlan& p
   p.block_x = team;
   p.rows_per_block = std::max(1, (group ? kGroupRowCtaThreads : kRowCtaThreads) / team);
   p.block_y = p.rows_per_block;
-  p.min_blocks_per_sm = bf16_rows_bounded(pr, p) ? kBf16RowsBlocksPerSm : 0;  // 0: no bounds
+  p.min_blocks_per_sm = row_blocks_bound(pr, p);
   const int64_t values = p.vectors * p.vec;
   const int64_t param_words = params_of(pr) * held_words(pr.param, values, p.vec);
   const int64_t slice_words = held_words(pr.held(), values, p.vec);
@@ -709,7 +716,7 @@ std::string row_registers(const Problem& pr, const Target& target, KernelPlan& p
   }
   if (p.min_blocks_per_sm > 0) {
     why << "; launch bounds of " << p.min_blocks_per_sm << " CTAs an SM (caps the registers at "
-        << kSmRegisters / (p.min_blocks_per_sm * kBf16RowsCtaThreads) << ")";
+        << kRowRegisterCap << ")";
   }
   return why.str();
 }

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# The GPU runs of session 55 (2026-12-04; performance-notes, "Launch bounds of 4 CTAs an SM on the
-# bf16 rows of 8192"). The libraries: build-gpu (this checkout, with plan.cpp's
-# kBf16RowsBlocksPerSm) and .devcarry/fv (scripts/experiments/build.sh row-forward-many-rows fv:
-# the plan before the rule, with the NJX_FWD_MINB knob). On the GPU machine (carry build-gpu
+# The GPU runs of session 55 (2026-12-04; performance-notes, "Launch bounds: 64 registers for the
+# row kernels in CTAs of 256 and 512"). The libraries: build-gpu (this checkout, with plan.cpp's
+# row_blocks_bound) and .devcarry/fv (scripts/experiments/build.sh row-forward-many-rows fv: the
+# plan before the rule, with the NJX_FWD_MINB knob). On the GPU machine (carry build-gpu
 # .devcarry/fv):
+#   bash scripts/experiments/runs-2026-12-04.sh explore   scripts/ab_bench.py (3 rounds) of
+#        scripts/specs/bf16-rows-bounded.txt, .devcarry/fv against build-gpu at 2c993e9 (the rule
+#        for bf16 RMSNorm rows of 8192 alone), and of scripts/specs/rows-bounds-256.txt and
+#        -512.txt with NJX_FWD_MINB=1 and 4 (CTAs of 256) or 2 (CTAs of 512) (~2.5 minutes)
 #   bash scripts/experiments/runs-2026-12-04.sh bounds   the rule's GPU test, then
-#        scripts/ab_bench.py (3 rounds) of scripts/specs/bf16-rows-bounded.txt, before the rule
-#        (.devcarry/fv) against build-gpu, and of scripts/specs/rows-bounds-256.txt and -512.txt
-#        (kernels over 64 registers the rule leaves alone) with NJX_FWD_MINB=1 and 4 (CTAs of 256)
-#        or 2 (CTAs of 512) (~2.5 minutes; timing)
+#        scripts/ab_bench.py (3 rounds) of scripts/specs/rows-launch-bounds.txt, before the rule
+#        (.devcarry/fv) against build-gpu (~2 minutes; timing)
 #   bash scripts/experiments/runs-2026-12-04.sh rowtests   the forward row kernels' GPU tests over
 #        build-gpu (the shards of runs-2026-12-08.sh addtests; ~75 s)
 # Logs and tables go to $OUT (default ./runs-out).
@@ -17,10 +19,7 @@ set -uo pipefail
 source "$(dirname "$0")/lib.sh"
 
 case "${1:-}" in
-  bounds)
-    timeout 60 build-gpu/tests/gpu/gpu_tests \
-      --gtest_filter='Variants.Bf16RmsNormRowsOfEightKiUnderLaunchBounds' 2>&1 |
-      tail -6 | tee "$out/bounds-test.txt"
+  explore)
     timeout 150 python3 scripts/ab_bench.py --rounds 3 --out /tmp/bounds-ab \
       --specs scripts/specs/bf16-rows-bounded.txt --variant before=.devcarry/fv \
       --variant after=build-gpu 2>&1 | grep -v '^round' | tee "$out/bounds-ab.txt"
@@ -28,6 +27,14 @@ case "${1:-}" in
       m1=NJX_FWD_MINB=1 m4=NJX_FWD_MINB=4 | grep -v '^round'
     ab_variants bounds512 60 3 scripts/specs/rows-bounds-512.txt .devcarry/fv \
       m1=NJX_FWD_MINB=1 m2=NJX_FWD_MINB=2 | grep -v '^round'
+    ;;
+  bounds)
+    timeout 90 build-gpu/tests/gpu/gpu_tests \
+      --gtest_filter='Variants.SixteenBitRowsUnderLaunchBounds' 2>&1 |
+      tail -4 | tee "$out/bounds-test.txt"
+    timeout 200 python3 scripts/ab_bench.py --rounds 3 --out /tmp/rows-bounds-ab \
+      --specs scripts/specs/rows-launch-bounds.txt --variant before=.devcarry/fv \
+      --variant after=build-gpu 2>&1 | grep -v '^round' | tee "$out/rows-bounds-ab.txt"
     ;;
   rowtests)
     bash "$(dirname "$0")/runs-2026-12-08.sh" rowtests-build-gpu

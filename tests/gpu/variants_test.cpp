@@ -1854,44 +1854,44 @@ TEST_F(Variants, ResidualLayerNormRowsInTeamsOfSixteenValues) {
   run_cases("residual LayerNorm rows, teams of 16 values", cases);
 }
 
-TEST_F(Variants, Bf16RmsNormRowsOfEightKiUnderLaunchBounds) {
-  // bf16 RMSNorm rows held at 32 values a thread in teams of 256 (rows of 7169 to 8192, and 7168
-  // and an odd 8191 in scalar accesses), a 16-bit weight, bf16 y, no residual: in launches of
-  // more than 384 rows the kernel takes launch bounds of 4 CTAs an SM (plan.cpp's
-  // kBf16RowsBlocksPerSm, its registers capped at 64); the few-rows class, with none, beside
-  // them. Gemma's 1 + w, an f16 weight, saved rstd, y over x and strided rows in turn; large
-  // means, negatives and normal values.
+TEST_F(Variants, SixteenBitRowsUnderLaunchBounds) {
+  // Row kernels of 16-bit rows in CTAs of 256 and 512 threads, which take launch bounds of 64
+  // registers in launches of more than the few-rows class's rows (plan.cpp's row_blocks_bound;
+  // `normjit dump --emit resources`: some spill 4-16 bytes so): bf16 RMSNorm rows of 7168, 8191
+  // (scalar accesses) and 8192 with Gemma's 1 + w, an f16 weight, saved rstd, y over x, strided
+  // rows and -> SiLU; f16 add + RMSNorm rows of 8192 and 16384; LayerNorm bf16 rows of 9216 and
+  // 12288 with saved statistics, f16 rows of 5120 and 6144, fp8 y. 3 tokens (the few-rows class,
+  // no bounds) beside 385, 1000 and 4096; large means, negatives and normal values in turn.
   std::vector<Case> cases;
   uint64_t seed = 2700;
   int i = 0;
-  for (const int64_t n : {7168, 7200, 8191, 8192}) {
-    for (const int64_t t : {3, 385, 1000, 4096}) {
-      const Values v = i % 3 == 0   ? Values::kLargeMean
-                       : i % 3 == 1 ? Values::kNegative
-                                    : Values::kNormal;
-      Case c = rms({t, n}, Dtype::kBF16);
-      switch (i % 5) {
-        case 0:
-          c.offset(1.0);
-          break;
-        case 1:
-          c.params(Dtype::kF16).stats();
-          break;
-        case 2:
-          c.y_over_x();
-          break;
-        case 3:
-          c.rows_at(slice(64, n + 64), slice(128, n + 32));
-          break;
-        default:
-          c.offset(1.0).stats();
-          break;
-      }
-      cases.push_back(c.with(v, seed++));
-      ++i;
-    }
+  for (const int64_t t : {3, 385, 1000, 4096}) {
+    const auto values = [&] {
+      const int k = i++;
+      return k % 3 == 0 ? Values::kLargeMean : k % 3 == 1 ? Values::kNegative : Values::kNormal;
+    };
+    cases.push_back(rms({t, 8192}, Dtype::kBF16).offset(1.0).with(values(), seed++));
+    cases.push_back(
+        rms({t, 8192}, Dtype::kBF16).params(Dtype::kF16).stats().with(values(), seed++));
+    cases.push_back(rms({t, 7168}, Dtype::kBF16).y_over_x().with(values(), seed++));
+    cases.push_back(rms({t, 8191}, Dtype::kBF16).offset(1.0).stats().with(values(), seed++));
+    cases.push_back(rms({t, 8192}, Dtype::kBF16)
+                        .rows_at(slice(64, 8192 + 64), slice(128, 8192 + 32))
+                        .with(values(), seed++));
+    cases.push_back(rms({t, 8192}, Dtype::kBF16).act(Activation::kSilu).with(values(), seed++));
+    cases.push_back(rms({t, 8192}, Dtype::kF16)
+                        .add_residual(Dtype::kF16, /*in_place=*/true)
+                        .with(values(), seed++));
+    cases.push_back(rms({t, 16384}, Dtype::kF16)
+                        .add_residual(Dtype::kF16, /*in_place=*/false)
+                        .with(values(), seed++));
+    cases.push_back(layer_norm({t, 12288}, Dtype::kBF16).stats().with(values(), seed++));
+    cases.push_back(layer_norm({t, 9216}, Dtype::kBF16).with(values(), seed++));
+    cases.push_back(layer_norm({t, 5120}, Dtype::kF16).with(values(), seed++));
+    cases.push_back(
+        layer_norm({t, 6144}, Dtype::kF16).out(Dtype::kE4M3, 0.5f).with(values(), seed++));
   }
-  run_cases("bf16 RMSNorm rows of 8 Ki under launch bounds", cases);
+  run_cases("16-bit rows under launch bounds", cases);
 }
 
 TEST_F(Variants, OddAndTinyRows) {

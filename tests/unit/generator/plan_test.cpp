@@ -451,23 +451,38 @@ TEST(PlanRows, ResidualLayerNormRowsTakeTeamsOfSixteenValuesInEveryBatchClass) {
                   .params_ahead);
 }
 
-// bf16 RMSNorm rows of 32 values a thread in teams of 256 (rows of 7169 to 8192), with a 16-bit
-// weight, bf16 y and no residual, take launch bounds of 4 CTAs an SM in launches of many rows
-// (kBf16RowsBlocksPerSm: 64 registers, not ptxas's 68); the few-rows class, f16 rows, an f32
-// weight or y, a residual, an activation, no weight and shorter rows name none (0).
-TEST(PlanRows, Bf16RmsNormRowsOfEightKiTakeLaunchBoundsOfFourCtas) {
+// Row kernels of 16-bit rows (x, y at most 16 bits, h and the parameters 16-bit) in CTAs of 256 or
+// 512 threads take launch bounds of 64 registers in launches of many rows: 4 or 2 CTAs an SM
+// (row_blocks_bound). The few-rows class, f32 rows, an f32 weight, y or residual, add + LayerNorm
+// at 32 values a thread, GroupNorm's rows and CTAs of 128 name none (0).
+TEST(PlanRows, SixteenBitRowsInCtasOf256And512TakeLaunchBoundsOf64Registers) {
   const auto bound = [](const char* text) {
     return plan(NormSpec::parse(text), Target::parse("sm_90")).min_blocks_per_sm;
   };
-  EXPECT_EQ(bound("op=rmsnorm shape=4096,8192 normalized_dims=1 dtype=bf16 affine=weight"), 4);
-  EXPECT_EQ(bound("op=rmsnorm shape=1024,8192 normalized_dims=1 dtype=bf16 affine=weight "
-                  "weight_offset=1"),
+  const auto threads = [](const char* text) {
+    const KernelPlan p = plan(NormSpec::parse(text), Target::parse("sm_90"));
+    return p.block_x * p.block_y;
+  };
+  const char* rms8k = "op=rmsnorm shape=4096,8192 normalized_dims=1 dtype=bf16 affine=weight";
+  ASSERT_EQ(threads(rms8k), 256);
+  EXPECT_EQ(bound(rms8k), 4);
+  EXPECT_EQ(bound("op=rmsnorm shape=1024,8192 normalized_dims=1 dtype=f16 affine=weight "
+                  "weight_offset=1 activation=silu"),
             4);
   EXPECT_EQ(bound("op=rmsnorm shape=1024,7200 normalized_dims=1 dtype=bf16 affine=weight "
-                  "param_dtype=f16 save_stats=true"),
+                  "param_dtype=f16 save_stats=true out_dtype=e4m3"),
             4);
+  const char* ln12k = "op=layernorm shape=4096,12288 dtype=bf16";
+  ASSERT_EQ(threads(ln12k), 512);
+  EXPECT_EQ(bound(ln12k), 2);
+  EXPECT_EQ(bound("op=rmsnorm shape=4096,16384 normalized_dims=1 dtype=f16 affine=weight "
+                  "residual=f16"),
+            2);
+  EXPECT_EQ(bound("op=layernorm shape=4096,8192 dtype=bf16 residual=bf16"), 2);  // 16 values
+  EXPECT_EQ(bound("op=rmsnorm shape=4096,8192 normalized_dims=1 dtype=bf16 affine=none"), 4);
+  // None:
   EXPECT_EQ(bound("op=rmsnorm shape=100,8192 normalized_dims=1 dtype=bf16 affine=weight"), 0);
-  EXPECT_EQ(bound("op=rmsnorm shape=4096,8192 normalized_dims=1 dtype=f16 affine=weight"), 0);
+  EXPECT_EQ(bound("op=layernorm shape=100,12288 dtype=bf16"), 0);
   EXPECT_EQ(bound("op=rmsnorm shape=4096,8192 normalized_dims=1 dtype=bf16 affine=weight "
                   "param_dtype=f32"),
             0);
@@ -475,15 +490,13 @@ TEST(PlanRows, Bf16RmsNormRowsOfEightKiTakeLaunchBoundsOfFourCtas) {
                   "out_dtype=f32"),
             0);
   EXPECT_EQ(bound("op=rmsnorm shape=4096,8192 normalized_dims=1 dtype=bf16 affine=weight "
-                  "residual=bf16"),
+                  "residual=f32"),
             0);
-  EXPECT_EQ(bound("op=rmsnorm shape=4096,8192 normalized_dims=1 dtype=bf16 affine=weight "
-                  "activation=silu"),
-            0);
-  EXPECT_EQ(bound("op=rmsnorm shape=4096,8192 normalized_dims=1 dtype=bf16 affine=none"), 0);
-  EXPECT_EQ(bound("op=layernorm shape=4096,8192 dtype=bf16"), 0);
-  EXPECT_EQ(bound("op=rmsnorm shape=4096,4096 normalized_dims=1 dtype=bf16 affine=weight"), 0);
-  EXPECT_EQ(bound("op=rmsnorm shape=4096,16384 normalized_dims=1 dtype=bf16 affine=weight"), 0);
+  EXPECT_EQ(bound("op=layernorm shape=4096,16384 dtype=bf16 residual=bf16"), 0);  // 32 values
+  EXPECT_EQ(bound("op=layernorm shape=4096,8192 dtype=f32"), 0);
+  const char* rms4k = "op=rmsnorm shape=4096,4096 normalized_dims=1 dtype=bf16 affine=weight";
+  ASSERT_EQ(threads(rms4k), 128);
+  EXPECT_EQ(bound(rms4k), 0);
 }
 
 // The row kernel loads per-element parameters with x when they take at most 32 registers per
