@@ -1859,9 +1859,10 @@ TEST_F(Variants, SixteenBitRowsUnderLaunchBounds) {
   // registers in launches of more than the few-rows class's rows (plan.cpp's row_blocks_bound;
   // `normjit dump --emit resources`: some spill 4-16 bytes so): bf16 RMSNorm rows of 7168, 8191
   // (scalar accesses) and 8192 with Gemma's 1 + w, an f16 weight, saved rstd, y over x, strided
-  // rows and -> SiLU; f16 add + RMSNorm rows of 8192 and 16384; LayerNorm bf16 rows of 9216 and
-  // 12288 with saved statistics, f16 rows of 5120 and 6144, fp8 y. 3 tokens (the few-rows class,
-  // no bounds) beside 385, 1000 and 4096; large means, negatives and normal values in turn.
+  // rows and -> SiLU; f16 add + RMSNorm rows of 16384 (and of 8192, left unbounded); LayerNorm
+  // bf16 rows of 9216 and 12288 with saved statistics, f16 rows of 5120 and 6144, fp8 y. 3 tokens
+  // (the few-rows class, no bounds) beside 385, 1000 and 4096; large means, negatives and normal
+  // values in turn.
   std::vector<Case> cases;
   uint64_t seed = 2700;
   int i = 0;

@@ -451,10 +451,11 @@ TEST(PlanRows, ResidualLayerNormRowsTakeTeamsOfSixteenValuesInEveryBatchClass) {
                   .params_ahead);
 }
 
-// Row kernels of 16-bit rows (x, y at most 16 bits, h and the parameters 16-bit) in CTAs of 256 or
-// 512 threads take launch bounds of 64 registers in launches of many rows: 4 or 2 CTAs an SM
-// (row_blocks_bound). The few-rows class, f32 rows, an f32 weight, y or residual, add + LayerNorm
-// at 32 values a thread, GroupNorm's rows and CTAs of 128 name none (0).
+// Row kernels of 16-bit rows (x, h and the parameters 16-bit, y at most) take launch bounds of 64
+// registers in launches of many rows (row_blocks_bound): CTAs of 256 without a residual (4 CTAs an
+// SM), LayerNorm in CTAs of 512 at fewer than 32 values a thread without a residual and RMSNorm in
+// CTAs of 512 with an f16 residual (2). The few-rows class, f32 rows, an f32 weight, y or residual,
+// the other residuals, GroupNorm's rows and CTAs of 128 name none (0).
 TEST(PlanRows, SixteenBitRowsInCtasOf256And512TakeLaunchBoundsOf64Registers) {
   const auto bound = [](const char* text) {
     return plan(NormSpec::parse(text), Target::parse("sm_90")).min_blocks_per_sm;
@@ -478,7 +479,7 @@ TEST(PlanRows, SixteenBitRowsInCtasOf256And512TakeLaunchBoundsOf64Registers) {
   EXPECT_EQ(bound("op=rmsnorm shape=4096,16384 normalized_dims=1 dtype=f16 affine=weight "
                   "residual=f16"),
             2);
-  EXPECT_EQ(bound("op=layernorm shape=4096,8192 dtype=bf16 residual=bf16"), 2);  // 16 values
+  EXPECT_EQ(bound("op=layernorm shape=4096,5120 dtype=f16 save_stats=true"), 4);
   EXPECT_EQ(bound("op=rmsnorm shape=4096,8192 normalized_dims=1 dtype=bf16 affine=none"), 4);
   // None:
   EXPECT_EQ(bound("op=rmsnorm shape=100,8192 normalized_dims=1 dtype=bf16 affine=weight"), 0);
@@ -492,7 +493,19 @@ TEST(PlanRows, SixteenBitRowsInCtasOf256And512TakeLaunchBoundsOf64Registers) {
   EXPECT_EQ(bound("op=rmsnorm shape=4096,8192 normalized_dims=1 dtype=bf16 affine=weight "
                   "residual=f32"),
             0);
-  EXPECT_EQ(bound("op=layernorm shape=4096,16384 dtype=bf16 residual=bf16"), 0);  // 32 values
+  // Residuals in CTAs of 256; in CTAs of 512 all but RMSNorm's f16 one.
+  EXPECT_EQ(bound("op=rmsnorm shape=4096,8192 normalized_dims=1 dtype=f16 affine=weight "
+                  "residual=f16"),
+            0);
+  EXPECT_EQ(bound("op=layernorm shape=1024,4096 dtype=bf16 residual=bf16"), 0);
+  EXPECT_EQ(bound("op=layernorm shape=4096,8192 dtype=bf16 residual=bf16"), 0);
+  EXPECT_EQ(bound("op=layernorm shape=4096,16384 dtype=bf16 residual=bf16"), 0);
+  EXPECT_EQ(bound("op=rmsnorm shape=4096,16384 normalized_dims=1 dtype=bf16 affine=weight "
+                  "residual=bf16"),
+            0);
+  // CTAs of 512 at 32 values a thread without a residual.
+  EXPECT_EQ(bound("op=layernorm shape=4096,16384 dtype=bf16"), 0);
+  EXPECT_EQ(bound("op=rmsnorm shape=4096,12288 normalized_dims=1 dtype=bf16 affine=weight"), 0);
   EXPECT_EQ(bound("op=layernorm shape=4096,8192 dtype=f32"), 0);
   const char* rms4k = "op=rmsnorm shape=4096,4096 normalized_dims=1 dtype=bf16 affine=weight";
   ASSERT_EQ(threads(rms4k), 128);
