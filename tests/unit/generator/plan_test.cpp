@@ -457,59 +457,44 @@ TEST(PlanRows, ResidualLayerNormRowsTakeTeamsOfSixteenValuesInEveryBatchClass) {
 // CTAs of 512 with an f16 residual (2). The few-rows class, f32 rows, an f32 weight, y or residual,
 // the other residuals, GroupNorm's rows and CTAs of 128 name none (0).
 TEST(PlanRows, SixteenBitRowsInCtasOf256And512TakeLaunchBoundsOf64Registers) {
-  const auto bound = [](const char* text) {
-    return plan(NormSpec::parse(text), Target::parse("sm_90")).min_blocks_per_sm;
+  struct Case {
+    const char* spec;
+    int threads;  // the CTA's
+    int bound;    // min_blocks_per_sm
   };
-  const auto threads = [](const char* text) {
+  const std::string rms = "op=rmsnorm normalized_dims=1 affine=weight ";
+  const std::vector<std::pair<std::string, Case>> cases = {
+      {rms, {"shape=4096,8192 dtype=bf16", 256, 4}},
+      {rms, {"shape=1024,8192 dtype=f16 weight_offset=1 activation=silu", 256, 4}},
+      {rms, {"shape=1024,7200 dtype=bf16 param_dtype=f16 save_stats=true out_dtype=e4m3", 256, 4}},
+      {"op=rmsnorm normalized_dims=1 affine=none ", {"shape=4096,8192 dtype=bf16", 256, 4}},
+      {"op=layernorm ", {"shape=4096,5120 dtype=f16 save_stats=true", 256, 4}},
+      {"op=layernorm ", {"shape=4096,12288 dtype=bf16", 512, 2}},
+      {rms, {"shape=4096,16384 dtype=f16 residual=f16", 512, 2}},
+      // None: the few-rows class; f32 weight, y, residual, rows.
+      {rms, {"shape=100,8192 dtype=bf16", 256, 0}},
+      {"op=layernorm ", {"shape=100,12288 dtype=bf16", 512, 0}},
+      {rms, {"shape=4096,8192 dtype=bf16 param_dtype=f32", 256, 0}},
+      {rms, {"shape=4096,8192 dtype=bf16 out_dtype=f32", 256, 0}},
+      {rms, {"shape=4096,8192 dtype=bf16 residual=f32", 512, 0}},
+      {"op=layernorm ", {"shape=4096,8192 dtype=f32", 512, 0}},
+      // Residuals in CTAs of 256; in CTAs of 512 all but RMSNorm's f16 one.
+      {rms, {"shape=4096,8192 dtype=f16 residual=f16", 256, 0}},
+      {"op=layernorm ", {"shape=1024,4096 dtype=bf16 residual=bf16", 256, 0}},
+      {"op=layernorm ", {"shape=4096,8192 dtype=bf16 residual=bf16", 512, 0}},
+      {"op=layernorm ", {"shape=4096,16384 dtype=bf16 residual=bf16", 512, 0}},
+      {rms, {"shape=4096,16384 dtype=bf16 residual=bf16", 512, 0}},
+      // CTAs of 512 at 32 values a thread without a residual; CTAs of 128.
+      {"op=layernorm ", {"shape=4096,16384 dtype=bf16", 512, 0}},
+      {rms, {"shape=4096,12288 dtype=bf16", 512, 0}},
+      {rms, {"shape=4096,4096 dtype=bf16", 128, 0}},
+  };
+  for (const auto& [prefix, c] : cases) {
+    const std::string text = prefix + c.spec;
     const KernelPlan p = plan(NormSpec::parse(text), Target::parse("sm_90"));
-    return p.block_x * p.block_y;
-  };
-  const char* rms8k = "op=rmsnorm shape=4096,8192 normalized_dims=1 dtype=bf16 affine=weight";
-  ASSERT_EQ(threads(rms8k), 256);
-  EXPECT_EQ(bound(rms8k), 4);
-  EXPECT_EQ(bound("op=rmsnorm shape=1024,8192 normalized_dims=1 dtype=f16 affine=weight "
-                  "weight_offset=1 activation=silu"),
-            4);
-  EXPECT_EQ(bound("op=rmsnorm shape=1024,7200 normalized_dims=1 dtype=bf16 affine=weight "
-                  "param_dtype=f16 save_stats=true out_dtype=e4m3"),
-            4);
-  const char* ln12k = "op=layernorm shape=4096,12288 dtype=bf16";
-  ASSERT_EQ(threads(ln12k), 512);
-  EXPECT_EQ(bound(ln12k), 2);
-  EXPECT_EQ(bound("op=rmsnorm shape=4096,16384 normalized_dims=1 dtype=f16 affine=weight "
-                  "residual=f16"),
-            2);
-  EXPECT_EQ(bound("op=layernorm shape=4096,5120 dtype=f16 save_stats=true"), 4);
-  EXPECT_EQ(bound("op=rmsnorm shape=4096,8192 normalized_dims=1 dtype=bf16 affine=none"), 4);
-  // None:
-  EXPECT_EQ(bound("op=rmsnorm shape=100,8192 normalized_dims=1 dtype=bf16 affine=weight"), 0);
-  EXPECT_EQ(bound("op=layernorm shape=100,12288 dtype=bf16"), 0);
-  EXPECT_EQ(bound("op=rmsnorm shape=4096,8192 normalized_dims=1 dtype=bf16 affine=weight "
-                  "param_dtype=f32"),
-            0);
-  EXPECT_EQ(bound("op=rmsnorm shape=4096,8192 normalized_dims=1 dtype=bf16 affine=weight "
-                  "out_dtype=f32"),
-            0);
-  EXPECT_EQ(bound("op=rmsnorm shape=4096,8192 normalized_dims=1 dtype=bf16 affine=weight "
-                  "residual=f32"),
-            0);
-  // Residuals in CTAs of 256; in CTAs of 512 all but RMSNorm's f16 one.
-  EXPECT_EQ(bound("op=rmsnorm shape=4096,8192 normalized_dims=1 dtype=f16 affine=weight "
-                  "residual=f16"),
-            0);
-  EXPECT_EQ(bound("op=layernorm shape=1024,4096 dtype=bf16 residual=bf16"), 0);
-  EXPECT_EQ(bound("op=layernorm shape=4096,8192 dtype=bf16 residual=bf16"), 0);
-  EXPECT_EQ(bound("op=layernorm shape=4096,16384 dtype=bf16 residual=bf16"), 0);
-  EXPECT_EQ(bound("op=rmsnorm shape=4096,16384 normalized_dims=1 dtype=bf16 affine=weight "
-                  "residual=bf16"),
-            0);
-  // CTAs of 512 at 32 values a thread without a residual.
-  EXPECT_EQ(bound("op=layernorm shape=4096,16384 dtype=bf16"), 0);
-  EXPECT_EQ(bound("op=rmsnorm shape=4096,12288 normalized_dims=1 dtype=bf16 affine=weight"), 0);
-  EXPECT_EQ(bound("op=layernorm shape=4096,8192 dtype=f32"), 0);
-  const char* rms4k = "op=rmsnorm shape=4096,4096 normalized_dims=1 dtype=bf16 affine=weight";
-  ASSERT_EQ(threads(rms4k), 128);
-  EXPECT_EQ(bound(rms4k), 0);
+    EXPECT_EQ(p.block_x * p.block_y, c.threads) << text;
+    EXPECT_EQ(p.min_blocks_per_sm, c.bound) << text;
+  }
 }
 
 // The row kernel loads per-element parameters with x when they take at most 32 registers per
