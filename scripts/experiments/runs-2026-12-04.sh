@@ -13,6 +13,13 @@
 #        (.devcarry/fv) against build-gpu (~2 minutes; timing)
 #   bash scripts/experiments/runs-2026-12-04.sh rowtests   the forward row kernels' GPU tests over
 #        build-gpu (the shards of runs-2026-12-08.sh addtests; ~75 s)
+#   bash scripts/experiments/runs-2026-12-04.sh bwide   (prepared for the next session: build
+#        .devcarry/bw first, scripts/experiments/build.sh row-backward-wide-form bw, and carry it)
+#        scripts/ab_bench.py (3 rounds) of scripts/specs/row-backward-wide-form.txt: the row
+#        backward's teams of 512 in the wide teams' form (w: NJX_BWD_WIDE=512), with 2 CTAs an SM
+#        (wm2: and NJX_BWD_MINB=2), and teams of 256 so too (w256m2; RMSNorm only) (~2.5 minutes)
+#   bash scripts/experiments/runs-2026-12-04.sh bwtests KNOBS   the row backward's GPU tests over
+#        .devcarry/bw with KNOBS (e.g. NJX_BWD_WIDE=512,NJX_BWD_MINB=2; 3 shards, ~3 minutes)
 # Logs and tables go to $OUT (default ./runs-out).
 set -uo pipefail
 # shellcheck source=scripts/experiments/lib.sh
@@ -35,6 +42,18 @@ case "${1:-}" in
     timeout 200 python3 scripts/ab_bench.py --rounds 3 --out /tmp/rows-bounds-ab \
       --specs scripts/specs/rows-launch-bounds.txt --variant before=.devcarry/fv \
       --variant after=build-gpu 2>&1 | grep -v '^round' | tee "$out/rows-bounds-ab.txt"
+    ;;
+  bwide)
+    ab_variants bwide 220 3 scripts/specs/row-backward-wide-form.txt .devcarry/bw \
+      w=NJX_BWD_WIDE=512 wm2=NJX_BWD_WIDE=512,NJX_BWD_MINB=2 \
+      w256m2=NJX_BWD_WIDE=256,NJX_BWD_MINB=2 | grep -v '^round'
+    ;;
+  bwtests)
+    if [ -z "${2:-}" ]; then
+      echo "runs-2026-12-04.sh: bwtests takes the knobs, e.g. NJX_BWD_WIDE=512,NJX_BWD_MINB=2" >&2
+      exit 2
+    fi
+    test_shards bwtests .devcarry/bw "${2//,/ }" 240 "${ROW_BACKWARD_FILTERS[@]}" || exit 1
     ;;
   rowtests)
     bash "$(dirname "$0")/runs-2026-12-08.sh" rowtests-build-gpu
