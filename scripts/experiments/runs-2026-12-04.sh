@@ -13,7 +13,7 @@
 #        (.devcarry/fv) against build-gpu (~2 minutes; timing)
 #   bash scripts/experiments/runs-2026-12-04.sh rowtests   the forward row kernels' GPU tests over
 #        build-gpu (the shards of runs-2026-12-08.sh addtests; ~75 s)
-#   bash scripts/experiments/runs-2026-12-04.sh bwide   (prepared for the next session: build
+#   bash scripts/experiments/runs-2026-12-04.sh bwide   (four of its lines ran in session 55, not kept; build
 #        .devcarry/bw first, scripts/experiments/build.sh row-backward-wide-form bw, and carry it)
 #        scripts/ab_bench.py (3 rounds) of scripts/specs/row-backward-wide-form.txt: the row
 #        backward's teams of 512 in the wide teams' form (w: NJX_BWD_WIDE=512), with 2 CTAs an SM
