@@ -651,7 +651,7 @@ def render_section(rep: Report) -> str:
         "runs its own (before ed2cecc every launch here ran the "
         "few-rows kernel).")
     add("- Residual variants (in place, as vLLM's fused_add_rms_norm) also have `separate µs`: "
-        "the same kernel writing y and h to separate buffers, one each for every input set, "
+        "the same kernel writing y and h to separate buffers, one y and one h for every input set, "
         "as the peers' outputs are (they return new tensors). In place, y and h go over "
         "inputs that rotate, so a problem under 4x L2 pays the write-back of earlier calls' "
         "outputs that the peers' reused blocks do not; `separate vs compile` = compile µs / "
