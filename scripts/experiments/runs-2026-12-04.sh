@@ -18,6 +18,10 @@
 #        scripts/ab_bench.py (3 rounds) of scripts/specs/row-backward-wide-form.txt: the row
 #        backward's teams of 512 in the wide teams' form (w: NJX_BWD_WIDE=512), with 2 CTAs an SM
 #        (wm2: and NJX_BWD_MINB=2), and teams of 256 so too (w256m2; RMSNorm only) (~2.5 minutes)
+#   bash scripts/experiments/runs-2026-12-04.sh fewbounds   (prepared for the next session)
+#        scripts/ab_bench.py (3 rounds) of scripts/specs/rows-bounds-few-rows.txt: build-gpu against
+#        .devcarry/fv with NJX_FWD_MINB=2, launch bounds in the few-rows class of CTAs of 512
+#        (LayerNorm bf16 rows of 9216-12288 at 133-256 rows: one round of CTAs, not two) (~1 minute)
 #   bash scripts/experiments/runs-2026-12-04.sh bwtests KNOBS   the row backward's GPU tests over
 #        .devcarry/bw with KNOBS (e.g. NJX_BWD_WIDE=512,NJX_BWD_MINB=2; 3 shards, ~3 minutes)
 # Logs and tables go to $OUT (default ./runs-out).
@@ -47,6 +51,12 @@ case "${1:-}" in
     ab_variants bwide 220 3 scripts/specs/row-backward-wide-form.txt .devcarry/bw \
       w=NJX_BWD_WIDE=512 wm2=NJX_BWD_WIDE=512,NJX_BWD_MINB=2 \
       w256m2=NJX_BWD_WIDE=256,NJX_BWD_MINB=2 | grep -v '^round'
+    ;;
+  fewbounds)
+    timeout 150 python3 scripts/ab_bench.py --rounds 3 --out /tmp/fewbounds-ab \
+      --specs scripts/specs/rows-bounds-few-rows.txt --variant head=build-gpu \
+      --variant m2=.devcarry/fv:NJX_FWD_MINB=2 2>&1 | grep -v '^round' |
+      tee "$out/fewbounds-ab.txt"
     ;;
   bwtests)
     if [ -z "${2:-}" ]; then
