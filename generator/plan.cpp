@@ -652,7 +652,9 @@ bool prefetches_row(const Problem& pr, const Target& target, const KernelPlan& p
 // registers); an f32 weight beside 16-bit x (80 registers: 4 CTAs an SM spilled 80 bytes and ran
 // 1.38-1.42x slower), f32 y or h and add + LayerNorm of 32 values a thread (81 registers, 36
 // bytes spilled bounded, 1.03x) by the class's 16 bits; f32 rows (CTAs of 1024 hold at most 64
-// registers anyway) and the few-rows class (at most 384 rows: one round of CTAs either way).
+// registers anyway) and the few-rows class (not measured bounded: in CTAs of 256 its 384 rows
+// take one round at 3 CTAs an SM; in CTAs of 512 at 1 an SM, 133-256 rows take two rounds, the
+// bounds one: prepared, performance-notes "Prepared for the next device time (... session 55)").
 constexpr int64_t kSmRegisters = 65536;  // 32-bit registers per SM on every arch from sm_70 on
 constexpr int kRowRegisterCap = 64;
 int row_blocks_bound(const Problem& pr, const KernelPlan& p) {
