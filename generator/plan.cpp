@@ -636,36 +636,41 @@ bool prefetches_row(const Problem& pr, const Target& target, const KernelPlan& p
 }
 
 // Row kernels of 16-bit rows (x, h and the parameters 16-bit, y at most) take launch bounds that
-// cap their registers at kRowRegisterCap in launches of many rows, in three classes: CTAs of 256
-// threads without a residual (4 CTAs an SM), LayerNorm without a residual in CTAs of 512 at fewer
-// than 32 values a thread (rows of 8193 to 12288; 2 CTAs an SM), and RMSNorm with an f16 residual
-// in CTAs of 512 (2). ptxas gives those kernels up to 80 registers (3 CTAs of 256 an SM, or 1 of
-// 512: a quarter of the threads an SM holds); bounded, 64, some spilling 4-16 bytes. On the H200
-// (scripts/ab_bench.py, 3 rounds, scripts/specs/rows-launch-bounds.txt; performance-notes,
-// "Launch bounds: 64 registers for the row kernels in CTAs of 256 and 512") LayerNorm bf16 rows
-// of 9216 and 12288 ran 0.63-0.71x the time (1024 and 4096 tokens; 69-71 registers, 1 CTA an SM),
-// f16 add + RMSNorm rows of 16384 0.91-0.93x (76), LayerNorm rows of 5120 and 6144 0.90-0.94x
-// (73-78), RMSNorm rows of 7168 and 8192 0.93-0.99x (68-70; Gemma's and Llama-70B's 0.98-0.99x
-// from 1024 to 16384 tokens). Left out, as they ran 1.01-1.02x bounded: residuals in CTAs of 256
-// (f16 add + RMSNorm rows of 5120 and 8192, 4 and 12 bytes spilled), kernels in CTAs of 512 that
-// fit 2 an SM already (RMSNorm bf16 rows of 12288, LayerNorm of 16384: ptxas then took 56
-// registers); an f32 weight beside 16-bit x (80 registers: 4 CTAs an SM spilled 80 bytes and ran
-// 1.38-1.42x slower), f32 y or h and add + LayerNorm of 32 values a thread (81 registers, 36
-// bytes spilled bounded, 1.03x) by the class's 16 bits; f32 rows (CTAs of 1024 hold at most 64
-// registers anyway) and the few-rows class (not measured bounded: in CTAs of 256 its 384 rows
-// take one round at 3 CTAs an SM; in CTAs of 512 at 1 an SM, 133-256 rows take two rounds, the
-// bounds one: prepared, performance-notes "Prepared for the next device time (... session 55)").
+// cap their registers at kRowRegisterCap in three classes: CTAs of 256 threads without a residual
+// in launches of many rows (4 CTAs an SM), and in launches of any size LayerNorm without a
+// residual in CTAs of 512 at fewer than 32 values a thread (rows of 8193 to 12288; 2 CTAs an SM)
+// and RMSNorm with an f16 residual in CTAs of 512 (2). ptxas gives those kernels up to 80 registers
+// (3 CTAs of 256 an SM, or 1 of 512: a quarter of the threads an SM holds); bounded, 64, some
+// spilling 4-16 bytes. On the H200 (scripts/ab_bench.py, 3 rounds,
+// scripts/specs/rows-launch-bounds.txt; performance-notes, "Launch bounds: 64 registers for the row
+// kernels in CTAs of 256 and 512") LayerNorm bf16 rows of 9216 and 12288 ran 0.63-0.71x the time
+// (1024 and 4096 tokens; 69-71 registers, 1 CTA an SM), f16 add + RMSNorm rows of 16384 0.91-0.93x
+// (76), LayerNorm rows of 5120 and 6144 0.90-0.94x (73-78), RMSNorm rows of 7168 and 8192
+// 0.93-0.99x (68-70; Gemma's and Llama-70B's 0.98-0.99x from 1024 to 16384 tokens). Left out, as
+// they ran 1.01-1.02x bounded: residuals in CTAs of 256 (f16 add + RMSNorm rows of 5120 and 8192, 4
+// and 12 bytes spilled), kernels in CTAs of 512 that fit 2 an SM already (RMSNorm bf16 rows of
+// 12288, LayerNorm of 16384: ptxas then took 56 registers); an f32 weight beside 16-bit x (80
+// registers: 4 CTAs an SM spilled 80 bytes and ran 1.38-1.42x slower), f32 y or h and add +
+// LayerNorm of 32 values a thread (81 registers, 36 bytes spilled bounded, 1.03x) by the class's 16
+// bits; f32 rows (CTAs of 1024 hold at most 64 registers anyway). The few-rows class (at most 256
+// rows in teams of 512, 384 in teams of 256) takes the bounds of CTAs of 512 too: there bf16
+// LayerNorm rows of 9216 and 12288 hold 69-70 registers (1 CTA an SM), so 133 to 256 rows took two
+// rounds of CTAs on 132 SMs; bounded (64, no spills) 0.82-0.83x the time, 64 and 132 rows (one
+// round either way), the f16 rows and f16 add + RMSNorm rows of 16384 (64 registers
+// unbounded) 1.00-1.01x (H200, scripts/ab_bench.py, 3 rounds,
+// scripts/specs/rows-bounds-few-rows.txt; performance-notes, "Launch bounds in the few-rows
+// class"). In CTAs of 256 that class's 384 rows take one round at 3 CTAs an SM: no bounds.
 constexpr int64_t kSmRegisters = 65536;  // 32-bit registers per SM on every arch from sm_70 on
 constexpr int kRowRegisterCap = 64;
 int row_blocks_bound(const Problem& pr, const KernelPlan& p) {
   const int cta = p.block_x * p.block_y;
   const bool sixteen_bit = size_of(pr.x) == 2 && size_of(pr.y) <= 2 && size_of(pr.held()) == 2 &&
                            (params_of(pr) == 0 || size_of(pr.param) == 2);
-  const bool bounded = (cta == 256 && !pr.residual) ||
+  const bool bounded = (cta == 256 && !pr.residual && p.batch_class != kBatchFewRows) ||
                        (cta == 512 && pr.op == Op::kLayerNorm && !pr.residual &&
                         p.vectors * p.vec < 2 * kTeamValues) ||
                        (cta == 512 && pr.op == Op::kRmsNorm && pr.residual == Dtype::kF16);
-  if (p.batch_class == kBatchFewRows || pr.op == Op::kGroupNorm || !sixteen_bit || !bounded) {
+  if (pr.op == Op::kGroupNorm || !sixteen_bit || !bounded) {
     return 0;  // no bounds
   }
   return int(kSmRegisters / (int64_t{kRowRegisterCap} * cta));

@@ -22,6 +22,12 @@
 #        scripts/ab_bench.py (3 rounds) of scripts/specs/rows-bounds-few-rows.txt: build-gpu against
 #        .devcarry/fv with NJX_FWD_MINB=2, launch bounds in the few-rows class of CTAs of 512
 #        (LayerNorm bf16 rows of 9216-12288 at 133-256 rows: one round of CTAs, not two) (~1 minute)
+#   bash scripts/experiments/runs-2026-12-04.sh l2seed   (session 56)
+#        the f32 LayerNorm seed's parameters kept in L2 (split-l2-persist.patch, .devcarry/l2:
+#        the persisting set-aside, an access policy window, the stage where one row fills the
+#        chip), scripts/ab_bench.py (3 rounds) on scripts/specs/split-l2-persist.txt (~2.5 minutes)
+#   bash scripts/experiments/runs-2026-12-04.sh boundtests   (session 56) the launch bounds'
+#        GPU test and the forward row kernels' GPU tests over build-gpu (~2 minutes)
 #   bash scripts/experiments/runs-2026-12-04.sh bwtests KNOBS   the row backward's GPU tests over
 #        .devcarry/bw with KNOBS (e.g. NJX_BWD_WIDE=512,NJX_BWD_MINB=2; 3 shards, ~3 minutes)
 # Logs and tables go to $OUT (default ./runs-out).
@@ -57,6 +63,21 @@ case "${1:-}" in
       --specs scripts/specs/rows-bounds-few-rows.txt --variant head=build-gpu \
       --variant m2=.devcarry/fv:NJX_FWD_MINB=2 2>&1 | grep -v '^round' |
       tee "$out/fewbounds-ab.txt"
+    ;;
+  l2seed)
+    seed='op=layernorm shape=16,64,256,256 dtype=f32 normalized_dims=3 affine=both eps=1e-05'
+    NJX_L2_SETASIDE=48 NJX_L2_WINDOW=1 timeout 60 .devcarry/l2/tools/normjit bench \
+      --spec "$seed" --repeat 20 2>&1 | tail -6 | tee "$out/l2seed-window.txt"
+    ab_variants l2seed 240 3 scripts/specs/split-l2-persist.txt .devcarry/l2 \
+      sa=NJX_L2_SETASIDE=48 saw=NJX_L2_SETASIDE=48,NJX_L2_WINDOW=1 st2=NJX_STAGE2=1 \
+      st2sa=NJX_STAGE2=1,NJX_L2_SETASIDE=48 \
+      st2saw=NJX_STAGE2=1,NJX_L2_SETASIDE=48,NJX_L2_WINDOW=1 | grep -v '^round'
+    ;;
+  boundtests)
+    timeout 120 build-gpu/tests/gpu/gpu_tests \
+      --gtest_filter='Variants.SixteenBitRowsUnderLaunchBounds' 2>&1 |
+      tail -4 | tee "$out/bounds-test.txt"
+    bash "$(dirname "$0")/runs-2026-12-08.sh" rowtests-build-gpu
     ;;
   bwtests)
     if [ -z "${2:-}" ]; then

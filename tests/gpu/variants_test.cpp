@@ -1856,13 +1856,14 @@ TEST_F(Variants, ResidualLayerNormRowsInTeamsOfSixteenValues) {
 
 TEST_F(Variants, SixteenBitRowsUnderLaunchBounds) {
   // Row kernels of 16-bit rows in CTAs of 256 and 512 threads, which take launch bounds of 64
-  // registers in launches of more than the few-rows class's rows (plan.cpp's row_blocks_bound;
-  // `normjit dump --emit resources`: some spill 4-16 bytes so): bf16 RMSNorm rows of 7168, 8191
-  // (scalar accesses) and 8192 with Gemma's 1 + w, an f16 weight, saved rstd, y over x, strided
-  // rows and -> SiLU; f16 add + RMSNorm rows of 16384 (and of 8192, left unbounded); LayerNorm
-  // bf16 rows of 9216 and 12288 with saved statistics, f16 rows of 5120 and 6144, fp8 y. 3 tokens
-  // (the few-rows class, no bounds) beside 385, 1000 and 4096; large means, negatives and normal
-  // values in turn.
+  // registers (plan.cpp's row_blocks_bound: CTAs of 512 in both batch classes, of 256 in launches
+  // of more than the few-rows class's rows; `normjit dump --emit resources`: some spill 4-16 bytes
+  // so): bf16 RMSNorm rows of 7168, 8191 (scalar accesses) and 8192 with Gemma's 1 + w, an f16
+  // weight, saved rstd, y over x, strided rows and -> SiLU; f16 add + RMSNorm rows of 16384 (and
+  // of 8192, left unbounded); LayerNorm bf16 rows of 9216 and 12288 with saved statistics, f16
+  // rows of 5120 and 6144, fp8 y. 3 tokens (the few-rows class: bounded in CTAs of 512 only)
+  // beside 385, 1000 and 4096, and 200 and 256 tokens of the few-rows class's CTAs of 512 (two
+  // rounds of CTAs unbounded); large means, negatives and normal values in turn.
   std::vector<Case> cases;
   uint64_t seed = 2700;
   int i = 0;
@@ -1892,6 +1893,11 @@ TEST_F(Variants, SixteenBitRowsUnderLaunchBounds) {
     cases.push_back(
         layer_norm({t, 6144}, Dtype::kF16).out(Dtype::kE4M3, 0.5f).with(values(), seed++));
   }
+  cases.push_back(layer_norm({200, 12288}, Dtype::kBF16).stats().with(Values::kLargeMean, seed++));
+  cases.push_back(layer_norm({256, 9216}, Dtype::kBF16).with(Values::kNegative, seed++));
+  cases.push_back(rms({200, 16384}, Dtype::kF16)
+                      .add_residual(Dtype::kF16, /*in_place=*/true)
+                      .with(Values::kNormal, seed++));
   run_cases("16-bit rows under launch bounds", cases);
 }
 

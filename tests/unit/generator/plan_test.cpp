@@ -452,10 +452,11 @@ TEST(PlanRows, ResidualLayerNormRowsTakeTeamsOfSixteenValuesInEveryBatchClass) {
 }
 
 // Row kernels of 16-bit rows (x, h and the parameters 16-bit, y at most) take launch bounds of 64
-// registers in launches of many rows (row_blocks_bound): CTAs of 256 without a residual (4 CTAs an
-// SM), LayerNorm in CTAs of 512 at fewer than 32 values a thread without a residual and RMSNorm in
-// CTAs of 512 with an f16 residual (2). The few-rows class, f32 rows, an f32 weight, y or residual,
-// the other residuals, GroupNorm's rows and CTAs of 128 name none (0).
+// registers (row_blocks_bound): CTAs of 256 without a residual in launches of many rows (4 CTAs an
+// SM), and in either batch class LayerNorm in CTAs of 512 at fewer than 32 values a thread without
+// a residual and RMSNorm in CTAs of 512 with an f16 residual (2). The few-rows class in CTAs of
+// 256, f32 rows, an f32 weight, y or residual, the other residuals, GroupNorm's rows and CTAs of
+// 128 name none (0).
 TEST(PlanRows, SixteenBitRowsInCtasOf256And512TakeLaunchBoundsOf64Registers) {
   struct Case {
     const char* spec;
@@ -471,9 +472,13 @@ TEST(PlanRows, SixteenBitRowsInCtasOf256And512TakeLaunchBoundsOf64Registers) {
       {"op=layernorm ", {"shape=4096,5120 dtype=f16 save_stats=true", 256, 4}},
       {"op=layernorm ", {"shape=4096,12288 dtype=bf16", 512, 2}},
       {rms, {"shape=4096,16384 dtype=f16 residual=f16", 512, 2}},
-      // None: the few-rows class; f32 weight, y, residual, rows.
+      // The few-rows class in CTAs of 512 (one team a CTA).
+      {"op=layernorm ", {"shape=200,12288 dtype=bf16", 512, 2}},
+      {"op=layernorm ", {"shape=1,9216 dtype=f16", 512, 2}},
+      {rms, {"shape=200,16384 dtype=f16 residual=f16", 512, 2}},
+      // None: the few-rows class in CTAs of 256; f32 weight, y, residual, rows.
       {rms, {"shape=100,8192 dtype=bf16", 256, 0}},
-      {"op=layernorm ", {"shape=100,12288 dtype=bf16", 512, 0}},
+      {"op=layernorm ", {"shape=100,6144 dtype=f16", 256, 0}},
       {rms, {"shape=4096,8192 dtype=bf16 param_dtype=f32", 256, 0}},
       {rms, {"shape=4096,8192 dtype=bf16 out_dtype=f32", 256, 0}},
       {rms, {"shape=4096,8192 dtype=bf16 residual=f32", 512, 0}},
