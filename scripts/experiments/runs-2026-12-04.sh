@@ -72,6 +72,16 @@ case "${1:-}" in
       sa=NJX_L2_SETASIDE=48 saw=NJX_L2_SETASIDE=48,NJX_L2_WINDOW=1 st2=NJX_STAGE2=1 \
       st2sa=NJX_STAGE2=1,NJX_L2_SETASIDE=48 \
       st2saw=NJX_STAGE2=1,NJX_L2_SETASIDE=48,NJX_L2_WINDOW=1 | grep -v '^round'
+    # DRAM bytes of one launch of the seed per setting (x and y: 268 MB each; weight and bias 33.6)
+    for knobs in "" "NJX_L2_SETASIDE=48" "NJX_L2_SETASIDE=48 NJX_L2_WINDOW=1" "NJX_STAGE2=1" \
+      "NJX_STAGE2=1 NJX_L2_SETASIDE=48 NJX_L2_WINDOW=1"; do
+      echo "== ncu ${knobs:-head}"
+      # shellcheck disable=SC2086  # the knobs are words
+      env $knobs timeout 90 ncu --clock-control none --metrics \
+        dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum -k regex:row_split \
+        --launch-skip 3 -c 1 .devcarry/l2/tools/normjit bench --spec "$seed" --repeat 5 2>&1 |
+        grep -E 'dram__|gpu__time|njx:|ERROR' || echo "(ncu gave no metrics)"
+    done 2>&1 | tee "$out/l2seed-ncu.txt"
     ;;
   boundtests)
     timeout 120 build-gpu/tests/gpu/gpu_tests \
