@@ -66,15 +66,16 @@ case "${1:-}" in
     ;;
   l2seed)
     seed='op=layernorm shape=16,64,256,256 dtype=f32 normalized_dims=3 affine=both eps=1e-05'
-    NJX_L2_SETASIDE=48 NJX_L2_WINDOW=1 timeout 60 .devcarry/l2/tools/normjit bench \
+    export LD_LIBRARY_PATH=.devcarry/l2${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    NJX_L2_SETASIDE=64 NJX_L2_WINDOW=1 timeout 60 .devcarry/l2/tools/normjit bench \
       --spec "$seed" --repeat 20 2>&1 | tail -6 | tee "$out/l2seed-window.txt"
     ab_variants l2seed 240 3 scripts/specs/split-l2-persist.txt .devcarry/l2 \
-      sa=NJX_L2_SETASIDE=48 saw=NJX_L2_SETASIDE=48,NJX_L2_WINDOW=1 st2=NJX_STAGE2=1 \
-      st2sa=NJX_STAGE2=1,NJX_L2_SETASIDE=48 \
-      st2saw=NJX_STAGE2=1,NJX_L2_SETASIDE=48,NJX_L2_WINDOW=1 | grep -v '^round'
+      sa=NJX_L2_SETASIDE=64 saw=NJX_L2_SETASIDE=64,NJX_L2_WINDOW=1 st2=NJX_STAGE2=1 \
+      st2sa=NJX_STAGE2=1,NJX_L2_SETASIDE=64 \
+      st2saw=NJX_STAGE2=1,NJX_L2_SETASIDE=64,NJX_L2_WINDOW=1 | grep -v '^round'
     # DRAM bytes of one launch of the seed per setting (x and y: 268 MB each; weight and bias 33.6)
-    for knobs in "" "NJX_L2_SETASIDE=48" "NJX_L2_SETASIDE=48 NJX_L2_WINDOW=1" "NJX_STAGE2=1" \
-      "NJX_STAGE2=1 NJX_L2_SETASIDE=48 NJX_L2_WINDOW=1"; do
+    for knobs in "" "NJX_L2_SETASIDE=64" "NJX_L2_SETASIDE=64 NJX_L2_WINDOW=1" "NJX_STAGE2=1" \
+      "NJX_STAGE2=1 NJX_L2_SETASIDE=64 NJX_L2_WINDOW=1"; do
       echo "== ncu ${knobs:-head}"
       # shellcheck disable=SC2086  # the knobs are words
       env $knobs timeout 90 ncu --clock-control none --metrics \
