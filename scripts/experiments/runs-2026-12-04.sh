@@ -28,6 +28,9 @@
 #        chip), scripts/ab_bench.py (3 rounds) on scripts/specs/split-l2-persist.txt (~2.5 minutes)
 #   bash scripts/experiments/runs-2026-12-04.sh boundtests   (session 56) the launch bounds'
 #        GPU test and the forward row kernels' GPU tests over build-gpu (~2 minutes)
+#   bash scripts/experiments/runs-2026-12-04.sh pad   (session 56) add + RMSNorm at 1024 tokens
+#        in two rounds of CTAs (row-occupancy-pad.patch, .devcarry/pad: NJX_PAD_SMEM), ab_bench
+#        (3 rounds) on scripts/specs/row-occupancy-pad.txt (~1.5 minutes)
 #   bash scripts/experiments/runs-2026-12-04.sh bwtests KNOBS   the row backward's GPU tests over
 #        .devcarry/bw with KNOBS (e.g. NJX_BWD_WIDE=512,NJX_BWD_MINB=2; 3 shards, ~3 minutes)
 # Logs and tables go to $OUT (default ./runs-out).
@@ -83,6 +86,11 @@ case "${1:-}" in
         --launch-skip 3 -c 1 .devcarry/l2/tools/normjit bench --spec "$seed" --repeat 5 2>&1 |
         grep -E 'dram__|gpu__time|njx:|ERROR' || echo "(ncu gave no metrics)"
     done 2>&1 | tee "$out/l2seed-ncu.txt"
+    ;;
+  pad)
+    ab_variants pad 200 3 scripts/specs/row-occupancy-pad.txt .devcarry/pad \
+      p37=NJX_PAD_SMEM=37888 p44=NJX_PAD_SMEM=45056 p56=NJX_PAD_SMEM=57344 \
+      p75=NJX_PAD_SMEM=76800 | grep -v '^round'
     ;;
   boundtests)
     timeout 120 build-gpu/tests/gpu/gpu_tests \
