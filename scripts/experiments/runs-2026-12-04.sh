@@ -31,6 +31,9 @@
 #   bash scripts/experiments/runs-2026-12-04.sh pad   (session 56) add + RMSNorm at 1024 tokens
 #        in two rounds of CTAs (row-occupancy-pad.patch, .devcarry/pad: NJX_PAD_SMEM), ab_bench
 #        (3 rounds) on scripts/specs/row-occupancy-pad.txt (~1.5 minutes)
+#   bash scripts/experiments/runs-2026-12-04.sh ncuadd   (session 56) Nsight Compute of add +
+#        RMSNorm [1024, H] (H 2048, 4096, 8192; bf16): normjit's kernel (normjit bench) beside
+#        torch.compile's (ncu_compile_kernel.py), the same metrics, caches flushed (~2 minutes)
 #   bash scripts/experiments/runs-2026-12-04.sh bwtests KNOBS   the row backward's GPU tests over
 #        .devcarry/bw with KNOBS (e.g. NJX_BWD_WIDE=512,NJX_BWD_MINB=2; 3 shards, ~3 minutes)
 # Logs and tables go to $OUT (default ./runs-out).
@@ -91,6 +94,25 @@ case "${1:-}" in
     ab_variants pad 200 3 scripts/specs/row-occupancy-pad.txt .devcarry/pad \
       p37=NJX_PAD_SMEM=37888 p44=NJX_PAD_SMEM=45056 p56=NJX_PAD_SMEM=57344 \
       p75=NJX_PAD_SMEM=76800 | grep -v '^round'
+    ;;
+  ncuadd)
+    metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum
+    metrics+=,dram__throughput.avg.pct_of_peak_sustained_elapsed,launch__grid_size
+    metrics+=,launch__block_size,launch__registers_per_thread,launch__occupancy_limit_registers
+    metrics+=,sm__warps_active.avg.pct_of_peak_sustained_active
+    metrics+=,smsp__average_warp_latency_issue_stalled_long_scoreboard.ratio
+    metrics+=,smsp__average_warp_latency_issue_stalled_barrier.ratio
+    for hidden in 2048 4096 8192; do
+      spec="op=rmsnorm shape=1024,$hidden dtype=bf16 normalized_dims=1 affine=weight eps=1e-06"
+      echo "== normjit add + RMSNorm [1024, $hidden]"
+      timeout 60 ncu --clock-control none --metrics "$metrics" -k regex:row_norm \
+        --launch-skip 5 -c 1 build-gpu/tools/normjit bench --spec "$spec residual=bf16" \
+        --repeat 8 2>&1 | grep -E '^ +[a-z_]+__|ERROR' || echo "(ncu gave no metrics)"
+      echo "== torch.compile add + RMSNorm [1024, $hidden]"
+      timeout 150 ncu --clock-control none --profile-from-start off --metrics "$metrics" \
+        python3 scripts/experiments/ncu_compile_kernel.py add-rmsnorm 1024 "$hidden" 2>&1 |
+        grep -E '^ +[a-z_]+__|^  triton|ERROR|ncu_compile' || echo "(ncu gave no metrics)"
+    done 2>&1 | tee "$out/ncuadd.txt"
     ;;
   boundtests)
     timeout 120 build-gpu/tests/gpu/gpu_tests \
