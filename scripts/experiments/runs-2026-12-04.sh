@@ -34,6 +34,10 @@
 #   bash scripts/experiments/runs-2026-12-04.sh ncuadd   (session 56) Nsight Compute of add +
 #        RMSNorm [1024, H] (H 2048, 4096, 8192; bf16): normjit's kernel (normjit bench) beside
 #        torch.compile's (ncu_compile_kernel.py), the same metrics, caches flushed (~2 minutes)
+#   bash scripts/experiments/runs-2026-12-04.sh pftable   (prepared in session 56) add + RMSNorm
+#        at 1024 tokens in the variants table's harness (tools/bench_variants.py, rotating inputs,
+#        torch.compile beside it) over .devcarry/pfs (row-forward-prefetch-scope.patch) with the
+#        row's L2 prefetch as the plan has it and with NJX_PF_OFF=1, twice each in turn (~4 min)
 #   bash scripts/experiments/runs-2026-12-04.sh bwtests KNOBS   the row backward's GPU tests over
 #        .devcarry/bw with KNOBS (e.g. NJX_BWD_WIDE=512,NJX_BWD_MINB=2; 3 shards, ~3 minutes)
 # Logs and tables go to $OUT (default ./runs-out).
@@ -113,6 +117,22 @@ case "${1:-}" in
         python3 scripts/experiments/ncu_compile_kernel.py add-rmsnorm 1024 "$hidden" 2>&1 |
         grep -E '^ +[a-z_]+__|^  triton|ERROR|ncu_compile' || echo "(ncu gave no metrics)"
     done 2>&1 | tee "$out/ncuadd.txt"
+    ;;
+  pftable)
+    for round in 1 2; do
+      for knob in on off; do
+        echo "== round $round, the row prefetch $knob"
+        cp docs/performance.md "/tmp/pf-$knob.md"
+        knobs=(-u NJX_PF_OFF)  # the patch reads any NJX_PF_OFF as off
+        [ "$knob" = off ] && knobs=(NJX_PF_OFF=1)
+        env "${knobs[@]}" timeout 170 python3 \
+          tools/bench_variants.py --lib .devcarry/pfs/libnormjit.so --only add-rmsnorm \
+          --tokens 1024 --hiddens 2048,4096,8192 --budget-s 150 --doc "/tmp/pf-$knob.md" \
+          --section-out "$out/pftable-$knob-$round.md" --json-out "$out/pftable-$knob-$round.json" \
+          2>&1 | tail -3
+        grep -E '^\| 1024 ' "$out/pftable-$knob-$round.md" || echo "(no rows)"
+      done
+    done 2>&1 | tee "$out/pftable.txt"
     ;;
   boundtests)
     timeout 120 build-gpu/tests/gpu/gpu_tests \
