@@ -32,8 +32,9 @@
 #        in two rounds of CTAs (row-occupancy-pad.patch, .devcarry/pad: NJX_PAD_SMEM), ab_bench
 #        (3 rounds) on scripts/specs/row-occupancy-pad.txt (~1.5 minutes)
 #   bash scripts/experiments/runs-2026-12-04.sh ncuadd   (session 56) Nsight Compute of add +
-#        RMSNorm [1024, H] (H 2048, 4096, 8192; bf16): normjit's kernel (normjit bench) beside
-#        torch.compile's (ncu_compile_kernel.py), the same metrics, caches flushed (~2 minutes)
+#        RMSNorm [1024, H] (H 2048, 4096, 8192; bf16): normjit's kernel beside torch.compile's,
+#        by scripts/ncu_rows_vs_compile.sh's add cases (~2 minutes; session 56 measured with this
+#        subcommand's first form at 5eeeb6c, scripts/experiments/ncu_compile_kernel.py)
 #   bash scripts/experiments/runs-2026-12-04.sh pftable   (prepared in session 56) add + RMSNorm
 #        at 1024 tokens in the variants table's harness (tools/bench_variants.py, rotating inputs,
 #        torch.compile beside it) over .devcarry/pfs (row-forward-prefetch-scope.patch) with the
@@ -100,23 +101,8 @@ case "${1:-}" in
       p75=NJX_PAD_SMEM=76800 | grep -v '^round'
     ;;
   ncuadd)
-    metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum
-    metrics+=,dram__throughput.avg.pct_of_peak_sustained_elapsed,launch__grid_size
-    metrics+=,launch__block_size,launch__registers_per_thread,launch__occupancy_limit_registers
-    metrics+=,sm__warps_active.avg.pct_of_peak_sustained_active
-    metrics+=,smsp__average_warp_latency_issue_stalled_long_scoreboard.ratio
-    metrics+=,smsp__average_warp_latency_issue_stalled_barrier.ratio
-    for hidden in 2048 4096 8192; do
-      spec="op=rmsnorm shape=1024,$hidden dtype=bf16 normalized_dims=1 affine=weight eps=1e-06"
-      echo "== normjit add + RMSNorm [1024, $hidden]"
-      timeout 60 ncu --clock-control none --metrics "$metrics" -k regex:row_norm \
-        --launch-skip 5 -c 1 build-gpu/tools/normjit bench --spec "$spec residual=bf16" \
-        --repeat 8 2>&1 | grep -E '^ +[a-z_]+__|ERROR' || echo "(ncu gave no metrics)"
-      echo "== torch.compile add + RMSNorm [1024, $hidden]"
-      timeout 150 ncu --clock-control none --profile-from-start off --metrics "$metrics" \
-        python3 scripts/experiments/ncu_compile_kernel.py add-rmsnorm 1024 "$hidden" 2>&1 |
-        grep -E '^ +[a-z_]+__|^  triton|ERROR|ncu_compile' || echo "(ncu gave no metrics)"
-    done 2>&1 | tee "$out/ncuadd.txt"
+    OUT=$out/ncuadd bash scripts/ncu_rows_vs_compile.sh build-gpu 1024,2048,bf16,add \
+      1024,4096,bf16,add 1024,8192,bf16,add 2>&1 | tee "$out/ncuadd.txt"
     ;;
   pftable)
     for round in 1 2; do
