@@ -291,12 +291,13 @@ class Case:
 
 
 def select_variants(only: Optional[str]) -> list[Variant]:
-    """--only: comma-separated numbers (1-7), names, or substrings of names."""
+    """--only: comma-separated numbers (1-7), names, or substrings of names. A number selects
+    its variant only (`3` is fp8-out, not also f32-weight, whose name holds a 3)."""
     tokens = [t.strip() for t in only.split(",") if t.strip()] if only else []
     if not tokens:
         return list(VARIANTS)
     return [v for v in VARIANTS
-            if any(t == str(v.number) or t in v.key for t in tokens)]
+            if any(t == str(v.number) if t.isdigit() else t in v.key for t in tokens)]
 
 
 def grid(variants: list[Variant], quick: bool, tokens: Optional[list[int]] = None,
@@ -1752,6 +1753,9 @@ def selftest(lib: Path) -> int:
     assert len(quick) == 7 * 2 and {c.hidden for c in quick} == {4096}
     assert [x.key for x in select_variants("1,qk,7")] == ["add-rmsnorm", "qk-norm", "add-layernorm"]
     assert [x.number for x in select_variants("rmsnorm")] == [1]
+    # a number is its variant alone: "3" is not also a substring of "f32-weight"
+    assert [x.key for x in select_variants("3")] == ["fp8-out"]
+    assert [x.key for x in select_variants("f32")] == ["f32-weight"]
     assert select_variants(None) == list(VARIANTS) and select_variants("nope") == []
     g = grid([v["gemma"]], False, [5, 9], [300])
     assert [(c.hidden, c.tokens) for c in g[0]] == [(300, 9), (300, 5)]

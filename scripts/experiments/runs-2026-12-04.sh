@@ -39,6 +39,15 @@
 #        at 1024 tokens in the variants table's harness (tools/bench_variants.py, rotating inputs,
 #        torch.compile beside it) over .devcarry/pfs (row-forward-prefetch-scope.patch) with the
 #        row's L2 prefetch as the plan has it and with NJX_PF_OFF=1, twice each in turn (~4 min)
+#   bash scripts/experiments/runs-2026-12-04.sh pfvariants   (session 57) the variants table's
+#        harness over .devcarry/pfs, the row prefetch as planned and off (NJX_PF_OFF=1), one round
+#        each in turn per variant: add + RMSNorm (1), Gemma (4), f32 weight and fp8 out (2,3) at
+#        1024, 4096 and 16384 tokens of 2048, 4096 and 8192 (~3.5 minutes; carry .devcarry/pfs .whl)
+#   bash scripts/experiments/runs-2026-12-04.sh clusters   (session 57) the split kernel's slots as
+#        thread-block clusters (split-cluster-exchange.patch, .devcarry/cl: NJX_CLUSTER=N): the
+#        split GPU tests with NJX_CLUSTER=16, then ab_bench (2 rounds) of
+#        scripts/specs/split-cluster.txt, clusters of at most 8 and 16 CTAs (~1.5 minutes; carry
+#        build-gpu .devcarry/cl)
 #   bash scripts/experiments/runs-2026-12-04.sh bwtests KNOBS   the row backward's GPU tests over
 #        .devcarry/bw with KNOBS (e.g. NJX_BWD_WIDE=512,NJX_BWD_MINB=2; 3 shards, ~3 minutes)
 # Logs and tables go to $OUT (default ./runs-out).
@@ -119,6 +128,35 @@ case "${1:-}" in
         grep -E '^\| 1024 ' "$out/pftable-$knob-$round.md" || echo "(no rows)"
       done
     done 2>&1 | tee "$out/pftable.txt"
+    ;;
+  pfvariants)
+    mkdir -p "$out/pfv"
+    for v in 1 4 2,3; do
+      for knob in on off; do
+        knobs=(-u NJX_PF_OFF)
+        [ "$knob" = off ] && knobs=(NJX_PF_OFF=1)
+        cp docs/performance.md "/tmp/pfv-$knob.md"
+        env "${knobs[@]}" timeout 95 python3 tools/bench_variants.py \
+          --lib .devcarry/pfs/libnormjit.so --only "$v" --tokens 1024,4096,16384 \
+          --hiddens 2048,4096,8192 --budget-s 80 --doc "/tmp/pfv-$knob.md" \
+          --section-out "$out/pfv/v${v/,/}-$knob.md" --json-out "$out/pfv/v${v/,/}-$knob.json" \
+          >"$out/pfv/v${v/,/}-$knob.log" 2>&1
+        echo "variants $v, the row prefetch $knob: exit $?"
+      done
+    done
+    # (the device tool brings back few files: one archive)
+    tar czf "$out/pfvariants.tgz" -C "$out" pfv && rm -rf "$out/pfv"
+    ;;
+  clusters)
+    NJX_CLUSTER=16 LD_LIBRARY_PATH=.devcarry/cl NORMJIT_CACHE_DIR=/tmp/clc timeout 200 \
+      build-gpu/tests/gpu/gpu_tests --gtest_filter='Ops.SplitRows*:Ops.UnstagedGroupNorm*:Capture.*:Variants.ActivationGroupNormOnDiffusionShapes:Variants.LongRowsSplit*' \
+      >"$out/cltests.log" 2>&1
+    echo "split tests with clusters: exit $?"
+    grep -E '^\[  (PASSED|FAILED)  \]' "$out/cltests.log"
+    timeout 300 python3 scripts/ab_bench.py --rounds 2 --out /tmp/clab \
+      --specs scripts/specs/split-cluster.txt --variant head=.devcarry/cl \
+      --variant c8=.devcarry/cl:NJX_CLUSTER=8 --variant c16=.devcarry/cl:NJX_CLUSTER=16 2>&1 |
+      grep -v '^round' | tee "$out/clab.txt"
     ;;
   boundtests)
     timeout 120 build-gpu/tests/gpu/gpu_tests \
