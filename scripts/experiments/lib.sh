@@ -35,6 +35,14 @@ SPLIT_STREAMED_FILTERS=(
   'BackwardGpu.LongRowsEveryDtypeAndAffineMatchFloat64:BackwardGpu.LongRowsDeterministicBits'
 )
 
+# The forward row kernels' GPU tests in 3 shards of about 40-75 s (scripts/gpu_test_times.txt).
+# shellcheck disable=SC2034  # used by the scripts that source this file
+ROW_FORWARD_FILTERS=(
+  'Ops.FixedShapes*'
+  'Ops.RandomizedSweep:Ops.AdversarialValues:Ops.InPlace:Variants.OddAndTinyRows:Variants.Strided*:Variants.BatchInvariance*:Variants.OutDtype*:Variants.SaveStats*'
+  'Variants.TransformerRows*:Variants.ResidualLayerNorm*:Variants.LlmRows*:Variants.ActivationLongAndOddRows*:Variants.ActivationEvery*:Variants.ParamDtype*:Variants.WeightOffset*:Variants.AllAxes*:Variants.CudaGraph*:Variants.AdversarialValuesThroughTheVariants'
+)
+
 # test_shards NAME LIB "KNOB=VALUE ..." SECONDS FILTER...: build-gpu's gpu_tests over the
 # library in folder LIB (e.g. .devcarry/ra, or build-gpu) with the knobs (space-separated), one
 # shard a filter, all at once; logs tarred to $out/NAME-tests.tgz. Fails when a test failed.

@@ -48,6 +48,11 @@
 #        split GPU tests with NJX_CLUSTER=16, then ab_bench (2 rounds) of
 #        scripts/specs/split-cluster.txt, clusters of at most 8 and 16 CTAs (~1.5 minutes; carry
 #        build-gpu .devcarry/cl)
+#   bash scripts/experiments/runs-2026-12-04.sh pinned   (session 57) the row kernel's parameter
+#        loads kept above its reduction (row-params-pinned.patch, .devcarry/pin: NJX_PIN=1 every
+#        kernel loading them with x, 2 the few-rows class): the forward row GPU tests with
+#        NJX_PIN=1, then ab_bench (2 rounds) of scripts/specs/row-params-pinned.txt (~3 minutes;
+#        carry build-gpu .devcarry/pin)
 #   bash scripts/experiments/runs-2026-12-04.sh bwtests KNOBS   the row backward's GPU tests over
 #        .devcarry/bw with KNOBS (e.g. NJX_BWD_WIDE=512,NJX_BWD_MINB=2; 3 shards, ~3 minutes)
 # Logs and tables go to $OUT (default ./runs-out).
@@ -157,6 +162,14 @@ case "${1:-}" in
       --specs scripts/specs/split-cluster.txt --variant head=.devcarry/cl \
       --variant c8=.devcarry/cl:NJX_CLUSTER=8 --variant c16=.devcarry/cl:NJX_CLUSTER=16 2>&1 |
       grep -v '^round' | tee "$out/clab.txt"
+    ;;
+  pinned)
+    test_shards pinned .devcarry/pin NJX_PIN=1 150 "${ROW_FORWARD_FILTERS[@]}"
+    echo "forward row tests with NJX_PIN=1: exit $?"
+    timeout 300 python3 scripts/ab_bench.py --rounds 2 --out /tmp/pinab \
+      --specs scripts/specs/row-params-pinned.txt --variant head=.devcarry/pin \
+      --variant p1=.devcarry/pin:NJX_PIN=1 --variant p2=.devcarry/pin:NJX_PIN=2 2>&1 |
+      grep -v '^round' | tee "$out/pinab.txt"
     ;;
   boundtests)
     timeout 120 build-gpu/tests/gpu/gpu_tests \

@@ -152,13 +152,6 @@ GROUP_BACKWARD_FILTERS=(
   'BackwardChannelsGpu.GroupNormShapes*:BackwardChannelsGpu.ParamDtype*:BackwardChannelsGpu.ChannelFormsShapes*'
 )
 
-# The forward row kernels' GPU tests in 3 shards of about 40-75 s (scripts/gpu_test_times.txt).
-ROW_FORWARD_FILTERS=(
-  'Ops.FixedShapes*'
-  'Ops.RandomizedSweep:Ops.AdversarialValues:Ops.InPlace:Variants.OddAndTinyRows:Variants.Strided*:Variants.BatchInvariance*:Variants.OutDtype*:Variants.SaveStats*'
-  'Variants.TransformerRows*:Variants.LlmRows*:Variants.ActivationLongAndOddRows*:Variants.ActivationEvery*:Variants.ParamDtype*:Variants.WeightOffset*:Variants.AllAxes*:Variants.CudaGraph*:Variants.AdversarialValuesThroughTheVariants'
-)
-
 case "${1:-}" in
   gbwpf)
     ab_variants gbwpf 500 2 scripts/specs/groupnorm-backward-step-prefetch.txt .devcarry/gbwpf \

@@ -41,13 +41,6 @@ set -uo pipefail
 # shellcheck source=scripts/experiments/lib.sh
 source "$(dirname "$0")/lib.sh"
 
-# The forward row kernels' GPU tests in 3 shards of about 40-75 s (as runs-2026-12-05.sh).
-ROW_FORWARD_FILTERS=(
-  'Ops.FixedShapes*'
-  'Ops.RandomizedSweep:Ops.AdversarialValues:Ops.InPlace:Variants.OddAndTinyRows:Variants.Strided*:Variants.BatchInvariance*:Variants.OutDtype*:Variants.SaveStats*'
-  'Variants.TransformerRows*:Variants.ResidualLayerNorm*:Variants.LlmRows*:Variants.ActivationLongAndOddRows*:Variants.ActivationEvery*:Variants.ParamDtype*:Variants.WeightOffset*:Variants.AllAxes*:Variants.CudaGraph*:Variants.AdversarialValuesThroughTheVariants'
-)
-
 knobs_arg() {
   if [ -z "${1:-}" ]; then
     echo "runs-2026-12-08.sh: $2 takes the knobs, e.g. NJX_FWD_VALUES=8,NJX_FWD_AHEAD=0" >&2
