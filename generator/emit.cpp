@@ -163,6 +163,7 @@ void row_fields(const KernelPlan& p, Fields& f) {
     case Strategy::kRowRegisters:
       f.integer("kRowsPerBlock", p.rows_per_block);
       f.flag("kParamsAhead", p.params_ahead);
+      f.flag("kPinParams", p.pin_params);
       f.flag("kEarlyResidualStore", p.early_h);
       f.size("kEvictFirstRows", p.evict_first_rows);
       f.flag("kPrefetchRow", p.prefetch_row);

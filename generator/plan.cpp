@@ -635,6 +635,25 @@ bool prefetches_row(const Problem& pr, const Target& target, const KernelPlan& p
          pr.row_length * size_of(pr.x) >= kPrefetchRowMinBytes;
 }
 
+// A row kernel that loads its parameters with x issues their loads beside x's, but ptxas sank
+// them past the kernel's `!active` exit, which follows the reduction, where a team within one
+// warp (rows of at most 32 16-byte vectors) has no block barrier to stop them: in a launch of a
+// few such rows the parameters' latency then followed the reduction's (QK-norm's [1, 32, 128]:
+// the weight's loads after the shuffles, in the SASS of Triton 3.6's cuobjdump). The kernel
+// stores the XOR of their bits to shared memory (never read) before the reduction, a use that
+// keeps the loads with x's. On the H200 (scripts/ab_bench.py, 2 rounds,
+// scripts/specs/row-params-pinned.txt; performance-notes, "The parameters' loads above the
+// reduction") that ran QK-norm's rows of 128 at 1 to 8 tokens, [64, 64] and ViT-B's [197, 768]
+// LayerNorm (teams of 8 to 32) 0.91-0.97x the time; wider teams, whose loads ptxas had already
+// placed before the block barrier, 0.97-1.01x (not taken), decode rows with a residual
+// 1.02-1.04x (not taken), the many-rows class 0.98-1.01x (not taken).
+constexpr int kPinParamsMaxTeam = 32;
+
+bool pins_params(const Problem& pr, const KernelPlan& p, int team) {
+  return p.params_ahead && p.batch_class == kBatchFewRows && team <= kPinParamsMaxTeam &&
+         !pr.residual;
+}
+
 // Row kernels of 16-bit rows (x, h and the parameters 16-bit, y at most) take launch bounds that
 // cap their registers at kRowRegisterCap in three classes: CTAs of 256 threads without a residual
 // in launches of many rows (4 CTAs an SM), and in launches of any size LayerNorm without a
@@ -718,6 +737,11 @@ std::string row_registers(const Problem& pr, const Target& target, KernelPlan& p
         << ": held with x they would leave fewer rows in flight)";
   }
   if (p.early_h) why << "; h written as it is formed, before the reduction";
+  p.pin_params = pins_params(pr, p, team);
+  if (p.pin_params) {
+    why << "; the parameters' loads kept above the reduction (their bits stored to shared "
+           "memory before it)";
+  }
   p.evict_first_rows = evict_first_rows(pr, target);
   if (p.evict_first_rows > 0) {
     why << "; x read evict-first from L2 in launches of at most " << p.evict_first_rows

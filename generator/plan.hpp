@@ -100,6 +100,8 @@ struct KernelPlan {
                                   // registers (x read once), else streamed (read twice)
   bool params_ahead = false;      // kRowRegisters: parameters loaded with x, not at the store
   bool early_h = false;           // kRowRegisters: h written as formed, before the reduction
+  bool pin_params = false;        // kRowRegisters: the parameters' loads (params_ahead) kept
+                                  // above the reduction by a shared-memory store of their bits
   int64_t evict_first_rows = 0;   // kRowRegisters: launches of at most this many rows (their
                                   // bytes within L2) load x evict-first; 0: plain loads
   bool prefetch_row = false;      // kRowRegisters: each team's first thread asks L2 for its row

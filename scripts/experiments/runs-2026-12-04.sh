@@ -53,6 +53,11 @@
 #        kernel loading them with x, 2 the few-rows class): the forward row GPU tests with
 #        NJX_PIN=1, then ab_bench (2 rounds) of scripts/specs/row-params-pinned.txt (~3 minutes;
 #        carry build-gpu .devcarry/pin)
+#   bash scripts/experiments/runs-2026-12-04.sh pinrows   (session 57) after the rule (kPinParams):
+#        the forward row GPU tests over build-gpu, then the variants table's QK-norm rows
+#        (tools/bench_variants.py --only 5) and ab_bench (2 rounds) of
+#        scripts/specs/row-forward-few-short.txt, the plan before the rule (.devcarry/pin, its knob
+#        unset) against build-gpu (~3 minutes; carry build-gpu .devcarry/pin .whl)
 #   bash scripts/experiments/runs-2026-12-04.sh bwtests KNOBS   the row backward's GPU tests over
 #        .devcarry/bw with KNOBS (e.g. NJX_BWD_WIDE=512,NJX_BWD_MINB=2; 3 shards, ~3 minutes)
 # Logs and tables go to $OUT (default ./runs-out).
@@ -170,6 +175,17 @@ case "${1:-}" in
       --specs scripts/specs/row-params-pinned.txt --variant head=.devcarry/pin \
       --variant p1=.devcarry/pin:NJX_PIN=1 --variant p2=.devcarry/pin:NJX_PIN=2 2>&1 |
       grep -v '^round' | tee "$out/pinab.txt"
+    ;;
+  pinrows)
+    bash "$(dirname "$0")/runs-2026-12-08.sh" rowtests-build-gpu
+    echo "forward row tests over build-gpu: exit $?"
+    cp docs/performance.md /tmp/pin-doc.md
+    timeout 150 python3 tools/bench_variants.py --build build-gpu --only 5 --budget-s 120 \
+      --doc /tmp/pin-doc.md --section-out "$out/qk.md" --json-out "$out/qk.json" 2>&1 | tail -2
+    grep -E '^\| [0-9]+ \| 32x128' "$out/qk.md"
+    timeout 120 python3 scripts/ab_bench.py --rounds 2 --out /tmp/pinfew \
+      --specs scripts/specs/row-forward-few-short.txt --variant before=.devcarry/pin \
+      --variant after=build-gpu 2>&1 | grep -v '^round' | tee "$out/pinfew.txt"
     ;;
   boundtests)
     timeout 120 build-gpu/tests/gpu/gpu_tests \

@@ -163,6 +163,19 @@ struct HeldVec {
 #pragma unroll
     for (int j = 0; j < (kPairs ? 1 : V); ++j) values[j] = 0.f;
   }
+  // The XOR of the vector's bits (SliceParams::pin).
+  __device__ __forceinline__ unsigned int fold() const {
+    unsigned int acc = 0;
+#pragma unroll
+    for (int i = 0; i < (kPairs ? V / 2 : 1); ++i) {
+      if constexpr (kPairs) acc ^= words[i];
+    }
+#pragma unroll
+    for (int j = 0; j < (kPairs ? 1 : V); ++j) {
+      if constexpr (!kPairs) acc ^= __float_as_uint(values[j]);
+    }
+    return acc;
+  }
   __device__ __forceinline__ float operator[](int j) const {
     if constexpr (kPairs) {
       const unsigned int w = words[j / 2];
@@ -194,6 +207,21 @@ struct SliceParams {
         if constexpr (C::kBias) b[k].load(static_cast<const P*>(p.bias) + e, hint);
       }
     }
+  }
+  // C::kPinParams: stores the XOR of the loaded parameters' bits to `sink` (shared memory, never
+  // read), a side effect that needs every load: ptxas then issues them with x's instead of
+  // sinking them past the kernel's exit of inactive teams, after the reduction. No value moves.
+  __device__ __forceinline__ void pin(unsigned int* sink) const {
+    unsigned int acc = 0;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      if ((long long)(threadIdx.x + k * C::kThreads) * V < C::kRowLength) {
+        if constexpr (C::kWeight) acc ^= w[k].fold();
+        if constexpr (C::kBias) acc ^= b[k].fold();
+      }
+    }
+    const unsigned int at = static_cast<unsigned int>(__cvta_generic_to_shared(sink));
+    asm volatile("st.shared.u32 [%0], %1;" ::"r"(at), "r"(acc));
   }
 };
 

@@ -20,6 +20,8 @@ namespace normjit {
 //   kRowsPerBlock   ROWS: rows per CTA (blockDim = (TEAM, ROWS))
 //   kVectors        K: vectors per thread
 //   kParamsAhead    the parameters are loaded with x (SliceParams), not as y is stored
+//   kPinParams      (with kParamsAhead) their bits stored to shared memory before the
+//                   reduction, so that ptxas keeps their loads with x's (SliceParams::pin)
 //   kEarlyResidualStore  h is written as soon as it is formed (RMSNorm with a residual)
 //   kEvictFirstRows launches of at most this many rows load x (and the residual) with an L2
 //                   evict-first policy, larger ones with the normal one; 0: plain loads
@@ -74,6 +76,11 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock, C::kMinBlocksPe
     slice.load(from, 0, threadIdx.x, io.shift(), GlobalLoad{});
   } else {
     slice.load(io, 0, threadIdx.x, io.shift());
+  }
+  if constexpr (C::kPinParams) {
+    static_assert(C::kParamsAhead, "pins the parameters loaded with x");
+    __shared__ unsigned int sink[32];
+    ahead.pin(&sink[threadIdx.x % 32]);
   }
   // kEarlyResidualStore (RMSNorm with a residual): h is written as soon as it is formed, so its
   // stores overlap the reduction. (LayerNorm's waits for the store: every thread of the team

@@ -674,6 +674,30 @@ TEST(PlanRows, ParametersLoadedWithXWhenTheyFitThirtyTwoRegisters) {
   EXPECT_EQ(class_line("op=layernorm shape=300,4096 affine=none"), "batch class: any");
 }
 
+// A launch of a few rows in teams within one warp (rows of at most 32 16-byte vectors) keeps
+// its parameters' loads above the reduction (kPinParams): ptxas had sunk them past the exit of
+// inactive teams. Not with a residual (decode rows with one ran slower so), not in teams of more
+// than a warp (a block barrier already holds the loads above it), not in launches of many rows.
+TEST(PlanRows, FewShortRowsKeepTheirParameterLoadsAboveTheReduction) {
+  const Target t = Target::parse("sm_90");
+  const auto pinned = [&](const char* text) {
+    const KernelPlan p = plan(NormSpec::parse(text), t);
+    EXPECT_TRUE(!p.pin_params || p.params_ahead) << text;
+    return p.pin_params;
+  };
+  EXPECT_TRUE(pinned("op=rmsnorm shape=1,32,128 normalized_dims=1 dtype=bf16 affine=weight"));
+  EXPECT_TRUE(pinned("op=rmsnorm shape=64,64 normalized_dims=1 dtype=bf16 affine=weight"));
+  EXPECT_TRUE(pinned("op=layernorm shape=197,768 normalized_dims=1 dtype=bf16"));
+  // Teams of 64 (rows of 1024) and 128 (rows of 4096).
+  EXPECT_FALSE(pinned("op=rmsnorm shape=16,1024 normalized_dims=1 dtype=bf16 affine=weight"));
+  EXPECT_FALSE(pinned("op=rmsnorm shape=1,4096 normalized_dims=1 dtype=bf16 affine=weight"));
+  EXPECT_FALSE(
+      pinned("op=rmsnorm shape=1,1024 normalized_dims=1 dtype=bf16 affine=weight residual=bf16"));
+  EXPECT_FALSE(pinned("op=rmsnorm shape=4096,128 normalized_dims=1 dtype=bf16 affine=weight"));
+  EXPECT_FALSE(pinned("op=rmsnorm shape=1,32,128 normalized_dims=1 dtype=bf16 affine=none"));
+  EXPECT_FALSE(pinned("op=groupnorm shape=1,32,4,4 groups=8 dtype=bf16"));
+}
+
 // The row team's size: 16 values per thread (f32), 32 packed 16-bit ones, 16 for 16-bit rows
 // of at most 2048 elements where no more vector slots idle; CTAs of 128 threads for the
 // trailing forms, 256 for GroupNorm's groups.
