@@ -58,6 +58,10 @@
 #        (tools/bench_variants.py --only 5) and ab_bench (2 rounds) of
 #        scripts/specs/row-forward-few-short.txt, the plan before the rule (.devcarry/pin, its knob
 #        unset) against build-gpu (~3 minutes; carry build-gpu .devcarry/pin .whl)
+#   bash scripts/experiments/runs-2026-12-04.sh policy   (session 57) the L2 policy of x chosen by
+#        a selp of two constant policies (evict-policy-select.patch, .devcarry/pol): GPU tests of
+#        the rows that choose it, then ab_bench (2 rounds) of scripts/specs/evict-policy-select.txt,
+#        build-gpu against .devcarry/pol (~2 minutes; carry build-gpu .devcarry/pol)
 #   bash scripts/experiments/runs-2026-12-04.sh bwtests KNOBS   the row backward's GPU tests over
 #        .devcarry/bw with KNOBS (e.g. NJX_BWD_WIDE=512,NJX_BWD_MINB=2; 3 shards, ~3 minutes)
 # Logs and tables go to $OUT (default ./runs-out).
@@ -186,6 +190,16 @@ case "${1:-}" in
     timeout 120 python3 scripts/ab_bench.py --rounds 2 --out /tmp/pinfew \
       --specs scripts/specs/row-forward-few-short.txt --variant before=.devcarry/pin \
       --variant after=build-gpu 2>&1 | grep -v '^round' | tee "$out/pinfew.txt"
+    ;;
+  policy)
+    LD_LIBRARY_PATH=.devcarry/pol NORMJIT_CACHE_DIR=/tmp/pol-cache timeout 150 \
+      build-gpu/tests/gpu/gpu_tests --gtest_filter='Variants.TransformerRows*:Variants.OddAndTinyRows:Variants.StridedRows*:Variants.BatchInvariance*:Capture.*' \
+      >"$out/policy-tests.log" 2>&1
+    echo "row tests over .devcarry/pol: exit $?"
+    grep -E '^\[  (PASSED|FAILED)  \]' "$out/policy-tests.log"
+    timeout 200 python3 scripts/ab_bench.py --rounds 2 --out /tmp/polab \
+      --specs scripts/specs/evict-policy-select.txt --variant before=build-gpu \
+      --variant after=.devcarry/pol 2>&1 | grep -v '^round' | tee "$out/policy-ab.txt"
     ;;
   boundtests)
     timeout 120 build-gpu/tests/gpu/gpu_tests \

@@ -94,14 +94,19 @@ __device__ __forceinline__ L2Hint l2_evict_last() {
   return h;
 }
 // Evict-first where `first`, else the normal priority: one load path for both, the choice a
-// launch argument's. (Not quite a plain access: on the H100 hinted loads of large launches ran
+// launch argument's. Both policies are created unpredicated, which ptxas folds to constants, and
+// one selected: two predicated createpolicy became about 20 instructions (FSEL, FMUL, F2I, R2UR)
+// ahead of the first load of x, and the rows that choose ran 0.98-1.01x the time without them
+// (H200, scripts/ab_bench.py on scripts/specs/evict-policy-select.txt; performance-notes,
+// "The L2 policy of x by a select"). (Not quite a plain access: on the H100 hinted loads of large launches ran
 // 1-4% slower than plain ones, whatever the priority.)
 __device__ __forceinline__ L2Hint l2_evict_first_if(bool first) {
   L2Hint h;
   asm volatile(
-      "{\n\t.reg .pred q;\n\tsetp.ne.u32 q, %1, 0;\n\t"
-      "@q createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n\t"
-      "@!q createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n\t}"
+      "{\n\t.reg .pred q;\n\t.reg .b64 f, n;\n\tsetp.ne.u32 q, %1, 0;\n\t"
+      "createpolicy.fractional.L2::evict_first.b64 f, 1.0;\n\t"
+      "createpolicy.fractional.L2::evict_normal.b64 n, 1.0;\n\t"
+      "selp.b64 %0, f, n, q;\n\t}"
       : "=l"(h.policy)
       : "r"(static_cast<unsigned int>(first)));
   return h;
