@@ -637,7 +637,7 @@ bool prefetches_row(const Problem& pr, const Target& target, const KernelPlan& p
 
 // A row kernel that loads its parameters with x issues their loads beside x's, but ptxas sank
 // them past the kernel's `!active` exit, which follows the reduction, where a team within one
-// warp (rows of at most 32 16-byte vectors) has no block barrier to stop them: in a launch of a
+// warp (at most 32 threads) has no block barrier to stop them: in a launch of a
 // few such rows the parameters' latency then followed the reduction's (QK-norm's [1, 32, 128]:
 // the weight's loads after the shuffles, in the SASS of Triton 3.6's cuobjdump). The kernel
 // stores the XOR of their bits to shared memory (never read) before the reduction, a use that

@@ -79,8 +79,9 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock, C::kMinBlocksPe
   }
   if constexpr (C::kPinParams) {
     static_assert(C::kParamsAhead, "pins the parameters loaded with x");
-    __shared__ unsigned int sink[32];
-    ahead.pin(&sink[threadIdx.x % 32]);
+    // A slot a thread: no two threads write one word (racecheck-clean).
+    __shared__ unsigned int sink[TEAM * ROWS];
+    ahead.pin(&sink[threadIdx.y * TEAM + threadIdx.x]);
   }
   // kEarlyResidualStore (RMSNorm with a residual): h is written as soon as it is formed, so its
   // stores overlap the reduction. (LayerNorm's waits for the store: every thread of the team

@@ -94,12 +94,12 @@ __device__ __forceinline__ L2Hint l2_evict_last() {
   return h;
 }
 // Evict-first where `first`, else the normal priority: one load path for both, the choice a
-// launch argument's. Both policies are created unpredicated, which ptxas folds to constants, and
-// one selected: two predicated createpolicy became about 20 instructions (FSEL, FMUL, F2I, R2UR)
-// ahead of the first load of x, and the rows that choose ran 0.98-1.01x the time without them
-// (H200, scripts/ab_bench.py on scripts/specs/evict-policy-select.txt; performance-notes,
-// "The L2 policy of x by a select"). (Not quite a plain access: on the H100 hinted loads of large launches ran
-// 1-4% slower than plain ones, whatever the priority.)
+// launch argument's. (Not quite a plain access: on the H100 hinted loads of large launches ran
+// 1-4% slower than plain ones, whatever the priority.) Both policies are created unpredicated,
+// which ptxas folds to constants, and one selected: two predicated createpolicy became about 20
+// instructions (FSEL, FMUL, F2I, R2UR) ahead of the first load of x, and the rows that choose ran
+// 0.98-1.01x the time without them (H200, scripts/ab_bench.py on
+// scripts/specs/evict-policy-select.txt; performance-notes, "The L2 policy of x by a select").
 __device__ __forceinline__ L2Hint l2_evict_first_if(bool first) {
   L2Hint h;
   asm volatile(

@@ -674,7 +674,7 @@ TEST(PlanRows, ParametersLoadedWithXWhenTheyFitThirtyTwoRegisters) {
   EXPECT_EQ(class_line("op=layernorm shape=300,4096 affine=none"), "batch class: any");
 }
 
-// A launch of a few rows in teams within one warp (rows of at most 32 16-byte vectors) keeps
+// A launch of a few rows in teams within one warp (at most 32 threads a row) keeps
 // its parameters' loads above the reduction (kPinParams): ptxas had sunk them past the exit of
 // inactive teams. Not with a residual (decode rows with one ran slower so), not in teams of more
 // than a warp (a block barrier already holds the loads above it), not in launches of many rows.
