@@ -62,6 +62,10 @@
 #        a selp of two constant policies (evict-policy-select.patch, .devcarry/pol): GPU tests of
 #        the rows that choose it, then ab_bench (2 rounds) of scripts/specs/evict-policy-select.txt,
 #        build-gpu against .devcarry/pol (~2 minutes; carry build-gpu .devcarry/pol)
+#   bash scripts/experiments/runs-2026-12-04.sh pinmany   (prepared in session 57) ab_bench (3
+#        rounds) of scripts/specs/rows-pin-many.txt, .devcarry/pin with and without NJX_PIN=1: the
+#        pinning store in launches of many rows in teams within a warp (~1.5 minutes; carry
+#        .devcarry/pin)
 #   bash scripts/experiments/runs-2026-12-04.sh bwtests KNOBS   the row backward's GPU tests over
 #        .devcarry/bw with KNOBS (e.g. NJX_BWD_WIDE=512,NJX_BWD_MINB=2; 3 shards, ~3 minutes)
 # Logs and tables go to $OUT (default ./runs-out).
@@ -200,6 +204,11 @@ case "${1:-}" in
     timeout 200 python3 scripts/ab_bench.py --rounds 2 --out /tmp/polab \
       --specs scripts/specs/evict-policy-select.txt --variant before=build-gpu \
       --variant after=.devcarry/pol 2>&1 | grep -v '^round' | tee "$out/policy-ab.txt"
+    ;;
+  pinmany)
+    timeout 200 python3 scripts/ab_bench.py --rounds 3 --out /tmp/pinmany \
+      --specs scripts/specs/rows-pin-many.txt --variant head=.devcarry/pin \
+      --variant p1=.devcarry/pin:NJX_PIN=1 2>&1 | grep -v '^round' | tee "$out/pinmany.txt"
     ;;
   boundtests)
     timeout 120 build-gpu/tests/gpu/gpu_tests \
