@@ -6,13 +6,13 @@ ptxas for sm_90 and disassembled by cuobjdump (the CUDA toolkit's, or the PyPI w
 nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm: pip download --no-deps, unzip, nvdisasm on
 PATH). Prints the registers and spill stores ptxas reports, the SASS instructions, the MUFU
 operations (and how many of them are predicated) and the branch and convergence instructions
-(BRA, BSSY, BSYNC); with --positions also where the 16-byte global loads (LDG.E.128), bulk
-L2 prefetches (UBLKPF), block barriers (BAR) and 16-byte stores (STG.E.128) sit, as
-instruction indices. The environment passes through to normjit, so an experiment's knobs
+(BRA, BSSY, BSYNC); with --positions also where the 16-byte global loads (LDG.E.128), all
+global loads, bulk L2 prefetches (UBLKPF), block barriers (BAR), shuffles (SHFL), shared-memory
+stores (STS), exits and 16-byte stores (STG.E.128) sit, as instruction indices (from 0). The environment passes through to normjit, so an experiment's knobs
 (scripts/experiments/*.patch) apply. A ptxas older than the PTX ISA NVRTC writes (e.g. the one
 in Triton's wheel) gets the PTX's version line lowered to its own. Used for
-docs/performance-notes.md, "GroupNorm -> GELU: what erff costs in the machine code" and "The
-forward rows' L2 prefetch":
+docs/performance-notes.md, "GroupNorm -> GELU: what erff costs in the machine code", "The
+forward rows' L2 prefetch" and "The parameters' loads above the reduction":
 
   python3 scripts/sass_counts.py --normjit build-gpu/tools/normjit --cuobjdump PATH \\
       --spec "op=groupnorm shape=1,256,512,512 dtype=f16 groups=32 affine=both activation=gelu"
@@ -59,8 +59,9 @@ def counts(a, spec):
             f"{spills.group(1) if spills else '?'} bytes spilled, {len(ops)} instructions, "
             f"{len(mufu)} MUFU ({sum(mufu)} predicated), {branches} BRA/BSSY/BSYNC")
     if a.positions:
-        for name, prefix in (("LDG.E.128", "LDG.E.128"), ("UBLKPF", "UBLKPF"), ("BAR", "BAR."),
-                             ("STG.E.128", "STG.E.128")):
+        for name, prefix in (("LDG.E.128", "LDG.E.128"), ("LDG (any width)", "LDG"),
+                             ("UBLKPF", "UBLKPF"), ("BAR", "BAR."), ("SHFL", "SHFL"),
+                             ("STS", "STS"), ("EXIT", "EXIT"), ("STG.E.128", "STG.E.128")):
             at = [i for i, (_, op) in enumerate(ops) if op.startswith(prefix)]
             text += f"\n  {name} at {at}"
     return text
@@ -71,13 +72,21 @@ def main():
     ap.add_argument("--normjit", required=True, help="tools/normjit of a build folder")
     ap.add_argument("--ptxas", default="/usr/local/cuda/bin/ptxas")
     ap.add_argument("--cuobjdump", default="cuobjdump")
-    ap.add_argument("--spec", action="append", required=True, help="a spec text; repeatable")
+    ap.add_argument("--spec", action="append", default=[], help="a spec text; repeatable")
+    ap.add_argument("--specs", help="a file of spec texts, one a line ('#' lines skipped), as "
+                                    "normjit bench --specs reads")
     ap.add_argument("--arch", default="sm_90", help="the plan's target (normjit dump --arch)")
     ap.add_argument("--positions", action="store_true",
                     help="also the instruction indices of 16-byte loads and stores, bulk "
                          "prefetches and barriers")
     a = ap.parse_args()
-    for spec in a.spec:
+    specs = list(a.spec)
+    if a.specs:
+        with open(a.specs) as f:
+            specs += [line.strip() for line in f if line.strip() and not line.startswith("#")]
+    if not specs:
+        ap.error("give --spec or --specs")
+    for spec in specs:
         print(f"{spec}: {counts(a, spec)}")
 
 
