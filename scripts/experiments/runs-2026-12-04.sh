@@ -66,6 +66,9 @@
 #        rounds) of scripts/specs/rows-pin-many.txt, .devcarry/pin with and without NJX_PIN=1: the
 #        pinning store in launches of many rows in teams within a warp (~1.5 minutes; carry
 #        .devcarry/pin)
+#   bash scripts/experiments/runs-2026-12-04.sh pinteams   (session 58) the same A/B (3 rounds) of
+#        scripts/specs/rows-pin-teams.txt: teams of 64 and 128 with the parameters loaded with x
+#        (~1.5 minutes; carry .devcarry/pin)
 #   bash scripts/experiments/runs-2026-12-04.sh bwtests KNOBS   the row backward's GPU tests over
 #        .devcarry/bw with KNOBS (e.g. NJX_BWD_WIDE=512,NJX_BWD_MINB=2; 3 shards, ~3 minutes)
 # Logs and tables go to $OUT (default ./runs-out).
@@ -209,6 +212,11 @@ case "${1:-}" in
     timeout 200 python3 scripts/ab_bench.py --rounds 3 --out /tmp/pinmany \
       --specs scripts/specs/rows-pin-many.txt --variant head=.devcarry/pin \
       --variant p1=.devcarry/pin:NJX_PIN=1 2>&1 | grep -v '^round' | tee "$out/pinmany.txt"
+    ;;
+  pinteams)
+    timeout 200 python3 scripts/ab_bench.py --rounds 3 --out /tmp/pinteams \
+      --specs scripts/specs/rows-pin-teams.txt --variant head=.devcarry/pin \
+      --variant p1=.devcarry/pin:NJX_PIN=1 2>&1 | grep -v '^round' | tee "$out/pinteams.txt"
     ;;
   boundtests)
     timeout 120 build-gpu/tests/gpu/gpu_tests \

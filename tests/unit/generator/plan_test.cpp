@@ -696,6 +696,16 @@ TEST(PlanRows, FewShortRowsKeepTheirParameterLoadsAboveTheReduction) {
   EXPECT_FALSE(pinned("op=rmsnorm shape=4096,128 normalized_dims=1 dtype=bf16 affine=weight"));
   EXPECT_FALSE(pinned("op=rmsnorm shape=1,32,128 normalized_dims=1 dtype=bf16 affine=none"));
   EXPECT_FALSE(pinned("op=groupnorm shape=1,32,4,4 groups=8 dtype=bf16"));
+  // Launches of many 16-bit rows in teams of two warps or more (64 for rows of 1024, 128 for
+  // 2048) that load the parameters with x; not f32 rows, f32 parameters beside bf16 x, a
+  // residual, or teams within a warp (rows of 512: 32).
+  EXPECT_TRUE(pinned("op=layernorm shape=8192,1024 dtype=bf16"));
+  EXPECT_TRUE(pinned("op=layernorm shape=16384,1024 dtype=f16"));
+  EXPECT_TRUE(pinned("op=layernorm shape=4096,2048 dtype=bf16"));
+  EXPECT_FALSE(pinned("op=layernorm shape=8192,1024 dtype=f32"));
+  EXPECT_FALSE(pinned("op=layernorm shape=8192,1024 dtype=bf16 param_dtype=f32"));
+  EXPECT_FALSE(pinned("op=layernorm shape=8192,1024 dtype=bf16 residual=bf16"));
+  EXPECT_FALSE(pinned("op=layernorm shape=16384,512 dtype=bf16"));
 }
 
 // The row team's size: 16 values per thread (f32), 32 packed 16-bit ones, 16 for 16-bit rows
