@@ -16,10 +16,15 @@
 # scripts/gpu_test_times.txt, the seconds of each test in an earlier run; TIMES=none: gtest's
 # own sharding, the tests dealt out in turn); every run leaves $OUT/gpu_test_times.txt, its own
 # seconds, to copy there.
+# Partial runs: GTEST_FILTER (gtest's own variable) keeps the listing, and so every shard, to the
+# tests it matches; PYTEST=off leaves the Python suite out. When a gtest shard fails or is cut by
+# TG, $OUT/gtest-unfinished.txt holds the tests that did not pass (failed, cut, never reached) as
+# one filter, printed too, so that a second call runs just them:
+#   GTEST_FILTER=$(cat unfinished-filter) PYTEST=off SHARDS=3 scripts/gpu_suite.sh build-gpu
 # Exit status: 0 all passed; 1 a part failed or timed out; 2 the build or the wheel is missing.
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
-cd "$here"
+cd "$here" || exit 2
 build=${1:-$here/build-gpu}
 out=${OUT:-$here/build-gpu-out}
 shards=${SHARDS:-4}
@@ -44,11 +49,13 @@ export PYTHONUNBUFFERED=1
 # The deployment tests run the normjit tool: this build's, not the path it was built at.
 export NORMJIT_TOOL=${NORMJIT_TOOL:-$build/tools/normjit}
 times=${TIMES:-$here/scripts/gpu_test_times.txt}
+# The tests this run has (GTEST_FILTER, when set, applies to the listing as to the run).
+LD_LIBRARY_PATH=$build${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$build/tests/gpu/gpu_tests" \
+  --gtest_list_tests > "$out/gtest-list.txt" 2>&1
 filters=()
 if [ "$times" != none ] && [ -f "$times" ]; then
-  if ! mapfile -t filters < <(LD_LIBRARY_PATH=$build${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
-    "$build/tests/gpu/gpu_tests" --gtest_list_tests |
-    python3 "$here/scripts/shard_tests.py" --times "$times" --shards "$shards" --list -) ||
+  if ! mapfile -t filters < <(python3 "$here/scripts/shard_tests.py" --times "$times" \
+    --shards "$shards" --list "$out/gtest-list.txt") ||
     ((${#filters[@]} != shards)); then
     echo "gpu_suite: shard_tests.py failed; gtest's own sharding instead" >&2
     filters=()
@@ -61,9 +68,9 @@ for ((i = 0; i < shards; i++)); do
     shard_env=()
   else
     shard_args=()
-    shard_env=(GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i)
+    shard_env=("GTEST_TOTAL_SHARDS=$shards" "GTEST_SHARD_INDEX=$i")
   fi
-  env LD_LIBRARY_PATH=$build${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "${shard_env[@]}" \
+  env LD_LIBRARY_PATH="$build"${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "${shard_env[@]}" \
     timeout "${TG:-480}" "$build/tests/gpu/gpu_tests" "${shard_args[@]}" > "$out/gtest-$i.log" 2>&1 &
   pids+=($!)
 done
@@ -80,9 +87,14 @@ for w in "$wheels"/*.whl; do
 done
 # --durations: the slowest Python tests in the log, for balancing WORKERS and TP (at ff88978 on
 # the H200 pytest took 309 s in 4 workers, the six gtest shards 260-285 s each).
-PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH} timeout "${TP:-420}" python3 -m pytest -q -rfEs \
-  --durations=25 -p no:cacheprovider -n "$workers" tests/python > "$out/pytest.log" 2>&1
-pytest_status=$?
+if [ "${PYTEST:-on}" = off ]; then
+  echo "pytest: left out (PYTEST=off)" > "$out/pytest.log"
+  pytest_status=0
+else
+  PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH} timeout "${TP:-420}" python3 -m pytest -q -rfEs \
+    --durations=25 -p no:cacheprovider -n "$workers" tests/python > "$out/pytest.log" 2>&1
+  pytest_status=$?
+fi
 
 status=0
 for ((i = 0; i < shards; i++)); do
@@ -100,6 +112,12 @@ for ((i = 0; i < shards; i++)); do
   ((rc == 0)) || status=1
 done
 python3 "$here/scripts/shard_tests.py" --record "$out"/gtest-*.log > "$out/gpu_test_times.txt"
+if ((status != 0)); then
+  python3 "$here/scripts/shard_tests.py" --unfinished "$out/gtest-list.txt" "$out"/gtest-*.log \
+    > "$out/gtest-unfinished.txt"
+  echo "gpu_tests: $(tr ':' '\n' < "$out/gtest-unfinished.txt" | grep -c .) tests did not pass;" \
+    "to run just them: GTEST_FILTER='$(cat "$out/gtest-unfinished.txt")' PYTEST=off"
+fi
 echo "pytest: exit $pytest_status; $(tail -1 "$out/pytest.log")"
 if ((pytest_status == 124)); then
   # Cut by the time limit: how far its progress got and what the results reported so far were

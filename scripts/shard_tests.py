@@ -12,6 +12,10 @@ has, or 1 s), and prints one --gtest_filter value a shard, one a line.
       LIST: the output of `gpu_tests --gtest_list_tests` (a file, or - for stdin)
   shard_tests.py --record LOG... > TIMES
       the seconds of each test that passed in gtest logs ("[       OK ] Suite.Test (N ms)")
+  shard_tests.py --unfinished LIST LOG...
+      one --gtest_filter value: the tests of LIST that did not pass in the logs (failed, cut by
+      a time limit, or never reached), for running just them again (GTEST_FILTER=...); prints
+      nothing when every listed test passed
 """
 import argparse
 import re
@@ -78,6 +82,20 @@ def record(paths: list[str]) -> str:
     return "\n".join(sorted(out)) + ("\n" if out else "")
 
 
+def passed(paths: list[str]) -> set[str]:
+    names = set()
+    for path in paths:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            names.update(m.group(1) for m in map(OK_LINE.match, f) if m)
+    return names
+
+
+def unfinished(tests: list[str], logs: list[str]) -> list[str]:
+    """The listed tests without an OK line in the logs, in the listed order."""
+    done = passed(logs)
+    return [t for t in tests if t not in done]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -87,7 +105,18 @@ def main(argv=None) -> int:
     ap.add_argument("--list", help="gpu_tests --gtest_list_tests output: a file, or - for stdin")
     ap.add_argument("--record", nargs="+", metavar="LOG",
                     help="print the times of the tests that passed in these gtest logs")
+    ap.add_argument("--unfinished", nargs="+", metavar=("LIST", "LOG"),
+                    help="print the tests of LIST (--gtest_list_tests output) that did not pass "
+                         "in the logs, as one --gtest_filter value")
     a = ap.parse_args(argv)
+    if a.unfinished:
+        if len(a.unfinished) < 2:
+            ap.error("--unfinished takes the list and at least one log")
+        with open(a.unfinished[0], encoding="utf-8") as f:
+            rest = unfinished(listed_tests(f.read()), a.unfinished[1:])
+        if rest:
+            print(":".join(rest))
+        return 0
     if a.record:
         sys.stdout.write(record(a.record))
         return 0
