@@ -647,18 +647,23 @@ bool prefetches_row(const Problem& pr, const Target& target, const KernelPlan& p
 // LayerNorm (teams of 8 to 32) 0.91-0.97x the time; wider teams, whose loads ptxas had already
 // placed before the block barrier, 0.97-1.01x (not taken), decode rows with a residual
 // 1.02-1.04x (not taken), the many-rows class in teams within a warp 0.99-1.06x (not taken).
-// In launches of many rows, teams of 64 and 128 (two warps or more) of 16-bit rows: ptxas placed
-// some of the parameters' loads after the first shuffles, ahead of the team's block barrier
-// (BERT-large's bf16 [8192, 1024]); with the store, LayerNorm bf16 and f16 rows of 1024 and 2048
-// at 4096 to 16384 rows ran 0.95-0.97x the time, 2048 rows of 1024 1.00x, the f32 rows of 768 and
+// In launches of many rows, LayerNorm's 16-bit rows in teams of 64 and 128 (two to four warps):
+// ptxas placed some of the parameters' loads after the first shuffles, ahead of the team's block
+// barrier (BERT-large's bf16 [8192, 1024]); with the store, bf16 and f16 rows of 1024 and 2048 at
+// 4096 to 16384 rows ran 0.95-0.97x the time, 2048 rows of 1024 1.00x, the f32 rows of 768 and
 // 1024 1.00-1.01x (not taken) (H200, scripts/ab_bench.py, 3 rounds,
-// scripts/specs/rows-pin-teams.txt; performance-notes, "Session 58").
+// scripts/specs/rows-pin-teams.txt; performance-notes, "Session 58"). Not taken, unmeasured:
+// RMSNorm's rows (in the LLM rows of 1024 to 16384 ptxas issues the weight's loads above the
+// shuffles already; the store would only add its instructions) and wider teams (LayerNorm rows
+// of 5120 and 12288, whose SASS sinks loads as BERT-large's did).
 constexpr int kPinParamsMaxTeam = 32;
+constexpr int kPinParamsManyRowsMaxTeam = 128;
 
 bool pins_params(const Problem& pr, const KernelPlan& p, int team) {
   if (!p.params_ahead || pr.residual) return false;
   if (p.batch_class == kBatchFewRows) return team <= kPinParamsMaxTeam;
-  return team > kPinParamsMaxTeam && size_of(pr.x) == 2 && size_of(pr.param) == 2;
+  return pr.op == Op::kLayerNorm && team > kPinParamsMaxTeam && team <= kPinParamsManyRowsMaxTeam &&
+         size_of(pr.x) == 2 && size_of(pr.param) == 2;
 }
 
 // Row kernels of 16-bit rows (x, h and the parameters 16-bit, y at most) take launch bounds that

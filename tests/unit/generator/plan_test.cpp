@@ -696,12 +696,21 @@ TEST(PlanRows, FewShortRowsKeepTheirParameterLoadsAboveTheReduction) {
   EXPECT_FALSE(pinned("op=rmsnorm shape=4096,128 normalized_dims=1 dtype=bf16 affine=weight"));
   EXPECT_FALSE(pinned("op=rmsnorm shape=1,32,128 normalized_dims=1 dtype=bf16 affine=none"));
   EXPECT_FALSE(pinned("op=groupnorm shape=1,32,4,4 groups=8 dtype=bf16"));
-  // Launches of many 16-bit rows in teams of two warps or more (64 for rows of 1024, 128 for
-  // 2048) that load the parameters with x; not f32 rows, f32 parameters beside bf16 x, a
-  // residual, or teams within a warp (rows of 512: 32).
+  // Launches of many 16-bit LayerNorm rows in teams of 64 (rows of 1024) and 128 (2048) that
+  // load the parameters with x; not f32 rows, f32 parameters beside bf16 x, a residual, teams
+  // within a warp (rows of 512: 32) or of 256 and more (rows of 5120 and 12288), or RMSNorm's
+  // rows (the LLM rows: teams of 128 to 512, the parameters loaded with x).
   EXPECT_TRUE(pinned("op=layernorm shape=8192,1024 dtype=bf16"));
   EXPECT_TRUE(pinned("op=layernorm shape=16384,1024 dtype=f16"));
   EXPECT_TRUE(pinned("op=layernorm shape=4096,2048 dtype=bf16"));
+  EXPECT_FALSE(pinned("op=layernorm shape=4096,5120 dtype=bf16"));
+  EXPECT_FALSE(pinned("op=layernorm shape=4096,12288 dtype=bf16"));
+  EXPECT_TRUE(plan(NormSpec::parse("op=rmsnorm shape=4096,4096 normalized_dims=1 dtype=bf16 "
+                                   "affine=weight"),
+                   t)
+                  .params_ahead);
+  EXPECT_FALSE(pinned("op=rmsnorm shape=4096,4096 normalized_dims=1 dtype=bf16 affine=weight"));
+  EXPECT_FALSE(pinned("op=rmsnorm shape=4096,1024 normalized_dims=1 dtype=bf16 affine=weight"));
   EXPECT_FALSE(pinned("op=layernorm shape=8192,1024 dtype=f32"));
   EXPECT_FALSE(pinned("op=layernorm shape=8192,1024 dtype=bf16 param_dtype=f32"));
   EXPECT_FALSE(pinned("op=layernorm shape=8192,1024 dtype=bf16 residual=bf16"));
