@@ -73,6 +73,8 @@
 #        A/B of scripts/specs/add-layernorm-teams.txt (add + LayerNorm, whose rows of 4096 to 8192
 #        load the parameters with x), NJX_PIN=1 and =2 (few rows only) (~2 minutes; carry
 #        .devcarry/pin)
+#   bash scripts/experiments/runs-2026-12-04.sh pinwide   (prepared in session 58) the same A/B of
+#        scripts/specs/rows-pin-wide.txt (~1.5 minutes; carry .devcarry/pin)
 #   bash scripts/experiments/runs-2026-12-04.sh bwtests KNOBS   the row backward's GPU tests over
 #        .devcarry/bw with KNOBS (e.g. NJX_BWD_WIDE=512,NJX_BWD_MINB=2; 3 shards, ~3 minutes)
 # Logs and tables go to $OUT (default ./runs-out).
@@ -227,6 +229,11 @@ case "${1:-}" in
       --specs scripts/specs/add-layernorm-teams.txt --variant head=.devcarry/pin \
       --variant p1=.devcarry/pin:NJX_PIN=1 --variant p2=.devcarry/pin:NJX_PIN=2 2>&1 |
       grep -v '^round' | tee "$out/pinresidual.txt"
+    ;;
+  pinwide)
+    timeout 200 python3 scripts/ab_bench.py --rounds 3 --out /tmp/pinwide \
+      --specs scripts/specs/rows-pin-wide.txt --variant head=.devcarry/pin \
+      --variant p1=.devcarry/pin:NJX_PIN=1 2>&1 | grep -v '^round' | tee "$out/pinwide.txt"
     ;;
   boundtests)
     timeout 120 build-gpu/tests/gpu/gpu_tests \
