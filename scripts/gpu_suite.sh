@@ -20,7 +20,7 @@
 # tests it matches; PYTEST=off leaves the Python suite out. When a gtest shard fails or is cut by
 # TG, $OUT/gtest-unfinished.txt holds the tests that did not pass (failed, cut, never reached) as
 # one filter, printed too, so that a second call runs just them:
-#   GTEST_FILTER=$(cat unfinished-filter) PYTEST=off SHARDS=3 scripts/gpu_suite.sh build-gpu
+#   GTEST_FILTER=$(cat gtest-unfinished.txt) PYTEST=off SHARDS=3 scripts/gpu_suite.sh build-gpu
 # Exit status: 0 all passed; 1 a part failed or timed out; 2 the build or the wheel is missing.
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -115,8 +115,12 @@ python3 "$here/scripts/shard_tests.py" --record "$out"/gtest-*.log > "$out/gpu_t
 if ((status != 0)); then
   python3 "$here/scripts/shard_tests.py" --unfinished "$out/gtest-list.txt" "$out"/gtest-*.log \
     > "$out/gtest-unfinished.txt"
-  echo "gpu_tests: $(tr ':' '\n' < "$out/gtest-unfinished.txt" | grep -c .) tests did not pass;" \
-    "to run just them: GTEST_FILTER='$(cat "$out/gtest-unfinished.txt")' PYTEST=off"
+  if [ -s "$out/gtest-unfinished.txt" ]; then
+    echo "gpu_tests: $(tr ':' '\n' < "$out/gtest-unfinished.txt" | grep -c .) tests did not pass;" \
+      "to run just them: GTEST_FILTER='$(cat "$out/gtest-unfinished.txt")' PYTEST=off"
+  else
+    echo "gpu_tests: every listed test passed, yet a shard failed (see gtest-list.txt and the logs)"
+  fi
 fi
 echo "pytest: exit $pytest_status; $(tail -1 "$out/pytest.log")"
 if ((pytest_status == 124)); then
