@@ -77,8 +77,9 @@ def main():
                                     "normjit bench --specs reads")
     ap.add_argument("--arch", default="sm_90", help="the plan's target (normjit dump --arch)")
     ap.add_argument("--positions", action="store_true",
-                    help="also the instruction indices of 16-byte loads and stores, bulk "
-                         "prefetches and barriers")
+                    help="also the instruction indices of the global loads (16-byte and any), "
+                         "bulk prefetches, barriers, shuffles, shared stores, exits and 16-byte "
+                         "stores")
     a = ap.parse_args()
     specs = list(a.spec)
     if a.specs:

@@ -210,7 +210,8 @@ struct SliceParams {
   }
   // C::kPinParams: stores the XOR of the loaded parameters' bits to `sink` (shared memory, never
   // read), a side effect that needs every load: ptxas then issues them with x's instead of
-  // sinking them past the kernel's exit of inactive teams, after the reduction. No value moves.
+  // sinking them into the reduction (past its shuffles, or in teams within a warp past the exit
+  // of inactive teams). No value moves.
   __device__ __forceinline__ void pin(unsigned int* sink) const {
     unsigned int acc = 0;
 #pragma unroll

@@ -674,14 +674,16 @@ TEST(PlanRows, ParametersLoadedWithXWhenTheyFitThirtyTwoRegisters) {
   EXPECT_EQ(class_line("op=layernorm shape=300,4096 affine=none"), "batch class: any");
 }
 
-// A launch of a few rows in teams within one warp (at most 32 threads a row) keeps
-// its parameters' loads above the reduction (kPinParams): ptxas had sunk them past the exit of
-// inactive teams. Not with a residual (decode rows with one ran slower so), not in teams of more
-// than a warp (a block barrier already holds the loads above it), not in launches of many rows.
-TEST(PlanRows, FewShortRowsKeepTheirParameterLoadsAboveTheReduction) {
+// The row kernels that keep their parameters' loads above the reduction (kPinParams), where
+// ptxas had sunk them past it: launches of a few rows in teams within one warp (at most 32
+// threads a row; not with a residual, as decode rows with one ran slower so, nor in wider teams,
+// whose block barrier already holds the loads above it), and launches of many 16-bit LayerNorm
+// rows in teams of 64 and 128.
+TEST(PlanRows, ParameterLoadsKeptAboveTheReductionWhereTheyWereSunk) {
   const Target t = Target::parse("sm_90");
+  const auto plan_of = [&](const char* text) { return plan(NormSpec::parse(text), t); };
   const auto pinned = [&](const char* text) {
-    const KernelPlan p = plan(NormSpec::parse(text), t);
+    const KernelPlan p = plan_of(text);
     EXPECT_TRUE(!p.pin_params || p.params_ahead) << text;
     return p.pin_params;
   };
@@ -705,9 +707,7 @@ TEST(PlanRows, FewShortRowsKeepTheirParameterLoadsAboveTheReduction) {
   EXPECT_TRUE(pinned("op=layernorm shape=4096,2048 dtype=bf16"));
   EXPECT_FALSE(pinned("op=layernorm shape=4096,5120 dtype=bf16"));
   EXPECT_FALSE(pinned("op=layernorm shape=4096,12288 dtype=bf16"));
-  EXPECT_TRUE(plan(NormSpec::parse("op=rmsnorm shape=4096,4096 normalized_dims=1 dtype=bf16 "
-                                   "affine=weight"),
-                   t)
+  EXPECT_TRUE(plan_of("op=rmsnorm shape=4096,4096 normalized_dims=1 dtype=bf16 affine=weight")
                   .params_ahead);
   EXPECT_FALSE(pinned("op=rmsnorm shape=4096,4096 normalized_dims=1 dtype=bf16 affine=weight"));
   EXPECT_FALSE(pinned("op=rmsnorm shape=4096,1024 normalized_dims=1 dtype=bf16 affine=weight"));
