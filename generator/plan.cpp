@@ -645,25 +645,39 @@ bool prefetches_row(const Problem& pr, const Target& target, const KernelPlan& p
 // scripts/specs/row-params-pinned.txt; performance-notes, "The parameters' loads above the
 // reduction") that ran QK-norm's rows of 128 at 1 to 8 tokens, [64, 64] and ViT-B's [197, 768]
 // LayerNorm (teams of 8 to 32) 0.91-0.97x the time; wider teams, whose loads ptxas had already
-// placed before the block barrier, 0.97-1.01x (not taken), decode rows with a residual
+// placed before the block barrier, 0.97-1.01x (not taken), RMSNorm decode rows with a residual
 // 1.02-1.04x (not taken), the many-rows class in teams within a warp 0.99-1.06x (not taken).
 // In launches of many rows, LayerNorm's 16-bit rows in teams of 64 and 128 (two to four warps):
 // ptxas placed some of the parameters' loads after the first shuffles, ahead of the team's block
 // barrier (BERT-large's bf16 [8192, 1024]); with the store, bf16 and f16 rows of 1024 and 2048 at
 // 4096 to 16384 rows ran 0.95-0.97x the time, 2048 rows of 1024 1.00x, the f32 rows of 768 and
 // 1024 1.00-1.01x (not taken) (H200, scripts/ab_bench.py, 3 rounds,
-// scripts/specs/rows-pin-teams.txt; performance-notes, "Session 58"). Not taken, unmeasured:
-// RMSNorm's rows (in the LLM rows of 1024 to 16384 ptxas issues the weight's loads above the
-// shuffles already; the store would only add its instructions) and wider teams (LayerNorm rows
-// of 5120 and 12288, whose SASS sinks loads as BERT-large's did).
+// scripts/specs/rows-pin-teams.txt; performance-notes, "Session 58"). Then (H200,
+// scripts/ab_bench.py, 3 rounds; performance-notes, "Session 59") wider teams and residuals:
+// LayerNorm's bf16 rows of 5120 and 12288 (teams of 256 and 512) at 1024 to 16384 rows 0.97-0.99x
+// the time (scripts/specs/rows-pin-wide.txt), RMSNorm's bf16 rows of 1024 (teams of 64) 0.95x
+// (taken in both classes, with 16-byte accesses, so that they plan one kernel still: in the
+// few-rows class [16, 1024] ran 0.97-0.98x with the store, session 57's measurement above), its LLM
+// rows of 4096 to 16384 1.00x (their weight's loads above the shuffles already: not taken); add
+// + LayerNorm with x, parameters and residual 16-bit (scripts/specs/add-layernorm-teams.txt: rows
+// of 2048 to 8192, 1 to 16384 tokens, both classes) 0.93-1.00x (LayerNorm stores h after the
+// reduction, so the loads delay no early store of it, as they did add + RMSNorm's decode rows
+// above); with an f32 residual the plan loads the parameters after the reduction. Not taken,
+// unmeasured: RMSNorm's 16-bit rows of 2048 and more in teams wider than a warp other than those
+// LLM rows.
 constexpr int kPinParamsMaxTeam = 32;
-constexpr int kPinParamsManyRowsMaxTeam = 128;
+constexpr int64_t kPinRmsNormMaxRow = 1024;
 
 bool pins_params(const Problem& pr, const KernelPlan& p, int team) {
-  if (!p.params_ahead || pr.residual) return false;
+  if (!p.params_ahead) return false;
+  const bool sixteen_bit = size_of(pr.x) == 2 && size_of(pr.param) == 2;
+  if (pr.residual) return pr.op == Op::kLayerNorm && sixteen_bit;
+  if (pr.op == Op::kRmsNorm && sixteen_bit && team > kPinParamsMaxTeam &&
+      pr.row_length <= kPinRmsNormMaxRow && p.vec * size_of(pr.x) == kAccessBytes) {
+    return true;  // both classes, so that they keep planning one kernel
+  }
   if (p.batch_class == kBatchFewRows) return team <= kPinParamsMaxTeam;
-  return pr.op == Op::kLayerNorm && team > kPinParamsMaxTeam && team <= kPinParamsManyRowsMaxTeam &&
-         size_of(pr.x) == 2 && size_of(pr.param) == 2;
+  return team > kPinParamsMaxTeam && sixteen_bit && pr.op == Op::kLayerNorm;
 }
 
 // Row kernels of 16-bit rows (x, h and the parameters 16-bit, y at most) take launch bounds that

@@ -676,9 +676,9 @@ TEST(PlanRows, ParametersLoadedWithXWhenTheyFitThirtyTwoRegisters) {
 
 // The row kernels that keep their parameters' loads above the reduction (kPinParams), where
 // ptxas had sunk them past it: launches of a few rows in teams within one warp (at most 32
-// threads a row; not with a residual, as decode rows with one ran slower so, nor in wider teams,
-// whose block barrier already holds the loads above it), and launches of many 16-bit LayerNorm
-// rows in teams of 64 and 128.
+// threads a row; not RMSNorm with a residual, whose decode rows ran slower so, nor in wider teams,
+// whose block barrier already holds the loads above it), launches of many 16-bit LayerNorm rows
+// and RMSNorm rows of up to 1024 in teams wider than a warp, and 16-bit add + LayerNorm in both.
 TEST(PlanRows, ParameterLoadsKeptAboveTheReductionWhereTheyWereSunk) {
   const Target t = Target::parse("sm_90");
   const auto plan_of = [&](const char* text) { return plan(NormSpec::parse(text), t); };
@@ -690,31 +690,44 @@ TEST(PlanRows, ParameterLoadsKeptAboveTheReductionWhereTheyWereSunk) {
   EXPECT_TRUE(pinned("op=rmsnorm shape=1,32,128 normalized_dims=1 dtype=bf16 affine=weight"));
   EXPECT_TRUE(pinned("op=rmsnorm shape=64,64 normalized_dims=1 dtype=bf16 affine=weight"));
   EXPECT_TRUE(pinned("op=layernorm shape=197,768 normalized_dims=1 dtype=bf16"));
-  // Teams of 64 (rows of 1024) and 128 (rows of 4096).
-  EXPECT_FALSE(pinned("op=rmsnorm shape=16,1024 normalized_dims=1 dtype=bf16 affine=weight"));
+  // A team of 128 (rows of 4096); but RMSNorm's 16-bit rows of 1024 (teams of 64) in both
+  // classes, which thus plan one kernel.
   EXPECT_FALSE(pinned("op=rmsnorm shape=1,4096 normalized_dims=1 dtype=bf16 affine=weight"));
+  EXPECT_TRUE(pinned("op=rmsnorm shape=16,1024 normalized_dims=1 dtype=bf16 affine=weight"));
+  EXPECT_FALSE(pinned("op=rmsnorm shape=16,1023 normalized_dims=1 dtype=bf16 affine=weight"));
   EXPECT_FALSE(
       pinned("op=rmsnorm shape=1,1024 normalized_dims=1 dtype=bf16 affine=weight residual=bf16"));
   EXPECT_FALSE(pinned("op=rmsnorm shape=4096,128 normalized_dims=1 dtype=bf16 affine=weight"));
   EXPECT_FALSE(pinned("op=rmsnorm shape=1,32,128 normalized_dims=1 dtype=bf16 affine=none"));
   EXPECT_FALSE(pinned("op=groupnorm shape=1,32,4,4 groups=8 dtype=bf16"));
-  // Launches of many 16-bit LayerNorm rows in teams of 64 (rows of 1024) and 128 (2048) that
-  // load the parameters with x; not f32 rows, f32 parameters beside bf16 x, a residual, teams
-  // within a warp (rows of 512: 32) or of 256 and more (rows of 5120 and 12288), or RMSNorm's
-  // rows (the LLM rows: teams of 128 to 512, the parameters loaded with x).
+  // Launches of many 16-bit LayerNorm rows that load the parameters with x in teams wider than
+  // a warp: 64 (rows of 1024), 128 (2048), 256 (5120) and 512 (12288); RMSNorm's rows of 1024
+  // (64); not f32 rows, f32 parameters beside bf16 x, teams within a warp (rows of 512: 32), or
+  // RMSNorm's LLM rows (teams of 128 to 512, the parameters loaded with x).
   EXPECT_TRUE(pinned("op=layernorm shape=8192,1024 dtype=bf16"));
   EXPECT_TRUE(pinned("op=layernorm shape=16384,1024 dtype=f16"));
   EXPECT_TRUE(pinned("op=layernorm shape=4096,2048 dtype=bf16"));
-  EXPECT_FALSE(pinned("op=layernorm shape=4096,5120 dtype=bf16"));
-  EXPECT_FALSE(pinned("op=layernorm shape=4096,12288 dtype=bf16"));
+  EXPECT_TRUE(pinned("op=layernorm shape=4096,5120 dtype=bf16"));
+  EXPECT_TRUE(pinned("op=layernorm shape=4096,12288 dtype=bf16"));
+  EXPECT_TRUE(pinned("op=rmsnorm shape=4096,1024 normalized_dims=1 dtype=bf16 affine=weight"));
   EXPECT_TRUE(plan_of("op=rmsnorm shape=4096,4096 normalized_dims=1 dtype=bf16 affine=weight")
                   .params_ahead);
   EXPECT_FALSE(pinned("op=rmsnorm shape=4096,4096 normalized_dims=1 dtype=bf16 affine=weight"));
-  EXPECT_FALSE(pinned("op=rmsnorm shape=4096,1024 normalized_dims=1 dtype=bf16 affine=weight"));
+  EXPECT_FALSE(pinned("op=rmsnorm shape=4096,2048 normalized_dims=1 dtype=bf16 affine=weight"));
   EXPECT_FALSE(pinned("op=layernorm shape=8192,1024 dtype=f32"));
   EXPECT_FALSE(pinned("op=layernorm shape=8192,1024 dtype=bf16 param_dtype=f32"));
-  EXPECT_FALSE(pinned("op=layernorm shape=8192,1024 dtype=bf16 residual=bf16"));
   EXPECT_FALSE(pinned("op=layernorm shape=16384,512 dtype=bf16"));
+  // add + LayerNorm with 16-bit x, parameters and residual, in both classes and any team (its h
+  // is stored after the reduction); not with f32 parameters, nor with an f32 residual (whose
+  // plan loads the parameters after the reduction), nor add + RMSNorm (its early stores of h
+  // waited behind the loads).
+  EXPECT_TRUE(pinned("op=layernorm shape=8192,1024 dtype=bf16 residual=bf16"));
+  EXPECT_TRUE(pinned("op=layernorm shape=1024,4096 dtype=f16 residual=f16"));
+  EXPECT_FALSE(pinned("op=layernorm shape=1024,4096 dtype=bf16 residual=f32"));
+  EXPECT_TRUE(pinned("op=layernorm shape=1,8192 dtype=bf16 residual=bf16"));
+  EXPECT_FALSE(pinned("op=layernorm shape=1024,4096 dtype=bf16 param_dtype=f32 residual=bf16"));
+  EXPECT_FALSE(pinned(
+      "op=rmsnorm shape=1024,4096 normalized_dims=1 dtype=bf16 affine=weight residual=bf16"));
 }
 
 // The row team's size: 16 values per thread (f32), 32 packed 16-bit ones, 16 for 16-bit rows
