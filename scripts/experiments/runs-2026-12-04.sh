@@ -75,6 +75,10 @@
 #        .devcarry/pin)
 #   bash scripts/experiments/runs-2026-12-04.sh pinwide   (prepared in session 58) the same A/B of
 #        scripts/specs/rows-pin-wide.txt (~1.5 minutes; carry .devcarry/pin)
+#   bash scripts/experiments/runs-2026-12-04.sh pinvariants   (prepared in session 59) the same
+#        A/B of scripts/specs/rows-pin-variants.txt: f32 weight, Gemma, fp8 out, the combined
+#        variant and the decode rows, whose SASS has parameter loads after the first shuffle (~2
+#        minutes; carry .devcarry/pin)
 #   bash scripts/experiments/runs-2026-12-04.sh bwtests KNOBS   the row backward's GPU tests over
 #        .devcarry/bw with KNOBS (e.g. NJX_BWD_WIDE=512,NJX_BWD_MINB=2; 3 shards, ~3 minutes)
 # Logs and tables go to $OUT (default ./runs-out).
@@ -234,6 +238,11 @@ case "${1:-}" in
     timeout 200 python3 scripts/ab_bench.py --rounds 3 --out /tmp/pinwide \
       --specs scripts/specs/rows-pin-wide.txt --variant head=.devcarry/pin \
       --variant p1=.devcarry/pin:NJX_PIN=1 2>&1 | grep -v '^round' | tee "$out/pinwide.txt"
+    ;;
+  pinvariants)
+    timeout 240 python3 scripts/ab_bench.py --rounds 3 --out /tmp/pinvariants \
+      --specs scripts/specs/rows-pin-variants.txt --variant head=.devcarry/pin \
+      --variant p1=.devcarry/pin:NJX_PIN=1 2>&1 | grep -v '^round' | tee "$out/pinvariants.txt"
     ;;
   boundtests)
     timeout 120 build-gpu/tests/gpu/gpu_tests \
