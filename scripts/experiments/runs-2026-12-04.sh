@@ -79,6 +79,11 @@
 #        A/B of scripts/specs/rows-pin-variants.txt: f32 weight, Gemma, fp8 out, the combined
 #        variant and the decode rows, whose SASS has parameter loads after the first shuffle (~2
 #        minutes; carry .devcarry/pin)
+#   bash scripts/experiments/runs-2026-12-04.sh paramsbatch   (prepared in session 59) the row
+#        kernels' parameters loaded at the store all at once before the first store
+#        (row-params-batched.patch, .devcarry/pb: NJX_PARAMS_BATCH=1): the forward row GPU tests
+#        with the knob, then ab_bench (3 rounds) of scripts/specs/rows-params-batched.txt (~4
+#        minutes; carry build-gpu .devcarry/pb)
 #   bash scripts/experiments/runs-2026-12-04.sh bwtests KNOBS   the row backward's GPU tests over
 #        .devcarry/bw with KNOBS (e.g. NJX_BWD_WIDE=512,NJX_BWD_MINB=2; 3 shards, ~3 minutes)
 # Logs and tables go to $OUT (default ./runs-out).
@@ -243,6 +248,13 @@ case "${1:-}" in
     timeout 240 python3 scripts/ab_bench.py --rounds 3 --out /tmp/pinvariants \
       --specs scripts/specs/rows-pin-variants.txt --variant head=.devcarry/pin \
       --variant p1=.devcarry/pin:NJX_PIN=1 2>&1 | grep -v '^round' | tee "$out/pinvariants.txt"
+    ;;
+  paramsbatch)
+    test_shards batchtests .devcarry/pb "NJX_PARAMS_BATCH=1" 150 "${ROW_FORWARD_FILTERS[@]}"
+    timeout 240 python3 scripts/ab_bench.py --rounds 3 --out /tmp/paramsbatch \
+      --specs scripts/specs/rows-params-batched.txt --variant head=.devcarry/pb \
+      --variant batch=.devcarry/pb:NJX_PARAMS_BATCH=1 2>&1 | grep -v '^round' |
+      tee "$out/paramsbatch.txt"
     ;;
   boundtests)
     timeout 120 build-gpu/tests/gpu/gpu_tests \
