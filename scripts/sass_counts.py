@@ -9,8 +9,9 @@ operations (and how many of them are predicated) and the branch and convergence 
 (BRA, BSSY, BSYNC); with --positions also where the 16-byte global loads (LDG.E.128), all
 global loads, bulk L2 prefetches (UBLKPF), block barriers (BAR), shuffles (SHFL), shared-memory
 stores (STS), exits and 16-byte stores (STG.E.128) sit, as instruction indices (from 0), and
-how many of the global loads follow the first shuffle (loads ptxas sank into the reduction). The
-environment passes through to normjit, so an experiment's knobs
+how many of the global loads follow the first shuffle (loads ptxas sank into the reduction) and
+the first 16-byte store (loads kept behind stores that may alias them). The environment passes
+through to normjit, so an experiment's knobs
 (scripts/experiments/*.patch) apply. A ptxas older than the PTX ISA NVRTC writes (e.g. the one
 in Triton's wheel) gets the PTX's version line lowered to its own. Used for
 docs/performance-notes.md, "GroupNorm -> GELU: what erff costs in the machine code", "The
@@ -71,6 +72,10 @@ def counts(a, spec):
         if shuffles:
             late = sum(i > shuffles[0] for i in loads)
             text += f"\n  global loads after the first shuffle: {late} of {len(loads)}"
+        stores = [i for i, (_, op) in enumerate(ops) if op.startswith("STG.E.128")]
+        if stores:
+            late = sum(i > stores[0] for i in loads)
+            text += f"\n  global loads after the first 16-byte store: {late} of {len(loads)}"
     return text
 
 
@@ -86,7 +91,8 @@ def main():
     ap.add_argument("--positions", action="store_true",
                     help="also the instruction indices of the global loads (16-byte and any), "
                          "bulk prefetches, barriers, shuffles, shared stores, exits and 16-byte "
-                         "stores, and how many global loads follow the first shuffle")
+                         "stores, and how many global loads follow the first shuffle and the first "
+                         "16-byte store")
     a = ap.parse_args()
     specs = list(a.spec)
     if a.specs:
