@@ -62,20 +62,17 @@ def counts(a, spec):
             f"{spills.group(1) if spills else '?'} bytes spilled, {len(ops)} instructions, "
             f"{len(mufu)} MUFU ({sum(mufu)} predicated), {branches} BRA/BSSY/BSYNC")
     if a.positions:
+        at = {}
         for name, prefix in (("LDG.E.128", "LDG.E.128"), ("LDG (any width)", "LDG"),
                              ("UBLKPF", "UBLKPF"), ("BAR", "BAR."), ("SHFL", "SHFL"),
                              ("STS", "STS"), ("EXIT", "EXIT"), ("STG.E.128", "STG.E.128")):
-            at = [i for i, (_, op) in enumerate(ops) if op.startswith(prefix)]
-            text += f"\n  {name} at {at}"
-        shuffles = [i for i, (_, op) in enumerate(ops) if op.startswith("SHFL")]
-        loads = [i for i, (_, op) in enumerate(ops) if op.startswith("LDG")]
-        if shuffles:
-            late = sum(i > shuffles[0] for i in loads)
-            text += f"\n  global loads after the first shuffle: {late} of {len(loads)}"
-        stores = [i for i, (_, op) in enumerate(ops) if op.startswith("STG.E.128")]
-        if stores:
-            late = sum(i > stores[0] for i in loads)
-            text += f"\n  global loads after the first 16-byte store: {late} of {len(loads)}"
+            at[name] = [i for i, (_, op) in enumerate(ops) if op.startswith(prefix)]
+            text += f"\n  {name} at {at[name]}"
+        loads = at["LDG (any width)"]
+        for what, first in (("shuffle", "SHFL"), ("16-byte store", "STG.E.128")):
+            if at[first]:
+                late = sum(i > at[first][0] for i in loads)
+                text += f"\n  global loads after the first {what}: {late} of {len(loads)}"
     return text
 
 

@@ -245,16 +245,12 @@ case "${1:-}" in
       --variant p1=.devcarry/pin:NJX_PIN=1 2>&1 | grep -v '^round' | tee "$out/pinwide.txt"
     ;;
   pinvariants)
-    timeout 240 python3 scripts/ab_bench.py --rounds 3 --out /tmp/pinvariants \
-      --specs scripts/specs/rows-pin-variants.txt --variant head=.devcarry/pin \
-      --variant p1=.devcarry/pin:NJX_PIN=1 2>&1 | grep -v '^round' | tee "$out/pinvariants.txt"
+    ab_variants pinvariants 240 3 scripts/specs/rows-pin-variants.txt .devcarry/pin p1=NJX_PIN=1
     ;;
   paramsbatch)
     test_shards batchtests .devcarry/pb "NJX_PARAMS_BATCH=1" 150 "${ROW_FORWARD_FILTERS[@]}"
-    timeout 240 python3 scripts/ab_bench.py --rounds 3 --out /tmp/paramsbatch \
-      --specs scripts/specs/rows-params-batched.txt --variant head=.devcarry/pb \
-      --variant batch=.devcarry/pb:NJX_PARAMS_BATCH=1 2>&1 | grep -v '^round' |
-      tee "$out/paramsbatch.txt"
+    ab_variants paramsbatch 240 3 scripts/specs/rows-params-batched.txt .devcarry/pb \
+      batch=NJX_PARAMS_BATCH=1
     ;;
   boundtests)
     timeout 120 build-gpu/tests/gpu/gpu_tests \
