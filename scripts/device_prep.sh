@@ -7,8 +7,11 @@
 #   and pytest) with NORMJIT_BUILD_TYPE=Release;
 # - .whl: normjit's wheel built from this checkout (the previous one removed), and the pure-Python
 #   wheels the GPU machine has no way to download: Liger-Kernel (the performance scripts' peer),
-#   diffusers with importlib_metadata and zipp (the patch() tests on diffusers' classes).
-# Then carry `BUILD .whl` (about 35 MiB). Idempotent: a re-run rebuilds what changed and keeps
+#   diffusers with importlib_metadata and zipp (the patch() tests on diffusers' classes);
+# - BUILD/peers: FlashInfer's CUDA RMSNorm kernels as a library (scripts/peers/build_flashinfer.sh,
+#   the performance scripts' FlashInfer peer); if that step fails, the tables say the peer is
+#   absent and why, and the rest is ready.
+# Then carry `BUILD .whl` (about 45 MiB). Idempotent: a re-run rebuilds what changed and keeps
 # wheels already downloaded. Exit status: 0 ready; 1 a step failed.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -33,5 +36,8 @@ for name in "${extras[@]}"; do
   have "$name" || .venv/bin/pip download -q --disable-pip-version-check --no-deps \
     --only-binary=:all: -d "$wheels" "$name"
 done
+if ! bash scripts/peers/build_flashinfer.sh "$build"; then
+  echo "device_prep: warning: the FlashInfer peer was not built; the tables will say it is absent" >&2
+fi
 echo "device_prep: $wheels holds $(find "$wheels" -maxdepth 1 -type f -name '*.whl' -printf '%f ')"
 echo "device_prep: carry $build .whl ($(du -sh "$build" | cut -f1) and $(du -sh "$wheels" | cut -f1))"

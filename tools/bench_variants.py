@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The variants of issue 18 on LLM shapes, on the GPU machine: normjit against the same PyTorch
-expression run eagerly and under torch.compile, against Liger-Kernel where it has the variant,
-and against a device-to-device copy of the bytes the variant must move.
+expression run eagerly and under torch.compile, against Liger-Kernel and FlashInfer's CUDA
+kernels (tools/flashinfer_peer.py) where they have the variant, and against a device-to-device
+copy of the bytes the variant must move.
 
 Variants (bf16 activations [tokens, hidden]):
   1 add-rmsnorm    h = x + r written over r, y = rmsnorm(h) * w over x (vLLM fused_add_rms_norm)
@@ -67,6 +68,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "python"))
 sys.path.insert(0, str(REPO / "tools"))
 import compare_torch as ct  # noqa: E402
+import flashinfer_peer  # noqa: E402
 from normjit import _capi  # noqa: E402
 
 # Set by load_torch(): the PyTorch expressions below use them as globals, so that their source
@@ -162,6 +164,7 @@ class Variant:
     qk: bool = False               # rows of 128 of the q slice of [T, 6144], two-level strides
     y_over_x: bool = False         # normjit writes y into x
     liger: str = ""                # Liger-Kernel's forward of the variant, if it has one
+    flashinfer: str = ""           # FlashInfer's function of the variant (flashinfer_peer.py)
 
     @property
     def fp8(self) -> bool:
@@ -228,7 +231,8 @@ VARIANTS = (
             "add + RMSNorm, residual updated in place (vLLM's fused_add_rms_norm)",
             "rmsnorm", EPS_RMS, pt_add_rmsnorm,
             "y written over x, h over the residual (residual_out = residual)",
-            residual=True, y_over_x=True, liger="fused_add_rms_norm"),
+            residual=True, y_over_x=True, liger="fused_add_rms_norm",
+            flashinfer="fused_add_rmsnorm"),
     Variant(2, "f32-weight",
             "RMSNorm of bf16 x with an f32 weight (param_dtype=f32), bf16 out",
             "rmsnorm", EPS_RMS, pt_rmsnorm_f32_weight, "y a separate bf16 tensor",
@@ -236,11 +240,11 @@ VARIANTS = (
     Variant(3, "fp8-out", "RMSNorm to fp8 e4m3 with a per-tensor scale (out_dtype=e4m3)",
             "rmsnorm", EPS_RMS, pt_rmsnorm_fp8,
             f"y a separate e4m3 tensor, scale a device pointer to one f32 ({FP8_SCALE:g})",
-            out_dtype="e4m3"),
+            out_dtype="e4m3", flashinfer="rmsnorm_quant"),
     Variant(4, "gemma", "Gemma RMSNorm (weight_offset=1: (1 + w) in f32, as transformers' "
                         "GemmaRMSNorm)",
             "rmsnorm", EPS_RMS, pt_gemma_rmsnorm, "y a separate bf16 tensor",
-            weight_offset=1.0, liger="rms_norm"),
+            weight_offset=1.0, liger="rms_norm", flashinfer="gemma_rmsnorm"),
     Variant(5, "qk-norm",
             f"per-head QK-norm: RMSNorm over {QK_DIM} of the q heads of a qkv tensor "
             f"[T, {QKV_WIDTH}] viewed [T, {QK_HEADS}, {QK_DIM}]",
@@ -248,7 +252,7 @@ VARIANTS = (
             f"x the q slice of qkv in place (batch T*{QK_HEADS}, inner_rows {QK_HEADS}, "
             f"x_strides [{QKV_WIDTH}, {QK_DIM}]), y a contiguous [T, {QK_HEADS}, {QK_DIM}] "
             "tensor (PyTorch's result is contiguous too)",
-            qk=True),
+            qk=True, flashinfer="rmsnorm"),
     Variant(6, "combined",
             "all combined: residual in place + f32 weight + weight_offset=1 + fp8 e4m3 out",
             "rmsnorm", EPS_RMS, pt_combined,
@@ -362,7 +366,9 @@ def fill_launch_args(a: Any, fields: dict[str, Any]) -> None:
 # Results
 # ---------------------------------------------------------------------------------------
 
-IMPLS = ("normjit", "eager", "compile", "liger", "copy", "separate", "compile_inplace")
+IMPLS = ("normjit", "eager", "compile", "liger", "flashinfer", "copy", "separate",
+         "compile_inplace")
+PEERS = ("eager", "compile", "liger", "flashinfer")
 
 
 @dataclass
@@ -403,6 +409,9 @@ class Row:
     eager: Timing = field(default_factory=Timing)
     compile: Timing = field(default_factory=Timing)
     liger: Timing = field(default_factory=Timing)
+    # FlashInfer's CUDA kernel of the variant; residual variants in place, as FlashInfer's
+    # fused_add_rmsnorm writes (y over x, h over the residual), against normjit in place.
+    flashinfer: Timing = field(default_factory=Timing)
     copy: Timing = field(default_factory=Timing)
     # Residual variants: normjit writing y and h to separate buffers, one each for every input
     # set as the peers' outputs are, instead of over x and the residual (which rotate).
@@ -500,7 +509,7 @@ def report_json(rep: Report) -> dict:
     data = dataclasses.asdict(rep)
     for row, d in zip(rep.rows, data["rows"]):
         d["derived"] = {"pct_copy": row.pct_copy, "passed": row.passed,
-                        **{f"speedup_vs_{i}": row.speedup(i) for i in ("eager", "compile", "liger")}}
+                        **{f"speedup_vs_{i}": row.speedup(i) for i in PEERS}}
     data["variants"] = {v.key: {"number": v.number, "title": v.title, "spec_hidden_4096": v.spec(4096),
                                 "pytorch": v.source()} for v in VARIANTS}
     return data
@@ -553,17 +562,20 @@ def check_cell(row: Row) -> str:
     return "pass" if row.check.passed else "**FAIL**"
 
 
-def table_headers(with_liger: bool, with_separate: bool = False) -> list[str]:
+def table_headers(with_liger: bool, with_separate: bool = False,
+                  with_flashinfer: bool = False) -> list[str]:
     return (["tokens", "hidden", "MB moved", "normjit µs"]
             + (["separate µs"] if with_separate else []) + ["eager µs", "compile µs"]
             + (["compile in place µs"] if with_separate else [])
             + (["Liger µs"] if with_liger else [])
+            + (["FlashInfer µs"] if with_flashinfer else [])
             + ["copy µs", "% of copy", "vs compile"]
             + (["vs compile in place", "separate vs compile"] if with_separate else [])
+            + (["vs FlashInfer"] if with_flashinfer else [])
             + ["error (rel. / max)", "check"])
 
 
-def table_row(v: Variant, row: Row, with_liger: bool) -> list[str]:
+def table_row(v: Variant, row: Row, with_liger: bool, with_flashinfer: bool = False) -> list[str]:
     cells = [str(row.tokens), v.hidden_text(row.hidden), fmt_mb(row.bytes_moved),
              timing_cell(row.normjit)]
     if v.residual:
@@ -573,11 +585,15 @@ def table_row(v: Variant, row: Row, with_liger: bool) -> list[str]:
         cells.append(timing_cell(row.compile_inplace))
     if with_liger:
         cells.append(timing_cell(row.liger))
+    if with_flashinfer:
+        cells.append(timing_cell(row.flashinfer))
     cells += [timing_cell(row.copy), ct.fmt_num(row.pct_copy, ".0f", "%"),
               ct.fmt_num(row.speedup("compile"), ".2f", "x")]
     if v.residual:
         cells.append(ct.fmt_num(row.speedup("compile_inplace"), ".2f", "x"))
         cells.append(ct.fmt_num(row.speedup("compile", "separate"), ".2f", "x"))
+    if with_flashinfer:
+        cells.append(ct.fmt_num(row.speedup("flashinfer"), ".2f", "x"))
     return cells + [error_cell(row), check_cell(row)]
 
 
@@ -603,6 +619,17 @@ def variant_summary(rows: list[Row]) -> tuple[str, str, str]:
     if errors:
         checks += f", {errors} error"
     return (f"{ahead} of {len(both)}{sep_text}" if both else "—"), pct_text, checks
+
+
+def flashinfer_summary(v: Variant, rows: list[Row]) -> str:
+    """Rows where normjit is at or ahead of FlashInfer's kernel (in place against in place)."""
+    if not v.flashinfer:
+        return "no such kernel"
+    both = [r for r in rows if r.normjit.us and r.flashinfer.us]
+    if not both:
+        statuses = sorted({r.flashinfer.status for r in rows if not r.skipped})
+        return ", ".join(statuses) or "—"
+    return f"{sum(1 for r in both if r.normjit.us <= r.flashinfer.us)} of {len(both)}"
 
 
 def render_section(rep: Report) -> str:
@@ -632,6 +659,17 @@ def render_section(rep: Report) -> str:
         "on the largest token count); dynamo specializes tokens = 1 and compiles that once "
         "more; compile time is excluded. Liger-Kernel's forward is timed where it has the "
         "variant (it also writes rstd; its fused add writes h to a new tensor).")
+    add("- FlashInfer: its hand-written CUDA RMSNorm kernels (include/flashinfer/norm.cuh of "
+        "the flashinfer-python wheel: FlashInfer's CUDA norm module, the kernels sgl-kernel "
+        "carries), built by `scripts/peers/build_flashinfer.sh` (how: the FlashInfer row "
+        "above) and called through `tools/flashinfer_peer.py` with FlashInfer's own host "
+        "code: `fused_add_rmsnorm` (in place, y over x and h over the residual: `vs "
+        "FlashInfer` is normjit in place against it), `rmsnorm_quant` (it divides by its "
+        f"scale: given 1 / {FP8_SCALE:g}), `gemma_rmsnorm`, and `rmsnorm` of 3-D x for "
+        "QK-norm (its per-head kernel, the same strided q view); programmatic dependent launch "
+        "on, as FlashInfer's API has it on sm_90. FlashInfer 0.7's Python API runs CuTe DSL "
+        "kernels by default on sm_90; those are not measured here. `vs FlashInfer` = "
+        "FlashInfer µs / normjit µs.")
     how = ct.rounds_text(s, "row", "eager, compile, compile in place, Liger, separate, normjit")
     add(f"- GPU times: CUDA events around each call, {how}; a sleep kernel queued first (the "
         "events bracket GPU work, not Python or dispatch). The inputs rotate through enough sets that the bytes "
@@ -686,14 +724,14 @@ def render_section(rep: Report) -> str:
 
     variants = [v for v in VARIANTS if any(r.variant == v.key for r in rep.rows)]
     if variants:
-        add("| variant | cases | normjit at or ahead of compile | % of copy at tokens ≥ "
-            f"{LARGE_TOKENS} | checks |")
-        add("|---|---:|---:|---:|---|")
+        add("| variant | cases | normjit at or ahead of compile | normjit at or ahead of "
+            f"FlashInfer | % of copy at tokens ≥ {LARGE_TOKENS} | checks |")
+        add("|---|---:|---:|---:|---:|---|")
         for v in variants:
             rows = [r for r in rep.rows if r.variant == v.key]
             ahead, pct, checks = variant_summary(rows)
             add(f"| {v.number}. {v.key} | {len([r for r in rows if not r.skipped])} | "
-                f"{ahead} | {pct} | {checks} |")
+                f"{ahead} | {flashinfer_summary(v, rows)} | {pct} | {checks} |")
         add("")
 
     for v in variants:
@@ -709,10 +747,10 @@ def render_section(rep: Report) -> str:
         add(v.source())
         add("```")
         add("")
-        with_liger = bool(v.liger)
-        headers = table_headers(with_liger, v.residual)
+        with_liger, with_fi = bool(v.liger), bool(v.flashinfer)
+        headers = table_headers(with_liger, v.residual, with_fi)
         right = set(range(len(headers) - 2))
-        out += ct.md_table(headers, [table_row(v, r, with_liger) for r in rows], right)
+        out += ct.md_table(headers, [table_row(v, r, with_liger, with_fi) for r in rows], right)
         add("")
 
     problems = []
@@ -770,15 +808,17 @@ def write_section(rep: Report, doc: Path, section_out: Optional[Path] = None) ->
 
 def render_summary(rep: Report) -> str:
     """The short table printed at the end of the run."""
-    headers = ["case", "normjit", "separate", "eager", "compile", "comp-inpl", "liger", "copy",
-               "%copy", "vs comp", "error", "check"]
+    headers = ["case", "normjit", "separate", "eager", "compile", "comp-inpl", "liger",
+               "flashinfer", "copy", "%copy", "vs comp", "error", "check"]
     rows = []
     for r in rep.rows:
         v = VARIANT_BY_KEY[r.variant]
         rows.append([f"{v.number} {v.key} h{v.hidden_text(r.hidden)} t{r.tokens}",
                      timing_cell(r.normjit), timing_cell(r.separate) if v.residual else "",
                      timing_cell(r.eager), timing_cell(r.compile),
-                     timing_cell(r.compile_inplace) if v.residual else "", timing_cell(r.liger), timing_cell(r.copy), ct.fmt_num(r.pct_copy, ".0f", "%"),
+                     timing_cell(r.compile_inplace) if v.residual else "",
+                     timing_cell(r.liger), timing_cell(r.flashinfer) if v.flashinfer else "",
+                     timing_cell(r.copy), ct.fmt_num(r.pct_copy, ".0f", "%"),
                      ct.fmt_num(r.speedup("compile"), ".2f", "x"), error_cell(r),
                      check_cell(r).replace("*", "")])
     widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h)
@@ -926,6 +966,33 @@ def liger_functions() -> tuple[dict[str, Callable], str]:
     return fns, version
 
 
+def flashinfer_functions(args: argparse.Namespace, cuda: bool) -> tuple[dict[str, Callable], str]:
+    """FlashInfer's CUDA kernels of the variants that have one, by variant key, called with the
+    expression's arguments and returning what the expression returns (the residual variant:
+    None, its outputs written over x and the residual); and what was built, or why not."""
+    if not cuda:
+        return {}, "absent: no GPU"
+    found, what = flashinfer_peer.load(Path(args.build))
+    if not found:
+        return {}, what
+    reciprocals: dict[int, Any] = {}
+
+    def over(scale):
+        # FlashInfer divides by its scale: the reciprocal of the variant's, made once per scale
+        # tensor (at the untimed first call) and kept.
+        if scale.data_ptr() not in reciprocals:
+            reciprocals[scale.data_ptr()] = (scale, scale.double().reciprocal().float())
+        return reciprocals[scale.data_ptr()][1]
+
+    by_name = {
+        "fused_add_rmsnorm": lambda x, r, w: found["fused_add_rmsnorm"](x, r, w, EPS_RMS),
+        "rmsnorm_quant": lambda x, w, scale: found["rmsnorm_quant"](x, w, over(scale), EPS_RMS),
+        "gemma_rmsnorm": lambda x, w: found["gemma_rmsnorm"](x, w, EPS_RMS),
+        "rmsnorm": lambda x, w: found["rmsnorm"](x, w, EPS_RMS),
+    }
+    return {v.key: by_name[v.flashinfer] for v in VARIANTS if v.flashinfer}, what
+
+
 class Bench:
     """Runs the groups of cases; holds what they share."""
 
@@ -942,6 +1009,8 @@ class Bench:
                           if cuda else None)
         self.liger, liger_version = liger_functions()
         rep.env["Liger-Kernel"] = liger_version
+        self.flashinfer, fi_version = flashinfer_functions(args, cuda)
+        rep.env["FlashInfer"] = fi_version
         self.stream = torch.cuda.current_stream().cuda_stream if cuda else 0
         self.started = time.perf_counter()
         self.broken = ""
@@ -1210,7 +1279,8 @@ class Bench:
                     inplace_failed = f"as at tokens {row.tokens}: {row.compile_inplace.message}"
                 self.log(f"  t{row.tokens}: normjit {timing_cell(row.normjit)}, eager "
                          f"{timing_cell(row.eager)}, compile {timing_cell(row.compile)}, liger "
-                         f"{timing_cell(row.liger)}, copy {timing_cell(row.copy)} µs; "
+                         f"{timing_cell(row.liger)}, flashinfer {timing_cell(row.flashinfer)}, "
+                         f"copy {timing_cell(row.copy)} µs; "
                          f"{ct.fmt_num(row.pct_copy, '.0f', '% of copy')}; {error_cell(row)} "
                          f"{check_cell(row).replace('*', '')} ({time.perf_counter() - t0:.1f} s)")
             self.rep.rows.append(row)
@@ -1305,6 +1375,20 @@ class Bench:
             o = self.first_call(row.liger, "liger", lambda: liger(*targs[0]))
             if o is not None:
                 outs["liger"] = as_out(o)
+        flashinfer = self.flashinfer.get(v.key)
+        if flashinfer is None:
+            row.flashinfer.status = "absent"
+        elif v.residual:  # in place: on copies of set 0's x and residual, as compile in place
+            tin = list(targs[0])
+            tin[0], tin[1] = tin[0].clone(), tin[1].clone()
+            if self.first_call(row.flashinfer, "flashinfer", lambda: flashinfer(*tin)) is None \
+                    and row.flashinfer.status == "ok":
+                outs["flashinfer"] = {"y": tin[0], "h": tin[1]}
+            del tin
+        else:
+            o = self.first_call(row.flashinfer, "flashinfer", lambda: flashinfer(*targs[0]))
+            if o is not None:
+                outs["flashinfer"] = as_out(o)
         if calls:
             y = s0["x"] if v.y_over_x else s0["y"]
             if not v.y_over_x:  # poison: every element must be written
@@ -1351,6 +1435,8 @@ class Bench:
             timers.append(("compile_inplace", lambda i: compiled_inplace(*targs[i % n])))
         if row.liger.status == "ok":
             timers.append(("liger", lambda i: liger(*targs[i % n])))
+        if row.flashinfer.status == "ok":
+            timers.append(("flashinfer", lambda i: flashinfer(*targs[i % n])))
         if row.separate.status == "ok":
             timers.append(("separate", lambda i: separate[i % n]()))
         if row.normjit.status == "ok":
@@ -1660,16 +1746,18 @@ def fake_report() -> Report:
     v1, v3 = VARIANT_BY_KEY["add-rmsnorm"], VARIANT_BY_KEY["fp8-out"]
     rows = [
         Row("add-rmsnorm", 16384, 4096, v1.bytes_moved(16384, 4096), normjit=ok(190.0),
-            eager=ok(900.0), compile=ok(200.0), liger=ok(210.0), copy=ok(180.0),
-            separate=ok(160.0), compile_inplace=ok(228.0), check=passed(h_mismatches=0)),
+            eager=ok(900.0), compile=ok(200.0), liger=ok(210.0), flashinfer=ok(209.0),
+            copy=ok(180.0), separate=ok(160.0), compile_inplace=ok(228.0),
+            check=passed(h_mismatches=0)),
         Row("add-rmsnorm", 1, 4096, v1.bytes_moved(1, 4096), rotation=256, normjit=ok(2.5),
             eager=ok(31.0), compile=ok(4.1), liger=Timing(status="failed", message="boom | x"),
-            copy=ok(2.2), check=passed(h_mismatches=3, passed=False)),
+            flashinfer=ok(2.4), copy=ok(2.2), check=passed(h_mismatches=3, passed=False)),
         Row("fp8-out", 4096, 8192, v3.bytes_moved(4096, 8192), normjit=ok(60.0, 2.2e-2, 0.5),
-            eager=ok(400.0), compile=ok(66.0), liger=Timing(status="absent"), copy=ok(55.0),
+            eager=ok(400.0), compile=ok(66.0), liger=Timing(status="absent"),
+            flashinfer=Timing(status="absent"), copy=ok(55.0),
             check=passed(rel_err=2.2e-2, ulps=0.5)),
         Row("fp8-out", 16, 8192, v3.bytes_moved(16, 8192), normjit=ok(3.0, math.nan, math.nan),
-            eager=ok(40.0), compile=ok(5.0), copy=ok(2.9),
+            eager=ok(40.0), compile=ok(5.0), flashinfer=Timing(status="absent"), copy=ok(2.9),
             check=Check(rel_err=math.nan, max_abs_err=math.nan, ulps=math.nan, nonfinite=7)),
         Row("gemma", 4096, 2048, VARIANT_BY_KEY["gemma"].bytes_moved(4096, 2048),
             normjit=Timing(status="unsupported", message="weight_offset: not on sm_80"),
@@ -1795,14 +1883,16 @@ def selftest(lib: Path) -> int:
         "1. add-rmsnorm", "3. fp8-out", "4. gemma", "5. qk-norm", "7. add-layernorm"], summary
     s = {r[0]: r for r in summary[0][1:]}
     assert s["1. add-rmsnorm"][2:] == [
-        "2 of 2; y and h separate: 1 of 1; in place against compile in place: 1 of 1", "95–95%",
-        "**1 FAIL**, 1 of 2 pass"], s
-    assert s["7. add-layernorm"][1] == "0" and s["5. qk-norm"][4] == "1 of 1 pass, 1 error"
+        "2 of 2; y and h separate: 1 of 1; in place against compile in place: 1 of 1",
+        "1 of 2", "95–95%", "**1 FAIL**, 1 of 2 pass"], s
+    assert s["7. add-layernorm"][1] == "0" and s["5. qk-norm"][5] == "1 of 1 pass, 1 error"
+    assert s["7. add-layernorm"][3] == "no such kernel" and s["3. fp8-out"][3] == "absent", s
+    assert s["5. qk-norm"][3] == "not run", s
     per = [t for t in tables if t[0][0] == "tokens"]
     assert len(per) == 5
-    assert per[0][0] == table_headers(True, True) and per[1][0] == table_headers(False)
+    assert per[0][0] == table_headers(True, True, True) and per[1][0] == table_headers(False, False, True)
     assert per[4][0] == table_headers(False, True)
-    col = {h: i for i, h in enumerate(table_headers(True, True))}
+    col = {h: i for i, h in enumerate(table_headers(True, True, True))}
     r1 = per[0][1]  # sorted by tokens: t1 first
     assert r1[col["tokens"]] == "1" and r1[col["normjit µs"]] == "2.50"
     assert r1[col["Liger µs"]] == "failed" and r1[col["check"]] == "**FAIL**"
@@ -1812,6 +1902,8 @@ def selftest(lib: Path) -> int:
     assert r2[col["separate µs"]] == "160.0" and r2[col["separate vs compile"]] == "1.25x", r2
     assert r2[col["compile in place µs"]] == "228.0" and r2[col["vs compile in place"]] == "1.20x"
     assert r1[col["compile in place µs"]] == "not run" and r1[col["vs compile in place"]] == "—"
+    assert r2[col["FlashInfer µs"]] == "209.0" and r2[col["vs FlashInfer"]] == "1.10x", r2
+    assert r1[col["FlashInfer µs"]] == "2.40" and r1[col["vs FlashInfer"]] == "0.96x", r1
     # The in-place peer: h over the residual, y over x where the variant has y over x.
     import types
     fake_torch_tensor = types.SimpleNamespace
@@ -1825,16 +1917,17 @@ def selftest(lib: Path) -> int:
     assert r1[col["separate µs"]] == "not run" and r1[col["separate vs compile"]] == "—", r1
     assert r2[col["error (rel. / max)"]] == "2.9e-03 / 0.50 ulp" and r2[col["check"]] == "pass"
     assert r2[col["MB moved"]] == "536.9" and r1[col["MB moved"]] == "0.041", (r1, r2)
-    col = {h: i for i, h in enumerate(table_headers(False))}
+    col = {h: i for i, h in enumerate(table_headers(False, False, True))}
     fp8 = {r[col["tokens"]]: r for r in per[1][1:]}
+    assert fp8["4096"][col["FlashInfer µs"]] == "absent" and fp8["4096"][col["vs FlashInfer"]] == "—"
     assert fp8["16"][col["error (rel. / max)"]] == "NaN / NaN" and fp8["16"][col["check"]] == "**FAIL**"
     assert fp8["4096"][col["error (rel. / max)"]] == "2.2e-02 / 0.50 ulp"
     gem = per[2][1]
-    assert per[2][0] == table_headers(True)
-    col = {h: i for i, h in enumerate(table_headers(True))}
+    assert per[2][0] == table_headers(True, False, True)
+    col = {h: i for i, h in enumerate(table_headers(True, False, True))}
     assert gem[col["normjit µs"]] == "unsupported" and gem[col["compile µs"]] == "failed"
     assert gem[col["check"]] == "unsupported" and gem[col["vs compile"]] == "—"
-    col = {h: i for i, h in enumerate(table_headers(False))}
+    col = {h: i for i, h in enumerate(table_headers(False, False, True))}
     qk = {r[0]: r for r in per[3][1:]}
     assert qk["16"][col["check"]] == "error" and qk["128"][col["hidden"]] == "32x128"
     assert per[4][1][{h: i for i, h in enumerate(table_headers(False, True))}["check"]] == "skipped"

@@ -1,9 +1,10 @@
 """tools/compare_torch.py and tools/bench_variants.py where there is no GPU: their --selftest
 (no torch needed), and compare_torch's measuring flow on CPU tensors (needs PyTorch): its Runner
 with torch.cuda's events stubbed, normjit standing in through the pointers the Runner passes,
-and a stand-in Liger-Kernel with Liger 0.8.5's signatures (one of them wrong on purpose), so the
-Liger and copy columns, their checks against float64, the n/a notes and the best peer are
-exercised end to end."""
+a stand-in Liger-Kernel with Liger 0.8.5's signatures (one of them wrong on purpose) and a
+stand-in of FlashInfer's rmsnorm (tools/flashinfer_peer.py's signature), so the Liger, FlashInfer
+and copy columns, their checks against float64, the n/a notes and the best peer are exercised end
+to end."""
 import argparse
 import importlib.metadata
 import math
@@ -138,8 +139,16 @@ def test_runner_on_cpu(monkeypatch, tmp_path):
     ]
     args = argparse.Namespace(seed=3, reps=3, rounds=2, warmup=1, skip_compile=True)
     warnings = []
+    fi_calls = []
+
+    def fake_flashinfer_rmsnorm(x, w, eps):  # flashinfer_peer's rmsnorm: 2-D rows, y new
+        assert x.dim() == 2 and w.shape == (x.shape[1],)
+        fi_calls.append(tuple(x.shape))
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w.float()).to(x.dtype)
+
     runner = ct.Runner(args, StandInNormjit(torch, ct), 0, 1 << 20, 3000.0, warnings, fns,
-                       version)
+                       version, {"rmsnorm": fake_flashinfer_rmsnorm}, "stand-in")
     results = [runner.run(p) for p in problems]
     by = {r.problem.name: r for r in results}
     for r in results:
@@ -158,6 +167,12 @@ def test_runner_on_cpu(monkeypatch, tmp_path):
     wrong = by["ln 2 dims"]
     assert wrong.liger.passed is False and len(wrong.liger_checks) == 2
     assert not any(c.passed for c in wrong.liger_checks)
+    # FlashInfer: the 16-bit RMSNorm rows with a weight only, checked and timed.
+    fi = by["rms rows"].flashinfer
+    assert fi.status == "ok" and fi.passed is True and len(fi.times_ms) == 6, fi
+    assert fi_calls and set(fi_calls) == {(16, 64)}
+    assert by["rms channel"].flashinfer.status == "n/a"
+    assert "RMSNorm kernels only" in by["gn"].flashinfer.message
 
     report = ct.Report(env={"device": "CPU", "Liger-Kernel": version}, command="test",
                        date_utc="now", settings={"reps": 3, "warmup": 1, "seed": 3},
@@ -175,6 +190,8 @@ def test_runner_on_cpu(monkeypatch, tmp_path):
     assert rows["gn"][col["% of copy"]].endswith("%") and rows["gn"][col["copy ms"]] != "—"
     assert "ln 2 dims f32, Liger on N(100, 1): rel. err" in md
     assert "Liger n/a: Liger's rms_norm_forward normalizes the last dim only" in md
+    assert "FlashInfer n/a: FlashInfer's rmsnorm normalizes the last dim only" in md
+    assert rows["rms rows"][col["FlashInfer ms"]] not in ("absent", "not run", "—")
 
     # Without Liger, every Liger cell says absent and the method says why.
     runner = ct.Runner(args, StandInNormjit(torch, ct), 0, 1 << 20, 3000.0, warnings, {},
@@ -184,6 +201,8 @@ def test_runner_on_cpu(monkeypatch, tmp_path):
     report.results = [r]
     md = ct.render_markdown(report, None, None)
     assert "Liger-Kernel is absent from this run**: not measured (ModuleNotFoundError" in md
+    assert r.flashinfer.status == "absent"
+    assert "FlashInfer is absent from this run**: absent: not loaded" in md
 
 
 def test_timing_rounds_take_the_implementations_in_turn(monkeypatch):
