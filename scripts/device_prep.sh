@@ -8,9 +8,12 @@
 # - .whl: normjit's wheel built from this checkout (the previous one removed), and the pure-Python
 #   wheels the GPU machine has no way to download: Liger-Kernel (the performance scripts' peer),
 #   diffusers with importlib_metadata and zipp (the patch() tests on diffusers' classes);
-# - BUILD/peers: FlashInfer's CUDA RMSNorm kernels as a library (scripts/peers/build_flashinfer.sh,
-#   the performance scripts' FlashInfer peer); if that step fails, the tables say the peer is
-#   absent and why, and the rest is ready.
+# - BUILD/peers: FlashInfer's and vLLM's CUDA RMSNorm kernels as libraries
+#   (scripts/peers/build_flashinfer.sh, scripts/peers/build_vllm.sh: the performance scripts'
+#   FlashInfer and vLLM peers; vLLM's needs PyTorch's headers, TORCH_INCLUDE where this machine's
+#   python3 has no torch, else its sources stay in BUILD/peers for the GPU machine to compile:
+#   `bash scripts/peers/build_vllm.sh BUILD` there); if a step fails, the tables say that peer
+#   is absent and why, and the rest is ready.
 # Then carry `BUILD .whl` (about 45 MiB). Idempotent: a re-run rebuilds what changed and keeps
 # wheels already downloaded. Exit status: 0 ready; 1 a step failed.
 set -euo pipefail
@@ -36,8 +39,10 @@ for name in "${extras[@]}"; do
   have "$name" || .venv/bin/pip download -q --disable-pip-version-check --no-deps \
     --only-binary=:all: -d "$wheels" "$name"
 done
-if ! bash scripts/peers/build_flashinfer.sh "$build"; then
-  echo "device_prep: warning: the FlashInfer peer was not built; the tables will say it is absent" >&2
-fi
+for peer in flashinfer vllm; do
+  if ! bash "scripts/peers/build_$peer.sh" "$build"; then
+    echo "device_prep: warning: the $peer peer was not built; the tables will say it is absent" >&2
+  fi
+done
 echo "device_prep: $wheels holds $(find "$wheels" -maxdepth 1 -type f -name '*.whl' -printf '%f ')"
 echo "device_prep: carry $build .whl ($(du -sh "$build" | cut -f1) and $(du -sh "$wheels" | cut -f1))"

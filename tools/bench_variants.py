@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The variants of issue 18 on LLM shapes, on the GPU machine: normjit against the same PyTorch
-expression run eagerly and under torch.compile, against Liger-Kernel and FlashInfer's CUDA
-kernels (tools/flashinfer_peer.py) where they have the variant, and against a device-to-device
-copy of the bytes the variant must move.
+expression run eagerly and under torch.compile, against Liger-Kernel and the hand-written CUDA
+kernels of FlashInfer and vLLM (tools/kernel_peers.py) where they have the variant, and against a
+device-to-device copy of the bytes the variant must move.
 
 Variants (bf16 activations [tokens, hidden]):
   1 add-rmsnorm    h = x + r written over r, y = rmsnorm(h) * w over x (vLLM fused_add_rms_norm)
@@ -68,7 +68,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "python"))
 sys.path.insert(0, str(REPO / "tools"))
 import compare_torch as ct  # noqa: E402
-import flashinfer_peer  # noqa: E402
+import kernel_peers  # noqa: E402
 from normjit import _capi  # noqa: E402
 
 # Set by load_torch(): the PyTorch expressions below use them as globals, so that their source
@@ -79,6 +79,10 @@ F: Any = None
 # ---------------------------------------------------------------------------------------
 # The variants
 # ---------------------------------------------------------------------------------------
+
+# The inference engines whose hand-written kernels are peers (tools/kernel_peers.py).
+ENGINES = ("flashinfer", "vllm")
+ENGINE_TITLES = {e: kernel_peers.PEERS[e].title for e in ENGINES}
 
 EPS_RMS = 1e-6           # Llama, Gemma, Qwen
 EPS_LN = 1e-5
@@ -164,7 +168,16 @@ class Variant:
     qk: bool = False               # rows of 128 of the q slice of [T, 6144], two-level strides
     y_over_x: bool = False         # normjit writes y into x
     liger: str = ""                # Liger-Kernel's forward of the variant, if it has one
-    flashinfer: str = ""           # FlashInfer's function of the variant (flashinfer_peer.py)
+    flashinfer: str = ""           # FlashInfer's function of the variant (kernel_peers.py)
+    vllm: str = ""                 # vLLM's function of the variant (kernel_peers.py)
+
+    def engine_function(self, engine: str) -> str:
+        return getattr(self, engine)
+
+    @property
+    def engines(self) -> tuple[str, ...]:
+        """The engines (ENGINES) with a kernel of the variant."""
+        return tuple(e for e in ENGINES if self.engine_function(e))
 
     @property
     def fp8(self) -> bool:
@@ -232,7 +245,7 @@ VARIANTS = (
             "rmsnorm", EPS_RMS, pt_add_rmsnorm,
             "y written over x, h over the residual (residual_out = residual)",
             residual=True, y_over_x=True, liger="fused_add_rms_norm",
-            flashinfer="fused_add_rmsnorm"),
+            flashinfer="fused_add_rmsnorm", vllm="fused_add_rmsnorm"),
     Variant(2, "f32-weight",
             "RMSNorm of bf16 x with an f32 weight (param_dtype=f32), bf16 out",
             "rmsnorm", EPS_RMS, pt_rmsnorm_f32_weight, "y a separate bf16 tensor",
@@ -252,7 +265,7 @@ VARIANTS = (
             f"x the q slice of qkv in place (batch T*{QK_HEADS}, inner_rows {QK_HEADS}, "
             f"x_strides [{QKV_WIDTH}, {QK_DIM}]), y a contiguous [T, {QK_HEADS}, {QK_DIM}] "
             "tensor (PyTorch's result is contiguous too)",
-            qk=True, flashinfer="rmsnorm"),
+            qk=True, flashinfer="rmsnorm", vllm="rmsnorm"),
     Variant(6, "combined",
             "all combined: residual in place + f32 weight + weight_offset=1 + fp8 e4m3 out",
             "rmsnorm", EPS_RMS, pt_combined,
@@ -366,9 +379,9 @@ def fill_launch_args(a: Any, fields: dict[str, Any]) -> None:
 # Results
 # ---------------------------------------------------------------------------------------
 
-IMPLS = ("normjit", "eager", "compile", "liger", "flashinfer", "copy", "separate",
+IMPLS = ("normjit", "eager", "compile", "liger", "flashinfer", "vllm", "copy", "separate",
          "compile_inplace")
-PEERS = ("eager", "compile", "liger", "flashinfer")
+PEERS = ("eager", "compile", "liger", "flashinfer", "vllm")
 
 
 @dataclass
@@ -409,9 +422,10 @@ class Row:
     eager: Timing = field(default_factory=Timing)
     compile: Timing = field(default_factory=Timing)
     liger: Timing = field(default_factory=Timing)
-    # FlashInfer's CUDA kernel of the variant; residual variants in place, as FlashInfer's
+    # The engines' CUDA kernels of the variant; residual variants in place, as their
     # fused_add_rmsnorm writes (y over x, h over the residual), against normjit in place.
     flashinfer: Timing = field(default_factory=Timing)
+    vllm: Timing = field(default_factory=Timing)
     copy: Timing = field(default_factory=Timing)
     # Residual variants: normjit writing y and h to separate buffers, one each for every input
     # set as the peers' outputs are, instead of over x and the residual (which rotate).
@@ -563,19 +577,19 @@ def check_cell(row: Row) -> str:
 
 
 def table_headers(with_liger: bool, with_separate: bool = False,
-                  with_flashinfer: bool = False) -> list[str]:
+                  engines: tuple[str, ...] = ()) -> list[str]:
     return (["tokens", "hidden", "MB moved", "normjit µs"]
             + (["separate µs"] if with_separate else []) + ["eager µs", "compile µs"]
             + (["compile in place µs"] if with_separate else [])
             + (["Liger µs"] if with_liger else [])
-            + (["FlashInfer µs"] if with_flashinfer else [])
+            + [f"{ENGINE_TITLES[e]} µs" for e in engines]
             + ["copy µs", "% of copy", "vs compile"]
             + (["vs compile in place", "separate vs compile"] if with_separate else [])
-            + (["vs FlashInfer"] if with_flashinfer else [])
+            + [f"vs {ENGINE_TITLES[e]}" for e in engines]
             + ["error (rel. / max)", "check"])
 
 
-def table_row(v: Variant, row: Row, with_liger: bool, with_flashinfer: bool = False) -> list[str]:
+def table_row(v: Variant, row: Row, with_liger: bool, engines: tuple[str, ...] = ()) -> list[str]:
     cells = [str(row.tokens), v.hidden_text(row.hidden), fmt_mb(row.bytes_moved),
              timing_cell(row.normjit)]
     if v.residual:
@@ -585,15 +599,13 @@ def table_row(v: Variant, row: Row, with_liger: bool, with_flashinfer: bool = Fa
         cells.append(timing_cell(row.compile_inplace))
     if with_liger:
         cells.append(timing_cell(row.liger))
-    if with_flashinfer:
-        cells.append(timing_cell(row.flashinfer))
+    cells += [timing_cell(row.impl(e)) for e in engines]
     cells += [timing_cell(row.copy), ct.fmt_num(row.pct_copy, ".0f", "%"),
               ct.fmt_num(row.speedup("compile"), ".2f", "x")]
     if v.residual:
         cells.append(ct.fmt_num(row.speedup("compile_inplace"), ".2f", "x"))
         cells.append(ct.fmt_num(row.speedup("compile", "separate"), ".2f", "x"))
-    if with_flashinfer:
-        cells.append(ct.fmt_num(row.speedup("flashinfer"), ".2f", "x"))
+    cells += [ct.fmt_num(row.speedup(e), ".2f", "x") for e in engines]
     return cells + [error_cell(row), check_cell(row)]
 
 
@@ -621,15 +633,15 @@ def variant_summary(rows: list[Row]) -> tuple[str, str, str]:
     return (f"{ahead} of {len(both)}{sep_text}" if both else "—"), pct_text, checks
 
 
-def flashinfer_summary(v: Variant, rows: list[Row]) -> str:
-    """Rows where normjit is at or ahead of FlashInfer's kernel (in place against in place)."""
-    if not v.flashinfer:
+def engine_summary(v: Variant, rows: list[Row], engine: str) -> str:
+    """Rows where normjit is at or ahead of the engine's kernel (in place against in place)."""
+    if not v.engine_function(engine):
         return "no such kernel"
-    both = [r for r in rows if r.normjit.us and r.flashinfer.us]
+    both = [r for r in rows if r.normjit.us and r.impl(engine).us]
     if not both:
-        statuses = sorted({r.flashinfer.status for r in rows if not r.skipped})
+        statuses = sorted({r.impl(engine).status for r in rows if not r.skipped})
         return ", ".join(statuses) or "—"
-    return f"{sum(1 for r in both if r.normjit.us <= r.flashinfer.us)} of {len(both)}"
+    return f"{sum(1 for r in both if r.normjit.us <= r.impl(engine).us)} of {len(both)}"
 
 
 def render_section(rep: Report) -> str:
@@ -659,17 +671,20 @@ def render_section(rep: Report) -> str:
         "on the largest token count); dynamo specializes tokens = 1 and compiles that once "
         "more; compile time is excluded. Liger-Kernel's forward is timed where it has the "
         "variant (it also writes rstd; its fused add writes h to a new tensor).")
-    add("- FlashInfer: its hand-written CUDA RMSNorm kernels (include/flashinfer/norm.cuh of "
-        "the flashinfer-python wheel: FlashInfer's CUDA norm module, the kernels sgl-kernel "
-        "carries), built by `scripts/peers/build_flashinfer.sh` (how: the FlashInfer row "
-        "above) and called through `tools/flashinfer_peer.py` with FlashInfer's own host "
-        "code: `fused_add_rmsnorm` (in place, y over x and h over the residual: `vs "
-        "FlashInfer` is normjit in place against it), `rmsnorm_quant` (it divides by its "
-        f"scale: given 1 / {FP8_SCALE:g}), `gemma_rmsnorm`, and `rmsnorm` of 3-D x for "
-        "QK-norm (its per-head kernel, the same strided q view); programmatic dependent launch "
-        "on, as FlashInfer's API has it on sm_90. FlashInfer 0.7's Python API runs CuTe DSL "
-        "kernels by default on sm_90; those are not measured here. `vs FlashInfer` = "
-        "FlashInfer µs / normjit µs.")
+    add("- FlashInfer and vLLM: the inference engines' hand-written CUDA RMSNorm kernels, "
+        "built from their releases on PyPI (how: their rows above) and called through "
+        "`tools/kernel_peers.py`. FlashInfer (include/flashinfer/norm.cuh: its CUDA norm "
+        "module, the kernels sgl-kernel carries; `scripts/peers/build_flashinfer.sh`), launched "
+        "by FlashInfer's own host code: `fused_add_rmsnorm`, `rmsnorm_quant` (it divides by "
+        f"its scale: given 1 / {FP8_SCALE:g}), `gemma_rmsnorm`, and `rmsnorm` of 3-D x for "
+        "QK-norm (its per-head kernel on the same strided q view); programmatic dependent "
+        "launch on, as its API has it on sm_90; FlashInfer 0.7's Python API runs CuTe DSL "
+        "kernels by default on sm_90, not measured here. vLLM (csrc/layernorm_kernels.cu; "
+        "`scripts/peers/build_vllm.sh`), launched as vLLM's host code launches them: "
+        "`fused_add_rms_norm` and `rms_norm` of 3-D x for QK-norm (a CTA per head). The fused "
+        "adds run in place (y over x, h over the residual): `vs FlashInfer` and `vs vLLM` "
+        "there are normjit in place against them; elsewhere their y is a new tensor. `vs "
+        "FlashInfer` = FlashInfer µs / normjit µs, `vs vLLM` alike.")
     how = ct.rounds_text(s, "row", "eager, compile, compile in place, Liger, separate, normjit")
     add(f"- GPU times: CUDA events around each call, {how}; a sleep kernel queued first (the "
         "events bracket GPU work, not Python or dispatch). The inputs rotate through enough sets that the bytes "
@@ -724,14 +739,16 @@ def render_section(rep: Report) -> str:
 
     variants = [v for v in VARIANTS if any(r.variant == v.key for r in rep.rows)]
     if variants:
-        add("| variant | cases | normjit at or ahead of compile | normjit at or ahead of "
-            f"FlashInfer | % of copy at tokens ≥ {LARGE_TOKENS} | checks |")
-        add("|---|---:|---:|---:|---:|---|")
+        add("| variant | cases | normjit at or ahead of compile | "
+            + "".join(f"normjit at or ahead of {ENGINE_TITLES[e]} | " for e in ENGINES)
+            + f"% of copy at tokens ≥ {LARGE_TOKENS} | checks |")
+        add("|---|---:|---:|" + "---:|" * len(ENGINES) + "---:|---|")
         for v in variants:
             rows = [r for r in rep.rows if r.variant == v.key]
             ahead, pct, checks = variant_summary(rows)
             add(f"| {v.number}. {v.key} | {len([r for r in rows if not r.skipped])} | "
-                f"{ahead} | {flashinfer_summary(v, rows)} | {pct} | {checks} |")
+                f"{ahead} | " + "".join(f"{engine_summary(v, rows, e)} | " for e in ENGINES)
+                + f"{pct} | {checks} |")
         add("")
 
     for v in variants:
@@ -747,10 +764,10 @@ def render_section(rep: Report) -> str:
         add(v.source())
         add("```")
         add("")
-        with_liger, with_fi = bool(v.liger), bool(v.flashinfer)
-        headers = table_headers(with_liger, v.residual, with_fi)
+        with_liger = bool(v.liger)
+        headers = table_headers(with_liger, v.residual, v.engines)
         right = set(range(len(headers) - 2))
-        out += ct.md_table(headers, [table_row(v, r, with_liger, with_fi) for r in rows], right)
+        out += ct.md_table(headers, [table_row(v, r, with_liger, v.engines) for r in rows], right)
         add("")
 
     problems = []
@@ -809,7 +826,7 @@ def write_section(rep: Report, doc: Path, section_out: Optional[Path] = None) ->
 def render_summary(rep: Report) -> str:
     """The short table printed at the end of the run."""
     headers = ["case", "normjit", "separate", "eager", "compile", "comp-inpl", "liger",
-               "flashinfer", "copy", "%copy", "vs comp", "error", "check"]
+               "flashinfer", "vllm", "copy", "%copy", "vs comp", "error", "check"]
     rows = []
     for r in rep.rows:
         v = VARIANT_BY_KEY[r.variant]
@@ -818,6 +835,7 @@ def render_summary(rep: Report) -> str:
                      timing_cell(r.eager), timing_cell(r.compile),
                      timing_cell(r.compile_inplace) if v.residual else "",
                      timing_cell(r.liger), timing_cell(r.flashinfer) if v.flashinfer else "",
+                     timing_cell(r.vllm) if v.vllm else "",
                      timing_cell(r.copy), ct.fmt_num(r.pct_copy, ".0f", "%"),
                      ct.fmt_num(r.speedup("compile"), ".2f", "x"), error_cell(r),
                      check_cell(r).replace("*", "")])
@@ -966,13 +984,14 @@ def liger_functions() -> tuple[dict[str, Callable], str]:
     return fns, version
 
 
-def flashinfer_functions(args: argparse.Namespace, cuda: bool) -> tuple[dict[str, Callable], str]:
-    """FlashInfer's CUDA kernels of the variants that have one, by variant key, called with the
+def engine_functions(engine: str, args: argparse.Namespace,
+                     cuda: bool) -> tuple[dict[str, Callable], str]:
+    """The engine's CUDA kernels of the variants that have one, by variant key, called with the
     expression's arguments and returning what the expression returns (the residual variant:
     None, its outputs written over x and the residual); and what was built, or why not."""
     if not cuda:
         return {}, "absent: no GPU"
-    found, what = flashinfer_peer.load(Path(args.build))
+    found, what = kernel_peers.load(engine, Path(args.build))
     if not found:
         return {}, what
     reciprocals: dict[int, Any] = {}
@@ -990,7 +1009,8 @@ def flashinfer_functions(args: argparse.Namespace, cuda: bool) -> tuple[dict[str
         "gemma_rmsnorm": lambda x, w: found["gemma_rmsnorm"](x, w, EPS_RMS),
         "rmsnorm": lambda x, w: found["rmsnorm"](x, w, EPS_RMS),
     }
-    return {v.key: by_name[v.flashinfer] for v in VARIANTS if v.flashinfer}, what
+    return ({v.key: by_name[v.engine_function(engine)] for v in VARIANTS
+             if v.engine_function(engine)}, what)
 
 
 class Bench:
@@ -1009,8 +1029,9 @@ class Bench:
                           if cuda else None)
         self.liger, liger_version = liger_functions()
         rep.env["Liger-Kernel"] = liger_version
-        self.flashinfer, fi_version = flashinfer_functions(args, cuda)
-        rep.env["FlashInfer"] = fi_version
+        self.engines: dict[str, dict[str, Callable]] = {}
+        for e in ENGINES:
+            self.engines[e], rep.env[ENGINE_TITLES[e]] = engine_functions(e, args, cuda)
         self.stream = torch.cuda.current_stream().cuda_stream if cuda else 0
         self.started = time.perf_counter()
         self.broken = ""
@@ -1280,6 +1301,7 @@ class Bench:
                 self.log(f"  t{row.tokens}: normjit {timing_cell(row.normjit)}, eager "
                          f"{timing_cell(row.eager)}, compile {timing_cell(row.compile)}, liger "
                          f"{timing_cell(row.liger)}, flashinfer {timing_cell(row.flashinfer)}, "
+                         f"vllm {timing_cell(row.vllm)}, "
                          f"copy {timing_cell(row.copy)} µs; "
                          f"{ct.fmt_num(row.pct_copy, '.0f', '% of copy')}; {error_cell(row)} "
                          f"{check_cell(row).replace('*', '')} ({time.perf_counter() - t0:.1f} s)")
@@ -1375,20 +1397,21 @@ class Bench:
             o = self.first_call(row.liger, "liger", lambda: liger(*targs[0]))
             if o is not None:
                 outs["liger"] = as_out(o)
-        flashinfer = self.flashinfer.get(v.key)
-        if flashinfer is None:
-            row.flashinfer.status = "absent"
-        elif v.residual:  # in place: on copies of set 0's x and residual, as compile in place
-            tin = list(targs[0])
-            tin[0], tin[1] = tin[0].clone(), tin[1].clone()
-            if self.first_call(row.flashinfer, "flashinfer", lambda: flashinfer(*tin)) is None \
-                    and row.flashinfer.status == "ok":
-                outs["flashinfer"] = {"y": tin[0], "h": tin[1]}
-            del tin
-        else:
-            o = self.first_call(row.flashinfer, "flashinfer", lambda: flashinfer(*targs[0]))
-            if o is not None:
-                outs["flashinfer"] = as_out(o)
+        engines = {e: self.engines[e].get(v.key) for e in ENGINES}
+        for e, fn in engines.items():
+            t = row.impl(e)
+            if fn is None:
+                t.status = "absent"
+            elif v.residual:  # in place: on copies of set 0's x and residual, as compile in place
+                tin = list(targs[0])
+                tin[0], tin[1] = tin[0].clone(), tin[1].clone()
+                if self.first_call(t, e, lambda: fn(*tin)) is None and t.status == "ok":
+                    outs[e] = {"y": tin[0], "h": tin[1]}
+                del tin
+            else:
+                o = self.first_call(t, e, lambda: fn(*targs[0]))
+                if o is not None:
+                    outs[e] = as_out(o)
         if calls:
             y = s0["x"] if v.y_over_x else s0["y"]
             if not v.y_over_x:  # poison: every element must be written
@@ -1435,8 +1458,9 @@ class Bench:
             timers.append(("compile_inplace", lambda i: compiled_inplace(*targs[i % n])))
         if row.liger.status == "ok":
             timers.append(("liger", lambda i: liger(*targs[i % n])))
-        if row.flashinfer.status == "ok":
-            timers.append(("flashinfer", lambda i: flashinfer(*targs[i % n])))
+        for e, fn in engines.items():
+            if row.impl(e).status == "ok":
+                timers.append((e, lambda i, fn=fn: fn(*targs[i % n])))
         if row.separate.status == "ok":
             timers.append(("separate", lambda i: separate[i % n]()))
         if row.normjit.status == "ok":
@@ -1747,6 +1771,7 @@ def fake_report() -> Report:
     rows = [
         Row("add-rmsnorm", 16384, 4096, v1.bytes_moved(16384, 4096), normjit=ok(190.0),
             eager=ok(900.0), compile=ok(200.0), liger=ok(210.0), flashinfer=ok(209.0),
+            vllm=ok(247.0),
             copy=ok(180.0), separate=ok(160.0), compile_inplace=ok(228.0),
             check=passed(h_mismatches=0)),
         Row("add-rmsnorm", 1, 4096, v1.bytes_moved(1, 4096), rotation=256, normjit=ok(2.5),
@@ -1884,15 +1909,17 @@ def selftest(lib: Path) -> int:
     s = {r[0]: r for r in summary[0][1:]}
     assert s["1. add-rmsnorm"][2:] == [
         "2 of 2; y and h separate: 1 of 1; in place against compile in place: 1 of 1",
-        "1 of 2", "95–95%", "**1 FAIL**, 1 of 2 pass"], s
-    assert s["7. add-layernorm"][1] == "0" and s["5. qk-norm"][5] == "1 of 1 pass, 1 error"
-    assert s["7. add-layernorm"][3] == "no such kernel" and s["3. fp8-out"][3] == "absent", s
-    assert s["5. qk-norm"][3] == "not run", s
+        "1 of 2", "1 of 1", "95–95%", "**1 FAIL**, 1 of 2 pass"], s
+    assert s["7. add-layernorm"][1] == "0" and s["5. qk-norm"][6] == "1 of 1 pass, 1 error"
+    assert s["7. add-layernorm"][3:5] == ["no such kernel"] * 2, s
+    assert s["3. fp8-out"][3:5] == ["absent", "no such kernel"], s
+    assert s["5. qk-norm"][3:5] == ["not run", "not run"], s
+    fi = ("flashinfer",)
     per = [t for t in tables if t[0][0] == "tokens"]
     assert len(per) == 5
-    assert per[0][0] == table_headers(True, True, True) and per[1][0] == table_headers(False, False, True)
+    assert per[0][0] == table_headers(True, True, ENGINES) and per[1][0] == table_headers(False, False, fi)
     assert per[4][0] == table_headers(False, True)
-    col = {h: i for i, h in enumerate(table_headers(True, True, True))}
+    col = {h: i for i, h in enumerate(table_headers(True, True, ENGINES))}
     r1 = per[0][1]  # sorted by tokens: t1 first
     assert r1[col["tokens"]] == "1" and r1[col["normjit µs"]] == "2.50"
     assert r1[col["Liger µs"]] == "failed" and r1[col["check"]] == "**FAIL**"
@@ -1904,6 +1931,8 @@ def selftest(lib: Path) -> int:
     assert r1[col["compile in place µs"]] == "not run" and r1[col["vs compile in place"]] == "—"
     assert r2[col["FlashInfer µs"]] == "209.0" and r2[col["vs FlashInfer"]] == "1.10x", r2
     assert r1[col["FlashInfer µs"]] == "2.40" and r1[col["vs FlashInfer"]] == "0.96x", r1
+    assert r2[col["vLLM µs"]] == "247.0" and r2[col["vs vLLM"]] == "1.30x", r2
+    assert r1[col["vLLM µs"]] == "not run" and r1[col["vs vLLM"]] == "—", r1
     # The in-place peer: h over the residual, y over x where the variant has y over x.
     import types
     fake_torch_tensor = types.SimpleNamespace
@@ -1917,17 +1946,18 @@ def selftest(lib: Path) -> int:
     assert r1[col["separate µs"]] == "not run" and r1[col["separate vs compile"]] == "—", r1
     assert r2[col["error (rel. / max)"]] == "2.9e-03 / 0.50 ulp" and r2[col["check"]] == "pass"
     assert r2[col["MB moved"]] == "536.9" and r1[col["MB moved"]] == "0.041", (r1, r2)
-    col = {h: i for i, h in enumerate(table_headers(False, False, True))}
+    col = {h: i for i, h in enumerate(table_headers(False, False, fi))}
     fp8 = {r[col["tokens"]]: r for r in per[1][1:]}
     assert fp8["4096"][col["FlashInfer µs"]] == "absent" and fp8["4096"][col["vs FlashInfer"]] == "—"
     assert fp8["16"][col["error (rel. / max)"]] == "NaN / NaN" and fp8["16"][col["check"]] == "**FAIL**"
     assert fp8["4096"][col["error (rel. / max)"]] == "2.2e-02 / 0.50 ulp"
     gem = per[2][1]
-    assert per[2][0] == table_headers(True, False, True)
-    col = {h: i for i, h in enumerate(table_headers(True, False, True))}
+    assert per[2][0] == table_headers(True, False, fi)
+    col = {h: i for i, h in enumerate(table_headers(True, False, fi))}
     assert gem[col["normjit µs"]] == "unsupported" and gem[col["compile µs"]] == "failed"
     assert gem[col["check"]] == "unsupported" and gem[col["vs compile"]] == "—"
-    col = {h: i for i, h in enumerate(table_headers(False, False, True))}
+    assert per[3][0] == table_headers(False, False, ENGINES)
+    col = {h: i for i, h in enumerate(table_headers(False, False, ENGINES))}
     qk = {r[0]: r for r in per[3][1:]}
     assert qk["16"][col["check"]] == "error" and qk["128"][col["hidden"]] == "32x128"
     assert per[4][1][{h: i for i, h in enumerate(table_headers(False, True))}["check"]] == "skipped"

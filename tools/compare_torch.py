@@ -8,8 +8,8 @@ GroupNorm shapes) this script
   * checks normjit's output against a float64 reference computed by PyTorch on the device,
   * times normjit, the PyTorch eager reference module, torch.compile of that module,
     Liger-Kernel's forward where it has the problem (checked against the same float64
-    reference), FlashInfer's hand-written CUDA RMSNorm where it has the problem
-    (tools/flashinfer_peer.py) and a device-to-device copy of the problem's own bytes (median
+    reference), the hand-written CUDA RMSNorm of FlashInfer and of vLLM where they have the
+    problem (tools/kernel_peers.py) and a device-to-device copy of the problem's own bytes (median
     of CUDA events after warm-up),
 and writes docs/performance.md (tables, device, versions, copy bandwidth, JIT latency,
 the hand-written notes of docs/performance-notes.md), docs/performance.png (% of copy
@@ -52,7 +52,7 @@ from typing import Any, Callable, Optional
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tools"))
-import flashinfer_peer  # noqa: E402  (the FlashInfer peer's loader: stdlib only at import)
+import kernel_peers  # noqa: E402  (the engines' kernels as peers: stdlib only at import)
 
 # Tolerances of docs/../shared/gpu.md: relative L2 error against the float64 reference.
 TOLERANCE = {"f32": 1e-5, "f16": 1e-2, "bf16": 1e-2}
@@ -75,8 +75,11 @@ COPY_BYTES = 2 << 30
 # liger_kernel/ops/utils.py raises when next_power_of_2(row) exceeds this.
 LIGER_MAX_ROW = 65536
 # The peers normjit is ranked against (the copy is a floor, not a peer).
-PEERS = ("eager", "compile", "liger", "flashinfer")
-PEER_TITLES = {"eager": "eager", "compile": "compile", "liger": "Liger", "flashinfer": "FlashInfer"}
+PEERS = ("eager", "compile", "liger", "flashinfer", "vllm")
+# The inference engines' hand-written kernels among them (tools/kernel_peers.py).
+ENGINES = ("flashinfer", "vllm")
+PEER_TITLES = {"eager": "eager", "compile": "compile", "liger": "Liger",
+               **{k: kernel_peers.PEERS[k].title for k in ENGINES}}
 
 
 # ---------------------------------------------------------------------------------------
@@ -350,27 +353,36 @@ def liger_call(fns: dict[str, Callable], p: Problem, weight, bias) -> Callable:
     return lambda x: fn(x.view(-1, row), w, b, p.eps)[0].view(x.shape)
 
 
-def flashinfer_support(p: Problem) -> str:
-    """Why FlashInfer's CUDA norm kernels (tools/flashinfer_peer.py) cannot compute p, or ""
-    when they can: its RMSNorm normalizes the last dim of 16-bit x with a weight."""
+# Why an engine's CUDA norm kernels do not compute other operators.
+ENGINE_OPS = {
+    "flashinfer": ("FlashInfer's CUDA norm module has RMSNorm kernels only (its layernorm takes "
+                   "bf16 x with f32 gamma and beta, and no form without them; no GroupNorm)"),
+    "vllm": ("vLLM's layernorm_kernels.cu has RMSNorm kernels only (vLLM runs LayerNorm and "
+             "GroupNorm as PyTorch's)"),
+}
+
+
+def engine_support(engine: str, p: Problem) -> str:
+    """Why the engine's CUDA norm kernels (tools/kernel_peers.py) cannot compute p, or "" when
+    they can: RMSNorm of the last dim of 16-bit x with a weight, 32-bit sizes."""
+    title = PEER_TITLES[engine]
     if p.op != "rmsnorm":
-        return ("FlashInfer's CUDA norm module has RMSNorm kernels only (its layernorm takes "
-                "bf16 x with f32 gamma and beta, and no form without them; no GroupNorm)")
+        return ENGINE_OPS[engine]
     if p.normalized_dims == 0:
-        return ("FlashInfer's rmsnorm normalizes the last dim only; this problem reduces dim 1 "
+        return (f"{title}'s rmsnorm normalizes the last dim only; this problem reduces dim 1 "
                 "of [N, C, *spatial]")
     if p.dtype not in ("f16", "bf16"):
-        return f"FlashInfer's rmsnorm takes f16 or bf16 x, not {p.dtype}"
+        return f"{title}'s rmsnorm takes f16 or bf16 x here, not {p.dtype}"
     if p.affine != "weight":
-        return "FlashInfer's rmsnorm always reads a weight: it has no form without one"
-    if math.prod(p.param_shape) >= 2**32 or p.numel >= 2**32:
-        return "FlashInfer's rmsnorm indexes with 32-bit integers"
+        return f"{title}'s rmsnorm is timed with a weight only: this problem has none"
+    if math.prod(p.param_shape) >= 2**31 or p.numel // math.prod(p.param_shape) >= 2**31:
+        return f"{title}'s rmsnorm takes rows and row lengths as 32-bit integers"
     return ""
 
 
-def flashinfer_call(fns: dict[str, Callable], p: Problem, weight, bias) -> Callable:
-    """x -> y by FlashInfer's rmsnorm (p supported: flashinfer_support(p) == ""): several
-    trailing dims as one row (a view, no copy); y allocated on each call, as its API does."""
+def engine_call(fns: dict[str, Callable], p: Problem, weight, bias) -> Callable:
+    """x -> y by an engine's rmsnorm (p supported: engine_support() == ""): several trailing
+    dims as one row (a view, no copy); y allocated on each call, as its API does."""
     row = math.prod(p.param_shape)
     w = weight.reshape(row)
     fn = fns["rmsnorm"]
@@ -462,6 +474,7 @@ class ProblemResult:
     compile: Measurement = field(default_factory=Measurement)
     liger: Measurement = field(default_factory=Measurement)
     flashinfer: Measurement = field(default_factory=Measurement)  # checked on the first input
+    vllm: Measurement = field(default_factory=Measurement)        # checked on the first input
     copy: Measurement = field(default_factory=Measurement)  # a copy_ of bytes_moved
     checks: list[Check] = field(default_factory=list)
     liger_checks: list[Check] = field(default_factory=list)  # Liger's y, the same distributions
@@ -469,7 +482,8 @@ class ProblemResult:
 
     def impl(self, name: str) -> Measurement:
         return {"normjit": self.normjit, "eager": self.eager, "compile": self.compile,
-                "liger": self.liger, "flashinfer": self.flashinfer, "copy": self.copy}[name]
+                "liger": self.liger, "flashinfer": self.flashinfer, "vllm": self.vllm,
+                "copy": self.copy}[name]
 
     @property
     def max_rel_err(self) -> Optional[float]:
@@ -535,7 +549,7 @@ class Report:
 
     @staticmethod
     def best_peer(r: ProblemResult) -> Optional[str]:
-        """The fastest peer (eager, compile, liger, flashinfer) that was timed and whose output was not
+        """The fastest peer (eager, compile, liger, flashinfer, vllm) that was timed and whose output was not
         found wrong; None when none was."""
         timed = [k for k in PEERS
                  if r.impl(k).status == "ok" and r.impl(k).ms and r.impl(k).passed is not False]
@@ -597,9 +611,9 @@ def impl_ms_cell(m: Measurement, footnotes: Optional[list[tuple[str, str]]] = No
 
 
 RESULT_HEADERS = ["problem", "shape", "reduced", "dtype", "normjit ms", "eager ms", "compile ms",
-                  "Liger ms", "FlashInfer ms", "copy ms", "floor ms", "normjit GB/s",
+                  "Liger ms", "FlashInfer ms", "vLLM ms", "copy ms", "floor ms", "normjit GB/s",
                   "% of copy BW", "% of copy", "vs eager", "vs compile", "vs Liger",
-                  "vs FlashInfer", "best peer", "vs best", "rel. err", "check"]
+                  "vs FlashInfer", "vs vLLM", "best peer", "vs best", "rel. err", "check"]
 RESULT_RIGHT = (set(range(4, RESULT_HEADERS.index("rel. err") + 1))
                 - {RESULT_HEADERS.index("best peer")})
 
@@ -618,6 +632,7 @@ def result_row(report: Report, r: ProblemResult,
         p.name, shape_text(p.shape), p.describe(), p.dtype,
         impl_ms_cell(r.normjit), impl_ms_cell(r.eager), impl_ms_cell(r.compile),
         impl_ms_cell(r.liger, footnotes), impl_ms_cell(r.flashinfer, footnotes, "FlashInfer"),
+        impl_ms_cell(r.vllm, footnotes, "vLLM"),
         impl_ms_cell(r.copy),
         fmt_ms(report.floor_ms(r)),
         fmt_num(report.gbps(r, "normjit"), ".0f"),
@@ -627,6 +642,7 @@ def result_row(report: Report, r: ProblemResult,
         fmt_num(report.speedup(r, "compile"), ".2f", "x"),
         fmt_num(report.speedup(r, "liger"), ".2f", "x"),
         fmt_num(report.speedup(r, "flashinfer"), ".2f", "x"),
+        fmt_num(report.speedup(r, "vllm"), ".2f", "x"),
         PEER_TITLES[best] if best else "—",
         fmt_num(report.speedup(r, best), ".2f", "x") if best else "—",
         fmt_err(r.max_rel_err),
@@ -740,7 +756,7 @@ def render_markdown(report: Report, notes: Optional[str], plot_name: Optional[st
         "uint8 tensor, half written to another), its source rotated as the kernels' inputs, "
         "its destination one buffer, timed exactly as the kernels; `% of copy` = copy ms / "
         "normjit ms (100%: normjit as fast as a copy of the same bytes).")
-    add("- `vs eager`, `vs compile`, `vs Liger`, `vs FlashInfer`: their time / normjit's time (above 1: normjit "
+    add("- `vs eager`, `vs compile`, `vs Liger`, `vs FlashInfer`, `vs vLLM`: their time / normjit's time (above 1: normjit "
         "faster). Eager is the reference module of PyTorch (`torch.nn.LayerNorm`, "
         "`torch.nn.GroupNorm`, `torch.nn.RMSNorm`; the channel RMSNorm as "
         "`x / sqrt(mean(x^2, dim=1) + eps)` in fp32 math); compile is "
@@ -760,21 +776,26 @@ def render_markdown(report: Report, notes: Optional[str], plot_name: Optional[st
         add(f"- **Liger-Kernel is absent from this run**: {absent[0]}. scripts/perf.sh puts its "
             "wheel (`liger_kernel-*.whl` in WHEELS, default .whl) on PYTHONPATH when "
             "`import liger_kernel` fails.")
-    add("- FlashInfer is its hand-written CUDA RMSNorm (include/flashinfer/norm.cuh of the "
-        "flashinfer-python wheel: FlashInfer's CUDA norm module, the kernels sgl-kernel "
-        "carries), built by `scripts/peers/build_flashinfer.sh` (how: its row in the table "
-        "above) and called through `tools/flashinfer_peer.py` with FlashInfer's own host code "
-        "(`norm::RMSNorm`: a CTA per row, programmatic dependent launch on as its API has it "
-        "on sm_90), x viewed as [rows, product of the trailing dims]; it allocates y on each "
-        "call. Its y is checked on the first input distribution. FlashInfer 0.7's Python API "
-        "runs CuTe DSL kernels by default on sm_90, not measured here. `n/a [k]`: it has no "
-        "kernel of that problem (note k); `absent`: the library was not built or did not "
-        "load (the FlashInfer row above says why).")
-    fi_absent = [r.flashinfer.message for r in report.results if r.flashinfer.status == "absent"]
-    if fi_absent:
-        add(f"- **FlashInfer is absent from this run**: {fi_absent[0]}.")
-    add("- `best peer`: the fastest of eager, compile, Liger and FlashInfer whose output passed "
-        "its check; "
+    add("- FlashInfer and vLLM: the inference engines' hand-written CUDA RMSNorm, built from "
+        "their releases on PyPI (how: their rows in the table above) and called through "
+        "`tools/kernel_peers.py`. FlashInfer: include/flashinfer/norm.cuh (its CUDA norm "
+        "module, the kernels sgl-kernel carries) by `scripts/peers/build_flashinfer.sh`, "
+        "launched by FlashInfer's own host code (`norm::RMSNorm`: a CTA per row; programmatic "
+        "dependent launch on, as its API has it on sm_90); FlashInfer 0.7's Python API runs "
+        "CuTe DSL kernels by default on sm_90, not measured here. vLLM: csrc/layernorm_kernels.cu "
+        "(`rms_norm_kernel`) by `scripts/peers/build_vllm.sh`, launched as vLLM's `rms_norm` "
+        "launches it (a CTA per row, blocks of up to 1024 threads under 256 rows and 256 from "
+        "there). x is viewed as [rows, product of the trailing dims]; each allocates y on "
+        "every call; their y is checked on the first input distribution. `n/a [k]`: no "
+        "kernel of that problem (note k); `absent`: the library was not built or did not load "
+        "(the row above says why).")
+    for engine in ENGINES:
+        absent = [r.impl(engine).message for r in report.results
+                  if r.impl(engine).status == "absent"]
+        if absent:
+            add(f"- **{PEER_TITLES[engine]} is absent from this run**: {absent[0]}.")
+    add("- `best peer`: the fastest of eager, compile, Liger, FlashInfer and vLLM whose output "
+        "passed its check; "
         "`vs best` = its time / normjit's time (at or above 1: normjit ahead of every peer). "
         "The copy is a floor, not a peer.")
     add("- `rel. err` = ||y - ref|| / ||ref|| against float64 computed by PyTorch on the device "
@@ -887,9 +908,10 @@ def render_markdown(report: Report, notes: Optional[str], plot_name: Optional[st
 
 def render_summary(report: Report) -> str:
     """The short table printed at the end of the run."""
-    headers = ["problem", "dtype", "normjit", "eager", "compile", "liger", "flashinfer", "copy",
-               "%copyBW", "%copy", "best", "vs best", "rel.err", "check"]
-    picked = ["normjit ms", "eager ms", "compile ms", "Liger ms", "FlashInfer ms", "copy ms",
+    headers = ["problem", "dtype", "normjit", "eager", "compile", "liger", "flashinfer", "vllm",
+               "copy", "%copyBW", "%copy", "best", "vs best", "rel.err", "check"]
+    picked = ["normjit ms", "eager ms", "compile ms", "Liger ms", "FlashInfer ms", "vLLM ms",
+              "copy ms",
               "% of copy BW", "% of copy", "best peer", "vs best", "rel. err", "check"]
     col = [RESULT_HEADERS.index(h) for h in picked]
     rows = []
@@ -921,8 +943,8 @@ def write_plot(report: Report, path: Path) -> bool:
     if not results or not report.copy_gbps:
         return False
     impls = [("normjit", "tab:green"), ("eager", "tab:gray"), ("compile", "tab:blue"),
-             ("liger", "tab:orange"), ("flashinfer", "tab:purple")]
-    height = 0.16
+             ("liger", "tab:orange"), ("flashinfer", "tab:purple"), ("vllm", "tab:brown")]
+    height = 0.13
     fig, ax = plt.subplots(figsize=(10, 1.2 + 0.8 * len(results)))
     for j, (impl, color) in enumerate(impls):
         ys = [i + (j - (len(impls) - 1) / 2) * height for i in range(len(results))]
@@ -945,7 +967,7 @@ def write_plot(report: Report, path: Path) -> bool:
     ax.axvline(100, color="black", linewidth=0.8)
     ax.axvline(90, color="tab:red", linewidth=0.8, linestyle="--", label="90% target")
     ax.set_xlabel(f"% of device-to-device copy bandwidth ({report.copy_gbps:.0f} GB/s)")
-    ax.set_title(f"normjit vs PyTorch, Liger and FlashInfer on {report.env.get('device', '?')}",
+    ax.set_title(f"normjit vs PyTorch, Liger, FlashInfer and vLLM on {report.env.get('device', '?')}",
                  fontsize=9)
     ax.legend(loc="lower right", fontsize=7)
     ax.set_xlim(0, max(110, *(report.pct_copy(r, i) or 0 for r in results for i, _ in impls)) + 12)
@@ -970,6 +992,7 @@ def report_json(report: Report) -> dict:
             "speedup_vs_compile": report.speedup(r, "compile"),
             "speedup_vs_liger": report.speedup(r, "liger"),
             "speedup_vs_flashinfer": report.speedup(r, "flashinfer"),
+            "speedup_vs_vllm": report.speedup(r, "vllm"),
             "best_peer": report.best_peer(r),
             "speedup_vs_best": report.speedup(r, report.best_peer(r)) if report.best_peer(r) else None,
             "max_rel_err": r.max_rel_err,
@@ -1380,13 +1403,13 @@ class Runner:
     def __init__(self, args: argparse.Namespace, nj: Normjit, engine: int, l2_bytes: int,
                  copy_gbps: Optional[float], warnings: list[str],
                  liger: Optional[dict[str, Callable]] = None, liger_why: str = "",
-                 flashinfer: Optional[dict[str, Callable]] = None, flashinfer_why: str = ""):
+                 engines: Optional[dict[str, tuple[dict[str, Callable], str]]] = None):
         import torch
         self.args = args
         self.liger = liger or {}      # load_liger()'s functions; empty: Liger absent
         self.liger_why = liger_why    # why it is absent
-        self.flashinfer = flashinfer or {}  # flashinfer_peer.load()'s functions; empty: absent
-        self.flashinfer_why = flashinfer_why or "absent: not loaded"
+        # Each engine's kernel_peers.load(): (functions, what was built or why it is absent).
+        self.engines = {k: (engines or {}).get(k) or ({}, "absent: not loaded") for k in ENGINES}
         self.nj = nj
         self.engine = engine
         self.l2_bytes = l2_bytes
@@ -1456,8 +1479,12 @@ class Runner:
         outputs = {}
         liger = peer_call(r.liger, self.liger, self.liger_why, liger_support, liger_call, p,
                           weight, bias)
-        flashinfer = peer_call(r.flashinfer, self.flashinfer, self.flashinfer_why,
-                               flashinfer_support, flashinfer_call, p, weight, bias)
+        engine_calls = {}
+        for k, (fns, why) in self.engines.items():
+            call = peer_call(r.impl(k), fns, why, lambda q, k=k: engine_support(k, q), engine_call,
+                             p, weight, bias)
+            if call is not None:
+                engine_calls[k] = call
 
         # First calls: normjit (JIT compile or cache load), eager, torch.compile (compile).
         ys[0].fill_(math.nan)  # poison: every element must be written
@@ -1476,11 +1503,10 @@ class Runner:
             outputs["liger"] = self.first_call(r.liger, "liger", lambda: liger(xs[0]))
             if outputs["liger"] is None:
                 liger = None
-        if flashinfer is not None:
-            outputs["flashinfer"] = self.first_call(r.flashinfer, "flashinfer",
-                                                    lambda: flashinfer(xs[0]))
-            if outputs["flashinfer"] is None:
-                flashinfer = None
+        for k, call in list(engine_calls.items()):
+            outputs[k] = self.first_call(r.impl(k), k, lambda: call(xs[0]))
+            if outputs[k] is None:
+                del engine_calls[k]
 
         # Correctness of all four against float64, one pass over the reference.
         present = {k: v for k, v in outputs.items() if v is not None}
@@ -1500,8 +1526,8 @@ class Runner:
                 self.log(f"  {k:8s} rel. err {fmt_err(st.rel_err)} on {dist.label()}"
                          f"{'' if ok else '  ** FAIL **'}"
                          + (f" ({st.nonfinite} non-finite)" if st.nonfinite else ""))
-                if not ok and k in ("eager", "compile", "flashinfer"):
-                    who = "FlashInfer" if k == "flashinfer" else f"PyTorch {k}"
+                if not ok and k in ("eager", "compile") + ENGINES:
+                    who = PEER_TITLES[k] if k in ENGINES else f"PyTorch {k}"
                     self.warnings.append(f"{p.key}: {who} is off the float64 reference "
                                          f"by {fmt_err(st.rel_err)}")
         outputs.clear()
@@ -1518,8 +1544,8 @@ class Runner:
             timers.append(("compile", lambda i: compiled(xs[i % n])))
         if liger is not None:
             timers.append(("liger", lambda i: liger(xs[i % n])))
-        if flashinfer is not None:
-            timers.append(("flashinfer", lambda i: flashinfer(xs[i % n])))
+        for k, call in engine_calls.items():
+            timers.append((k, lambda i, call=call: call(xs[i % n])))
         self.timed(r, p, timers)
 
         # More input distributions: normjit and Liger.
@@ -1546,7 +1572,7 @@ class Runner:
 
         # A copy of the problem's own bytes, rotated and timed as the kernels, once the
         # problem's tensors are freed.
-        del xs, ys, calls, module, compiled, liger, flashinfer, weight, bias
+        del xs, ys, calls, module, compiled, liger, engine_calls, weight, bias
         free_device_memory()
         try:
             copy = own_copy(p.bytes_moved, n, DEVICE)
@@ -1863,7 +1889,9 @@ def run_gpu(args: argparse.Namespace, problems: list[Problem], command: str) -> 
     env, l2 = collect_environment(lib_path)
     liger, env["Liger-Kernel"] = load_liger(*LIGER_FORWARDS.values())
     liger_why = env["Liger-Kernel"]
-    flashinfer, env["FlashInfer"] = flashinfer_peer.load(Path(args.build))
+    engines = {k: kernel_peers.load(k, Path(args.build)) for k in ENGINES}
+    for k, (_, what) in engines.items():
+        env[PEER_TITLES[k]] = what
     report = Report(env=env, command=command,
                     date_utc=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                     settings={"reps": args.reps, "rounds": args.rounds, "order": "rotated",
@@ -1889,7 +1917,7 @@ def run_gpu(args: argparse.Namespace, problems: list[Problem], command: str) -> 
             print(f"  a copy moving {nbytes / 1e6:.1f} MB ({label}): {gbps:.0f} GB/s", flush=True)
 
         runner = Runner(args, nj, engine, l2, report.copy_gbps, report.warnings, liger, liger_why,
-                        flashinfer, env["FlashInfer"])
+                        engines)
         started = time.perf_counter()
         for i, p in enumerate(problems, 1):
             print(f"[{i}/{len(problems)}] {p.key} {shape_text(p.shape)} {p.describe()}, "
@@ -1973,12 +2001,13 @@ def fake_report() -> Report:
     ok = lambda ms, err=1e-7, passed=None: Measurement(  # noqa: E731
         status="ok", ms=ms, times_ms=[ms] * 3, rel_err=err, nonfinite=0, passed=passed)
     na = lambda p: Measurement(status="n/a", message=liger_support(p))  # noqa: E731
-    fna = lambda p: Measurement(status="n/a", message=flashinfer_support(p))  # noqa: E731
+    fna = lambda p: Measurement(status="n/a", message=engine_support("flashinfer", p))  # noqa: E731
     results = []
     # Seed RMSNorm f32 at 5.2 ms: normjit fine; Liger has no channel form.
     p = ps["seed rmsnorm f32"]
     r = ProblemResult(p, normjit=ok(5.2), eager=ok(14.34, passed=True),
                       compile=ok(5.49, passed=True), liger=na(p), flashinfer=fna(p),
+                      vllm=Measurement(status="n/a", message=engine_support("vllm", p)),
                       copy=ok(4.96),
                       checks=[Check("N(1, 2)", 1.1e-7, 1e-6, 0, True),
                               Check("N(0, 0.001)", 2e-7, 1e-6, 0, True)])
@@ -2002,7 +2031,7 @@ def fake_report() -> Report:
     results.append(ProblemResult(ps["llm rmsnorm h4096 bf16"], rotation=4, normjit=ok(0.025, 3e-3),
                                  eager=ok(0.06, 3e-3, True), compile=ok(0.03, 3e-3, True),
                                  liger=ok(0.024, 3e-3, True), flashinfer=ok(0.0245, 3e-3, True),
-                                 copy=ok(0.0225),
+                                 vllm=ok(0.0235, 3e-3, True), copy=ok(0.0225),
                                  checks=[Check("N(1, 2)", 3e-3, 0.01, 0, True)],
                                  liger_checks=[Check("N(1, 2)", 3e-3, 0.01, 0, True)]))
     results.append(ProblemResult(ps["sd groupnorm c320 64x64 b2 f32"], error="OutOfMemoryError: x"))
@@ -2101,13 +2130,14 @@ def selftest() -> int:
     # problem's own bytes, the best peer.
     assert row[col["Liger ms"]] == "n/a [1]" and row[col["vs Liger"]] == "—", row
     assert row[col["FlashInfer ms"]] == "n/a [2]" and row[col["vs FlashInfer"]] == "—", row
+    assert row[col["vLLM ms"]] == "n/a [3]" and row[col["vs vLLM"]] == "—", row
     assert row[col["copy ms"]] == "4.960" and row[col["% of copy"]] == "95.4%", row
     assert row[col["best peer"]] == "compile" and row[col["vs best"]] == "1.06x", row
     row = seeds[("seed layernorm", "f32")]
     assert row[col["normjit ms"]] == "unsupported" and row[col["compile ms"]] == "failed"
     assert row[col["vs eager"]] == "—" and row[col["check"]] == "unsupported"
-    assert row[col["eager ms"]] == "8.260" and row[col["Liger ms"]] == "n/a [3]", row
-    assert row[col["FlashInfer ms"]] == "n/a [4]", row
+    assert row[col["eager ms"]] == "8.260" and row[col["Liger ms"]] == "n/a [4]", row
+    assert row[col["FlashInfer ms"]] == "n/a [5]" and row[col["vLLM ms"]] == "not run", row
     assert row[col["best peer"]] == "eager" and row[col["vs best"]] == "—"
     assert row[col["% of copy"]] == "—" and row[col["copy ms"]] == "0.190"
     row = seeds[("seed groupnorm", "bf16")]
@@ -2117,20 +2147,24 @@ def selftest() -> int:
     assert row[col["vs Liger"]] == "0.97x" and row[col["vs best"]] == "1.37x", row
     assert "- [1] Liger n/a: Liger's rms_norm_forward normalizes the last dim only" in md
     assert "- [2] FlashInfer n/a: FlashInfer's rmsnorm normalizes the last dim only" in md
-    assert "- [3] Liger n/a: rows over 65536 elements: Liger's layer_norm_forward" in md
-    assert "- [4] FlashInfer n/a: FlashInfer's CUDA norm module has RMSNorm kernels only" in md
+    assert "- [3] vLLM n/a: vLLM's rmsnorm normalizes the last dim only" in md
+    assert "- [4] Liger n/a: rows over 65536 elements: Liger's layer_norm_forward" in md
+    assert "- [5] FlashInfer n/a: FlashInfer's CUDA norm module has RMSNorm kernels only" in md
     # The groupnorm row names no FlashInfer status: not run, no note.
     assert seeds[("seed groupnorm", "bf16")][col["FlashInfer ms"]] == "not run"
     assert "seed groupnorm bf16, Liger on N(100, 1): rel. err 3.0e-02" in md
     # Which problems FlashInfer's kernels compute: 16-bit RMSNorm rows with a weight.
     by_key = {q.key: q for q in default_problems()}
-    supported = sorted(k for k, q in by_key.items() if not flashinfer_support(q))
+    supported = sorted(k for k, q in by_key.items() if not engine_support("flashinfer", q))
+    assert supported == sorted(k for k, q in by_key.items() if not engine_support("vllm", q))
     assert "llm rmsnorm h4096 bf16" in supported and all("rmsnorm" in k for k in supported)
     assert not any(k.endswith(" f32") for k in supported), supported
     f32_rows = dataclasses.replace(by_key["llm rmsnorm h4096 bf16"], dtype="f32")
-    assert "f16 or bf16 x, not f32" in flashinfer_support(f32_rows)
+    assert "f16 or bf16 x here, not f32" in engine_support("flashinfer", f32_rows)
+    assert engine_support("vllm", by_key["seed groupnorm f32"]).startswith("vLLM's layernorm")
     llm = results[1][1]
-    assert llm[col["best peer"]] == "Liger" and llm[col["vs best"]] == "0.96x", llm
+    assert llm[col["best peer"]] == "vLLM" and llm[col["vs best"]] == "0.94x", llm
+    assert llm[col["vLLM ms"]] == "0.024" and llm[col["vs vLLM"]] == "0.94x", llm
     assert llm[col["Liger ms"]] == "0.024" and llm[col["% of copy"]] == "90.0%", llm
     assert llm[col["FlashInfer ms"]] == "0.025" and llm[col["vs FlashInfer"]] == "0.98x", llm
     assert results[2][1][col["check"]] == "error"

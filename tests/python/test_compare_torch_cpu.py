@@ -2,9 +2,9 @@
 (no torch needed), and compare_torch's measuring flow on CPU tensors (needs PyTorch): its Runner
 with torch.cuda's events stubbed, normjit standing in through the pointers the Runner passes,
 a stand-in Liger-Kernel with Liger 0.8.5's signatures (one of them wrong on purpose) and a
-stand-in of FlashInfer's rmsnorm (tools/flashinfer_peer.py's signature), so the Liger, FlashInfer
-and copy columns, their checks against float64, the n/a notes and the best peer are exercised end
-to end."""
+stand-in of the engines' rmsnorm (tools/kernel_peers.py's signature; vLLM's absent), so the Liger,
+FlashInfer, vLLM and copy columns, their checks against float64, the n/a notes and the best peer
+are exercised end to end."""
 import argparse
 import importlib.metadata
 import math
@@ -141,14 +141,15 @@ def test_runner_on_cpu(monkeypatch, tmp_path):
     warnings = []
     fi_calls = []
 
-    def fake_flashinfer_rmsnorm(x, w, eps):  # flashinfer_peer's rmsnorm: 2-D rows, y new
+    def fake_flashinfer_rmsnorm(x, w, eps):  # kernel_peers' rmsnorm: 2-D rows, y new
         assert x.dim() == 2 and w.shape == (x.shape[1],)
         fi_calls.append(tuple(x.shape))
         xf = x.float()
         return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w.float()).to(x.dtype)
 
     runner = ct.Runner(args, StandInNormjit(torch, ct), 0, 1 << 20, 3000.0, warnings, fns,
-                       version, {"rmsnorm": fake_flashinfer_rmsnorm}, "stand-in")
+                       version, {"flashinfer": ({"rmsnorm": fake_flashinfer_rmsnorm}, "stand-in"),
+                                 "vllm": ({}, "absent: no libvllm_norm.so (test)")})
     results = [runner.run(p) for p in problems]
     by = {r.problem.name: r for r in results}
     for r in results:
@@ -173,6 +174,7 @@ def test_runner_on_cpu(monkeypatch, tmp_path):
     assert fi_calls and set(fi_calls) == {(16, 64)}
     assert by["rms channel"].flashinfer.status == "n/a"
     assert "RMSNorm kernels only" in by["gn"].flashinfer.message
+    assert by["rms rows"].vllm.status == "absent" and "(test)" in by["rms rows"].vllm.message
 
     report = ct.Report(env={"device": "CPU", "Liger-Kernel": version}, command="test",
                        date_utc="now", settings={"reps": 3, "warmup": 1, "seed": 3},
@@ -203,6 +205,7 @@ def test_runner_on_cpu(monkeypatch, tmp_path):
     assert "Liger-Kernel is absent from this run**: not measured (ModuleNotFoundError" in md
     assert r.flashinfer.status == "absent"
     assert "FlashInfer is absent from this run**: absent: not loaded" in md
+    assert "vLLM is absent from this run**: absent: not loaded" in md
 
 
 def test_timing_rounds_take_the_implementations_in_turn(monkeypatch):
