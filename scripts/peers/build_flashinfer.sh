@@ -6,8 +6,10 @@
 #   scripts/peers/build_flashinfer.sh [build-dir]     (default: build-gpu)
 # writes BUILD/peers/libflashinfer_norm.so and BUILD/peers/flashinfer_norm.txt (what was built
 # from, and how), so that the build folder the GPU machine's runs carry holds the peer too. The
-# wheel (about 100 MB) is downloaded once into NORMJIT_PEER_CACHE (default ~/.cache/normjit-peers)
-# and only its headers are unpacked. nvcc from CUDA_HOME (default /usr/local/cuda) compiles for
+# wheel (about 100 MB) is downloaded once into NORMJIT_PEER_CACHE (default ~/.cache/normjit-peers),
+# its headers unpacked there, and the dozen that the entry points include (nvcc -M) are kept in
+# BUILD/peers/flashinfer-VERSION/include, so the GPU machine, which has no network, can compile
+# them again from the build folder it carries. nvcc from CUDA_HOME (default /usr/local/cuda) compiles for
 # sm_90 (FLASHINFER_ARCH to change it), with the C++ runtime linked statically so that the
 # library loads on the GPU machine's image. FLASHINFER_VERSION picks the release (default below).
 # Exit status: 0 built; 1 a step failed (the tables then say the peer is absent, and why).
@@ -25,18 +27,21 @@ if [ ! -x "$nvcc" ]; then
   echo "build_flashinfer: error: no nvcc at $nvcc (set CUDA_HOME)" >&2
   exit 1
 fi
-mkdir -p "$cache" "$out"
-wheel=$cache/flashinfer_python-$version-py3-none-any.whl
-if [ ! -f "$wheel" ]; then
-  echo "build_flashinfer: downloading flashinfer-python==$version from PyPI (about 100 MB)"
-  python3 -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
-    -d "$cache" "flashinfer-python==$version"
-fi
-include=$cache/flashinfer-$version/include
+mkdir -p "$out"
+include=$out/flashinfer-$version/include
 if [ ! -f "$include/flashinfer/norm.cuh" ]; then
-  rm -rf "$cache/flashinfer-$version"
-  mkdir -p "$cache/flashinfer-$version"
-  python3 - "$wheel" "$cache/flashinfer-$version" <<'PY'
+  mkdir -p "$cache"
+  wheel=$cache/flashinfer_python-$version-py3-none-any.whl
+  if [ ! -f "$wheel" ]; then
+    echo "build_flashinfer: downloading flashinfer-python==$version from PyPI (about 100 MB)"
+    python3 -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
+      -d "$cache" "flashinfer-python==$version"
+  fi
+  all=$cache/flashinfer-$version/include
+  if [ ! -f "$all/flashinfer/norm.cuh" ]; then
+    rm -rf "$cache/flashinfer-$version"
+    mkdir -p "$cache/flashinfer-$version"
+    python3 - "$wheel" "$cache/flashinfer-$version" <<'PY'
 import sys, zipfile
 from pathlib import Path
 wheel, dest = sys.argv[1], Path(sys.argv[2])
@@ -48,6 +53,18 @@ with zipfile.ZipFile(wheel) as z:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(z.read(name))
 PY
+  fi
+  # The headers the entry points include, kept in the build folder.
+  "$nvcc" -std=c++17 "-arch=$arch" -M -I "$all" scripts/peers/flashinfer_norm.cu |
+    python3 -c '
+import os, shutil, sys
+src, dst = sys.argv[1], sys.argv[2]
+for path in sorted(set(sys.stdin.read().replace("\\\n", " ").split())):
+    if path.startswith(src + "/"):
+        target = os.path.join(dst, os.path.relpath(path, src))
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        shutil.copyfile(path, target)
+' "$all" "$include"
 fi
 
 flags=(-std=c++17 -O3 "-arch=$arch" -shared -Xcompiler -fPIC -Xcompiler -static-libstdc++
