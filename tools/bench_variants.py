@@ -253,7 +253,7 @@ VARIANTS = (
     Variant(3, "fp8-out", "RMSNorm to fp8 e4m3 with a per-tensor scale (out_dtype=e4m3)",
             "rmsnorm", EPS_RMS, pt_rmsnorm_fp8,
             f"y a separate e4m3 tensor, scale a device pointer to one f32 ({FP8_SCALE:g})",
-            out_dtype="e4m3", flashinfer="rmsnorm_quant"),
+            out_dtype="e4m3", flashinfer="rmsnorm_quant", vllm="rmsnorm_quant"),
     Variant(4, "gemma", "Gemma RMSNorm (weight_offset=1: (1 + w) in f32, as transformers' "
                         "GemmaRMSNorm)",
             "rmsnorm", EPS_RMS, pt_gemma_rmsnorm, "y a separate bf16 tensor",
@@ -679,9 +679,10 @@ def render_section(rep: Report) -> str:
         f"its scale: given 1 / {FP8_SCALE:g}), `gemma_rmsnorm`, and `rmsnorm` of 3-D x for "
         "QK-norm (its per-head kernel on the same strided q view); programmatic dependent "
         "launch on, as its API has it on sm_90; FlashInfer 0.7's Python API runs CuTe DSL "
-        "kernels by default on sm_90, not measured here. vLLM (csrc/layernorm_kernels.cu; "
-        "`scripts/peers/build_vllm.sh`), launched as vLLM's host code launches them: "
-        "`fused_add_rms_norm` and `rms_norm` of 3-D x for QK-norm (a CTA per head). The fused "
+        "kernels by default on sm_90, not measured here. vLLM (csrc/layernorm_kernels.cu and "
+        "layernorm_quant_kernels.cu; `scripts/peers/build_vllm.sh`), launched as vLLM's host "
+        "code launches them: `fused_add_rms_norm`, `rms_norm_static_fp8_quant` (it divides by "
+        "its scale too) and `rms_norm` of 3-D x for QK-norm (a CTA per head). The fused "
         "adds run in place (y over x, h over the residual): `vs FlashInfer` and `vs vLLM` "
         "there are normjit in place against them; elsewhere their y is a new tensor. `vs "
         "FlashInfer` = FlashInfer µs / normjit µs, `vs vLLM` alike.")
@@ -1912,12 +1913,14 @@ def selftest(lib: Path) -> int:
         "1 of 2", "1 of 1", "95–95%", "**1 FAIL**, 1 of 2 pass"], s
     assert s["7. add-layernorm"][1] == "0" and s["5. qk-norm"][6] == "1 of 1 pass, 1 error"
     assert s["7. add-layernorm"][3:5] == ["no such kernel"] * 2, s
-    assert s["3. fp8-out"][3:5] == ["absent", "no such kernel"], s
+    assert s["3. fp8-out"][3:5] == ["absent", "not run"], s
+    assert s["4. gemma"][3:5] == ["not run", "no such kernel"], s
     assert s["5. qk-norm"][3:5] == ["not run", "not run"], s
     fi = ("flashinfer",)
     per = [t for t in tables if t[0][0] == "tokens"]
     assert len(per) == 5
-    assert per[0][0] == table_headers(True, True, ENGINES) and per[1][0] == table_headers(False, False, fi)
+    assert per[0][0] == table_headers(True, True, ENGINES)
+    assert per[1][0] == table_headers(False, False, ENGINES)
     assert per[4][0] == table_headers(False, True)
     col = {h: i for i, h in enumerate(table_headers(True, True, ENGINES))}
     r1 = per[0][1]  # sorted by tokens: t1 first
@@ -1946,7 +1949,7 @@ def selftest(lib: Path) -> int:
     assert r1[col["separate µs"]] == "not run" and r1[col["separate vs compile"]] == "—", r1
     assert r2[col["error (rel. / max)"]] == "2.9e-03 / 0.50 ulp" and r2[col["check"]] == "pass"
     assert r2[col["MB moved"]] == "536.9" and r1[col["MB moved"]] == "0.041", (r1, r2)
-    col = {h: i for i, h in enumerate(table_headers(False, False, fi))}
+    col = {h: i for i, h in enumerate(table_headers(False, False, ENGINES))}
     fp8 = {r[col["tokens"]]: r for r in per[1][1:]}
     assert fp8["4096"][col["FlashInfer µs"]] == "absent" and fp8["4096"][col["vs FlashInfer"]] == "—"
     assert fp8["16"][col["error (rel. / max)"]] == "NaN / NaN" and fp8["16"][col["check"]] == "**FAIL**"

@@ -10,7 +10,8 @@ engine's release on PyPI (nothing of theirs is in this repository):
               kernels by default, whose compiler (nvidia-cutlass-dsl) is not part of this peer.
   vllm        vLLM's csrc/layernorm_kernels.cu kernels, launched as vLLM's host code launches
               them (scripts/peers/vllm_norm.cu, built by scripts/peers/build_vllm.sh into
-              BUILD/peers/libvllm_norm.so).
+              BUILD/peers/libvllm_norm.so), and rms_norm_static_fp8_quant_kernel of
+              csrc/layernorm_quant_kernels.cu.
 
 load(name, build) opens one with ctypes and returns functions with the arguments and results of
 the engine's Python API, taking PyTorch tensors:
@@ -19,10 +20,10 @@ the engine's Python API, taking PyTorch tensors:
                                         strided), or 3-D [batch, heads, d] (per head, two-level
                                         strides); y a new contiguous tensor
     fused_add_rmsnorm(x, r, w, eps)     in place: r <- x + r, x <- rmsnorm(r) * w; returns None
+    rmsnorm_quant(x, w, scale, eps)     y (e4m3) = clamp(x / rms(x) * w / scale[0]): both
+                                        divide by their scale (vLLM's rms_norm_static_fp8_quant)
   flashinfer only:
     gemma_rmsnorm(x, w, eps)            y = x / rms(x) * (1 + w)
-    rmsnorm_quant(x, w, scale, eps)     y (e4m3) = clamp(x / rms(x) * w / scale[0]): FlashInfer
-                                        divides by its scale
 
 Each launches on PyTorch's current stream (FlashInfer: with programmatic dependent launch where
 its API enables it by default, compute capability 9.0 and up) and raises RuntimeError with
@@ -71,6 +72,7 @@ PEERS = {
             "vl_rms_norm": [_ptr, _ptr, _i64, _ptr, _f32, _int, _int, _ptr],
             "vl_rms_norm_heads": [_ptr, _ptr, _i64, _i64, _int, _int, _ptr, _f32, _int, _ptr],
             "vl_fused_add_rms_norm": [_ptr, _i64, _ptr, _i64, _ptr, _f32, _int, _int, _ptr],
+            "vl_rms_norm_fp8": [_ptr, _ptr, _int, _ptr, _ptr, _f32, _int, _int, _ptr],
         }, "vl_error_string"),
 }
 
@@ -148,6 +150,10 @@ class _Calls:
                              "contiguous")
         return (*x.shape, x.stride(0), x.stride(1))
 
+    def scale(self, scale) -> None:
+        if scale.dtype != self.torch.float32 or scale.numel() != 1:
+            raise ValueError(f"{self.peer.title}'s fp8 RMSNorm takes a scale of one f32")
+
     def output(self, x, dtype=None):
         return self.torch.empty(x.shape, dtype=dtype or x.dtype, device=x.device)
 
@@ -185,8 +191,7 @@ def _flashinfer(lib: Any) -> dict[str, Callable]:
 
     def rmsnorm_quant(x, w, scale, eps: float):
         rows, d, sx = c.rows(x)
-        if scale.dtype != c.torch.float32 or scale.numel() != 1:
-            raise ValueError("FlashInfer's rmsnorm_quant takes a scale of one f32")
+        c.scale(scale)
         y = c.output(x, c.torch.float8_e4m3fn)
         c.check("rmsnorm_quant", lib.fi_rmsnorm_quant_e4m3(
             c.dtype(x), x.data_ptr(), w.data_ptr(), y.data_ptr(), rows, d, sx, y.stride(0),
@@ -220,7 +225,17 @@ def _vllm(lib: Any) -> dict[str, Callable]:
             c.dtype(x), x.data_ptr(), sx, r.data_ptr(), sr, w.data_ptr(), eps, rows, d,
             c.stream()))
 
-    return {"rmsnorm": rmsnorm, "fused_add_rmsnorm": fused_add_rmsnorm}
+    def rmsnorm_quant(x, w, scale, eps: float):
+        rows, d, sx = c.rows(x)
+        c.scale(scale)
+        y = c.output(x, c.torch.float8_e4m3fn)
+        c.check("rms_norm_static_fp8_quant", lib.vl_rms_norm_fp8(
+            c.dtype(x), y.data_ptr(), x.data_ptr(), sx, w.data_ptr(), scale.data_ptr(), eps, rows,
+            d, c.stream()))
+        return y
+
+    return {"rmsnorm": rmsnorm, "fused_add_rmsnorm": fused_add_rmsnorm,
+            "rmsnorm_quant": rmsnorm_quant}
 
 
 FUNCTIONS = {"flashinfer": _flashinfer, "vllm": _vllm}

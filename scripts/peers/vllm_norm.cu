@@ -1,13 +1,16 @@
 // A C entry point for each of vLLM's hand-written CUDA RMSNorm kernels that the performance
 // tables time as a peer: vllm::rms_norm_kernel and vllm::fused_add_rms_norm_kernel of
-// csrc/layernorm_kernels.cu in vLLM's source distribution on PyPI. scripts/peers/build_vllm.sh
-// copies that file's `namespace vllm` block (the kernels, none of its PyTorch-facing host code)
-// into vllm_layernorm_kernels.cuh and compiles this file against it; tools/vllm_peer.py loads
-// the library with ctypes. The launches below make the choices of vLLM's own host functions
-// rms_norm() and fused_add_rms_norm() (vLLM 0.34.0, VLLM_BATCH_INVARIANT unset): a CTA per row,
-// blocks of up to 1024 threads under 256 tokens and 256 from there, 16-byte vectors where the
-// row length allows (rms_norm: gcd(8, hidden) elements; fused add: 8 when the pointers are
-// 16-byte aligned and the row length and strides multiples of 8, else the scalar kernel).
+// csrc/layernorm_kernels.cu and vllm::rms_norm_static_fp8_quant_kernel of
+// csrc/layernorm_quant_kernels.cu, in vLLM's source distribution on PyPI.
+// scripts/peers/build_vllm.sh copies each file's `namespace vllm` block (the kernels, none of
+// its PyTorch-facing host code) into layernorm_kernels.cuh and layernorm_quant_kernels.cuh and
+// compiles this file against them; tools/kernel_peers.py loads the library with ctypes. The
+// launches below make the choices of vLLM's own host functions rms_norm(),
+// fused_add_rms_norm() and rms_norm_static_fp8_quant() (vLLM 0.34.0, VLLM_BATCH_INVARIANT
+// unset): a CTA per row, blocks of up to 1024 threads under 256 tokens and 256 from there,
+// 16-byte vectors where the row length allows (rms_norm and the fp8 one: gcd(8, hidden)
+// elements; fused add: 8 when the pointers are 16-byte aligned and the row length and strides
+// multiples of 8, else the scalar kernel).
 // dtype: 0 = bf16, 1 = f16. Strides in elements. Each function returns cudaGetLastError().
 #include <cuda_runtime.h>
 
@@ -15,7 +18,8 @@
 #include <cstdint>
 #include <numeric>
 
-#include "vllm_layernorm_kernels.cuh"
+#include "layernorm_kernels.cuh"
+#include "layernorm_quant_kernels.cuh"
 
 namespace {
 
@@ -112,6 +116,23 @@ int vl_fused_add_rms_norm(int dtype, void* x, int64_t stride_x, void* residual,
           <<<grid, block, 0, s>>>(static_cast<T*>(x), stride_x, static_cast<T*>(residual),
                                   static_cast<const T*>(w), eps, rows, hidden, stride_residual);
     }
+  });
+}
+
+// y (e4m3) = clamp(RMSNorm(x) * w / scale[0]), as vLLM's rms_norm_static_fp8_quant.
+int vl_rms_norm_fp8(int dtype, void* y, const void* x, int stride_x, const void* w,
+                    const float* scale, float eps, int rows, int hidden, void* stream) {
+  const auto s = static_cast<cudaStream_t>(stream);
+  return by_dtype(dtype, [&](auto t) {
+    using T = decltype(t);
+    const int vec = std::gcd(16 / static_cast<int>(sizeof(T)), hidden);
+    const dim3 grid(rows);
+    const dim3 block(std::min(hidden / vec, max_block(rows)));
+    by_vec(vec, [&](auto v) {
+      vllm::rms_norm_static_fp8_quant_kernel<T, c10::Float8_e4m3fn, decltype(v)::value>
+          <<<grid, block, 0, s>>>(static_cast<c10::Float8_e4m3fn*>(y), static_cast<const T*>(x),
+                                  stride_x, static_cast<const T*>(w), scale, eps, rows, hidden);
+    });
   });
 }
 

@@ -137,7 +137,7 @@ def test_functions_pass_what_flashinfer_takes(monkeypatch):
         fns["rmsnorm"](torch.zeros(2, 8), torch.ones(8), 1e-6)
     with pytest.raises(ValueError, match="last dim contiguous"):
         fns["rmsnorm"](torch.zeros(8, 2, dtype=torch.bfloat16).t(), torch.ones(8), 1e-6)
-    with pytest.raises(ValueError, match="one f32"):
+    with pytest.raises(ValueError, match="FlashInfer's fp8 RMSNorm takes a scale of one f32"):
         fns["rmsnorm_quant"](x, torch.ones(16, dtype=torch.bfloat16), torch.ones(2), 1e-6)
     lib.status = 700
     with pytest.raises(RuntimeError, match="FlashInfer rmsnorm: an illegal memory access"):
@@ -149,7 +149,7 @@ def test_functions_pass_what_vllm_takes(monkeypatch):
     stub_cuda(monkeypatch, torch)
     lib = Recorder()
     fns = kp.FUNCTIONS["vllm"](lib)
-    assert set(fns) == {"rmsnorm", "fused_add_rmsnorm"}
+    assert set(fns) == {"rmsnorm", "fused_add_rmsnorm", "rmsnorm_quant"}
     wide = torch.zeros(6, 96, dtype=torch.float16)
     x, w = wide[:, :64], torch.ones(64, dtype=torch.float16)
     y = fns["rmsnorm"](x, w, 1e-6)
@@ -169,6 +169,12 @@ def test_functions_pass_what_vllm_takes(monkeypatch):
     name, a = lib.calls[-1]
     assert name == "vl_fused_add_rms_norm"
     assert a[1:5] == (x.data_ptr(), 16, r.data_ptr(), 32) and a[7:9] == (3, 16), a
+    scale = torch.full((1,), 1 / 128, dtype=torch.float32)
+    y = fns["rmsnorm_quant"](x, torch.ones(16, dtype=torch.bfloat16), scale, 1e-6)
+    name, a = lib.calls[-1]
+    assert name == "vl_rms_norm_fp8" and y.dtype == torch.float8_e4m3fn
+    assert a[1:4] == (y.data_ptr(), x.data_ptr(), 16) and a[5] == scale.data_ptr()
+    assert a[7:9] == (3, 16), a
     lib.status = 700
     with pytest.raises(RuntimeError, match="vLLM rms_norm: an illegal memory access"):
         fns["rmsnorm"](x, torch.ones(16, dtype=torch.bfloat16), 1e-6)
