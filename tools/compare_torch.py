@@ -375,8 +375,9 @@ def engine_support(engine: str, p: Problem) -> str:
         return f"{title}'s rmsnorm takes f16 or bf16 x here, not {p.dtype}"
     if p.affine != "weight":
         return f"{title}'s rmsnorm is timed with a weight only: this problem has none"
-    if math.prod(p.param_shape) >= 2**31 or p.numel // math.prod(p.param_shape) >= 2**31:
-        return f"{title}'s rmsnorm takes rows and row lengths as 32-bit integers"
+    if p.numel >= 2**31:
+        return (f"{title}'s rmsnorm indexes its tensors with 32-bit integers; this problem has "
+                "2^31 elements or more")
     return ""
 
 
@@ -2161,6 +2162,9 @@ def selftest() -> int:
     assert not any(k.endswith(" f32") for k in supported), supported
     f32_rows = dataclasses.replace(by_key["llm rmsnorm h4096 bf16"], dtype="f32")
     assert "f16 or bf16 x here, not f32" in engine_support("flashinfer", f32_rows)
+    huge = dataclasses.replace(by_key["llm rmsnorm h4096 bf16"], shape=(2**19, 4096))
+    assert "32-bit integers" in engine_support("vllm", huge)
+    assert not engine_support("vllm", dataclasses.replace(huge, shape=(2**19 - 1, 4096)))
     assert engine_support("vllm", by_key["seed groupnorm f32"]).startswith("vLLM's layernorm")
     llm = results[1][1]
     assert llm[col["best peer"]] == "vLLM" and llm[col["vs best"]] == "0.94x", llm

@@ -85,8 +85,14 @@ def library_path(name: str, build: Optional[Path]) -> Path:
 
 
 def load(name: str, build: Optional[Path]) -> tuple[dict[str, Callable], str]:
-    """(functions by the engine's names, what was built and how) or ({}, why it is absent)."""
+    """(functions by the engine's names, what was built and how) or ({}, why it is absent).
+    NORMJIT_ENGINE_PEERS, when set, lists the peers to load (comma-separated; empty: none), so
+    that a run can leave one out without a code change (a peer whose kernel faults would end a
+    table's run: a CUDA context does not survive an illegal address)."""
     peer = PEERS[name]
+    chosen = os.environ.get("NORMJIT_ENGINE_PEERS")
+    if chosen is not None and name not in [c.strip() for c in chosen.split(",")]:
+        return {}, f"absent: left out by NORMJIT_ENGINE_PEERS={chosen!r}"
     path = library_path(name, build)
     if not path.is_file():
         return {}, (f"absent: no {path} (built by {peer.build_script} BUILD; "

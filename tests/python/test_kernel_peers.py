@@ -60,6 +60,12 @@ def test_absent_library_says_where_and_how(monkeypatch, tmp_path, name):
     assert kp.library_path(name, tmp_path) == bogus
     fns, why = kp.load(name, tmp_path)
     assert fns == {} and "did not load" in why and str(bogus) in why
+    other = [n for n in kp.PEERS if n != name][0]
+    monkeypatch.setenv("NORMJIT_ENGINE_PEERS", other)
+    fns, why = kp.load(name, tmp_path)
+    assert fns == {} and why == f"absent: left out by NORMJIT_ENGINE_PEERS='{other}'"
+    monkeypatch.setenv("NORMJIT_ENGINE_PEERS", f" {other}, {name}")
+    assert "did not load" in kp.load(name, tmp_path)[1]
 
 
 class Recorder:
