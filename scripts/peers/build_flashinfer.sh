@@ -2,31 +2,26 @@
 # Builds the FlashInfer peer of the performance tables: FlashInfer's hand-written CUDA RMSNorm
 # kernels (include/flashinfer/norm.cuh of the flashinfer-python wheel on PyPI) behind the C
 # entry points of scripts/peers/flashinfer_norm.cu, as one shared library that
-# tools/flashinfer_peer.py loads with ctypes:
+# tools/kernel_peers.py loads with ctypes:
 #   scripts/peers/build_flashinfer.sh [build-dir]     (default: build-gpu)
 # writes BUILD/peers/libflashinfer_norm.so and BUILD/peers/flashinfer_norm.txt (what was built
 # from, and how), so that the build folder the GPU machine's runs carry holds the peer too. The
-# wheel (about 100 MB) is downloaded once into NORMJIT_PEER_CACHE (default ~/.cache/normjit-peers),
-# its headers unpacked there, and the dozen that the entry points include (nvcc -M) are kept in
-# BUILD/peers/flashinfer-VERSION/include, so the GPU machine, which has no network, can compile
-# them again from the build folder it carries. nvcc from CUDA_HOME (default /usr/local/cuda) compiles for
-# sm_90 (FLASHINFER_ARCH to change it), with the C++ runtime linked statically so that the
-# library loads on the GPU machine's image. FLASHINFER_VERSION picks the release (default below).
+# wheel (about 100 MB) is downloaded once into NORMJIT_PEER_CACHE (default
+# ~/.cache/normjit-peers), its headers unpacked there, and the dozen that the entry points
+# include (nvcc -M) are kept in BUILD/peers/flashinfer-VERSION/include, so the GPU machine, which
+# has no network, can compile them again from the build folder it carries. nvcc from CUDA_HOME
+# (default /usr/local/cuda) compiles for sm_90 (FLASHINFER_ARCH to change it), with the C++
+# runtime linked statically (scripts/peers/lib.sh) so that the library loads on the GPU
+# machine's image. FLASHINFER_VERSION picks the release (default below).
 # Exit status: 0 built; 1 a step failed (the tables then say the peer is absent, and why).
 set -euo pipefail
-here=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$here"
 build=${1:-build-gpu}
 version=${FLASHINFER_VERSION:-0.7.4}
 arch=${FLASHINFER_ARCH:-sm_90}
 cache=${NORMJIT_PEER_CACHE:-$HOME/.cache/normjit-peers}
-nvcc=${CUDA_HOME:-/usr/local/cuda}/bin/nvcc
+# shellcheck source=scripts/peers/lib.sh
+source "$(dirname "$0")/lib.sh"
 out=$build/peers
-
-if [ ! -x "$nvcc" ]; then
-  echo "build_flashinfer: error: no nvcc at $nvcc (set CUDA_HOME)" >&2
-  exit 1
-fi
 mkdir -p "$out"
 include=$out/flashinfer-$version/include
 if [ ! -f "$include/flashinfer/norm.cuh" ]; then
@@ -55,24 +50,15 @@ with zipfile.ZipFile(wheel) as z:
 PY
   fi
   # The headers the entry points include, kept in the build folder.
-  "$nvcc" -std=c++17 "-arch=$arch" -M -I "$all" scripts/peers/flashinfer_norm.cu |
-    python3 -c '
-import os, shutil, sys
-src, dst = sys.argv[1], sys.argv[2]
-for path in sorted(set(sys.stdin.read().replace("\\\n", " ").split())):
-    if path.startswith(src + "/"):
-        target = os.path.join(dst, os.path.relpath(path, src))
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        shutil.copyfile(path, target)
-' "$all" "$include"
+  keep_included "$all" "$include" -I "$all" scripts/peers/flashinfer_norm.cu
 fi
 
-flags=(-std=c++17 -O3 "-arch=$arch" -shared -Xcompiler -fPIC -Xcompiler -static-libstdc++
-       -Xcompiler -static-libgcc)
+flags=("${peer_flags[@]}")
 echo "build_flashinfer: compiling scripts/peers/flashinfer_norm.cu against FlashInfer $version for $arch"
-"$nvcc" "${flags[@]}" -I "$include" -o "$out/libflashinfer_norm.so.tmp" scripts/peers/flashinfer_norm.cu
+"$nvcc" "${flags[@]}" -I "$include" -o "$out/libflashinfer_norm.so.tmp" \
+  scripts/peers/flashinfer_norm.cu
 mv "$out/libflashinfer_norm.so.tmp" "$out/libflashinfer_norm.so"
-nvcc_version=$("$nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')
+nvcc_version=$(nvcc_release)
 cat >"$out/flashinfer_norm.txt" <<TXT
 flashinfer-python $version (PyPI), include/flashinfer/norm.cuh; scripts/peers/flashinfer_norm.cu at $(git rev-parse --short HEAD 2>/dev/null || echo '?'); nvcc $nvcc_version ${flags[*]}
 TXT

@@ -19,20 +19,14 @@
 # VLLM_VERSION picks the release (default below).
 # Exit status: 0 built; 1 a step failed (the tables then say the peer is absent, and why).
 set -euo pipefail
-here=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$here"
 build=${1:-build-gpu}
 version=${VLLM_VERSION:-0.34.0}
 arch=${VLLM_ARCH:-sm_90}
 cache=${NORMJIT_PEER_CACHE:-$HOME/.cache/normjit-peers}
-nvcc=${CUDA_HOME:-/usr/local/cuda}/bin/nvcc
+# shellcheck source=scripts/peers/lib.sh
+source "$(dirname "$0")/lib.sh"
 out=$build/peers
 src=$out/vllm-$version/csrc
-
-if [ ! -x "$nvcc" ]; then
-  echo "build_vllm: error: no nvcc at $nvcc (set CUDA_HOME)" >&2
-  exit 1
-fi
 mkdir -p "$out"
 kernels=(layernorm_kernels.cu layernorm_quant_kernels.cu)
 torch_include=${TORCH_INCLUDE:-$(python3 -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "include"))' 2>/dev/null || true)}
@@ -97,16 +91,8 @@ PY
   # The .cu files and every header of csrc the entry points include, kept in the build folder.
   mkdir -p "$src"
   for f in "${kernels[@]}"; do cp "$all/$f" "$src/$f"; done
-  "$nvcc" -std=c++17 "-arch=$arch" -DENABLE_FP8 -M -I "$gen" -I "$all" -I "$torch_include" \
-    scripts/peers/vllm_norm.cu | python3 -c '
-import os, shutil, sys
-src, dst = sys.argv[1], sys.argv[2]
-for path in sorted(set(sys.stdin.read().replace("\\\n", " ").split())):
-    if path.startswith(src + "/"):
-        target = os.path.join(dst, os.path.relpath(path, src))
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        shutil.copyfile(path, target)
-' "$all" "$src"
+  keep_included "$all" "$src" -DENABLE_FP8 -I "$gen" -I "$all" -I "$torch_include" \
+    scripts/peers/vllm_norm.cu
 fi
 
 if [ ! -f "$torch_include/torch/headeronly/util/BFloat16.h" ]; then
@@ -117,13 +103,12 @@ generate "$src"
 
 # -DENABLE_FP8 and --expt-relaxed-constexpr as vLLM's build passes them (cmake/utils.cmake:
 # ENABLE_FP8 from CUDA 11.8; PyTorch's COMMON_NVCC_FLAGS, less the no-half ones from CUDA 12).
-flags=(-std=c++17 -O3 "-arch=$arch" -DENABLE_FP8 --expt-relaxed-constexpr -shared
-       -Xcompiler -fPIC -Xcompiler -static-libstdc++ -Xcompiler -static-libgcc)
+flags=("${peer_flags[@]}" -DENABLE_FP8 --expt-relaxed-constexpr)
 echo "build_vllm: compiling scripts/peers/vllm_norm.cu against vLLM $version's kernels for $arch"
 "$nvcc" "${flags[@]}" -I "$gen" -I "$src" -I "$torch_include" -o "$out/libvllm_norm.so.tmp" \
   scripts/peers/vllm_norm.cu
 mv "$out/libvllm_norm.so.tmp" "$out/libvllm_norm.so"
-nvcc_version=$("$nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')
+nvcc_version=$(nvcc_release)
 torch_version=$(awk '/#define TORCH_VERSION_(MAJOR|MINOR|PATCH) /{v = v (v ? "." : "") $3} END {print v}' "$torch_include/torch/headeronly/version.h" 2>/dev/null || true)
 cat >"$out/vllm_norm.txt" <<TXT
 vllm $version (PyPI source distribution), the kernels of csrc/layernorm_kernels.cu and layernorm_quant_kernels.cu; scripts/peers/vllm_norm.cu at $(git rev-parse --short HEAD 2>/dev/null || echo '?'); PyTorch ${torch_version:-?} headers (header-only c10 types); nvcc $nvcc_version ${flags[*]}

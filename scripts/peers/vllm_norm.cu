@@ -38,25 +38,16 @@ int by_dtype(int dtype, F&& f) {
 }
 
 // vLLM's VLLM_STABLE_DISPATCH_VEC_SIZE: 16, 8, 4, 2, else 1.
+template <int kVec, typename F>
+bool with_vec(int vec, F& f) {
+  if (vec == kVec || kVec == 1) f(std::integral_constant<int, kVec>{});
+  return vec == kVec || kVec == 1;
+}
+
 template <typename F>
 void by_vec(int vec, F&& f) {
-  switch (vec) {
-    case 16:
-      f(std::integral_constant<int, 16>{});
-      break;
-    case 8:
-      f(std::integral_constant<int, 8>{});
-      break;
-    case 4:
-      f(std::integral_constant<int, 4>{});
-      break;
-    case 2:
-      f(std::integral_constant<int, 2>{});
-      break;
-    default:
-      f(std::integral_constant<int, 1>{});
-      break;
-  }
+  with_vec<16>(vec, f) || with_vec<8>(vec, f) || with_vec<4>(vec, f) || with_vec<2>(vec, f) ||
+      with_vec<1>(vec, f);
 }
 
 // rms_norm() for x of rank 2 ([rows, hidden], row stride stride_2) or 3 ([n, heads, hidden],
