@@ -50,6 +50,15 @@ void by_vec(int vec, F&& f) {
       with_vec<1>(vec, f);
 }
 
+// Runs launch(block, v) with vLLM's rms_norm() shape for rows of T: gcd(8, hidden)-element
+// vectors (v: std::integral_constant of it), a CTA per row of min(hidden / v, max_block) threads.
+template <typename T, typename F>
+void row_launch(int rows, int hidden, F&& launch) {
+  const int vec = std::gcd(16 / static_cast<int>(sizeof(T)), hidden);
+  const dim3 block(std::min(hidden / vec, max_block(rows)));
+  by_vec(vec, [&](auto v) { launch(block, v); });
+}
+
 // rms_norm() for x of rank 2 ([rows, hidden], row stride stride_2) or 3 ([n, heads, hidden],
 // strides stride_3 and stride_2): y contiguous, as vLLM requires of its output.
 template <int kRank>
@@ -57,11 +66,8 @@ int rms_norm(int dtype, void* y, const void* x, int64_t stride_2, int64_t stride
              const void* w, float eps, int rows, int hidden, cudaStream_t stream) {
   return by_dtype(dtype, [&](auto t) {
     using T = decltype(t);
-    const int vec = std::gcd(16 / static_cast<int>(sizeof(T)), hidden);
-    const dim3 grid(rows);
-    const dim3 block(std::min(hidden / vec, max_block(rows)));
-    by_vec(vec, [&](auto v) {
-      vllm::rms_norm_kernel<T, decltype(v)::value, kRank, true><<<grid, block, 0, stream>>>(
+    row_launch<T>(rows, hidden, [&](dim3 block, auto v) {
+      vllm::rms_norm_kernel<T, decltype(v)::value, kRank, true><<<rows, block, 0, stream>>>(
           static_cast<T*>(y), static_cast<const T*>(x), stride_2, stride_3, /*stride_d4=*/0,
           kRank >= 3 ? heads : 0, /*shape_d3=*/0, static_cast<const T*>(w),
           /*weight_stride=*/0, eps, rows, hidden);
@@ -116,12 +122,9 @@ int vl_rms_norm_fp8(int dtype, void* y, const void* x, int stride_x, const void*
   const auto s = static_cast<cudaStream_t>(stream);
   return by_dtype(dtype, [&](auto t) {
     using T = decltype(t);
-    const int vec = std::gcd(16 / static_cast<int>(sizeof(T)), hidden);
-    const dim3 grid(rows);
-    const dim3 block(std::min(hidden / vec, max_block(rows)));
-    by_vec(vec, [&](auto v) {
+    row_launch<T>(rows, hidden, [&](dim3 block, auto v) {
       vllm::rms_norm_static_fp8_quant_kernel<T, c10::Float8_e4m3fn, decltype(v)::value>
-          <<<grid, block, 0, s>>>(static_cast<c10::Float8_e4m3fn*>(y), static_cast<const T*>(x),
+          <<<rows, block, 0, s>>>(static_cast<c10::Float8_e4m3fn*>(y), static_cast<const T*>(x),
                                   stride_x, static_cast<const T*>(w), scale, eps, rows, hidden);
     });
   });
