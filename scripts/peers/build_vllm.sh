@@ -7,8 +7,8 @@
 #   scripts/peers/build_vllm.sh [build-dir]     (default: build-gpu)
 # writes BUILD/peers/libvllm_norm.so and BUILD/peers/vllm_norm.txt. The source distribution
 # (about 50 MB) is downloaded into NORMJIT_PEER_CACHE (default ~/.cache/normjit-peers), its
-# csrc unpacked there, and only the kernels' files (the two .cu files and the headers their
-# kernels include, by nvcc -M) are kept, in BUILD/peers/vllm-VERSION/csrc (so the GPU machine,
+# csrc unpacked there, and only the kernels' files (the two .cu files and the csrc files they
+# include, transitively) are kept, in BUILD/peers/vllm-VERSION/csrc (so the GPU machine,
 # which has no network, can compile them again from the build folder it carries); of each .cu
 # file only its `namespace vllm` block (the kernels, none of the PyTorch-facing host code) is
 # used, copied into a generated header. Those files include PyTorch's header-only c10::BFloat16,
@@ -83,16 +83,28 @@ with tarfile.open(tgz) as t:
 tgz.unlink()  # csrc is kept, the rest of the distribution is not
 PY
   fi
-  if [ ! -f "$torch_include/torch/headeronly/util/BFloat16.h" ]; then
-    echo "build_vllm: error: no torch/headeronly/util/BFloat16.h under '${torch_include:-(no PyTorch here)}': set TORCH_INCLUDE to a PyTorch include folder (2.9 or later); the kernels' files are needed in the build folder and are found by compiling" >&2
-    exit 1
-  fi
-  generate "$all"
-  # The .cu files and every header of csrc the entry points include, kept in the build folder.
-  mkdir -p "$src"
-  for f in "${kernels[@]}"; do cp "$all/$f" "$src/$f"; done
-  keep_included "$all" "$src" -DENABLE_FP8 -I "$gen" -I "$all" -I "$torch_include" \
-    scripts/peers/vllm_norm.cu
+  # The two .cu files and every csrc file they include by a quoted #include, transitively (all
+  # branches of an #if taken, so a superset of what nvcc reads), kept in the build folder: no
+  # PyTorch is needed for this, only to compile.
+  python3 - "$all" "$src" "${kernels[@]}" <<'PY'
+import re, shutil, sys
+from pathlib import Path
+csrc, dst, todo = Path(sys.argv[1]), Path(sys.argv[2]), list(sys.argv[3:])
+seen = set()
+while todo:
+    rel = todo.pop()
+    if rel in seen:
+        continue
+    seen.add(rel)
+    path = csrc / rel
+    (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(path, dst / rel)
+    for inc in re.findall(r'^\s*#\s*include\s+"([^"]+)"', path.read_text(), flags=re.M):
+        for base in (path.parent, csrc):  # beside the including file, then csrc's root
+            if (base / inc).is_file():
+                todo.append(str((base / inc).resolve().relative_to(csrc.resolve())))
+                break
+PY
 fi
 
 if [ ! -f "$torch_include/torch/headeronly/util/BFloat16.h" ]; then
