@@ -80,9 +80,9 @@ F: Any = None
 # The variants
 # ---------------------------------------------------------------------------------------
 
-# The inference engines whose hand-written kernels are peers (tools/kernel_peers.py).
-ENGINES = ("flashinfer", "vllm")
-ENGINE_TITLES = {e: kernel_peers.PEERS[e].title for e in ENGINES}
+# The inference engines whose hand-written kernels are peers (tools/kernel_peers.py), and the
+# peers' titles: compare_torch.py's.
+ENGINES = ct.ENGINES
 
 EPS_RMS = 1e-6           # Llama, Gemma, Qwen
 EPS_LN = 1e-5
@@ -381,7 +381,7 @@ def fill_launch_args(a: Any, fields: dict[str, Any]) -> None:
 
 IMPLS = ("normjit", "eager", "compile", "liger", "flashinfer", "vllm", "copy", "separate",
          "compile_inplace")
-PEERS = ("eager", "compile", "liger", "flashinfer", "vllm")
+PEERS = ct.PEERS
 
 
 @dataclass
@@ -582,10 +582,10 @@ def table_headers(with_liger: bool, with_separate: bool = False,
             + (["separate µs"] if with_separate else []) + ["eager µs", "compile µs"]
             + (["compile in place µs"] if with_separate else [])
             + (["Liger µs"] if with_liger else [])
-            + [f"{ENGINE_TITLES[e]} µs" for e in engines]
+            + [f"{ct.PEER_TITLES[e]} µs" for e in engines]
             + ["copy µs", "% of copy", "vs compile"]
             + (["vs compile in place", "separate vs compile"] if with_separate else [])
-            + [f"vs {ENGINE_TITLES[e]}" for e in engines]
+            + [f"vs {ct.PEER_TITLES[e]}" for e in engines]
             + ["error (rel. / max)", "check"])
 
 
@@ -741,7 +741,7 @@ def render_section(rep: Report) -> str:
     variants = [v for v in VARIANTS if any(r.variant == v.key for r in rep.rows)]
     if variants:
         add("| variant | cases | normjit at or ahead of compile | "
-            + "".join(f"normjit at or ahead of {ENGINE_TITLES[e]} | " for e in ENGINES)
+            + "".join(f"normjit at or ahead of {ct.PEER_TITLES[e]} | " for e in ENGINES)
             + f"% of copy at tokens ≥ {LARGE_TOKENS} | checks |")
         add("|---|---:|---:|" + "---:|" * len(ENGINES) + "---:|---|")
         for v in variants:
@@ -1032,7 +1032,7 @@ class Bench:
         rep.env["Liger-Kernel"] = liger_version
         self.engines: dict[str, dict[str, Callable]] = {}
         for e in ENGINES:
-            self.engines[e], rep.env[ENGINE_TITLES[e]] = engine_functions(e, args, cuda)
+            self.engines[e], rep.env[ct.PEER_TITLES[e]] = engine_functions(e, args, cuda)
         self.stream = torch.cuda.current_stream().cuda_stream if cuda else 0
         self.started = time.perf_counter()
         self.broken = ""
