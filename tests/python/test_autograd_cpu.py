@@ -111,14 +111,16 @@ def test_the_public_functions_on_cpu_keep_pytorchs_autograd():
         close(got, r, 1e-5)
 
 
-@pytest.mark.parametrize("affine", ["none", "weight", "both"])
+@pytest.mark.parametrize("affine", ["none", "weight", "both", "offset"])
 def test_gradcheck_of_the_train_ops_in_float64(affine, quiet):
     """The ops themselves on CPU float64 (forward and backward fall back): gradcheck and
-    gradgradcheck against finite differences."""
+    gradgradcheck against finite differences (offset: weight and bias, weight_offset 1.0)."""
     torch.manual_seed(1)
     x = torch.randn(3, 2, 9, dtype=torch.float64, requires_grad=True)
     w = torch.randn(2, 9, dtype=torch.float64, requires_grad=True) if affine != "none" else None
-    b = torch.randn(2, 9, dtype=torch.float64, requires_grad=True) if affine == "both" else None
+    b = torch.randn(2, 9, dtype=torch.float64, requires_grad=True) \
+        if affine in ("both", "offset") else None
+    offset = (1.0,) if affine == "offset" else ()
     ops = torch.ops.normjit
     inputs = tuple(t for t in (x, w, b) if t is not None)
 
@@ -127,10 +129,11 @@ def test_gradcheck_of_the_train_ops_in_float64(affine, quiet):
         xx = next(it)
         ww = next(it) if w is not None else None
         bb = next(it) if b is not None else None
-        return ops.layer_norm_train(xx, [2, 9], ww, bb, 1e-5)[0]
+        return ops.layer_norm_train(xx, [2, 9], ww, bb, 1e-5, *offset)[0]
 
     def rms(*ts):
-        return ops.rms_norm_train(ts[0], [2, 9], ts[1] if w is not None else None, 1e-6)[0]
+        return ops.rms_norm_train(ts[0], [2, 9], ts[1] if w is not None else None, 1e-6,
+                                  *offset)[0]
 
     for fn, ins in ((ln, inputs), (rms, inputs[:2])):
         assert torch.autograd.gradcheck(fn, ins)
@@ -167,7 +170,12 @@ OPS = [
                                   1e-5)),
     ("layer_norm_train", lambda: (torch.randn(3, 64, dtype=torch.float16), [64], None, None,
                                   1e-5)),
+    ("rms_norm_train", lambda: (torch.randn(3, 64), [64], torch.randn(64), 1e-6, 1.0)),
+    ("layer_norm_train", lambda: (torch.randn(3, 64), [64], torch.randn(64), torch.randn(64),
+                                  1e-5, -0.5)),
     ("rms_norm_backward", rms_backward_args),
+    ("rms_norm_backward", lambda: rms_backward_args() + (1.0,)),
+    ("layer_norm_backward", lambda: ln_backward_args() + (1.0,)),
     ("rms_norm_backward", lambda: rms_backward_args()[:3] + (None, [64], 1e-6)),
     ("layer_norm_backward", ln_backward_args),
     ("layer_norm_backward", lambda: ln_backward_args()[:4] + (None, False, [64], 1e-5)),
@@ -210,6 +218,14 @@ def test_opcheck_of_the_plain_ops_with_autograd(quiet):
                                                    torch.ones(3, 1), torch.ones(3, 1), None,
                                                    False, [32], 1e-5),
      ValueError, r"normalized_shape \[32\] is not the trailing shape of the input"),
+    (lambda: torch.ops.normjit.rms_norm_backward(torch.randn(3, 64), torch.randn(3, 64),
+                                                 torch.ones(3, 1), None, [64], 1e-6, 1.0),
+     ValueError, r"weight_offset 1.0 needs a weight"),
+    (lambda: torch.ops.normjit.layer_norm_backward(torch.randn(3, 64), torch.randn(3, 64),
+                                                   torch.ones(3, 1), torch.ones(3, 1),
+                                                   torch.ones(64), True, [64], 1e-5,
+                                                   float("nan")),
+     ValueError, r"weight_offset must be finite, not nan"),
 ])
 def test_backward_ops_name_wrong_arguments(call, error, match, quiet):
     with pytest.raises(error, match=match):
@@ -252,6 +268,7 @@ class Emulator:
             "op": fields["op"], "row": math.prod(shape[len(shape) - k:]), "dtype": dtype,
             "param": _DT[fields.get("param_dtype", fields["dtype"])], "affine": fields["affine"],
             "stats": fields.get("save_stats") == "true",
+            "offset": float(fields.get("weight_offset", 0)),
             "backward": fields.get("backward") == "true"}
         return handle
 
@@ -268,7 +285,7 @@ class Emulator:
             r = torch.rsqrt((xd - m).square().mean(1, keepdim=True) + eps)
             yd = (xd - m) * r
         if weight is not None:
-            yd = yd * memory(weight, n, s["param"]).double()
+            yd = yd * (s["offset"] + memory(weight, n, s["param"]).double())
         if bias is not None:
             yd = yd + memory(bias, n, s["param"]).double()
         memory(y, batch * n, s["dtype"]).copy_(yd.flatten())
@@ -306,7 +323,8 @@ class Emulator:
             xhat = xd * r
         else:
             xhat = (xd - memory(mean, batch, torch.float32).double().view(batch, 1)) * r
-        g = dyd * memory(weight, n, s["param"]).double() if weight is not None else dyd
+        g = dyd * (s["offset"] + memory(weight, n, s["param"]).double()) \
+            if weight is not None else dyd
         dxd = g - xhat * (g * xhat).mean(1, keepdim=True)
         if s["op"] == "layernorm":
             dxd = dxd - g.mean(1, keepdim=True)
@@ -391,6 +409,79 @@ def test_rms_norm_module_trains_through_normjit(emu, weight):
     if weight is not None:
         assert m.weight.grad.dtype == weight
         close(m.weight.grad, ref[1], 1e-2)
+
+
+@pytest.mark.parametrize("op", ["rms", "ln"])
+@pytest.mark.parametrize("offset", [1.0, -0.5])
+def test_weight_offset_alone_trains_through_normjit(emu, op, offset):
+    """weight_offset alone (Gemma's RMSNorm, zero-centred gamma) trains through the training
+    and backward ops, the offset in both kernels' specs: dx from the weight used (offset +
+    weight), and dweight that weight's gradient, which is the weight's."""
+    torch.manual_seed(13)
+    x = (torch.randn(6, 64) * 2 + (3 if op == "ln" else 0)).requires_grad_()
+    w = (0.2 * torch.randn(64)).requires_grad_()
+    b = torch.randn(64, requires_grad=True) if op == "ln" else None
+    dy = torch.randn(6, 64)
+    eps = 1e-6 if op == "rms" else 1e-5
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", njt.NormjitFallbackWarning)
+        if op == "rms":
+            y = njt.rms_norm(x, 64, w, eps, weight_offset=offset)
+        else:
+            y = njt.layer_norm(x, 64, w, b, eps, weight_offset=offset)
+        y.backward(dy)
+    assert emu.kinds() == ["launch_ex", "launch_backward"]
+    name, affine = ("rmsnorm", "weight") if op == "rms" else ("layernorm", "both")
+    base = (f"op={name} shape=6,64 dtype=f32 normalized_dims=1 affine={affine} eps={eps!r} "
+            f"weight_offset={offset!r}")
+    assert emu.specs == [base + " save_stats=true", base + " backward=true"]
+    used = w.detach() + offset  # PyTorch's function of the weight used, in float64
+    ref = reference_grads(op, x, (64,), used, b, eps, dy)
+    if op == "rms":
+        expected = F.rms_norm(x.detach().double(), (64,), used.double(), eps)
+    else:
+        expected = F.layer_norm(x.detach().double(), (64,), used.double(), b.detach().double(),
+                                eps)
+    close(y.detach(), expected, 1e-6)
+    close(x.grad, ref[0], 1e-5)
+    close(w.grad, ref[1], 1e-5)
+    if b is not None:
+        close(b.grad, ref[2], 1e-5)
+
+
+def test_weight_offset_with_another_variant_is_pytorchs(emu):
+    """weight_offset and return_stats: forward-only in normjit, as every other variant."""
+    x = torch.randn(3, 64, requires_grad=True)
+    w = torch.randn(64, requires_grad=True)
+    with pytest.warns(njt.NormjitFallbackWarning, match="or with weight_offset alone"):
+        y, rstd = njt.rms_norm(x, 64, w, 1e-6, weight_offset=1.0, return_stats=True)
+    y.sum().backward()
+    assert emu.launches == [] and w.grad is not None
+
+
+def test_patched_gemma_rms_norm_trains_through_normjit(emu, fake_transformers):
+    """transformers' GemmaRMSNorm, patched: its (1 + weight) trains through normjit's kernels
+    with weight_offset=1, its float32 weight beside a bfloat16 input (param_dtype=f32)."""
+    torch.manual_seed(14)
+    layer = fake_transformers["gemma"].GemmaRMSNorm(64)
+    with torch.no_grad():
+        layer.weight.normal_(0, 0.2)
+    ref = fake_transformers["gemma"].GemmaRMSNorm(64)
+    ref.load_state_dict(layer.state_dict())
+    assert len(njt.patch(layer).replaced) == 1
+    x = torch.randn(5, 64, dtype=torch.bfloat16, requires_grad=True)
+    dy = torch.randn(5, 64, dtype=torch.bfloat16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", njt.NormjitFallbackWarning)
+        layer(x).backward(dy)
+    base = ("op=rmsnorm shape=5,64 dtype=bf16 normalized_dims=1 affine=weight eps=1e-06 "
+            "param_dtype=f32 weight_offset=1.0")
+    assert emu.specs == [base + " save_stats=true", base + " backward=true"]
+    xd = x.detach().double().requires_grad_()
+    ref.double()(xd).backward(dy.double())
+    assert x.grad.dtype == torch.bfloat16 and layer.weight.grad.dtype == torch.float32
+    close(x.grad, xd.grad, 1e-2)
+    close(layer.weight.grad, ref.weight.grad, 1e-2)
 
 
 def test_inference_keeps_the_plain_kernel_and_same_decision_cache(emu):
@@ -487,13 +578,14 @@ def test_double_backward_is_pytorchs(emu):
 
 @pytest.mark.parametrize("call, what", [
     (lambda x, w: njt.add_rms_norm(x, torch.randn_like(x), 64, w, 1e-6)[0], "add_rms_norm"),
-    (lambda x, w: njt.rms_norm(x, 64, w, 1e-6, weight_offset=1.0), "rms_norm"),
+    (lambda x, w: njt.rms_norm(x, 64, w, 1e-6, weight_offset=1.0, return_stats=True)[0],
+     "rms_norm"),
     (lambda x, w: njt.layer_norm(x, 64, w, None, 1e-5, return_stats=True)[0], "layer_norm"),
 ])
 def test_forward_only_functions_fall_back_to_pytorchs_autograd(emu, call, what):
-    """The variants and the fused residual add have no normjit backward:
-    with an input that requires grad they run PyTorch's expression (its autograd), saying so
-    once; no launch."""
+    """The variants (but weight_offset alone) and the fused residual add have no normjit backward:
+    with an input that requires grad they run PyTorch's expression (its autograd), saying so once;
+    no launch."""
     torch.manual_seed(10)
     x = torch.randn(4, 64, requires_grad=True)
     w = torch.randn(64, requires_grad=True)
@@ -551,9 +643,11 @@ def test_patched_layers_train_through_normjit(emu):
                            "InternalTorchDynamoError tracing the emulated launch path of this test; "
                            "test_autograd_gpu.py's fullgraph training step covers compile on the "
                            "real one")
-def test_compile_traces_forward_and_backward_ops_without_graph_breaks(emu):
+@pytest.mark.parametrize("offset", [0.0, 1.0])
+def test_compile_traces_forward_and_backward_ops_without_graph_breaks(emu, offset):
     """torch.compile(fullgraph=True) of a training step: the forward graph has the _train ops,
-    the backward graph the backward ops; the gradients are the eager ones."""
+    the backward graph the backward ops (with weight_offset: the offset passed to both); the
+    gradients are the eager ones."""
     from functorch.compile import make_boxed_func
     from torch._dynamo.backends.common import aot_autograd
     graphs = {"fw": [], "bw": []}
@@ -570,7 +664,7 @@ def test_compile_traces_forward_and_backward_ops_without_graph_breaks(emu):
     lw, lb = torch.randn(64, requires_grad=True), torch.randn(64, requires_grad=True)
 
     def step(x):
-        h = njt.rms_norm(x, 64, w, 1e-6)
+        h = njt.rms_norm(x, 64, w, 1e-6, weight_offset=offset)
         return njt.layer_norm(h * 2, 64, lw, lb, 1e-5).square().sum()
 
     x = torch.randn(3, 64, requires_grad=True)
@@ -583,6 +677,9 @@ def test_compile_traces_forward_and_backward_ops_without_graph_breaks(emu):
     fw, bw = "\n".join(graphs["fw"]), "\n".join(graphs["bw"])
     assert "normjit.rms_norm_train" in fw and "normjit.layer_norm_train" in fw, fw
     assert "normjit.rms_norm_backward" in bw and "normjit.layer_norm_backward" in bw, bw
+    for graph, name in ((fw, "rms_norm_train"), (bw, "rms_norm_backward")):
+        call, = [line for line in graph.splitlines() if f"normjit.{name}" in line]
+        assert (", 1e-06, 1.0)" in call) == bool(offset), call  # eps, then the offset
     compiled = [t.grad.clone() for t in (x, w, lw, lb)]
     for t in (x, w, lw, lb):
         t.grad = None

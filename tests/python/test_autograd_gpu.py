@@ -5,8 +5,9 @@ training forward's y bit for bit the inference y; determinism (two backward pass
 equal); a directional-derivative check; the backward's fallbacks on CUDA tensors (strided
 input, rows without a backward kernel, forward-only functions); torch.compile(fullgraph=True)
 of a training step; a CUDA-graph capture of forward and backward on a fresh stream replayed on
-new data; and one training step of a small transformers Llama (random weights) patched with
-normjit.torch.patch(), its gradients against the unpatched model's (float64 as the bar).
+new data; weight_offset (Gemma's RMSNorm, zero-centred LayerNorm) against float64; and one
+training step each of a small transformers Llama and Gemma (random weights) patched with
+normjit.torch.patch(), their gradients against the unpatched model's (float64 as the bar).
 Skips with a reason without PyTorch or without a CUDA device."""
 import copy
 
@@ -34,7 +35,7 @@ def grads_of(fn, inputs, dy):
     return y, [t.grad if t is not None else None for t in inputs]
 
 
-def scales(op, x, shape, weight, dy):
+def scales(op, x, shape, weight, dy, offset=0.0):
     """The size of the terms each gradient is a sum of, in float64: rstd * |dy * weight| for
     dx (whose terms cancel to almost nothing where a row's values are nearly equal, e.g. a
     row of one element), the sums of |dy * xhat| and |dy| over the rows for dweight and
@@ -49,29 +50,44 @@ def scales(op, x, shape, weight, dy):
         var, mean = torch.var_mean(xd, dims, correction=0, keepdim=True)
         rstd = torch.rsqrt(var + 1e-5)
         xhat = (xd - mean) * rstd
-    g = dyd * weight.double() if weight is not None else dyd
+    g = dyd * (weight.double() + offset) if weight is not None else dyd
     lead = tuple(range(x.dim() - k))
     rows = (lambda t: t.sum(lead)) if lead else (lambda t: t)
     return [(rstd * g.abs()).norm().item(), rows((dyd * xhat).abs()).norm().item(),
             rows(dyd.abs()).norm().item()]
 
 
-def check_grads(op, x, shape, weight, bias, eps, dy, dtype, what=""):
+def check_grads(op, x, shape, weight, bias, eps, dy, dtype, what="", offset=0.0):
     """normjit's gradients against float64 autograd of F.rms_norm/F.layer_norm: within the
     tolerance relative to the gradient plus 1e-5 of the size of its terms (scales), or no
-    worse than twice PyTorch's own in x's dtype."""
-    if op == "rms":
-        ours = lambda x, w, b: njt.rms_norm(x, shape, w, eps)  # noqa: E731
-        theirs = lambda x, w, b: F.rms_norm(x, shape, w, eps)  # noqa: E731
-    else:
-        ours = lambda x, w, b: njt.layer_norm(x, shape, w, b, eps)  # noqa: E731
-        theirs = lambda x, w, b: F.layer_norm(x, shape, w, b, eps)  # noqa: E731
+    worse than twice PyTorch's own in x's dtype. offset: normjit's weight_offset, against
+    PyTorch's function of the weight used, offset + weight (PyTorch's own: in float32, as
+    transformers' GemmaRMSNorm computes it, the result cast to x's dtype)."""
+    kw = {"weight_offset": offset} if offset else {}
+
+    def ours(x, w, b):
+        if op == "rms":
+            return njt.rms_norm(x, shape, w, eps, **kw)
+        return njt.layer_norm(x, shape, w, b, eps, **kw)
+
+    def theirs(x, w, b):  # PyTorch's function of the weight used, in the inputs' dtype
+        w = w + offset if offset else w
+        if op == "rms":
+            return F.rms_norm(x, shape, w, eps)
+        return F.layer_norm(x, shape, w, b, eps)
+
+    def own(x, w, b):  # PyTorch's own in x's dtype (with an offset: in float32, then cast)
+        if not offset:
+            return theirs(x, w, b)
+        return theirs(x.float(), w.float(), b.float() if b is not None else None).to(x.dtype)
+
     _, got = grads_of(ours, (x, weight, bias), dy)
     _, ref = grads_of(theirs, [t.double() if t is not None else None
                                for t in (x, weight, bias)], dy.double())
-    _, torch_own = grads_of(theirs, (x, weight, bias), dy)
+    _, torch_own = grads_of(own, (x, weight, bias), dy)
     for name, g, r, t, inp, scale in zip(("dx", "dweight", "dbias"), got, ref, torch_own,
-                                         (x, weight, bias), scales(op, x, shape, weight, dy)):
+                                         (x, weight, bias),
+                                         scales(op, x, shape, weight, dy, offset)):
         if inp is None:
             continue
         assert g.dtype == inp.dtype and g.shape == inp.shape, (name, g.dtype, g.shape)
@@ -119,6 +135,24 @@ def test_rms_norm_gradients_against_float64(hidden, batch, dtype, weight):
         x = randn((batch, hidden), dtype, mean, std)
         dy = randn((batch, hidden), dtype)
         check_grads("rms", x, (hidden,), w, None, 1e-6, dy, dtype, f"mean {mean} std {std}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("batch", [1, 1000])
+@pytest.mark.parametrize("hidden", [1, 7, 65, 1000, 4097, 8192])
+@pytest.mark.parametrize("op", ["rms", "ln"])
+def test_weight_offset_gradients_against_float64(op, hidden, batch, dtype):
+    """weight_offset=1 trains through normjit's kernels: Gemma's RMSNorm (weights near 0, kept
+    in float32 beside a 16-bit x as transformers keeps them) and a zero-centred LayerNorm
+    (weight and bias in x's dtype)."""
+    torch.manual_seed(hidden * 13 + batch)
+    w = randn((hidden,), torch.float32 if op == "rms" else dtype, 0.0, 0.2)
+    b = randn((hidden,), dtype, 0.0, 0.3) if op == "ln" else None
+    eps = 1e-6 if op == "rms" else 1e-5
+    for mean, std in [(0.0, 1.0), (100.0, 1.0), (0.0, 1e-3)]:
+        x = randn((batch, hidden), dtype, mean, std)
+        dy = randn((batch, hidden), dtype)
+        check_grads(op, x, (hidden,), w, b, eps, dy, dtype, f"mean {mean} std {std}", 1.0)
 
 
 @pytest.mark.parametrize("shape, normalized", [((2, 3, 64), (64,)), ((4, 13, 17), (13, 17)),
@@ -253,8 +287,8 @@ def test_rows_longer_than_one_team_train_through_normjit(op, shape, dtype, affin
 
 @pytest.mark.parametrize("call", [
     lambda x, w: njt.add_rms_norm(x, x.detach() * 0.5, 128, w, 1e-6)[0],
-    lambda x, w: njt.rms_norm(x, 128, w, 1e-6, weight_offset=1.0),
-], ids=["add_rms_norm", "weight_offset"])
+    lambda x, w: njt.rms_norm(x, 128, w, 1e-6, weight_offset=1.0, return_stats=True)[0],
+], ids=["add_rms_norm", "weight_offset-and-stats"])
 def test_forward_only_functions_fall_back_with_pytorchs_gradient(call):
     x = leaf(randn((4, 128), torch.float32))
     w = leaf(randn((128,), torch.float32, 1.0, 0.5))
@@ -361,22 +395,30 @@ def test_cuda_graph_capture_of_forward_and_backward_on_a_fresh_stream():
 
 
 # ---------------------------------------------------------------------------------------
-# A small transformers Llama, patched, one training step
+# A small transformers Llama and Gemma, patched, one training step
 # ---------------------------------------------------------------------------------------
 
-def test_patched_llama_training_step_gradients(out_dir):
+@pytest.mark.parametrize("family", ["llama", "gemma"])
+def test_patched_training_step_gradients(family, out_dir):
+    """One training step of a small model (random weights) patched with normjit.torch.patch():
+    Llama's RMSNorm layers, and Gemma's, whose (1 + weight) trains as weight_offset=1."""
     transformers = pytest.importorskip("transformers")
-    config = transformers.LlamaConfig(hidden_size=256, intermediate_size=512,
-                                      num_hidden_layers=2, num_attention_heads=4,
-                                      num_key_value_heads=2, vocab_size=1000,
-                                      max_position_embeddings=256, rms_norm_eps=1e-6)
+    sizes = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                 num_attention_heads=4, num_key_value_heads=2, vocab_size=1000,
+                 max_position_embeddings=256, rms_norm_eps=1e-6)
+    if family == "llama":
+        config = transformers.LlamaConfig(**sizes)
+        model_class, weight_mean = transformers.LlamaForCausalLM, 1.0
+    else:
+        config = transformers.GemmaConfig(head_dim=64, **sizes)
+        model_class, weight_mean = transformers.GemmaForCausalLM, 0.0  # (1 + w) is used
     config._attn_implementation = "eager"
     torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(config).to(DEV, torch.float32).train()
-    with torch.no_grad():  # RMSNorm weights start at 1: make them matter
+    model = model_class(config).to(DEV, torch.float32).train()
+    with torch.no_grad():  # RMSNorm weights start at 1 (Gemma's at 0): make them matter
         for name, p in model.named_parameters():
             if "norm" in name:
-                p.copy_(1 + 0.3 * torch.randn_like(p))
+                p.copy_(weight_mean + 0.3 * torch.randn_like(p))
     wide = copy.deepcopy(model).double()
     patched = copy.deepcopy(model)
     report = njt.patch(patched)
@@ -396,10 +438,10 @@ def test_patched_llama_training_step_gradients(out_dir):
         lines.append(f"{name}: original {e_orig:.2e}, patched {e_ours:.2e}")
         assert e_ours <= 2 * e_orig + 1e-5, lines[-1]
         worst = max(worst, rel_err(ours[name], orig[name]))
-    msg = (f"llama f32 training step: largest relative difference of a gradient, patched vs "
-           f"original: {worst:.2e}\n" + "\n".join(lines))
+    msg = (f"{family} f32 training step: largest relative difference of a gradient, patched "
+           f"vs original: {worst:.2e}\n" + "\n".join(lines))
     if out_dir:
-        with open(out_dir / "autograd-llama.log", "w") as f:
+        with open(out_dir / f"autograd-{family}.log", "w") as f:
             f.write(msg + "\n")
     print(msg)
     assert worst < 1e-4, msg

@@ -698,88 +698,9 @@ def test_launch_ex_through_ctypes_without_the_extension():
 
 
 # ---------------------------------------------------------------------------------------
-# patch(): transformers' Gemma RMSNorm (a stand-in package of transformers' own code here)
+# patch(): transformers' Gemma RMSNorm (a stand-in package of transformers' own code here:
+# conftest.py's fake_transformers)
 # ---------------------------------------------------------------------------------------
-
-_LLAMA = '''
-import torch
-from torch import nn
-
-
-class LlamaRMSNorm(nn.Module):
-    def __init__(self, hidden_size, eps=1e-6):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(hidden_size))
-        self.variance_epsilon = eps
-
-    def forward(self, hidden_states):
-        input_dtype = hidden_states.dtype
-        hidden_states = hidden_states.to(torch.float32)
-        variance = hidden_states.pow(2).mean(-1, keepdim=True)
-        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
-        return self.weight * hidden_states.to(input_dtype)
-'''
-
-_GEMMA = '''
-import torch
-from torch import nn
-
-
-class {name}(nn.Module):
-    def __init__(self, dim: int, eps: float = 1e-6):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.zeros(dim))
-
-    def _norm(self, x):
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-
-    def forward(self, x):
-        output = self._norm(x.float())
-        # {comment}
-        output = output * {one} + self.weight.float())
-        return output.type_as(x)
-'''
-
-
-@pytest.fixture
-def fake_transformers(tmp_path, monkeypatch):
-    """A package named transformers with LlamaRMSNorm's and GemmaRMSNorm's code (as
-    transformers has them), Gemma2's and Gemma3's copies, and a near miss; skipped where the
-    real transformers is installed (the GPU tests patch its Gemma)."""
-    import importlib.util
-    import sys
-    if "transformers" in sys.modules or importlib.util.find_spec("transformers") is not None:
-        pytest.skip("transformers is installed: test_variants_gpu.py patches its Gemma")
-    from normjit.torch import _patch
-    root = tmp_path / "transformers"
-    files = {
-        "models/llama/modeling_llama.py": _LLAMA,
-        "models/gemma/modeling_gemma.py": _GEMMA.format(name="GemmaRMSNorm", one="(1.0",
-                                                        comment="Llama does x.to(float16) * w"),
-        "models/gemma2/modeling_gemma2.py": _GEMMA.format(name="Gemma2RMSNorm", one="(1.0",
-                                                          comment="another comment"),
-        "models/gemma3/modeling_gemma3.py": _GEMMA.format(name="Gemma3RMSNorm", one="(1.0",
-                                                          comment=""),
-        "models/other/modeling_other.py": _GEMMA.format(name="OtherRMSNorm", one="(2.0",
-                                                        comment="2 + weight"),
-    }
-    for path, text in files.items():
-        f = root / path
-        f.parent.mkdir(parents=True, exist_ok=True)
-        f.write_text(text)
-    for d in [root, *{(root / p).parent for p in files}, root / "models"]:
-        (d / "__init__.py").touch()
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(_patch, "_llama_body", None)
-    monkeypatch.setattr(_patch, "_gemma_bodies", None)
-    import importlib
-    modules = {name: importlib.import_module(f"transformers.models.{name}.modeling_{name}")
-               for name in ("gemma", "gemma2", "gemma3", "other")}
-    yield modules
-    for name in [m for m in sys.modules if m == "transformers" or m.startswith("transformers.")]:
-        del sys.modules[name]
-
 
 def test_patch_recognises_gemma_rms_norm(fake_transformers, stub):
     m = fake_transformers

@@ -36,7 +36,8 @@ contiguous, leading dims that do not collapse into two levels of row strides, a 
 the library's message names; rms_norm_channels, layer_norm_channels and group_norm: a
 non-contiguous input that is not channels last); an input (or residual) that requires grad while
 grad mode is on, in a function that is forward-only in normjit (the add_* functions, rms_norm
-and layer_norm with their keyword variants, any function with an activation); weight/bias of a
+and layer_norm with their keyword variants other than weight_offset alone, any function with an
+activation); weight/bias of a
 dtype PyTorch refuses for that op (layer_norm, rms_norm_channels,
 layer_norm_channels, group_norm: any other than the input's; the add_* functions take any one
 of float32, float16, bfloat16), weight and bias of two dtypes, or non-contiguous weight/bias;
@@ -62,7 +63,9 @@ norm's. Calls with an activation are forward-only in normjit: with an input that
 they run PyTorch's norm and activation (and its autograd), with the warning.
 
 Training (the section "Training" below): rms_norm and layer_norm without their keyword
-variants, rms_norm_channels, layer_norm_channels and group_norm (without an activation) have
+variants or with weight_offset alone (Gemma's RMSNorm: its weight's gradient is that of the
+weight used, weight_offset + weight), rms_norm_channels, layer_norm_channels and group_norm
+(without an activation) have
 autograd through the custom ops <function>_train (forward with saved statistics:
 rms_norm_train, layer_norm_train, rms_norm_channels_train, layer_norm_channels_train,
 group_norm_train) and <function>_backward (normjit's backward kernel through
@@ -158,9 +161,9 @@ def _reason_text(code: str, x: Tensor, weight: Optional[Tensor], bias: Optional[
                 "rms_norm_channels and group_norm)")
     if code == "grad":
         return ("an input requires grad and this function is forward-only in normjit (normjit "
-                "trains rms_norm and layer_norm called without the keyword variants, "
-                "rms_norm_channels, layer_norm_channels and group_norm; add_rms_norm, "
-                "add_layer_norm and the variants weight_offset, out_dtype, scale, return_stats, "
+                "trains rms_norm and layer_norm called without the keyword variants or with "
+                "weight_offset alone, rms_norm_channels, layer_norm_channels and group_norm; "
+                "add_rms_norm, add_layer_norm and the variants out_dtype, scale, return_stats, "
                 "activation have no normjit backward yet: PyTorch's autograd trains them)")
     if code == "param_dtype":
         dtypes = ", ".join(dict.fromkeys(str(p.dtype) for p in (weight, bias) if p is not None))
@@ -552,7 +555,7 @@ def _decide(op: str, arg, x: Tensor, weight: Optional[Tensor], bias: Optional[Te
     _check(op, arg, x, weight, bias, variant, residual, scale)
     eps = _eps(x, eps)
     why = _why_not(x, weight, bias, eps, op, residual)
-    if why == "grad" and variant is None and op in _TRAINED:
+    if why == "grad" and op in _TRAINED and (variant is None or _offset_only(op, variant)):
         # Trained through the autograd ops (<function>_train), if nothing else stands in the way.
         return _train_why_not(op, x, weight, bias, eps) or _TRAIN
     if why:
@@ -841,6 +844,8 @@ def _eager_variant(op: str, arg, x: Tensor, weight: Optional[Tensor], bias: Opti
         if out.__class__ is tuple:
             return out
         decision = out
+    elif decision is _TRAIN:  # weight_offset alone, an input requires grad: the autograd op
+        return _train(op, arg, x, weight, bias, _eps(x, eps), variant[0]), None, None, None
     _fallback_warn(op, decision, x, weight, bias, eps)
     return decision
 
@@ -1210,27 +1215,36 @@ def _traced_variant(op: str, x: Tensor, residual: Optional[Tensor], shape: Tuple
 # ---------------------------------------------------------------------------------------
 # Training: autograd
 # ---------------------------------------------------------------------------------------
-# rms_norm and layer_norm (the functions without their keyword variants, the modules, patched
-# layers), rms_norm_channels, layer_norm_channels and group_norm (and their modules and patched
-# layers) called in grad mode with an input, weight or bias that requires grad run the custom op
-# <function>_train: normjit's forward with save_stats (y has the same bits as without),
-# returning y and the statistics (float32, one per normalized row: per row of the trailing
-# forms, per (n, position) of the channel forms, per (n, group) of group_norm; shaped as
-# _stats_of says), which its autograd saves with x and the weight, marked non-differentiable
-# and never handed to the caller. Its backward is the custom op <function>_backward, which
-# launches the backward kernel (the spec's backward=true: dx, and dweight/dbias summed over
-# every row, or over n and the positions, in a fixed order) on the current stream into tensors
-# allocated by PyTorch, so that torch.compile traces forward and backward and a CUDA graph
-# records both. Where the backward kernel cannot serve a call (see _decide_backward), the
-# gradient is PyTorch's, from the same statistics, with one NormjitFallbackWarning per reason;
-# a double backward (create_graph=True) is PyTorch's, differentiable, from x itself.
+# rms_norm and layer_norm (the functions without their keyword variants or with weight_offset alone,
+# the modules, patched layers: Gemma's RMSNorm too), rms_norm_channels, layer_norm_channels and
+# group_norm (and their modules and patched layers) called in grad mode with an input, weight or
+# bias that requires grad run the custom op <function>_train: normjit's forward with save_stats (y
+# has the same bits as without), returning y and the statistics (float32, one per normalized row:
+# per row of the trailing forms, per (n, position) of the channel forms, per (n, group) of
+# group_norm; shaped as _stats_of says), which its autograd saves with x and the weight, marked
+# non-differentiable and never handed to the caller. Its backward is the custom op
+# <function>_backward, which launches the backward kernel (the spec's backward=true: dx, and
+# dweight/dbias summed over every row, or over n and the positions, in a fixed order) on the current
+# stream into tensors allocated by PyTorch, so that torch.compile traces forward and backward and a
+# CUDA graph records both. Where the backward kernel cannot serve a call (see _decide_backward), the
+# gradient is PyTorch's, from the same statistics, with one NormjitFallbackWarning per reason; a
+# double backward (create_graph=True) is PyTorch's, differentiable, from x itself.
 
 _TRAINED = ("rms_norm", "layer_norm", "rms_norm_channels", "layer_norm_channels", "group_norm")
+# The trained functions whose training and backward ops take weight_offset, and where (their last
+# input; a default of 0.0).
+_OFFSET_AT = {"rms_norm": 4, "layer_norm": 5}
 _LIBRARY_OPS = {**_ROW_OPS, **_CHANNEL_OPS}
 # Where the custom ops of each trained function (<function>, <function>_train) take the weight,
 # the bias (None: no bias) and eps among their inputs (the input is the first).
 _INPUTS_AT = {"rms_norm": (2, None, 3), "layer_norm": (2, 3, 4), "rms_norm_channels": (1, None, 2),
               "layer_norm_channels": (1, 2, 3), "group_norm": (2, 3, 4)}
+
+
+def _offset_only(op: str, variant: tuple) -> bool:
+    """Whether a call with the variant arguments trains through the training ops: rms_norm or
+    layer_norm with weight_offset and no other variant (Gemma's RMSNorm, zero-centred gamma)."""
+    return op in _OFFSET_AT and variant[1:] == (None, False, False, None)
 
 
 class _Train:
@@ -1245,12 +1259,17 @@ _TRAIN = _Train()
 
 
 def _train(op: str, arg, x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],
-           eps: float) -> Tensor:
-    """y of the training op of op (arg: normalized_shape, num_groups, or 0)."""
+           eps: float, offset: float = 0.0) -> Tensor:
+    """y of the training op of op (arg: normalized_shape, num_groups, or 0; offset: rms_norm's
+    and layer_norm's weight_offset)."""
     ops = torch.ops.normjit
     if op == "rms_norm":
+        if offset:
+            return ops.rms_norm_train(x, list(arg), weight, eps, offset)[0]
         return ops.rms_norm_train(x, list(arg), weight, eps)[0]
     if op == "layer_norm":
+        if offset:
+            return ops.layer_norm_train(x, list(arg), weight, bias, eps, offset)[0]
         return ops.layer_norm_train(x, list(arg), weight, bias, eps)[0]
     if op == "rms_norm_channels":
         return ops.rms_norm_channels_train(x, weight, eps)[0]
@@ -1456,14 +1475,15 @@ def _sum_over(t: Tensor, dims: tuple) -> Tensor:
 
 def _torch_backward(op: str, arg, dy: Tensor, x: Tensor, weight: Optional[Tensor],
                     has_bias: bool, mean: Optional[Tensor], rstd: Optional[Tensor],
-                    eps: float) -> Tuple[Tensor, Optional[Tensor], Optional[Tensor]]:
+                    eps: float, offset: float = 0.0
+                    ) -> Tuple[Tensor, Optional[Tensor], Optional[Tensor]]:
     """(dx, dweight, dbias) of op in PyTorch, in float32 (or wider), from the saved statistics;
     rstd None: from statistics computed here from x, a function autograd can differentiate
-    (double backward). On x viewed as _reduction says, with xhat = (x - mean) * rstd (rmsnorm:
-    x * rstd) and g = dy * weight: dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) (rmsnorm:
-    without mean(g)), means over the normalized dims; dweight = sum of dy * xhat, dbias = sum of
-    dy over the dims the parameters broadcast along (the rows; n and the positions); contiguous,
-    in the dtypes of x and of the weight."""
+    (double backward). On x viewed as _reduction says, with xhat = (x - mean) * rstd (rmsnorm: x *
+    rstd) and g = dy * (offset + weight): dx = rstd * (g - mean(g) - xhat * mean(g * xhat))
+    (rmsnorm: without mean(g)), means over the normalized dims; dweight = sum of dy * xhat, dbias =
+    sum of dy over the dims the parameters broadcast along (the rows; n and the positions);
+    contiguous, in the dtypes of x and of the weight."""
     view, dims, param = _reduction(op, arg, x.shape)
     rms = _LIBRARY_OPS[op] == "rmsnorm"
     acc = torch.promote_types(x.dtype, torch.float32)
@@ -1476,7 +1496,10 @@ def _torch_backward(op: str, arg, dy: Tensor, x: Tensor, weight: Optional[Tensor
         if mean is not None:
             mean = mean.to(acc).reshape(stats)
     xhat = xf * rstd if rms else (xf - mean) * rstd
-    g = dyf * weight.to(acc).reshape(param) if weight is not None else dyf
+    g = dyf
+    if weight is not None:
+        w = weight.to(acc).reshape(param)
+        g = dyf * (w + offset if offset else w)
     dx = g - xhat * (g * xhat).mean(dims, keepdim=True)
     if not rms:
         dx = dx - g.mean(dims, keepdim=True)
@@ -1492,7 +1515,7 @@ def _torch_backward(op: str, arg, dy: Tensor, x: Tensor, weight: Optional[Tensor
 
 
 def _check_backward(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor], rstd: Tensor,
-                    weight: Optional[Tensor], has_bias: bool) -> None:
+                    weight: Optional[Tensor], has_bias: bool, offset: float = 0.0) -> None:
     """The backward ops' arguments (what the train ops hand over; checked for direct callers),
     ValueError naming the argument and its value."""
     what = f"normjit.torch.{op} backward"
@@ -1515,14 +1538,17 @@ def _check_backward(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor],
     if has_bias and weight is None:
         raise ValueError(f"{what}: has_bias without a weight (normjit's affine is none, weight "
                          "or both)")
+    if offset:
+        _check_variant(op, x, weight, (offset, None, False, False, None), None)
 
 
 def _decide_backward(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor], rstd: Tensor,
-                     weight: Optional[Tensor], has_bias: bool, eps: float) -> Union[tuple, str]:
+                     weight: Optional[Tensor], has_bias: bool, eps: float,
+                     offset: float = 0.0) -> Union[tuple, str]:
     """Checks the arguments, then: a launch (kernel, batch, device index) of the backward
     kernel, or why it cannot serve the call (a reason code, or the library's message: a
     problem it has no backward kernel for, such as rows whose partials outgrow its workspace)."""
-    _check_backward(op, arg, dy, x, mean, rstd, weight, has_bias)
+    _check_backward(op, arg, dy, x, mean, rstd, weight, has_bias, offset)
     why = _why_not(x, weight, None, eps, op, None, False)
     if why:
         return why
@@ -1543,9 +1569,10 @@ def _decide_backward(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor]
     batch = x.numel() // per_item
     param_dtype = weight.dtype if has_weight else None
     device = x.device.index
-    key = (library_op, arg, x.dtype, has_weight, has_bias, param_dtype, "backward", device)
+    key = (library_op, arg, x.dtype, has_weight, has_bias, param_dtype, offset, "backward",
+           device)
     spec = _rows_spec(library_op, (batch,) + arg, len(arg), x.dtype, has_weight, has_bias,
-                      eps, param_dtype, backward=True)
+                      eps, param_dtype, weight_offset=offset, backward=True)
     kernel, message = _prepare(key, spec, per_item)
     if kernel is None:
         return message
@@ -1553,13 +1580,13 @@ def _decide_backward(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor]
 
 
 def _backward_decision(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor],
-                       rstd: Tensor, weight: Optional[Tensor], has_bias: bool,
-                       eps: float) -> Union[tuple, str]:
+                       rstd: Tensor, weight: Optional[Tensor], has_bias: bool, eps: float,
+                       offset: float = 0.0) -> Union[tuple, str]:
     """_decide_backward's answer, cached as _decision's."""
     key = None
     if eps.__class__ is float:
         try:
-            key = ("backward", op, arg, eps, has_bias, *_tensor_key(dy), *_tensor_key(x),
+            key = ("backward", op, arg, eps, offset, has_bias, *_tensor_key(dy), *_tensor_key(x),
                    *_tensor_key(rstd), *(_NO_TENSOR if mean is None else _tensor_key(mean)),
                    *(_NO_TENSOR if weight is None else _tensor_key(weight)))
             return _calls[key]
@@ -1567,16 +1594,17 @@ def _backward_decision(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tenso
             pass
         except (AttributeError, TypeError):
             key = None
-    return _remember(key, _decide_backward(op, arg, dy, x, mean, rstd, weight, has_bias, eps))
+    return _remember(key, _decide_backward(op, arg, dy, x, mean, rstd, weight, has_bias, eps,
+                                           offset))
 
 
 def _backward(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor], rstd: Tensor,
-              weight: Optional[Tensor], has_bias: bool,
-              eps: float) -> Tuple[Tensor, Optional[Tensor], Optional[Tensor]]:
+              weight: Optional[Tensor], has_bias: bool, eps: float,
+              offset: float = 0.0) -> Tuple[Tensor, Optional[Tensor], Optional[Tensor]]:
     """(dx, dweight, dbias): normjit's backward kernel, or, after the fallback warning,
     PyTorch's gradient from the same statistics. dweight None without a weight, dbias None
     without a bias."""
-    decision = _backward_decision(op, arg, dy, x, mean, rstd, weight, has_bias, eps)
+    decision = _backward_decision(op, arg, dy, x, mean, rstd, weight, has_bias, eps, offset)
     if decision.__class__ is tuple:
         kernel, batch, device = decision
         xp, dyp, rp = x.data_ptr(), dy.data_ptr(), rstd.data_ptr()
@@ -1605,24 +1633,25 @@ def _backward(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor], rstd:
                 raise error
             decision = error.message  # checked before anything was enqueued
     _backward_warn(op, decision, dy, x, weight, eps)
-    return _torch_backward(op, arg, dy, x, weight, has_bias, mean, rstd, eps)
+    return _torch_backward(op, arg, dy, x, weight, has_bias, mean, rstd, eps, offset)
 
 
 # The training forward ops: y and the statistics (float32, _stats_of's shape).
 
 @torch.library.custom_op("normjit::rms_norm_train", mutates_args=())
 def _rms_norm_train_op(input: Tensor, normalized_shape: List[int], weight: Optional[Tensor],
-                       eps: float) -> Tuple[Tensor, Tensor]:
+                       eps: float, weight_offset: float = 0.0) -> Tuple[Tensor, Tensor]:
     y, _, _, rstd = _op_outputs("rms_norm", input, None, normalized_shape, weight, None, eps,
-                                0.0, None, None, True, False)
+                                weight_offset, None, None, True, False)
     return y, rstd
 
 
 @torch.library.custom_op("normjit::layer_norm_train", mutates_args=())
 def _layer_norm_train_op(input: Tensor, normalized_shape: List[int], weight: Optional[Tensor],
-                         bias: Optional[Tensor], eps: float) -> Tuple[Tensor, Tensor, Tensor]:
+                         bias: Optional[Tensor], eps: float,
+                         weight_offset: float = 0.0) -> Tuple[Tensor, Tensor, Tensor]:
     y, _, mean, rstd = _op_outputs("layer_norm", input, None, normalized_shape, weight, bias,
-                                   eps, 0.0, None, None, True, False)
+                                   eps, weight_offset, None, None, True, False)
     return y, mean, rstd
 
 
@@ -1654,12 +1683,12 @@ def _fake_train(op: str, input: Tensor, arg, count: int) -> tuple:
 
 
 @_rms_norm_train_op.register_fake
-def _(input, normalized_shape, weight, eps):
+def _(input, normalized_shape, weight, eps, weight_offset=0.0):
     return _fake_train("rms_norm", input, normalized_shape, 2)
 
 
 @_layer_norm_train_op.register_fake
-def _(input, normalized_shape, weight, bias, eps):
+def _(input, normalized_shape, weight, bias, eps, weight_offset=0.0):
     return _fake_train("layer_norm", input, normalized_shape, 3)
 
 
@@ -1696,19 +1725,23 @@ def _grad_outputs(input: Tensor, dx: Tensor, dw: Optional[Tensor],
 
 @torch.library.custom_op("normjit::rms_norm_backward", mutates_args=())
 def _rms_norm_backward_op(grad: Tensor, input: Tensor, rstd: Tensor, weight: Optional[Tensor],
-                          normalized_shape: List[int], eps: float) -> Tuple[Tensor, Tensor]:
-    """(dx, dweight) of rms_norm."""
+                          normalized_shape: List[int], eps: float,
+                          weight_offset: float = 0.0) -> Tuple[Tensor, Tensor]:
+    """(dx, dweight) of rms_norm (with weight_offset: of the weight used, weight_offset +
+    weight)."""
     return _grad_outputs(input, *_backward("rms_norm", tuple(normalized_shape), grad, input,
-                                           None, rstd, weight, False, eps))[:2]
+                                           None, rstd, weight, False, eps, weight_offset))[:2]
 
 
 @torch.library.custom_op("normjit::layer_norm_backward", mutates_args=())
 def _layer_norm_backward_op(grad: Tensor, input: Tensor, mean: Tensor, rstd: Tensor,
                             weight: Optional[Tensor], has_bias: bool, normalized_shape: List[int],
-                            eps: float) -> Tuple[Tensor, Tensor, Tensor]:
-    """(dx, dweight, dbias) of layer_norm."""
+                            eps: float,
+                            weight_offset: float = 0.0) -> Tuple[Tensor, Tensor, Tensor]:
+    """(dx, dweight, dbias) of layer_norm (with weight_offset: of the weight used,
+    weight_offset + weight)."""
     return _grad_outputs(input, *_backward("layer_norm", tuple(normalized_shape), grad, input,
-                                           mean, rstd, weight, has_bias, eps))
+                                           mean, rstd, weight, has_bias, eps, weight_offset))
 
 
 @torch.library.custom_op("normjit::rms_norm_channels_backward", mutates_args=())
@@ -1747,12 +1780,12 @@ def _fake_grads(input: Tensor, weight: Optional[Tensor],
 
 
 @_rms_norm_backward_op.register_fake
-def _(grad, input, rstd, weight, normalized_shape, eps):
+def _(grad, input, rstd, weight, normalized_shape, eps, weight_offset=0.0):
     return _fake_grads(input, weight, False)[:2]
 
 
 @_layer_norm_backward_op.register_fake
-def _(grad, input, mean, rstd, weight, has_bias, normalized_shape, eps):
+def _(grad, input, mean, rstd, weight, has_bias, normalized_shape, eps, weight_offset=0.0):
     return _fake_grads(input, weight, has_bias)
 
 
@@ -1772,12 +1805,18 @@ def _(grad, input, mean, rstd, weight, has_bias, num_groups, eps):
 
 
 def _backward_op(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor], rstd: Tensor,
-                 weight: Optional[Tensor], has_bias: bool, eps: float) -> tuple:
+                 weight: Optional[Tensor], has_bias: bool, eps: float,
+                 offset: float = 0.0) -> tuple:
     """(dx, dweight, dbias) by op's backward op (the last two placeholders where absent)."""
     ops = torch.ops.normjit
     if op == "rms_norm":
+        if offset:
+            return (*ops.rms_norm_backward(dy, x, rstd, weight, list(arg), eps, offset), None)
         return (*ops.rms_norm_backward(dy, x, rstd, weight, list(arg), eps), None)
     if op == "layer_norm":
+        if offset:
+            return ops.layer_norm_backward(dy, x, mean, rstd, weight, has_bias, list(arg), eps,
+                                           offset)
         return ops.layer_norm_backward(dy, x, mean, rstd, weight, has_bias, list(arg), eps)
     if op == "rms_norm_channels":
         return (*ops.rms_norm_channels_backward(dy, x, rstd, weight, eps), None)
@@ -1806,7 +1845,7 @@ def _grads(ctx, op: str, dy: Optional[Tensor], x: Tensor, weight: Optional[Tenso
         if torch.is_grad_enabled():  # create_graph=True
             _backward_warn(op, "double", dy, x, weight, ctx.eps)
             dx, dw, db = _torch_backward(op, ctx.arg, dy, x, weight, has_bias, None, None,
-                                         ctx.eps)
+                                         ctx.eps, ctx.offset)
         else:
             if rstd is None:
                 view, dims, _ = _reduction(op, ctx.arg, x.shape)
@@ -1815,7 +1854,8 @@ def _grads(ctx, op: str, dy: Optional[Tensor], x: Tensor, weight: Optional[Tenso
                                           ctx.eps)
                 rstd = rstd.float().contiguous()
                 mean = mean.float().contiguous() if mean is not None else None
-            dx, dw, db = _backward_op(op, ctx.arg, dy, x, mean, rstd, weight, has_bias, ctx.eps)
+            dx, dw, db = _backward_op(op, ctx.arg, dy, x, mean, rstd, weight, has_bias, ctx.eps,
+                                      ctx.offset)
     grads = [None] * len(need)
     grads[0] = dx if need[0] else None
     if need_w:
@@ -1841,6 +1881,9 @@ def _autograd(op: str, saves_stats: bool) -> Tuple[Callable, Callable]:
             ctx.arg = inputs[1] if op == "group_norm" else 0
         ctx.eps = inputs[eps_at]
         ctx.has_bias = b_at is not None and inputs[b_at] is not None
+        offset_at = _OFFSET_AT.get(op) if saves_stats else None
+        ctx.offset = float(inputs[offset_at]) if offset_at is not None and \
+            len(inputs) > offset_at else 0.0
 
     def backward(ctx, dy, *_stats_grads):
         x, weight, *stats = ctx.saved_tensors
@@ -1985,9 +2028,12 @@ def _variant(op: str, x: Tensor, residual: Optional[Tensor],
     variant = (offset, out_dtype, bool(stats), bool(inplace), activation)
     if _is_compiling():
         eps_f = _eps(x, eps)
-        if _traced_why_not(op, shape, x, weight, bias, eps_f, variant, residual, scale) is None:
+        why = _traced_why_not(op, shape, x, weight, bias, eps_f, variant, residual, scale)
+        if why is None:
             return _result(op, _traced_variant(op, x, residual, shape, weight, bias, eps_f,
                                                variant, scale), variant)
+        if why == "grad" and _offset_only(op, variant) and _trains(op, x, weight, bias, eps_f):
+            return _train(op, shape, x, weight, bias, eps_f, offset)
     else:
         out = _eager_variant(op, shape, x, weight, bias, eps, variant, residual, scale)
         if out.__class__ is tuple:
@@ -2022,7 +2068,9 @@ def rms_norm(input: Tensor, normalized_shape: Union[int, Sequence[int]],
     Keyword-only variants (any of them given: the result is the expression below, computed in
     float32 from the input):
       weight_offset: the weight used is weight_offset + weight, in float32 (Gemma: 1.0);
-        needs a weight.
+        needs a weight. Given alone, it trains through normjit's backward kernel (the others
+        are forward-only: with an input that requires grad, PyTorch computes the expression,
+        with a NormjitFallbackWarning).
       out_dtype: the result's dtype: torch.float32, float16, bfloat16, or fp8
         (torch.float8_e4m3fn, torch.float8_e5m2) with `scale`, a one-element float32 tensor
         on the input's device: y = saturate(normalized * scale) (scale only with fp8).
