@@ -400,6 +400,25 @@ TEST_F(BackwardGpu, ParamDtypeAndWeightOffset) {
       }
     }
   }
+  // f32 x with 16-bit parameters: the backward of normjit.torch's add_rms_norm and
+  // add_layer_norm on an f32 h (an f32 residual) beside the parameters of a 16-bit model.
+  for (Dtype param : {Dtype::kF16, Dtype::kBF16}) {
+    for (const OpAffine& form : {kForms[1], kForms[4]}) {
+      for (int64_t hidden : {7, 4096}) {
+        Config c;
+        c.op = form.op;
+        c.affine = form.affine;
+        c.dtype = Dtype::kF32;
+        c.param = param;
+        c.hidden = hidden;
+        c.rows = 300;
+        Backward run(engine, c, Values::kNormal, seed++);
+        run.run();
+        expect_exact(run, c, "16-bit parameters of f32 x");
+        expect_chain(run, c, Values::kNormal, "16-bit parameters of f32 x");
+      }
+    }
+  }
   // The offset with parameters in x's dtype.
   Config c;
   c.op = Op::kRmsNorm;

@@ -140,6 +140,25 @@ def test_gradcheck_of_the_train_ops_in_float64(affine, quiet):
         assert torch.autograd.gradgradcheck(fn, ins)
 
 
+@pytest.mark.parametrize("op", ["add_rms_norm_train", "add_layer_norm_train"])
+@pytest.mark.parametrize("offset", [0.0, 1.0])
+def test_gradcheck_of_the_add_train_ops_in_float64(op, offset, quiet):
+    """y and h of the fused residual add's training ops, for x, residual, weight (and bias):
+    gradcheck and gradgradcheck (the double backward differentiates through the saved h)."""
+    torch.manual_seed(15)
+    ts = [torch.randn(3, 2, 9, dtype=torch.float64, requires_grad=True) for _ in range(2)]
+    ts += [torch.randn(9, dtype=torch.float64, requires_grad=True)
+           for _ in range(2 if op == "add_layer_norm_train" else 1)]
+    fn = getattr(torch.ops.normjit, op)
+
+    def outputs(x, r, w, *b):
+        out = fn(x, r, [9], w, *b, 1e-5, offset)
+        return out[0], out[1]  # y and h (the statistics are not differentiable)
+
+    assert torch.autograd.gradcheck(outputs, ts)
+    assert torch.autograd.gradgradcheck(outputs, ts)
+
+
 def test_gradcheck_of_the_plain_ops_called_directly(quiet):
     """torch.ops.normjit.rms_norm/layer_norm save no statistics; their backward computes
     them."""
@@ -173,6 +192,15 @@ OPS = [
     ("rms_norm_train", lambda: (torch.randn(3, 64), [64], torch.randn(64), 1e-6, 1.0)),
     ("layer_norm_train", lambda: (torch.randn(3, 64), [64], torch.randn(64), torch.randn(64),
                                   1e-5, -0.5)),
+    ("add_rms_norm_train", lambda: (torch.randn(3, 64), torch.randn(3, 64), [64],
+                                    torch.randn(64), 1e-6)),
+    ("add_rms_norm_train", lambda: (torch.randn(3, 64, dtype=torch.bfloat16), torch.randn(3, 64),
+                                    [64], torch.randn(64), 1e-6, 1.0)),
+    ("add_layer_norm_train", lambda: (torch.randn(2, 3, 64), torch.randn(2, 3, 64), [64],
+                                      torch.randn(64), torch.randn(64), 1e-5)),
+    ("add_layer_norm_train", lambda: (torch.randn(3, 64, dtype=torch.float16),
+                                      torch.randn(3, 64, dtype=torch.float16), [64], None, None,
+                                      1e-5)),
     ("rms_norm_backward", rms_backward_args),
     ("rms_norm_backward", lambda: rms_backward_args() + (1.0,)),
     ("layer_norm_backward", lambda: ln_backward_args() + (1.0,)),
@@ -269,14 +297,22 @@ class Emulator:
             "param": _DT[fields.get("param_dtype", fields["dtype"])], "affine": fields["affine"],
             "stats": fields.get("save_stats") == "true",
             "offset": float(fields.get("weight_offset", 0)),
+            "residual": _DT.get(fields.get("residual")),
             "backward": fields.get("backward") == "true"}
         return handle
 
-    def _forward(self, kernel, x, y, weight, bias, batch, eps, mean=None, rstd=None):
+    def _forward(self, kernel, x, y, weight, bias, batch, eps, mean=None, rstd=None,
+                 residual=None, residual_out=None):
         s = self.by_handle[kernel]
         assert not s["backward"]
         n = s["row"]
         xd = memory(x, batch * n, s["dtype"]).double().view(batch, n)
+        assert (residual is not None) == (residual_out is not None) == (s["residual"] is not None)
+        if residual is not None:  # h = x + residual, rounded to the residual's dtype, normalized
+            h = xd + memory(residual, batch * n, s["residual"]).double().view(batch, n)
+            out = memory(residual_out, batch * n, s["residual"])
+            out.copy_(h.flatten())
+            xd = out.double().view(batch, n)
         if s["op"] == "rmsnorm":
             r = torch.rsqrt(xd.square().mean(1, keepdim=True) + eps)
             yd, m = xd * r, None
@@ -303,9 +339,10 @@ class Emulator:
                   mean, rstd, stream, rows):
         self.launches.append(("launch_ex", dict(kernel=kernel, x=x, y=y, mean=mean, rstd=rstd,
                                                 batch=batch)))
-        assert residual is None and scale is None and rows is None
+        assert scale is None and rows is None
         assert self.by_handle[kernel]["stats"] == (rstd is not None)
-        return self._forward(kernel, x, y, weight, bias, batch, eps, mean, rstd)
+        return self._forward(kernel, x, y, weight, bias, batch, eps, mean, rstd, residual,
+                             residual_out)
 
     def launch_backward(self, kernel, x, dy, mean, rstd, weight, dx, dweight, dbias, batch,
                         stream):
@@ -484,6 +521,82 @@ def test_patched_gemma_rms_norm_trains_through_normjit(emu, fake_transformers):
     close(layer.weight.grad, ref.weight.grad, 1e-2)
 
 
+ADD_CASES = [("rms", torch.float32, torch.float32, 0.0), ("ln", torch.float32, torch.float32, 0.0),
+             ("rms", torch.bfloat16, torch.float32, 1.0), ("ln", torch.bfloat16, torch.bfloat16, 0.0)]
+
+
+@pytest.mark.parametrize("op, dtype, rdtype, offset", ADD_CASES,
+                         ids=[f"{o}-{d}-{r}-{f}" for o, d, r, f in ADD_CASES])
+def test_add_norms_train_through_normjit(emu, op, dtype, rdtype, offset):
+    """add_rms_norm and add_layer_norm (not in place): the forward with the residual saves h's
+    statistics; the norm's backward kernel reads h (its dtype, the residual's; the weight's
+    dtype its param_dtype); dh plus h's own gradient is the gradient of x and of residual, each
+    in its dtype."""
+    torch.manual_seed(16)
+    x = (torch.randn(6, 64) * 2 + 1).to(dtype).requires_grad_()
+    r = torch.randn(6, 64).to(rdtype).requires_grad_()
+    w = (1 + 0.3 * torch.randn(64)).to(dtype).requires_grad_()
+    b = (0.3 * torch.randn(64)).to(dtype).requires_grad_() if op == "ln" else None
+    dy, dh = torch.randn(6, 64), torch.randn(6, 64)
+    eps = 1e-6 if op == "rms" else 1e-5
+    kw = {"weight_offset": offset} if offset else {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", njt.NormjitFallbackWarning)
+        if op == "rms":
+            y, h = njt.add_rms_norm(x, r, 64, w, eps, **kw)
+        else:
+            y, h = njt.add_layer_norm(x, r, 64, w, b, eps, **kw)
+        assert y.dtype == dtype and h.dtype == rdtype
+        ((y.double() * dy).sum() + (h.double() * dh).sum()).backward()
+    assert emu.kinds() == ["launch_ex", "launch_backward"]
+    assert emu.last("launch_backward")["x"] == h.data_ptr()  # the norm's input: h
+    name, affine = ("rmsnorm", "weight") if op == "rms" else ("layernorm", "both")
+    short = {torch.float32: "f32", torch.bfloat16: "bf16"}
+    head = f"op={name} shape=6,64 dtype="
+    tail = f" normalized_dims=1 affine={affine} eps={eps!r}"
+    off = f" weight_offset={offset!r}" if offset else ""
+    param = f" param_dtype={short[dtype]}" if rdtype != dtype else ""
+    assert emu.specs == [
+        head + short[dtype] + tail + f" residual={short[rdtype]}" + off + " save_stats=true",
+        head + short[rdtype] + tail + param + off + " backward=true"]
+    leaves = [t.detach().double().requires_grad_() for t in (x, r, w) + ((b,) if b is not None
+                                                                          else ())]
+    hd = leaves[0] + leaves[1]
+    if op == "rms":
+        yd = F.rms_norm(hd, (64,), leaves[2] + offset, eps)
+    else:
+        yd = F.layer_norm(hd, (64,), leaves[2] + offset, leaves[3], eps)
+    ((yd * dy.double()).sum() + (hd * dh.double()).sum()).backward()
+    rtol = 1e-5 if dtype == rdtype == torch.float32 else 2e-2
+    close(y.detach(), yd.detach(), rtol)
+    for got, leaf in zip((x, r, w, b), leaves):
+        if got is not None:
+            assert got.grad.dtype == got.dtype
+            close(got.grad, leaf.grad, rtol)
+
+
+def test_add_rms_norm_with_only_y_used_trains_and_in_place_is_pytorchs(emu):
+    """h unused (its gradient None): x's and residual's gradient is the norm's alone. In place,
+    the call is PyTorch's (forward-only in normjit), with the warning."""
+    torch.manual_seed(17)
+    x, r = torch.randn(4, 64, requires_grad=True), torch.randn(4, 64, requires_grad=True)
+    w = torch.randn(64, requires_grad=True)
+    dy = torch.randn(4, 64)
+    y, _ = njt.add_rms_norm(x, r, 64, w, 1e-6)
+    y.backward(dy)
+    assert emu.kinds() == ["launch_ex", "launch_backward"]
+    torch.testing.assert_close(x.grad, r.grad, rtol=0, atol=0)
+    leaves = [t.detach().double().requires_grad_() for t in (x, r, w)]
+    F.rms_norm(leaves[0] + leaves[1], (64,), leaves[2], 1e-6).backward(dy.double())
+    close(x.grad, leaves[0].grad, 1e-5)
+    close(w.grad, leaves[2].grad, 1e-5)
+    xs, rs = torch.randn(4, 64), torch.randn(4, 64)
+    with pytest.warns(njt.NormjitFallbackWarning, match="inplace have no normjit backward"):
+        with torch.enable_grad():
+            njt.add_rms_norm(xs, rs, 64, w, 1e-6, inplace=True)
+    assert emu.kinds() == ["launch_ex", "launch_backward"]  # nothing launched in place
+
+
 def test_inference_keeps_the_plain_kernel_and_same_decision_cache(emu):
     """no_grad and inputs that need no grad: normjit_launch, no statistics, no training op."""
     m = njt.RMSNorm(64)
@@ -577,15 +690,15 @@ def test_double_backward_is_pytorchs(emu):
 
 
 @pytest.mark.parametrize("call, what", [
-    (lambda x, w: njt.add_rms_norm(x, torch.randn_like(x), 64, w, 1e-6)[0], "add_rms_norm"),
+    (lambda x, w: njt.add_rms_norm(x, torch.randn_like(x), 64, w, 1e-6, activation="silu")[0],
+     "add_rms_norm"),
     (lambda x, w: njt.rms_norm(x, 64, w, 1e-6, weight_offset=1.0, return_stats=True)[0],
      "rms_norm"),
     (lambda x, w: njt.layer_norm(x, 64, w, None, 1e-5, return_stats=True)[0], "layer_norm"),
 ])
 def test_forward_only_functions_fall_back_to_pytorchs_autograd(emu, call, what):
-    """The variants (but weight_offset alone) and the fused residual add have no normjit backward:
-    with an input that requires grad they run PyTorch's expression (its autograd), saying so once;
-    no launch."""
+    """The variants (but weight_offset alone) have no normjit backward: with an input that
+    requires grad they run PyTorch's expression (its autograd), saying so once; no launch."""
     torch.manual_seed(10)
     x = torch.randn(4, 64, requires_grad=True)
     w = torch.randn(64, requires_grad=True)
@@ -644,10 +757,12 @@ def test_patched_layers_train_through_normjit(emu):
                            "test_autograd_gpu.py's fullgraph training step covers compile on the "
                            "real one")
 @pytest.mark.parametrize("offset", [0.0, 1.0])
-def test_compile_traces_forward_and_backward_ops_without_graph_breaks(emu, offset):
+@pytest.mark.parametrize("fused", [False, True], ids=["rms_norm", "add_rms_norm"])
+def test_compile_traces_forward_and_backward_ops_without_graph_breaks(emu, fused, offset):
     """torch.compile(fullgraph=True) of a training step: the forward graph has the _train ops,
-    the backward graph the backward ops (with weight_offset: the offset passed to both); the
-    gradients are the eager ones."""
+    the backward graph the backward ops (with weight_offset: the offset passed to both; the
+    fused residual add: add_rms_norm_train, then rms_norm_backward); the gradients are the
+    eager ones."""
     from functorch.compile import make_boxed_func
     from torch._dynamo.backends.common import aot_autograd
     graphs = {"fw": [], "bw": []}
@@ -663,28 +778,34 @@ def test_compile_traces_forward_and_backward_ops_without_graph_breaks(emu, offse
     w = torch.randn(64, requires_grad=True)
     lw, lb = torch.randn(64, requires_grad=True), torch.randn(64, requires_grad=True)
 
-    def step(x):
-        h = njt.rms_norm(x, 64, w, 1e-6, weight_offset=offset)
-        return njt.layer_norm(h * 2, 64, lw, lb, 1e-5).square().sum()
+    def step(x, r):
+        if fused:
+            y, h = njt.add_rms_norm(x, r, 64, w, 1e-6, weight_offset=offset)
+            y = y + 0.5 * h
+        else:
+            y = njt.rms_norm(x, 64, w, 1e-6, weight_offset=offset)
+        return njt.layer_norm(y * 2, 64, lw, lb, 1e-5).square().sum()
 
-    x = torch.randn(3, 64, requires_grad=True)
+    x, r = torch.randn(3, 64, requires_grad=True), torch.randn(3, 64, requires_grad=True)
     torch._dynamo.reset()
     try:
-        loss = torch.compile(step, fullgraph=True, backend=backend)(x)
+        loss = torch.compile(step, fullgraph=True, backend=backend)(x, r)
         loss.backward()
     finally:
         torch._dynamo.reset()
     fw, bw = "\n".join(graphs["fw"]), "\n".join(graphs["bw"])
-    assert "normjit.rms_norm_train" in fw and "normjit.layer_norm_train" in fw, fw
+    train = "add_rms_norm_train" if fused else "rms_norm_train"
+    assert f"normjit.{train}" in fw and "normjit.layer_norm_train" in fw, fw
     assert "normjit.rms_norm_backward" in bw and "normjit.layer_norm_backward" in bw, bw
-    for graph, name in ((fw, "rms_norm_train"), (bw, "rms_norm_backward")):
-        call, = [line for line in graph.splitlines() if f"normjit.{name}" in line]
+    for graph, name in ((fw, train), (bw, "rms_norm_backward")):
+        call, = [line for line in graph.splitlines() if f"normjit.{name}." in line]
         assert (", 1e-06, 1.0)" in call) == bool(offset), call  # eps, then the offset
-    compiled = [t.grad.clone() for t in (x, w, lw, lb)]
-    for t in (x, w, lw, lb):
+    leaves = (x, r, w, lw, lb) if fused else (x, w, lw, lb)
+    compiled = [t.grad.clone() for t in leaves]
+    for t in leaves:
         t.grad = None
-    step(x).backward()
-    for got, t in zip(compiled, (x, w, lw, lb)):
+    step(x, r).backward()
+    for got, t in zip(compiled, leaves):
         close(got, t.grad.double(), 1e-6)
 
 

@@ -155,6 +155,72 @@ def test_weight_offset_gradients_against_float64(op, hidden, batch, dtype):
         check_grads(op, x, (hidden,), w, b, eps, dy, dtype, f"mean {mean} std {std}", 1.0)
 
 
+# add_rms_norm / add_layer_norm: (op, x dtype, residual dtype)
+ADD = [(op, dtype, rdtype) for op in ("rms", "ln") for dtype in DTYPES
+       for rdtype in (dtype, torch.float32) if not (rdtype != dtype and dtype == torch.float32)]
+
+
+def check_add_grads(op, x, r, w, b, eps, dy, dh, offset=0.0, what=""):
+    """The fused residual add's training path: h bit for bit (x.float() + residual.float())
+    rounded to the residual's dtype; the gradients of x, residual, weight and bias against
+    float64 autograd of the norm of that h (the rounding passes the gradient through), with both
+    y's and h's gradients given."""
+    x, r, w, b = leaf(x), leaf(r), leaf(w), leaf(b)
+    kw = {"weight_offset": offset} if offset else {}
+    if op == "rms":
+        y, h = njt.add_rms_norm(x, r, x.shape[-1], w, eps, **kw)
+    else:
+        y, h = njt.add_layer_norm(x, r, x.shape[-1], w, b, eps, **kw)
+    assert torch.equal(h, (x.detach().float() + r.detach().float()).to(r.dtype)), what
+    torch.autograd.backward([y, h], [dy, dh])
+    hd, wd = leaf(h.detach().double()), leaf(w.detach().double())
+    bd = leaf(b.detach().double()) if b is not None else None
+    if op == "rms":
+        yd = F.rms_norm(hd, (x.shape[-1],), wd + offset, eps)
+    else:
+        yd = F.layer_norm(hd, (x.shape[-1],), wd + offset, bd, eps)
+    assert rel_err(y, yd) < (1e-5 if x.dtype == torch.float32 else 1e-2), (what, "y")
+    torch.autograd.backward([yd, hd], [dy.double(), dh.double()])
+    tol = 1e-4 if x.dtype == r.dtype == torch.float32 else 2e-2
+    for name, got, want in (("dx", x.grad, hd.grad), ("dresidual", r.grad, hd.grad),
+                            ("dweight", w.grad, wd.grad),
+                            ("dbias", b.grad if b is not None else None,
+                             bd.grad if bd is not None else None)):
+        if want is None:
+            continue
+        assert got.dtype == {"dx": x, "dresidual": r, "dweight": w, "dbias": b}[name].dtype
+        diff = (got.double() - want).norm().item()  # zero gradients (rows of one) within 1e-5
+        assert diff <= tol * want.norm().item() + 1e-5, (what, name, diff, want.norm().item())
+
+
+@pytest.mark.parametrize("op, dtype, rdtype", ADD, ids=[f"{o}-{d}-{r}" for o, d, r in ADD])
+@pytest.mark.parametrize("batch", [1, 1000])
+@pytest.mark.parametrize("hidden", [1, 7, 65, 1000, 4097, 8192])
+def test_add_norm_gradients_against_float64(op, dtype, rdtype, hidden, batch):
+    """add_rms_norm and add_layer_norm train through normjit's kernels (the forward with the
+    residual saving h's statistics, the norm's backward kernel on h)."""
+    torch.manual_seed(hidden * 17 + batch)
+    w = randn((hidden,), dtype, 1.0, 0.5)
+    b = randn((hidden,), dtype, 0.0, 0.3) if op == "ln" else None
+    eps = 1e-6 if op == "rms" else 1e-5
+    for mean, std in [(0.0, 1.0), (100.0, 1.0), (0.0, 1e-3)]:
+        x = randn((batch, hidden), dtype, mean, std)
+        r = randn((batch, hidden), rdtype, 0.0, std)
+        dy, dh = randn((batch, hidden), dtype), randn((batch, hidden), rdtype)
+        check_add_grads(op, x, r, w, b, eps, dy, dh, 0.0, f"mean {mean} std {std}")
+
+
+@pytest.mark.parametrize("tokens", [1, 7, 1024])
+def test_add_rms_norm_gemma_style_trains(tokens):
+    """A Gemma-style decoder step: bf16 x, f32 residual, f32 weight near 0, weight_offset=1."""
+    torch.manual_seed(tokens)
+    x = randn((tokens, 2048), torch.bfloat16)
+    r = randn((tokens, 2048), torch.float32)
+    w = randn((2048,), torch.float32, 0.0, 0.2)
+    dy, dh = randn((tokens, 2048), torch.bfloat16), randn((tokens, 2048), torch.float32)
+    check_add_grads("rms", x, r, w, None, 1e-6, dy, dh, 1.0, f"tokens {tokens}")
+
+
 @pytest.mark.parametrize("shape, normalized", [((2, 3, 64), (64,)), ((4, 13, 17), (13, 17)),
                                                ((2, 8, 16, 16), (8, 16, 16)), ((100,), (100,))],
                          ids=["3d", "two-dims", "three-dims", "no-batch"])
@@ -286,9 +352,9 @@ def test_rows_longer_than_one_team_train_through_normjit(op, shape, dtype, affin
 
 
 @pytest.mark.parametrize("call", [
-    lambda x, w: njt.add_rms_norm(x, x.detach() * 0.5, 128, w, 1e-6)[0],
+    lambda x, w: njt.add_rms_norm(x, x.detach() * 0.5, 128, w, 1e-6, activation="silu")[0],
     lambda x, w: njt.rms_norm(x, 128, w, 1e-6, weight_offset=1.0, return_stats=True)[0],
-], ids=["add_rms_norm", "weight_offset-and-stats"])
+], ids=["add_rms_norm-silu", "weight_offset-and-stats"])
 def test_forward_only_functions_fall_back_with_pytorchs_gradient(call):
     x = leaf(randn((4, 128), torch.float32))
     w = leaf(randn((128,), torch.float32, 1.0, 0.5))

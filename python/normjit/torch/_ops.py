@@ -35,9 +35,9 @@ contiguous, leading dims that do not collapse into two levels of row strides, a 
 (stride 0) leading dim, or a row stride that is no multiple of the kernel's vector width, which
 the library's message names; rms_norm_channels, layer_norm_channels and group_norm: a
 non-contiguous input that is not channels last); an input (or residual) that requires grad while
-grad mode is on, in a function that is forward-only in normjit (the add_* functions, rms_norm
-and layer_norm with their keyword variants other than weight_offset alone, any function with an
-activation); weight/bias of a
+grad mode is on, in a call that is forward-only in normjit (rms_norm, layer_norm and the add_*
+functions with keyword variants other than weight_offset, the add_* functions in place, any
+function with an activation); weight/bias of a
 dtype PyTorch refuses for that op (layer_norm, rms_norm_channels,
 layer_norm_channels, group_norm: any other than the input's; the add_* functions take any one
 of float32, float16, bfloat16), weight and bias of two dtypes, or non-contiguous weight/bias;
@@ -64,13 +64,14 @@ they run PyTorch's norm and activation (and its autograd), with the warning.
 
 Training (the section "Training" below): rms_norm and layer_norm without their keyword
 variants or with weight_offset alone (Gemma's RMSNorm: its weight's gradient is that of the
-weight used, weight_offset + weight), rms_norm_channels, layer_norm_channels and group_norm
-(without an activation) have
+weight used, weight_offset + weight), add_rms_norm and add_layer_norm likewise (not in place:
+the norm's backward kernel on the saved h, plus h's own gradient, is the gradient of x and of
+residual), rms_norm_channels, layer_norm_channels and group_norm (without an activation) have
 autograd through the custom ops <function>_train (forward with saved statistics:
-rms_norm_train, layer_norm_train, rms_norm_channels_train, layer_norm_channels_train,
-group_norm_train) and <function>_backward (normjit's backward kernel through
-normjit_launch_backward, or PyTorch's gradient, with a warning per reason, where it cannot
-serve: a non-contiguous or other-dtype gradient, a strided or channels-last input, a problem the
+rms_norm_train, layer_norm_train, add_rms_norm_train, add_layer_norm_train,
+rms_norm_channels_train, layer_norm_channels_train, group_norm_train) and the norms'
+<function>_backward ops (normjit's backward kernel through normjit_launch_backward, or
+PyTorch's gradient, with a warning per reason, where it cannot serve: a non-contiguous or other-dtype gradient, a strided or channels-last input, a problem the
 library has no backward kernel for (its message: rows or groups whose partials outgrow the
 backward workspace), a double backward).
 """
@@ -161,10 +162,11 @@ def _reason_text(code: str, x: Tensor, weight: Optional[Tensor], bias: Optional[
                 "rms_norm_channels and group_norm)")
     if code == "grad":
         return ("an input requires grad and this function is forward-only in normjit (normjit "
-                "trains rms_norm and layer_norm called without the keyword variants or with "
-                "weight_offset alone, rms_norm_channels, layer_norm_channels and group_norm; "
-                "add_rms_norm, add_layer_norm and the variants out_dtype, scale, return_stats, "
-                "activation have no normjit backward yet: PyTorch's autograd trains them)")
+                "trains rms_norm, layer_norm, add_rms_norm and add_layer_norm called without "
+                "the keyword variants or with weight_offset alone, rms_norm_channels, "
+                "layer_norm_channels and group_norm; the variants out_dtype, scale, "
+                "return_stats, activation and inplace have no normjit backward yet: PyTorch's "
+                "autograd trains them)")
     if code == "param_dtype":
         dtypes = ", ".join(dict.fromkeys(str(p.dtype) for p in (weight, bias) if p is not None))
         return (f"weight/bias dtype {dtypes} differs from the input's {x.dtype} (normjit takes "
@@ -555,7 +557,7 @@ def _decide(op: str, arg, x: Tensor, weight: Optional[Tensor], bias: Optional[Te
     _check(op, arg, x, weight, bias, variant, residual, scale)
     eps = _eps(x, eps)
     why = _why_not(x, weight, bias, eps, op, residual)
-    if why == "grad" and op in _TRAINED and (variant is None or _offset_only(op, variant)):
+    if why == "grad" and (_offset_only(op, variant) if variant is not None else op in _TRAINED):
         # Trained through the autograd ops (<function>_train), if nothing else stands in the way.
         return _train_why_not(op, x, weight, bias, eps) or _TRAIN
     if why:
@@ -845,6 +847,9 @@ def _eager_variant(op: str, arg, x: Tensor, weight: Optional[Tensor], bias: Opti
             return out
         decision = out
     elif decision is _TRAIN:  # weight_offset alone, an input requires grad: the autograd op
+        if op in _ADD_TRAINED:
+            return (*_train_add(op, arg, x, residual, weight, bias, _eps(x, eps), variant[0]),
+                    None, None)
         return _train(op, arg, x, weight, bias, _eps(x, eps), variant[0]), None, None, None
     _fallback_warn(op, decision, x, weight, bias, eps)
     return decision
@@ -1231,19 +1236,27 @@ def _traced_variant(op: str, x: Tensor, residual: Optional[Tensor], shape: Tuple
 # double backward (create_graph=True) is PyTorch's, differentiable, from x itself.
 
 _TRAINED = ("rms_norm", "layer_norm", "rms_norm_channels", "layer_norm_channels", "group_norm")
-# The trained functions whose training and backward ops take weight_offset, and where (their last
-# input; a default of 0.0).
-_OFFSET_AT = {"rms_norm": 4, "layer_norm": 5}
+# The fused residual adds that train (called without other variant than weight_offset, not in
+# place): their training op normalizes h = x + residual with the norm's kernel and saves h and
+# its statistics; the norm's backward op gives dh, to which h's own gradient is added, and dh is
+# the gradient of x and of residual (each in its dtype).
+_ADD_TRAINED = {"add_rms_norm": "rms_norm", "add_layer_norm": "layer_norm"}
+# The trained functions whose training ops take weight_offset, and where (their last input; a
+# default of 0.0). Their calls with weight_offset alone train.
+_OFFSET_AT = {"rms_norm": 4, "layer_norm": 5, "add_rms_norm": 5, "add_layer_norm": 6}
 _LIBRARY_OPS = {**_ROW_OPS, **_CHANNEL_OPS}
 # Where the custom ops of each trained function (<function>, <function>_train) take the weight,
-# the bias (None: no bias) and eps among their inputs (the input is the first).
+# the bias (None: no bias) and eps among their inputs (the input is the first; the add_* ops'
+# x and residual the first two).
 _INPUTS_AT = {"rms_norm": (2, None, 3), "layer_norm": (2, 3, 4), "rms_norm_channels": (1, None, 2),
-              "layer_norm_channels": (1, 2, 3), "group_norm": (2, 3, 4)}
+              "layer_norm_channels": (1, 2, 3), "group_norm": (2, 3, 4),
+              "add_rms_norm": (3, None, 4), "add_layer_norm": (3, 4, 5)}
 
 
 def _offset_only(op: str, variant: tuple) -> bool:
     """Whether a call with the variant arguments trains through the training ops: rms_norm or
-    layer_norm with weight_offset and no other variant (Gemma's RMSNorm, zero-centred gamma)."""
+    layer_norm with weight_offset and no other variant (Gemma's RMSNorm, zero-centred gamma),
+    add_rms_norm and add_layer_norm with at most weight_offset (not in place)."""
     return op in _OFFSET_AT and variant[1:] == (None, False, False, None)
 
 
@@ -1276,6 +1289,17 @@ def _train(op: str, arg, x: Tensor, weight: Optional[Tensor], bias: Optional[Ten
     if op == "layer_norm_channels":
         return ops.layer_norm_channels_train(x, weight, bias, eps)[0]
     return ops.group_norm_train(x, arg, weight, bias, eps)[0]
+
+
+def _train_add(op: str, arg, x: Tensor, residual: Tensor, weight: Optional[Tensor],
+               bias: Optional[Tensor], eps: float, offset: float) -> Tuple[Tensor, Tensor]:
+    """(y, h) of the training op of add_rms_norm or add_layer_norm."""
+    ops = torch.ops.normjit
+    if op == "add_rms_norm":
+        y, h, _ = ops.add_rms_norm_train(x, residual, list(arg), weight, eps, offset)
+    else:
+        y, h, _, _ = ops.add_layer_norm_train(x, residual, list(arg), weight, bias, eps, offset)
+    return y, h
 
 
 def _train_why_not(op: str, x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],
@@ -1550,6 +1574,11 @@ def _decide_backward(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor]
     problem it has no backward kernel for, such as rows whose partials outgrow its workspace)."""
     _check_backward(op, arg, dy, x, mean, rstd, weight, has_bias, offset)
     why = _why_not(x, weight, None, eps, op, None, False)
+    if why == "param_dtype" and op in _ROW_OPS and weight.dtype in _DTYPES:
+        # layer_norm's parameters of another dtype than its input, which F.layer_norm refuses
+        # (so does layer_norm's forward), come from add_layer_norm, whose forward takes any one
+        # parameter dtype (an f32 h beside 16-bit parameters): the backward kernel takes them.
+        why = None
     if why:
         return why
     if not x.is_contiguous():
@@ -1655,6 +1684,25 @@ def _layer_norm_train_op(input: Tensor, normalized_shape: List[int], weight: Opt
     return y, mean, rstd
 
 
+@torch.library.custom_op("normjit::add_rms_norm_train", mutates_args=())
+def _add_rms_norm_train_op(x: Tensor, residual: Tensor, normalized_shape: List[int],
+                           weight: Optional[Tensor], eps: float,
+                           weight_offset: float = 0.0) -> Tuple[Tensor, Tensor, Tensor]:
+    y, h, _, rstd = _op_outputs("add_rms_norm", x, residual, normalized_shape, weight, None,
+                                eps, weight_offset, None, None, True, False)
+    return y, h, rstd
+
+
+@torch.library.custom_op("normjit::add_layer_norm_train", mutates_args=())
+def _add_layer_norm_train_op(x: Tensor, residual: Tensor, normalized_shape: List[int],
+                             weight: Optional[Tensor], bias: Optional[Tensor], eps: float,
+                             weight_offset: float = 0.0
+                             ) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    y, h, mean, rstd = _op_outputs("add_layer_norm", x, residual, normalized_shape, weight,
+                                   bias, eps, weight_offset, None, None, True, False)
+    return y, h, mean, rstd
+
+
 @torch.library.custom_op("normjit::rms_norm_channels_train", mutates_args=())
 def _rms_norm_channels_train_op(input: Tensor, weight: Optional[Tensor],
                                 eps: float) -> Tuple[Tensor, Tensor]:
@@ -1690,6 +1738,18 @@ def _(input, normalized_shape, weight, eps, weight_offset=0.0):
 @_layer_norm_train_op.register_fake
 def _(input, normalized_shape, weight, bias, eps, weight_offset=0.0):
     return _fake_train("layer_norm", input, normalized_shape, 3)
+
+
+@_add_rms_norm_train_op.register_fake
+def _(x, residual, normalized_shape, weight, eps, weight_offset=0.0):
+    return (_fake_y(x, None), residual.new_empty(residual.shape),
+            _fake_stat(x, normalized_shape))
+
+
+@_add_layer_norm_train_op.register_fake
+def _(x, residual, normalized_shape, weight, bias, eps, weight_offset=0.0):
+    return (_fake_y(x, None), residual.new_empty(residual.shape),
+            _fake_stat(x, normalized_shape), _fake_stat(x, normalized_shape))
 
 
 @_rms_norm_channels_train_op.register_fake
@@ -1831,17 +1891,22 @@ def _backward_op(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor], rs
 # through the _train ops instead).
 
 def _grads(ctx, op: str, dy: Optional[Tensor], x: Tensor, weight: Optional[Tensor],
-           mean: Optional[Tensor], rstd: Optional[Tensor]) -> tuple:
-    """The gradients of op's forward op for its inputs: the backward op, or in a double backward
-    PyTorch's differentiable expression. rstd None (an op that saved no statistics): they are
-    computed here first, in float32."""
-    w_at, b_at, _ = _INPUTS_AT[op]
+           mean: Optional[Tensor], rstd: Optional[Tensor], dh: Optional[Tensor] = None) -> tuple:
+    """The gradients of a forward op for its inputs, from the gradient dy of the result of norm
+    op (op: rms_norm, layer_norm, ...) of x: the backward op, or in a double backward PyTorch's
+    differentiable expression. rstd None (an op that saved no statistics): they are computed
+    here first, in float32. ctx.x_at: where the forward op takes what x's gradient is the
+    gradient of, each with the dtype it takes (None: x's); ctx.params_at: where it takes weight
+    and bias. dh: a gradient of x from elsewhere (the add_* ops' output h, which is x here),
+    added to the norm's."""
+    w_at, b_at = ctx.params_at
     need = ctx.needs_input_grad
     has_bias = ctx.has_bias
+    need_x = any(need[at] for at, _ in ctx.x_at)
     need_w = weight is not None and need[w_at]
     need_b = has_bias and need[b_at]
     dx = dw = db = None
-    if dy is not None and (need[0] or need_w or need_b):
+    if dy is not None and (need_x or need_w or need_b):
         if torch.is_grad_enabled():  # create_graph=True
             _backward_warn(op, "double", dy, x, weight, ctx.eps)
             dx, dw, db = _torch_backward(op, ctx.arg, dy, x, weight, has_bias, None, None,
@@ -1856,8 +1921,12 @@ def _grads(ctx, op: str, dy: Optional[Tensor], x: Tensor, weight: Optional[Tenso
                 mean = mean.float().contiguous() if mean is not None else None
             dx, dw, db = _backward_op(op, ctx.arg, dy, x, mean, rstd, weight, has_bias, ctx.eps,
                                       ctx.offset)
+    if dh is not None:
+        dx = dh if dx is None else dx + dh
     grads = [None] * len(need)
-    grads[0] = dx if need[0] else None
+    for at, dtype in ctx.x_at:
+        if need[at] and dx is not None:
+            grads[at] = dx if dtype is None or dtype == dx.dtype else dx.to(dtype)
     if need_w:
         grads[w_at] = dw
     if need_b:
@@ -1867,16 +1936,21 @@ def _grads(ctx, op: str, dy: Optional[Tensor], x: Tensor, weight: Optional[Tenso
 
 def _autograd(op: str, saves_stats: bool) -> Tuple[Callable, Callable]:
     """(backward, setup_context) of op's training op (saves_stats: its outputs are y and the
-    statistics) or of its plain op (y alone)."""
+    statistics; the add_* ops': y, h and h's statistics) or of its plain op (y alone)."""
     w_at, b_at, eps_at = _INPUTS_AT[op]
+    add = op in _ADD_TRAINED
+    norm = _ADD_TRAINED.get(op, op)
 
     def setup_context(ctx, inputs, output):
-        stats = tuple(output[1:]) if saves_stats else ()
+        stats = tuple(output[2 if add else 1:]) if saves_stats else ()
         ctx.mark_non_differentiable(*stats)
         ctx.set_materialize_grads(False)
-        ctx.save_for_backward(inputs[0], inputs[w_at], *stats)
+        # What the norm normalized: the input, or the add_* ops' output h (x + residual).
+        ctx.save_for_backward(output[1] if add else inputs[0], inputs[w_at], *stats)
+        ctx.x_at = ((0, inputs[0].dtype), (1, inputs[1].dtype)) if add else ((0, None),)
+        ctx.params_at = (w_at, b_at)
         if op in _ROW_OPS:
-            ctx.arg = tuple(inputs[1])
+            ctx.arg = tuple(inputs[2 if add else 1])
         else:
             ctx.arg = inputs[1] if op == "group_norm" else 0
         ctx.eps = inputs[eps_at]
@@ -1885,11 +1959,15 @@ def _autograd(op: str, saves_stats: bool) -> Tuple[Callable, Callable]:
         ctx.offset = float(inputs[offset_at]) if offset_at is not None and \
             len(inputs) > offset_at else 0.0
 
-    def backward(ctx, dy, *_stats_grads):
+    def backward(ctx, dy, *other_grads):
         x, weight, *stats = ctx.saved_tensors
         mean, rstd = (None, None) if not stats else (None, stats[0]) if len(stats) == 1 \
             else stats
-        return _grads(ctx, op, dy, x, weight, mean, rstd)
+        if not add:
+            return _grads(ctx, norm, dy, x, weight, mean, rstd)
+        if dy is not None and dy.dtype != x.dtype:  # y in x's dtype, h in the residual's
+            dy = dy.to(x.dtype)
+        return _grads(ctx, norm, dy, x, weight, mean, rstd, other_grads[0])
 
     return backward, setup_context
 
@@ -1899,6 +1977,8 @@ for _op, _name, _saves_stats in (
         (_rms_norm_channels_train_op, "rms_norm_channels", True),
         (_layer_norm_channels_train_op, "layer_norm_channels", True),
         (_group_norm_train_op, "group_norm", True),
+        (_add_rms_norm_train_op, "add_rms_norm", True),
+        (_add_layer_norm_train_op, "add_layer_norm", True),
         (_rms_norm_op, "rms_norm", False), (_layer_norm_op, "layer_norm", False)):
     _backward_fn, _setup_fn = _autograd(_name, _saves_stats)
     _op.register_autograd(_backward_fn, setup_context=_setup_fn)
@@ -2033,6 +2113,8 @@ def _variant(op: str, x: Tensor, residual: Optional[Tensor],
             return _result(op, _traced_variant(op, x, residual, shape, weight, bias, eps_f,
                                                variant, scale), variant)
         if why == "grad" and _offset_only(op, variant) and _trains(op, x, weight, bias, eps_f):
+            if op in _ADD_TRAINED:
+                return _train_add(op, shape, x, residual, weight, bias, eps_f, offset)
             return _train(op, shape, x, weight, bias, eps_f, offset)
     else:
         out = _eager_variant(op, shape, x, weight, bias, eps, variant, residual, scale)
@@ -2152,7 +2234,12 @@ def add_rms_norm(x: Tensor, residual: Tensor, normalized_shape: Union[int, Seque
     bfloat16). x and residual may be strided as rms_norm's input.
     inplace=True writes h into residual and y into x (out_dtype None or x's dtype) and returns
     (x, residual), as vLLM's fused_add_rms_norm(input, residual, weight, eps). activation
-    (None, 'silu', 'gelu') applies to y only, as rms_norm's; h is the sum."""
+    (None, 'silu', 'gelu') applies to y only, as rms_norm's; h is the sum.
+    Training (x, residual or weight requiring grad, grad mode on): without variants other than
+    weight_offset and not in place, through normjit's kernels (this forward saving h's
+    statistics, rms_norm's backward kernel on h; the gradient of x and of residual is that dh
+    plus h's own gradient, each in its dtype); otherwise PyTorch's autograd of the expression,
+    with a NormjitFallbackWarning."""
     return _variant("add_rms_norm", x, residual, normalized_shape, weight, None, eps,
                     weight_offset, out_dtype, scale, False, inplace, None, None,
                     _as_activation("add_rms_norm", activation))
@@ -2172,7 +2259,8 @@ def add_layer_norm(x: Tensor, residual: Tensor, normalized_shape: Union[int, Seq
 
     (layer_norm's expression: statistics and affine step in float32 from h). weight and bias
     have one dtype of float32, float16, bfloat16 (any, whatever x's). inplace=True writes h
-    into residual and y into x and returns (x, residual). activation as add_rms_norm's."""
+    into residual and y into x and returns (x, residual). activation as add_rms_norm's, and so
+    is training (layer_norm's backward kernel on h)."""
     return _variant("add_layer_norm", x, residual, normalized_shape, weight, bias, eps,
                     weight_offset, out_dtype, scale, False, inplace, None, None,
                     _as_activation("add_layer_norm", activation))
