@@ -521,8 +521,10 @@ def test_patched_gemma_rms_norm_trains_through_normjit(emu, fake_transformers):
     close(layer.weight.grad, ref.weight.grad, 1e-2)
 
 
-ADD_CASES = [("rms", torch.float32, torch.float32, 0.0), ("ln", torch.float32, torch.float32, 0.0),
-             ("rms", torch.bfloat16, torch.float32, 1.0), ("ln", torch.bfloat16, torch.bfloat16, 0.0)]
+ADD_CASES = [("rms", torch.float32, torch.float32, 0.0),
+             ("ln", torch.float32, torch.float32, 0.0),
+             ("rms", torch.bfloat16, torch.float32, 1.0),
+             ("ln", torch.bfloat16, torch.bfloat16, 0.0)]
 
 
 @pytest.mark.parametrize("op, dtype, rdtype, offset", ADD_CASES,

@@ -62,18 +62,18 @@ dtype's conversion (fp8: before the scale), in the same kernel; h and the statis
 norm's. Calls with an activation are forward-only in normjit: with an input that requires grad
 they run PyTorch's norm and activation (and its autograd), with the warning.
 
-Training (the section "Training" below): rms_norm and layer_norm without their keyword
-variants or with weight_offset alone (Gemma's RMSNorm: its weight's gradient is that of the
-weight used, weight_offset + weight), add_rms_norm and add_layer_norm likewise (not in place:
-the norm's backward kernel on the saved h, plus h's own gradient, is the gradient of x and of
-residual), rms_norm_channels, layer_norm_channels and group_norm (without an activation) have
-autograd through the custom ops <function>_train (forward with saved statistics:
-rms_norm_train, layer_norm_train, add_rms_norm_train, add_layer_norm_train,
-rms_norm_channels_train, layer_norm_channels_train, group_norm_train) and the norms'
-<function>_backward ops (normjit's backward kernel through normjit_launch_backward, or
-PyTorch's gradient, with a warning per reason, where it cannot serve: a non-contiguous or other-dtype gradient, a strided or channels-last input, a problem the
-library has no backward kernel for (its message: rows or groups whose partials outgrow the
-backward workspace), a double backward).
+Training (the section "Training" below): rms_norm and layer_norm without their keyword variants or
+with weight_offset alone (Gemma's RMSNorm: its weight's gradient is that of the weight used,
+weight_offset + weight), add_rms_norm and add_layer_norm likewise (not in place: the norm's backward
+kernel on the saved h, plus h's own gradient, is the gradient of x and of residual),
+rms_norm_channels, layer_norm_channels and group_norm (without an activation) have autograd through
+the custom ops <function>_train (forward with saved statistics: rms_norm_train, layer_norm_train,
+add_rms_norm_train, add_layer_norm_train, rms_norm_channels_train, layer_norm_channels_train,
+group_norm_train) and the norms' <function>_backward ops (normjit's backward kernel through
+normjit_launch_backward, or PyTorch's gradient, with a warning per reason, where it cannot serve: a
+non-contiguous or other-dtype gradient, a strided or channels-last input, a problem the library has
+no backward kernel for (its message: rows or groups whose partials outgrow the backward workspace),
+a double backward).
 """
 import math
 import threading
