@@ -277,19 +277,49 @@ def test_a_channels_last_input_trains_through_pytorch_with_the_reason(op):
 
 
 @pytest.mark.parametrize("op", OPS)
-def test_a_non_contiguous_gradient_is_computed_by_pytorch_from_the_saved_statistics(op):
-    """y.sum() gives an expanded dy: PyTorch computes that gradient from the statistics the
-    kernel saved (so their layout, n * G + g or n * S + s, must be the one PyTorch reads)."""
+def test_a_non_contiguous_gradient_is_copied_for_the_kernel(op):
+    """y.sum() gives an expanded dy: the backward kernel reads a contiguous copy (no warning:
+    the module's no_fallback fixture)."""
     torch.manual_seed(6)
     x = randn((3, 24, 5, 7), torch.float32, 2.0, 3.0)
     w, b = params(24, torch.float32, "both", op)
-    fn = lambda x, w: ours(op, x, w, b, 1e-5, 6).sum()  # noqa: E731
     x1, w1 = leaf(x), leaf(w)
-    with pytest.warns(njt.NormjitFallbackWarning, match="backward: non-contiguous gradient"):
-        fn(x1, w1).backward()
+    ours(op, x1, w1, b, 1e-5, 6).sum().backward()
     x64, w64 = leaf(x.double()), leaf(w.double())
     torch_reference(op, x64, w64, b.double() if b is not None else None, 1e-5, 6).sum().backward()
     assert rel_err(x1.grad, x64.grad) < 1e-4 and rel_err(w1.grad, w64.grad) < 1e-4
+
+
+_TRAIN_OPS = {"group_norm": ("group_norm_train", "group_norm_backward"),
+              "rms_norm_channels": ("rms_norm_channels_train", "rms_norm_channels_backward"),
+              "layer_norm_channels": ("layer_norm_channels_train", "layer_norm_channels_backward")}
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_pytorchs_gradient_reads_the_statistics_the_kernel_saved(op):
+    """Where the backward kernel cannot serve (here a float64 gradient given to the backward op
+    directly), PyTorch computes the gradient from the statistics the forward kernel saved: their
+    layout (n * G + g, n * S + s) must be the one PyTorch reads."""
+    torch.manual_seed(6)
+    x = randn((3, 24, 5, 7), torch.float32, 2.0, 3.0)
+    w, b = params(24, torch.float32, "both", op)
+    dy = randn((3, 24, 5, 7), torch.float64)
+    train, backward = (getattr(torch.ops.normjit, name) for name in _TRAIN_OPS[op])
+    if op == "group_norm":
+        _, mean, rstd = train(x, 6, w, b, 1e-5)
+        with pytest.warns(njt.NormjitFallbackWarning, match="gradient dtype torch.float64"):
+            dx, dw, _ = backward(dy, x, mean, rstd, w, True, 6, 1e-5)
+    elif op == "rms_norm_channels":
+        _, rstd = train(x, w, 1e-5)
+        with pytest.warns(njt.NormjitFallbackWarning, match="gradient dtype torch.float64"):
+            dx, dw = backward(dy, x, rstd, w, 1e-5)
+    else:
+        _, mean, rstd = train(x, w, b, 1e-5)
+        with pytest.warns(njt.NormjitFallbackWarning, match="gradient dtype torch.float64"):
+            dx, dw, _ = backward(dy, x, mean, rstd, w, True, 1e-5)
+    x64, w64 = leaf(x.double()), leaf(w.double())
+    torch_reference(op, x64, w64, b.double() if b is not None else None, 1e-5, 6).backward(dy)
+    assert rel_err(dx, x64.grad) < 1e-4 and rel_err(dw, w64.grad) < 1e-4
 
 
 # ---------------------------------------------------------------------------------------

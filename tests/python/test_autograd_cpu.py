@@ -302,11 +302,19 @@ class Emulator:
         return handle
 
     def _forward(self, kernel, x, y, weight, bias, batch, eps, mean=None, rstd=None,
-                 residual=None, residual_out=None):
+                 residual=None, residual_out=None, rows=None):
         s = self.by_handle[kernel]
         assert not s["backward"]
         n = s["row"]
-        xd = memory(x, batch * n, s["dtype"]).double().view(batch, n)
+        if rows is None:
+            xd = memory(x, batch * n, s["dtype"]).double().view(batch, n)
+        else:  # x's rows strided (row r at (r // inner_rows) * outer + (r % inner_rows) * inner)
+            inner_rows, outer, inner, *others = rows
+            assert residual is None and not any(others), rows  # y's rows contiguous
+            r = torch.arange(batch)
+            start = (r // inner_rows) * outer + (r % inner_rows) * inner
+            xs = memory(x, int(start[-1]) + n, s["dtype"]).double()
+            xd = xs[start[:, None] + torch.arange(n)]
         assert (residual is not None) == (residual_out is not None) == (s["residual"] is not None)
         if residual is not None:  # h = x + residual, rounded to the residual's dtype, normalized
             h = xd + memory(residual, batch * n, s["residual"]).double().view(batch, n)
@@ -339,10 +347,10 @@ class Emulator:
                   mean, rstd, stream, rows):
         self.launches.append(("launch_ex", dict(kernel=kernel, x=x, y=y, mean=mean, rstd=rstd,
                                                 batch=batch)))
-        assert scale is None and rows is None
+        assert scale is None
         assert self.by_handle[kernel]["stats"] == (rstd is not None)
         return self._forward(kernel, x, y, weight, bias, batch, eps, mean, rstd, residual,
-                             residual_out)
+                             residual_out, rows)
 
     def launch_backward(self, kernel, x, dy, mean, rstd, weight, dx, dweight, dbias, batch,
                         stream):
@@ -625,27 +633,24 @@ def test_only_the_weight_requires_grad(emu):
     assert x.grad is None
 
 
-def test_a_non_contiguous_gradient_falls_back_with_one_warning(emu):
-    """y.sum() gives an expanded (stride 0) dy: PyTorch computes that gradient from the same
-    statistics, with the reason named once."""
+def test_a_non_contiguous_gradient_and_a_strided_input_are_copied_for_the_kernel(emu):
+    """y.sum() gives an expanded (stride 0) dy, and a per-head view of a qkv projection is read
+    in place by the forward: the backward kernel gets contiguous copies of both (the pointers
+    it reads are not the views'), no warning, and the gradients are float64 autograd's."""
     torch.manual_seed(6)
     w = torch.randn(64, requires_grad=True)
-    for _ in range(2):
-        x = torch.randn(3, 64, requires_grad=True)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", njt.NormjitFallbackWarning)
-            njt.rms_norm(x, 64, w, 1e-6).sum().backward()
-        ref = reference_grads("rms", x, (64,), w, None, 1e-6, torch.ones(3, 64))
-        close(x.grad, ref[0], 1e-5)
-        w.grad = None
-        if _ == 0:
-            assert fallbacks(caught) == [
-                "normjit.torch.rms_norm backward: non-contiguous gradient (shape [3, 64], "
-                "strides [0, 0]; normjit's backward reads contiguous rows of dy); computing "
-                "the gradient with PyTorch"]
-        else:
-            assert fallbacks(caught) == []
-    assert "launch_backward" not in emu.kinds()
+    qkv = torch.randn(5, 3 * 4 * 64, requires_grad=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", njt.NormjitFallbackWarning)
+        q = qkv[:, :256].view(5, 4, 64)
+        njt.rms_norm(q, 64, w, 1e-6).sum().backward()
+    assert emu.kinds() == ["launch_ex", "launch_backward"]
+    assert emu.last("launch_backward")["x"] != q.data_ptr()
+    leaves = [t.detach().double().requires_grad_() for t in (qkv, w)]
+    F.rms_norm(leaves[0][:, :256].view(5, 4, 64), (64,), leaves[1], 1e-6).sum().backward()
+    close(qkv.grad, leaves[0].grad, 1e-5)
+    close(w.grad, leaves[1].grad, 1e-5)
+    assert qkv.grad[:, 256:].abs().max().item() == 0
 
 
 def test_rows_past_8192_elements_train_through_normjits_backward(emu, tmp_path):

@@ -70,9 +70,9 @@ rms_norm_channels, layer_norm_channels and group_norm (without an activation) ha
 the custom ops <function>_train (forward with saved statistics: rms_norm_train, layer_norm_train,
 add_rms_norm_train, add_layer_norm_train, rms_norm_channels_train, layer_norm_channels_train,
 group_norm_train) and the norms' <function>_backward ops (normjit's backward kernel through
-normjit_launch_backward, or PyTorch's gradient, with a warning per reason, where it cannot serve: a
-non-contiguous or other-dtype gradient, a strided or channels-last input, a problem the library has
-no backward kernel for (its message: rows or groups whose partials outgrow the backward workspace),
+normjit_launch_backward, x and the gradient copied contiguous where they are not; or PyTorch's
+gradient, with a warning per reason, where it cannot serve: a gradient of another dtype, a problem
+the library has no backward kernel for (its message: rows or groups whose partials outgrow the backward workspace),
 a double backward).
 """
 import math
@@ -1468,12 +1468,6 @@ def _backward_reason_text(code: str, dy: Tensor, x: Tensor, weight: Optional[Ten
     if code == "grad_dtype":
         return (f"gradient dtype {dy.dtype} differs from the input's {x.dtype} (normjit's "
                 "backward takes dy in the input's dtype)")
-    if code == "grad_layout":
-        return (f"non-contiguous gradient (shape {list(dy.shape)}, strides {list(dy.stride())}; "
-                "normjit's backward reads contiguous rows of dy)")
-    if code == "input_layout":
-        return (f"non-contiguous input (shape {list(x.shape)}, strides {list(x.stride())}; "
-                "normjit's backward reads contiguous rows of x)")
     if code == "stats_layout":
         return "non-contiguous saved statistics (normjit's backward reads one float per row)"
     return _reason_text(code, x, weight, None, eps)
@@ -1581,12 +1575,8 @@ def _decide_backward(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor]
         why = None
     if why:
         return why
-    if not x.is_contiguous():
-        return "input_layout"
     if dy.dtype != x.dtype:
         return "grad_dtype"
-    if not dy.is_contiguous():
-        return "grad_layout"
     if not rstd.is_contiguous() or (mean is not None and not mean.is_contiguous()):
         return "stats_layout"
     has_weight = weight is not None
@@ -1633,6 +1623,14 @@ def _backward(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor], rstd:
     """(dx, dweight, dbias): normjit's backward kernel, or, after the fallback warning,
     PyTorch's gradient from the same statistics. dweight None without a weight, dbias None
     without a bias."""
+    # The kernel reads contiguous rows of x and dy: an input that the forward normalized in place
+    # from strided rows (a per-head view of a qkv projection; a channels-last input of a direct
+    # caller) and a non-contiguous gradient (y.sum()'s is expanded) are copied first, one more
+    # pass over each, which costs less than PyTorch's gradient.
+    if not x.is_contiguous():
+        x = x.contiguous()
+    if not dy.is_contiguous():
+        dy = dy.contiguous()
     decision = _backward_decision(op, arg, dy, x, mean, rstd, weight, has_bias, eps, offset)
     if decision.__class__ is tuple:
         kernel, batch, device = decision
