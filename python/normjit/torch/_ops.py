@@ -72,8 +72,8 @@ add_rms_norm_train, add_layer_norm_train, rms_norm_channels_train, layer_norm_ch
 group_norm_train) and the norms' <function>_backward ops (normjit's backward kernel through
 normjit_launch_backward, x and the gradient copied contiguous where they are not; or PyTorch's
 gradient, with a warning per reason, where it cannot serve: a gradient of another dtype, a problem
-the library has no backward kernel for (its message: rows or groups whose partials outgrow the backward workspace),
-a double backward).
+the library has no backward kernel for (its message: rows or groups whose partials outgrow the
+backward workspace), a double backward).
 """
 import math
 import threading
