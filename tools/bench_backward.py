@@ -3,10 +3,12 @@
 against PyTorch eager autograd, torch.compile's generated backward, Liger-Kernel's autograd
 Functions and a device-to-device copy of the bytes a backward must move.
 
-Problems: the seed problems of docs/design.md (f32 and bf16) and LLM rows (bf16 [tokens,
+Problems: the seed problems of docs/design.md (f32 and bf16), LLM rows (bf16 [tokens,
 hidden], hidden 4096/8192/16384, tokens 1024/4096/16384; RMSNorm with a weight, LayerNorm with
-weight and bias). For each one and each implementation the gradients of x, weight and bias for
-a fixed dy are checked against float64 and timed:
+weight and bias), the forward table's ViT/BERT LayerNorm rows, and Gemma's RMSNorm (bf16 x, an
+f32 weight used as 1 + w: the spec's param_dtype=f32 weight_offset=1; Gemma 2 and 3 hidden
+sizes, 4096 and 16384 tokens). For each one and each implementation the gradients of x, weight
+and bias for a fixed dy are checked against float64 and timed:
   normjit   its backward kernel alone (spec backward=true, normjit_prepare once, then
             normjit_launch_backward through the C API by ctypes), given x, dy and the
             statistics (mean, rstd in f32) a forward with save_stats writes;
@@ -20,7 +22,7 @@ a fixed dy are checked against float64 and timed:
             memory for its outputs: the same kernels);
   liger     the same on the output of Liger-Kernel's LigerRMSNormFunction /
             LigerLayerNormFunction / LigerGroupNormFunction (in_place=False for RMSNorm, so
-            dy is kept);
+            dy is kept; Gemma's with offset 1.0);
   copy      a copy_ of the problem's backward bytes: x, dy and dx, the statistics (rstd; mean
             too for LayerNorm and GroupNorm, f32 per row or per (n, group)), the parameters
             and their gradients, each once (what `normjit bench --backward` counts).
@@ -66,7 +68,40 @@ sys.path.insert(0, str(REPO / "tools"))
 import compare_torch as ct  # noqa: E402
 from normjit import _capi  # noqa: E402
 
-Problem = ct.Problem
+
+@dataclass(frozen=True)
+class Problem(ct.Problem):
+    """compare_torch's problem with the variant axes a backward kernel takes: weight_offset
+    (the weight used is weight_offset + weight, in f32: Gemma's 1) and param_dtype (weight and
+    its gradient in their own dtype; "" for x's)."""
+    weight_offset: float = 0.0
+    param_dtype: str = ""
+
+    def describe(self) -> str:
+        text = super().describe()
+        if self.weight_offset:
+            text += f" ({self.weight_offset:g} + w)"
+        if self.param_dtype:
+            text += f", {self.param_dtype} w"
+        return text
+
+    def validate(self) -> None:
+        super().validate()
+        assert not self.param_dtype or (self.param_dtype in ct.ELEMENT_BYTES
+                                        and self.affine != "none"), self.param_dtype
+        assert not self.weight_offset or self.affine != "none", self.weight_offset
+
+    @property
+    def param_bytes(self) -> int:
+        """Bytes of one element of weight, bias and their gradients."""
+        return ct.ELEMENT_BYTES[self.param_dtype or self.dtype]
+
+
+def as_backward(p: ct.Problem) -> Problem:
+    """compare_torch's problem p as a backward problem (no variant axes)."""
+    return Problem(**{f.name: getattr(p, f.name) for f in dataclasses.fields(ct.Problem)})
+
+
 IMPLS = ("normjit", "eager", "compile", "liger", "copy")
 PEERS = ("eager", "compile", "liger")
 TITLES = {"normjit": "normjit", "eager": "eager", "compile": "compile", "liger": "Liger",
@@ -81,9 +116,13 @@ GROUP_TITLES = {"seeds": "Seed problems (docs/design.md)",
                 "llm": "LLM rows (bf16 [tokens, hidden]; RMSNorm with weight, LayerNorm with "
                        "weight and bias)",
                 "transformer": "Transformer rows of 768 and 1024 features (ViT, BERT "
-                               "LayerNorm with weight and bias)"}
+                               "LayerNorm with weight and bias)",
+                "gemma": "Gemma RMSNorm (bf16 [tokens, hidden], f32 weight used as 1 + w: "
+                         "weight_offset=1)"}
 LLM_HIDDENS = (4096, 8192, 16384)
 LLM_TOKENS = (1024, 4096, 16384)
+GEMMA_HIDDENS = (2304, 3584, 5376)  # Gemma 2 2B and 9B, Gemma 3 27B
+GEMMA_TOKENS = (4096, 16384)
 LIGER_FUNCTIONS = {"rmsnorm": "rms_norm.LigerRMSNormFunction",
                    "layernorm": "layer_norm.LigerLayerNormFunction",
                    "groupnorm": "group_norm.LigerGroupNormFunction"}
@@ -91,7 +130,7 @@ LIGER_FUNCTIONS = {"rmsnorm": "rms_norm.LigerRMSNormFunction",
 
 def default_problems() -> list[Problem]:
     """The problem list. Add a line here to measure another shape."""
-    problems = [p for p in ct.default_problems() if p.group == "seeds"]
+    problems = [as_backward(p) for p in ct.default_problems() if p.group == "seeds"]
     for hidden in LLM_HIDDENS:
         for tokens in LLM_TOKENS:
             quick = hidden == 4096 and tokens == 4096
@@ -104,8 +143,12 @@ def default_problems() -> list[Problem]:
             ]
     # The forward table's ViT/BERT LayerNorm rows (compare_torch.py), f32 and bf16: rows of
     # 768 and 1024 run in CTAs of several teams.
-    problems += [dataclasses.replace(p, quick=False) for p in ct.default_problems()
+    problems += [dataclasses.replace(as_backward(p), quick=False) for p in ct.default_problems()
                  if p.group == "transformer" and p.dtype in ("f32", "bf16")]
+    problems += [Problem(f"gemma rmsnorm h{hidden} t{tokens}", "gemma", "rmsnorm",
+                         (tokens, hidden), "bf16", 1e-6, normalized_dims=1, affine="weight",
+                         weight_offset=1.0, param_dtype="f32")
+                 for hidden in GEMMA_HIDDENS for tokens in GEMMA_TOKENS]
     return problems
 
 
@@ -142,7 +185,7 @@ def backward_bytes(p: Problem) -> int:
     """x and dy read, dx written; the parameters read and their gradients written; the
     statistics read: each once."""
     e = ct.ELEMENT_BYTES[p.dtype]
-    params = p.param_count * math.prod(p.param_shape) * e
+    params = p.param_count * math.prod(p.param_shape) * p.param_bytes
     stats = (2 if has_mean(p) else 1) * math.prod(stats_shape(p)) * 4
     return 3 * p.numel * e + 2 * params + stats
 
@@ -150,8 +193,10 @@ def backward_bytes(p: Problem) -> int:
 def backward_spec(p: Problem) -> str:
     """normjit's spec text of p's backward kernel."""
     form = f"groups={p.groups}" if p.op == "groupnorm" else f"normalized_dims={p.normalized_dims}"
+    variants = (f" param_dtype={p.param_dtype}" if p.param_dtype else "") + \
+        (f" weight_offset={p.weight_offset!r}" if p.weight_offset else "")
     return (f"op={p.op} shape={','.join(map(str, p.shape))} dtype={p.dtype} {form} "
-            f"affine={p.affine} eps={p.eps!r} backward=true")
+            f"affine={p.affine} eps={p.eps!r}{variants} backward=true")
 
 
 def liger_support(p: Problem) -> str:
@@ -256,7 +301,7 @@ def row_from_dict(d: dict) -> Row:
     kw = {k: v for k, v in d.items() if k in names}
     pd = dict(kw["problem"])
     pd["shape"] = tuple(pd["shape"])
-    kw["problem"] = Problem(**pd)
+    kw["problem"] = Problem(**pd)  # a JSON of before the variant axes: their defaults
     for impl in IMPLS:
         kw[impl] = ct.Measurement(**kw.get(impl, {}))
     checks = {}
@@ -419,15 +464,17 @@ def render_section(rep: Report) -> str:
         "computed by PyTorch in float64 from x and rounded). Eager: "
         "`torch.autograd.grad(y, [x, weight, bias], dy, retain_graph=True)` on the output of "
         "the PyTorch module (`nn.RMSNorm`, `nn.LayerNorm`, `nn.GroupNorm`; the channel RMSNorm "
-        "as `x / sqrt(mean(x^2, dim=1) + eps)` in fp32 math): its backward kernels. Compile: "
+        "as `x / sqrt(mean(x^2, dim=1) + eps)` in fp32 math; Gemma's RMSNorm as transformers' "
+        "`GemmaRMSNorm` computes it, x normalized in f32 times `(1 + weight.float())`, cast to "
+        "x's dtype): its backward kernels. Compile: "
         "the same call on the output of `torch.compile(module, dynamic=False)`, so that the "
         "backward graph AOTAutograd generates and Inductor compiles runs (compiled at the first "
         "call, excluded); `torch._functorch.config.donated_buffer` is off because a backward "
         "with donated buffers refuses `retain_graph=True` (donation only lets the backward "
         "reuse saved tensors' memory for its outputs). Liger: the same call on the output of "
         "Liger-Kernel's `LigerRMSNormFunction.apply(x, w, eps, 0.0, \"gemma\", False, None)` "
-        "(in_place False: dy kept), `LigerLayerNormFunction.apply(x, w, b, eps)`, "
-        "`LigerGroupNormFunction.apply(x, w, b, C, G, eps)`, several trailing dims as one row. "
+        "(in_place False: dy kept; offset 1.0 for Gemma's), "
+        "`LigerLayerNormFunction.apply(x, w, b, eps)`, `LigerGroupNormFunction.apply(x, w, b, C, G, eps)`, several trailing dims as one row. "
         "Every peer's time includes whatever its backward launches (reductions of partial "
         "dweight sums, casts).")
     add(f"- GPU times: CUDA events around each call, median of {s.get('reps')} calls after "
@@ -456,8 +503,8 @@ def render_section(rep: Report) -> str:
         "way; a time whose gradients failed is marked **FAIL** (and it is no best peer). "
         "`n/a [k]`: the implementation has no backward for that problem, for the reason in "
         "note k under the table (for normjit: the library's own message).")
-    add(f"- x: RMSNorm N(1, 2), LayerNorm/GroupNorm N(3, 1.5); weight N(1, 0.5), bias N(0, 1); "
-        f"random seed {s.get('seed')}.")
+    add(f"- x: RMSNorm N(1, 2), LayerNorm/GroupNorm N(3, 1.5); weight N(1, 0.5) (Gemma's "
+        f"N(0, 0.5), used as 1 + w), bias N(0, 1); random seed {s.get('seed')}.")
     absent = [r.liger.message for r in rep.rows if r.liger.status == "absent"]
     if absent:
         add(f"- **Liger-Kernel is absent from this run**: {absent[0]}. scripts/perf_backward.sh "
@@ -636,6 +683,24 @@ def reference(p: Problem, x, dy, weight):
             None if mean is None else mean.reshape(sshape), rstd.reshape(sshape))
 
 
+def gemma_rms_norm(p: Problem, weight):
+    """transformers' GemmaRMSNorm (its forward's expression: x normalized in f32, times
+    (1 + weight) in f32, cast back to x's dtype) with normjit's weight; weight_offset as
+    its 1."""
+    import torch
+
+    class GemmaRMSNorm(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(weight.detach().clone())
+
+        def forward(self, x):
+            xf = x.float()
+            out = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + p.eps)
+            return (out * (p.weight_offset + self.weight.float())).type_as(x)
+    return GemmaRMSNorm()
+
+
 def param_sum(p: Problem, t):
     """t summed over every dim but the parameters' (dim 1 of the channel forms, the trailing
     dims of the others)."""
@@ -768,7 +833,7 @@ class Bench:
         """grads (dx, dweight or None, dbias or None) against float64."""
         torch = self.torch
         dx, dw, db = grads
-        w64 = weight.double() if weight is not None else None
+        w64 = weight.double() + p.weight_offset if weight is not None else None  # the weight used
         zero = lambda: torch.zeros((), dtype=torch.float64, device=self.dev)  # noqa: E731
         err2, ref2 = zero(), zero()
         bad = torch.zeros((), dtype=torch.int64, device=self.dev)
@@ -855,10 +920,13 @@ class Bench:
         xs = [self.random(p.shape, p.dtype, p.dists[0]) for _ in range(n)]
         dys = [self.random(p.shape, p.dtype, DY) for _ in range(n)]
         weight = bias = None
+        param = p.param_dtype or p.dtype
         if p.affine in ("weight", "both"):
-            weight = self.random(p.param_shape, p.dtype, ct.InputDist(1.0, 0.5))
+            # The weight used is near 1 either way (Gemma's own weights are near 0: 1 + w).
+            weight = self.random(p.param_shape, param,
+                                 ct.InputDist(1.0 - p.weight_offset, 0.5))
         if p.affine == "both":
-            bias = self.random(p.param_shape, p.dtype, ct.InputDist(0.0, 1.0))
+            bias = self.random(p.param_shape, param, ct.InputDist(0.0, 1.0))
 
         with torch.no_grad():
             self.run_normjit(p, row, xs, dys, weight)
@@ -930,8 +998,8 @@ class Bench:
             row = math.prod(p.param_shape)
             wf = w.reshape(row) if w is not None else None
             if p.op == "rmsnorm":
-                return (lambda x: fn.apply(x.reshape(-1, row), wf, p.eps, 0.0, "gemma", False,
-                                           None)), params
+                return (lambda x: fn.apply(x.reshape(-1, row), wf, p.eps, p.weight_offset,
+                                           "gemma", False, None)), params
             bf = b.reshape(row)
             return (lambda x: fn.apply(x.reshape(-1, row), wf, bf, p.eps)), params
         saved = ct.DEVICE
@@ -940,6 +1008,8 @@ class Bench:
             if p.op == "rmsnorm" and p.normalized_dims == 0:
                 w = weight.detach().clone().requires_grad_() if weight is not None else None
                 module = ct.make_channel_rmsnorm(p.eps, w)
+            elif p.weight_offset:
+                module = gemma_rms_norm(p, weight)
             else:
                 module = ct.make_module(p, weight, bias)
         finally:
@@ -1062,7 +1132,9 @@ def write_outputs(rep: Report, args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace, problems: list[Problem], command: str, nj: Any = None,
         cuda: bool = True) -> int:
-    """Measures problems; nj (a stand-in of CApi) and cuda=False run the flow on the CPU."""
+    """Measures problems (compare_torch's taken as backward problems without variant axes);
+    nj (a stand-in of CApi) and cuda=False run the flow on the CPU."""
+    problems = [p if isinstance(p, Problem) else as_backward(p) for p in problems]
     try:
         import torch
     except ImportError as e:
@@ -1191,11 +1263,20 @@ def fake_report() -> Report:
     rows.append(Row(p, backward_bytes(p), error="OutOfMemoryError: x"))
     p = ps["llm rmsnorm h8192 t4096 bf16"]
     rows.append(Row(p, backward_bytes(p), skipped="the time budget (--budget-s 540) ran out"))
+    p = ps["gemma rmsnorm h2304 t4096 bf16"]
+    rows.append(Row(p, backward_bytes(p), spec=backward_spec(p), normjit=ok(0.020),
+                    eager=ok(0.070, True), compile=ok(0.024, True), liger=ok(0.026, True),
+                    copy=ok(0.018), checks={"normjit": good(dx_err=3e-3, dw_err=2e-6,
+                                                            dw_bound=1e-2)}))
     return Report(env={"device": "FakeGPU (132 SMs)", "PyTorch": "2.11.0", "Liger-Kernel": "0.8.5"},
                   command="python3 tools/bench_backward.py --selftest",
                   date_utc="2026-01-01 00:00 UTC", settings={"reps": 20, "warmup": 3, "seed": 7},
-                  copy_gbps=3000.0, rows=rows, planned=7,
+                  copy_gbps=3000.0, rows=rows, planned=8,
                   warnings=["seed rmsnorm f32: a warning"])
+
+
+def col_of(header: str) -> int:
+    return HEADERS.index(header)
 
 
 def selftest() -> int:
@@ -1203,7 +1284,7 @@ def selftest() -> int:
     for p in problems:
         p.validate()
     keys = [p.key for p in problems]
-    assert len(keys) == len(set(keys)) == 6 + 18 + 8, keys
+    assert len(keys) == len(set(keys)) == 6 + 18 + 8 + 6, keys
     by = {p.key: p for p in problems}
     rms, ln, gn = by["seed rmsnorm f32"], by["seed layernorm bf16"], by["seed groupnorm f32"]
     n = 112 * 64 * 512 * 512
@@ -1239,6 +1320,15 @@ def selftest() -> int:
     assert len(tr) == 8 and {p.affine for p in tr} == {"both"}
     assert backward_spec(tr[1]) == ("op=layernorm shape=12608,768 dtype=bf16 normalized_dims=1 "
                                     "affine=both eps=1e-06 backward=true"), backward_spec(tr[1])
+    gemma = select(parse_args(["--only", "gemma"]))
+    assert len(gemma) == 6 and not select(parse_args(["--only", "gemma", "--quick"]))
+    g = by["gemma rmsnorm h3584 t4096 bf16"]
+    assert backward_spec(g) == ("op=rmsnorm shape=4096,3584 dtype=bf16 normalized_dims=1 "
+                                "affine=weight eps=1e-06 param_dtype=f32 weight_offset=1.0 "
+                                "backward=true"), backward_spec(g)
+    assert backward_bytes(g) == 3 * 4096 * 3584 * 2 + 2 * 3584 * 4 + 4096 * 4
+    assert g.describe() == "last dim, w (1 + w), f32 w" and liger_support(g) == ""
+    assert as_backward(ct.default_problems()[0]).weight_offset == 0.0
 
     # Markdown of a fake run.
     rep = fake_report()
@@ -1246,11 +1336,14 @@ def selftest() -> int:
     assert md.startswith(ct.BACKWARD_BEGIN) and md.endswith(ct.BACKWARD_END)
     tables = ct.check_tables(md)
     summ = [t for t in tables if t[0][0] == "problems"]
-    assert len(summ) == 1 and len(summ[0]) == 3, summ
+    assert len(summ) == 1 and len(summ[0]) == 4, summ
     assert summ[0][1][2:] == ["1 of 1", "90–90%", "1 of 1 pass, 1 n/a"], summ[0][1]
     assert summ[0][2][1:] == ["3", "1 of 2", "83–91%", "**1 FAIL**, 1 of 2 pass"], summ[0][2]
+    assert summ[0][3][1:] == ["1", "1 of 1", "90–90%", "1 of 1 pass"], summ[0][3]
     per = [t for t in tables if t[0] == HEADERS]
-    assert len(per) == 2
+    assert len(per) == 3
+    r = per[2][1]
+    assert r[col_of("reduced")] == "last dim, w (1 + w), f32 w" and r[col_of("vs best")] == "1.20x"
     col = {h: i for i, h in enumerate(HEADERS)}
     seeds = {r[col["problem"]] + " " + r[col["dtype"]]: r for r in per[0][1:]}
     r = seeds["seed rmsnorm f32"]
@@ -1273,7 +1366,7 @@ def selftest() -> int:
     assert llm_rows[2][col["check"]] == "error" and llm_rows[3][col["check"]] == "skipped"
     for needle in ("- [1] normjit n/a: backward=true is not yet supported for the channel form",
                    "- [2] Liger n/a: LigerRMSNormFunction normalizes the last dim only",
-                   "Incomplete run: 5 of 7 problems", "FakeGPU", "random seed 7",
+                   "Incomplete run: 6 of 8 problems", "FakeGPU", "random seed 7",
                    "`python3 tools/bench_backward.py --selftest`", "3000 GB/s",
                    "OutOfMemoryError: x", "1 problems skipped", "Liger's gradients off float64",
                    "5 non-finite", "a warning", "retain_graph=True", "donated_buffer",

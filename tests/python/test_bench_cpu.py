@@ -112,6 +112,8 @@ class BackwardStandIn:
         p = ct.Problem("x", "t", fields["op"], shape, fields["dtype"], float(fields["eps"]),
                        normalized_dims=int(fields["normalized_dims"]), affine=fields["affine"])
         dt = ct.torch_dtype(p.dtype)
+        pt = ct.torch_dtype(fields.get("param_dtype", p.dtype))  # weight and its gradients
+        offset = float(fields.get("weight_offset", 0.0))
 
         def call():
             self.launches.append((kernel, batch, dict(ptrs)))
@@ -122,14 +124,14 @@ class BackwardStandIn:
             _, _, _, _, rstd_ref = bb.reference(p, x, x, None)
             # The statistics handed over are the float64 ones rounded to float32.
             assert torch.equal(rstd, rstd_ref.float().reshape(rstd.shape))
-            w = host_tensor(torch, ptrs["weight"], p.param_shape, dt).double() \
+            w = host_tensor(torch, ptrs["weight"], p.param_shape, pt).double() + offset \
                 if ptrs["weight"] else None
             rdx, wterm, bterm, _, _ = bb.reference(p, x, dy, w)
             dx.copy_(rdx)
             if ptrs["dweight"]:
-                host_tensor(torch, ptrs["dweight"], p.param_shape, dt).copy_(bb.param_sum(p, wterm))
+                host_tensor(torch, ptrs["dweight"], p.param_shape, pt).copy_(bb.param_sum(p, wterm))
             if ptrs["dbias"]:
-                host_tensor(torch, ptrs["dbias"], p.param_shape, dt).copy_(bb.param_sum(p, bterm))
+                host_tensor(torch, ptrs["dbias"], p.param_shape, pt).copy_(bb.param_sum(p, bterm))
         return call
 
 
@@ -159,6 +161,8 @@ def test_backward_flow_on_cpu(liger, tmp_path):
           affine="weight"),
         P("ln rows", "llm", "layernorm", (16, 64), "bf16", 1e-5, normalized_dims=1,
           affine="both"),
+        bb.Problem("gemma rows", "gemma", "rmsnorm", (16, 96), "bf16", 1e-6, normalized_dims=1,
+                   affine="weight", weight_offset=1.0, param_dtype="f32"),
     ]
     doc, out = tmp_path / "performance.md", tmp_path / "b.json"
     args = bb.parse_args(["--reps", "2", "--warmup", "1", "--compile-backend", "aot_eager",
@@ -176,18 +180,23 @@ def test_backward_flow_on_cpu(liger, tmp_path):
     for name in ("rms channel", "gn"):
         assert rows[name].normjit.status == "n/a" and "not yet supported" in rows[name].normjit.message
         assert "normjit" not in rows[name].checks
-    for name in ("ln 3 dims", "rms rows", "ln rows"):
+    for name in ("ln 3 dims", "rms rows", "ln rows", "gemma rows"):
         r = rows[name]
         assert r.normjit.status == "ok" and r.passed and len(r.normjit.times_ms) == 2
         c = r.checks["normjit"]
         assert c.dw_err is not None and (c.db_err is not None) == (r.problem.affine == "both")
     # One launch per rotating set, each on its own set's pointers.
     kernels = {k for k, _, _ in nj.launches}
-    assert len(kernels) == 3 and len({p["x"] for _, _, p in nj.launches}) > 3
+    assert len(kernels) == 4 and len({p["x"] for _, _, p in nj.launches}) > 3
     # Liger: n/a for the channel form and for rows it cannot hold; its wrong dweight is FAIL.
     assert rows["rms channel"].liger.status == "n/a"
     assert rows["gn"].liger.status == "ok" and rows["gn"].checks["liger"].passed
     assert rows["rms rows"].checks["liger"].passed and rows["rms rows"].liger.passed
+    # Gemma: the weight used is 1 + w (f32) for every implementation, and normjit's spec says so.
+    gemma = rows["gemma rows"]
+    assert gemma.spec.endswith("param_dtype=f32 weight_offset=1.0 backward=true"), gemma.spec
+    assert all(gemma.checks[k].passed for k in ("normjit", "eager", "compile", "liger"))
+    assert gemma.problem.weight_offset == 1.0 and gemma.problem.param_dtype == "f32"
     wrong = rows["ln rows"]
     assert wrong.liger.passed is False and not wrong.checks["liger"].passed
     assert wrong.checks["liger"].dw_err > wrong.checks["liger"].dw_bound
@@ -215,7 +224,7 @@ def test_backward_gradients_that_are_wrong_fail(tmp_path):
     args = bb.parse_args(["--reps", "1", "--warmup", "0", "--seed", "5"])
     rep = bb.Report(env={}, command="", date_utc="", settings={})
     bench = bb.Bench(args, None, rep, 1 << 16, cuda=False)
-    p = ct.Problem("ln", "t", "layernorm", (64, 256), "f32", 1e-5, normalized_dims=1,
+    p = bb.Problem("ln", "t", "layernorm", (64, 256), "f32", 1e-5, normalized_dims=1,
                    affine="both")
     x = bench.random(p.shape, "f32", p.dists[0])
     dy = bench.random(p.shape, "f32", bb.DY)
