@@ -10,7 +10,6 @@ autograd of PyTorch's reference, the fallbacks of the backward (a non-contiguous
 library has no backward kernel for, double backward), torch.compile(fullgraph=True) tracing
 forward and backward ops, and normjit._launch.launch_backward against ctypes. Needs PyTorch;
 no GPU."""
-import ctypes
 import math
 import os
 import subprocess
@@ -27,6 +26,7 @@ import normjit  # noqa: E402
 import normjit.torch as njt  # noqa: E402
 from normjit.torch import _ops  # noqa: E402
 from conftest import launch_path_into  # noqa: E402
+from emulator import Emulator  # noqa: E402
 
 # fresh_warnings: conftest.py; each test starts with no fallback warning given yet.
 pytestmark = pytest.mark.usefixtures("fresh_warnings")
@@ -264,130 +264,6 @@ def test_backward_ops_name_wrong_arguments(call, error, match, quiet):
 # The library emulated: CPU tensors take the launch path, the emulator computes in float64
 # from the host memory behind the pointers and writes what the kernel would
 # ---------------------------------------------------------------------------------------
-
-_DT = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
-
-
-def memory(pointer, n, dtype):
-    """n elements of dtype at a host address, as a tensor sharing that memory."""
-    size = torch.empty((), dtype=dtype).element_size()
-    return torch.frombuffer((ctypes.c_char * (n * size)).from_address(pointer), dtype=dtype)
-
-
-class Emulator:
-    """normjit's engine and launch functions for CPU tensors: prepare records spec texts (and,
-    with `library`, asks a real engine whether it takes the spec, for sm_90); launches record
-    their arguments and compute into the memory the pointers name."""
-
-    def __init__(self):
-        self.specs, self.launches, self.by_handle = [], [], {}
-        self.library = None  # a normjit.Engine: prepare refuses what it refuses
-
-    def prepare(self, spec):
-        if self.library is not None:
-            self.library.precompile(spec, arch="sm_90")
-        self.specs.append(spec)
-        handle = 0x7F0000001000 + 0x100 * len(self.specs)
-        fields = dict(f.split("=", 1) for f in spec.split())
-        shape = [int(s) for s in fields["shape"].split(",")]
-        k = int(fields["normalized_dims"])
-        dtype = _DT[fields["dtype"]]
-        self.by_handle[handle] = {
-            "op": fields["op"], "row": math.prod(shape[len(shape) - k:]), "dtype": dtype,
-            "param": _DT[fields.get("param_dtype", fields["dtype"])], "affine": fields["affine"],
-            "stats": fields.get("save_stats") == "true",
-            "offset": float(fields.get("weight_offset", 0)),
-            "residual": _DT.get(fields.get("residual")),
-            "backward": fields.get("backward") == "true"}
-        return handle
-
-    def _forward(self, kernel, x, y, weight, bias, batch, eps, mean=None, rstd=None,
-                 residual=None, residual_out=None, rows=None):
-        s = self.by_handle[kernel]
-        assert not s["backward"]
-        n = s["row"]
-        if rows is None:
-            xd = memory(x, batch * n, s["dtype"]).double().view(batch, n)
-        else:  # x's rows strided (row r at (r // inner_rows) * outer + (r % inner_rows) * inner)
-            inner_rows, outer, inner, *others = rows
-            assert residual is None and not any(others), rows  # y's rows contiguous
-            r = torch.arange(batch)
-            start = (r // inner_rows) * outer + (r % inner_rows) * inner
-            xs = memory(x, int(start[-1]) + n, s["dtype"]).double()
-            xd = xs[start[:, None] + torch.arange(n)]
-        assert (residual is not None) == (residual_out is not None) == (s["residual"] is not None)
-        if residual is not None:  # h = x + residual, rounded to the residual's dtype, normalized
-            h = xd + memory(residual, batch * n, s["residual"]).double().view(batch, n)
-            out = memory(residual_out, batch * n, s["residual"])
-            out.copy_(h.flatten())
-            xd = out.double().view(batch, n)
-        if s["op"] == "rmsnorm":
-            r = torch.rsqrt(xd.square().mean(1, keepdim=True) + eps)
-            yd, m = xd * r, None
-        else:
-            m = xd.mean(1, keepdim=True)
-            r = torch.rsqrt((xd - m).square().mean(1, keepdim=True) + eps)
-            yd = (xd - m) * r
-        if weight is not None:
-            yd = yd * (s["offset"] + memory(weight, n, s["param"]).double())
-        if bias is not None:
-            yd = yd + memory(bias, n, s["param"]).double()
-        memory(y, batch * n, s["dtype"]).copy_(yd.flatten())
-        if rstd is not None:
-            memory(rstd, batch, torch.float32).copy_(r.flatten())
-        if mean is not None:
-            memory(mean, batch, torch.float32).copy_(m.flatten())
-        return 0
-
-    def launch(self, kernel, x, y, weight, bias, batch, eps, stream):
-        self.launches.append(("launch", (kernel, x, y, weight, bias, batch, eps, stream)))
-        return self._forward(kernel, x, y, weight, bias, batch, eps)
-
-    def launch_ex(self, kernel, x, y, weight, bias, batch, eps, residual, residual_out, scale,
-                  mean, rstd, stream, rows):
-        self.launches.append(("launch_ex", dict(kernel=kernel, x=x, y=y, mean=mean, rstd=rstd,
-                                                batch=batch)))
-        assert scale is None
-        assert self.by_handle[kernel]["stats"] == (rstd is not None)
-        return self._forward(kernel, x, y, weight, bias, batch, eps, mean, rstd, residual,
-                             residual_out, rows)
-
-    def launch_backward(self, kernel, x, dy, mean, rstd, weight, dx, dweight, dbias, batch,
-                        stream):
-        self.launches.append(("launch_backward", dict(
-            kernel=kernel, x=x, dy=dy, mean=mean, rstd=rstd, weight=weight, dx=dx,
-            dweight=dweight, dbias=dbias, batch=batch)))
-        s = self.by_handle[kernel]
-        assert s["backward"]
-        n = s["row"]
-        xd = memory(x, batch * n, s["dtype"]).double().view(batch, n)
-        dyd = memory(dy, batch * n, s["dtype"]).double().view(batch, n)
-        r = memory(rstd, batch, torch.float32).double().view(batch, 1)
-        if s["op"] == "rmsnorm":
-            assert mean is None
-            xhat = xd * r
-        else:
-            xhat = (xd - memory(mean, batch, torch.float32).double().view(batch, 1)) * r
-        g = dyd * (s["offset"] + memory(weight, n, s["param"]).double()) \
-            if weight is not None else dyd
-        dxd = g - xhat * (g * xhat).mean(1, keepdim=True)
-        if s["op"] == "layernorm":
-            dxd = dxd - g.mean(1, keepdim=True)
-        memory(dx, batch * n, s["dtype"]).copy_((r * dxd).flatten())
-        assert (dweight is not None) == (s["affine"] != "none")
-        assert (dbias is not None) == (s["affine"] == "both")
-        if dweight is not None:
-            memory(dweight, n, s["param"]).copy_((dyd * xhat).sum(0))
-        if dbias is not None:
-            memory(dbias, n, s["param"]).copy_(dyd.sum(0))
-        return 0
-
-    def kinds(self):
-        return [kind for kind, _ in self.launches]
-
-    def last(self, kind):
-        return next(args for k, args in reversed(self.launches) if k == kind)
-
 
 @pytest.fixture
 def emu(monkeypatch):
