@@ -7,11 +7,16 @@ Problems: the seed problems of docs/design.md (f32 and bf16), LLM rows (bf16 [to
 hidden], hidden 4096/8192/16384, tokens 1024/4096/16384; RMSNorm with a weight, LayerNorm with
 weight and bias), the forward table's ViT/BERT LayerNorm rows, and Gemma's RMSNorm (bf16 x, an
 f32 weight used as 1 + w: the spec's param_dtype=f32 weight_offset=1; Gemma 2 and 3 hidden
-sizes, 4096 and 16384 tokens). For each one and each implementation the gradients of x, weight
+sizes, 4096 and 16384 tokens), and the fused residual add + RMSNorm (bf16 x and residual, hidden
+4096 and 8192, 4096 and 16384 tokens: the gradients of x, residual and weight, given those of y
+and of h = x + residual). For each one and each implementation the gradients of x, weight
 and bias for a fixed dy are checked against float64 and timed:
   normjit   its backward kernel alone (spec backward=true, normjit_prepare once, then
             normjit_launch_backward through the C API by ctypes), given x, dy and the
-            statistics (mean, rstd in f32) a forward with save_stats writes;
+            statistics (mean, rstd in f32) a forward with save_stats writes; for add + RMSNorm,
+            torch.autograd.grad of normjit.torch.add_rms_norm's (y, h) (its training op, whose
+            backward is the RMSNorm backward kernel on h plus h's own gradient, added by
+            PyTorch);
   eager     torch.autograd.grad(y, [x, weight, bias], dy, retain_graph=True) on the PyTorch
             module's output (the backward kernels of nn.LayerNorm, nn.GroupNorm, nn.RMSNorm;
             the channel RMSNorm's autograd of its expression);
@@ -22,7 +27,8 @@ and bias for a fixed dy are checked against float64 and timed:
             memory for its outputs: the same kernels);
   liger     the same on the output of Liger-Kernel's LigerRMSNormFunction /
             LigerLayerNormFunction / LigerGroupNormFunction (in_place=False for RMSNorm, so
-            dy is kept; Gemma's with offset 1.0);
+            dy is kept; Gemma's with offset 1.0); LigerFusedAddRMSNormFunction for add +
+            RMSNorm (its one backward kernel takes h's gradient);
   copy      a copy_ of the problem's backward bytes: x, dy and dx, the statistics (rstd; mean
             too for LayerNorm and GroupNorm, f32 per row or per (n, group)), the parameters
             and their gradients, each once (what `normjit bench --backward` counts).
@@ -53,11 +59,13 @@ import datetime
 import gc
 import json
 import math
+import os
 import shlex
 import statistics
 import sys
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -76,9 +84,12 @@ class Problem(ct.Problem):
     its gradient in their own dtype; "" for x's)."""
     weight_offset: float = 0.0
     param_dtype: str = ""
+    residual: str = ""  # the residual's dtype: the backward of add + norm (h = x + residual)
 
     def describe(self) -> str:
         text = super().describe()
+        if self.residual:
+            text = f"h = x + r ({self.residual}), " + text
         if self.weight_offset:
             text += f" ({self.weight_offset:g} + w)"
         if self.param_dtype:
@@ -90,6 +101,8 @@ class Problem(ct.Problem):
         assert not self.param_dtype or (self.param_dtype in ct.ELEMENT_BYTES
                                         and self.affine != "none"), self.param_dtype
         assert not self.weight_offset or self.affine != "none", self.weight_offset
+        assert not self.residual or (self.residual == self.dtype and self.op == "rmsnorm"
+                                     and self.normalized_dims == 1), self.residual
 
     @property
     def param_bytes(self) -> int:
@@ -118,11 +131,16 @@ GROUP_TITLES = {"seeds": "Seed problems (docs/design.md)",
                 "transformer": "Transformer rows of 768 and 1024 features (ViT, BERT "
                                "LayerNorm with weight and bias)",
                 "gemma": "Gemma RMSNorm (bf16 [tokens, hidden], f32 weight used as 1 + w: "
-                         "weight_offset=1)"}
+                         "weight_offset=1)",
+                "add": "add + RMSNorm (bf16 x and residual [tokens, hidden], weight; the "
+                       "gradients of x, residual and weight from those of y and h)"}
 LLM_HIDDENS = (4096, 8192, 16384)
 LLM_TOKENS = (1024, 4096, 16384)
 GEMMA_HIDDENS = (2304, 3584, 5376)  # Gemma 2 2B and 9B, Gemma 3 27B
 GEMMA_TOKENS = (4096, 16384)
+ADD_HIDDENS = (4096, 8192)
+ADD_TOKENS = (4096, 16384)
+LIGER_ADD = "fused_add_rms_norm.LigerFusedAddRMSNormFunction"
 LIGER_FUNCTIONS = {"rmsnorm": "rms_norm.LigerRMSNormFunction",
                    "layernorm": "layer_norm.LigerLayerNormFunction",
                    "groupnorm": "group_norm.LigerGroupNormFunction"}
@@ -149,6 +167,9 @@ def default_problems() -> list[Problem]:
                          (tokens, hidden), "bf16", 1e-6, normalized_dims=1, affine="weight",
                          weight_offset=1.0, param_dtype="f32")
                  for hidden in GEMMA_HIDDENS for tokens in GEMMA_TOKENS]
+    problems += [Problem(f"add rmsnorm h{hidden} t{tokens}", "add", "rmsnorm", (tokens, hidden),
+                         "bf16", 1e-6, normalized_dims=1, affine="weight", residual="bf16")
+                 for hidden in ADD_HIDDENS for tokens in ADD_TOKENS]
     return problems
 
 
@@ -183,15 +204,16 @@ def launch_batch(p: Problem) -> int:
 
 def backward_bytes(p: Problem) -> int:
     """x and dy read, dx written; the parameters read and their gradients written; the
-    statistics read: each once."""
+    statistics read: each once. add + norm: h, dy and h's gradient read, one gradient of x
+    and of residual (the same values) written."""
     e = ct.ELEMENT_BYTES[p.dtype]
     params = p.param_count * math.prod(p.param_shape) * p.param_bytes
     stats = (2 if has_mean(p) else 1) * math.prod(stats_shape(p)) * 4
-    return 3 * p.numel * e + 2 * params + stats
+    return (4 if p.residual else 3) * p.numel * e + 2 * params + stats
 
 
 def backward_spec(p: Problem) -> str:
-    """normjit's spec text of p's backward kernel."""
+    """normjit's spec text of p's backward kernel (add + norm: the norm's, on h)."""
     form = f"groups={p.groups}" if p.op == "groupnorm" else f"normalized_dims={p.normalized_dims}"
     variants = (f" param_dtype={p.param_dtype}" if p.param_dtype else "") + \
         (f" weight_offset={p.weight_offset!r}" if p.weight_offset else "")
@@ -477,6 +499,17 @@ def render_section(rep: Report) -> str:
         "`LigerLayerNormFunction.apply(x, w, b, eps)`, `LigerGroupNormFunction.apply(x, w, b, C, G, eps)`, several trailing dims as one row. "
         "Every peer's time includes whatever its backward launches (reductions of partial "
         "dweight sums, casts).")
+    add("- add + RMSNorm rows: every implementation, normjit included, through "
+        "`torch.autograd.grad([y, h], [x, residual, weight], [dy, dh], retain_graph=True)` of "
+        "its (y, h): normjit `normjit.torch.add_rms_norm(x, r, H, w, eps)` (its training op: "
+        "the RMSNorm backward kernel on the saved h, then h's own gradient added by PyTorch), "
+        "eager and compile the expression of its docstring (`h = (x.float() + "
+        "r.float()).to(r.dtype)`, `F.rms_norm(h, (H,), w, eps)`), Liger "
+        "`LigerFusedAddRMSNormFunction.apply(x, r, w, eps, 0.0, \"gemma\", False)` (one "
+        "backward kernel that takes h's gradient). Their gradients of x and of residual are "
+        "checked as dx - dh against the RMSNorm gradient at h (the worse of the two shown); "
+        "`MB moved`: h, dy and dh read, one gradient written (the same values for x and "
+        "residual), the weight and its gradient, rstd.")
     add(f"- GPU times: CUDA events around each call, median of {s.get('reps')} calls after "
         f"{s.get('warmup')} warm-up calls, a sleep kernel queued first long enough that the "
         "host enqueues every timed call while the GPU is busy (the events bracket GPU work, "
@@ -726,6 +759,7 @@ class Bench:
         self.gen = torch.Generator(device=self.dev)
         self.gen.manual_seed(args.seed)
         self.liger, rep.env["Liger-Kernel"] = ct.load_liger(*LIGER_FUNCTIONS.values())
+        self.liger_add, self.liger_add_why = ct.load_liger(LIGER_ADD)
         self.stream = torch.cuda.current_stream().cuda_stream if cuda else 0
         self.started = time.perf_counter()
         self.broken = ""
@@ -741,7 +775,7 @@ class Bench:
         return t.normal_(dist.mean, dist.std, generator=self.gen)
 
     def rotation(self, p: Problem) -> int:
-        per_set = 3 * p.numel * ct.ELEMENT_BYTES[p.dtype]
+        per_set = (5 if p.residual else 3) * p.numel * ct.ELEMENT_BYTES[p.dtype]
         return max(1, min(256, math.ceil(4 * self.l2 / per_set)))
 
     def sync(self) -> None:
@@ -915,6 +949,9 @@ class Bench:
         return row
 
     def _run(self, p: Problem, row: Row) -> None:
+        if p.residual:
+            self._run_add(p, row)
+            return
         torch = self.torch
         n = row.rotation
         xs = [self.random(p.shape, p.dtype, p.dists[0]) for _ in range(n)]
@@ -1071,6 +1108,115 @@ class Bench:
         del ys, leaves, forward, params
         self.free()
 
+    # -- add + RMSNorm: every implementation through autograd --------------------------------
+
+    def _run_add(self, p: Problem, row: Row) -> None:
+        n = row.rotation
+        xs = [self.random(p.shape, p.dtype, p.dists[0]) for _ in range(n)]
+        rs = [self.random(p.shape, p.residual, p.dists[0]) for _ in range(n)]
+        dys = [self.random(p.shape, p.dtype, DY) for _ in range(n)]
+        dhs = [self.random(p.shape, p.residual, DY) for _ in range(n)]
+        weight = self.random(p.param_shape, p.param_dtype or p.dtype,
+                             ct.InputDist(1.0 - p.weight_offset, 0.5))
+        for impl in ("normjit", "eager", "compile", "liger"):
+            m = row.impl(impl)
+            if impl == "compile" and self.args.skip_compile:
+                m.status = "skipped"
+            elif impl == "liger" and not self.liger_add:
+                m.status, m.message = "absent", self.liger_add_why
+            else:
+                self.run_add_autograd(p, row, impl, xs, rs, dys, dhs, weight)
+            self.free()
+        del xs, rs, dys, dhs, weight
+        self.free()
+        row.copy = self.measure_copy(row.bytes_moved, n)
+
+    def add_forward_of(self, p: Problem, impl: str, weight) -> tuple[Callable, Any]:
+        """((x, residual) -> (y, h) of impl, the weight it differentiates: a fresh copy of
+        weight that requires grad)."""
+        torch = self.torch
+        w = weight.detach().clone().requires_grad_()
+        shape, eps = p.param_shape, p.eps
+        if impl == "normjit":
+            import normjit.torch as njt
+            return (lambda x, r: njt.add_rms_norm(x, r, shape, w, eps)), w
+        if impl == "liger":
+            fn, row = self.liger_add[LIGER_ADD], math.prod(shape)
+            return (lambda x, r: fn.apply(x.reshape(-1, row), r.reshape(-1, row), w, eps, 0.0,
+                                          "gemma", False)), w
+
+        def expression(x, r):  # normjit.torch.add_rms_norm's docstring
+            h = (x.float() + r.float()).to(r.dtype)
+            return torch.nn.functional.rms_norm(h, shape, w, eps), h
+        if impl == "compile":
+            import torch._dynamo
+            import torch._functorch.config
+            torch._dynamo.reset()
+            torch._functorch.config.donated_buffer = False
+            return torch.compile(expression, dynamic=False,
+                                 backend=self.args.compile_backend), w
+        return expression, w
+
+    def run_add_autograd(self, p: Problem, row: Row, impl: str, xs: list, rs: list, dys: list,
+                         dhs: list, weight) -> None:
+        """impl's backward of (y, h): torch.autograd.grad([y, h], [x, residual, weight],
+        [dy, dh]), graphs kept and rotated like the inputs. normjit n/a where its call fell
+        back to PyTorch (the warning's text)."""
+        torch = self.torch
+        m = row.impl(impl)
+        try:
+            forward, w = self.add_forward_of(p, impl, weight)
+        except Exception as e:  # noqa: BLE001
+            m.status, m.message = "failed", ct.short_error(e)
+            self.log(f"  {impl:8s} failed: {m.message}")
+            return
+        xl = [x.detach().requires_grad_() for x in xs]
+        rl = [r.detach().requires_grad_() for r in rs]
+        outs: list = []
+
+        def grad(i: int):
+            k = i % len(outs)
+            y, h = outs[k]
+            return torch.autograd.grad([y, h], [xl[k], rl[k], w],
+                                       [dys[k].reshape(y.shape), dhs[k].reshape(h.shape)],
+                                       retain_graph=True)
+
+        def first():
+            outs.append(forward(xl[0], rl[0]))
+            return grad(0)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            grads = self.first_call(m, impl, first)
+        fell_back = [str(c.message) for c in caught
+                     if c.category.__name__ == "NormjitFallbackWarning"]
+        if grads is None:
+            return
+        if impl == "normjit" and fell_back:
+            m.status, m.message = "n/a", "it fell back: " + fell_back[0]
+            self.log(f"  normjit  n/a: {m.message}")
+            return
+        h = (xs[0].float() + rs[0].float()).to(rs[0].dtype)
+        dx, dr, dw = grads
+        c = self.check(p, h, dys[0], weight, (dx.double() - dhs[0].double(), dw, None))
+        cr = self.check(p, h, dys[0], weight, (dr.double() - dhs[0].double(), None, None))
+        c.dx_err = max(c.dx_err, cr.dx_err)  # the worse of x's and residual's gradients
+        c.passed = c.passed and cr.passed
+        c.nonfinite += cr.nonfinite
+        self.record_check(row, impl, c)
+        del grads, dx, dr, dw, h
+        try:
+            with torch.enable_grad():
+                outs += [forward(x, r) for x, r in zip(xl[1:], rl[1:])]
+        except Exception as e:  # noqa: BLE001
+            m.status, m.message = "failed", ct.short_error(e)
+            self.log(f"  {impl:8s} failed: {m.message}")
+            return
+        finally:
+            self.sync()
+        self.timed(row, impl, grad)
+        del outs, xl, rl, forward, w
+        self.free()
+
     def measure_copy(self, nbytes: int, sets: int) -> ct.Measurement:
         m = ct.Measurement()
         try:
@@ -1145,6 +1291,10 @@ def run(args: argparse.Namespace, problems: list[Problem], command: str, nj: Any
         if not torch.cuda.is_available():
             print("bench_backward: no CUDA device visible to PyTorch", file=sys.stderr)
             return 2
+        # normjit.torch (the add + norm rows) loads the library measured, into the same cache.
+        os.environ.setdefault("NORMJIT_LIBRARY", str(args.lib))
+        if args.cache_dir:
+            os.environ.setdefault("NORMJIT_CACHE_DIR", args.cache_dir)
         # normjit launches in the context current on the thread: PyTorch's primary context.
         torch.cuda.init()
         torch.zeros(1, device="cuda")
@@ -1284,7 +1434,7 @@ def selftest() -> int:
     for p in problems:
         p.validate()
     keys = [p.key for p in problems]
-    assert len(keys) == len(set(keys)) == 6 + 18 + 8 + 6, keys
+    assert len(keys) == len(set(keys)) == 6 + 18 + 8 + 6 + 4, keys
     by = {p.key: p for p in problems}
     rms, ln, gn = by["seed rmsnorm f32"], by["seed layernorm bf16"], by["seed groupnorm f32"]
     n = 112 * 64 * 512 * 512
@@ -1313,7 +1463,7 @@ def selftest() -> int:
     assert a.reps == 10 and a.budget_s == 540
     assert len(select(parse_args(["--only", "seeds"]))) == 6
     assert {p.dtype for p in select(parse_args(["--dtypes", "f32"]))} == {"f32"}
-    assert len(select(parse_args(["--only", "h8192"]))) == 6
+    assert len(select(parse_args(["--only", "h8192"]))) == 6 + 2
     tr = select(parse_args(["--only", "transformer"]))
     assert [(p.name, p.dtype, p.shape) for p in tr[:2]] == [
         ("vit-b layernorm", "f32", (12608, 768)), ("vit-b layernorm", "bf16", (12608, 768))], tr
@@ -1329,6 +1479,13 @@ def selftest() -> int:
     assert backward_bytes(g) == 3 * 4096 * 3584 * 2 + 2 * 3584 * 4 + 4096 * 4
     assert g.describe() == "last dim, w (1 + w), f32 w" and liger_support(g) == ""
     assert as_backward(ct.default_problems()[0]).weight_offset == 0.0
+    add = by["add rmsnorm h4096 t16384 bf16"]
+    assert [q.key for q in select(parse_args(["--only", "add"]))][:1] == [
+        "add rmsnorm h4096 t4096 bf16"] and len(select(parse_args(["--only", "add"]))) == 4
+    assert backward_spec(add) == ("op=rmsnorm shape=16384,4096 dtype=bf16 normalized_dims=1 "
+                                  "affine=weight eps=1e-06 backward=true"), backward_spec(add)
+    assert backward_bytes(add) == 4 * 16384 * 4096 * 2 + 2 * 4096 * 2 + 16384 * 4
+    assert add.describe() == "h = x + r (bf16), last dim, w", add.describe()
 
     # Markdown of a fake run.
     rep = fake_report()

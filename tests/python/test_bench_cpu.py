@@ -70,8 +70,31 @@ def fake_liger_functions(torch, wrong_layernorm_dw: bool):
         assert x.shape[1] == num_channels
         return F.group_norm(x.float(), num_groups, w.float(), b.float(), eps).to(x.dtype)
 
+    class FusedAdd(torch.autograd.Function):  # LigerFusedAddRMSNormFunction's apply
+        @staticmethod
+        def forward(ctx, x, r, w, eps, offset=0.0, casting_mode="llama", in_place=False):
+            assert x.dim() == 2 and casting_mode == "gemma" and in_place is False
+            calls.append(("add", tuple(x.shape)))
+            h = (x.float() + r.float()).to(r.dtype)
+            ctx.save_for_backward(h, w)
+            ctx.eps, ctx.offset = eps, offset
+            return rms(h, w, eps, offset, "gemma", False), h
+
+        @staticmethod
+        def backward(ctx, dy, dh):
+            h, w = ctx.saved_tensors
+            with torch.enable_grad():
+                hl, wl = h.detach().requires_grad_(), w.detach().requires_grad_()
+                dx, dw = torch.autograd.grad(rms(hl, wl, ctx.eps, ctx.offset, "gemma", False),
+                                             [hl, wl], dy)
+            dx = dx + dh
+            return dx, dx, dw, None, None, None, None
+
     mods = {"liger_kernel": types.ModuleType("liger_kernel"),
             "liger_kernel.ops": types.ModuleType("liger_kernel.ops")}
+    add_module = types.ModuleType("liger_kernel.ops.fused_add_rms_norm")
+    add_module.LigerFusedAddRMSNormFunction = FusedAdd
+    mods[add_module.__name__] = add_module
     for module, cls, fn, nparams in (("rms_norm", "LigerRMSNormFunction", rms, 1),
                                      ("layer_norm", "LigerLayerNormFunction", ln, 2),
                                      ("group_norm", "LigerGroupNormFunction", gn, 2)):
@@ -147,8 +170,10 @@ def liger(monkeypatch):
     return calls
 
 
-def test_backward_flow_on_cpu(liger, tmp_path):
+def test_backward_flow_on_cpu(liger, tmp_path, monkeypatch):
     import torch
+    from conftest import launch_path_into
+    from emulator import Emulator
     import bench_backward as bb
     import compare_torch as ct
     P = ct.Problem
@@ -163,12 +188,16 @@ def test_backward_flow_on_cpu(liger, tmp_path):
           affine="both"),
         bb.Problem("gemma rows", "gemma", "rmsnorm", (16, 96), "bf16", 1e-6, normalized_dims=1,
                    affine="weight", weight_offset=1.0, param_dtype="f32"),
+        bb.Problem("add rows", "add", "rmsnorm", (16, 64), "bf16", 1e-6, normalized_dims=1,
+                   affine="weight", residual="bf16"),
     ]
     doc, out = tmp_path / "performance.md", tmp_path / "b.json"
     args = bb.parse_args(["--reps", "2", "--warmup", "1", "--compile-backend", "aot_eager",
                           "--doc", str(doc), "--json-out", str(out), "--seed", "3"])
     nj = BackwardStandIn(torch, bb, ct)
-    assert bb.run(args, problems, "test", nj=nj, cuda=False) == 0
+    emu = Emulator()  # normjit.torch's library for the add rows (CPU tensors)
+    with launch_path_into(monkeypatch, emu):
+        assert bb.run(args, problems, "test", nj=nj, cuda=False) == 0
     rep = bb.report_from_json(json.loads(out.read_text()))
     rows = {r.problem.name: r for r in rep.rows}
     for r in rep.rows:
@@ -180,7 +209,7 @@ def test_backward_flow_on_cpu(liger, tmp_path):
     for name in ("rms channel", "gn"):
         assert rows[name].normjit.status == "n/a" and "not yet supported" in rows[name].normjit.message
         assert "normjit" not in rows[name].checks
-    for name in ("ln 3 dims", "rms rows", "ln rows", "gemma rows"):
+    for name in ("ln 3 dims", "rms rows", "ln rows", "gemma rows", "add rows"):
         r = rows[name]
         assert r.normjit.status == "ok" and r.passed and len(r.normjit.times_ms) == 2
         c = r.checks["normjit"]
@@ -197,6 +226,14 @@ def test_backward_flow_on_cpu(liger, tmp_path):
     assert gemma.spec.endswith("param_dtype=f32 weight_offset=1.0 backward=true"), gemma.spec
     assert all(gemma.checks[k].passed for k in ("normjit", "eager", "compile", "liger"))
     assert gemma.problem.weight_offset == 1.0 and gemma.problem.param_dtype == "f32"
+    # add + RMSNorm: every implementation through autograd, normjit's through its training op
+    # (the emulated forward with the residual, then the backward kernel on h), checked.
+    add = rows["add rows"]
+    assert all(add.impl(k).status == "ok" and add.checks[k].passed
+               for k in ("normjit", "eager", "compile", "liger")), add
+    assert {"launch_ex", "launch_backward"} <= set(emu.kinds())
+    assert any("residual=bf16 save_stats=true" in spec for spec in emu.specs), emu.specs
+    assert ("add", (16, 64)) in liger
     wrong = rows["ln rows"]
     assert wrong.liger.passed is False and not wrong.checks["liger"].passed
     assert wrong.checks["liger"].dw_err > wrong.checks["liger"].dw_bound
