@@ -496,7 +496,8 @@ def render_section(rep: Report) -> str:
         "reuse saved tensors' memory for its outputs). Liger: the same call on the output of "
         "Liger-Kernel's `LigerRMSNormFunction.apply(x, w, eps, 0.0, \"gemma\", False, None)` "
         "(in_place False: dy kept; offset 1.0 for Gemma's), "
-        "`LigerLayerNormFunction.apply(x, w, b, eps)`, `LigerGroupNormFunction.apply(x, w, b, C, G, eps)`, several trailing dims as one row. "
+        "`LigerLayerNormFunction.apply(x, w, b, eps)`, "
+        "`LigerGroupNormFunction.apply(x, w, b, C, G, eps)`, several trailing dims as one row. "
         "Every peer's time includes whatever its backward launches (reductions of partial "
         "dweight sums, casts).")
     add("- add + RMSNorm rows: every implementation, normjit included, through "
@@ -1095,9 +1096,18 @@ class Bench:
         db = grads[2] if bias is not None else None
         self.record_check(row, impl, self.check(p, xs[0], dys[0], weight, (dx, dw, db)))
         del grads, dx, dw, db
+        self.time_graphs(row, impl, lambda: ys.extend(forward(x) for x in leaves[1:]), grad)
+        del ys, leaves, forward, params
+        self.free()
+
+    def time_graphs(self, row: Row, impl: str, build: Callable[[], None],
+                    grad: Callable[[int], Any]) -> None:
+        """build() makes the graphs of the other rotating sets (grad mode on), then grad is
+        timed; a failure of build marks impl failed."""
+        m = row.impl(impl)
         try:
-            with torch.enable_grad():
-                ys += [forward(x) for x in leaves[1:]]
+            with self.torch.enable_grad():
+                build()
         except Exception as e:  # noqa: BLE001
             m.status, m.message = "failed", ct.short_error(e)
             self.log(f"  {impl:8s} failed: {m.message}")
@@ -1105,8 +1115,6 @@ class Bench:
         finally:
             self.sync()
         self.timed(row, impl, grad)
-        del ys, leaves, forward, params
-        self.free()
 
     # -- add + RMSNorm: every implementation through autograd --------------------------------
 
@@ -1204,16 +1212,8 @@ class Bench:
         c.nonfinite += cr.nonfinite
         self.record_check(row, impl, c)
         del grads, dx, dr, dw, h
-        try:
-            with torch.enable_grad():
-                outs += [forward(x, r) for x, r in zip(xl[1:], rl[1:])]
-        except Exception as e:  # noqa: BLE001
-            m.status, m.message = "failed", ct.short_error(e)
-            self.log(f"  {impl:8s} failed: {m.message}")
-            return
-        finally:
-            self.sync()
-        self.timed(row, impl, grad)
+        self.time_graphs(row, impl,
+                         lambda: outs.extend(forward(x, r) for x, r in zip(xl[1:], rl[1:])), grad)
         del outs, xl, rl, forward, w
         self.free()
 
