@@ -301,7 +301,8 @@ class Emulator:
         self.by_handle[handle] = {
             "op": f["op"], "shape": shape, "groups": int(f.get("groups", 0)),
             "dtype": _DT[f["dtype"]], "affine": f["affine"],
-            "stats": f.get("save_stats") == "true", "backward": f.get("backward") == "true"}
+            "stats": f.get("save_stats") == "true", "backward": f.get("backward") == "true",
+            "nhwc": f.get("layout") == "nhwc"}
         return handle
 
     @staticmethod
@@ -314,8 +315,12 @@ class Emulator:
         return t.transpose(1, 2), lambda r: r.transpose(1, 2)
 
     def tensors(self, s, batch, *pointers):
+        """[N, C, S] views of the tensors at the pointers (layout=nhwc: read as [N, S, C])."""
         c = s["shape"][1]
         per = math.prod(s["shape"][1:])
+        if s["nhwc"]:
+            return [memory(p, batch * per, s["dtype"]).double().view(batch, -1, c).transpose(1, 2)
+                    for p in pointers]
         return [memory(p, batch * per, s["dtype"]).double().view(batch, c, -1) for p in pointers]
 
     def params(self, s, weight, bias):
@@ -353,7 +358,8 @@ class Emulator:
             yr = yr * w
         if b is not None:
             yr = yr + b
-        memory(y, xt.numel(), s["dtype"]).copy_(back(yr).flatten())
+        yt = back(yr)  # [N, C, S]; layout=nhwc writes [N, S, C]
+        memory(y, xt.numel(), s["dtype"]).copy_((yt.transpose(1, 2) if s["nhwc"] else yt).flatten())
         if rstd is not None:
             memory(rstd, r.numel(), torch.float32).copy_(r.flatten())
         if mean is not None:
@@ -594,23 +600,28 @@ def test_a_non_contiguous_gradient_is_copied_for_the_kernel(emu, op):
 
 
 @pytest.mark.parametrize("op", OPS)
-def test_a_channels_last_input_falls_back_in_the_forward(emu, op):
-    """The backward kernels read [N, C, *spatial] contiguous (layout=nhwc is inference-only): a
-    channels_last input that requires grad runs PyTorch's function and its autograd, with the
-    reason; no launch."""
+def test_a_channels_last_input_trains_through_normjit(emu, op):
+    """A channels_last input that requires grad: the forward reads it in place (layout=nhwc with
+    save_stats; y channels last), the backward kernel a contiguous copy of x and of dy; no
+    warning, the gradients float64 autograd's."""
     torch.manual_seed(8)
     x = torch.randn(2, 6, 3, 4).to(memory_format=torch.channels_last).requires_grad_()
     w = torch.randn(6, requires_grad=True)
-    with pytest.warns(njt.NormjitFallbackWarning,
-                      match=rf"{op}: a channels-last input that requires grad \(strides "
-                            r"\[72, 1, 24, 6\]; normjit's backward kernels take"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", njt.NormjitFallbackWarning)
         y = ours(op, x, w, None, 1e-5, 3)
-    dy = torch.randn(2, 6, 3, 4)
-    y.backward(dy)
+        assert y.is_contiguous(memory_format=torch.channels_last) and not y.is_contiguous()
+        dy = torch.randn(2, 6, 3, 4).to(memory_format=torch.channels_last)
+        y.backward(dy)
+    assert emu.kinds() == ["launch_ex", "launch_backward"]
+    assert emu.specs[0].endswith(" save_stats=true layout=nhwc"), emu.specs
+    assert "layout" not in emu.specs[1] and emu.specs[1].endswith(" backward=true")
+    assert emu.last("launch_backward")["x"] != x.data_ptr()  # a contiguous copy
     ref = reference_grads(op, x, w, None, 1e-5, dy, 3)
+    close(y.detach(), torch_reference(op, x.detach().double(), w.detach().double(), None,
+                                      1e-5, 3), 1e-5)
     close(x.grad, ref[0], 1e-5)
     close(w.grad, ref[1], 1e-5)
-    assert emu.launches == []
 
 
 def test_a_gradient_of_another_dtype_falls_back(emu):
@@ -767,9 +778,10 @@ def test_compile_traces_forward_and_backward_ops_without_graph_breaks(emu):
 
 @needs_2_15
 @pytest.mark.parametrize("case", ["channels_last", "activation"])
-def test_compile_of_what_normjit_does_not_train_is_pytorchs(emu, case):
-    """Under torch.compile, a channels-last input that requires grad, and group_norm with an
-    activation, trace PyTorch's function (no training op, no launch), as in eager."""
+def test_compile_of_channels_last_trains_and_of_an_activation_is_pytorchs(emu, case):
+    """Under torch.compile, a channels-last input that requires grad traces the training and
+    backward ops (the forward with layout=nhwc), as in eager; group_norm with an activation
+    traces PyTorch's function (no training op, no launch)."""
     graphs = {"fw": [], "bw": []}
     w, b = torch.randn(8, requires_grad=True), torch.randn(8, requires_grad=True)
     x = torch.randn(2, 8, 3, 5)
@@ -786,9 +798,18 @@ def test_compile_of_what_normjit_does_not_train_is_pytorchs(emu, case):
         y.square().sum().backward()
     finally:
         torch._dynamo.reset()
-    assert "normjit" not in "\n".join(graphs["fw"] + graphs["bw"])
-    assert emu.launches == []
-    ref = F.group_norm(x.detach().double().requires_grad_(), 4, w.double(), b.double(), 1e-5)
+    fw, bw = "\n".join(graphs["fw"]), "\n".join(graphs["bw"])
+    if case == "channels_last":
+        assert "normjit.group_norm_train" in fw and "normjit.group_norm_backward" in bw, fw + bw
+        assert emu.kinds() == ["launch_ex", "launch_backward"]
+        assert emu.specs[0].endswith(" layout=nhwc"), emu.specs
+    else:
+        assert "normjit" not in fw + bw
+        assert emu.launches == []
+    xd = x.detach().double().requires_grad_()
+    ref = F.group_norm(xd, 4, w.double(), b.double(), 1e-5)
     if activation:
         ref = F.silu(ref)
     close(y.detach(), ref.detach(), 1e-6)
+    ref.square().sum().backward()
+    close(x.grad, xd.grad, 1e-5)

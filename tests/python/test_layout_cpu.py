@@ -197,6 +197,13 @@ def test_fake_implementations_promise_the_input_layout():
         assert y.stride() == x.stride()
         c = torch.empty(2, 16, 5, 7)
         assert torch.ops.normjit.group_norm(c, 4, None, None, 1e-5).is_contiguous()
+        # The training ops: y in the input's layout, the statistics contiguous.
+        y, mean, rstd = torch.ops.normjit.group_norm_train(x, 4, None, None, 1e-5)
+        assert y.stride() == x.stride() and rstd.is_contiguous() and rstd.shape == (2, 4, 1, 1, 1)
+        y, rstd = torch.ops.normjit.rms_norm_channels_train(x, None, 1e-5)
+        assert y.stride() == x.stride() and rstd.shape == (2, 1, 5, 7)
+        y, _, _ = torch.ops.normjit.layer_norm_channels_train(c, None, None, 1e-5)
+        assert y.is_contiguous()
 
 
 def test_a_fallback_inside_the_op_keeps_the_layout_the_fake_promised():
@@ -205,5 +212,10 @@ def test_a_fallback_inside_the_op_keeps_the_layout_the_fake_promised():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         y = torch.ops.normjit.group_norm(x, 4, None, None, 1e-5)
+    assert y.stride() == x.stride()
+    torch.testing.assert_close(y, F.group_norm(x, 4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        y, _, _ = torch.ops.normjit.group_norm_train(x, 4, None, None, 1e-5)
     assert y.stride() == x.stride()
     torch.testing.assert_close(y, F.group_norm(x, 4))

@@ -172,10 +172,6 @@ def _reason_text(code: str, x: Tensor, weight: Optional[Tensor], bias: Optional[
         return (f"weight/bias dtype {dtypes} differs from the input's {x.dtype} (normjit takes "
                 "one parameter dtype of float32, float16, bfloat16 where PyTorch computes the "
                 "case on CUDA: rms_norm and the add_* functions; not layer_norm)")
-    if code == "train_layout":
-        return (f"a channels-last input that requires grad (strides {list(x.stride())}; normjit's "
-                "backward kernels take [N, C, *spatial] contiguous: PyTorch's autograd trains "
-                "it)")
     if code == "param_layout":
         return "non-contiguous weight or bias"
     if code == "bias_only":
@@ -536,9 +532,10 @@ def _eps(x: Tensor, eps: Optional[float]) -> float:
 
 
 class _Ex:
-    """A decided launch through normjit_launch_ex: the kernel and what each call allocates."""
+    """A decided launch through normjit_launch_ex: the kernel and what each call allocates
+    (nhwc: y in x's channels-last layout, for the layout=nhwc kernels)."""
     __slots__ = ("kernel", "batch", "eps", "device", "torch_device", "shape", "k", "y_dtype",
-                 "h_dtype", "stats_shape", "mean", "inplace", "strided", "by_strides")
+                 "h_dtype", "stats_shape", "mean", "inplace", "strided", "by_strides", "nhwc")
 
 
 def _stats_shape(shape: Sequence[int], k: int) -> Tuple[int, ...]:
@@ -616,6 +613,7 @@ def _decide(op: str, arg, x: Tensor, weight: Optional[Tensor], bias: Optional[Te
     ex.inplace = bool(inplace)
     ex.strided = not x.is_contiguous() or (residual is not None and not residual.is_contiguous())
     ex.by_strides = {}
+    ex.nhwc = False
     return ex
 
 
@@ -740,6 +738,8 @@ def _run(ex: _Ex, x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],
         return "align"
     if ex.inplace:
         y, h = x, residual
+    elif ex.nhwc:
+        y, h = _empty_like_layout(x, ex.y_dtype), None
     else:
         y = torch.empty(ex.shape, dtype=ex.y_dtype, device=ex.torch_device)
         h = (torch.empty(ex.shape, dtype=ex.h_dtype, device=ex.torch_device)
@@ -1305,13 +1305,10 @@ def _train_add(op: str, arg, x: Tensor, residual: Tensor, weight: Optional[Tenso
 def _train_why_not(op: str, x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],
                    eps: float) -> Optional[str]:
     """For a call of a trained function with an input that requires grad: None when its training
-    op serves it, else why not (_why_not's reasons but grad; a channels-last input of the
-    channel forms, which the inference kernels take and the backward kernels do not).
-    Traceable by dynamo."""
-    why = _why_not(x, weight, bias, eps, op, None, False)
-    if why is None and op in _CHANNEL_OPS and not x.is_contiguous():
-        return "train_layout"
-    return why
+    op serves it, else why not (_why_not's reasons but grad). A channels-last input of the
+    channel forms trains too: the forward reads it in place (layout=nhwc with save_stats), the
+    backward kernel a contiguous copy. Traceable by dynamo."""
+    return _why_not(x, weight, bias, eps, op, None, False)
 
 
 def _trains(op: str, x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],
@@ -1375,15 +1372,16 @@ def _remember(key: Optional[tuple], decision):
 # launched through normjit_launch_ex (the trailing forms' is the variant path, _op_outputs).
 
 def _channels_kernel(op: str, arg, x: Tensor, has_weight: bool, has_bias: bool, eps: float,
-                     axis: str) -> tuple:
+                     axis: str, nhwc: bool = False) -> tuple:
     """_prepare's (kernel, per item) of a channel form or group_norm for x's shape class with
-    one more axis of the spec: "save_stats" (the training forward) or "backward"; or (None, the
-    library's message) where it does not take the problem."""
+    one more axis of the spec: "save_stats" (the training forward; nhwc: of a channels-last x,
+    layout=nhwc) or "backward"; or (None, the library's message) where it does not take the
+    problem."""
     library_op = _CHANNEL_OPS[op]
-    key = (library_op, tuple(x.shape[1:]), arg, x.dtype, has_weight, has_bias, axis,
+    key = (library_op, tuple(x.shape[1:]), arg, x.dtype, has_weight, has_bias, axis, nhwc,
            x.device.index)
     spec = (_channels_spec(library_op, tuple(x.shape), arg, x.dtype, has_weight, has_bias, eps)
-            + f" {axis}=true")
+            + f" {axis}=true" + (" layout=nhwc" if nhwc else ""))
     return _prepare(key, spec, x.numel() // x.shape[0])
 
 
@@ -1395,11 +1393,13 @@ def _decide_channels_train(op: str, arg, x: Tensor, weight: Optional[Tensor],
     why = _train_why_not(op, x, weight, bias, eps)
     if why:
         return why
+    nhwc = not x.is_contiguous()  # _why_not let it through: channels last
     kernel, message = _channels_kernel(op, arg, x, weight is not None, bias is not None, eps,
-                                       "save_stats")
+                                       "save_stats", nhwc)
     if kernel is None:
         return message
     ex = _Ex()
+    ex.nhwc = nhwc
     ex.kernel, ex.batch, ex.eps = kernel, x.shape[0], float(eps)
     ex.device, ex.torch_device = x.device.index, x.device
     ex.shape, ex.k, ex.y_dtype, ex.h_dtype = x.shape, 0, x.dtype, None
@@ -1441,7 +1441,8 @@ def _channels_train(op: str, arg, x: Tensor, weight: Optional[Tensor], bias: Opt
                     eps: float) -> Tuple[Tensor, Optional[Tensor], Tensor]:
     """(y, mean, rstd) of the training forward of a channel form or group_norm (mean None for
     rmsnorm): normjit's kernel with save_stats, or, after the fallback warning, PyTorch's y and
-    the statistics in float32; every output fresh and contiguous."""
+    the statistics in float32; every output fresh, y in x's layout (channels last stays
+    channels last), the statistics contiguous."""
     decision = _channels_train_decision(op, arg, x, weight, bias, eps)
     if decision.__class__ is _Ex:
         out = _run(decision, x, weight, bias, None, None)
@@ -1450,7 +1451,7 @@ def _channels_train(op: str, arg, x: Tensor, weight: Optional[Tensor], bias: Opt
             return y, mean, rstd
         decision = out
     _fallback_warn(op, decision, x, weight, bias, eps)
-    y = _fresh(_torch_channels(op, arg, x, weight, bias, eps), x)
+    y = _fresh_channels(_torch_channels(op, arg, x, weight, bias, eps), x)
     view, dims, _ = _reduction(op, arg, x.shape)
     acc = torch.promote_types(x.dtype, torch.float32)
     mean, rstd = _torch_stats(_CHANNEL_OPS[op], x.to(acc).reshape(view), dims, eps)
@@ -1722,10 +1723,11 @@ def _group_norm_train_op(input: Tensor, num_groups: int, weight: Optional[Tensor
 
 
 def _fake_train(op: str, input: Tensor, arg, count: int) -> tuple:
-    """y and count - 1 statistics of op's training forward."""
+    """y (the channel forms' and group_norm's in the input's layout) and count - 1 statistics
+    of op's training forward."""
     stats = _stats_of(op, arg, input.shape)
-    return (input.new_empty(input.shape),
-            *(input.new_empty(stats, dtype=torch.float32) for _ in range(count - 1)))
+    y = _empty_like_layout(input) if op in _CHANNEL_OPS else input.new_empty(input.shape)
+    return (y, *(input.new_empty(stats, dtype=torch.float32) for _ in range(count - 1)))
 
 
 @_rms_norm_train_op.register_fake
