@@ -624,6 +624,24 @@ def test_a_channels_last_input_trains_through_normjit(emu, op):
     close(w.grad, ref[1], 1e-5)
 
 
+def test_the_training_decision_tells_channels_last_from_other_strides(emu):
+    """The training op called directly with a channels-last x, then with an x of the same shape
+    and other non-contiguous strides: the second is not taken for channels last (PyTorch's
+    result, with the reason), and both results are right."""
+    torch.manual_seed(10)
+    base = torch.randn(2, 6, 3, 4)
+    last = base.to(memory_format=torch.channels_last)
+    other = base.transpose(2, 3).contiguous().transpose(2, 3)  # strides of neither layout
+    assert not other.is_contiguous() and other.stride() != last.stride()
+    ref = F.group_norm(base.double(), 3, None, None, 1e-5)
+    y, _, _ = torch.ops.normjit.group_norm_train(last, 3, None, None, 1e-5)
+    close(y, ref, 1e-5)
+    with pytest.warns(njt.NormjitFallbackWarning, match="non-contiguous input"):
+        y, _, _ = torch.ops.normjit.group_norm_train(other, 3, None, None, 1e-5)
+    close(y, ref, 1e-5)
+    assert emu.kinds() == ["launch_ex"]
+
+
 def test_a_gradient_of_another_dtype_falls_back(emu):
     """The backward op called with a float32 dy for a bfloat16 input: PyTorch's gradient, in the
     input's dtype, with the reason."""

@@ -1426,7 +1426,8 @@ def _channels_train_decision(op: str, arg, x: Tensor, weight: Optional[Tensor],
     key = None
     if eps.__class__ is float:
         try:
-            key = ("save_stats", op, arg, eps, *_tensor_key(x),
+            # x's strides where it is not contiguous: channels last or not decides the call.
+            key = ("save_stats", op, arg, eps, *_tensor_key(x), x.is_contiguous() or x.stride(),
                    *(_NO_TENSOR if weight is None else _tensor_key(weight)),
                    *(_NO_TENSOR if bias is None else _tensor_key(bias)))
             return _calls[key]
