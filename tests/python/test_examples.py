@@ -1,6 +1,7 @@
 """The scripts in examples/ as a user who copies them runs them, without a GPU: each compiles,
 `--help` exits 0 and explains, without a CUDA device they stop with a message (no traceback),
-decoder_norms.py runs its CPU path (every normjit.torch call through PyTorch's fallback), and
+decoder_norms.py and train_step.py run their CPU path (every normjit.torch call through
+PyTorch's fallback), and
 each seed's ModelNew takes its Model's state_dict and computes what Model does. Catches an
 example drifting from the API (a renamed function or keyword). The PyTorch tests skip where it
 is not installed; the GPU run is scripts/python_gpu.sh (run_seeds.py --small)."""
@@ -13,7 +14,9 @@ from pathlib import Path
 import pytest
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-SCRIPTS = ("decoder_norms", "groupnorm", "layernorm", "rmsnorm_channels", "run_seeds")
+SCRIPTS = ("decoder_norms", "groupnorm", "layernorm", "rmsnorm_channels", "run_seeds",
+           "train_step")
+DEVICE_FLAG = ("decoder_norms", "train_step")  # --device cpu: their calls through the fallback
 SEEDS = ("rmsnorm_channels", "layernorm", "groupnorm")
 
 needs_torch = pytest.mark.skipif(
@@ -48,7 +51,7 @@ def test_example_help(name, monkeypatch, capsys):
     assert run_example(name, monkeypatch, "--help") == 0
     out = capsys.readouterr().out
     assert out.startswith(f"usage: {name}.py") and "error:" not in out
-    assert "--device" in out if name == "decoder_norms" else "--small" in out
+    assert "--device" in out if name in DEVICE_FLAG else "--small" in out
 
 
 @needs_torch
@@ -57,7 +60,7 @@ def test_example_without_a_gpu_says_so(name, monkeypatch, capsys):
     import torch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    args = () if name == "decoder_norms" else ("--small",)
+    args = () if name in DEVICE_FLAG else ("--small",)
     assert run_example(name, monkeypatch, *args) == 1
     err = capsys.readouterr().err
     assert err.startswith(f"{name}: error: no CUDA device") or \
@@ -74,6 +77,31 @@ def test_decoder_norms_runs_on_the_cpu(monkeypatch, capsys):
     out = capsys.readouterr().out
     assert code == 0, out
     assert out.rstrip().endswith("decoder_norms: ok") and "fp8" in out
+
+
+@needs_torch
+def test_train_step_runs_on_the_cpu(monkeypatch, capsys):
+    import warnings
+
+    with warnings.catch_warnings():  # the script ignores the fallback warnings for its run
+        code = run_example("train_step", monkeypatch, "--device", "cpu", "--steps", "2",
+                           "--hidden", "64", "--heads", "4", "--blocks", "1", "--batch", "2")
+    out = capsys.readouterr().out
+    assert code == 0, out
+    lines = out.strip().splitlines()
+    assert lines[-1] == "train_step: ok" and len(lines) == 4, out  # a header, 2 steps, ok
+
+
+@needs_torch
+def test_train_step_on_the_gpu(monkeypatch, capsys, no_fallback):
+    """On a GPU (skipped without one): normjit's kernels train the stack, gradients within the
+    example's bound of PyTorch's, no fallback warning."""
+    import torch
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device visible to PyTorch: the GPU run is on the GPU machine")
+    code = run_example("train_step", monkeypatch, "--steps", "3", "--hidden", "256")
+    out = capsys.readouterr().out
+    assert code == 0 and out.rstrip().endswith("train_step: ok"), out
 
 
 @needs_torch
