@@ -14,8 +14,9 @@ activation keyword (None, 'silu', 'gelu') on every function and module, applied 
 kernel (GroupNorm -> SiLU of diffusion models; patch() fuses an nn.Sequential's pairs); custom
 ops torch.ops.normjit.* with fake implementations, so that torch.compile(fullgraph=True) traces
 them. rms_norm, layer_norm, rms_norm_channels, layer_norm_channels and group_norm (and the
-modules, patched layers) train: autograd runs normjit's backward kernels (custom ops
-<function>_backward); add_rms_norm, add_layer_norm and the keyword variants are forward-only.
+modules, patched layers; channels-last inputs too), and add_rms_norm and add_layer_norm (not in
+place) train: autograd runs normjit's backward kernels (custom ops <function>_backward), with
+weight_offset too (Gemma); the other keyword variants and the activations are forward-only.
 A call normjit cannot serve runs PyTorch's own implementation with one NormjitFallbackWarning
 per reason. warmup() prepares the kernels of a
 function's shapes before a CUDA-graph capture.
