@@ -19,7 +19,9 @@ place) train: autograd runs normjit's backward kernels (custom ops <function>_ba
 weight_offset too (Gemma); the other keyword variants and the activations are forward-only.
 A call normjit cannot serve runs PyTorch's own implementation with one NormjitFallbackWarning
 per reason. warmup() prepares the kernels of a
-function's shapes before a CUDA-graph capture.
+function's shapes before a CUDA-graph capture; write_manifest(path) writes the kernels a run
+prepared as a manifest, and prewarm(path, arch, cache_dir) compiles them on a build machine
+without a GPU, with the NVRTC this environment's PyTorch loads (docs/deployment.md).
 """
 import importlib.util as _util
 
@@ -30,7 +32,8 @@ if _util.find_spec("torch") is None:  # a message rather than a bare ModuleNotFo
         name="torch")
 
 from ._ops import (NormjitFallbackWarning, add_layer_norm, add_rms_norm, group_norm, layer_norm,
-                   layer_norm_channels, prepared_kernels, rms_norm, rms_norm_channels, warmup)
+                   layer_norm_channels, prepared_kernels, prepared_specs, prewarm, rms_norm,
+                   rms_norm_channels, warmup, write_manifest)
 from ._patch import PatchReport, patch, unpatch
 from .modules import GroupNorm, LayerNorm, LayerNorm2d, RMSNorm
 
@@ -38,5 +41,6 @@ __all__ = [
     "rms_norm", "rms_norm_channels", "layer_norm", "layer_norm_channels", "group_norm",
     "add_rms_norm", "add_layer_norm", "RMSNorm", "LayerNorm", "LayerNorm2d", "GroupNorm", "patch",
     "unpatch", "PatchReport",
-    "warmup", "prepared_kernels", "NormjitFallbackWarning",
+    "warmup", "prepared_kernels", "prepared_specs", "write_manifest", "prewarm",
+    "NormjitFallbackWarning",
 ]

@@ -121,6 +121,7 @@ _LAYER_NORM_MIXED: set = set()
 # problem. The variant axes, where a call has any: (param dtype, out dtype, residual dtype, each
 # None where the input's or absent; weight offset; save_stats).
 _kernels: dict = {}
+_kernel_specs: dict = {}  # the same keys: the spec text each kernel was prepared from
 _prepare_lock = threading.Lock()
 _launch = None  # normjit_launch (_capi.launch_function()), bound on first use
 _launch_ex = None  # normjit_launch_ex (_capi.launch_ex_function()), bound with it
@@ -495,6 +496,7 @@ def _prepare(key: tuple, spec: str, per_item: int) -> tuple:
         if _launch_backward is None:
             _launch_backward = normjit._capi.launch_backward_function()
         _kernels[key] = entry
+        _kernel_specs[key] = spec
         return entry
 
 
@@ -2329,6 +2331,110 @@ def _param(module: torch.nn.Module, name: str) -> Optional[Tensor]:
 def prepared_kernels() -> int:
     """How many kernels (shape classes) this process has prepared."""
     return sum(1 for kernel, _ in _kernels.values() if kernel is not None)
+
+
+def prepared_specs() -> List[str]:
+    """The spec texts of the kernels this process has prepared, in the order it prepared them
+    (each with the batch of its first call: a kernel serves every batch), training forwards and
+    backward kernels included. write_manifest() writes them for `normjit prewarm`."""
+    with _prepare_lock:
+        return [_kernel_specs[key] for key, (kernel, _) in _kernels.items()
+                if kernel is not None and key in _kernel_specs]
+
+
+# The manifest's JSON type of each spec field that is not a string (docs/deployment.md).
+_MANIFEST_INTS = ("normalized_dims", "groups")
+_MANIFEST_NUMBERS = ("eps", "weight_offset")
+_MANIFEST_BOOLS = ("save_stats", "backward")
+
+
+def _manifest_entry(spec: str) -> dict:
+    """A spec text as a manifest entry: its fields, shape a list of ints, the integer, number
+    and boolean fields as JSON's."""
+    entry = {}
+    for word in spec.split():
+        name, value = word.split("=", 1)
+        if name == "shape":
+            entry[name] = [int(v) for v in value.split(",")]
+        elif name in _MANIFEST_INTS:
+            entry[name] = int(value)
+        elif name in _MANIFEST_NUMBERS:
+            entry[name] = float(value)
+        elif name in _MANIFEST_BOOLS:
+            entry[name] = value == "true"
+        else:
+            entry[name] = value
+    return entry
+
+
+def write_manifest(path) -> int:
+    """Writes the kernels this process has prepared (prepared_specs()) as a JSON manifest
+    (docs/deployment.md) and returns how many entries it holds: run the model once as it will
+    run in production (inference, or training steps: their forward and backward kernels), on a
+    GPU; then, on the build machine, with no GPU, prewarm(PATH, arch, cache_dir) compiles them
+    into the directory the image ships."""
+    import json
+    entries = [_manifest_entry(spec) for spec in prepared_specs()]
+    with open(path, "w") as f:
+        json.dump(entries, f, indent=1)
+        f.write("\n")
+    return len(entries)
+
+
+def _spec_text(entry: dict) -> str:
+    """A manifest entry (its JSON types) as spec text: the library checks its fields."""
+    words = []
+    for name, value in entry.items():
+        if name == "shape" and isinstance(value, list):
+            value = ",".join(str(v) for v in value)
+        elif isinstance(value, bool):
+            value = "true" if value else "false"
+        elif isinstance(value, float):
+            value = repr(value)
+        words.append(f"{name}={value}")
+    return " ".join(words)
+
+
+def prewarm(manifest, arch: Union[str, Sequence[str]] = "sm_90", cache_dir=None,
+            verbose: bool = False) -> Tuple[int, int]:
+    """Compiles every kernel of `manifest` (a manifest's path, as write_manifest writes and
+    `normjit prewarm` reads, or a list of spec texts) for each `arch` ("sm_90", "sm_90:114",
+    ...; a list, or comma-separated) into `cache_dir` (default: the cache of this process's
+    engine), with no GPU needed; returns (compiled, already cached). Run it on the build
+    machine in the Python environment the application runs in: a cached kernel's key holds the
+    NVRTC build, and a process that imports PyTorch compiles with PyTorch's NVRTC (the
+    nvidia-cuda-nvrtc wheel), which `normjit prewarm`, run alone, does not load
+    (docs/deployment.md, "PyTorch processes"). verbose: a line per kernel on stderr."""
+    import json
+    import sys
+    if isinstance(manifest, (list, tuple)):
+        specs = [str(s) for s in manifest]
+    else:
+        with open(manifest) as f:
+            entries = json.load(f)
+        if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+            raise ValueError(f"normjit.torch.prewarm: manifest {str(manifest)!r} is not a JSON "
+                             "list of objects (a list of specs: docs/deployment.md)")
+        specs = [_spec_text(e) for e in entries]
+    archs = [a.strip() for a in (arch.split(",") if isinstance(arch, str) else arch)
+             if a.strip()]
+    if not archs:
+        raise ValueError(f"normjit.torch.prewarm: arch {arch!r} names no target (e.g. 'sm_90')")
+    engine = normjit.Engine(cache_dir=cache_dir) if cache_dir is not None else normjit.engine()
+    compiled = cached = 0
+    try:
+        for a in archs:
+            for i, spec in enumerate(specs, 1):
+                if engine.precompile(spec, a):
+                    compiled += 1
+                else:
+                    cached += 1
+                if verbose:
+                    print(f"prewarm: {a} {i}/{len(specs)} {spec}", file=sys.stderr, flush=True)
+    finally:
+        if cache_dir is not None:
+            engine.close()
+    return compiled, cached
 
 
 def warmup(fn: Callable, *args, stream: Optional["torch.cuda.Stream"] = None, **kwargs) -> int:
