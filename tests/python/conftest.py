@@ -1,6 +1,6 @@
 """Shared by the Python tests. Tests that need PyTorch skip with a reason where it is not
-installed (CI installs none: the PyPI wheel brings several GB of CUDA libraries); tests that
-need a GPU skip with a reason where PyTorch sees none."""
+installed (scripts/test.sh installs it, CI's run included, unless NORMJIT_TEST_TORCH=0); tests
+that need a GPU skip with a reason where PyTorch sees none."""
 import contextlib
 import os
 from pathlib import Path

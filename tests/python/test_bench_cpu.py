@@ -160,7 +160,7 @@ class BackwardStandIn:
 
 @pytest.fixture
 def liger(monkeypatch):
-    torch = pytest.importorskip("torch", reason="PyTorch is not installed (CI installs none)")
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed (scripts/test.sh installs it)")
     mods, calls = fake_liger_functions(torch, wrong_layernorm_dw=True)
     for name, m in mods.items():
         monkeypatch.setitem(sys.modules, name, m)
@@ -255,7 +255,7 @@ def test_backward_flow_on_cpu(liger, tmp_path, monkeypatch):
 def test_backward_gradients_that_are_wrong_fail(tmp_path):
     """In f32: gradients exact to float32 pass; a dx 1e-4 off fails; a dweight that lost one
     row's terms fails (the bound for sums is not loose enough to hide it); a NaN fails."""
-    pytest.importorskip("torch", reason="PyTorch is not installed (CI installs none)")
+    pytest.importorskip("torch", reason="PyTorch is not installed (scripts/test.sh installs it)")
     import bench_backward as bb
     import compare_torch as ct
     args = bb.parse_args(["--reps", "1", "--warmup", "0", "--seed", "5"])
@@ -363,7 +363,7 @@ class ChannelsStandIn:
 
 
 def test_vision_flow_on_cpu(monkeypatch, tmp_path):
-    torch = pytest.importorskip("torch", reason="PyTorch is not installed (CI installs none)")
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed (scripts/test.sh installs it)")
 
     import bench_vision as bv
     import compare_torch as ct
@@ -418,7 +418,7 @@ def test_vision_flow_on_cpu(monkeypatch, tmp_path):
 
 
 def test_vision_checks_fail_a_wrong_output():
-    torch = pytest.importorskip("torch", reason="PyTorch is not installed (CI installs none)")
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed (scripts/test.sh installs it)")
     import bench_vision as bv
     import compare_torch as ct
     args = bv.parse_args(["--seed", "1"])
@@ -440,7 +440,7 @@ def test_vision_checks_fail_a_wrong_output():
 def test_liger_function_signatures():
     """Where Liger-Kernel is importable, its autograd Functions take the arguments
     bench_backward passes to apply."""
-    pytest.importorskip("torch", reason="PyTorch is not installed (CI installs none)")
+    pytest.importorskip("torch", reason="PyTorch is not installed (scripts/test.sh installs it)")
     import inspect
 
     import bench_backward as bb

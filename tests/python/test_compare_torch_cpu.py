@@ -96,7 +96,7 @@ class StandInNormjit:
 
 
 def test_runner_on_cpu(monkeypatch, tmp_path):
-    torch = pytest.importorskip("torch", reason="PyTorch is not installed (CI installs none)")
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed (scripts/test.sh installs it)")
     import compare_torch as ct
 
     class Event:
@@ -255,7 +255,7 @@ def test_timing_rounds_take_the_implementations_in_turn(monkeypatch):
 
 def test_liger_signatures():
     """Where Liger-Kernel is importable, its forwards take the arguments compare_torch passes."""
-    pytest.importorskip("torch", reason="PyTorch is not installed (CI installs none)")
+    pytest.importorskip("torch", reason="PyTorch is not installed (scripts/test.sh installs it)")
     import inspect
 
     import compare_torch as ct

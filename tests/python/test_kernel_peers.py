@@ -91,7 +91,7 @@ def stub_cuda(monkeypatch, torch, capability=(9, 0)):
 
 
 def test_functions_pass_what_flashinfer_takes(monkeypatch):
-    torch = pytest.importorskip("torch", reason="PyTorch is not installed (CI installs none)")
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed (scripts/test.sh installs it)")
     stub_cuda(monkeypatch, torch)
     lib = Recorder()
     fns = kp.FUNCTIONS["flashinfer"](lib)
@@ -151,7 +151,7 @@ def test_functions_pass_what_flashinfer_takes(monkeypatch):
 
 
 def test_functions_pass_what_vllm_takes(monkeypatch):
-    torch = pytest.importorskip("torch", reason="PyTorch is not installed (CI installs none)")
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed (scripts/test.sh installs it)")
     stub_cuda(monkeypatch, torch)
     lib = Recorder()
     fns = kp.FUNCTIONS["vllm"](lib)
