@@ -70,9 +70,10 @@ def test_the_specs_a_run_prepared_once_each_as_a_manifest(emu, tmp_path):
         assert entry["op"] == "rmsnorm" and entry["shape"] == [3, 64] and entry["dtype"] == "f32"
         assert entry["normalized_dims"] == 1 and entry["eps"] == 1e-6
         assert isinstance(entry["eps"], float) and isinstance(entry["normalized_dims"], int)
-        assert entry.get("save_stats", False) in (True, False)
+        assert entry.get("save_stats", False) is ("save_stats=true" in spec)
         assert entry.get("backward", False) is ("backward=true" in spec)
-        assert entry.get("weight_offset", 0.0) in (0.0, 1.0)
+        assert entry.get("weight_offset", 0.0) == (1.0 if "weight_offset=1.0" in spec else 0.0)
+        assert entry.get("residual") == ("f32" if "residual=f32" in spec else None)
 
 
 def test_prewarm_compiles_the_manifest_into_what_the_run_asks_for(emu, tmp_path, capsys):
