@@ -231,10 +231,11 @@ void backward_dtypes_and_affine(const Problem& pr, bool rms_flag, Fields& f) {
 }
 
 // The backward kernel's configuration (row_backward.cuh): dy and dx take x's dtype, dweight
-// and dbias the parameters'.
+// and dbias the parameters'; with a residual, dh (x's dtype) is added to dx.
 void backward_fields(const KernelPlan& p, Fields& f) {
   const Problem& pr = p.problem;
   backward_dtypes_and_affine(pr, /*rms_flag=*/true, f);
+  f.flag("kResidual", pr.residual.has_value());
   f.size("kRowLength", pr.row_length);
   f.integer("kThreads", p.block_x);
   f.integer("kRowsPerBlock", p.rows_per_block);
@@ -247,6 +248,7 @@ void backward_fields(const KernelPlan& p, Fields& f) {
   f.flag("kSharedBiasSums", p.shared_sums);
   f.flag("kTeamBarriers", p.team_barriers);
   f.flag("kQuadFinalSum", p.quad_final_sum);
+  f.flag("kLateResidual", p.late_dh);
   f.size("kDynamicSmemBytes", p.smem_bytes);
   f.size("kWorkspaceHeaderFloats", p.workspace_header_floats());
   f.size("kWorkspaceSlotFloats", p.workspace_slot_floats());

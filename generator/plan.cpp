@@ -970,15 +970,16 @@ std::string row_backward(const Problem& pr, const Target& target, KernelPlan& p)
   why << "backward: rows of " << h << " elements in the registers of " << team << " threads ("
       << p.vectors * p.vec << " values each of x and dy, " << p.vec * size_of(pr.x)
       << "-byte accesses); " << p.rows_per_block
-      << " rows per CTA, each CTA looping over rows; dx from the saved statistics";
+      << " rows per CTA, each CTA looping over rows; dx from the saved statistics"
+      << (pr.residual ? " plus dh" : "");
   // Where a team is the whole CTA, it starts pulling its next row's x and dy into L2 (sm_90: two
   // bulk prefetches) as it takes a row, so that row's loads wait on L2 rather than DRAM: a CTA's
   // rows are otherwise loaded one after the other, each after the previous one's reduction. On
   // the H100 (performance-notes, 2026-11-24) that ran bf16 rows of 4096 and 8192 with 4096 and
   // 16384 tokens 2-11% faster (1024 tokens: the same); f32 rows of 768 in CTAs of 4 teams ran
   // 14% slower with it, so CTAs of several teams of f32 rows go without. CTAs of several teams of
-  // 16-bit rows in even accesses (packed: a backward has no residual, so x is what it holds)
-  // prefetch too, with the next row in registers (below).
+  // 16-bit rows in even accesses (packed: a backward's residual is x's dtype, so x is what it
+  // holds) prefetch too, with the next row in registers (below).
   const bool packs = packed(pr, p.vec);
   p.prefetch = target.sm >= 90 && (p.rows_per_block == 1 || paired || packs) ? 1 : 0;
   if (p.team_barriers) why << " (each team at its own barrier at a row's reduction)";
@@ -1014,9 +1015,14 @@ std::string row_backward(const Problem& pr, const Target& target, KernelPlan& p)
     p.reload_weight = pr.weight;
     p.shared_sums = pr.bias;
     if (p.shared_sums) p.smem_bytes = int(int64_t{team} * p.vectors * p.vec * 4);
+    // dh loaded with x and dy spilled here (56-60 bytes a thread, `normjit dump --emit
+    // resources`, bf16 rows of 16384; all of a thread's dh loaded after the reduction, 36-60):
+    // each vector of it is loaded at its store (bf16 none; f16 rows of 9000-16384 24-48 bytes).
+    p.late_dh = pr.residual.has_value();
     why << "; x and dy held as raw 16-bit pairs"
         << (pr.weight ? ", the weight loaded again for each row (from L1)" : "")
-        << (pr.bias ? ", the dbias sums in shared memory" : "");
+        << (pr.bias ? ", the dbias sums in shared memory" : "")
+        << (p.late_dh ? ", each vector of dh loaded at its store" : "");
   }
   // The CTAs' partials are summed in float4s where the row is whole groups of 4 columns (16
   // lanes a group, whole 32-byte sectors), by warps numbered CTA-minor so that every CTA takes
@@ -2064,6 +2070,15 @@ KernelPlan plan(const NormSpec& spec, const Target& target) {
     size_rows_common(pr, p);
     why = row_backward(pr, target, p);
   } else if (p.strategy == Strategy::kRowSplitBackward) {
+    if (pr.residual) {
+      throw_unsupported(
+          "residual", std::string("'") + to_string(*pr.residual) + "'",
+          "backward=true adds dh to dx in the kernel that holds a row in one team's registers "
+          "(16-bit rows of up to 16384 elements, f32 of up to 8192); rows of " +
+              std::to_string(pr.row_length) +
+              " elements are split over CTAs, whose kernel has no residual yet: leave residual "
+              "out and add dh to dx");
+    }
     size_rows_common(pr, p);
     why = row_split_backward(pr, target, p);
     const int64_t co_resident = int64_t{p.split_blocks_per_sm} * target.sm_count;

@@ -115,6 +115,8 @@ struct KernelPlan {
   bool team_barriers = false;     // kRowBackward: each team of a CTA of several waits at its own
                                   // named barrier at a row's reduction
   bool quad_final_sum = false;    // kRowBackward: the CTAs' partials summed in float4s
+  bool late_dh = false;           // kRowBackward with a residual: each vector of dh loaded at
+                                  // its store, not with x and dy (wide teams: 64 registers)
   int64_t chunks = 1;             // kGroupBackward: chunks of block_x * vectors * vec positions
                                   // a unit (M), taken in turn by its team
   int64_t units_per_channel = 0;  // kGroupBackward: units of chunks * block_x * vectors * vec

@@ -470,6 +470,8 @@ bool parse_bool(std::string_view text, const std::string& argument) {
 
 // backward=true: the axes that have a meaning for the gradient kernel. Its dy and dx take x's
 // dtype and its dweight and dbias the parameters'; it reads the statistics a forward saved.
+// residual: the forward's fused add (h = x + residual normalized): the backward's x is h, and
+// dx = the norm's gradient + dh, the gradient of both the forward's x and its residual.
 void validate_backward(const NormSpec& s) {
   auto refuse = [&](const std::string& argument, const std::string& value, const std::string& why) {
     throw_invalid_argument(argument, value, "backward=true " + why);
@@ -489,10 +491,13 @@ void validate_backward(const NormSpec& s) {
            "takes dy and writes dx in x's dtype (" + std::string(normjit::to_string(s.dtype)) +
                "); leave out_dtype out");
   }
-  if (s.residual) {
+  // With a residual, the backward's x is h = x + residual, the forward's residual_out, and the
+  // kernel adds dh (h's gradient from its other uses) to dx: h and dh take h's dtype.
+  if (s.residual && *s.residual != s.dtype) {
     refuse("residual", std::string("'") + normjit::to_string(*s.residual) + "'",
-           "has no residual variant yet (the residual's gradient is dh, added by the caller); "
-           "leave residual out");
+           std::string("normalizes h = x + residual (its x is h) and adds h's gradient dh, "
+                       "both in h's dtype: residual must equal dtype (") +
+               normjit::to_string(s.dtype) + "), or leave residual out");
   }
   if (s.save_stats) {
     refuse("save_stats", "true",

@@ -415,6 +415,7 @@ normjit_status normjit_launch_backward(const normjit_kernel* kernel,
     b.dweight = a.dweight;
     b.dbias = a.dbias;
     b.batch = a.batch;
+    b.dresidual_out = a.dresidual_out;
     kernel->kernel.launch_backward(b, stream);
   });
 }

@@ -913,6 +913,9 @@ Params backward_params(const NormSpec& spec, const BackwardArgs& args) {
   check_present(args.weight, "weight", spec.affine != Affine::kNone, spec, "", affine);
   check_present(args.dweight, "dweight", spec.affine != Affine::kNone, spec, "", affine);
   check_present(args.dbias, "dbias", spec.affine == Affine::kBoth, spec, "", affine);
+  check_present(args.dresidual_out, "dresidual_out", spec.residual.has_value(), spec,
+                " (the gradient of h, the forward's residual_out, added to dx)",
+                [] { return "has no residual; pass nullptr or give the spec residual"; });
   if (args.batch < 1) {
     throw_invalid_argument("batch", std::to_string(args.batch), "must be at least 1");
   }
@@ -938,14 +941,19 @@ Params backward_params(const NormSpec& spec, const BackwardArgs& args) {
       region("dx", args.dx, tensor_bytes, true),
       region("dweight", args.dweight, param_bytes, true),
       region("dbias", args.dbias, param_bytes, true),
+      region("dresidual_out", args.dresidual_out, tensor_bytes, false),
   };
   const Region& dx = regions[5];
+  // What dx may equal: x, dy and dresidual_out.
+  const auto dx_may_equal = [&](const Region& r) {
+    return &r == &regions[0] || &r == &regions[1] || &r == &regions[8];
+  };
   for (const Region& a : regions) {
     for (const Region& b : regions) {
       if (&a >= &b || !(a.written || b.written) || !overlap(a, b)) continue;
-      // In place: dx over x or dy, exactly (each element is read before it is written, by the
-      // thread that writes it).
-      const bool in_place = (&b == &dx && (&a == &regions[0] || &a == &regions[1]));
+      // In place: dx over x, dy or dresidual_out, exactly (each element is read before it is
+      // written, by the thread that writes it).
+      const bool in_place = (&b == &dx && dx_may_equal(a)) || (&a == &dx && dx_may_equal(b));
       if (in_place && a.begin == b.begin) continue;
       const Region& w = a.written ? a : b;
       const Region& o = a.written ? b : a;
@@ -972,6 +980,7 @@ Params backward_params(const NormSpec& spec, const BackwardArgs& args) {
   params.mean = const_cast<float*>(args.mean);  // read, not written, by the backward kernel
   params.rstd = const_cast<float*>(args.rstd);
   params.dy = args.dy;
+  params.residual = args.dresidual_out;  // dh, read by the row backward kernel of a residual
   params.dweight = args.dweight;
   params.dbias = args.dbias;
   return params;
@@ -1050,6 +1059,7 @@ void Kernel::launch_backward(const BackwardArgs& args, CUstream_st* stream) cons
   check_aligned(args.x, "x", x_size * plan.vec, vector);
   check_aligned(args.dy, "dy", x_size * plan.vec, vector);
   check_aligned(args.dx, "dx", x_size * plan.vec, vector);
+  check_aligned(args.dresidual_out, "dresidual_out", x_size * plan.vec, vector);
   check_aligned(args.weight, "weight", param_size * plan.param_vec, vector);
   check_aligned(args.dweight, "dweight", param_size, "(its dtype's size)");
   check_aligned(args.dbias, "dbias", param_size, "(its dtype's size)");

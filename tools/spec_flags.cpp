@@ -74,7 +74,8 @@ void SpecFlags::add_to(CLI::App& app, bool required) {
            "launch and saturated (default: --dtype)");
   add_text(app, "--residual", residual,
            "add a residual (f32 or x's dtype, bare: x's dtype) to x, normalize the sum and write "
-           "it back; trailing forms only")
+           "it back; trailing forms only. With --backward (x's dtype): x is that sum h, and h's "
+           "gradient from its other uses is added to dx (rows one team holds)")
       ->expected(0, 1)
       ->default_str(kResidualOfX)  // what CLI11 hands over for a bare --residual
       ->option_text("[DTYPE]");    // in --help, instead of the default's NUL
@@ -90,7 +91,8 @@ void SpecFlags::add_to(CLI::App& app, bool required) {
            "nhwc: channels innermost (channels_last), the shape still N,C,... (default nchw)");
   app.add_flag("--backward", backward,
                "the backward kernel: dx, dweight and dbias from x, dy and the saved mean and "
-               "rstd (every op and form, rows of any length)");
+               "rstd (every op and form, rows of any length; with --residual, the fused "
+               "add's: dx plus h's gradient)");
   if (!required) {
     add_text(app, "--spec", text,
              "the whole spec as text instead of the flags above, e.g. \"op=rmsnorm "

@@ -250,8 +250,8 @@ static PyObject* launch_ex(PyObject* self, PyObject* argt) {
   return PyLong_FromLong((long)status);
 }
 
-/* launch_backward(kernel, x, dy, mean, rstd, weight, dx, dweight, dbias, batch, stream):
- * normjit_launch_backward with the fields of normjit_backward_args. */
+/* launch_backward(kernel, x, dy, mean, rstd, weight, dx, dweight, dbias, batch, stream
+ * [, dresidual_out]): normjit_launch_backward with the fields of normjit_backward_args. */
 static PyObject* launch_backward(PyObject* self, PyObject* argt) {
   /* The pointer arguments in the argument tuple's order (batch is index 9), and whether None
    * (NULL) is taken; the library checks which ones the kernel's spec needs. */
@@ -264,10 +264,10 @@ static PyObject* launch_backward(PyObject* self, PyObject* argt) {
   };
   (void)self;
   const Py_ssize_t nargs = PyTuple_Size(argt);
-  if (nargs != 11) {
+  if (nargs != 11 && nargs != 12) {
     PyErr_Format(PyExc_TypeError,
-                 "normjit._launch.launch_backward takes 11 arguments (kernel, x, dy, mean, rstd, "
-                 "weight, dx, dweight, dbias, batch, stream), not %zd",
+                 "normjit._launch.launch_backward takes 11 or 12 arguments (kernel, x, dy, mean, "
+                 "rstd, weight, dx, dweight, dbias, batch, stream[, dresidual_out]), not %zd",
                  nargs);
     return NULL;
   }
@@ -281,6 +281,11 @@ static PyObject* launch_backward(PyObject* self, PyObject* argt) {
   if (!as_int64(PyTuple_GetItem(argt, 9), "launch_backward", "batch", &batch)) return NULL;
   void* stream;
   if (!as_pointer(PyTuple_GetItem(argt, 10), "stream", /*none_ok=*/1, &stream)) return NULL;
+  void* dresidual_out = NULL;
+  if (nargs == 12 &&
+      !as_pointer(PyTuple_GetItem(argt, 11), "dresidual_out", /*none_ok=*/1, &dresidual_out)) {
+    return NULL;
+  }
   if (!bound_backward) {
     PyErr_SetString(PyExc_RuntimeError,
                     "normjit._launch.launch_backward: bind_backward() was not called");
@@ -296,6 +301,7 @@ static PyObject* launch_backward(PyObject* self, PyObject* argt) {
   args.dweight = p[7];
   args.dbias = p[8];
   args.batch = (int64_t)batch;
+  args.dresidual_out = dresidual_out;
   normjit_status status;
   PyThreadState* thread = PyEval_SaveThread();
   status = bound_backward((const normjit_kernel*)p[0], &args, (struct CUstream_st*)stream);

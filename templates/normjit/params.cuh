@@ -36,7 +36,8 @@ struct Params {
   RowPitch x_rows, y_rows, residual_rows, residual_out_rows;
   // Backward kernels (row_backward.cuh): x is the forward's input, y is dx (x's dtype), weight
   // as in the forward, mean and rstd the statistics the forward saved (read, not written),
-  // workspace the CTAs' partials and the grid barrier's counter.
+  // workspace the CTAs' partials and the grid barrier's counter; with a residual, x is h (the
+  // forward's residual_out) and residual is dh, h's gradient from its other uses (x's dtype).
   const void* dy;  // the gradient of the forward's output, x's dtype
   void* dweight;   // the weight's gradient, in the parameters' dtype; nullptr without a weight
   void* dbias;     // the bias's gradient, in the parameters' dtype; nullptr without a bias

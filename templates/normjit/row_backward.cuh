@@ -15,6 +15,12 @@
 // Per row, in f32: xhat = (x - mean) * rstd (rmsnorm: x * rstd), g = dy * (offset + w),
 //   dx = rstd * (g - mean(g) - xhat * mean(g * xhat))   (rmsnorm: without mean(g)),
 // the two means from one team reduction of a pair (rmsnorm: of one float).
+// With a residual (the forward's fused add: its x here is h = x + residual, which the forward
+// wrote to residual_out), dx = that + dh, dh being h's gradient from its other uses (p.residual,
+// x's dtype), added in f32 before the one rounding to x's dtype: the gradient of both the
+// forward's x and its residual. Each thread loads its dh of a row with x and dy (in flight
+// through the row's sums and reduction) and adds it at the store; dx may be dh's buffer (each
+// element is read before it is written, by the thread that writes it).
 //
 // Then, with no floating-point atomics: the CTA's teams add their sums in team order (shared
 // memory), the CTA writes that partial to its workspace slot, every CTA meets at a grid barrier,
@@ -50,6 +56,9 @@ struct RowGradSums<true> {
 //   kRms                      rmsnorm (no mean); else layernorm
 //   kWeight, kBias            the forward's affine step: y = xhat * (kWeightOffset + w) + b
 //   kWeightOffset             added to the weight in f32 (Gemma)
+//   kResidual                 dh (p.residual, x's dtype) added to dx
+//   kLateResidual             (with kResidual) each vector of dh loaded at its store, not with
+//                             x and dy (teams of 64 registers a thread)
 //   kRowLength                H: elements normalized together
 //   kThreads, kRowsPerBlock   TEAM, ROWS: blockDim = (TEAM, ROWS)
 //   kVec, kVectors            V: elements per access (V divides H); K: vectors per thread
@@ -96,6 +105,9 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock) row_backward(Pa
   static_assert(!C::kQuadFinalSum || H % 4 == 0, "the float4 sum: rows of whole groups of 4");
   constexpr bool kPacked = C::kHoldPacked, kReload = C::kReloadWeight && kWeight;
   static_assert(!kPacked || (sizeof(X) == 2 && V % 2 == 0), "packed: pairs of 16-bit elements");
+  constexpr bool kRes = C::kResidual, kLateDh = C::kLateResidual;
+  static_assert(!kLateDh || kRes, "a late dh: with a residual");
+  static_assert(sizeof(X) * V <= 16, "dh is held as the raw words of one access");
 
   const int tid = threadIdx.x;
   // This thread's columns: vector k starts at element col(k); past the row's end it is not
@@ -209,6 +221,46 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock) row_backward(Pa
     }
   };
   if constexpr (kRegNext) load_next((long long)blockIdx.x * ROWS + threadIdx.y);
+  // kResidual: this thread's dh of row r as raw words (a 16-bit element alone in the low half of
+  // its word); zeros past the row's end or for an inactive team.
+  constexpr int kDhWords = sizeof(X) * V >= 4 ? int(sizeof(X)) * V / 4 : 1;
+  using DhWords = unsigned int[kRes && !kLateDh ? K : 1][kDhWords];
+  // Vector k of row r's dh (in the row's columns: col(k) < H).
+  const auto load_dh_vector = [&](long long r, int k, unsigned int(&w)[kDhWords]) {
+    const X* src = static_cast<const X*>(p.residual) + r * H + col(k);
+    if constexpr (sizeof(X) * V >= 4) {
+      load_raw<kDhWords>(src, w, NoHint{});
+    } else {
+      w[0] = bits_of(*src);
+    }
+  };
+  const auto load_dh = [&](long long r, bool act, DhWords& w) {
+    if constexpr (kRes && !kLateDh) {
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        if (act && col(k) < H) {
+          load_dh_vector(r, k, w[k]);
+        } else {
+#pragma unroll
+          for (int i = 0; i < kDhWords; ++i) w[k][i] = 0u;
+        }
+      }
+    }
+  };
+  // dh of element j of vector k of the row: held, or (kLateDh) loaded with the vector's store.
+  const auto add_dh = [&](long long r, int k, const DhWords& held, float(&out)[V]) {
+    if constexpr (kRes) {
+      if constexpr (kLateDh) {
+        unsigned int late[kDhWords];
+        load_dh_vector(r, k, late);
+#pragma unroll
+        for (int j = 0; j < V; ++j) out[j] += word_value<X>(late, j);
+      } else {
+#pragma unroll
+        for (int j = 0; j < V; ++j) out[j] += word_value<X>(held[k], j);
+      }
+    }
+  };
   for (long long base = (long long)blockIdx.x * ROWS; base < rows;
        base += (long long)gridDim.x * ROWS) {  // the same trip count for the whole CTA
     const long long row = base + threadIdx.y;
@@ -223,6 +275,7 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock) row_backward(Pa
       if (next < rows) {
         prefetch_l2(static_cast<const X*>(p.x) + next * H, 0, H);
         prefetch_l2(static_cast<const X*>(p.dy) + next * H, 0, H);
+        if constexpr (kRes) prefetch_l2(static_cast<const X*>(p.residual) + next * H, 0, H);
       }
     }
     if constexpr (kPacked) {
@@ -238,6 +291,8 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock) row_backward(Pa
       } else {
         load_row_words(row, xw, gw);
       }
+      DhWords dhw;
+      load_dh(row, active, dhw);
       const auto unpack = [&](const unsigned int(&words)[V / 2], float(&out)[V]) {
 #pragma unroll
         for (int i = 0; i < V / 2; ++i) {
@@ -283,6 +338,7 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock) row_backward(Pa
           const float gj = kWeight ? gk[j] * wk[j] : gk[j];
           out[j] = rstd * (gj - fmaf(xh, mean_gx, mean_g));
         }
+        add_dh(row, k, dhw, out);
         store_vec<X, V>(dx + col(k), out);
       }
     } else {
@@ -297,6 +353,8 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock) row_backward(Pa
           for (int j = 0; j < V; ++j) xhat[k][j] = mean, g[k][j] = 0.f;
         }
       }
+      DhWords dhw;
+      load_dh(row, active, dhw);
       Sums sums{};
 #pragma unroll
       for (int k = 0; k < K; ++k) {
@@ -331,7 +389,10 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock) row_backward(Pa
         if (col(k) >= H) continue;
         float out[V];
 #pragma unroll
-        for (int j = 0; j < V; ++j) out[j] = rstd * (g[k][j] - fmaf(xhat[k][j], mean_gx, mean_g));
+        for (int j = 0; j < V; ++j) {
+          out[j] = rstd * (g[k][j] - fmaf(xhat[k][j], mean_gx, mean_g));
+        }
+        add_dh(row, k, dhw, out);
         store_vec<X, V>(dx + col(k), out);
       }
     }

@@ -13,6 +13,8 @@
 // (and PyTorch's f32 backward) can only resolve to 2^-24 of the terms that cancel.
 // Outputs are poisoned (NaN) first, so an element left unwritten cannot pass. dweight and
 // dbias are summed without floating-point atomics: two runs give the same bits.
+// With a residual (the fused add's backward), x stands for h and the backward spec's kernel
+// adds dh (random, in x's dtype) to dx: the reference's dx is the norm's plus dh.
 #include <cmath>
 #include <cstring>
 #include <optional>
@@ -34,6 +36,7 @@ struct Config {
   std::optional<Dtype> param;  // nullopt: x's dtype
   double weight_offset = 0;
   std::vector<int64_t> normalized;  // the normalized dims, their product `hidden`; empty: {hidden}
+  bool residual = false;            // the backward spec's residual (x's dtype): dh added to dx
 
   NormSpec spec(bool backward) const {
     SpecFields f;
@@ -52,6 +55,7 @@ struct Config {
     f.weight_offset = weight_offset;
     f.save_stats = !backward;
     f.backward = backward;
+    if (backward && residual) f.residual = dtype;
     return NormSpec::from_fields(f);
   }
   std::string name() const { return spec(true).to_string(); }
@@ -113,6 +117,10 @@ class Backward {
       params(b_, b_host_, -1.0f);
       db_ = device::Buffer(size_t(c.hidden) * size_of(param));
     }
+    if (c.residual) {
+      dh_ = device::Buffer(x_.bytes());
+      dh_host_ = upload(dh_, c.dtype, random_values(n_, Values::kNormal, seed + 11));
+    }
   }
 
   // The forward, writing mean and rstd (and y, unused).
@@ -128,11 +136,13 @@ class Backward {
     if (c_.op != Op::kRmsNorm) a.mean = static_cast<float*>(mean_.get());
     forward_.launch(a, stream);
   }
+  // in_place: dx over dy (over dh with a residual).
   BackwardArgs args(bool in_place = false) {
     BackwardArgs a;
     a.x = x_.get();
     a.dy = dy_.get();
-    a.dx = in_place ? dy_.get() : dx_.get();
+    a.dx = !in_place ? dx_.get() : c_.residual ? dh_.get() : dy_.get();
+    a.dresidual_out = dh_.get();
     a.rstd = static_cast<const float*>(rstd_.get());
     if (c_.op != Op::kRmsNorm) a.mean = static_cast<const float*>(mean_.get());
     a.weight = w_.get();
@@ -209,8 +219,9 @@ class Backward {
       }
       mean_g = rms ? 0.0 : mean_g / double(h);
       mean_gx /= double(h);
+      const float* dh = dh_host_.empty() ? nullptr : dh_host_.data() + r * h;
       for (int64_t j = 0; j < h; ++j) {
-        const double ref = s * (g[j] - mean_g - xhat[j] * mean_gx);
+        const double ref = s * (g[j] - mean_g - xhat[j] * mean_gx) + (dh ? double(dh[j]) : 0.0);
         accumulate(got_dx[size_t(r * h + j)], ref, err2, ref2, e.finite);
         scale2 += s * g[j] * s * g[j];
       }
@@ -247,6 +258,7 @@ class Backward {
     NORMJIT_CU(driver::api().cuCtxSynchronize());
   }
   const device::Buffer& dy() const { return dy_; }
+  const device::Buffer& dh() const { return dh_; }
   const device::Buffer& dx() const { return dx_; }
   const Kernel& backward_kernel() const { return backward_; }
 
@@ -264,8 +276,8 @@ class Backward {
   Config c_;
   Kernel forward_, backward_;
   size_t n_;
-  device::Buffer x_, dy_, y_, dx_, mean_, rstd_, w_, b_, dw_, db_;
-  std::vector<float> x_host_, dy_host_, w_host_, b_host_;
+  device::Buffer x_, dy_, y_, dx_, mean_, rstd_, w_, b_, dw_, db_, dh_;
+  std::vector<float> x_host_, dy_host_, w_host_, b_host_, dh_host_;
 };
 
 double tolerance_of(Dtype dtype) { return tolerance(dtype); }
@@ -430,6 +442,87 @@ TEST_F(BackwardGpu, ParamDtypeAndWeightOffset) {
   Backward run(engine, c, Values::kNormal, seed++);
   run.run();
   expect_exact(run, c, "weight offset");
+}
+
+// The fused add's backward: dh added to dx by the row kernel, every form and dtype, rows of one
+// to a few thousand elements, held with x and dy or (teams of 1024: 16-bit rows over 8192)
+// loaded at each store; in place over dh; adversarial values.
+TEST_F(BackwardGpu, ResidualAddsDhEveryFormDtypeAndLength) {
+  device::PrimaryContext context;
+  Engine engine(test_engine_options());
+  std::vector<Config> configs;
+  for (int64_t hidden : {1, 3, 7, 65, 1000, 3072, 4097, 8192, 8200, 16384}) {
+    for (Dtype dtype : kDtypes) {
+      if (dtype == Dtype::kF32 && hidden > 8192) continue;  // split over CTAs: no residual
+      for (const OpAffine& form : kForms) {
+        for (int64_t rows : {1, 7, 300}) {
+          Config c;
+          c.op = form.op;
+          c.affine = form.affine;
+          c.dtype = dtype;
+          c.hidden = hidden;
+          c.rows = rows;
+          c.residual = true;
+          configs.push_back(c);
+        }
+      }
+    }
+  }
+  std::vector<NormSpec> specs;
+  for (const Config& c : configs) {
+    specs.push_back(c.spec(false));
+    specs.push_back(c.spec(true));
+  }
+  prepare_in_parallel(engine, specs);
+  uint64_t seed = 5000;
+  for (const Config& c : configs) {
+    Backward run(engine, c, Values::kNormal, seed++);
+    const std::string plan = run.backward_kernel().plan_text();
+    EXPECT_NE(plan.find("plus dh"), std::string::npos) << c.name() << plan;
+    if (c.hidden > 8192) {
+      EXPECT_NE(plan.find("each vector of dh loaded at its store"), std::string::npos)
+          << c.name() << plan;
+    }
+    run.run();
+    expect_exact(run, c, "saved statistics");
+    expect_chain(run, c, Values::kNormal, "float64 statistics");
+  }
+  for (Values values : {Values::kLargeMean, Values::kTiny, Values::kNegative}) {
+    for (const OpAffine& form : {kForms[1], kForms[4]}) {
+      for (int64_t hidden : {1000, 8200}) {
+        Config c;
+        c.op = form.op;
+        c.affine = form.affine;
+        c.dtype = Dtype::kBF16;
+        c.hidden = hidden;
+        c.rows = 64;
+        c.residual = true;
+        Backward run(engine, c, values, seed++);
+        run.run();
+        expect_exact(run, c, to_string(values));
+        expect_chain(run, c, values, to_string(values));
+      }
+    }
+  }
+  // In place over dh (each element read before it is written, by the thread that writes it),
+  // with a weight offset and f32 parameters (Gemma's fused add).
+  for (int64_t hidden : {7, 4096, 16384}) {
+    Config c;
+    c.op = Op::kRmsNorm;
+    c.affine = Affine::kWeight;
+    c.dtype = Dtype::kBF16;
+    c.param = Dtype::kF32;
+    c.weight_offset = 1.0;
+    c.hidden = hidden;
+    c.rows = 333;
+    c.residual = true;
+    Backward run(engine, c, Values::kNormal, seed++);
+    run.run(/*in_place=*/true);
+    const Errors e = run.compare(/*saved=*/true, &run.dh());
+    EXPECT_TRUE(e.finite) << c.name();
+    EXPECT_LT(e.dx, tolerance(c.dtype)) << c.name();
+    EXPECT_LT(e.dweight, tolerance(Dtype::kF32)) << c.name();
+  }
 }
 
 TEST_F(BackwardGpu, InPlaceDxOverDy) {

@@ -97,12 +97,13 @@ class Emulator:
                              residual_out, rows)
 
     def launch_backward(self, kernel, x, dy, mean, rstd, weight, dx, dweight, dbias, batch,
-                        stream):
+                        stream, dresidual_out=None):
         self.launches.append(("launch_backward", dict(
             kernel=kernel, x=x, dy=dy, mean=mean, rstd=rstd, weight=weight, dx=dx,
-            dweight=dweight, dbias=dbias, batch=batch)))
+            dweight=dweight, dbias=dbias, batch=batch, dresidual_out=dresidual_out)))
         s = self.by_handle[kernel]
         assert s["backward"]
+        assert (dresidual_out is not None) == (s["residual"] is not None)
         n = s["row"]
         xd = memory(x, batch * n, s["dtype"]).double().view(batch, n)
         dyd = memory(dy, batch * n, s["dtype"]).double().view(batch, n)
@@ -117,7 +118,11 @@ class Emulator:
         dxd = g - xhat * (g * xhat).mean(1, keepdim=True)
         if s["op"] == "layernorm":
             dxd = dxd - g.mean(1, keepdim=True)
-        memory(dx, batch * n, s["dtype"]).copy_((r * dxd).flatten())
+        dxd = r * dxd
+        if dresidual_out is not None:  # the fused add's backward: h's own gradient added
+            assert s["residual"] == s["dtype"]
+            dxd = dxd + memory(dresidual_out, batch * n, s["dtype"]).double().view(batch, n)
+        memory(dx, batch * n, s["dtype"]).copy_(dxd.flatten())
         assert (dweight is not None) == (s["affine"] != "none")
         assert (dbias is not None) == (s["affine"] == "both")
         if dweight is not None:

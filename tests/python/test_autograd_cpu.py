@@ -12,6 +12,7 @@ forward and backward ops, and normjit._launch.launch_backward against ctypes. Ne
 no GPU."""
 import math
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -436,6 +437,8 @@ def test_add_norms_train_through_normjit(emu, op, dtype, rdtype, offset):
         ((y.double() * dy).sum() + (h.double() * dh).sum()).backward()
     assert emu.kinds() == ["launch_ex", "launch_backward"]
     assert emu.last("launch_backward")["x"] == h.data_ptr()  # the norm's input: h
+    # h's own gradient added by the backward kernel (the spec's residual, h's dtype)
+    assert emu.last("launch_backward")["dresidual_out"] is not None
     name, affine = ("rmsnorm", "weight") if op == "rms" else ("layernorm", "both")
     short = {torch.float32: "f32", torch.bfloat16: "bf16"}
     head = f"op={name} shape=6,64 dtype="
@@ -444,7 +447,8 @@ def test_add_norms_train_through_normjit(emu, op, dtype, rdtype, offset):
     param = f" param_dtype={short[dtype]}" if rdtype != dtype else ""
     assert emu.specs == [
         head + short[dtype] + tail + f" residual={short[rdtype]}" + off + " save_stats=true",
-        head + short[rdtype] + tail + param + off + " backward=true"]
+        head + short[rdtype] + tail + param + f" residual={short[rdtype]}" + off +
+        " backward=true"]
     leaves = [t.detach().double().requires_grad_() for t in (x, r, w) + ((b,) if b is not None
                                                                           else ())]
     hd = leaves[0] + leaves[1]
@@ -550,6 +554,46 @@ def test_rows_past_8192_elements_train_through_normjits_backward(emu, tmp_path):
     ref = reference_grads("rms", x, (8193,), w, None, 1e-6, dy)
     close(x.grad, ref[0], 1e-5)
     close(w.grad, ref[1], 1e-5)
+
+
+def test_add_norm_rows_the_residual_backward_does_not_take_add_dh_after_the_kernel(emu,
+                                                                                   tmp_path):
+    """f32 rows of 8193 elements: the library refuses the backward spec with a residual (rows
+    split over CTAs), so h's gradient is added after the backward kernel without one; no
+    fallback warning, the gradients float64's."""
+    with normjit.Engine(cache_dir=str(tmp_path), memory_only=True) as engine:
+        emu.library = engine
+        original = engine.precompile
+        refused = []
+
+        def precompile(spec, arch):
+            if "backward" not in spec:
+                return True
+            try:
+                return original(spec, arch)
+            except normjit.UnsupportedError:
+                refused.append(spec)
+                raise
+        engine.precompile = precompile
+        torch.manual_seed(18)
+        x, r = torch.randn(2, 8193, requires_grad=True), torch.randn(2, 8193, requires_grad=True)
+        w = (1 + 0.3 * torch.randn(8193)).requires_grad_()
+        dy, dh = torch.randn(2, 8193), torch.randn(2, 8193)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", njt.NormjitFallbackWarning)
+            y, h = njt.add_rms_norm(x, r, 8193, w, 1e-6)
+            ((y * dy).sum() + (h * dh).sum()).backward()
+    assert fallbacks(caught) == []
+    assert len(refused) == 1 and " residual=f32 " in refused[0], refused
+    assert emu.kinds() == ["launch_ex", "launch_backward"]
+    assert emu.last("launch_backward")["dresidual_out"] is None
+    assert emu.specs[-1].endswith(" backward=true") and "residual" not in emu.specs[-1]
+    leaves = [t.detach().double().requires_grad_() for t in (x, r, w)]
+    hd = leaves[0] + leaves[1]
+    ((F.rms_norm(hd, (8193,), leaves[2], 1e-6) * dy.double()).sum()
+     + (hd * dh.double()).sum()).backward()
+    for got, leaf in zip((x, r, w), leaves):
+        close(got.grad, leaf.grad, 1e-5)
 
 
 def test_double_backward_is_pytorchs(emu):
@@ -682,7 +726,12 @@ def test_compile_traces_forward_and_backward_ops_without_graph_breaks(emu, fused
     assert "normjit.rms_norm_backward" in bw and "normjit.layer_norm_backward" in bw, bw
     for graph, name in ((fw, train), (bw, "rms_norm_backward")):
         call, = [line for line in graph.splitlines() if f"normjit.{name}." in line]
-        assert (", 1e-06, 1.0)" in call) == bool(offset), call  # eps, then the offset
+        args = call.split("(", 1)[1].split(")")[0]
+        # eps, then the offset; the fused add's backward: then h's gradient (y + 0.5 * h)
+        if fused and name == "rms_norm_backward":
+            assert re.search(r", 1e-06, %s, \w+$" % ("1.0" if offset else "0.0"), args), call
+        else:
+            assert args.endswith(", 1e-06, 1.0") == bool(offset), call
     leaves = (x, r, w, lw, lb) if fused else (x, w, lw, lb)
     compiled = [t.grad.clone() for t in leaves]
     for t in leaves:
@@ -706,8 +755,9 @@ def test_launch_backward_by_the_extension_returns_what_ctypes_returns():
     launch_backward = _capi.launch_backward_function()
     by_ctypes = _capi._ctypes_launch_backward(_capi.library())
     assert launch_backward is normjit._launch.launch_backward
-    for args in (BWD_ARGS, (0, 0x1000, 0x2000, 0x3000, 0x4000, 0x5000, 0x6000, 0x7000, 0x8000,
-                            2**40, 0x9000)):
+    for args in (BWD_ARGS, BWD_ARGS + (None,), BWD_ARGS + (0xa000,),
+                 (0, 0x1000, 0x2000, 0x3000, 0x4000, 0x5000, 0x6000, 0x7000, 0x8000, 2**40,
+                  0x9000)):
         status = launch_backward(*args)
         assert status == by_ctypes(*args) == _capi.Status.ERROR_INVALID_ARGUMENT
         assert "kernel" in _capi.library().error(status).message
@@ -723,11 +773,12 @@ def test_launch_backward_by_the_extension_returns_what_ctypes_returns():
     (7, [], "dweight must be an int or None"),
     (9, 1.0, "launch_backward: batch must be an int"),
     (10, object(), "stream must be an int or None"),
+    (11, "h", "dresidual_out must be an int or None"),
 ])
 def test_launch_backward_by_the_extension_rejects_wrong_types(index, value, match):
     pytest.importorskip("normjit._launch", reason="the extension module is not built here")
     from normjit import _capi
-    args = list(BWD_ARGS)
+    args = list(BWD_ARGS) + [None]  # with dresidual_out
     args[index] = value
     with pytest.raises(TypeError, match=match):
         _capi.launch_backward_function()(*args)
@@ -737,8 +788,9 @@ def test_launch_backward_by_the_extension_rejects_a_wrong_count_and_bad_binding(
     pytest.importorskip("normjit._launch", reason="the extension module is not built here")
     from normjit import _capi, _launch
     launch_backward = _capi.launch_backward_function()
-    with pytest.raises(TypeError, match="takes 11 arguments"):
-        launch_backward(*BWD_ARGS[:10])
+    for count in (10, 13):
+        with pytest.raises(TypeError, match=f"takes 11 or 12 arguments .*, not {count}"):
+            launch_backward(*(BWD_ARGS + (None, None))[:count])
     with pytest.raises(OverflowError):
         launch_backward(*BWD_ARGS[:9], 2**63, None)
     with pytest.raises(ValueError, match="address 0"):

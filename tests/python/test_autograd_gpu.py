@@ -10,6 +10,7 @@ training step each of a small transformers Llama and Gemma (random weights) patc
 normjit.torch.patch(), their gradients against the unpatched model's (float64 as the bar).
 Skips with a reason without PyTorch or without a CUDA device."""
 import copy
+import re
 
 import pytest
 
@@ -173,6 +174,10 @@ def check_add_grads(op, x, r, w, b, eps, dy, dh, offset=0.0, what=""):
         y, h = njt.add_layer_norm(x, r, x.shape[-1], w, b, eps, **kw)
     assert torch.equal(h, (x.detach().float() + r.detach().float()).to(r.dtype)), what
     torch.autograd.backward([y, h], [dy, dh])
+    # h's gradient added by the backward kernel of the spec with a residual (rows it holds)
+    short = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}[r.dtype]
+    kernel = rf"^op=\w+ shape=\d+,{x.shape[-1]} dtype={short} .* residual={short} .*backward=true$"
+    assert any(re.match(kernel, spec) for spec in njt.prepared_specs()), (what, kernel)
     hd, wd = leaf(h.detach().double()), leaf(w.detach().double())
     bd = leaf(b.detach().double()) if b is not None else None
     if op == "rms":

@@ -1566,10 +1566,11 @@ def _check_backward(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor],
 
 def _decide_backward(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor], rstd: Tensor,
                      weight: Optional[Tensor], has_bias: bool, eps: float,
-                     offset: float = 0.0) -> Union[tuple, str]:
+                     offset: float = 0.0, residual: bool = False) -> Union[tuple, str]:
     """Checks the arguments, then: a launch (kernel, batch, device index) of the backward
     kernel, or why it cannot serve the call (a reason code, or the library's message: a
-    problem it has no backward kernel for, such as rows whose partials outgrow its workspace)."""
+    problem it has no backward kernel for, such as rows whose partials outgrow its workspace).
+    residual: the kernel that adds h's gradient to dx (rms_norm and layer_norm; x is h)."""
     _check_backward(op, arg, dy, x, mean, rstd, weight, has_bias, offset)
     why = _why_not(x, weight, None, eps, op, None, False)
     if why == "param_dtype" and op in _ROW_OPS and weight.dtype in _DTYPES:
@@ -1593,9 +1594,10 @@ def _decide_backward(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor]
     param_dtype = weight.dtype if has_weight else None
     device = x.device.index
     key = (library_op, arg, x.dtype, has_weight, has_bias, param_dtype, offset, "backward",
-           device)
+           residual, device)
     spec = _rows_spec(library_op, (batch,) + arg, len(arg), x.dtype, has_weight, has_bias,
-                      eps, param_dtype, weight_offset=offset, backward=True)
+                      eps, param_dtype, residual=x.dtype if residual else None,
+                      weight_offset=offset, backward=True)
     kernel, message = _prepare(key, spec, per_item)
     if kernel is None:
         return message
@@ -1604,12 +1606,13 @@ def _decide_backward(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor]
 
 def _backward_decision(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor],
                        rstd: Tensor, weight: Optional[Tensor], has_bias: bool, eps: float,
-                       offset: float = 0.0) -> Union[tuple, str]:
+                       offset: float = 0.0, residual: bool = False) -> Union[tuple, str]:
     """_decide_backward's answer, cached as _decision's."""
     key = None
     if eps.__class__ is float:
         try:
-            key = ("backward", op, arg, eps, offset, has_bias, *_tensor_key(dy), *_tensor_key(x),
+            key = ("backward", op, arg, eps, offset, residual, has_bias, *_tensor_key(dy),
+                   *_tensor_key(x),
                    *_tensor_key(rstd), *(_NO_TENSOR if mean is None else _tensor_key(mean)),
                    *(_NO_TENSOR if weight is None else _tensor_key(weight)))
             return _calls[key]
@@ -1618,15 +1621,67 @@ def _backward_decision(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tenso
         except (AttributeError, TypeError):
             key = None
     return _remember(key, _decide_backward(op, arg, dy, x, mean, rstd, weight, has_bias, eps,
-                                           offset))
+                                           offset, residual))
+
+
+def _backward_with_dh(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor], rstd: Tensor,
+                      weight: Optional[Tensor], has_bias: bool, eps: float, offset: float,
+                      dh: Tensor) -> Optional[tuple]:
+    """(dx, dweight, dbias) of _backward with dh from the backward kernel of the spec with a
+    residual (one pass: dh loaded with x and dy, dx + dh stored), or None where it cannot serve
+    the call (then: the kernel without it, and PyTorch's add)."""
+    if op not in _ROW_OPS or dh.dtype != x.dtype or dh.shape != x.shape:
+        return None
+    if not x.is_contiguous():
+        x = x.contiguous()
+    if not dy.is_contiguous():
+        dy = dy.contiguous()
+    if not dh.is_contiguous():
+        dh = dh.contiguous()
+    decision = _backward_decision(op, arg, dy, x, mean, rstd, weight, has_bias, eps, offset,
+                                  residual=True)
+    if decision.__class__ is not tuple:
+        return None
+    kernel, batch, device = decision
+    xp, dyp, hp, rp = x.data_ptr(), dy.data_ptr(), dh.data_ptr(), rstd.data_ptr()
+    mp = mean.data_ptr() if mean is not None else None
+    wp = weight.data_ptr() if weight is not None else None
+    if (xp | dyp | hp | (wp or 0)) & 15 or (rp | (mp or 0)) & 3:
+        return None
+    dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    dw = torch.empty(weight.shape, dtype=weight.dtype, device=x.device) \
+        if weight is not None else None
+    db = torch.empty(weight.shape, dtype=weight.dtype, device=x.device) if has_bias else None
+    args = (kernel, xp, dyp, mp, rp, wp, dx.data_ptr(), dw.data_ptr() if dw is not None else None,
+            db.data_ptr() if db is not None else None, batch, _raw_stream(device), hp)
+    if _multi_device and torch.cuda.current_device() != device:
+        with torch.cuda.device(device):
+            status = _launch_backward(*args)
+    else:
+        status = _launch_backward(*args)
+    if not status:
+        return dx, dw, db
+    error = normjit._capi.library().error(status)
+    if not isinstance(error, InvalidArgumentError):
+        raise error
+    return None  # checked before anything was enqueued
 
 
 def _backward(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor], rstd: Tensor,
-              weight: Optional[Tensor], has_bias: bool, eps: float,
-              offset: float = 0.0) -> Tuple[Tensor, Optional[Tensor], Optional[Tensor]]:
+              weight: Optional[Tensor], has_bias: bool, eps: float, offset: float = 0.0,
+              dh: Optional[Tensor] = None) -> Tuple[Tensor, Optional[Tensor], Optional[Tensor]]:
     """(dx, dweight, dbias): normjit's backward kernel, or, after the fallback warning,
     PyTorch's gradient from the same statistics. dweight None without a weight, dbias None
-    without a bias."""
+    without a bias. dh (rms_norm and layer_norm, x's dtype and shape): a gradient of x from
+    elsewhere (the fused adds' h), added to dx by the kernel of the spec with a residual, or
+    after the kernel without one where that kernel cannot serve the call (rows split over
+    CTAs, a misaligned dh)."""
+    if dh is not None:
+        dx = _backward_with_dh(op, arg, dy, x, mean, rstd, weight, has_bias, eps, offset, dh)
+        if dx is not None:
+            return dx
+        dx, dw, db = _backward(op, arg, dy, x, mean, rstd, weight, has_bias, eps, offset)
+        return dx + dh, dw, db
     # The kernel reads contiguous rows of x and dy: an input that the forward normalized in place
     # from strided rows (a per-head view of a qkv projection; a channels-last input of a direct
     # caller) and a non-contiguous gradient (y.sum()'s is expanded) are copied first, one more
@@ -1788,23 +1843,27 @@ def _grad_outputs(input: Tensor, dx: Tensor, dw: Optional[Tensor],
 
 @torch.library.custom_op("normjit::rms_norm_backward", mutates_args=())
 def _rms_norm_backward_op(grad: Tensor, input: Tensor, rstd: Tensor, weight: Optional[Tensor],
-                          normalized_shape: List[int], eps: float,
-                          weight_offset: float = 0.0) -> Tuple[Tensor, Tensor]:
+                          normalized_shape: List[int], eps: float, weight_offset: float = 0.0,
+                          dresidual_out: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
     """(dx, dweight) of rms_norm (with weight_offset: of the weight used, weight_offset +
-    weight)."""
+    weight); with dresidual_out (the fused add's: input is h, this is h's gradient from its
+    other uses, input's dtype and shape), dx is the norm's gradient plus it."""
     return _grad_outputs(input, *_backward("rms_norm", tuple(normalized_shape), grad, input,
-                                           None, rstd, weight, False, eps, weight_offset))[:2]
+                                           None, rstd, weight, False, eps, weight_offset,
+                                           dresidual_out))[:2]
 
 
 @torch.library.custom_op("normjit::layer_norm_backward", mutates_args=())
 def _layer_norm_backward_op(grad: Tensor, input: Tensor, mean: Tensor, rstd: Tensor,
                             weight: Optional[Tensor], has_bias: bool, normalized_shape: List[int],
-                            eps: float,
-                            weight_offset: float = 0.0) -> Tuple[Tensor, Tensor, Tensor]:
+                            eps: float, weight_offset: float = 0.0,
+                            dresidual_out: Optional[Tensor] = None
+                            ) -> Tuple[Tensor, Tensor, Tensor]:
     """(dx, dweight, dbias) of layer_norm (with weight_offset: of the weight used,
-    weight_offset + weight)."""
+    weight_offset + weight; with dresidual_out, as rms_norm_backward's)."""
     return _grad_outputs(input, *_backward("layer_norm", tuple(normalized_shape), grad, input,
-                                           mean, rstd, weight, has_bias, eps, weight_offset))
+                                           mean, rstd, weight, has_bias, eps, weight_offset,
+                                           dresidual_out))
 
 
 @torch.library.custom_op("normjit::rms_norm_channels_backward", mutates_args=())
@@ -1843,12 +1902,13 @@ def _fake_grads(input: Tensor, weight: Optional[Tensor],
 
 
 @_rms_norm_backward_op.register_fake
-def _(grad, input, rstd, weight, normalized_shape, eps, weight_offset=0.0):
+def _(grad, input, rstd, weight, normalized_shape, eps, weight_offset=0.0, dresidual_out=None):
     return _fake_grads(input, weight, False)[:2]
 
 
 @_layer_norm_backward_op.register_fake
-def _(grad, input, mean, rstd, weight, has_bias, normalized_shape, eps, weight_offset=0.0):
+def _(grad, input, mean, rstd, weight, has_bias, normalized_shape, eps, weight_offset=0.0,
+      dresidual_out=None):
     return _fake_grads(input, weight, has_bias)
 
 
@@ -1869,14 +1929,20 @@ def _(grad, input, mean, rstd, weight, has_bias, num_groups, eps):
 
 def _backward_op(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor], rstd: Tensor,
                  weight: Optional[Tensor], has_bias: bool, eps: float,
-                 offset: float = 0.0) -> tuple:
-    """(dx, dweight, dbias) by op's backward op (the last two placeholders where absent)."""
+                 offset: float = 0.0, dh: Optional[Tensor] = None) -> tuple:
+    """(dx, dweight, dbias) by op's backward op (the last two placeholders where absent); dh
+    (rms_norm, layer_norm): added to dx by it."""
     ops = torch.ops.normjit
     if op == "rms_norm":
+        if dh is not None:
+            return (*ops.rms_norm_backward(dy, x, rstd, weight, list(arg), eps, offset, dh), None)
         if offset:
             return (*ops.rms_norm_backward(dy, x, rstd, weight, list(arg), eps, offset), None)
         return (*ops.rms_norm_backward(dy, x, rstd, weight, list(arg), eps), None)
     if op == "layer_norm":
+        if dh is not None:
+            return ops.layer_norm_backward(dy, x, mean, rstd, weight, has_bias, list(arg), eps,
+                                           offset, dh)
         if offset:
             return ops.layer_norm_backward(dy, x, mean, rstd, weight, has_bias, list(arg), eps,
                                            offset)
@@ -1901,7 +1967,7 @@ def _grads(ctx, op: str, dy: Optional[Tensor], x: Tensor, weight: Optional[Tenso
     here first, in float32. ctx.x_at: where the forward op takes what x's gradient is the
     gradient of, each with the dtype it takes (None: x's); ctx.params_at: where it takes weight
     and bias. dh: a gradient of x from elsewhere (the add_* ops' output h, which is x here),
-    added to the norm's."""
+    added to the norm's: by the backward kernel as it stores dx where dh has x's dtype."""
     w_at, b_at = ctx.params_at
     need = ctx.needs_input_grad
     has_bias = ctx.has_bias
@@ -1922,8 +1988,13 @@ def _grads(ctx, op: str, dy: Optional[Tensor], x: Tensor, weight: Optional[Tenso
                                           ctx.eps)
                 rstd = rstd.float().contiguous()
                 mean = mean.float().contiguous() if mean is not None else None
+            # h's own gradient goes into the backward kernel (added as it stores dx) where it
+            # has h's dtype; else it is added here.
+            fused = dh is not None and op in _ROW_OPS and dh.dtype == x.dtype
             dx, dw, db = _backward_op(op, ctx.arg, dy, x, mean, rstd, weight, has_bias, ctx.eps,
-                                      ctx.offset)
+                                      ctx.offset, dh if fused else None)
+            if fused:
+                dh = None
     if dh is not None:
         dx = dh if dx is None else dx + dh
     grads = [None] * len(need)

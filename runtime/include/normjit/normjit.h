@@ -179,7 +179,9 @@ normjit_status normjit_launch_ex(const normjit_kernel* kernel, const normjit_lau
  * normjit_prepare): for normjit_launch_backward. Fill it with normjit_backward_args_init first
  * (it sets size; every pointer NULL), then set what the kernel's spec asks for. Tensors are
  * contiguous; the statistics are one f32 per row (groupnorm: per (n, g); the channel forms: per
- * (n, position)), as the forward with save_stats wrote them. */
+ * (n, position)), as the forward with save_stats wrote them. With a residual (the forward's
+ * fused add, h = x + residual normalized), x is h (the forward's residual_out) and dx is the
+ * norm's gradient plus dresidual_out: the gradient of the forward's x and of its residual. */
 typedef struct normjit_backward_args {
   size_t size;        /* sizeof(normjit_backward_args), set by normjit_backward_args_init */
   const void* x;      /* the forward's input */
@@ -192,6 +194,9 @@ typedef struct normjit_backward_args {
   void* dweight;      /* with a weight: its gradient over every row, the parameters' dtype */
   void* dbias;        /* with a bias: its gradient over every row, the parameters' dtype */
   int64_t batch;      /* rows (groupnorm and the channel forms: N) */
+  const void* dresidual_out; /* with a residual: h's gradient from its other uses, x's dtype,
+                                added to dx; dx may equal it (in place). Added after batch: a
+                                caller built before it passes a smaller size, read as NULL */
 } normjit_backward_args;
 
 /* Fills *args with the defaults (every pointer NULL, batch 0). */

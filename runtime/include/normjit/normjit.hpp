@@ -49,7 +49,9 @@ struct LaunchArgs {
 // The arguments of a backward kernel (a spec with backward=true): the forward's input and
 // saved statistics (save_stats), the gradient of its output, and where the gradients go.
 // Contiguous rows of the spec's row length. dweight and dbias are complete sums over the
-// batch's rows (written, not accumulated into), the same bits on every run.
+// batch's rows (written, not accumulated into), the same bits on every run. With a residual
+// (the forward's fused add), x is h = x + residual, which the forward wrote to residual_out,
+// and dx = the norm's gradient + dresidual_out: the gradient of the forward's x and residual.
 struct BackwardArgs {
   const void* x = nullptr;       // the forward's input, device pointer
   const void* dy = nullptr;      // the gradient of the forward's output, x's dtype
@@ -60,6 +62,9 @@ struct BackwardArgs {
   void* dweight = nullptr;       // required with a weight: its gradient, the parameters' dtype
   void* dbias = nullptr;         // required with a bias: its gradient, the parameters' dtype
   int64_t batch = 0;             // rows
+  // Required with a residual: h's gradient from its other uses (the residual stream), x's
+  // dtype, added to dx; dx may equal it (in place).
+  const void* dresidual_out = nullptr;
 };
 
 // Where a prepared kernel's binary came from.

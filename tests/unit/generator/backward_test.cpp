@@ -105,7 +105,9 @@ TEST(BackwardSpec, AxesWithoutMeaningForTheGradientAreRefused) {
        "invalid out_dtype 'f32': backward=true takes dy and writes dx in x's "
        "dtype (bf16)"},
       {"out_dtype=e4m3", "invalid out_dtype 'e4m3': backward=true"},
-      {"residual=bf16", "invalid residual 'bf16': backward=true has no residual variant yet"},
+      {"residual=f32",
+       "invalid residual 'f32': backward=true normalizes h = x + residual (its x is h) and adds "
+       "h's gradient dh, both in h's dtype: residual must equal dtype (bf16)"},
       {"save_stats=true", "invalid save_stats true: backward=true reads the statistics"},
   };
   for (const Case& c : cases) {
@@ -115,8 +117,10 @@ TEST(BackwardSpec, AxesWithoutMeaningForTheGradientAreRefused) {
   }
   // x's own dtype as out_dtype is the default, not a variant.
   EXPECT_NO_THROW(NormSpec::parse(base + "out_dtype=bf16"));
-  // The parameters' dtype and the weight offset are what the gradient kernel honours.
+  // The parameters' dtype and the weight offset are what the gradient kernel honours, and a
+  // residual of x's dtype (dh added to dx).
   EXPECT_NO_THROW(NormSpec::parse(base + "param_dtype=f32 weight_offset=1"));
+  EXPECT_TRUE(NormSpec::parse(base + "residual=bf16").residual == Dtype::kBF16);
 }
 
 TEST(BackwardPlan, RowBackwardStrategyTeamsAndWorkspace) {
@@ -474,6 +478,48 @@ TEST(BackwardPlan, RowsLongerThanOneTeamHoldsAreSplitNotRefused) {
   EXPECT_EQ(
       plan(NormSpec::parse("op=layernorm shape=2,8192 dtype=bf16 backward=true"), h100).strategy,
       Strategy::kRowBackward);
+}
+
+// The fused add's backward (residual): the row kernel adds dh to dx; wide teams (64 registers a
+// thread) load it at each store; rows split over CTAs are refused naming the residual.
+TEST(BackwardPlan, AResidualTakesTheRowKernelAndNamesItsLimit) {
+  const Target h100 = Target::parse("sm_90");
+  const auto spec = [](const char* shape, const char* dtype) {
+    return NormSpec::parse(std::string("op=rmsnorm normalized_dims=1 affine=weight shape=") +
+                           shape + " dtype=" + dtype + " residual=" + dtype + " backward=true");
+  };
+  const KernelPlan held = plan(spec("4096,8192", "bf16"), h100);
+  EXPECT_EQ(held.strategy, Strategy::kRowBackward);
+  EXPECT_FALSE(held.late_dh);
+  EXPECT_TRUE(has(held.why, "plus dh")) << held.why;
+  const EmittedKernel e = emit(held);
+  EXPECT_EQ(e.kernel, "normjit::row_backward<normjit::rmsnorm_bf16_h8192_res_bf16_backward>");
+  EXPECT_TRUE(has(e.source, "  static constexpr bool kResidual = true;")) << e.source;
+  EXPECT_TRUE(has(e.source, "  static constexpr bool kLateResidual = false;")) << e.source;
+  // The plan is the residual-free spec's but for dh.
+  KernelPlan plain = plan(NormSpec::parse("op=rmsnorm normalized_dims=1 affine=weight "
+                                          "shape=4096,8192 dtype=bf16 backward=true"),
+                          h100);
+  EXPECT_EQ(held.block_x, plain.block_x);
+  EXPECT_EQ(held.vectors, plain.vectors);
+  EXPECT_EQ(held.prefetch, plain.prefetch);
+  EXPECT_TRUE(has(emit(plain).source, "  static constexpr bool kResidual = false;"));
+  const KernelPlan wide = plan(spec("64,16384", "bf16"), h100);
+  EXPECT_EQ(wide.block_x, 1024);
+  EXPECT_TRUE(wide.late_dh);
+  EXPECT_TRUE(has(emit(wide).source, "  static constexpr bool kLateResidual = true;"));
+  EXPECT_TRUE(has(wide.why, "each vector of dh loaded at its store")) << wide.why;
+  for (const auto& [shape, dtype] : {std::pair{"64,16385", "bf16"}, {"64,8193", "f32"}}) {
+    try {
+      plan(spec(shape, dtype), h100);
+      ADD_FAILURE() << "planned " << shape << " " << dtype;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+      EXPECT_TRUE(has(e.what(), std::string("unsupported residual '") + dtype + "'") &&
+                  has(e.what(), "split over CTAs") && has(e.what(), "leave residual out"))
+          << e.what();
+    }
+  }
 }
 
 TEST(BackwardEmit, ConfigurationNamesEveryConstantTheKernelChecks) {

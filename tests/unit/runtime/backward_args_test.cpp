@@ -1,10 +1,12 @@
 // The arguments of a backward kernel (issue 20) are checked before anything needs a device:
 // every pointer is present exactly when the spec asks for it (mean for layernorm only, weight,
-// dweight and dbias by affine), written buffers share no memory with another argument except dx
-// over x or dy (in place), and a forward launch of a backward spec (or the reverse) is refused
-// naming the entry point to use. The C entry point normjit_launch_backward checks its struct.
+// dweight and dbias by affine, dresidual_out by residual), written buffers share no memory with
+// another argument except dx over x, dy or dresidual_out (in place), and a forward launch of a
+// backward spec (or the reverse) is refused naming the entry point to use. The C entry point
+// normjit_launch_backward checks its struct.
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -151,6 +153,39 @@ TEST(BackwardArgs, WrittenBuffersShareNoMemoryExceptDxInPlace) {
   EXPECT_NO_THROW(detail::backward_params(spec, a));
 }
 
+// The fused add's backward (residual): x is h, and dresidual_out (h's gradient from its other
+// uses) is added to dx. It is required exactly with a residual, and dx may be it.
+TEST(BackwardArgs, AResidualTakesTheGradientOfH) {
+  const NormSpec spec = NormSpec::parse(
+      "op=rmsnorm shape=8,128 dtype=bf16 normalized_dims=1 affine=weight residual=bf16 "
+      "backward=true");
+  BackwardArgs a = full();
+  a.mean = nullptr;
+  a.dbias = nullptr;
+  std::string m = refusal(spec, a);
+  EXPECT_TRUE(has(m, "invalid dresidual_out nullptr") && has(m, "forward's residual_out")) << m;
+  a.dresidual_out = fake(9);
+  const Params p = detail::backward_params(spec, a);
+  EXPECT_EQ(p.residual, a.dresidual_out);
+  EXPECT_EQ(p.residual_out, nullptr);
+  // In place over dh, exactly; partially refused.
+  a.dx = const_cast<void*>(a.dresidual_out);
+  EXPECT_EQ(detail::backward_params(spec, a).y, a.dresidual_out);
+  a.dx = static_cast<char*>(const_cast<void*>(a.dresidual_out)) + 2;
+  m = refusal(spec, a);
+  EXPECT_TRUE(has(m, "invalid dx 0x") && has(m, "partially overlaps dresidual_out")) << m;
+  // Written gradients of the parameters may not overlap it.
+  a.dx = fake(6);
+  a.dweight = const_cast<void*>(a.dresidual_out);
+  m = refusal(spec, a);
+  EXPECT_TRUE(has(m, "invalid dweight 0x") && has(m, "overlaps dresidual_out")) << m;
+  // Without a residual it is refused.
+  BackwardArgs b = full();
+  b.dresidual_out = fake(9);
+  m = refusal(layernorm(), b);
+  EXPECT_TRUE(has(m, "invalid dresidual_out 0x") && has(m, "has no residual")) << m;
+}
+
 TEST(BackwardArgs, ParamsCarryThePointersAndContiguousRows) {
   const BackwardArgs a = full(5);
   const Params p = detail::backward_params(layernorm(), a);
@@ -163,6 +198,7 @@ TEST(BackwardArgs, ParamsCarryThePointersAndContiguousRows) {
   EXPECT_EQ(p.dbias, a.dbias);
   EXPECT_EQ(p.mean, a.mean);
   EXPECT_EQ(p.rstd, a.rstd);
+  EXPECT_EQ(p.residual, nullptr);
   EXPECT_EQ(p.batch, 5);
   EXPECT_EQ(p.workspace, nullptr);
   EXPECT_EQ(p.inner_rows, 1);
@@ -230,9 +266,10 @@ TEST(CBackwardArgs, InitSetsTheDefaults) {
   std::memset(&a, 0x5a, sizeof a);
   normjit_backward_args_init(&a);
   EXPECT_EQ(a.size, sizeof(normjit_backward_args));
-  for (const void* p : {a.x, a.dy, static_cast<const void*>(a.mean),
-                        static_cast<const void*>(a.rstd), a.weight, static_cast<const void*>(a.dx),
-                        static_cast<const void*>(a.dweight), static_cast<const void*>(a.dbias)}) {
+  for (const void* p :
+       {a.x, a.dy, static_cast<const void*>(a.mean), static_cast<const void*>(a.rstd), a.weight,
+        static_cast<const void*>(a.dx), static_cast<const void*>(a.dweight),
+        static_cast<const void*>(a.dbias), a.dresidual_out}) {
     EXPECT_EQ(p, nullptr);
   }
   EXPECT_EQ(a.batch, 0);
@@ -269,6 +306,14 @@ TEST(CBackwardArgs, LaunchBackwardChecksTheStructBeforeTheKernel) {
   EXPECT_EQ(normjit_launch_backward(nullptr, &n.known, nullptr), NORMJIT_ERROR_UNSUPPORTED);
   EXPECT_TRUE(mentions("normjit_backward_args") && mentions("as new as the header"))
       << normjit_last_error();
+  // An older caller's struct, built before dresidual_out (its size ends at batch): taken.
+  normjit_backward_args older;
+  std::memset(&older, 0x5a, sizeof older);
+  normjit_backward_args_init(&older);
+  older.size = offsetof(normjit_backward_args, dresidual_out);
+  std::memset(&older.dresidual_out, 0x5a, sizeof older.dresidual_out);
+  EXPECT_EQ(normjit_launch_backward(nullptr, &older, nullptr), NORMJIT_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(mentions("invalid kernel NULL")) << normjit_last_error();
 }
 
 }  // namespace
