@@ -15,8 +15,8 @@ and bias for a fixed dy are checked against float64 and timed:
             normjit_launch_backward through the C API by ctypes), given x, dy and the
             statistics (mean, rstd in f32) a forward with save_stats writes; for add + RMSNorm,
             torch.autograd.grad of normjit.torch.add_rms_norm's (y, h) (its training op, whose
-            backward is the RMSNorm backward kernel on h plus h's own gradient, added by
-            PyTorch);
+            backward is the RMSNorm backward kernel of the spec with residual on h: h's own
+            gradient loaded with h and dy and added as dx is stored, one pass);
   eager     torch.autograd.grad(y, [x, weight, bias], dy, retain_graph=True) on the PyTorch
             module's output (the backward kernels of nn.LayerNorm, nn.GroupNorm, nn.RMSNorm;
             the channel RMSNorm's autograd of its expression);
@@ -503,7 +503,8 @@ def render_section(rep: Report) -> str:
     add("- add + RMSNorm rows: every implementation, normjit included, through "
         "`torch.autograd.grad([y, h], [x, residual, weight], [dy, dh], retain_graph=True)` of "
         "its (y, h): normjit `normjit.torch.add_rms_norm(x, r, H, w, eps)` (its training op: "
-        "the RMSNorm backward kernel on the saved h, then h's own gradient added by PyTorch), "
+        "the RMSNorm backward kernel of the spec with `residual` on the saved h, which adds h's "
+        "own gradient as it stores dx), "
         "eager and compile the expression of its docstring (`h = (x.float() + "
         "r.float()).to(r.dtype)`, `F.rms_norm(h, (H,), w, eps)`), Liger "
         "`LigerFusedAddRMSNormFunction.apply(x, r, w, eps, 0.0, \"gemma\", False)` (one "
