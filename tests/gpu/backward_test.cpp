@@ -17,6 +17,7 @@
 // adds dh (random, in x's dtype) to dx: the reference's dx is the norm's plus dh.
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -329,39 +330,56 @@ class BackwardGpu : public ::testing::Test {
   void SetUp() override { NORMJIT_REQUIRE_GPU(); }
 };
 
-TEST_F(BackwardGpu, EveryHiddenBatchDtypeAndAffineMatchesFloat64) {
-  device::PrimaryContext context;
-  Engine engine(test_engine_options());
+// Every form x dtype x hidden x rows (rows of 1, a few, many), the residual as given.
+std::vector<Config> sweep(std::initializer_list<int64_t> hiddens,
+                          std::initializer_list<int64_t> rows, bool residual = false) {
   std::vector<Config> configs;
-  // 3072: a team of 256 threads in every dtype, two teams a CTA (launches of at most 2048 rows).
-  for (int64_t hidden : {1, 3, 7, 65, 1000, 3072, 4097, 8192}) {
+  for (int64_t hidden : hiddens) {
     for (Dtype dtype : kDtypes) {
       for (const OpAffine& form : kForms) {
-        for (int64_t rows : {1, 3, 1000}) {
+        for (int64_t r : rows) {
           Config c;
           c.op = form.op;
           c.affine = form.affine;
           c.dtype = dtype;
           c.hidden = hidden;
-          c.rows = rows;
+          c.rows = r;
+          c.residual = residual;
           configs.push_back(c);
         }
       }
     }
   }
+  return configs;
+}
+
+// Prepares every config's forward and backward kernels at once (NVRTC in parallel), then runs
+// each (seeds from `seed` on) against both references; `check`, when given, first looks at each
+// run (its plan).
+void expect_every_config_matches(
+    Engine& engine, const std::vector<Config>& configs, uint64_t seed,
+    const std::function<void(const Backward&, const Config&)>& check = {}) {
   std::vector<NormSpec> specs;
   for (const Config& c : configs) {
     specs.push_back(c.spec(false));
     specs.push_back(c.spec(true));
   }
   prepare_in_parallel(engine, specs);
-  uint64_t seed = 1;
   for (const Config& c : configs) {
     Backward run(engine, c, Values::kNormal, seed++);
+    if (check) check(run, c);
     run.run();
     expect_exact(run, c, "saved statistics");
     expect_chain(run, c, Values::kNormal, "float64 statistics");
   }
+}
+
+TEST_F(BackwardGpu, EveryHiddenBatchDtypeAndAffineMatchesFloat64) {
+  device::PrimaryContext context;
+  Engine engine(test_engine_options());
+  // 3072: a team of 256 threads in every dtype, two teams a CTA (launches of at most 2048 rows).
+  expect_every_config_matches(engine, sweep({1, 3, 7, 65, 1000, 3072, 4097, 8192}, {1, 3, 1000}),
+                              1);
 }
 
 TEST_F(BackwardGpu, AdversarialValues) {
@@ -450,43 +468,20 @@ TEST_F(BackwardGpu, ParamDtypeAndWeightOffset) {
 TEST_F(BackwardGpu, ResidualAddsDhEveryFormDtypeAndLength) {
   device::PrimaryContext context;
   Engine engine(test_engine_options());
-  std::vector<Config> configs;
-  for (int64_t hidden : {1, 3, 7, 65, 1000, 3072, 4097, 8192, 8200, 16384}) {
-    for (Dtype dtype : kDtypes) {
-      if (dtype == Dtype::kF32 && hidden > 8192) continue;  // split over CTAs: no residual
-      for (const OpAffine& form : kForms) {
-        for (int64_t rows : {1, 7, 300}) {
-          Config c;
-          c.op = form.op;
-          c.affine = form.affine;
-          c.dtype = dtype;
-          c.hidden = hidden;
-          c.rows = rows;
-          c.residual = true;
-          configs.push_back(c);
-        }
-      }
-    }
-  }
-  std::vector<NormSpec> specs;
-  for (const Config& c : configs) {
-    specs.push_back(c.spec(false));
-    specs.push_back(c.spec(true));
-  }
-  prepare_in_parallel(engine, specs);
+  std::vector<Config> configs =
+      sweep({1, 3, 7, 65, 1000, 3072, 4097, 8192, 8200, 16384}, {1, 7, 300}, /*residual=*/true);
+  // f32 rows over 8192 are split over CTAs: no residual there.
+  std::erase_if(configs, [](const Config& c) { return c.dtype == Dtype::kF32 && c.hidden > 8192; });
   uint64_t seed = 5000;
-  for (const Config& c : configs) {
-    Backward run(engine, c, Values::kNormal, seed++);
+  expect_every_config_matches(engine, configs, seed, [](const Backward& run, const Config& c) {
     const std::string plan = run.backward_kernel().plan_text();
     EXPECT_NE(plan.find("plus dh"), std::string::npos) << c.name() << plan;
     if (c.hidden > 8192) {
       EXPECT_NE(plan.find("each vector of dh loaded at its store"), std::string::npos)
           << c.name() << plan;
     }
-    run.run();
-    expect_exact(run, c, "saved statistics");
-    expect_chain(run, c, Values::kNormal, "float64 statistics");
-  }
+  });
+  seed += configs.size();
   for (Values values : {Values::kLargeMean, Values::kTiny, Values::kNegative}) {
     for (const OpAffine& form : {kForms[1], kForms[4]}) {
       for (int64_t hidden : {1000, 8200}) {
@@ -731,35 +726,15 @@ void expect_split(const Backward& run, const Config& c, bool streamed) {
 TEST_F(BackwardGpu, LongRowsEveryDtypeAndAffineMatchFloat64) {
   device::PrimaryContext context;
   Engine engine(test_engine_options());
-  std::vector<Config> configs;
-  for (int64_t hidden : {8193, 16384, 65537}) {
-    for (Dtype dtype : kDtypes) {
-      for (const OpAffine& form : kForms) {
-        // One row; a few (fewer than the slots); more rows than slots (each slot loops).
-        for (int64_t rows : {1, 7, 300}) {
-          configs.push_back(long_config(form.op, form.affine, dtype, hidden, rows));
-        }
-      }
-    }
-  }
-  std::vector<NormSpec> specs;
-  for (const Config& c : configs) {
-    specs.push_back(c.spec(false));
-    specs.push_back(c.spec(true));
-  }
-  prepare_in_parallel(engine, specs);
-  uint64_t seed = 1000;
-  for (const Config& c : configs) {
-    Backward run(engine, c, Values::kNormal, seed++);
-    if (wide_team_row(c)) {
-      expect_wide_team(run, c);
-    } else {
-      expect_split(run, c, /*streamed=*/false);
-    }
-    run.run();
-    expect_exact(run, c, "saved statistics");
-    expect_chain(run, c, Values::kNormal, "float64 statistics");
-  }
+  // One row; a few (fewer than the slots); more rows than slots (each slot loops).
+  expect_every_config_matches(engine, sweep({8193, 16384, 65537}, {1, 7, 300}), 1000,
+                              [](const Backward& run, const Config& c) {
+                                if (wide_team_row(c)) {
+                                  expect_wide_team(run, c);
+                                } else {
+                                  expect_split(run, c, /*streamed=*/false);
+                                }
+                              });
 }
 
 // 16-bit rows longer than a team of 512 holds, in one team of 1024: a last vector only some
