@@ -259,6 +259,7 @@ void backward_fields(const KernelPlan& p, Fields& f) {
 void split_backward_fields(const KernelPlan& p, Fields& f) {
   const Problem& pr = p.problem;
   backward_dtypes_and_affine(pr, /*rms_flag=*/true, f);
+  f.flag("kResidual", pr.residual.has_value());
   f.size("kRowLength", pr.row_length);
   f.integer("kThreads", p.block_x);
   f.integer("kBlocksPerSm", p.split_blocks_per_sm);

@@ -1141,6 +1141,7 @@ std::string row_split_backward(const Problem& pr, const Target& target, KernelPl
     }
   }
   why << "; " << p.split_blocks_per_sm << " CTAs of " << kSplitBackwardThreads << " threads per SM";
+  if (pr.residual) why << "; dh added to dx, each vector loaded as dx's is stored";
   if (pr.weight || pr.bias) {
     why << "; each CTA sums " << (pr.bias ? "dweight and dbias" : "dweight") << " of its columns"
         << (p.pieces > 1    ? " over a wave in registers, then into its f32 accumulators in "
@@ -2070,15 +2071,6 @@ KernelPlan plan(const NormSpec& spec, const Target& target) {
     size_rows_common(pr, p);
     why = row_backward(pr, target, p);
   } else if (p.strategy == Strategy::kRowSplitBackward) {
-    if (pr.residual) {
-      throw_unsupported(
-          "residual", std::string("'") + to_string(*pr.residual) + "'",
-          "backward=true adds dh to dx in the kernel that holds a row in one team's registers "
-          "(16-bit rows of up to 16384 elements, f32 of up to 8192); rows of " +
-              std::to_string(pr.row_length) +
-              " elements are split over CTAs, whose kernel has no residual yet: leave residual "
-              "out and add dh to dx");
-    }
     size_rows_common(pr, p);
     why = row_split_backward(pr, target, p);
     const int64_t co_resident = int64_t{p.split_blocks_per_sm} * target.sm_count;

@@ -75,7 +75,7 @@ void SpecFlags::add_to(CLI::App& app, bool required) {
   add_text(app, "--residual", residual,
            "add a residual (f32 or x's dtype, bare: x's dtype) to x, normalize the sum and write "
            "it back; trailing forms only. With --backward (x's dtype): x is that sum h, and h's "
-           "gradient from its other uses is added to dx (rows one team holds)")
+           "gradient from its other uses is added to dx")
       ->expected(0, 1)
       ->default_str(kResidualOfX)  // what CLI11 hands over for a bare --residual
       ->option_text("[DTYPE]");    // in --help, instead of the default's NUL

@@ -4,6 +4,9 @@
 //
 // Per row, in f32: xhat = (x - mean) * rstd (rmsnorm: x * rstd), g = dy * (offset + w),
 //   dx = rstd * (g - mean(g) - xhat * mean(g * xhat))   (rmsnorm: without mean(g)).
+// With kResidual (the fused add's backward: x is h), dh (p.residual, x's dtype) is added to dx
+// in f32 before its rounding, each vector of it loaded as dx's vector is stored (dx may be dh's
+// buffer: each element is read before it is written, by the thread that writes it).
 // The two means need the whole row, so each row is split over P co-resident CTAs (a cooperative
 // launch, as row_split.cuh's forward): the grid is `slots` groups of P CTAs, slot s takes the
 // rows s, s + slots, ..., and CTA `chunk` of a slot always takes the same part of each row, the
@@ -285,9 +288,19 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm) row_split_backwa
   const X* const x_all = static_cast<const X*>(p.x);
   const X* const dy_all = static_cast<const X*>(p.dy);
   X* const dx_all = static_cast<X*>(p.y);
+  const X* const dh_all = static_cast<const X*>(p.residual);
   const PT* const weight = static_cast<const PT*>(p.weight);
   // Vector k of this thread in the piece at `at` (held: the part): its first element, in the row.
   const auto col = [&](long long at, int k) { return at + (long long)(tid + k * THREADS) * V; };
+  // kResidual: dh of vector k (in the piece at `at`) of a row, added to dx's values `out`.
+  const auto add_dh = [&](long long row, long long at, int k, float(&out)[V]) {
+    if constexpr (C::kResidual) {
+      float d[V];
+      load_vec<X, V>(dh_all + row * H + col(at, k), d);
+#pragma unroll
+      for (int j = 0; j < V; ++j) out[j] += d[j];
+    }
+  };
   const auto load_weight = [&](long long at, float(&w)[K][V]) {
 #pragma unroll
     for (int k = 0; k < K; ++k) {
@@ -380,6 +393,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm) row_split_backwa
         for (int j = 0; j < V; ++j) {
           out[j] = rstd * (gv[k][j] - fmaf(xhat[k][j], mean_gx, mean_g));
         }
+        add_dh(row, begin, k, out);
         store_vec<X, V>(dx + col(begin, k), out);
       }
     }
@@ -555,6 +569,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm) row_split_backwa
               const float gw = kWeight ? gv[k][j] * w[k][j] : gv[k][j];
               out[j] = rstd * (gw - fmaf(xhat, mean_gx, mean_g));
             }
+            add_dh(row, at, k, out);
             store_vec<X, V>(dx + col(at, k), out);
           }
         }

@@ -462,64 +462,6 @@ TEST_F(BackwardGpu, ParamDtypeAndWeightOffset) {
   expect_exact(run, c, "weight offset");
 }
 
-// The fused add's backward: dh added to dx by the row kernel, every form and dtype, rows of one
-// to a few thousand elements, held with x and dy or (teams of 1024: 16-bit rows over 8192)
-// loaded at each store; in place over dh; adversarial values.
-TEST_F(BackwardGpu, ResidualAddsDhEveryFormDtypeAndLength) {
-  device::PrimaryContext context;
-  Engine engine(test_engine_options());
-  std::vector<Config> configs =
-      sweep({1, 3, 7, 65, 1000, 3072, 4097, 8192, 8200, 16384}, {1, 7, 300}, /*residual=*/true);
-  // f32 rows over 8192 are split over CTAs: no residual there.
-  std::erase_if(configs, [](const Config& c) { return c.dtype == Dtype::kF32 && c.hidden > 8192; });
-  uint64_t seed = 5000;
-  expect_every_config_matches(engine, configs, seed, [](const Backward& run, const Config& c) {
-    const std::string plan = run.backward_kernel().plan_text();
-    EXPECT_NE(plan.find("plus dh"), std::string::npos) << c.name() << plan;
-    if (c.hidden > 8192) {
-      EXPECT_NE(plan.find("each vector of dh loaded at its store"), std::string::npos)
-          << c.name() << plan;
-    }
-  });
-  seed += configs.size();
-  for (Values values : {Values::kLargeMean, Values::kTiny, Values::kNegative}) {
-    for (const OpAffine& form : {kForms[1], kForms[4]}) {
-      for (int64_t hidden : {1000, 8200}) {
-        Config c;
-        c.op = form.op;
-        c.affine = form.affine;
-        c.dtype = Dtype::kBF16;
-        c.hidden = hidden;
-        c.rows = 64;
-        c.residual = true;
-        Backward run(engine, c, values, seed++);
-        run.run();
-        expect_exact(run, c, to_string(values));
-        expect_chain(run, c, values, to_string(values));
-      }
-    }
-  }
-  // In place over dh (each element read before it is written, by the thread that writes it),
-  // with a weight offset and f32 parameters (Gemma's fused add).
-  for (int64_t hidden : {7, 4096, 16384}) {
-    Config c;
-    c.op = Op::kRmsNorm;
-    c.affine = Affine::kWeight;
-    c.dtype = Dtype::kBF16;
-    c.param = Dtype::kF32;
-    c.weight_offset = 1.0;
-    c.hidden = hidden;
-    c.rows = 333;
-    c.residual = true;
-    Backward run(engine, c, Values::kNormal, seed++);
-    run.run(/*in_place=*/true);
-    const Errors e = run.compare(/*saved=*/true, &run.dh());
-    EXPECT_TRUE(e.finite) << c.name();
-    EXPECT_LT(e.dx, tolerance(c.dtype)) << c.name();
-    EXPECT_LT(e.dweight, tolerance(Dtype::kF32)) << c.name();
-  }
-}
-
 TEST_F(BackwardGpu, InPlaceDxOverDy) {
   device::PrimaryContext context;
   Engine engine(test_engine_options());
@@ -735,6 +677,81 @@ TEST_F(BackwardGpu, LongRowsEveryDtypeAndAffineMatchFloat64) {
                                   expect_split(run, c, /*streamed=*/false);
                                 }
                               });
+}
+
+// The fused add's backward: dh added to dx by the row kernel, every form and dtype, rows of one
+// to a few thousand elements, held with x and dy or (teams of 1024: 16-bit rows over 8192)
+// loaded at each store; in place over dh; adversarial values.
+TEST_F(BackwardGpu, ResidualAddsDhEveryFormDtypeAndLength) {
+  device::PrimaryContext context;
+  Engine engine(test_engine_options());
+  // Past 8192 (f32) and 16384 (16-bit) elements, and at 65537 (2-element or scalar vectors),
+  // the split kernel, which loads each vector of dh at its store too.
+  const std::vector<Config> configs =
+      sweep({1, 3, 7, 65, 1000, 3072, 4097, 8192, 8200, 16384, 16385, 65537}, {1, 7, 300}, true);
+  uint64_t seed = 5000;
+  expect_every_config_matches(engine, configs, seed, [](const Backward& run, const Config& c) {
+    const std::string plan = run.backward_kernel().plan_text();
+    const bool split = plan.find("strategy: row-split-backward") != std::string::npos;
+    EXPECT_EQ(split, c.hidden > (c.dtype == Dtype::kF32 ? 8192 : 16384)) << c.name() << plan;
+    if (split) {
+      EXPECT_NE(plan.find("dh added to dx, each vector loaded as dx's is stored"),
+                std::string::npos)
+          << c.name() << plan;
+    } else {
+      EXPECT_NE(plan.find("plus dh"), std::string::npos) << c.name() << plan;
+    }
+    if (!split && c.hidden > 8192) {
+      EXPECT_NE(plan.find("each vector of dh loaded at its store"), std::string::npos)
+          << c.name() << plan;
+    }
+  });
+  seed += configs.size();
+  for (Values values : {Values::kLargeMean, Values::kTiny, Values::kNegative}) {
+    for (const OpAffine& form : {kForms[1], kForms[4]}) {
+      for (int64_t hidden : {1000, 8200}) {
+        Config c;
+        c.op = form.op;
+        c.affine = form.affine;
+        c.dtype = Dtype::kBF16;
+        c.hidden = hidden;
+        c.rows = 64;
+        c.residual = true;
+        Backward run(engine, c, values, seed++);
+        run.run();
+        expect_exact(run, c, to_string(values));
+        expect_chain(run, c, values, to_string(values));
+      }
+    }
+  }
+  // Streamed rows (x, dy read twice; dh once, in the second pass): the seed's LayerNorm shape.
+  for (Dtype dtype : {Dtype::kF32, Dtype::kBF16}) {
+    Config c = long_config(Op::kLayerNorm, Affine::kBoth, dtype, kStreamedRow, 20);
+    c.residual = true;
+    Backward run(engine, c, Values::kNormal, seed++);
+    expect_split(run, c, /*streamed=*/true);
+    run.run();
+    expect_exact(run, c, "streamed, saved statistics");
+  }
+  // In place over dh (each element read before it is written, by the thread that writes it),
+  // with a weight offset and f32 parameters (Gemma's fused add).
+  for (int64_t hidden : {7, 4096, 16384, 40000}) {
+    Config c;
+    c.op = Op::kRmsNorm;
+    c.affine = Affine::kWeight;
+    c.dtype = Dtype::kBF16;
+    c.param = Dtype::kF32;
+    c.weight_offset = 1.0;
+    c.hidden = hidden;
+    c.rows = 333;
+    c.residual = true;
+    Backward run(engine, c, Values::kNormal, seed++);
+    run.run(/*in_place=*/true);
+    const Errors e = run.compare(/*saved=*/true, &run.dh());
+    EXPECT_TRUE(e.finite) << c.name();
+    EXPECT_LT(e.dx, tolerance(c.dtype)) << c.name();
+    EXPECT_LT(e.dweight, tolerance(Dtype::kF32)) << c.name();
+  }
 }
 
 // 16-bit rows longer than a team of 512 holds, in one team of 1024: a last vector only some

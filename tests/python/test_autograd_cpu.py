@@ -556,25 +556,14 @@ def test_rows_past_8192_elements_train_through_normjits_backward(emu, tmp_path):
     close(w.grad, ref[1], 1e-5)
 
 
-def test_add_norm_rows_the_residual_backward_does_not_take_add_dh_after_the_kernel(emu,
-                                                                                   tmp_path):
-    """f32 rows of 8193 elements: the library refuses the backward spec with a residual (rows
-    split over CTAs), so h's gradient is added after the backward kernel without one; no
-    fallback warning, the gradients float64's."""
+def test_add_norm_rows_past_8192_elements_take_the_residual_backward(emu, tmp_path):
+    """f32 rows of 8193 elements: the library's backward spec with a residual (rows split over
+    CTAs) adds h's gradient in the kernel; no fallback warning, the gradients float64's."""
     with normjit.Engine(cache_dir=str(tmp_path), memory_only=True) as engine:
         emu.library = engine
         original = engine.precompile
-        refused = []
-
-        def precompile(spec, arch):
-            if "backward" not in spec:
-                return True
-            try:
-                return original(spec, arch)
-            except normjit.UnsupportedError:
-                refused.append(spec)
-                raise
-        engine.precompile = precompile
+        engine.precompile = lambda spec, arch: (original(spec, arch) if "backward" in spec
+                                                else True)
         torch.manual_seed(18)
         x, r = torch.randn(2, 8193, requires_grad=True), torch.randn(2, 8193, requires_grad=True)
         w = (1 + 0.3 * torch.randn(8193)).requires_grad_()
@@ -584,16 +573,38 @@ def test_add_norm_rows_the_residual_backward_does_not_take_add_dh_after_the_kern
             y, h = njt.add_rms_norm(x, r, 8193, w, 1e-6)
             ((y * dy).sum() + (h * dh).sum()).backward()
     assert fallbacks(caught) == []
-    assert len(refused) == 1 and " residual=f32 " in refused[0], refused
     assert emu.kinds() == ["launch_ex", "launch_backward"]
-    assert emu.last("launch_backward")["dresidual_out"] is None
-    assert emu.specs[-1].endswith(" backward=true") and "residual" not in emu.specs[-1]
+    assert emu.last("launch_backward")["dresidual_out"] is not None
+    assert emu.specs[-1].endswith(" residual=f32 backward=true"), emu.specs[-1]
     leaves = [t.detach().double().requires_grad_() for t in (x, r, w)]
     hd = leaves[0] + leaves[1]
     ((F.rms_norm(hd, (8193,), leaves[2], 1e-6) * dy.double()).sum()
      + (hd * dh.double()).sum()).backward()
     for got, leaf in zip((x, r, w), leaves):
         close(got.grad, leaf.grad, 1e-5)
+
+
+def test_a_misaligned_dresidual_out_is_added_after_the_kernel(emu):
+    """rms_norm_backward called with a dresidual_out the kernel cannot read (a view 4 bytes past
+    a 16-byte boundary): the kernel without a residual, then PyTorch's add; the same result."""
+    torch.manual_seed(19)
+    x, dy = torch.randn(3, 64), torch.randn(3, 64)
+    w = 1 + 0.3 * torch.randn(64)
+    rstd = torch.rsqrt(x.square().mean(1) + 1e-6).float()
+    storage = torch.randn(3 * 64 + 1)
+    dh = storage[1:].view(3, 64)
+    assert dh.data_ptr() % 16 == 4
+    dx, dw = torch.ops.normjit.rms_norm_backward(dy, x, rstd, w, [64], 1e-6, 0.0, dh)
+    assert emu.kinds() == ["launch_backward"]
+    assert emu.last("launch_backward")["dresidual_out"] is None
+    assert "residual" not in emu.specs[-1]
+    dx0, dw0 = torch.ops.normjit.rms_norm_backward(dy, x, rstd, w, [64], 1e-6)
+    torch.testing.assert_close(dx, dx0 + dh, rtol=0, atol=0)
+    torch.testing.assert_close(dw, dw0, rtol=0, atol=0)
+    aligned = dh.clone()
+    dx2, _ = torch.ops.normjit.rms_norm_backward(dy, x, rstd, w, [64], 1e-6, 0.0, aligned)
+    assert emu.last("launch_backward")["dresidual_out"] == aligned.data_ptr()
+    close(dx2, dx, 1e-6)
 
 
 def test_double_backward_is_pytorchs(emu):

@@ -1674,8 +1674,8 @@ def _backward(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor], rstd:
     PyTorch's gradient from the same statistics. dweight None without a weight, dbias None
     without a bias. dh (rms_norm and layer_norm, x's dtype and shape): a gradient of x from
     elsewhere (the fused adds' h), added to dx by the kernel of the spec with a residual, or
-    after the kernel without one where that kernel cannot serve the call (rows split over
-    CTAs, a misaligned dh)."""
+    after the kernel without one where that kernel cannot serve the call (a misaligned dh, a
+    problem the library has no such kernel for)."""
     if dh is not None:
         dx = _backward_with_dh(op, arg, dy, x, mean, rstd, weight, has_bias, eps, offset, dh)
         if dx is not None:

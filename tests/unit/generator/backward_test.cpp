@@ -481,8 +481,8 @@ TEST(BackwardPlan, RowsLongerThanOneTeamHoldsAreSplitNotRefused) {
 }
 
 // The fused add's backward (residual): the row kernel adds dh to dx; wide teams (64 registers a
-// thread) load it at each store; rows split over CTAs are refused naming the residual.
-TEST(BackwardPlan, AResidualTakesTheRowKernelAndNamesItsLimit) {
+// thread) load it at each store; so does the split kernel of longer rows.
+TEST(BackwardPlan, AResidualAddsDhInTheRowAndSplitKernels) {
   const Target h100 = Target::parse("sm_90");
   const auto spec = [](const char* shape, const char* dtype) {
     return NormSpec::parse(std::string("op=rmsnorm normalized_dims=1 affine=weight shape=") +
@@ -509,17 +509,19 @@ TEST(BackwardPlan, AResidualTakesTheRowKernelAndNamesItsLimit) {
   EXPECT_TRUE(wide.late_dh);
   EXPECT_TRUE(has(emit(wide).source, "  static constexpr bool kLateResidual = true;"));
   EXPECT_TRUE(has(wide.why, "each vector of dh loaded at its store")) << wide.why;
-  for (const auto& [shape, dtype] : {std::pair{"64,16385", "bf16"}, {"64,8193", "f32"}}) {
-    try {
-      plan(spec(shape, dtype), h100);
-      ADD_FAILURE() << "planned " << shape << " " << dtype;
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
-      EXPECT_TRUE(has(e.what(), std::string("unsupported residual '") + dtype + "'") &&
-                  has(e.what(), "split over CTAs") && has(e.what(), "leave residual out"))
-          << e.what();
-    }
+  for (const auto& [shape, dtype] :
+       {std::pair{"64,16385", "bf16"}, {"64,8193", "f32"}, {"16,4194304", "f32"}}) {
+    const KernelPlan split = plan(spec(shape, dtype), h100);
+    EXPECT_EQ(split.strategy, Strategy::kRowSplitBackward) << shape;
+    EXPECT_TRUE(has(split.why, "dh added to dx, each vector loaded as dx's is stored"))
+        << split.why;
+    EXPECT_TRUE(has(emit(split).source, "  static constexpr bool kResidual = true;")) << shape;
   }
+  EXPECT_TRUE(has(emit(plan(NormSpec::parse("op=layernorm shape=64,16385 dtype=bf16 "
+                                            "backward=true"),
+                            h100))
+                      .source,
+                  "  static constexpr bool kResidual = false;"));
 }
 
 TEST(BackwardEmit, ConfigurationNamesEveryConstantTheKernelChecks) {
