@@ -22,7 +22,8 @@ case "${1:-}" in
     echo "gtest: exit $? ($(grep -E '^\[  (PASSED|FAILED)' "$out/gtest.log" | tr '\n' ' '))"
     site=/tmp/normjit-session62-site
     rm -rf "$site" && mkdir -p "$site"
-    python3 -m zipfile -e "$(ls .whl/normjit-*.whl | head -1)" "$site"
+    wheels=(.whl/normjit-*.whl)
+    python3 -m zipfile -e "${wheels[0]}" "$site"
     PYTHONPATH=$site timeout 200 python3 -m pytest -q -rfEs -p no:cacheprovider \
       tests/python/test_autograd_gpu.py -k "add or gemma" > "$out/pytest.log" 2>&1
     echo "pytest: exit $? ($(tail -1 "$out/pytest.log"))"
