@@ -975,7 +975,8 @@ Params backward_params(const NormSpec& spec, const BackwardArgs& args) {
   params.y = args.dx;
   params.weight = args.weight;
   params.workspace = nullptr;  // launch_backward() sets it when the plan sums parameters
-  params.batch = args.batch;
+  // The channel forms in nhwc: the row backward kernel over N x S rows of C (as the forward).
+  params.batch = spec.channel_rows() ? args.batch * spec.spatial() : args.batch;
   params.eps = 0.f;                             // the saved rstd has it
   params.mean = const_cast<float*>(args.mean);  // read, not written, by the backward kernel
   params.rstd = const_cast<float*>(args.rstd);

@@ -32,6 +32,7 @@ struct Config {
   Affine affine = Affine::kBoth;
   std::optional<Dtype> param;
   double weight_offset = 0;
+  bool nhwc = false;  // layout=nhwc: x [N, *spatial, C] in memory (the channel forms here)
 
   NormSpec spec(bool backward) const {
     SpecFields f;
@@ -45,6 +46,7 @@ struct Config {
     f.weight_offset = weight_offset;
     f.save_stats = !backward;
     f.backward = backward;
+    if (nhwc) f.layout = Layout::kNhwc;
     return NormSpec::from_fields(f);
   }
   std::string name() const { return spec(true).to_string(); }
@@ -65,9 +67,9 @@ struct Config {
       return (n * c() + g * cg + i / s()) * s() + i % s();
     }
     const int64_t n = r / s(), pos = r % s();
-    return (n * c() + i) * s() + pos;
+    return nhwc ? r * c() + i : (n * c() + i) * s() + pos;
   }
-  int64_t channel(int64_t offset) const { return offset / s() % c(); }
+  int64_t channel(int64_t offset) const { return nhwc ? offset % c() : offset / s() % c(); }
 };
 
 struct Errors {
@@ -441,6 +443,42 @@ TEST_F(BackwardChannelsGpu, ChannelFormsShapesDtypesAndAffineMatchFloat64) {
   prepare(engine, configs);
   uint64_t seed = 1000;
   expect_each_close(engine, configs, Values::kNormal, seed, "normal values");
+}
+
+// The channel forms channels last (layout=nhwc: ConvNeXt's LayerNorm2d, timm's channels_last
+// models): each position's C channels are a contiguous row, differentiated by the row backward
+// kernel over N x S rows (checked on the plan), the statistics per (n, position) as the forward
+// saved them; every dtype and affine form, short and long rows (split over CTAs), adversarial
+// values.
+TEST_F(BackwardChannelsGpu, ChannelFormsInNhwcDifferentiateAsRows) {
+  device::PrimaryContext context;
+  const Target target = device::target_of(context.device());
+  Engine engine(test_engine_options());
+  const std::vector<int64_t> shapes[] = {{1, 1, 1},     {3, 3, 7},       {2, 7, 65},
+                                         {1, 65, 3, 3}, {2, 96, 56, 56}, {3, 768, 7, 7},
+                                         {2, 1000, 3},  {1, 3, 4097},    {2, 20000, 3}};
+  std::vector<Config> configs;
+  for (const auto& shape : shapes) {
+    add_every_channel_form(configs, shape);
+  }
+  for (Config& c : configs) {
+    c.nhwc = true;
+    const KernelPlan p = plan(c.spec(true), target);
+    EXPECT_TRUE(p.strategy == Strategy::kRowBackward || p.strategy == Strategy::kRowSplitBackward)
+        << c.name() << ": " << to_string(p.strategy);
+    EXPECT_EQ(p.rows_per_item, c.s()) << c.name();
+  }
+  prepare(engine, configs);
+  uint64_t seed = 1700;
+  expect_each_close(engine, configs, Values::kNormal, seed, "normal values");
+  for (Values values : {Values::kLargeMean, Values::kTiny, Values::kNegative}) {
+    Config c = channels(Op::kLayerNorm, {4, 768, 7, 7}, Dtype::kBF16, Affine::kBoth);
+    c.nhwc = true;
+    prepare(engine, {c});
+    Backward run(engine, c, values, seed++);
+    run.run();
+    expect_close(run, c, values, to_string(values));
+  }
 }
 
 // The channel forms with one position per item (S = 1: rmsnorm's default on [N, C], LayerNorm2d

@@ -401,7 +401,9 @@ class Emulator:
         dxr = g - xhat * (g * xhat).mean(-1, keepdim=True)
         if s["op"] != "rmsnorm":
             dxr = dxr - g.mean(-1, keepdim=True)
-        memory(dx, xt.numel(), s["dtype"]).copy_(back(r * dxr).flatten())
+        dxt = back(r * dxr)  # [N, C, S]; layout=nhwc writes [N, S, C]
+        memory(dx, xt.numel(), s["dtype"]).copy_((dxt.transpose(1, 2) if s["nhwc"] else dxt)
+                                                 .flatten())
         assert (dweight is not None) == (s["affine"] != "none")
         assert (dbias is not None) == (s["affine"] == "both")
         c = s["shape"][1]
@@ -602,8 +604,9 @@ def test_a_non_contiguous_gradient_is_copied_for_the_kernel(emu, op):
 @pytest.mark.parametrize("op", OPS)
 def test_a_channels_last_input_trains_through_normjit(emu, op):
     """A channels_last input that requires grad: the forward reads it in place (layout=nhwc with
-    save_stats; y channels last), the backward kernel a contiguous copy of x and of dy; no
-    warning, the gradients float64 autograd's."""
+    save_stats; y channels last); the channel forms' backward kernel too (layout=nhwc with
+    backward: x and dy read in place, dx channels last), group_norm's a contiguous copy of x and
+    of dy; no warning, the gradients float64 autograd's."""
     torch.manual_seed(8)
     x = torch.randn(2, 6, 3, 4).to(memory_format=torch.channels_last).requires_grad_()
     w = torch.randn(6, requires_grad=True)
@@ -615,13 +618,43 @@ def test_a_channels_last_input_trains_through_normjit(emu, op):
         y.backward(dy)
     assert emu.kinds() == ["launch_ex", "launch_backward"]
     assert emu.specs[0].endswith(" save_stats=true layout=nhwc"), emu.specs
-    assert "layout" not in emu.specs[1] and emu.specs[1].endswith(" backward=true")
-    assert emu.last("launch_backward")["x"] != x.data_ptr()  # a contiguous copy
+    if op == "group_norm":
+        assert "layout" not in emu.specs[1] and emu.specs[1].endswith(" backward=true")
+        assert emu.last("launch_backward")["x"] != x.data_ptr()  # a contiguous copy
+    else:
+        assert emu.specs[1].endswith(" layout=nhwc backward=true"), emu.specs
+        assert emu.last("launch_backward")["x"] == x.data_ptr()  # in place
+        assert emu.last("launch_backward")["dy"] == dy.data_ptr()
+        assert x.grad.is_contiguous(memory_format=torch.channels_last)
     ref = reference_grads(op, x, w, None, 1e-5, dy, 3)
     close(y.detach(), torch_reference(op, x.detach().double(), w.detach().double(), None,
                                       1e-5, 3), 1e-5)
     close(x.grad, ref[0], 1e-5)
     close(w.grad, ref[1], 1e-5)
+
+
+@pytest.mark.parametrize("op", ["rms_norm_channels", "layer_norm_channels"])
+def test_a_channels_last_backward_copies_only_a_gradient_of_another_layout(emu, op):
+    """The channel forms' nhwc backward on x [N, C, L] laid out [N, L, C] (rank 3) with the
+    gradient of y.sum() (expanded: no layout): dy is copied channels last, x read in place, dx
+    channels last; then a contiguous x of the same shape takes the nchw kernel."""
+    torch.manual_seed(9)
+    x = torch.randn(2, 5, 6).transpose(1, 2).requires_grad_()  # [2, 6, 5], channels innermost
+    w = torch.randn(6, requires_grad=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", njt.NormjitFallbackWarning)
+        ours(op, x, w, None, 1e-5, 3).sum().backward()
+    call = emu.last("launch_backward")
+    assert call["x"] == x.data_ptr() and emu.specs[-1].endswith(" layout=nhwc backward=true")
+    assert x.grad.movedim(1, -1).is_contiguous()
+    ref = reference_grads(op, x, w, None, 1e-5, torch.ones(2, 6, 5), 3)
+    close(x.grad, ref[0], 1e-5)
+    close(w.grad, ref[1], 1e-5)
+    xc = x.detach().contiguous().requires_grad_()
+    ours(op, xc, w, None, 1e-5, 3).sum().backward()
+    assert emu.last("launch_backward")["x"] == xc.data_ptr()
+    assert "layout" not in emu.specs[-1] and xc.grad.is_contiguous()
+    close(xc.grad, ref[0], 1e-5)
 
 
 def test_the_training_decision_tells_channels_last_from_other_strides(emu):

@@ -1238,6 +1238,9 @@ def _traced_variant(op: str, x: Tensor, residual: Optional[Tensor], shape: Tuple
 # double backward (create_graph=True) is PyTorch's, differentiable, from x itself.
 
 _TRAINED = ("rms_norm", "layer_norm", "rms_norm_channels", "layer_norm_channels", "group_norm")
+# The trained functions whose backward kernel reads a channels-last x in place (layout=nhwc with
+# backward=true: the row backward kernel over N x S rows of C); group_norm's copies it.
+_NHWC_BACKWARD = ("rms_norm_channels", "layer_norm_channels")
 # The fused residual adds that train (called without other variant than weight_offset, not in
 # place): their training op normalizes h = x + residual with the norm's kernel and saves h and
 # its statistics; the norm's backward op gives dh, to which h's own gradient is added, and dh is
@@ -1376,14 +1379,15 @@ def _remember(key: Optional[tuple], decision):
 def _channels_kernel(op: str, arg, x: Tensor, has_weight: bool, has_bias: bool, eps: float,
                      axis: str, nhwc: bool = False) -> tuple:
     """_prepare's (kernel, per item) of a channel form or group_norm for x's shape class with
-    one more axis of the spec: "save_stats" (the training forward; nhwc: of a channels-last x,
-    layout=nhwc) or "backward"; or (None, the library's message) where it does not take the
+    one more axis of the spec: "save_stats" (the training forward) or "backward" (nhwc: of a
+    channels-last x, layout=nhwc); or (None, the library's message) where it does not take the
     problem."""
     library_op = _CHANNEL_OPS[op]
     key = (library_op, tuple(x.shape[1:]), arg, x.dtype, has_weight, has_bias, axis, nhwc,
            x.device.index)
-    spec = (_channels_spec(library_op, tuple(x.shape), arg, x.dtype, has_weight, has_bias, eps)
-            + f" {axis}=true" + (" layout=nhwc" if nhwc else ""))
+    layout = " layout=nhwc" if nhwc else ""  # before backward, after save_stats: canonical
+    spec = _channels_spec(library_op, tuple(x.shape), arg, x.dtype, has_weight, has_bias, eps)
+    spec += layout + " backward=true" if axis == "backward" else f" {axis}=true" + layout
     return _prepare(key, spec, x.numel() // x.shape[0])
 
 
@@ -1566,11 +1570,13 @@ def _check_backward(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor],
 
 def _decide_backward(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor], rstd: Tensor,
                      weight: Optional[Tensor], has_bias: bool, eps: float,
-                     offset: float = 0.0, residual: bool = False) -> Union[tuple, str]:
+                     offset: float = 0.0, residual: bool = False,
+                     nhwc: bool = False) -> Union[tuple, str]:
     """Checks the arguments, then: a launch (kernel, batch, device index) of the backward
     kernel, or why it cannot serve the call (a reason code, or the library's message: a
     problem it has no backward kernel for, such as rows whose partials outgrow its workspace).
-    residual: the kernel that adds h's gradient to dx (rms_norm and layer_norm; x is h)."""
+    residual: the kernel that adds h's gradient to dx (rms_norm and layer_norm; x is h). nhwc:
+    the channel forms' kernel of channels-last x and dy (layout=nhwc)."""
     _check_backward(op, arg, dy, x, mean, rstd, weight, has_bias, offset)
     why = _why_not(x, weight, None, eps, op, None, False)
     if why == "param_dtype" and op in _ROW_OPS and weight.dtype in _DTYPES:
@@ -1586,7 +1592,8 @@ def _decide_backward(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor]
         return "stats_layout"
     has_weight = weight is not None
     if op in _CHANNEL_OPS:  # one launch item per n
-        kernel, message = _channels_kernel(op, arg, x, has_weight, has_bias, eps, "backward")
+        kernel, message = _channels_kernel(op, arg, x, has_weight, has_bias, eps, "backward",
+                                           nhwc)
         return message if kernel is None else (kernel, x.shape[0], x.device.index)
     library_op = _ROW_OPS[op]
     per_item = math.prod(arg)
@@ -1606,12 +1613,13 @@ def _decide_backward(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor]
 
 def _backward_decision(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor],
                        rstd: Tensor, weight: Optional[Tensor], has_bias: bool, eps: float,
-                       offset: float = 0.0, residual: bool = False) -> Union[tuple, str]:
+                       offset: float = 0.0, residual: bool = False,
+                       nhwc: bool = False) -> Union[tuple, str]:
     """_decide_backward's answer, cached as _decision's."""
     key = None
     if eps.__class__ is float:
         try:
-            key = ("backward", op, arg, eps, offset, residual, has_bias, *_tensor_key(dy),
+            key = ("backward", op, arg, eps, offset, residual, nhwc, has_bias, *_tensor_key(dy),
                    *_tensor_key(x),
                    *_tensor_key(rstd), *(_NO_TENSOR if mean is None else _tensor_key(mean)),
                    *(_NO_TENSOR if weight is None else _tensor_key(weight)))
@@ -1621,7 +1629,7 @@ def _backward_decision(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tenso
         except (AttributeError, TypeError):
             key = None
     return _remember(key, _decide_backward(op, arg, dy, x, mean, rstd, weight, has_bias, eps,
-                                           offset, residual))
+                                           offset, residual, nhwc))
 
 
 def _backward_with_dh(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor], rstd: Tensor,
@@ -1683,14 +1691,22 @@ def _backward(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor], rstd:
         dx, dw, db = _backward(op, arg, dy, x, mean, rstd, weight, has_bias, eps, offset)
         return dx + dh, dw, db
     # The kernel reads contiguous rows of x and dy: an input that the forward normalized in place
-    # from strided rows (a per-head view of a qkv projection; a channels-last input of a direct
-    # caller) and a non-contiguous gradient (y.sum()'s is expanded) are copied first, one more
-    # pass over each, which costs less than PyTorch's gradient.
-    if not x.is_contiguous():
-        x = x.contiguous()
-    if not dy.is_contiguous():
-        dy = dy.contiguous()
-    decision = _backward_decision(op, arg, dy, x, mean, rstd, weight, has_bias, eps, offset)
+    # from strided rows (a per-head view of a qkv projection; a channels-last input of
+    # group_norm) and a non-contiguous gradient (y.sum()'s is expanded) are copied first, one
+    # more pass over each, which costs less than PyTorch's gradient. The channel forms read a
+    # channels-last x in place (layout=nhwc: the row backward kernel over N x S rows of C), dy
+    # copied channels last where it is not, and write dx channels last.
+    nhwc = op in _NHWC_BACKWARD and not x.is_contiguous() and _channels_last(x)
+    if nhwc:
+        if not _channels_last(dy) or dy.shape != x.shape:
+            dy = dy.movedim(1, -1).contiguous().movedim(-1, 1)
+    else:
+        if not x.is_contiguous():
+            x = x.contiguous()
+        if not dy.is_contiguous():
+            dy = dy.contiguous()
+    decision = _backward_decision(op, arg, dy, x, mean, rstd, weight, has_bias, eps, offset,
+                                  nhwc=nhwc)
     if decision.__class__ is tuple:
         kernel, batch, device = decision
         xp, dyp, rp = x.data_ptr(), dy.data_ptr(), rstd.data_ptr()
@@ -1699,7 +1715,9 @@ def _backward(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor], rstd:
         if (xp | dyp | (wp or 0)) & 15 or (rp | (mp or 0)) & 3:
             decision = "align"
         else:
-            dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+            # channels last: dx in x's layout (empty_like keeps dense strides)
+            dx = torch.empty_like(x) if nhwc else torch.empty(x.shape, dtype=x.dtype,
+                                                              device=x.device)
             dw = torch.empty(weight.shape, dtype=weight.dtype, device=x.device) \
                 if weight is not None else None
             db = torch.empty(weight.shape, dtype=weight.dtype, device=x.device) \

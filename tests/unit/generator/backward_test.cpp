@@ -524,6 +524,31 @@ TEST(BackwardPlan, AResidualAddsDhInTheRowAndSplitKernels) {
                   "  static constexpr bool kResidual = false;"));
 }
 
+// The channel forms channels last (ConvNeXt's LayerNorm2d on a channels_last tensor): each
+// position's C channels are a contiguous row, so their backward is the row backward kernel over
+// N x S rows of C, the same kernel (and cache entry) as the trailing form's rows of C.
+TEST(BackwardPlan, ChannelFormsInNhwcAreTheRowBackwardOverNTimesSRows) {
+  const Target h100 = Target::parse("sm_90");
+  const KernelPlan p = plan(NormSpec::parse("op=layernorm shape=8,96,56,56 normalized_dims=0 "
+                                            "dtype=bf16 layout=nhwc backward=true"),
+                            h100);
+  const KernelPlan rows = plan(NormSpec::parse("op=layernorm shape=25088,96 dtype=bf16 "
+                                               "backward=true"),
+                               h100);
+  EXPECT_EQ(p.strategy, Strategy::kRowBackward);
+  EXPECT_EQ(p.rows_per_item, 56 * 56);
+  // A launch of N = 8 items takes the grid of 8 x 3136 rows (more rows than the CTAs own).
+  const int64_t co_resident = 132 * 4;
+  EXPECT_EQ(p.grid(8, co_resident), rows.grid(8 * 3136, co_resident));
+  EXPECT_GT(p.grid(8, co_resident), rows.grid(8, co_resident));
+  EXPECT_TRUE(has(p.why, "layout nhwc") &&
+              has(p.why, "differentiated as rows by the row backward kernel (N x 3136 rows"))
+      << p.why;
+  EXPECT_EQ(emit(p).source, emit(rows).source);
+  EXPECT_EQ(p.block_x, rows.block_x);
+  EXPECT_EQ(p.vectors, rows.vectors);
+}
+
 TEST(BackwardEmit, ConfigurationNamesEveryConstantTheKernelChecks) {
   const Target h100 = Target::parse("sm_90");
   const EmittedKernel e = emit(

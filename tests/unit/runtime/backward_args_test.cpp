@@ -186,6 +186,25 @@ TEST(BackwardArgs, AResidualTakesTheGradientOfH) {
   EXPECT_TRUE(has(m, "invalid dresidual_out 0x") && has(m, "has no residual")) << m;
 }
 
+// The channel forms channels last: the row kernel over N x S rows of C; the statistics are one
+// per (n, position), in that order.
+TEST(BackwardArgs, ChannelFormsInNhwcLaunchNTimesSRows) {
+  const NormSpec spec = NormSpec::parse(
+      "op=layernorm shape=8,96,7,7 normalized_dims=0 affine=both layout=nhwc backward=true");
+  const Params p = detail::backward_params(spec, full(8));
+  EXPECT_EQ(p.batch, 8 * 49);
+  EXPECT_EQ(p.x_rows.outer, 96);
+  // nchw: the channel kernel, one item per n.
+  const NormSpec nchw =
+      NormSpec::parse("op=layernorm shape=8,96,7,7 normalized_dims=0 affine=both backward=true");
+  EXPECT_EQ(detail::backward_params(nchw, full(8)).batch, 8);
+  // The statistics of N x S positions overlap dx when dx starts inside them.
+  BackwardArgs a = full(8);
+  a.dx = const_cast<float*>(a.rstd) + 8 * 49 - 1;
+  const std::string m = refusal(spec, a);
+  EXPECT_TRUE(has(m, "invalid dx 0x") && has(m, "overlaps rstd")) << m;
+}
+
 TEST(BackwardArgs, ParamsCarryThePointersAndContiguousRows) {
   const BackwardArgs a = full(5);
   const Params p = detail::backward_params(layernorm(), a);
