@@ -2,8 +2,9 @@
 # The GPU runs of session 62 (2026-12-05; performance-notes, "Session 62 ..."), carry
 # `build-gpu .whl .devcarry`:
 #   bash scripts/experiments/runs-session62.sh focused   the backward's residual axis on the GPU:
-#        gtest BackwardGpu.Residual* and the C API's and in-place backward tests, pytest's add +
-#        norm training tests (~2 minutes), then the backward table's add and Gemma rows
+#        gtest BackwardGpu.Residual* and the C API's and in-place backward tests, the channel
+#        forms' nhwc backward, pytest's add + norm and channels-last training tests (~2
+#        minutes), then the backward table's add and Gemma rows
 #        (scripts/perf_backward.sh --only add,gemma, ~4 minutes)
 #   bash scripts/experiments/runs-session62.sh eh   add + RMSNorm with h written early at 1024+
 #        tokens (scripts/experiments/build.sh early-h-many-rows eh: NJX_EARLY_H=1) against the
@@ -17,7 +18,7 @@ mkdir -p "$out"
 case "${1:-}" in
   focused)
     build-gpu/tests/gpu/gpu_tests \
-      --gtest_filter='BackwardGpu.Residual*:BackwardGpu.InPlace*:BackwardGpu.CApi*:BackwardGpu.Cuda*' \
+      --gtest_filter='BackwardGpu.Residual*:BackwardGpu.InPlace*:BackwardGpu.CApi*:BackwardGpu.Cuda*:BackwardChannelsGpu.ChannelFormsInNhwc*' \
       > "$out/gtest.log" 2>&1
     echo "gtest: exit $? ($(grep -E '^\[  (PASSED|FAILED)' "$out/gtest.log" | tr '\n' ' '))"
     site=/tmp/normjit-session62-site
@@ -25,7 +26,8 @@ case "${1:-}" in
     wheels=(.whl/normjit-*.whl)
     python3 -m zipfile -e "${wheels[0]}" "$site"
     PYTHONPATH=$site timeout 200 python3 -m pytest -q -rfEs -p no:cacheprovider \
-      tests/python/test_autograd_gpu.py -k "add or gemma" > "$out/pytest.log" 2>&1
+      tests/python/test_autograd_gpu.py tests/python/test_autograd_channels_gpu.py \
+      -k "add or gemma or channels_last" > "$out/pytest.log" 2>&1
     echo "pytest: exit $? ($(tail -1 "$out/pytest.log"))"
     OUT=$out/bwd BUILD=build-gpu timeout 330 bash scripts/perf_backward.sh --only add,gemma \
       --budget-s 280 --doc "$out/backward-doc.md" > /dev/null 2>&1
