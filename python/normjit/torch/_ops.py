@@ -1632,36 +1632,30 @@ def _backward_decision(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tenso
                                            offset, residual, nhwc))
 
 
-def _backward_with_dh(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor], rstd: Tensor,
-                      weight: Optional[Tensor], has_bias: bool, eps: float, offset: float,
-                      dh: Tensor) -> Optional[tuple]:
-    """(dx, dweight, dbias) of _backward with dh from the backward kernel of the spec with a
-    residual (one pass: dh loaded with x and dy, dx + dh stored), or None where it cannot serve
-    the call (then: the kernel without it, and PyTorch's add)."""
-    if op not in _ROW_OPS or dh.dtype != x.dtype or dh.shape != x.shape:
-        return None
-    if not x.is_contiguous():
-        x = x.contiguous()
-    if not dy.is_contiguous():
-        dy = dy.contiguous()
-    if not dh.is_contiguous():
-        dh = dh.contiguous()
-    decision = _backward_decision(op, arg, dy, x, mean, rstd, weight, has_bias, eps, offset,
-                                  residual=True)
-    if decision.__class__ is not tuple:
-        return None
+def _run_backward_kernel(decision: tuple, x: Tensor, dy: Tensor, mean: Optional[Tensor],
+                         rstd: Tensor, weight: Optional[Tensor], has_bias: bool,
+                         nhwc: bool = False, dh: Optional[Tensor] = None) -> Union[tuple, str]:
+    """Launches the backward kernel of a decision (kernel, batch, device) on the current stream
+    into tensors PyTorch allocates: (dx, dweight, dbias), dweight None without a weight, dbias
+    None without a bias; or why it could not (a reason code, or the library's message: checked
+    before anything was enqueued). nhwc: dx in x's channels-last layout; dh: the spec's
+    residual, h's gradient added to dx."""
     kernel, batch, device = decision
-    xp, dyp, hp, rp = x.data_ptr(), dy.data_ptr(), dh.data_ptr(), rstd.data_ptr()
+    xp, dyp, rp = x.data_ptr(), dy.data_ptr(), rstd.data_ptr()
+    hp = dh.data_ptr() if dh is not None else 0
     mp = mean.data_ptr() if mean is not None else None
     wp = weight.data_ptr() if weight is not None else None
     if (xp | dyp | hp | (wp or 0)) & 15 or (rp | (mp or 0)) & 3:
-        return None
-    dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        return "align"
+    # channels last: dx in x's layout (empty_like keeps dense strides)
+    dx = torch.empty_like(x) if nhwc else torch.empty(x.shape, dtype=x.dtype, device=x.device)
     dw = torch.empty(weight.shape, dtype=weight.dtype, device=x.device) \
         if weight is not None else None
     db = torch.empty(weight.shape, dtype=weight.dtype, device=x.device) if has_bias else None
     args = (kernel, xp, dyp, mp, rp, wp, dx.data_ptr(), dw.data_ptr() if dw is not None else None,
-            db.data_ptr() if db is not None else None, batch, _raw_stream(device), hp)
+            db.data_ptr() if db is not None else None, batch, _raw_stream(device))
+    if dh is not None:
+        args += (hp,)
     if _multi_device and torch.cuda.current_device() != device:
         with torch.cuda.device(device):
             status = _launch_backward(*args)
@@ -1672,7 +1666,24 @@ def _backward_with_dh(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor
     error = normjit._capi.library().error(status)
     if not isinstance(error, InvalidArgumentError):
         raise error
-    return None  # checked before anything was enqueued
+    return error.message
+
+
+def _backward_with_dh(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor], rstd: Tensor,
+                      weight: Optional[Tensor], has_bias: bool, eps: float, offset: float,
+                      dh: Tensor) -> Optional[tuple]:
+    """(dx, dweight, dbias) of _backward with dh from the backward kernel of the spec with a
+    residual (one pass: dh loaded with x and dy, dx + dh stored), or None where it cannot serve
+    the call (then: the kernel without it, and PyTorch's add)."""
+    if op not in _ROW_OPS or dh.dtype != x.dtype or dh.shape != x.shape:
+        return None
+    x, dy, dh = x.contiguous(), dy.contiguous(), dh.contiguous()
+    decision = _backward_decision(op, arg, dy, x, mean, rstd, weight, has_bias, eps, offset,
+                                  residual=True)
+    if decision.__class__ is not tuple:
+        return None
+    result = _run_backward_kernel(decision, x, dy, mean, rstd, weight, has_bias, dh=dh)
+    return result if result.__class__ is tuple else None
 
 
 def _backward(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor], rstd: Tensor,
@@ -1701,41 +1712,13 @@ def _backward(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor], rstd:
         if not _channels_last(dy) or dy.shape != x.shape:
             dy = dy.movedim(1, -1).contiguous().movedim(-1, 1)
     else:
-        if not x.is_contiguous():
-            x = x.contiguous()
-        if not dy.is_contiguous():
-            dy = dy.contiguous()
+        x, dy = x.contiguous(), dy.contiguous()
     decision = _backward_decision(op, arg, dy, x, mean, rstd, weight, has_bias, eps, offset,
                                   nhwc=nhwc)
     if decision.__class__ is tuple:
-        kernel, batch, device = decision
-        xp, dyp, rp = x.data_ptr(), dy.data_ptr(), rstd.data_ptr()
-        mp = mean.data_ptr() if mean is not None else None
-        wp = weight.data_ptr() if weight is not None else None
-        if (xp | dyp | (wp or 0)) & 15 or (rp | (mp or 0)) & 3:
-            decision = "align"
-        else:
-            # channels last: dx in x's layout (empty_like keeps dense strides)
-            dx = torch.empty_like(x) if nhwc else torch.empty(x.shape, dtype=x.dtype,
-                                                              device=x.device)
-            dw = torch.empty(weight.shape, dtype=weight.dtype, device=x.device) \
-                if weight is not None else None
-            db = torch.empty(weight.shape, dtype=weight.dtype, device=x.device) \
-                if has_bias else None
-            args = (kernel, xp, dyp, mp, rp, wp, dx.data_ptr(),
-                    dw.data_ptr() if dw is not None else None,
-                    db.data_ptr() if db is not None else None, batch)
-            if _multi_device and torch.cuda.current_device() != device:
-                with torch.cuda.device(device):
-                    status = _launch_backward(*args, _raw_stream(device))
-            else:
-                status = _launch_backward(*args, _raw_stream(device))
-            if not status:
-                return dx, dw, db
-            error = normjit._capi.library().error(status)
-            if not isinstance(error, InvalidArgumentError):
-                raise error
-            decision = error.message  # checked before anything was enqueued
+        decision = _run_backward_kernel(decision, x, dy, mean, rstd, weight, has_bias, nhwc)
+        if decision.__class__ is tuple:
+            return decision
     _backward_warn(op, decision, dy, x, weight, eps)
     return _torch_backward(op, arg, dy, x, weight, has_bias, mean, rstd, eps, offset)
 
