@@ -160,11 +160,15 @@ KernelTiming time_kernel(Engine& engine, const NormSpec& spec, const DeviceInfo&
                          : spec.backward ? x_bytes
                                          : 0;
   const size_t x_slot = slot_of(x_bytes), y_slot = slot_of(y_bytes), r_slot = slot_of(r_bytes);
+  // The fused add's backward (a residual with backward) reads dh too (x's dtype), rotated with x.
+  const bool reads_dh = spec.backward && spec.residual.has_value();
+  const size_t dh_slot = reads_dh ? slot_of(x_bytes) : 0;
   // A tensor under ~2x L2 would be served from L2 on repeated launches: rotate over enough
   // buffer sets that one pass touches about 4x L2.
   const double footprint = 4.0 * double(device.l2_bytes);
-  timing.buffer_pairs = int(std::clamp(std::ceil(footprint / double(x_slot + y_slot + r_slot)), 1.0,
-                                       double(kMaxBufferPairs)));
+  timing.buffer_pairs =
+      int(std::clamp(std::ceil(footprint / double(x_slot + y_slot + r_slot + dh_slot)), 1.0,
+                     double(kMaxBufferPairs)));
   const int pairs = timing.buffer_pairs;
   device::Buffer xs(x_slot * pairs), ys(y_slot * pairs);
   fill_random(xs, spec.dtype, /*seed=*/1);
@@ -177,6 +181,11 @@ KernelTiming time_kernel(Engine& engine, const NormSpec& spec, const DeviceInfo&
   if (spec.residual || spec.backward) {
     residuals = device::Buffer(r_slot * pairs);
     fill_random(residuals, spec.residual.value_or(spec.dtype), /*seed=*/4);
+  }
+  device::Buffer dhs;
+  if (reads_dh) {
+    dhs = device::Buffer(dh_slot * pairs);
+    fill_random(dhs, spec.dtype, /*seed=*/5);
   }
   if (is_fp8(spec.out_type())) {
     const float one = 1.0f;
@@ -198,11 +207,11 @@ KernelTiming time_kernel(Engine& engine, const NormSpec& spec, const DeviceInfo&
     if (spec.affine != Affine::kNone) dweight = device::Buffer(weight.bytes());
     if (spec.affine == Affine::kBoth) dbias = device::Buffer(bias.bytes());
   }
-  // Each once: x, y (dx), the residual read and written (dy read), the parameters (and their
-  // gradients), the statistics.
+  // Each once: x, y (dx), the residual read and written (dy read, and dh), the parameters (and
+  // their gradients), the statistics.
   timing.bytes = uint64_t{x_bytes} + y_bytes + (spec.backward ? 1 : 2) * uint64_t{r_bytes} +
-                 weight.bytes() + bias.bytes() + dweight.bytes() + dbias.bytes() + mean.bytes() +
-                 rstd.bytes();
+                 (reads_dh ? uint64_t{x_bytes} : 0) + weight.bytes() + bias.bytes() +
+                 dweight.bytes() + dbias.bytes() + mean.bytes() + rstd.bytes();
 
   auto launch = [&](int pair) {
     if (spec.backward) {
@@ -216,6 +225,7 @@ KernelTiming time_kernel(Engine& engine, const NormSpec& spec, const DeviceInfo&
       args.dweight = dweight.get();
       args.dbias = dbias.get();
       args.batch = spec.batch();
+      if (reads_dh) args.dresidual_out = reinterpret_cast<const void*>(dhs.ptr() + pair * dh_slot);
       kernel.launch_backward(args, nullptr);
       return;
     }
