@@ -85,6 +85,7 @@ class Problem(ct.Problem):
     weight_offset: float = 0.0
     param_dtype: str = ""
     residual: str = ""  # the residual's dtype: the backward of add + norm (h = x + residual)
+    layout: str = ""    # "nhwc": a channel form's x and dy channels last (channels_last)
 
     def describe(self) -> str:
         text = super().describe()
@@ -94,6 +95,8 @@ class Problem(ct.Problem):
             text += f" ({self.weight_offset:g} + w)"
         if self.param_dtype:
             text += f", {self.param_dtype} w"
+        if self.layout:
+            text += ", channels last"
         return text
 
     def validate(self) -> None:
@@ -103,6 +106,8 @@ class Problem(ct.Problem):
         assert not self.weight_offset or self.affine != "none", self.weight_offset
         assert not self.residual or (self.residual == self.dtype and self.op == "rmsnorm"
                                      and self.normalized_dims == 1), self.residual
+        assert not self.layout or (self.layout == "nhwc" and self.op != "groupnorm"
+                                   and self.normalized_dims == 0), self.layout
 
     @property
     def param_bytes(self) -> int:
@@ -133,13 +138,16 @@ GROUP_TITLES = {"seeds": "Seed problems (docs/design.md)",
                 "gemma": "Gemma RMSNorm (bf16 [tokens, hidden], f32 weight used as 1 + w: "
                          "weight_offset=1)",
                 "add": "add + RMSNorm (bf16 x and residual [tokens, hidden], weight; the "
-                       "gradients of x, residual and weight from those of y and h)"}
+                       "gradients of x, residual and weight from those of y and h)",
+                "convnext": "ConvNeXt-T LayerNorm2d (bf16 [32, C, H, W] channels last, weight "
+                            "and bias, over the channels: timm's LayerNorm2d)"}
 LLM_HIDDENS = (4096, 8192, 16384)
 LLM_TOKENS = (1024, 4096, 16384)
 GEMMA_HIDDENS = (2304, 3584, 5376)  # Gemma 2 2B and 9B, Gemma 3 27B
 GEMMA_TOKENS = (4096, 16384)
 ADD_HIDDENS = (4096, 8192)
 ADD_TOKENS = (4096, 16384)
+CONVNEXT_MAPS = ((96, 56), (192, 28), (384, 14), (768, 7))  # ConvNeXt-T's stages: C, H = W
 LIGER_ADD = "fused_add_rms_norm.LigerFusedAddRMSNormFunction"
 LIGER_FUNCTIONS = {"rmsnorm": "rms_norm.LigerRMSNormFunction",
                    "layernorm": "layer_norm.LigerLayerNormFunction",
@@ -170,6 +178,10 @@ def default_problems() -> list[Problem]:
     problems += [Problem(f"add rmsnorm h{hidden} t{tokens}", "add", "rmsnorm", (tokens, hidden),
                          "bf16", 1e-6, normalized_dims=1, affine="weight", residual="bf16")
                  for hidden in ADD_HIDDENS for tokens in ADD_TOKENS]
+    problems += [Problem(f"convnext layernorm2d c{c} {hw}x{hw}", "convnext", "layernorm",
+                         (32, c, hw, hw), "bf16", 1e-6, normalized_dims=0, affine="both",
+                         layout="nhwc")
+                 for c, hw in CONVNEXT_MAPS]
     return problems
 
 
@@ -213,10 +225,13 @@ def backward_bytes(p: Problem) -> int:
 
 
 def backward_spec(p: Problem) -> str:
-    """normjit's spec text of p's backward kernel (add + norm: the norm's, on h)."""
+    """normjit's spec text of p's backward kernel (add + norm: the norm's on h, with the
+    residual: h's gradient added to dx)."""
     form = f"groups={p.groups}" if p.op == "groupnorm" else f"normalized_dims={p.normalized_dims}"
     variants = (f" param_dtype={p.param_dtype}" if p.param_dtype else "") + \
-        (f" weight_offset={p.weight_offset!r}" if p.weight_offset else "")
+        (f" residual={p.residual}" if p.residual else "") + \
+        (f" weight_offset={p.weight_offset!r}" if p.weight_offset else "") + \
+        (f" layout={p.layout}" if p.layout else "")
     return (f"op={p.op} shape={','.join(map(str, p.shape))} dtype={p.dtype} {form} "
             f"affine={p.affine} eps={p.eps!r}{variants} backward=true")
 
@@ -226,7 +241,7 @@ def liger_support(p: Problem) -> str:
     its RMSNorm and LayerNorm normalize the last dim (several trailing dims given as one row),
     one row per Triton block of at most 65536."""
     fn = LIGER_FUNCTIONS[p.op].split(".")[1]
-    if p.op == "rmsnorm" and p.normalized_dims == 0:
+    if p.normalized_dims == 0 and p.op != "groupnorm" and p.layout != "nhwc":
         return (f"{fn} normalizes the last dim only; this problem reduces dim 1 of "
                 "[N, C, *spatial] (Liger would need a transposed copy of x)")
     if p.op in ("layernorm", "groupnorm") and p.affine != "both":
@@ -736,6 +751,25 @@ def gemma_rms_norm(p: Problem, weight):
     return GemmaRMSNorm()
 
 
+def layer_norm_2d(p: Problem, weight, bias):
+    """timm's LayerNorm2d (x permuted channels last, F.layer_norm over C, permuted back) with
+    normjit's weight and bias: ConvNeXt's norm."""
+    import torch
+    import torch.nn.functional as F
+
+    class LayerNorm2d(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(weight.detach().clone())
+            self.bias = torch.nn.Parameter(bias.detach().clone())
+
+        def forward(self, x):
+            x = x.permute(0, 2, 3, 1)
+            x = F.layer_norm(x, (p.shape[1],), self.weight, self.bias, p.eps)
+            return x.permute(0, 3, 1, 2)
+    return LayerNorm2d()
+
+
 def param_sum(p: Problem, t):
     """t summed over every dim but the parameters' (dim 1 of the channel forms, the trailing
     dims of the others)."""
@@ -958,6 +992,9 @@ class Bench:
         n = row.rotation
         xs = [self.random(p.shape, p.dtype, p.dists[0]) for _ in range(n)]
         dys = [self.random(p.shape, p.dtype, DY) for _ in range(n)]
+        if p.layout == "nhwc":  # channels last: [N, *spatial, C] in memory
+            xs, dys = ([t.movedim(1, -1).contiguous().movedim(-1, 1) for t in ts]
+                       for ts in (xs, dys))
         weight = bias = None
         param = p.param_dtype or p.dtype
         if p.affine in ("weight", "both"):
@@ -1034,6 +1071,10 @@ class Bench:
             params = [t for t in (w, b) if t is not None]
             if p.op == "groupnorm":
                 return (lambda x: fn.apply(x, w, b, p.shape[1], p.groups, p.eps)), params
+            if p.layout == "nhwc":  # rows of C: x's channels-last memory, no copy
+                c = p.shape[1]
+                return (lambda x: fn.apply(x.movedim(1, -1).reshape(-1, c), w, b, p.eps)
+                        .reshape(x.movedim(1, -1).shape).movedim(-1, 1)), params
             row = math.prod(p.param_shape)
             wf = w.reshape(row) if w is not None else None
             if p.op == "rmsnorm":
@@ -1047,6 +1088,8 @@ class Bench:
             if p.op == "rmsnorm" and p.normalized_dims == 0:
                 w = weight.detach().clone().requires_grad_() if weight is not None else None
                 module = ct.make_channel_rmsnorm(p.eps, w)
+            elif p.op == "layernorm" and p.normalized_dims == 0:
+                module = layer_norm_2d(p, weight, bias)
             elif p.weight_offset:
                 module = gemma_rms_norm(p, weight)
             else:
@@ -1435,7 +1478,7 @@ def selftest() -> int:
     for p in problems:
         p.validate()
     keys = [p.key for p in problems]
-    assert len(keys) == len(set(keys)) == 6 + 18 + 8 + 6 + 4, keys
+    assert len(keys) == len(set(keys)) == 6 + 18 + 8 + 6 + 4 + 4, keys
     by = {p.key: p for p in problems}
     rms, ln, gn = by["seed rmsnorm f32"], by["seed layernorm bf16"], by["seed groupnorm f32"]
     n = 112 * 64 * 512 * 512
@@ -1484,9 +1527,18 @@ def selftest() -> int:
     assert [q.key for q in select(parse_args(["--only", "add"]))][:1] == [
         "add rmsnorm h4096 t4096 bf16"] and len(select(parse_args(["--only", "add"]))) == 4
     assert backward_spec(add) == ("op=rmsnorm shape=16384,4096 dtype=bf16 normalized_dims=1 "
-                                  "affine=weight eps=1e-06 backward=true"), backward_spec(add)
+                                  "affine=weight eps=1e-06 residual=bf16 backward=true"), \
+        backward_spec(add)
     assert backward_bytes(add) == 4 * 16384 * 4096 * 2 + 2 * 4096 * 2 + 16384 * 4
     assert add.describe() == "h = x + r (bf16), last dim, w", add.describe()
+    cnx = select(parse_args(["--only", "convnext"]))
+    assert [q.shape for q in cnx] == [(32, 96, 56, 56), (32, 192, 28, 28), (32, 384, 14, 14),
+                                      (32, 768, 7, 7)], cnx
+    assert backward_spec(cnx[3]) == ("op=layernorm shape=32,768,7,7 dtype=bf16 normalized_dims=0 "
+                                     "affine=both eps=1e-06 layout=nhwc backward=true")
+    assert liger_support(cnx[0]) == "" and "channels last" in cnx[0].describe()
+    assert backward_bytes(cnx[0]) == 3 * 32 * 96 * 56 * 56 * 2 + 4 * 96 * 2 + 2 * 32 * 56 * 56 * 4
+    assert "transposed copy" in liger_support(dataclasses.replace(cnx[0], layout=""))
 
     # Markdown of a fake run.
     rep = fake_report()

@@ -140,7 +140,7 @@ class Problem:
     @property
     def param_shape(self) -> tuple[int, ...]:
         """Shape of weight and bias."""
-        if self.op == "groupnorm" or (self.op == "rmsnorm" and self.normalized_dims == 0):
+        if self.op == "groupnorm" or self.normalized_dims == 0:  # per channel
             return (self.shape[1],)
         return self.shape[len(self.shape) - self.normalized_dims:]
 
@@ -158,14 +158,14 @@ class Problem:
     @property
     def reduces_dim0(self) -> bool:
         """True when dim 0 is inside a reduction, so the reference cannot chunk along it."""
-        trailing = self.op == "layernorm" or (self.op == "rmsnorm" and self.normalized_dims > 0)
+        trailing = self.op != "groupnorm" and self.normalized_dims > 0
         return trailing and self.normalized_dims >= len(self.shape)
 
     def describe(self) -> str:
         """What is reduced and which parameters there are, for the table."""
         if self.op == "groupnorm":
             what = f"G={self.groups}"
-        elif self.op == "rmsnorm" and self.normalized_dims == 0:
+        elif self.normalized_dims == 0:
             what = "dim 1"
         else:
             what = "last dim" if self.normalized_dims == 1 else f"last {self.normalized_dims} dims"
@@ -184,7 +184,10 @@ class Problem:
             if self.normalized_dims == 0:
                 assert len(self.shape) >= 2, "channel form needs [N, C, ...]"
         elif self.op == "layernorm":
-            assert 1 <= self.normalized_dims <= len(self.shape)
+            # 0: the channel form (dim 1 of [N, C, ...]: LayerNorm2d), the backward tables'
+            assert 0 <= self.normalized_dims <= len(self.shape)
+            if self.normalized_dims == 0:
+                assert len(self.shape) >= 2, "channel form needs [N, C, ...]"
         else:
             assert len(self.shape) >= 2 and self.groups > 0 and self.shape[1] % self.groups == 0
             # torch.nn.GroupNorm has weight and bias together or neither.

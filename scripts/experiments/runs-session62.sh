@@ -5,7 +5,8 @@
 #        gtest BackwardGpu.Residual* and the C API's and in-place backward tests, the channel
 #        forms' nhwc backward, pytest's add + norm and channels-last training tests (~2
 #        minutes), normjit bench on scripts/specs/backward-session62.txt (the residual and nhwc
-#        backward kernels beside the ones they replace), then the backward table's add and Gemma rows
+#        backward kernels beside the ones they replace), then the backward table's add, Gemma and
+#        ConvNeXt rows
 #        (scripts/perf_backward.sh --only add,gemma, ~4 minutes)
 #   bash scripts/experiments/runs-session62.sh eh   add + RMSNorm with h written early at 1024+
 #        tokens (scripts/experiments/build.sh early-h-many-rows eh: NJX_EARLY_H=1) against the
@@ -33,7 +34,7 @@ case "${1:-}" in
     build-gpu/tools/normjit bench --specs scripts/specs/backward-session62.txt \
       > "$out/bench-backward.txt" 2>&1
     echo "normjit bench: exit $?"
-    OUT=$out/bwd BUILD=build-gpu timeout 330 bash scripts/perf_backward.sh --only add,gemma \
+    OUT=$out/bwd BUILD=build-gpu timeout 330 bash scripts/perf_backward.sh --only add,gemma,convnext \
       --budget-s 280 --doc "$out/backward-doc.md" > /dev/null 2>&1
     echo "perf_backward: exit $?"
     ;;

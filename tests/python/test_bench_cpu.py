@@ -112,8 +112,9 @@ def host_tensor(torch, pointer, shape, dtype):
 
 class BackwardStandIn:
     """bench_backward's CApi for CPU tensors: prepare refuses GroupNorm and the channel forms
-    (as the library does today), launches compute bench_backward.reference into the memory the
-    pointers name, from the statistics the bench hands over."""
+    in nchw (to test the n/a path), takes them channels last (layout=nhwc); launches compute
+    bench_backward.reference into the memory the pointers name (channels last: [N, *spatial, C]),
+    from the statistics the bench hands over."""
 
     def __init__(self, torch, bb, ct, wrong_rstd=False):
         self.torch, self.bb, self.ct = torch, bb, ct
@@ -122,7 +123,8 @@ class BackwardStandIn:
     def prepare(self, spec):
         from normjit import _capi
         fields = dict(w.split("=", 1) for w in spec.split())
-        if fields["op"] == "groupnorm" or fields.get("normalized_dims") == "0":
+        nchw_channels = fields.get("normalized_dims") == "0" and fields.get("layout") != "nhwc"
+        if fields["op"] == "groupnorm" or nchw_channels:
             raise _capi.UnsupportedError(_capi.Status.ERROR_UNSUPPORTED, "ERROR_UNSUPPORTED",
                                          f"backward=true is not yet supported for {fields['op']}")
         self.specs.append(spec)
@@ -137,11 +139,15 @@ class BackwardStandIn:
         dt = ct.torch_dtype(p.dtype)
         pt = ct.torch_dtype(fields.get("param_dtype", p.dtype))  # weight and its gradients
         offset = float(fields.get("weight_offset", 0.0))
+        nhwc = fields.get("layout") == "nhwc"
+        memory = (p.shape[0], *p.shape[2:], p.shape[1]) if nhwc else p.shape
 
         def call():
             self.launches.append((kernel, batch, dict(ptrs)))
             assert batch == bb.launch_batch(p)
-            x, dy, dx = (host_tensor(torch, ptrs[k], p.shape, dt) for k in ("x", "dy", "dx"))
+            x, dy, dx = (host_tensor(torch, ptrs[k], memory, dt) for k in ("x", "dy", "dx"))
+            if nhwc:  # [N, C, *spatial] views of channels-last memory
+                x, dy, dx = (t.movedim(-1, 1) for t in (x, dy, dx))
             rstd = host_tensor(torch, ptrs["rstd"], bb.stats_shape(p), torch.float32)
             assert (ptrs["mean"] is None) == (p.op == "rmsnorm")
             _, _, _, _, rstd_ref = bb.reference(p, x, x, None)
@@ -190,6 +196,8 @@ def test_backward_flow_on_cpu(liger, tmp_path, monkeypatch):
                    affine="weight", weight_offset=1.0, param_dtype="f32"),
         bb.Problem("add rows", "add", "rmsnorm", (16, 64), "bf16", 1e-6, normalized_dims=1,
                    affine="weight", residual="bf16"),
+        bb.Problem("convnext map", "convnext", "layernorm", (2, 8, 3, 5), "f32", 1e-6,
+                   normalized_dims=0, affine="both", layout="nhwc"),
     ]
     doc, out = tmp_path / "performance.md", tmp_path / "b.json"
     args = bb.parse_args(["--reps", "2", "--warmup", "1", "--compile-backend", "aot_eager",
@@ -209,14 +217,22 @@ def test_backward_flow_on_cpu(liger, tmp_path, monkeypatch):
     for name in ("rms channel", "gn"):
         assert rows[name].normjit.status == "n/a" and "not yet supported" in rows[name].normjit.message
         assert "normjit" not in rows[name].checks
-    for name in ("ln 3 dims", "rms rows", "ln rows", "gemma rows", "add rows"):
+    for name in ("ln 3 dims", "rms rows", "ln rows", "gemma rows", "add rows", "convnext map"):
         r = rows[name]
         assert r.normjit.status == "ok" and r.passed and len(r.normjit.times_ms) == 2
         c = r.checks["normjit"]
         assert c.dw_err is not None and (c.db_err is not None) == (r.problem.affine == "both")
     # One launch per rotating set, each on its own set's pointers.
     kernels = {k for k, _, _ in nj.launches}
-    assert len(kernels) == 4 and len({p["x"] for _, _, p in nj.launches}) > 3
+    assert len(kernels) == 5 and len({p["x"] for _, _, p in nj.launches}) > 3
+    # ConvNeXt's LayerNorm2d channels last: normjit's nhwc kernel, timm's module (eager,
+    # compile) and Liger on rows of C, each checked against float64 (the stand-in Liger's
+    # layer norm has a wrong dweight: caught here too).
+    cnx = rows["convnext map"]
+    assert cnx.spec.endswith(" layout=nhwc backward=true"), cnx.spec
+    assert all(cnx.checks[k].passed for k in ("normjit", "eager", "compile")), cnx.checks
+    assert cnx.checks["liger"].dx_err < 1e-5 and not cnx.checks["liger"].passed
+    assert ("ln", (2 * 3 * 5, 8)) in liger
     # Liger: n/a for the channel form and for rows it cannot hold; its wrong dweight is FAIL.
     assert rows["rms channel"].liger.status == "n/a"
     assert rows["gn"].liger.status == "ok" and rows["gn"].checks["liger"].passed
