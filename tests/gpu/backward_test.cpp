@@ -710,12 +710,7 @@ TEST_F(BackwardGpu, ResidualAddsDhEveryFormDtypeAndLength) {
   for (Values values : {Values::kLargeMean, Values::kTiny, Values::kNegative}) {
     for (const OpAffine& form : {kForms[1], kForms[4]}) {
       for (int64_t hidden : {1000, 8200}) {
-        Config c;
-        c.op = form.op;
-        c.affine = form.affine;
-        c.dtype = Dtype::kBF16;
-        c.hidden = hidden;
-        c.rows = 64;
+        Config c = long_config(form.op, form.affine, Dtype::kBF16, hidden, 64);
         c.residual = true;
         Backward run(engine, c, values, seed++);
         run.run();
@@ -736,14 +731,9 @@ TEST_F(BackwardGpu, ResidualAddsDhEveryFormDtypeAndLength) {
   // In place over dh (each element read before it is written, by the thread that writes it),
   // with a weight offset and f32 parameters (Gemma's fused add).
   for (int64_t hidden : {7, 4096, 16384, 40000}) {
-    Config c;
-    c.op = Op::kRmsNorm;
-    c.affine = Affine::kWeight;
-    c.dtype = Dtype::kBF16;
+    Config c = long_config(Op::kRmsNorm, Affine::kWeight, Dtype::kBF16, hidden, 333);
     c.param = Dtype::kF32;
     c.weight_offset = 1.0;
-    c.hidden = hidden;
-    c.rows = 333;
     c.residual = true;
     Backward run(engine, c, Values::kNormal, seed++);
     run.run(/*in_place=*/true);

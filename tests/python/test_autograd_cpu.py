@@ -10,6 +10,7 @@ autograd of PyTorch's reference, the fallbacks of the backward (a non-contiguous
 library has no backward kernel for, double backward), torch.compile(fullgraph=True) tracing
 forward and backward ops, and normjit._launch.launch_backward against ctypes. Needs PyTorch;
 no GPU."""
+import contextlib
 import math
 import os
 import re
@@ -533,14 +534,22 @@ def test_a_non_contiguous_gradient_and_a_strided_input_are_copied_for_the_kernel
     assert qkv.grad[:, 256:].abs().max().item() == 0
 
 
-def test_rows_past_8192_elements_train_through_normjits_backward(emu, tmp_path):
-    """Rows of 8193 elements: the library has a backward kernel for them (the split backward),
-    so the gradient is normjit's, with no fallback warning."""
+@contextlib.contextmanager
+def backward_library(emu, tmp_path):
+    """The emulator asks a real engine (memory only, sm_90) whether it takes each backward spec;
+    forward specs are taken as they are."""
     with normjit.Engine(cache_dir=str(tmp_path), memory_only=True) as engine:
         emu.library = engine
         original = engine.precompile
         engine.precompile = lambda spec, arch: (original(spec, arch) if "backward" in spec
                                                 else True)
+        yield engine
+
+
+def test_rows_past_8192_elements_train_through_normjits_backward(emu, tmp_path):
+    """Rows of 8193 elements: the library has a backward kernel for them (the split backward),
+    so the gradient is normjit's, with no fallback warning."""
+    with backward_library(emu, tmp_path):
         torch.manual_seed(8)
         x = torch.randn(2, 8193, requires_grad=True)
         w = (1 + 0.3 * torch.randn(8193)).requires_grad_()
@@ -559,11 +568,7 @@ def test_rows_past_8192_elements_train_through_normjits_backward(emu, tmp_path):
 def test_add_norm_rows_past_8192_elements_take_the_residual_backward(emu, tmp_path):
     """f32 rows of 8193 elements: the library's backward spec with a residual (rows split over
     CTAs) adds h's gradient in the kernel; no fallback warning, the gradients float64's."""
-    with normjit.Engine(cache_dir=str(tmp_path), memory_only=True) as engine:
-        emu.library = engine
-        original = engine.precompile
-        engine.precompile = lambda spec, arch: (original(spec, arch) if "backward" in spec
-                                                else True)
+    with backward_library(emu, tmp_path):
         torch.manual_seed(18)
         x, r = torch.randn(2, 8193, requires_grad=True), torch.randn(2, 8193, requires_grad=True)
         w = (1 + 0.3 * torch.randn(8193)).requires_grad_()
