@@ -33,6 +33,8 @@ Template template_of(Strategy strategy) {
       return {"normjit/row_split_backward.cuh", "normjit::row_split_backward"};
     case Strategy::kChannelsSlab:
       return {"normjit/channels_slab.cuh", "normjit::channels_slab"};
+    case Strategy::kGroupNhwcBackward:
+      return {"normjit/group_nhwc_backward.cuh", "normjit::group_nhwc_backward"};
   }
   return {"?", "?"};
 }
@@ -190,6 +192,7 @@ void row_fields(const KernelPlan& p, Fields& f) {
     case Strategy::kChannelsBackward:
     case Strategy::kGroupNhwc:
     case Strategy::kRowSplitBackward:
+    case Strategy::kGroupNhwcBackward:
       break;
   }
   // The channel forms in nhwc or of S = 1: rows of C, one after another (a constant stride, not
@@ -298,6 +301,24 @@ void group_backward_fields(const KernelPlan& p, Fields& f) {
   f.size("kWorkspaceFloats", p.workspace_floats(0));
 }
 
+// The channels-last groupnorm backward kernel's configuration (group_nhwc_backward.cuh).
+void group_nhwc_backward_fields(const KernelPlan& p, Fields& f) {
+  const Problem& pr = p.problem;
+  backward_dtypes_and_affine(pr, /*rms_flag=*/false, f);
+  f.integer("kChannels", pr.channels);
+  f.integer("kGroups", pr.groups);
+  f.integer("kChannelsPerGroup", pr.channels / pr.groups);
+  f.size("kSpatial", pr.spatial);
+  f.integer("kThreadsX", p.block_x);
+  f.integer("kThreadsY", p.block_y);
+  f.integer("kVec", p.vec);
+  f.integer("kPositions", int(p.vectors));
+  f.size("kUnitsPerItem", p.units_per_channel);
+  f.size("kWaveItems", p.wave_rows);
+  f.integer("kMinBlocksPerSm", p.min_blocks_per_sm);
+  f.size("kWorkspaceFloats", p.workspace_floats(0));
+}
+
 // The channel-form backward kernel's configuration (channels_backward.cuh).
 void channels_backward_fields(const KernelPlan& p, Fields& f) {
   const Problem& pr = p.problem;
@@ -348,6 +369,8 @@ EmittedKernel emit(const KernelPlan& plan) {
     split_backward_fields(plan, fields);
   } else if (plan.strategy == Strategy::kGroupBackward) {
     group_backward_fields(plan, fields);
+  } else if (plan.strategy == Strategy::kGroupNhwcBackward) {
+    group_nhwc_backward_fields(plan, fields);
   } else if (plan.strategy == Strategy::kChannelsBackward) {
     channels_backward_fields(plan, fields);
   } else if (plan.strategy == Strategy::kChannels) {

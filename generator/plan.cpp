@@ -468,7 +468,9 @@ bool row_backward_holds(const Problem& pr, const Target& target);  // kRowBackwa
 
 Strategy choose_strategy(const Problem& pr, const Target& target) {
   if (pr.backward) {
-    if (pr.op == Op::kGroupNorm) return Strategy::kGroupBackward;
+    if (pr.op == Op::kGroupNorm) {
+      return pr.nhwc ? Strategy::kGroupNhwcBackward : Strategy::kGroupBackward;
+    }
     if (pr.channel_form) return Strategy::kChannelsBackward;
     // Rows one team holds in registers; longer ones split over CTAs.
     return row_backward_holds(pr, target) ? Strategy::kRowBackward : Strategy::kRowSplitBackward;
@@ -1371,6 +1373,117 @@ int64_t group_backward_workspace_floats(const KernelPlan& p) {
 }
 
 // ---------------------------------------------------------------------------------------
+// kGroupNhwcBackward
+
+// A CTA of the channels-last GroupNorm backward: TX = C / V threads across a position's
+// channels (one 16-byte vector each where C allows), TY across positions, about
+// kGroupNhwcBackwardThreads in all (at least a warp: step 2 sums columns a warp each). Step 1's
+// shared memory holds two floats per thread and channel of its vector ([TY][C] twice): TX is at
+// most kGroupNhwcBackwardMostVectors (16-bit C up to 4096 in 16-byte vectors; f32 up to 2048),
+// the CTA's static shared memory at most kGroupNhwcBackwardSmemBytes.
+constexpr int64_t kGroupNhwcBackwardThreads = 256;
+constexpr int64_t kGroupNhwcBackwardMostVectors = 512;
+constexpr int64_t kGroupNhwcBackwardSmemBytes = 48 * 1024;
+// Units a wave aims at per SM (each a CTA's work between barriers), so that the co-resident
+// CTAs all take part and the last round of units is short. Positions per thread a unit at least
+// kGroupNhwcBackwardMinPositions (one batch of loads; fewer where the item has fewer positions),
+// so that a unit's partials (two floats a channel and a group) stay small beside its x and dy.
+// Not yet measured (performance-notes, "Session 63").
+constexpr int64_t kGroupNhwcBackwardUnitsPerSm = 4;
+constexpr int64_t kGroupNhwcBackwardMinPositions = 4;
+// Registers a thread may take (the launch bounds' CTAs an SM follow): unbounded, ptxas took
+// 162 for bf16 [2, 320, 64, 64] with 4 positions of x and dy loaded together (one CTA of 240
+// threads an SM); with 2 (group_nhwc_backward.cuh) 112-125 and no spills at 128 (`normjit dump
+// --emit resources`, sm_90: bf16/f16/f32, C 96 to 4096).
+constexpr int64_t kGroupNhwcBackwardRegisters = 128;
+// A wave's floats in the workspace at most (partials and means), which bounds it where items are
+// tiny.
+constexpr int64_t kGroupNhwcBackwardWaveFloats = int64_t{4} << 20;
+
+int64_t group_nhwc_backward_smem(int64_t ty, int64_t channels, int64_t groups) {
+  return 2 * ty * channels * 4 + groups * 8;
+}
+
+std::string group_nhwc_backward(const Problem& pr, const Target& target, KernelPlan& p) {
+  const int64_t c = pr.channels, s = pr.spatial, groups = pr.groups;
+  p.vec = vector_width(c, kAccessBytes / size_of(pr.x));
+  p.param_vec = 1;
+  p.rows_per_item = groups;
+  const int64_t tx = c / p.vec;
+  if (tx > kGroupNhwcBackwardMostVectors) {
+    throw_unsupported("channels", std::to_string(c),
+                      "backward=true with layout=nhwc covers a position's channels with one "
+                      "vector a thread, at most " +
+                          std::to_string(kGroupNhwcBackwardMostVectors) + " vectors of " +
+                          std::to_string(p.vec) + " (C = " + std::to_string(c) +
+                          "); leave layout out or nchw (the channels-first kernel)");
+  }
+  const int64_t ty = std::max(ceil_div(32, tx), std::min(kGroupNhwcBackwardThreads / tx, s));
+  if (group_nhwc_backward_smem(ty, c, groups) > kGroupNhwcBackwardSmemBytes) {
+    throw_unsupported(
+        "groups", std::to_string(groups),
+        "backward=true with layout=nhwc keeps a CTA's sums of its " + std::to_string(c) +
+            " channels and " + std::to_string(groups) +
+            " groups in shared memory: " + std::to_string(group_nhwc_backward_smem(ty, c, groups)) +
+            " bytes, more than " + std::to_string(kGroupNhwcBackwardSmemBytes) +
+            "; leave layout out or nchw (the channels-first kernel)");
+  }
+  p.block_x = int(tx);
+  p.block_y = p.rows_per_block = int(ty);
+  // Items per wave: as many as keep the wave's x and dy in L2 (as the channels-first kernel's
+  // rows, kGroupWaveBytes), then units of the fewest positions a thread that still give the wave
+  // its units, bounded by the wave's partials.
+  const int64_t item_bytes = 2 * c * s * size_of(pr.x);
+  const int64_t wave_bytes = size_of(pr.x) == 4 ? kGroupWaveBytesF32 : kGroupWaveBytes;
+  int64_t items = std::max<int64_t>(1, wave_bytes / item_bytes);
+  const int64_t aim = int64_t{target.sm_count} * kGroupNhwcBackwardUnitsPerSm;
+  const int64_t units_aim = std::max<int64_t>(1, ceil_div(aim, items));
+  const int64_t least = std::min(kGroupNhwcBackwardMinPositions, ceil_div(s, ty));
+  p.vectors = std::max(least, ceil_div(s, ty * units_aim));
+  p.units_per_channel = ceil_div(s, ty * p.vectors);
+  // An item's floats in the workspace: its units' partials (two a group, and a channel with
+  // parameters) and its groups' means.
+  const int64_t item_floats =
+      p.units_per_channel * 2 * (groups + ((pr.weight || pr.bias) ? c : 0)) + 2 * groups;
+  items = std::max<int64_t>(1, std::min(items, kGroupNhwcBackwardWaveFloats / item_floats));
+  p.wave_rows = items;
+  // Launch bounds of as many CTAs an SM as leave kGroupNhwcBackwardRegisters registers a thread.
+  const int64_t warps = ceil_div(tx * ty, 32);
+  p.min_blocks_per_sm =
+      int(std::max<int64_t>(1, kSmRegisters / (kGroupNhwcBackwardRegisters * warps * 32)));
+  std::ostringstream why;
+  why << "groupnorm backward, channels last: a CTA of " << tx << " x " << ty
+      << " threads covers every channel of " << ty << " positions at a time (" << p.vec
+      << " channels a thread, " << p.vec * size_of(pr.x) << "-byte accesses); units of "
+      << ty * p.vectors << " positions of an item (" << p.vectors << " a thread), "
+      << p.units_per_channel << " per item; items in waves of up to " << items
+      << " (the kernel serves any batch; x and dy of a full wave: " << items * item_bytes
+      << " bytes, kept for the second read in L2), two grid barriers per wave: each unit's sums "
+         "of dy and dy * xhat per channel and per group, then each group's (and channel's) "
+         "unit sums added by a warp in a fixed order, then dx from the group's sums (x and dy "
+         "read twice)";
+  if (pr.weight || pr.bias) {
+    why << "; dweight and dbias summed per channel over n in order by one warp each "
+           "(deterministic, the same for any grid; no float atomics)";
+  }
+  if (p.min_blocks_per_sm > 1) {
+    why << "; launch bounds of " << p.min_blocks_per_sm << " CTAs an SM (caps the registers)";
+  }
+  return why.str();
+}
+
+int64_t group_nhwc_backward_workspace_floats(const KernelPlan& p) {
+  const Problem& pr = p.problem;
+  const bool params = pr.weight || pr.bias;
+  const int64_t r = p.wave_rows, t = p.units_per_channel;
+  const int64_t group_partials = padded_floats(r * pr.groups * t * 2);
+  const int64_t channel_partials = params ? padded_floats(r * pr.channels * t * 2) : 0;
+  const int64_t group_means = padded_floats(r * pr.groups * 2);
+  const int64_t accumulators = params ? padded_floats(pr.channels * 2) : 0;
+  return kBackwardHeaderFloats + group_partials + channel_partials + group_means + accumulators;
+}
+
+// ---------------------------------------------------------------------------------------
 // kChannelsBackward
 
 // Values of each of x and dy a thread of the channel-form backward holds: twice the row
@@ -1753,6 +1866,9 @@ int64_t KernelPlan::grid(int64_t batch, int64_t co_resident) const {
     }
     case Strategy::kChannelsBackward:
       return std::max<int64_t>(1, std::min(co_resident, blocks_per_item * batch));
+    case Strategy::kGroupNhwcBackward:
+      return std::max<int64_t>(
+          1, std::min(co_resident, std::min(batch, wave_rows) * units_per_channel));
     case Strategy::kGroupNhwc:
       return cooperative() ? std::min(co_resident / exchange_ctas(), batch) * exchange_ctas()
                            : batch * blocks_per_item;
@@ -1767,7 +1883,9 @@ int64_t KernelPlan::workspace_slot_floats() const {
         strategy == Strategy::kRowBackward ? problem.row_length : problem.channels;
     return cooperative() ? (problem.weight + problem.bias) * padded_floats(length) : 0;
   }
-  if (strategy == Strategy::kGroupBackward) return 0;  // no per-CTA slots
+  if (strategy == Strategy::kGroupBackward || strategy == Strategy::kGroupNhwcBackward) {
+    return 0;  // no per-CTA slots
+  }
   if (strategy == Strategy::kRowSplitBackward) return row_split_backward_slot_floats(*this);
   // Two u64 counters, then 4 generations of G x P partials of one u64 (group_nhwc.cuh).
   if (strategy == Strategy::kGroupNhwc) {
@@ -1780,7 +1898,8 @@ int64_t KernelPlan::workspace_slot_floats() const {
 int64_t KernelPlan::workspace_header_floats() const {
   const bool backward =
       strategy == Strategy::kRowBackward || strategy == Strategy::kChannelsBackward ||
-      strategy == Strategy::kGroupBackward || strategy == Strategy::kRowSplitBackward;
+      strategy == Strategy::kGroupBackward || strategy == Strategy::kRowSplitBackward ||
+      strategy == Strategy::kGroupNhwcBackward;
   return backward && cooperative() ? kBackwardHeaderFloats : 0;
 }
 
@@ -1790,6 +1909,9 @@ int64_t KernelPlan::workspace_floats(int64_t co_resident) const {
   if (strategy == Strategy::kRowBackward || strategy == Strategy::kChannelsBackward)
     return workspace_header_floats() + co_resident * workspace_slot_floats();
   if (strategy == Strategy::kGroupBackward) return group_backward_workspace_floats(*this);
+  if (strategy == Strategy::kGroupNhwcBackward) {
+    return group_nhwc_backward_workspace_floats(*this);
+  }
   // kRowSplitBackward: the grid barrier's counter, then a slot per P co-resident CTAs.
   if (strategy == Strategy::kRowSplitBackward)
     return workspace_header_floats() + co_resident / split_chunks * workspace_slot_floats();
@@ -1818,6 +1940,8 @@ const char* to_string(Strategy strategy) {
       return "row-split-backward";
     case Strategy::kChannelsSlab:
       return "channels-slab";
+    case Strategy::kGroupNhwcBackward:
+      return "group-nhwc-backward";
   }
   return "?";
 }
@@ -1849,6 +1973,10 @@ std::string KernelPlan::grid_text() const {
       return "min(CTAs the device holds, units of " + std::to_string(wave_rows) + " rows / " +
              std::to_string(rows_per_block) +
              " units per CTA), looping over waves of rows (cooperative launch)";
+    case Strategy::kGroupNhwcBackward:
+      return "min(CTAs the device holds, units of " + std::to_string(wave_rows) + " items (" +
+             std::to_string(units_per_channel) +
+             " an item)), looping over waves of items (cooperative launch)";
     case Strategy::kChannelsBackward:
       return "min(CTAs the device holds, " + std::to_string(blocks_per_item) +
              " x batch tiles), looping over the tiles" +
@@ -1947,6 +2075,12 @@ std::string KernelPlan::to_string() const {
       break;
     case Strategy::kChannelsBackward:
       os << "values: " << (cached ? "in registers" : "read twice") << "\n";
+      break;
+    case Strategy::kGroupNhwcBackward:
+      os << "positions per thread per unit: " << vectors << "\n"
+         << "units per item: " << units_per_channel << "\n"
+         << "items per wave: " << wave_rows << "\n"
+         << "workspace: " << workspace_floats(0) << " floats\n";
       break;
     case Strategy::kRowSplit:
       os << "vectors per thread: " << vectors << "\n"
@@ -2065,6 +2199,8 @@ KernelPlan plan(const NormSpec& spec, const Target& target) {
                             std::to_string(p.workspace_floats(0)) + " floats, more than the " +
                             std::to_string(kBackwardMaxWorkspaceFloats) + " supported");
     }
+  } else if (p.strategy == Strategy::kGroupNhwcBackward) {
+    why = group_nhwc_backward(pr, target, p);
   } else if (p.strategy == Strategy::kChannelsBackward) {
     why = channels_backward(pr, p);
   } else if (p.strategy == Strategy::kRowBackward) {
@@ -2109,6 +2245,7 @@ KernelPlan plan(const NormSpec& spec, const Target& target) {
       case Strategy::kChannelsBackward:
       case Strategy::kGroupNhwc:
       case Strategy::kRowSplitBackward:
+      case Strategy::kGroupNhwcBackward:
         break;
     }
     if (pr.op == Op::kGroupNorm && p.vec > 1 && pr.spatial % p.vec != 0) {

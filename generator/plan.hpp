@@ -20,18 +20,21 @@ enum class Strategy {
   kRowStream,     // rows longer than the chip holds: a row over P co-resident CTAs, read twice
   kRowBackward,   // backward: a team per row, the row in registers; CTAs loop over rows, and
                   // with parameters their f32 partials of dweight/dbias are summed in a fixed order
-  kGroupBackward,     // groupnorm backward: per-channel sums of units over the grid, rows in
-                      // waves, a grid barrier per wave, dx from the row's sums (x read twice)
-  kChannelsBackward,  // channel-form backward: a thread owns positions, loops over C; CTAs
-                      // loop over tiles, their dweight/dbias partials summed in a fixed order
-  kGroupNhwc,         // groupnorm, channels last: a CTA covers every channel of its positions, an
-                      // item (n) over P CTAs exchanging per-group partials (group_nhwc.cuh)
-  kRowSplitBackward,  // backward of rows longer than one team holds: a row over P co-resident
-                      // CTAs exchanging its two sums; held in registers, or streamed twice in
-                      // waves of rows; dweight/dbias partials per CTA summed in a fixed order
-  kChannelsSlab,      // rms/layernorm over dim 1 of small maps (sm_90): an item over a cluster of
-                      // K CTAs, each copying its C/K channels' contiguous slab into shared memory,
-                      // the per-position sums exchanged through distributed shared memory
+  kGroupBackward,      // groupnorm backward: per-channel sums of units over the grid, rows in
+                       // waves, a grid barrier per wave, dx from the row's sums (x read twice)
+  kChannelsBackward,   // channel-form backward: a thread owns positions, loops over C; CTAs
+                       // loop over tiles, their dweight/dbias partials summed in a fixed order
+  kGroupNhwc,          // groupnorm, channels last: a CTA covers every channel of its positions, an
+                       // item (n) over P CTAs exchanging per-group partials (group_nhwc.cuh)
+  kRowSplitBackward,   // backward of rows longer than one team holds: a row over P co-resident
+                       // CTAs exchanging its two sums; held in registers, or streamed twice in
+                       // waves of rows; dweight/dbias partials per CTA summed in a fixed order
+  kChannelsSlab,       // rms/layernorm over dim 1 of small maps (sm_90): an item over a cluster of
+                       // K CTAs, each copying its C/K channels' contiguous slab into shared memory,
+                       // the per-position sums exchanged through distributed shared memory
+  kGroupNhwcBackward,  // groupnorm backward, channels last: a CTA covers every channel of a
+                       // unit of positions; items in waves, per-unit channel and group sums
+                       // added over the grid, dx from the group's sums (x read twice)
 };
 const char* to_string(Strategy strategy);
 
@@ -82,7 +85,8 @@ struct KernelPlan {
   int param_vec = 1;             // elements per access of weight and bias
   int smem_bytes = 0;            // dynamic shared memory per CTA
   // How each strategy holds its data (the kernel's configuration, generator/emit.cpp):
-  int64_t vectors = 0;            // row strategies: vectors per thread (per piece: kRowStream)
+  int64_t vectors = 0;            // row strategies: vectors per thread (per piece: kRowStream);
+                                  // kGroupNhwcBackward: positions per thread per unit
   bool cached = false;            // kChannels: the values stay in registers (x read once)
   bool staged = false;            // kRowSplit: the next row staged in shared memory
   int64_t resident_vectors = 0;   // kRowSplit: vectors per thread with parameters on chip
@@ -120,8 +124,10 @@ struct KernelPlan {
   int64_t chunks = 1;             // kGroupBackward: chunks of block_x * vectors * vec positions
                                   // a unit (M), taken in turn by its team
   int64_t units_per_channel = 0;  // kGroupBackward: units of chunks * block_x * vectors * vec
-                                  // positions that cover a channel (T)
+                                  // positions that cover a channel (T); kGroupNhwcBackward:
+                                  // units of block_y * vectors positions that cover an item
   int64_t wave_rows = 0;          // kGroupBackward: rows (n, g) per wave (R);
+                                  // kGroupNhwcBackward: items (n) per wave;
                                   // kRowSplitBackward: rows of a slot per exchange (W)
   int min_blocks_per_sm = 1;      // kGroupBackward, kRowRegisters: launch bounds' CTAs per SM
                                   // (caps the registers; kRowRegisters: 0 names none)
@@ -147,6 +153,7 @@ struct KernelPlan {
   bool cooperative() const {
     return strategy == Strategy::kRowSplit || strategy == Strategy::kRowStream ||
            strategy == Strategy::kGroupBackward || strategy == Strategy::kRowSplitBackward ||
+           strategy == Strategy::kGroupNhwcBackward ||
            ((strategy == Strategy::kRowBackward || strategy == Strategy::kChannelsBackward) &&
             (problem.weight || problem.bias)) ||
            (strategy == Strategy::kGroupNhwc && split_chunks > 1);

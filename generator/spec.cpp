@@ -481,14 +481,6 @@ void validate_backward(const NormSpec& s) {
                       "backward=true is not yet supported with an activation (the backward "
                       "kernels differentiate the norm alone); leave activation out or none");
   }
-  // The channel forms in nhwc are rows of C (the row backward kernel over N x S rows); channels-
-  // last GroupNorm's groups are not.
-  if (s.nhwc() && s.op == Op::kGroupNorm) {
-    throw_unsupported("layout", "'nhwc'",
-                      "backward=true is not yet supported for groupnorm with layout=nhwc (its "
-                      "backward kernel takes [N, C, *spatial] in its row-major order); leave "
-                      "layout out or nchw");
-  }
   if (s.out_dtype && *s.out_dtype != s.dtype) {
     refuse("out_dtype", std::string("'") + normjit::to_string(*s.out_dtype) + "'",
            "takes dy and writes dx in x's dtype (" + std::string(normjit::to_string(s.dtype)) +

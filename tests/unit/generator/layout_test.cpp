@@ -102,10 +102,10 @@ TEST(SpecLayout, BadValuesAndTrailingFormsAreRefusedNamingTheArgument) {
   // The keys list names it.
   e = refusal("op=rmsnorm shape=4,64 lay=nhwc");
   EXPECT_TRUE(has(e, "layout")) << e;
-  // No backward kernel reads channels-last GroupNorm yet; the channel forms' is the row kernel's.
-  e = refusal("op=groupnorm shape=2,64,8 groups=8 layout=nhwc backward=true",
-              ErrorCode::kUnsupported);
-  EXPECT_TRUE(has(e, "layout") && has(e, "nhwc") && has(e, "backward") && has(e, "groupnorm")) << e;
+  // Channels last, GroupNorm's backward has its own kernel; the channel forms' is the row
+  // kernel's.
+  EXPECT_TRUE(
+      NormSpec::parse("op=groupnorm shape=2,64,8 groups=8 layout=nhwc backward=true").nhwc());
   EXPECT_TRUE(NormSpec::parse("op=layernorm shape=2,64,7,7 normalized_dims=0 layout=nhwc "
                               "backward=true")
                   .nhwc());
@@ -537,6 +537,101 @@ TEST(PlanLayout, GroupNormNhwcExchangedItemsAreCutIntoTilesOfEightGroups) {
       at("op=groupnorm shape=1,256,512,512 dtype=f16 groups=32 layout=nhwc");
   EXPECT_GT(streamed.pieces, 1);
   EXPECT_EQ(streamed.blocks_per_item, 1);
+}
+
+// Channels-last GroupNorm's backward (group_nhwc_backward.cuh): a CTA covers every channel of
+// its positions (TX vectors of V channels, TX * V == C), units of TY * K positions of an item
+// that T cover S, items in waves within L2, a workspace laid out as the template checks; its own
+// kernel and source, not the channels-first one's.
+TEST(PlanLayout, GroupNormNhwcBackwardCoversEveryChannelOfAUnitOfPositions) {
+  struct Case {
+    const char* spec;
+    int vec;
+    int tx, ty;
+  };
+  const Case cases[] = {
+      {"op=groupnorm shape=2,320,64,64 dtype=bf16 groups=32", 8, 40, 6},
+      {"op=groupnorm shape=2,320,64,64 dtype=f32 groups=32 affine=none", 4, 80, 3},
+      {"op=groupnorm shape=1,128,512,512 dtype=f16 groups=32", 8, 16, 16},
+      {"op=groupnorm shape=2,1280,8,8 dtype=f16 groups=32 param_dtype=f32", 8, 160, 1},
+      {"op=groupnorm shape=2,4096,4,4 dtype=bf16 groups=32", 8, 512, 1},
+      {"op=groupnorm shape=4,96,7,9 dtype=bf16 groups=3", 8, 12, 21},
+      // Odd channel counts take scalar accesses; a CTA has at least a warp.
+      {"op=groupnorm shape=3,3,7 groups=3", 1, 3, 11},
+      {"op=groupnorm shape=1,1,1 groups=1 affine=weight", 1, 1, 32},
+  };
+  for (const Case& c : cases) {
+    const NormSpec spec = NormSpec::parse(std::string(c.spec) + " layout=nhwc backward=true");
+    const KernelPlan p = plan(spec, kH100);
+    const int64_t channels = spec.channels(), s = spec.spatial(), groups = spec.groups;
+    EXPECT_EQ(p.strategy, Strategy::kGroupNhwcBackward) << c.spec;
+    EXPECT_TRUE(p.cooperative()) << c.spec;
+    EXPECT_EQ(p.vec, c.vec) << c.spec;
+    EXPECT_EQ(p.block_x, c.tx) << c.spec;
+    EXPECT_EQ(p.block_y, c.ty) << c.spec;
+    EXPECT_EQ(int64_t{p.block_x} * p.vec, channels) << c.spec;
+    EXPECT_GE(p.block_x * p.block_y, 32) << c.spec;
+    EXPECT_LE(p.block_x * p.block_y, 1024) << c.spec;
+    // T units of TY * K positions cover an item, none empty.
+    const int64_t unit = int64_t{p.block_y} * p.vectors;
+    EXPECT_GE(p.units_per_channel * unit, s) << c.spec;
+    EXPECT_LT((p.units_per_channel - 1) * unit, s) << c.spec;
+    // A wave's x and dy within L2's 16 MiB (f32: 24), or one item.
+    const int64_t item_bytes = 2 * channels * s * size_of(spec.dtype);
+    EXPECT_GE(p.wave_rows, 1) << c.spec;
+    if (p.wave_rows > 1) {
+      EXPECT_LE(p.wave_rows * item_bytes, int64_t{24} << 20) << c.spec;
+    }
+    // The workspace: the barrier's counter, the units' group partials, with parameters their
+    // channel partials, the wave's group means, with parameters the channels' accumulators.
+    const bool params = spec.affine != Affine::kNone;
+    const auto padded = [](int64_t floats) { return (floats + 7) / 8 * 8; };
+    const int64_t r = p.wave_rows, t = p.units_per_channel;
+    EXPECT_EQ(p.workspace_floats(0),
+              8 + padded(r * groups * t * 2) + (params ? padded(r * channels * t * 2) : 0) +
+                  padded(r * groups * 2) + (params ? padded(channels * 2) : 0))
+        << c.spec;
+    EXPECT_EQ(p.workspace_floats(0), p.workspace_floats(1000)) << c.spec;  // any grid
+    EXPECT_LE(p.workspace_floats(0), int64_t{5} << 20) << c.spec;
+    // Launch bounds that leave each thread 128 registers.
+    const int64_t warps = (int64_t{p.block_x} * p.block_y + 31) / 32;
+    EXPECT_EQ(p.min_blocks_per_sm, std::max<int64_t>(1, 65536 / (128 * warps * 32))) << c.spec;
+    // A wave's units, at most the CTAs the device holds; a batch smaller than a wave, its own.
+    EXPECT_EQ(p.grid(1, 100000), t) << c.spec;
+    EXPECT_EQ(p.grid(1000000, 7), 7) << c.spec;
+    const std::string text = p.to_string();
+    EXPECT_TRUE(has(text, "strategy: group-nhwc-backward") && has(text, "layout: nhwc") &&
+                has(text, "channels last") && has(text, "read twice"))
+        << text;
+    EXPECT_EQ(has(text, "dweight and dbias summed per channel over n in order"), params) << text;
+    const std::string source = emit(p).source;
+    EXPECT_TRUE(has(source, "#include \"normjit/group_nhwc_backward.cuh\"") &&
+                has(source, "_nhwc_backward>(normjit::Params)") &&
+                has(source, "kUnitsPerItem = " + std::to_string(t) + ";") &&
+                has(source, "kWaveItems = " + std::to_string(r) + ";"))
+        << source;
+    // Not the channels-first kernel's source (nor its cache entry).
+    NormSpec nchw = spec;
+    nchw.layout = Layout::kNchw;
+    EXPECT_NE(emit(plan(nchw, kH100)).source, source) << c.spec;
+  }
+}
+
+// Its CTA covers a position's channels with a vector a thread: at most 512 vectors; more
+// (or shared memory past 48 KiB) is refused at plan time naming the argument, with the way out.
+TEST(PlanLayout, GroupNormNhwcBackwardRefusesChannelsOneCtaCannotCover) {
+  std::string e = refusal_of_plan(
+      "op=groupnorm shape=2,8192,4,4 dtype=bf16 groups=32 layout=nhwc backward=true");
+  EXPECT_TRUE(has(e, "channels") && has(e, "8192") && has(e, "512") && has(e, "nchw")) << e;
+  e = refusal_of_plan("op=groupnorm shape=2,1030,4,4 groups=2 layout=nhwc backward=true");
+  EXPECT_TRUE(has(e, "channels") && has(e, "1030")) << e;
+  // The same shapes forward, and channels first, plan.
+  EXPECT_NO_THROW(plan(NormSpec::parse("op=groupnorm shape=2,8192,4,4 dtype=bf16 groups=32 "
+                                       "layout=nhwc"),
+                       kH100));
+  EXPECT_NO_THROW(plan(NormSpec::parse("op=groupnorm shape=2,8192,4,4 dtype=bf16 groups=32 "
+                                       "backward=true"),
+                       kH100));
 }
 
 }  // namespace
