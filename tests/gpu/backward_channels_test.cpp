@@ -32,7 +32,7 @@ struct Config {
   Affine affine = Affine::kBoth;
   std::optional<Dtype> param;
   double weight_offset = 0;
-  bool nhwc = false;  // layout=nhwc: x [N, *spatial, C] in memory (the channel forms here)
+  bool nhwc = false;  // layout=nhwc: x [N, *spatial, C] in memory
 
   NormSpec spec(bool backward) const {
     SpecFields f;
@@ -64,6 +64,8 @@ struct Config {
   int64_t offset(int64_t r, int64_t i) const {
     if (op == Op::kGroupNorm) {
       const int64_t n = r / groups, g = r % groups, cg = c() / groups;
+      // Element i of the group: channel g * CG + i / S at position i % S.
+      if (nhwc) return (n * s() + i % s()) * c() + g * cg + i / s();
       return (n * c() + g * cg + i / s()) * s() + i % s();
     }
     const int64_t n = r / s(), pos = r % s();
@@ -425,6 +427,103 @@ TEST_F(BackwardChannelsGpu, ChunkedGroupNormUnitsMatchFloat64) {
       Backward run(engine, c, values, seed++);
       run.run();
       expect_close(run, c, values, to_string(values));
+    }
+  }
+}
+
+// GroupNorm channels last (layout=nhwc: diffusion models trained in channels_last): its own
+// kernel (group_nhwc_backward.cuh, checked on the plan) reads x and dy in their memory order,
+// every channel of a unit of positions a CTA. Sizes 1, 3, 7, 65, 1000, 4097 in the spatial size,
+// the channels per group and the batch; odd channel counts (scalar accesses); Stable Diffusion's
+// maps; items larger than a wave (several waves a launch: the dweight accumulators carried from
+// wave to wave); every dtype and affine form, f32 parameters with an offset, adversarial values,
+// and two runs bitwise equal.
+TEST_F(BackwardChannelsGpu, GroupNormInNhwcMatchesFloat64) {
+  device::PrimaryContext context;
+  const Target target = device::target_of(context.device());
+  Engine engine(test_engine_options());
+  std::vector<Config> configs = every_group_form(
+      {
+          {{1, 1, 1}, 1},
+          {{3, 6, 1}, 3},
+          {{3, 6, 7}, 2},
+          {{1, 7, 65}, 7},
+          {{2, 4, 1000}, 2},
+          {{3, 2, 4097}, 1},
+          {{7, 64, 7, 9}, 8},
+          {{65, 4, 3}, 2},
+          {{1, 1000, 3}, 8},
+          {{2, 96, 5, 5, 5}, 3},
+          {{2, 320, 64, 64}, 32},
+          {{2, 640, 32, 32}, 32},
+          {{2, 1280, 8, 8}, 32},
+          {{1000, 8, 3, 3}, 4},
+      },
+      {std::begin(kDtypes), std::end(kDtypes)});
+  // Several waves: f32 items of 8 MiB of x and dy (2 a wave), 16-bit ones of 8 MiB (1 a wave).
+  for (Affine affine : {Affine::kWeight, Affine::kBoth}) {
+    configs.push_back(group({5, 64, 128, 128}, 8, Dtype::kF32, affine));
+    configs.push_back(group({3, 128, 128, 128}, 32, Dtype::kBF16, affine));
+  }
+  Config offset = group({4, 320, 16, 16}, 32, Dtype::kBF16, Affine::kBoth);
+  offset.param = Dtype::kF32;
+  offset.weight_offset = 1.0;
+  configs.push_back(offset);
+  for (Config& c : configs) {
+    c.nhwc = true;
+    const KernelPlan p = plan(c.spec(true), target);
+    EXPECT_EQ(p.strategy, Strategy::kGroupNhwcBackward)
+        << c.name() << ": " << to_string(p.strategy);
+  }
+  EXPECT_GT(plan(configs[configs.size() - 2].spec(true), target).wave_rows, 0);
+  EXPECT_LT(plan(configs[configs.size() - 2].spec(true), target).wave_rows, 3);
+  prepare(engine, configs);
+  uint64_t seed = 2600;
+  expect_each_close(engine, configs, Values::kNormal, seed, "normal values");
+  for (Values values : {Values::kLargeMean, Values::kTiny, Values::kNegative}) {
+    for (const Config& c : {configs[4 * 9 + 8], configs[10 * 9 + 5], configs[10 * 9 + 8]}) {
+      Backward run(engine, c, values, seed++);
+      run.run();
+      expect_close(run, c, values, to_string(values));
+    }
+  }
+  for (const Config& c : {configs[10 * 9 + 8], configs[configs.size() - 2]}) {
+    Backward run(engine, c, Values::kNormal, seed++);
+    run.run();
+    const std::vector<unsigned char> first = run.bits();
+    run.poison();
+    run.backward();
+    NORMJIT_CU(driver::api().cuCtxSynchronize());
+    EXPECT_TRUE(run.bits() == first) << c.name() << ": a second run differs";
+  }
+}
+
+// Graph-safe: the channels-last GroupNorm backward captured on a stream it never used replays
+// with new dy correct each time (its workspace exists before the capture, needs no reset, and
+// the dweight accumulators of a launch of several waves start from nothing each launch).
+TEST_F(BackwardChannelsGpu, GroupNormInNhwcCudaGraphReplaysWithNewInputs) {
+  device::PrimaryContext context;
+  Engine engine(test_engine_options());
+  std::vector<Config> configs = {group({2, 320, 32, 32}, 32, Dtype::kBF16, Affine::kBoth),
+                                 group({3, 128, 128, 128}, 32, Dtype::kBF16, Affine::kBoth)};
+  for (Config& c : configs) c.nhwc = true;
+  prepare(engine, configs);
+  for (const Config& c : configs) {
+    Backward run(engine, c, Values::kNormal, 6200);
+    run.run();
+    expect_close(run, c, Values::kNormal, "eager");
+    device::Stream stream;
+    const CapturedGraph graph(stream.get(), [&] { run.backward(stream.get()); });
+    for (int replay = 0; replay < 3; ++replay) {
+      run.new_dy(6300 + replay);
+      run.poison();
+      graph.replay(stream.get());
+      NORMJIT_CU(driver::api().cuStreamSynchronize(stream.get()));
+      const Errors e = run.compare(/*saved=*/true);
+      EXPECT_TRUE(e.finite) << c.name() << " replay " << replay;
+      EXPECT_LT(e.dx, tolerance(c.dtype)) << c.name() << " replay " << replay;
+      EXPECT_LT(e.dweight, tolerance(c.dtype)) << c.name() << " replay " << replay;
+      EXPECT_LT(e.dbias, tolerance(c.dtype)) << c.name() << " replay " << replay;
     }
   }
 }

@@ -89,6 +89,8 @@ def spec_of(op, shape, dtype, affine, eps, groups=1, axis=""):
     spec_of("group_norm", (2, 320, 64, 64), torch.float16, "both", 1e-5, 32, " save_stats=true"),
     spec_of("group_norm", (2, 320, 64, 64), torch.float16, "both", 1e-5, 32, " backward=true"),
     spec_of("group_norm", (3, 7, 7, 9), torch.float32, "none", 1e-5, 7, " backward=true"),
+    spec_of("group_norm", (2, 320, 64, 64), torch.bfloat16, "both", 1e-5, 32,
+            " layout=nhwc backward=true"),
     spec_of("rms_norm_channels", (3, 65, 7, 9), torch.bfloat16, "weight", 1e-5, 0,
             " save_stats=true"),
     spec_of("rms_norm_channels", (3, 65, 7, 9), torch.bfloat16, "weight", 1e-5, 0,
@@ -98,7 +100,8 @@ def spec_of(op, shape, dtype, affine, eps, groups=1, axis=""):
     spec_of("layer_norm_channels", (1, 96, 56, 56), torch.float32, "both", 1e-6, 0,
             " backward=true"),
     spec_of("layer_norm_channels", (2, 1, 3), torch.float16, "none", 1e-6, 0, " backward=true"),
-], ids=["gn-stats", "gn-bwd", "gn-7x9", "rms-stats", "rms-bwd", "ln-stats", "ln-bwd", "ln-c1"])
+], ids=["gn-stats", "gn-bwd", "gn-7x9", "gn-nhwc-bwd", "rms-stats", "rms-bwd", "ln-stats",
+        "ln-bwd", "ln-c1"])
 def test_the_spec_texts_it_prepares_compile(spec, tmp_path):
     with normjit.Engine(cache_dir=str(tmp_path)) as engine:
         assert engine.precompile(spec, arch="sm_90") is True
@@ -604,9 +607,8 @@ def test_a_non_contiguous_gradient_is_copied_for_the_kernel(emu, op):
 @pytest.mark.parametrize("op", OPS)
 def test_a_channels_last_input_trains_through_normjit(emu, op):
     """A channels_last input that requires grad: the forward reads it in place (layout=nhwc with
-    save_stats; y channels last); the channel forms' backward kernel too (layout=nhwc with
-    backward: x and dy read in place, dx channels last), group_norm's a contiguous copy of x and
-    of dy; no warning, the gradients float64 autograd's."""
+    save_stats; y channels last); the backward kernel too (layout=nhwc with backward: x and dy
+    read in place, dx channels last); no warning, the gradients float64 autograd's."""
     torch.manual_seed(8)
     x = torch.randn(2, 6, 3, 4).to(memory_format=torch.channels_last).requires_grad_()
     w = torch.randn(6, requires_grad=True)
@@ -618,14 +620,10 @@ def test_a_channels_last_input_trains_through_normjit(emu, op):
         y.backward(dy)
     assert emu.kinds() == ["launch_ex", "launch_backward"]
     assert emu.specs[0].endswith(" save_stats=true layout=nhwc"), emu.specs
-    if op == "group_norm":
-        assert "layout" not in emu.specs[1] and emu.specs[1].endswith(" backward=true")
-        assert emu.last("launch_backward")["x"] != x.data_ptr()  # a contiguous copy
-    else:
-        assert emu.specs[1].endswith(" layout=nhwc backward=true"), emu.specs
-        assert emu.last("launch_backward")["x"] == x.data_ptr()  # in place
-        assert emu.last("launch_backward")["dy"] == dy.data_ptr()
-        assert x.grad.is_contiguous(memory_format=torch.channels_last)
+    assert emu.specs[1].endswith(" layout=nhwc backward=true"), emu.specs
+    assert emu.last("launch_backward")["x"] == x.data_ptr()  # in place
+    assert emu.last("launch_backward")["dy"] == dy.data_ptr()
+    assert x.grad.is_contiguous(memory_format=torch.channels_last)
     ref = reference_grads(op, x, w, None, 1e-5, dy, 3)
     close(y.detach(), torch_reference(op, x.detach().double(), w.detach().double(), None,
                                       1e-5, 3), 1e-5)
@@ -655,6 +653,47 @@ def test_a_channels_last_backward_copies_only_a_gradient_of_another_layout(emu, 
     assert emu.last("launch_backward")["x"] == xc.data_ptr()
     assert "layout" not in emu.specs[-1] and xc.grad.is_contiguous()
     close(xc.grad, ref[0], 1e-5)
+
+
+def test_group_norm_channels_last_backward_refused_takes_contiguous_copies(emu):
+    """Where the library refuses group_norm's channels-last backward (more channels than its CTA
+    covers), the backward takes contiguous copies of x and dy and the channels-first kernel,
+    without a warning; the gradients are float64 autograd's. A channel form's refusal is no
+    such fallback: its nhwc kernel is the row kernel, and it warns with the library's message."""
+    message = "unsupported channels 8: emulated refusal of the channels-last kernel"
+    refused = []
+
+    def refuse(spec):
+        if spec.endswith("layout=nhwc backward=true"):
+            refused.append(spec)
+            raise normjit.UnsupportedError(int(normjit.Status.ERROR_UNSUPPORTED), "unsupported",
+                                           message)
+
+    emu.refuse = refuse
+    torch.manual_seed(12)
+    x = torch.randn(2, 8, 3, 5).to(memory_format=torch.channels_last).requires_grad_()
+    w = (1 + 0.3 * torch.randn(8)).requires_grad_()
+    b = torch.randn(8, requires_grad=True)
+    dy = torch.randn(2, 8, 3, 5).to(memory_format=torch.channels_last)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", njt.NormjitFallbackWarning)
+        njt.group_norm(x, 4, w, b, 1e-5).backward(dy)
+    assert len(refused) == 1 and refused[0].startswith("op=groupnorm "), refused
+    assert "layout" not in emu.specs[-1] and emu.specs[-1].endswith(" backward=true")
+    call = emu.last("launch_backward")
+    assert call["x"] != x.data_ptr() and call["dy"] != dy.data_ptr()  # contiguous copies
+    ref = reference_grads("group_norm", x, w, b, 1e-5, dy, 4)
+    for got, r in zip((x.grad, w.grad, b.grad), ref):
+        close(got, r, 1e-5)
+    x2 = x.detach().clone().requires_grad_()
+    w2 = w.detach().clone().requires_grad_()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", njt.NormjitFallbackWarning)
+        njt.rms_norm_channels(x2, w2, 1e-5).backward(dy)
+    assert any(message in str(c.message) for c in caught), [str(c.message) for c in caught]
+    ref = reference_grads("rms_norm_channels", x2, w2, None, 1e-5, dy, 4)
+    close(x2.grad, ref[0], 1e-5)
+    close(w2.grad, ref[1], 1e-5)
 
 
 def test_the_training_decision_tells_channels_last_from_other_strides(emu):

@@ -1239,8 +1239,9 @@ def _traced_variant(op: str, x: Tensor, residual: Optional[Tensor], shape: Tuple
 
 _TRAINED = ("rms_norm", "layer_norm", "rms_norm_channels", "layer_norm_channels", "group_norm")
 # The trained functions whose backward kernel reads a channels-last x in place (layout=nhwc with
-# backward=true: the row backward kernel over N x S rows of C); group_norm's copies it.
-_NHWC_BACKWARD = ("rms_norm_channels", "layer_norm_channels")
+# backward=true: the channel forms' the row backward kernel over N x S rows of C, group_norm's a
+# kernel of its own; where the library refuses that one, group_norm's takes contiguous copies).
+_NHWC_BACKWARD = ("rms_norm_channels", "layer_norm_channels", "group_norm")
 # The fused residual adds that train (called without other variant than weight_offset, not in
 # place): their training op normalizes h = x + residual with the norm's kernel and saves h and
 # its statistics; the norm's backward op gives dh, to which h's own gradient is added, and dh is
@@ -1311,8 +1312,8 @@ def _train_why_not(op: str, x: Tensor, weight: Optional[Tensor], bias: Optional[
                    eps: float) -> Optional[str]:
     """For a call of a trained function with an input that requires grad: None when its training
     op serves it, else why not (_why_not's reasons but grad). A channels-last input of the
-    channel forms trains too: the forward reads it in place (layout=nhwc with save_stats), the
-    backward kernel a contiguous copy. Traceable by dynamo."""
+    channel forms and group_norm trains too: the forward and the backward kernel read it in
+    place (layout=nhwc with save_stats; with backward). Traceable by dynamo."""
     return _why_not(x, weight, bias, eps, op, None, False)
 
 
@@ -1576,7 +1577,7 @@ def _decide_backward(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor]
     kernel, or why it cannot serve the call (a reason code, or the library's message: a
     problem it has no backward kernel for, such as rows whose partials outgrow its workspace).
     residual: the kernel that adds h's gradient to dx (rms_norm and layer_norm; x is h). nhwc:
-    the channel forms' kernel of channels-last x and dy (layout=nhwc)."""
+    the kernel of channels-last x and dy (layout=nhwc; the channel forms and group_norm)."""
     _check_backward(op, arg, dy, x, mean, rstd, weight, has_bias, offset)
     why = _why_not(x, weight, None, eps, op, None, False)
     if why == "param_dtype" and op in _ROW_OPS and weight.dtype in _DTYPES:
@@ -1702,19 +1703,27 @@ def _backward(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor], rstd:
         dx, dw, db = _backward(op, arg, dy, x, mean, rstd, weight, has_bias, eps, offset)
         return dx + dh, dw, db
     # The kernel reads contiguous rows of x and dy: an input that the forward normalized in place
-    # from strided rows (a per-head view of a qkv projection; a channels-last input of
-    # group_norm) and a non-contiguous gradient (y.sum()'s is expanded) are copied first, one
-    # more pass over each, which costs less than PyTorch's gradient. The channel forms read a
-    # channels-last x in place (layout=nhwc: the row backward kernel over N x S rows of C), dy
-    # copied channels last where it is not, and write dx channels last.
+    # from strided rows (a per-head view of a qkv projection) and a non-contiguous gradient
+    # (y.sum()'s is expanded) are copied first, one more pass over each, which costs less than
+    # PyTorch's gradient. The channel forms and group_norm read a channels-last x in place
+    # (layout=nhwc), dy copied channels last where it is not, and write dx channels last;
+    # group_norm's channels-last kernel covers at most 512 vectors of channels, and past that
+    # takes contiguous copies of x and dy (the channels-first kernel).
     nhwc = op in _NHWC_BACKWARD and not x.is_contiguous() and _channels_last(x)
+    decision = None
     if nhwc:
+        dy_last = dy
         if not _channels_last(dy) or dy.shape != x.shape:
-            dy = dy.movedim(1, -1).contiguous().movedim(-1, 1)
-    else:
+            dy_last = dy.movedim(1, -1).contiguous().movedim(-1, 1)
+        decision = _backward_decision(op, arg, dy_last, x, mean, rstd, weight, has_bias, eps,
+                                      offset, nhwc=True)
+        if decision.__class__ is tuple or op != "group_norm":
+            dy = dy_last
+        else:
+            nhwc, decision = False, None
+    if not nhwc:
         x, dy = x.contiguous(), dy.contiguous()
-    decision = _backward_decision(op, arg, dy, x, mean, rstd, weight, has_bias, eps, offset,
-                                  nhwc=nhwc)
+        decision = _backward_decision(op, arg, dy, x, mean, rstd, weight, has_bias, eps, offset)
     if decision.__class__ is tuple:
         decision = _run_backward_kernel(decision, x, dy, mean, rstd, weight, has_bias, nhwc)
         if decision.__class__ is tuple:
