@@ -85,7 +85,7 @@ class Problem(ct.Problem):
     weight_offset: float = 0.0
     param_dtype: str = ""
     residual: str = ""  # the residual's dtype: the backward of add + norm (h = x + residual)
-    layout: str = ""    # "nhwc": a channel form's x and dy channels last (channels_last)
+    layout: str = ""    # "nhwc": x and dy channels last (channels_last; channel forms, GroupNorm)
 
     def describe(self) -> str:
         text = super().describe()
@@ -106,8 +106,9 @@ class Problem(ct.Problem):
         assert not self.weight_offset or self.affine != "none", self.weight_offset
         assert not self.residual or (self.residual == self.dtype and self.op == "rmsnorm"
                                      and self.normalized_dims == 1), self.residual
-        assert not self.layout or (self.layout == "nhwc" and self.op != "groupnorm"
-                                   and self.normalized_dims == 0), self.layout
+        assert not self.layout or (self.layout == "nhwc" and (self.op == "groupnorm"
+                                                              or self.normalized_dims == 0)), \
+            self.layout
 
     @property
     def param_bytes(self) -> int:
@@ -140,7 +141,10 @@ GROUP_TITLES = {"seeds": "Seed problems (docs/design.md)",
                 "add": "add + RMSNorm (bf16 x and residual [tokens, hidden], weight; the "
                        "gradients of x, residual and weight from those of y and h)",
                 "convnext": "ConvNeXt-T LayerNorm2d (bf16 [32, C, H, W] channels last, weight "
-                            "and bias, over the channels: timm's LayerNorm2d)"}
+                            "and bias, over the channels: timm's LayerNorm2d)",
+                "sd_nhwc": "Stable Diffusion GroupNorm channels last (bf16 [N, C, H, W] in "
+                           "channels_last, 32 groups, weight and bias: UNet and VAE maps "
+                           "trained channels last)"}
 LLM_HIDDENS = (4096, 8192, 16384)
 LLM_TOKENS = (1024, 4096, 16384)
 GEMMA_HIDDENS = (2304, 3584, 5376)  # Gemma 2 2B and 9B, Gemma 3 27B
@@ -148,6 +152,10 @@ GEMMA_TOKENS = (4096, 16384)
 ADD_HIDDENS = (4096, 8192)
 ADD_TOKENS = (4096, 16384)
 CONVNEXT_MAPS = ((96, 56), (192, 28), (384, 14), (768, 7))  # ConvNeXt-T's stages: C, H = W
+# SD 1.5's UNet at 512x512 (latents 64x64, batch 2 with guidance, batch 8 in training) and its
+# VAE decoder's largest maps (batch 1): N, C, H = W.
+SD_NHWC_MAPS = ((2, 320, 64), (2, 640, 32), (2, 1280, 16), (8, 1280, 32), (8, 320, 64),
+                (1, 128, 512), (1, 256, 256), (1, 512, 128))
 LIGER_ADD = "fused_add_rms_norm.LigerFusedAddRMSNormFunction"
 LIGER_FUNCTIONS = {"rmsnorm": "rms_norm.LigerRMSNormFunction",
                    "layernorm": "layer_norm.LigerLayerNormFunction",
@@ -182,6 +190,10 @@ def default_problems() -> list[Problem]:
                          (32, c, hw, hw), "bf16", 1e-6, normalized_dims=0, affine="both",
                          layout="nhwc")
                  for c, hw in CONVNEXT_MAPS]
+    problems += [Problem(f"sd groupnorm c{c} {hw}x{hw} b{n} channels last", "sd_nhwc",
+                         "groupnorm", (n, c, hw, hw), "bf16", 1e-5, groups=32, affine="both",
+                         layout="nhwc")
+                 for n, c, hw in SD_NHWC_MAPS]
     return problems
 
 
@@ -241,6 +253,9 @@ def liger_support(p: Problem) -> str:
     its RMSNorm and LayerNorm normalize the last dim (several trailing dims given as one row),
     one row per Triton block of at most 65536."""
     fn = LIGER_FUNCTIONS[p.op].split(".")[1]
+    if p.op == "groupnorm" and p.layout == "nhwc":
+        return (f"{fn} reads x as [N, C, *spatial] in its row-major order; a channels-last x "
+                "would need a contiguous copy")
     if p.normalized_dims == 0 and p.op != "groupnorm" and p.layout != "nhwc":
         return (f"{fn} normalizes the last dim only; this problem reduces dim 1 of "
                 "[N, C, *spatial] (Liger would need a transposed copy of x)")
@@ -1478,7 +1493,7 @@ def selftest() -> int:
     for p in problems:
         p.validate()
     keys = [p.key for p in problems]
-    assert len(keys) == len(set(keys)) == 6 + 18 + 8 + 6 + 4 + 4, keys
+    assert len(keys) == len(set(keys)) == 6 + 18 + 8 + 6 + 4 + 4 + 8, keys
     by = {p.key: p for p in problems}
     rms, ln, gn = by["seed rmsnorm f32"], by["seed layernorm bf16"], by["seed groupnorm f32"]
     n = 112 * 64 * 512 * 512
@@ -1539,6 +1554,13 @@ def selftest() -> int:
     assert liger_support(cnx[0]) == "" and "channels last" in cnx[0].describe()
     assert backward_bytes(cnx[0]) == 3 * 32 * 96 * 56 * 56 * 2 + 4 * 96 * 2 + 2 * 32 * 56 * 56 * 4
     assert "transposed copy" in liger_support(dataclasses.replace(cnx[0], layout=""))
+    sd = select(parse_args(["--only", "sd_nhwc"]))
+    assert len(sd) == len(SD_NHWC_MAPS) and sd[0].shape == (2, 320, 64, 64), sd
+    assert backward_spec(sd[0]) == ("op=groupnorm shape=2,320,64,64 dtype=bf16 groups=32 "
+                                    "affine=both eps=1e-05 layout=nhwc backward=true"), \
+        backward_spec(sd[0])
+    assert "contiguous copy" in liger_support(sd[0]) and "channels last" in sd[0].describe()
+    assert backward_bytes(sd[0]) == 3 * 2 * 320 * 64 * 64 * 2 + 4 * 320 * 2 + 2 * 2 * 32 * 4
 
     # Markdown of a fake run.
     rep = fake_report()
