@@ -200,14 +200,19 @@ void row_fields(const KernelPlan& p, Fields& f) {
   if (pr.channel_rows) f.flag("kContiguousRows", true);
 }
 
-// The channels-last GroupNorm kernel's configuration (group_nhwc.cuh).
-void group_nhwc_fields(const KernelPlan& p, Fields& f) {
-  const Problem& pr = p.problem;
-  f.flag("kBias", pr.bias);
+// What the GroupNorm kernels of [N, C, *spatial] are told of an item: C, G, C / G and S.
+void group_shape_fields(const Problem& pr, Fields& f) {
   f.integer("kChannels", pr.channels);
   f.integer("kGroups", pr.groups);
   f.integer("kChannelsPerGroup", pr.channels / pr.groups);
   f.size("kSpatial", pr.spatial);
+}
+
+// The channels-last GroupNorm kernel's configuration (group_nhwc.cuh).
+void group_nhwc_fields(const KernelPlan& p, Fields& f) {
+  const Problem& pr = p.problem;
+  f.flag("kBias", pr.bias);
+  group_shape_fields(pr, f);
   f.integer("kTiles", p.blocks_per_item);
   f.integer("kThreadsX", p.block_x);
   f.integer("kThreadsY", p.block_y);
@@ -283,10 +288,7 @@ void split_backward_fields(const KernelPlan& p, Fields& f) {
 void group_backward_fields(const KernelPlan& p, Fields& f) {
   const Problem& pr = p.problem;
   backward_dtypes_and_affine(pr, /*rms_flag=*/false, f);
-  f.integer("kChannels", pr.channels);
-  f.integer("kGroups", pr.groups);
-  f.integer("kChannelsPerGroup", pr.channels / pr.groups);
-  f.size("kSpatial", pr.spatial);
+  group_shape_fields(pr, f);
   f.integer("kThreads", p.block_x);
   f.integer("kRowsPerBlock", p.rows_per_block);
   f.integer("kVec", p.vec);
@@ -305,10 +307,7 @@ void group_backward_fields(const KernelPlan& p, Fields& f) {
 void group_nhwc_backward_fields(const KernelPlan& p, Fields& f) {
   const Problem& pr = p.problem;
   backward_dtypes_and_affine(pr, /*rms_flag=*/false, f);
-  f.integer("kChannels", pr.channels);
-  f.integer("kGroups", pr.groups);
-  f.integer("kChannelsPerGroup", pr.channels / pr.groups);
-  f.size("kSpatial", pr.spatial);
+  group_shape_fields(pr, f);
   f.integer("kThreadsX", p.block_x);
   f.integer("kThreadsY", p.block_y);
   f.integer("kVec", p.vec);

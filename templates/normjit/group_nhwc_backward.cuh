@@ -134,6 +134,22 @@ __global__ void __launch_bounds__(C::kThreadsX* C::kThreadsY, C::kMinBlocksPerSm
   const auto xhat_of = [&](float x, int j) {
     return (x - mean[kOneGroup ? 0 : j]) * rstd[kOneGroup ? 0 : j];
   };
+  // The thread's positions k0 .. k0 + kBatch - 1 of a unit (the first at s0; x and dy at that
+  // position's vector), their loads in flight together (raw 16-bit pairs: half the registers);
+  // in[i]: position k0 + i lies in the unit and the item.
+  const auto load_batch = [&](const X* x, const X* dy, long long s0, int k0,
+                              HeldVec<X, V>(&xv)[kBatch], HeldVec<X, V>(&dyv)[kBatch],
+                              bool(&in)[kBatch]) {
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      const long long k = k0 + i;
+      in[i] = k < K && s0 + k * TY < S;
+      if (in[i]) {
+        xv[i].load(x + k * TY * CH, NoHint{});
+        dyv[i].load(dy + k * TY * CH, NoHint{});
+      }
+    }
+  };
 
   const long long items = p.batch;
   const long long waves = (items + R - 1) / R;
@@ -153,18 +169,9 @@ __global__ void __launch_bounds__(C::kThreadsX* C::kThreadsY, C::kMinBlocksPerSm
       const X* x = x_all + (n * S + s0) * CH + c0;
       const X* dy = dy_all + (n * S + s0) * CH + c0;
       for (int k0 = 0; k0 < K; k0 += kBatch) {
-        // kBatch positions' loads in flight together (raw 16-bit pairs: half the registers).
         HeldVec<X, V> xv[kBatch], dyv[kBatch];
         bool in[kBatch];
-#pragma unroll
-        for (int i = 0; i < kBatch; ++i) {
-          const long long k = k0 + i;
-          in[i] = k < K && s0 + k * TY < S;
-          if (in[i]) {
-            xv[i].load(x + k * TY * CH, NoHint{});
-            dyv[i].load(dy + k * TY * CH, NoHint{});
-          }
-        }
+        load_batch(x, dy, s0, k0, xv, dyv, in);
 #pragma unroll
         for (int i = 0; i < kBatch; ++i) {
           if (!in[i]) continue;
@@ -287,15 +294,7 @@ __global__ void __launch_bounds__(C::kThreadsX* C::kThreadsY, C::kMinBlocksPerSm
       for (int k0 = 0; k0 < K; k0 += kBatch) {
         HeldVec<X, V> xv[kBatch], dyv[kBatch];
         bool in[kBatch];
-#pragma unroll
-        for (int i = 0; i < kBatch; ++i) {
-          const long long k = k0 + i;
-          in[i] = k < K && s0 + k * TY < S;
-          if (in[i]) {
-            xv[i].load(x + k * TY * CH, NoHint{});
-            dyv[i].load(dy + k * TY * CH, NoHint{});
-          }
-        }
+        load_batch(x, dy, s0, k0, xv, dyv, in);
 #pragma unroll
         for (int i = 0; i < kBatch; ++i) {
           if (!in[i]) continue;
