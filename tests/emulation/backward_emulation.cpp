@@ -1,0 +1,400 @@
+// The backward kernels emulated on the host (no GPU; host_cuda.hpp says how and what that
+// checks). For each spec of a list: plan it for sm_90, emit its source, compile that with the
+// host templates (host_templates.py's) into a shared object, and launch it over the plan's grid
+// for a device of each given number of co-resident CTAs (each CTA a process). dx (plus dh with
+// a residual), dweight and dbias are compared with float64 from the same saved statistics, and
+// dx's bits must not depend on the grid (a row's, group's or position's result is the same
+// whatever CTAs share the launch).
+//
+//   backward_emulation --cxx CXX --templates DIR --emulation DIR --work DIR [--co 5,300] SPECS
+//
+// SPECS: a spec text a line ('#' comments). Exit status 0 when every launch matches, 1 when one
+// does not, 2 on a usage or setup error.
+#include <dlfcn.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "generator/emit.hpp"
+#include "generator/plan.hpp"
+#include "generator/target.hpp"
+#include "normjit/error.hpp"
+#include "normjit/spec.hpp"
+
+#define __device__
+#define __forceinline__ inline
+#include "normjit/params.cuh"  // the struct the kernels take
+#undef __device__
+#undef __forceinline__
+
+namespace {
+
+using normjit::Dtype;
+
+// Device memory, shared with the CTAs' processes: zeroed, unmapped when it goes.
+class DeviceMemory {
+ public:
+  explicit DeviceMemory(size_t bytes) : bytes_(bytes + 256) {
+    p_ = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (p_ == MAP_FAILED) {
+      std::perror("mmap");
+      std::exit(2);
+    }
+  }
+  DeviceMemory(const DeviceMemory&) = delete;
+  DeviceMemory& operator=(const DeviceMemory&) = delete;
+  ~DeviceMemory() { munmap(p_, bytes_); }
+  void* get() const { return p_; }
+
+ private:
+  size_t bytes_;
+  void* p_;
+};
+
+void store(void* base, int64_t i, float v, Dtype d) {
+  if (d == Dtype::kF32) {
+    static_cast<float*>(base)[i] = v;
+    return;
+  }
+  unsigned short bits;
+  if (d == Dtype::kBF16) {
+    uint32_t u;
+    std::memcpy(&u, &v, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+      bits = static_cast<unsigned short>((u >> 16) | 0x40u);
+    } else {
+      u += 0x7fffu + ((u >> 16) & 1u);
+      bits = static_cast<unsigned short>(u >> 16);
+    }
+  } else {
+    const _Float16 h = static_cast<_Float16>(v);
+    std::memcpy(&bits, &h, 2);
+  }
+  static_cast<unsigned short*>(base)[i] = bits;
+}
+
+double load(const void* base, int64_t i, Dtype d) {
+  if (d == Dtype::kF32) return static_cast<const float*>(base)[i];
+  const unsigned short bits = static_cast<const unsigned short*>(base)[i];
+  if (d == Dtype::kBF16) {
+    const uint32_t u = uint32_t{bits} << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  }
+  _Float16 h;
+  std::memcpy(&h, &bits, 2);
+  return static_cast<double>(h);
+}
+
+uint64_t fnv(const void* p, size_t bytes, uint64_t h = 1469598103934665603ull) {
+  for (size_t i = 0; i < bytes; ++i) {
+    h ^= static_cast<const unsigned char*>(p)[i];
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+struct Options {
+  std::string cxx, templates, emulation, work, specs;
+  std::vector<int64_t> co = {5, 300};
+};
+
+using RunCta = void (*)(const void*, unsigned, unsigned, unsigned, unsigned);
+
+// The spec's kernel compiled for the host; nullptr (after a message) when it does not compile.
+RunCta compile(const Options& o, const normjit::KernelPlan& plan, int index) {
+  const normjit::EmittedKernel k = normjit::emit(plan);
+  const std::string base = o.work + "/kernel" + std::to_string(index);
+  {
+    std::ofstream out(base + ".cpp");
+    out << "#include \"host_cuda.hpp\"\n"
+        << k.source << "\n#define NORMJIT_EMULATED_KERNEL " << k.kernel << "\n"
+        << "#include \"cta_runner.inc\"\n";
+  }
+  // -w: the templates' host form has what a device build has no use for (unused parameters).
+  const std::string command = "'" + o.cxx + "' -std=c++17 -O1 -w -fPIC -shared -I'" + o.emulation +
+                              "' -I'" + o.templates + "' -include cstring '" + base + ".cpp' -o '" +
+                              base + ".so' 2> '" + base + ".log'";
+  if (std::system(command.c_str()) != 0) {
+    std::printf("FAIL: the host build of its source failed (%s.log)\n", base.c_str());
+    return nullptr;
+  }
+  void* so = dlopen((base + ".so").c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (so == nullptr) {
+    std::printf("FAIL: %s\n", dlerror());
+    return nullptr;
+  }
+  return reinterpret_cast<RunCta>(dlsym(so, "run_cta"));
+}
+
+// One spec's tensors and its float64 reference.
+class Problem {
+ public:
+  Problem(const normjit::NormSpec& spec, uint64_t seed) : spec_(spec) {
+    const bool gn = spec.op == normjit::Op::kGroupNorm;
+    channel_form_ = !gn && spec.channel_form() && !spec.channel_rows();
+    grouped_or_channels_ = gn || spec.channel_form();
+    c_ = grouped_or_channels_ ? spec.channels() : 0;
+    s_ = grouped_or_channels_ ? spec.spatial() : 1;
+    g_ = gn ? spec.groups : 1;
+    n_ = spec.elements();
+    h_ = spec.row_length();
+    rows_ = n_ / h_;
+    weight_ = spec.affine != normjit::Affine::kNone;
+    bias_ = spec.affine == normjit::Affine::kBoth;
+    params_ = weight_ ? spec.param_elements() : (c_ ? c_ : h_);
+    const Dtype xd = spec.dtype, pd = spec.param_type();
+    x_ = allocate(n_ * 4);
+    dy_ = allocate(n_ * 4);
+    dx_ = allocate(n_ * 4);
+    if (spec.residual) dh_ = allocate(n_ * 4);
+    mean_ = static_cast<float*>(allocate(rows_ * 4));
+    rstd_ = static_cast<float*>(allocate(rows_ * 4));
+    if (weight_) w_ = allocate(params_ * 4), dw_ = allocate(params_ * 4);
+    if (bias_) db_ = allocate(params_ * 4);
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<double> normal(0, 1);
+    x64_.resize(n_), dy64_.resize(n_), dh64_.resize(spec.residual ? n_ : 0);
+    w64_.assign(params_, 1.0);
+    for (int64_t i = 0; i < n_; ++i) {
+      store(x_, i, float(0.5 + 2.0 * normal(rng)), xd), x64_[i] = load(x_, i, xd);
+      store(dy_, i, float(normal(rng)), xd), dy64_[i] = load(dy_, i, xd);
+      if (spec.residual) store(dh_, i, float(normal(rng)), xd), dh64_[i] = load(dh_, i, xd);
+    }
+    for (int64_t c = 0; c < params_ && weight_; ++c) {
+      store(w_, c, float(1.0 + 0.5 * normal(rng) - spec.weight_offset), pd);
+      w64_[c] = spec.weight_offset + load(w_, c, pd);
+    }
+    const bool rms = spec.op == normjit::Op::kRmsNorm;
+    for (int64_t r = 0; r < rows_; ++r) {  // the statistics a forward saves, in f32
+      double sum = 0, sq = 0;
+      for (int64_t i = 0; i < h_; ++i) sum += x64_[offset(r, i)];
+      const double m = rms ? 0.0 : sum / double(h_);
+      for (int64_t i = 0; i < h_; ++i) sq += (x64_[offset(r, i)] - m) * (x64_[offset(r, i)] - m);
+      mean_[r] = float(m);
+      rstd_[r] = float(1.0 / std::sqrt(sq / double(h_) + 1e-5));
+    }
+  }
+
+  // Element i of statistics row r: its offset in x.
+  int64_t offset(int64_t r, int64_t i) const {
+    if (spec_.op == normjit::Op::kGroupNorm) {
+      const int64_t b = r / g_, g = r % g_, cg = c_ / g_;
+      if (spec_.nhwc()) return (b * s_ + i % s_) * c_ + g * cg + i / s_;
+      return (b * c_ + g * cg + i / s_) * s_ + i % s_;
+    }
+    if (channel_form_) return (r / s_ * c_ + i) * s_ + r % s_;
+    return r * h_ + i;  // trailing rows; the channel forms' rows of C (nhwc, or S = 1)
+  }
+  // The parameter of element i at offset `at`.
+  int64_t param(int64_t at, int64_t i) const {
+    if (spec_.op == normjit::Op::kGroupNorm) return spec_.nhwc() ? at % c_ : at / s_ % c_;
+    return i;
+  }
+
+  normjit::Params params(float* workspace) const {
+    normjit::Params p{};
+    p.x = x_, p.y = dx_, p.weight = w_, p.workspace = workspace;
+    p.batch = spec_.channel_rows() ? spec_.batch() * spec_.spatial() : spec_.batch();
+    p.inner_rows = 1, p.inner_magic = 1, p.inner_shift = 0;
+    p.x_rows = p.y_rows = {h_, h_};
+    p.mean = spec_.op == normjit::Op::kRmsNorm ? nullptr : mean_;
+    p.rstd = rstd_, p.dy = dy_, p.residual = dh_, p.dweight = dw_, p.dbias = db_;
+    return p;
+  }
+
+  void poison() const {
+    const Dtype xd = spec_.dtype, pd = spec_.param_type();
+    for (int64_t i = 0; i < n_; ++i) store(dx_, i, NAN, xd);
+    for (int64_t c = 0; c < params_; ++c) {
+      if (weight_) store(dw_, c, NAN, pd);
+      if (bias_) store(db_, c, NAN, pd);
+    }
+  }
+
+  // Relative errors of dx, dweight, dbias (NaN where an output is not finite).
+  std::vector<double> errors() const {
+    const Dtype xd = spec_.dtype, pd = spec_.param_type();
+    const bool rms = spec_.op == normjit::Op::kRmsNorm;
+    double e2 = 0, r2 = 0;
+    std::vector<double> dw(params_), db(params_), xhat(h_), g(h_);
+    for (int64_t r = 0; r < rows_; ++r) {
+      const double m = rms ? 0.0 : mean_[r], s = rstd_[r];
+      double mean_g = 0, mean_gx = 0;
+      for (int64_t i = 0; i < h_; ++i) {
+        const int64_t at = offset(r, i), c = param(at, i);
+        xhat[i] = (x64_[at] - m) * s, g[i] = dy64_[at] * w64_[c];
+        mean_g += g[i], mean_gx += g[i] * xhat[i];
+        dw[c] += dy64_[at] * xhat[i], db[c] += dy64_[at];
+      }
+      mean_g = rms ? 0.0 : mean_g / double(h_), mean_gx /= double(h_);
+      for (int64_t i = 0; i < h_; ++i) {
+        const int64_t at = offset(r, i);
+        double ref = s * (g[i] - mean_g - xhat[i] * mean_gx);
+        if (spec_.residual) ref += dh64_[at];
+        const double got = load(dx_, at, xd);
+        e2 += (got - ref) * (got - ref), r2 += ref * ref;
+      }
+    }
+    const auto relative = [](double err2, double ref2) {
+      return std::isfinite(err2) ? std::sqrt(err2 / std::max(ref2, 1e-300)) : NAN;
+    };
+    const auto param_error = [&](bool present, const void* got, const std::vector<double>& ref) {
+      if (!present) return 0.0;
+      double err2 = 0, ref2 = 0;
+      for (int64_t c = 0; c < params_; ++c) {
+        const double v = load(got, c, pd);
+        err2 += (v - ref[c]) * (v - ref[c]), ref2 += ref[c] * ref[c];
+      }
+      return relative(err2, ref2);
+    };
+    return {relative(e2, r2), param_error(weight_, dw_, dw), param_error(bias_, db_, db)};
+  }
+
+  uint64_t dx_bits() const { return fnv(dx_, size_t(n_) * size_of(spec_.dtype)); }
+
+ private:
+  void* allocate(int64_t bytes) {
+    memory_.push_back(std::make_unique<DeviceMemory>(size_t(bytes)));
+    return memory_.back()->get();
+  }
+
+  std::vector<std::unique_ptr<DeviceMemory>> memory_;
+  normjit::NormSpec spec_;
+  bool channel_form_ = false, grouped_or_channels_ = false, weight_ = false, bias_ = false;
+  int64_t c_ = 0, s_ = 1, g_ = 1, n_ = 0, h_ = 0, rows_ = 0, params_ = 0;
+  void *x_ = nullptr, *dy_ = nullptr, *dx_ = nullptr, *dh_ = nullptr;
+  void *w_ = nullptr, *dw_ = nullptr, *db_ = nullptr;
+  float *mean_ = nullptr, *rstd_ = nullptr;
+  std::vector<double> x64_, dy64_, dh64_, w64_;
+};
+
+// Launches the kernel over `grid` CTAs, one process each; false when one did not exit cleanly.
+bool launch(RunCta run_cta, const normjit::Params& p, int64_t grid, int block_x, int block_y) {
+  std::vector<pid_t> ctas;
+  for (int64_t b = 0; b < grid; ++b) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      run_cta(&p, unsigned(b), unsigned(grid), unsigned(block_x), unsigned(block_y));
+      _exit(0);
+    }
+    ctas.push_back(pid);
+  }
+  bool ok = true;
+  for (pid_t pid : ctas) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    ok = ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  }
+  return ok;
+}
+
+bool parse(int argc, char** argv, Options& o) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const auto value = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
+    if (a == "--cxx") {
+      o.cxx = value();
+    } else if (a == "--templates") {
+      o.templates = value();
+    } else if (a == "--emulation") {
+      o.emulation = value();
+    } else if (a == "--work") {
+      o.work = value();
+    } else if (a == "--co") {
+      o.co.clear();
+      std::stringstream list(value());
+      for (std::string item; std::getline(list, item, ',');) o.co.push_back(std::stoll(item));
+    } else if (o.specs.empty() && a[0] != '-') {
+      o.specs = a;
+    } else {
+      std::fprintf(stderr, "backward_emulation: unknown argument '%s'\n", a.c_str());
+      return false;
+    }
+  }
+  return !o.cxx.empty() && !o.templates.empty() && !o.emulation.empty() && !o.work.empty() &&
+         !o.specs.empty() && !o.co.empty();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  if (!parse(argc, argv, o)) {
+    std::fprintf(stderr,
+                 "usage: backward_emulation --cxx CXX --templates DIR --emulation DIR --work DIR "
+                 "[--co 5,300] SPECS\n");
+    return 2;
+  }
+  std::ifstream list(o.specs);
+  if (!list) {
+    std::fprintf(stderr, "backward_emulation: cannot read %s\n", o.specs.c_str());
+    return 2;
+  }
+  const normjit::Target target = normjit::Target::parse("sm_90");
+  int index = 0, failed = 0, passed = 0;
+  for (std::string line; std::getline(list, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    ++index;
+    std::printf("[%d] %s\n", index, line.c_str());
+    std::fflush(stdout);
+    try {
+      const normjit::NormSpec spec = normjit::NormSpec::parse(line);
+      const normjit::KernelPlan plan = normjit::plan(spec, target);
+      const RunCta run_cta = compile(o, plan, index);
+      if (run_cta == nullptr) {
+        ++failed;
+        continue;
+      }
+      Problem problem(spec, uint64_t(index) * 7919);
+      const double tol = spec.dtype == Dtype::kF32 ? 1e-5 : 1e-2;
+      const double ptol = spec.param_type() == Dtype::kF32 ? 1e-5 : 1e-2;
+      uint64_t first_bits = 0;
+      bool have_bits = false;
+      for (int64_t co : o.co) {
+        const int64_t grid = plan.grid(spec.batch(), co);
+        if (grid < 1) {
+          std::printf("  %lld co-resident CTAs: none of its slots fits (not launched)\n",
+                      (long long)co);
+          continue;
+        }
+        const int64_t ws = plan.cooperative() ? plan.workspace_floats(co) : 0;
+        const DeviceMemory workspace(size_t(ws) * 4);
+        problem.poison();
+        const bool ran = launch(
+            run_cta,
+            problem.params(plan.cooperative() ? static_cast<float*>(workspace.get()) : nullptr),
+            grid, plan.block_x, plan.block_y);
+        const std::vector<double> e = problem.errors();
+        const bool close = ran && e[0] < tol && e[1] < ptol && e[2] < ptol;
+        const uint64_t bits = problem.dx_bits();
+        const bool same = !have_bits || bits == first_bits;
+        first_bits = have_bits ? first_bits : bits, have_bits = true;
+        std::printf("  %s %s, %lld CTAs: dx %.2e, dweight %.2e, dbias %.2e%s%s\n",
+                    close && same ? "PASS" : "FAIL", normjit::to_string(plan.strategy),
+                    (long long)grid, e[0], e[1], e[2], ran ? "" : " (a CTA's process failed)",
+                    same ? "" : " (dx's bits differ from the first grid's)");
+        (close && same ? passed : failed) += 1;
+      }
+    } catch (const normjit::Error& e) {
+      std::printf("  FAIL: %s\n", e.what());
+      ++failed;
+    }
+    std::fflush(stdout);
+  }
+  std::printf("%d launches match float64, %d do not\n", passed, failed);
+  return failed == 0 && passed > 0 ? 0 : 1;
+}
