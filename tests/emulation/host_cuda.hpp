@@ -136,3 +136,33 @@ struct float4 {
 };
 inline float2 make_float2(float a, float b) { return {a, b}; }
 inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
+
+namespace emu {
+// The generic address of a 32-bit shared-memory address (__cvta_generic_to_shared's low bits):
+// a CTA's shared arrays, static and dynamic, lie in one image of the kernel's shared object.
+inline void* shared_pointer(unsigned address) {
+  const uintptr_t high = reinterpret_cast<uintptr_t>(emu_dynamic_smem) & ~uintptr_t{0xffffffffu};
+  return reinterpret_cast<void*>(high | address);
+}
+// f32 to bf16 and f16 bits, rounded to nearest even (a NaN stays a quiet NaN).
+inline unsigned bf16_bits(float v) {
+  unsigned u;
+  std::memcpy(&u, &v, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return ((u >> 16) | 0x40u) & 0xffffu;
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return u >> 16;
+}
+inline unsigned f16_bits(float v) {
+  const _Float16 h = static_cast<_Float16>(v);
+  unsigned short bits;
+  std::memcpy(&bits, &h, 2);
+  return bits;
+}
+}  // namespace emu
+
+// A warp's threads wait for one another (every lane of the mask calls it).
+inline void __syncwarp(unsigned mask = 0xffffffffu) {
+  emu::warp_barrier[emu::thread_index() / 32].wait(unsigned(__builtin_popcount(mask)));
+}
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
+inline uint2 make_uint2(unsigned x, unsigned y) { return {x, y}; }

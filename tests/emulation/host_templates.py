@@ -2,7 +2,8 @@
 from SOURCE to DEST with every inline PTX statement made host code: loads and stores through
 volatile pointers (acquire and release with a full fence), atomics through GCC's builtins, a
 named barrier through host_cuda.hpp's, conversions through _Float16, prefetches and cache
-policies dropped; __align__ becomes alignas and `extern __shared__` the CTA's buffer. A PTX
+policies dropped, cp.async a copy; __align__ becomes alignas and `extern __shared__` the CTA's
+buffer. The templates compile with __CUDA_ARCH__ 900 (the paths of the device planned for). A PTX
 statement it does not know becomes __builtin_trap(): an emulated kernel that reaches one fails
 loudly (the ones left are in forward kernels and arch-specific paths this host build leaves out).
 
@@ -60,7 +61,7 @@ def host(asm_args):
     suffix = op.split(".")[-1]
     if op.startswith("ld."):
         ty = TYPES[suffix]
-        addr = ins[0]
+        addr = f"emu::shared_pointer({ins[0]})" if ".shared" in op else ins[0]
         fence = " __atomic_thread_fence(__ATOMIC_SEQ_CST);" if ".acquire" in op else ""
         body = " ".join(f"{o} = ((const volatile {ty}*)({addr}))[{i}];" for i, o in enumerate(outs))
         return "{" + body + fence + "}"
@@ -68,6 +69,8 @@ def host(asm_args):
         ty = TYPES[suffix]
         refs = [int(x) for x in re.findall(r"%(\d+)", template)]
         addr = ops[refs[0]]
+        if ".shared" in op:  # a 32-bit shared-memory address
+            addr = f"emu::shared_pointer({addr})"
         vals = [ops[r] for r in refs[1:]]
         if "cache_hint" in op:
             vals = vals[:-1]
@@ -84,6 +87,29 @@ def host(asm_args):
         out, addr, val = ops[refs[0]], ops[refs[1]], ops[refs[2]]
         return (f"{{ {out} = __atomic_fetch_add(({ty}*)({addr}), ({ty})({val}), "
                 "__ATOMIC_SEQ_CST); }")
+    if not template.strip():  # asm volatile("" : "+r"(v)): a compiler barrier on v
+        return "{}"
+    if "createpolicy" in template:  # a cache policy (alone, or chosen by a predicate)
+        return f"{{ {outs[0]} = 0; }}"
+    if "cp.async.bulk.prefetch" in template and "mov.b64" in template:  # prefetch_l2_then
+        return f"{{ {outs[0]} = (unsigned long long)({ins[0]}); }}"
+    if op.startswith(("cp.async.ca.", "cp.async.cg.")):  # [dst], [src], bytes
+        refs = [int(x) for x in re.findall(r"%(\d+)", template)]
+        size = ops[refs[2]] if len(refs) > 2 else re.search(r"\],\s*(\d+)", template).group(1)
+        dst, src = ops[refs[0]], ops[refs[1]]
+        return f"{{ std::memcpy(emu::shared_pointer({dst}), (const void*)({src}), {size}); }}"
+    if op.startswith("cp.async"):  # commit and wait: the copies above are done already
+        return "{}"
+    if op == "cvt.rn.bf16.f32":
+        return f"{{ {outs[0]} = emu::bf16_bits({ins[0]}); }}"
+    if op == "cvt.rn.bf16x2.f32":  # %0 = hi:lo of (%1, %2)
+        return f"{{ {outs[0]} = emu::bf16_bits({ins[1]}) | emu::bf16_bits({ins[0]}) << 16; }}"
+    if op == "cvt.rn.f16x2.f32":
+        return f"{{ {outs[0]} = emu::f16_bits({ins[1]}) | emu::f16_bits({ins[0]}) << 16; }}"
+    if op == "ex2.approx.ftz.f32":
+        return f"{{ {outs[0]} = std::exp2({ins[0]}); }}"
+    if op == "rcp.approx.ftz.f32":
+        return f"{{ {outs[0]} = 1.0f / ({ins[0]}); }}"
     if op == "bar.sync":
         return f"{{ emu::named_barrier({ops[0]}, {ops[1]}); }}"
     if op == "cvt.f32.f16":
@@ -127,6 +153,7 @@ for f in SRC.glob("*.cuh"):
         out += host(args)
         pos = j + 1
     out = re.sub(r"__align__\((\d+)\)", r"alignas(\1)", out)
-    out = re.sub(r"extern __shared__ alignas\((\d+)\) (\w[\w ]*?) (\w+)\[\];",
+    out = re.sub(r"__shared__ alignas\((\d+)\)", r"alignas(\1) __shared__", out)
+    out = re.sub(r"extern alignas\((\d+)\) __shared__ (\w[\w ]*?) (\w+)\[\];",
                  r"\2* const \3 = reinterpret_cast<\2*>(emu_dynamic_smem);", out)
     (DST / f.name).write_text(out)

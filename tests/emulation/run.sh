@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# The backward kernels emulated on the host (ctest: backward_emulation):
+# The kernels emulated on the host (ctest: kernel_emulation):
 #   tests/emulation/run.sh DRIVER CXX WORK [SPECS] [--co LIST]
 # makes the host form of templates/normjit in WORK/templates (host_templates.py), then runs
-# DRIVER (backward_emulation) over SPECS (default: backward-specs.txt beside this script).
+# DRIVER (kernel_emulation) over SPECS (default: specs.txt beside this script).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 driver=$1 cxx=$2 work=$3
 shift 3
-specs=$here/backward-specs.txt
+specs=$here/specs.txt
 if (($#)) && [[ $1 != --* ]]; then
   specs=$1
   shift

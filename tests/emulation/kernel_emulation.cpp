@@ -1,12 +1,15 @@
-// The backward kernels emulated on the host (no GPU; host_cuda.hpp says how and what that
-// checks). For each spec of a list: plan it for sm_90, emit its source, compile that with the
-// host templates (host_templates.py's) into a shared object, and launch it over the plan's grid
-// for a device of each given number of co-resident CTAs (each CTA a process). dx (plus dh with
-// a residual), dweight and dbias are compared with float64 from the same saved statistics, and
-// dx's bits must not depend on the grid (a row's, group's or position's result is the same
-// whatever CTAs share the launch).
+// normjit's kernels emulated on the host (no GPU; host_cuda.hpp says how and what that checks).
+// For each spec of a list: plan it for sm_90, emit its source, compile that with the host
+// templates (host_templates.py's) into a shared object, and launch it over the plan's grid for a
+// device of each given number of co-resident CTAs (each CTA a process). Against float64:
+//   forward: y (through the activation), h = x + residual where the spec adds one (written to
+//   residual_out and normalized), the statistics with save_stats;
+//   backward: dx (plus dh with a residual), dweight and dbias, from the same saved statistics.
+// And y's (dx's) bits must not depend on the grid: a row's, group's or position's result is the
+// same whatever CTAs share the launch. Not emulated: fp8 output, strided rows, the cluster kernel
+// (channels-slab: distributed shared memory).
 //
-//   backward_emulation --cxx CXX --templates DIR --emulation DIR --work DIR [--co 5,300] SPECS
+//   kernel_emulation --cxx CXX --templates DIR --emulation DIR --work DIR [--co 5,300] SPECS
 //
 // SPECS: a spec text a line ('#' comments). Exit status 0 when every launch matches, 1 when one
 // does not, 2 on a usage or setup error.
@@ -125,9 +128,10 @@ RunCta compile(const Options& o, const normjit::KernelPlan& plan, int index) {
         << "#include \"cta_runner.inc\"\n";
   }
   // -w: the templates' host form has what a device build has no use for (unused parameters).
-  const std::string command = "'" + o.cxx + "' -std=c++17 -O1 -w -fPIC -shared -I'" + o.emulation +
-                              "' -I'" + o.templates + "' -include cstring '" + base + ".cpp' -o '" +
-                              base + ".so' 2> '" + base + ".log'";
+  const std::string command = "'" + o.cxx +
+                              "' -std=c++17 -O1 -g -w -fPIC -shared -D__CUDA_ARCH__=900 -I'" +
+                              o.emulation + "' -I'" + o.templates + "' -include cstring '" + base +
+                              ".cpp' -o '" + base + ".so' 2> '" + base + ".log'";
   if (std::system(command.c_str()) != 0) {
     std::printf("FAIL: the host build of its source failed (%s.log)\n", base.c_str());
     return nullptr;
@@ -144,6 +148,10 @@ RunCta compile(const Options& o, const normjit::KernelPlan& plan, int index) {
 class Problem {
  public:
   Problem(const normjit::NormSpec& spec, uint64_t seed) : spec_(spec) {
+    if (!spec.backward) {
+      forward_inputs(seed);
+      return;
+    }
     const bool gn = spec.op == normjit::Op::kGroupNorm;
     channel_form_ = !gn && spec.channel_form() && !spec.channel_rows();
     grouped_or_channels_ = gn || spec.channel_form();
@@ -189,6 +197,54 @@ class Problem {
     }
   }
 
+  // The forward's inputs (x, the residual, weight and bias) and outputs (y; residual_out, mean
+  // and rstd where the spec writes them).
+  void forward_inputs(uint64_t seed) {
+    const bool gn = spec_.op == normjit::Op::kGroupNorm;
+    channel_form_ = !gn && spec_.channel_form() && !spec_.channel_rows();
+    const bool grouped_or_channels = gn || spec_.channel_form();
+    c_ = grouped_or_channels ? spec_.channels() : 0;
+    s_ = grouped_or_channels ? spec_.spatial() : 1;
+    g_ = gn ? spec_.groups : 1;
+    n_ = spec_.elements();
+    h_ = spec_.row_length();
+    rows_ = n_ / h_;
+    weight_ = spec_.affine != normjit::Affine::kNone;
+    bias_ = spec_.affine == normjit::Affine::kBoth;
+    params_ = weight_ ? spec_.param_elements() : (c_ ? c_ : h_);
+    const Dtype xd = spec_.dtype, pd = spec_.param_type();
+    x_ = allocate(n_ * 4);
+    dx_ = allocate(n_ * 4);  // y
+    if (spec_.residual) dh_ = allocate(n_ * 4), h_out_ = allocate(n_ * 4);
+    if (spec_.save_stats) {
+      mean_ = static_cast<float*>(allocate(rows_ * 4));
+      rstd_ = static_cast<float*>(allocate(rows_ * 4));
+    }
+    if (weight_) w_ = allocate(params_ * 4);
+    if (bias_) b_ = allocate(params_ * 4);
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<double> normal(0, 1);
+    x64_.resize(n_);
+    w64_.assign(params_, 1.0), b64_.assign(params_, 0.0);
+    for (int64_t i = 0; i < n_; ++i) {
+      store(x_, i, float(0.5 + 2.0 * normal(rng)), xd), x64_[i] = load(x_, i, xd);
+      if (spec_.residual) {
+        const Dtype rd = *spec_.residual;
+        store(dh_, i, float(normal(rng)), rd);
+        // h as the kernel forms it: x + residual in f32, rounded to the residual's dtype.
+        store(h_out_, i, float(load(x_, i, xd)) + float(load(dh_, i, rd)), rd);
+        x64_[i] = load(h_out_, i, rd);
+      }
+    }
+    for (int64_t c = 0; c < params_; ++c) {
+      if (weight_) {
+        store(w_, c, float(1.0 + 0.5 * normal(rng) - spec_.weight_offset), pd);
+        w64_[c] = spec_.weight_offset + load(w_, c, pd);
+      }
+      if (bias_) store(b_, c, float(normal(rng)), pd), b64_[c] = load(b_, c, pd);
+    }
+  }
+
   // Element i of statistics row r: its offset in x.
   int64_t offset(int64_t r, int64_t i) const {
     if (spec_.op == normjit::Op::kGroupNorm) {
@@ -207,6 +263,15 @@ class Problem {
 
   normjit::Params params(float* workspace) const {
     normjit::Params p{};
+    if (!spec_.backward) {
+      p.x = x_, p.y = dx_, p.weight = w_, p.bias = b_, p.workspace = workspace;
+      p.batch = spec_.channel_rows() ? spec_.batch() * spec_.spatial() : spec_.batch();
+      p.eps = float(spec_.eps);
+      p.residual = dh_, p.residual_out = h_out_, p.mean = mean_, p.rstd = rstd_;
+      p.inner_rows = 1, p.inner_magic = 1, p.inner_shift = 0;
+      p.x_rows = p.y_rows = p.residual_rows = p.residual_out_rows = {h_, h_};
+      return p;
+    }
     p.x = x_, p.y = dx_, p.weight = w_, p.workspace = workspace;
     p.batch = spec_.channel_rows() ? spec_.batch() * spec_.spatial() : spec_.batch();
     p.inner_rows = 1, p.inner_magic = 1, p.inner_shift = 0;
@@ -218,6 +283,14 @@ class Problem {
 
   void poison() const {
     const Dtype xd = spec_.dtype, pd = spec_.param_type();
+    if (!spec_.backward) {
+      for (int64_t i = 0; i < n_; ++i) {
+        store(dx_, i, NAN, spec_.out_type());
+        if (spec_.residual) store(h_out_, i, NAN, *spec_.residual);
+      }
+      for (int64_t r = 0; r < rows_ && spec_.save_stats; ++r) mean_[r] = rstd_[r] = NAN;
+      return;
+    }
     for (int64_t i = 0; i < n_; ++i) store(dx_, i, NAN, xd);
     for (int64_t c = 0; c < params_; ++c) {
       if (weight_) store(dw_, c, NAN, pd);
@@ -225,8 +298,55 @@ class Problem {
     }
   }
 
+  // Forward: relative errors of y, of residual_out (against x + residual rounded as the kernel
+  // rounds it) and of the statistics (rstd relative, mean in units of the row's std); NaN where
+  // an output is not finite.
+  std::vector<double> forward_errors() const {
+    const bool rms = spec_.op == normjit::Op::kRmsNorm;
+    double e2 = 0, r2 = 0, h2 = 0, hr2 = 0, stats = 0;
+    for (int64_t r = 0; r < rows_; ++r) {
+      double sum = 0, sq = 0;
+      for (int64_t i = 0; i < h_; ++i) sum += x64_[offset(r, i)];
+      const double m = rms ? 0.0 : sum / double(h_);
+      for (int64_t i = 0; i < h_; ++i) sq += (x64_[offset(r, i)] - m) * (x64_[offset(r, i)] - m);
+      const double inv = 1.0 / std::sqrt(sq / double(h_) + spec_.eps);
+      for (int64_t i = 0; i < h_; ++i) {
+        const int64_t at = offset(r, i), c = param(at, i);
+        const double ref = activate((x64_[at] - m) * inv * w64_[c] + b64_[c]);
+        const double got = load(dx_, at, spec_.out_type());
+        e2 += (got - ref) * (got - ref), r2 += ref * ref;
+        if (spec_.residual) {
+          const double h = load(h_out_, at, *spec_.residual);
+          h2 += (h - x64_[at]) * (h - x64_[at]), hr2 += x64_[at] * x64_[at];
+        }
+      }
+      if (spec_.save_stats) {
+        const double dr = std::fabs(rstd_[r] - inv) / inv;
+        const double dm = rms ? 0.0 : std::fabs(mean_[r] - m) * inv;
+        stats = std::isfinite(dr + dm) ? std::max(stats, std::max(dr, dm)) : NAN;
+      }
+    }
+    const auto relative = [](double err2, double ref2) {
+      return std::isfinite(err2) ? std::sqrt(err2 / std::max(ref2, 1e-300)) : NAN;
+    };
+    return {relative(e2, r2), spec_.residual ? relative(h2, hr2) : 0.0, stats};
+  }
+
+  double activate(double v) const {
+    switch (spec_.activation) {
+      case normjit::Activation::kSilu:
+        return v / (1.0 + std::exp(-v));
+      case normjit::Activation::kGelu:
+        return 0.5 * v * std::erfc(-v * 0.70710678118654752440);
+      case normjit::Activation::kNone:
+        break;
+    }
+    return v;
+  }
+
   // Relative errors of dx, dweight, dbias (NaN where an output is not finite).
   std::vector<double> errors() const {
+    if (!spec_.backward) return forward_errors();
     const Dtype xd = spec_.dtype, pd = spec_.param_type();
     const bool rms = spec_.op == normjit::Op::kRmsNorm;
     double e2 = 0, r2 = 0;
@@ -264,7 +384,11 @@ class Problem {
     return {relative(e2, r2), param_error(weight_, dw_, dw), param_error(bias_, db_, db)};
   }
 
-  uint64_t dx_bits() const { return fnv(dx_, size_t(n_) * size_of(spec_.dtype)); }
+  // The bits of dx (forward: y).
+  uint64_t dx_bits() const {
+    const Dtype d = spec_.backward ? spec_.dtype : spec_.out_type();
+    return fnv(dx_, size_t(n_) * normjit::size_of(d));
+  }
 
  private:
   void* allocate(int64_t bytes) {
@@ -277,9 +401,9 @@ class Problem {
   bool channel_form_ = false, grouped_or_channels_ = false, weight_ = false, bias_ = false;
   int64_t c_ = 0, s_ = 1, g_ = 1, n_ = 0, h_ = 0, rows_ = 0, params_ = 0;
   void *x_ = nullptr, *dy_ = nullptr, *dx_ = nullptr, *dh_ = nullptr;
-  void *w_ = nullptr, *dw_ = nullptr, *db_ = nullptr;
+  void *w_ = nullptr, *dw_ = nullptr, *db_ = nullptr, *b_ = nullptr, *h_out_ = nullptr;
   float *mean_ = nullptr, *rstd_ = nullptr;
-  std::vector<double> x64_, dy64_, dh64_, w64_;
+  std::vector<double> x64_, dy64_, dh64_, w64_, b64_;
 };
 
 // Launches the kernel over `grid` CTAs, one process each; false when one did not exit cleanly.
@@ -297,6 +421,8 @@ bool launch(RunCta run_cta, const normjit::Params& p, int64_t grid, int block_x,
   for (pid_t pid : ctas) {
     int status = 0;
     waitpid(pid, &status, 0);
+    if (WIFSIGNALED(status) && ok)
+      std::printf("  a CTA's process: %s\n", strsignal(WTERMSIG(status)));
     ok = ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
   }
   return ok;
@@ -321,7 +447,7 @@ bool parse(int argc, char** argv, Options& o) {
     } else if (o.specs.empty() && a[0] != '-') {
       o.specs = a;
     } else {
-      std::fprintf(stderr, "backward_emulation: unknown argument '%s'\n", a.c_str());
+      std::fprintf(stderr, "kernel_emulation: unknown argument '%s'\n", a.c_str());
       return false;
     }
   }
@@ -335,13 +461,13 @@ int main(int argc, char** argv) {
   Options o;
   if (!parse(argc, argv, o)) {
     std::fprintf(stderr,
-                 "usage: backward_emulation --cxx CXX --templates DIR --emulation DIR --work DIR "
+                 "usage: kernel_emulation --cxx CXX --templates DIR --emulation DIR --work DIR "
                  "[--co 5,300] SPECS\n");
     return 2;
   }
   std::ifstream list(o.specs);
   if (!list) {
-    std::fprintf(stderr, "backward_emulation: cannot read %s\n", o.specs.c_str());
+    std::fprintf(stderr, "kernel_emulation: cannot read %s\n", o.specs.c_str());
     return 2;
   }
   const normjit::Target target = normjit::Target::parse("sm_90");
@@ -360,8 +486,14 @@ int main(int argc, char** argv) {
         continue;
       }
       Problem problem(spec, uint64_t(index) * 7919);
-      const double tol = spec.dtype == Dtype::kF32 ? 1e-5 : 1e-2;
-      const double ptol = spec.param_type() == Dtype::kF32 ? 1e-5 : 1e-2;
+      // Tolerances of the three errors: backward dx, dweight, dbias; forward y, residual_out
+      // (the same rounding of the same sum: exact), the statistics.
+      const auto by_dtype = [](Dtype d) { return d == Dtype::kF32 ? 1e-5 : 1e-2; };
+      const double tol[3] = {by_dtype(spec.backward ? spec.dtype : spec.out_type()),
+                             spec.backward ? by_dtype(spec.param_type()) : 1e-12,
+                             spec.backward ? by_dtype(spec.param_type()) : 1e-5};
+      const char* names = spec.backward ? "dx %.2e, dweight %.2e, dbias %.2e"
+                                        : "y %.2e, residual_out %.2e, statistics %.2e";
       uint64_t first_bits = 0;
       bool have_bits = false;
       for (int64_t co : o.co) {
@@ -379,14 +511,16 @@ int main(int argc, char** argv) {
             problem.params(plan.cooperative() ? static_cast<float*>(workspace.get()) : nullptr),
             grid, plan.block_x, plan.block_y);
         const std::vector<double> e = problem.errors();
-        const bool close = ran && e[0] < tol && e[1] < ptol && e[2] < ptol;
+        const bool close = ran && e[0] < tol[0] && e[1] < tol[1] && e[2] < tol[2];
         const uint64_t bits = problem.dx_bits();
         const bool same = !have_bits || bits == first_bits;
         first_bits = have_bits ? first_bits : bits, have_bits = true;
-        std::printf("  %s %s, %lld CTAs: dx %.2e, dweight %.2e, dbias %.2e%s%s\n",
-                    close && same ? "PASS" : "FAIL", normjit::to_string(plan.strategy),
-                    (long long)grid, e[0], e[1], e[2], ran ? "" : " (a CTA's process failed)",
-                    same ? "" : " (dx's bits differ from the first grid's)");
+        char errors[128];
+        std::snprintf(errors, sizeof errors, names, e[0], e[1], e[2]);
+        std::printf("  %s %s, %lld CTAs: %s%s%s\n", close && same ? "PASS" : "FAIL",
+                    normjit::to_string(plan.strategy), (long long)grid, errors,
+                    ran ? "" : " (a CTA's process failed)",
+                    same ? "" : " (the output's bits differ from the first grid's)");
         (close && same ? passed : failed) += 1;
       }
     } catch (const normjit::Error& e) {
