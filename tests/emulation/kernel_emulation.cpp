@@ -148,15 +148,11 @@ RunCta compile(const Options& o, const normjit::KernelPlan& plan, int index) {
 class Problem {
  public:
   Problem(const normjit::NormSpec& spec, uint64_t seed) : spec_(spec) {
-    if (!spec.backward) {
-      forward_inputs(seed);
-      return;
-    }
     const bool gn = spec.op == normjit::Op::kGroupNorm;
     channel_form_ = !gn && spec.channel_form() && !spec.channel_rows();
-    grouped_or_channels_ = gn || spec.channel_form();
-    c_ = grouped_or_channels_ ? spec.channels() : 0;
-    s_ = grouped_or_channels_ ? spec.spatial() : 1;
+    const bool grouped_or_channels = gn || spec.channel_form();
+    c_ = grouped_or_channels ? spec.channels() : 0;
+    s_ = grouped_or_channels ? spec.spatial() : 1;
     g_ = gn ? spec.groups : 1;
     n_ = spec.elements();
     h_ = spec.row_length();
@@ -164,6 +160,17 @@ class Problem {
     weight_ = spec.affine != normjit::Affine::kNone;
     bias_ = spec.affine == normjit::Affine::kBoth;
     params_ = weight_ ? spec.param_elements() : (c_ ? c_ : h_);
+    if (spec.backward) {
+      backward_inputs(seed);
+    } else {
+      forward_inputs(seed);
+    }
+  }
+
+  // The backward's inputs (x, dy, dh with a residual, the weight, the statistics a forward
+  // saves, in f32) and outputs (dx, dweight, dbias).
+  void backward_inputs(uint64_t seed) {
+    const normjit::NormSpec& spec = spec_;
     const Dtype xd = spec.dtype, pd = spec.param_type();
     x_ = allocate(n_ * 4);
     dy_ = allocate(n_ * 4);
@@ -200,18 +207,6 @@ class Problem {
   // The forward's inputs (x, the residual, weight and bias) and outputs (y; residual_out, mean
   // and rstd where the spec writes them).
   void forward_inputs(uint64_t seed) {
-    const bool gn = spec_.op == normjit::Op::kGroupNorm;
-    channel_form_ = !gn && spec_.channel_form() && !spec_.channel_rows();
-    const bool grouped_or_channels = gn || spec_.channel_form();
-    c_ = grouped_or_channels ? spec_.channels() : 0;
-    s_ = grouped_or_channels ? spec_.spatial() : 1;
-    g_ = gn ? spec_.groups : 1;
-    n_ = spec_.elements();
-    h_ = spec_.row_length();
-    rows_ = n_ / h_;
-    weight_ = spec_.affine != normjit::Affine::kNone;
-    bias_ = spec_.affine == normjit::Affine::kBoth;
-    params_ = weight_ ? spec_.param_elements() : (c_ ? c_ : h_);
     const Dtype xd = spec_.dtype, pd = spec_.param_type();
     x_ = allocate(n_ * 4);
     dx_ = allocate(n_ * 4);  // y
@@ -398,7 +393,7 @@ class Problem {
 
   std::vector<std::unique_ptr<DeviceMemory>> memory_;
   normjit::NormSpec spec_;
-  bool channel_form_ = false, grouped_or_channels_ = false, weight_ = false, bias_ = false;
+  bool channel_form_ = false, weight_ = false, bias_ = false;
   int64_t c_ = 0, s_ = 1, g_ = 1, n_ = 0, h_ = 0, rows_ = 0, params_ = 0;
   void *x_ = nullptr, *dy_ = nullptr, *dx_ = nullptr, *dh_ = nullptr;
   void *w_ = nullptr, *dw_ = nullptr, *db_ = nullptr, *b_ = nullptr, *h_out_ = nullptr;
