@@ -166,3 +166,33 @@ inline void __syncwarp(unsigned mask = 0xffffffffu) {
 }
 inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
 inline uint2 make_uint2(unsigned x, unsigned y) { return {x, y}; }
+
+namespace emu {
+// f32 to OCP fp8 bits as cvt.rn.satfinite: round to nearest even, magnitudes past the largest
+// finite value saturate to it, NaN stays NaN (0x7f). E4M3: 3 mantissa bits, bias 7, max 448;
+// E5M2: 2 mantissa bits, bias 15, max 57344.
+inline unsigned fp8_bits(float v, int mantissa_bits, int bias, double largest) {
+  if (std::isnan(v)) return 0x7fu;
+  const unsigned sign = std::signbit(v) ? 0x80u : 0u;
+  const double a = std::fabs(double(v));
+  const int emin = 1 - bias;
+  int e = a > 0 ? int(std::floor(std::log2(a))) : emin;
+  if (e < emin) e = emin;
+  const double quantum = std::ldexp(1.0, e - mantissa_bits);
+  double q = std::nearbyint(a / quantum) * quantum;  // the current (to-nearest-even) rounding
+  if (q > largest) q = largest;
+  if (q == 0) return sign;
+  int ef = int(std::floor(std::log2(q)));
+  unsigned exponent, mantissa;
+  if (ef < emin) {  // subnormal
+    exponent = 0;
+    mantissa = unsigned(std::lround(q / std::ldexp(1.0, emin - mantissa_bits)));
+  } else {
+    exponent = unsigned(ef + bias);
+    mantissa = unsigned(std::lround((q / std::ldexp(1.0, ef) - 1.0) * (1 << mantissa_bits)));
+  }
+  return sign | exponent << mantissa_bits | mantissa;
+}
+inline unsigned e4m3_bits(float v) { return fp8_bits(v, 3, 7, 448.0); }
+inline unsigned e5m2_bits(float v) { return fp8_bits(v, 2, 15, 57344.0); }
+}  // namespace emu

@@ -106,6 +106,9 @@ def host(asm_args):
         return f"{{ {outs[0]} = emu::bf16_bits({ins[1]}) | emu::bf16_bits({ins[0]}) << 16; }}"
     if op == "cvt.rn.f16x2.f32":
         return f"{{ {outs[0]} = emu::f16_bits({ins[1]}) | emu::f16_bits({ins[0]}) << 16; }}"
+    if op in ("cvt.rn.satfinite.e4m3x2.f32", "cvt.rn.satfinite.e5m2x2.f32"):  # %0 = %1:%2
+        f = "emu::e4m3_bits" if "e4m3" in op else "emu::e5m2_bits"
+        return f"{{ {outs[0]} = (unsigned short)({f}({ins[1]}) | {f}({ins[0]}) << 8); }}"
     if op == "ex2.approx.ftz.f32":
         return f"{{ {outs[0]} = std::exp2({ins[0]}); }}"
     if op == "rcp.approx.ftz.f32":

@@ -2,12 +2,13 @@
 // For each spec of a list: plan it for sm_90, emit its source, compile that with the host
 // templates (host_templates.py's) into a shared object, and launch it over the plan's grid for a
 // device of each given number of co-resident CTAs (each CTA a process). Against float64:
-//   forward: y (through the activation), h = x + residual where the spec adds one (written to
-//   residual_out and normalized), the statistics with save_stats;
+//   forward: y (through the activation, times the scale of an fp8 output), h = x + residual where
+//   the spec adds one (written to residual_out and normalized), the statistics with save_stats;
+//   a line "strided SPEC" launches a trailing form with row strides longer than its rows;
 //   backward: dx (plus dh with a residual), dweight and dbias, from the same saved statistics.
 // And y's (dx's) bits must not depend on the grid: a row's, group's or position's result is the
-// same whatever CTAs share the launch. Not emulated: fp8 output, strided rows, the cluster kernel
-// (channels-slab: distributed shared memory).
+// same whatever CTAs share the launch. Not emulated: the cluster kernel (channels-slab:
+// distributed shared memory).
 //
 //   kernel_emulation --cxx CXX --templates DIR --emulation DIR --work DIR [--co 5,300] SPECS
 //
@@ -66,9 +67,14 @@ class DeviceMemory {
   void* p_;
 };
 
+// Stores v as element i of a tensor of d (fp8: only NaN, the poison).
 void store(void* base, int64_t i, float v, Dtype d) {
   if (d == Dtype::kF32) {
     static_cast<float*>(base)[i] = v;
+    return;
+  }
+  if (normjit::is_fp8(d)) {
+    static_cast<unsigned char*>(base)[i] = 0x7f;
     return;
   }
   unsigned short bits;
@@ -90,6 +96,18 @@ void store(void* base, int64_t i, float v, Dtype d) {
 
 double load(const void* base, int64_t i, Dtype d) {
   if (d == Dtype::kF32) return static_cast<const float*>(base)[i];
+  if (normjit::is_fp8(d)) {  // E4M3: 3 mantissa bits, bias 7, 0x7f NaN; E5M2: 2 bits, bias 15
+    const unsigned bits = static_cast<const unsigned char*>(base)[i];
+    const int m = d == Dtype::kE4M3 ? 3 : 2, bias = d == Dtype::kE4M3 ? 7 : 15;
+    const unsigned exponent = (bits & 0x7fu) >> m, mantissa = bits & ((1u << m) - 1);
+    if ((d == Dtype::kE4M3 && (bits & 0x7fu) == 0x7fu) || (d == Dtype::kE5M2 && exponent == 31u)) {
+      return NAN;
+    }
+    const double magnitude =
+        exponent == 0 ? std::ldexp(double(mantissa), 1 - bias - m)
+                      : std::ldexp(1.0 + double(mantissa) / (1 << m), int(exponent) - bias);
+    return bits & 0x80u ? -magnitude : magnitude;
+  }
   const unsigned short bits = static_cast<const unsigned short*>(base)[i];
   if (d == Dtype::kBF16) {
     const uint32_t u = uint32_t{bits} << 16;
@@ -147,7 +165,9 @@ RunCta compile(const Options& o, const normjit::KernelPlan& plan, int index) {
 // One spec's tensors and its float64 reference.
 class Problem {
  public:
-  Problem(const normjit::NormSpec& spec, uint64_t seed) : spec_(spec) {
+  // strided: x and the residual with rows 16 elements longer than H (rounded up to 16), y and
+  // residual_out 32 (the trailing forms' row strides; forward).
+  Problem(const normjit::NormSpec& spec, uint64_t seed, bool strided) : spec_(spec) {
     const bool gn = spec.op == normjit::Op::kGroupNorm;
     channel_form_ = !gn && spec.channel_form() && !spec.channel_rows();
     const bool grouped_or_channels = gn || spec.channel_form();
@@ -160,6 +180,9 @@ class Problem {
     weight_ = spec.affine != normjit::Affine::kNone;
     bias_ = spec.affine == normjit::Affine::kBoth;
     params_ = weight_ ? spec.param_elements() : (c_ ? c_ : h_);
+    strided_ = strided;
+    xs_ = strided ? (h_ + 15) / 16 * 16 + 16 : h_;
+    ys_ = strided ? (h_ + 15) / 16 * 16 + 32 : h_;
     if (spec.backward) {
       backward_inputs(seed);
     } else {
@@ -208,9 +231,13 @@ class Problem {
   // and rstd where the spec writes them).
   void forward_inputs(uint64_t seed) {
     const Dtype xd = spec_.dtype, pd = spec_.param_type();
-    x_ = allocate(n_ * 4);
-    dx_ = allocate(n_ * 4);  // y
-    if (spec_.residual) dh_ = allocate(n_ * 4), h_out_ = allocate(n_ * 4);
+    x_ = allocate(rows_ * xs_ * 4);
+    dx_ = allocate(rows_ * ys_ * 4);  // y
+    if (spec_.residual) dh_ = allocate(rows_ * xs_ * 4), h_out_ = allocate(rows_ * ys_ * 4);
+    if (normjit::is_fp8(spec_.out_type())) {
+      scale_ = static_cast<float*>(allocate(4));
+      *scale_ = 0.75f;
+    }
     if (spec_.save_stats) {
       mean_ = static_cast<float*>(allocate(rows_ * 4));
       rstd_ = static_cast<float*>(allocate(rows_ * 4));
@@ -221,14 +248,18 @@ class Problem {
     std::normal_distribution<double> normal(0, 1);
     x64_.resize(n_);
     w64_.assign(params_, 1.0), b64_.assign(params_, 0.0);
-    for (int64_t i = 0; i < n_; ++i) {
-      store(x_, i, float(0.5 + 2.0 * normal(rng)), xd), x64_[i] = load(x_, i, xd);
-      if (spec_.residual) {
-        const Dtype rd = *spec_.residual;
-        store(dh_, i, float(normal(rng)), rd);
-        // h as the kernel forms it: x + residual in f32, rounded to the residual's dtype.
-        store(h_out_, i, float(load(x_, i, xd)) + float(load(dh_, i, rd)), rd);
-        x64_[i] = load(h_out_, i, rd);
+    for (int64_t r = 0; r < rows_; ++r) {
+      for (int64_t i = 0; i < h_; ++i) {
+        const int64_t at = offset(r, i), xa = x_at(r, i);
+        store(x_, xa, float(0.5 + 2.0 * normal(rng)), xd), x64_[at] = load(x_, xa, xd);
+        if (spec_.residual) {
+          const Dtype rd = *spec_.residual;
+          store(dh_, xa, float(normal(rng)), rd);
+          // h as the kernel forms it: x + residual in f32, rounded to the residual's dtype
+          // (residual_out is poisoned before a launch).
+          store(h_out_, y_at(r, i), float(load(x_, xa, xd)) + float(load(dh_, xa, rd)), rd);
+          x64_[at] = load(h_out_, y_at(r, i), rd);
+        }
       }
     }
     for (int64_t c = 0; c < params_; ++c) {
@@ -250,6 +281,9 @@ class Problem {
     if (channel_form_) return (r / s_ * c_ + i) * s_ + r % s_;
     return r * h_ + i;  // trailing rows; the channel forms' rows of C (nhwc, or S = 1)
   }
+  // Where element i of row r lies in x and the residual, and in y and residual_out (forward).
+  int64_t x_at(int64_t r, int64_t i) const { return strided_ ? r * xs_ + i : offset(r, i); }
+  int64_t y_at(int64_t r, int64_t i) const { return strided_ ? r * ys_ + i : offset(r, i); }
   // The parameter of element i at offset `at`.
   int64_t param(int64_t at, int64_t i) const {
     if (spec_.op == normjit::Op::kGroupNorm) return spec_.nhwc() ? at % c_ : at / s_ % c_;
@@ -263,8 +297,10 @@ class Problem {
       p.batch = spec_.channel_rows() ? spec_.batch() * spec_.spatial() : spec_.batch();
       p.eps = float(spec_.eps);
       p.residual = dh_, p.residual_out = h_out_, p.mean = mean_, p.rstd = rstd_;
+      p.scale = scale_;
       p.inner_rows = 1, p.inner_magic = 1, p.inner_shift = 0;
-      p.x_rows = p.y_rows = p.residual_rows = p.residual_out_rows = {h_, h_};
+      p.x_rows = p.residual_rows = {xs_, xs_};
+      p.y_rows = p.residual_out_rows = {ys_, ys_};
       return p;
     }
     p.x = x_, p.y = dx_, p.weight = w_, p.workspace = workspace;
@@ -279,9 +315,11 @@ class Problem {
   void poison() const {
     const Dtype xd = spec_.dtype, pd = spec_.param_type();
     if (!spec_.backward) {
-      for (int64_t i = 0; i < n_; ++i) {
-        store(dx_, i, NAN, spec_.out_type());
-        if (spec_.residual) store(h_out_, i, NAN, *spec_.residual);
+      for (int64_t r = 0; r < rows_; ++r) {
+        for (int64_t i = 0; i < h_; ++i) {
+          store(dx_, y_at(r, i), NAN, spec_.out_type());
+          if (spec_.residual) store(h_out_, y_at(r, i), NAN, *spec_.residual);
+        }
       }
       for (int64_t r = 0; r < rows_ && spec_.save_stats; ++r) mean_[r] = rstd_[r] = NAN;
       return;
@@ -307,11 +345,12 @@ class Problem {
       const double inv = 1.0 / std::sqrt(sq / double(h_) + spec_.eps);
       for (int64_t i = 0; i < h_; ++i) {
         const int64_t at = offset(r, i), c = param(at, i);
-        const double ref = activate((x64_[at] - m) * inv * w64_[c] + b64_[c]);
-        const double got = load(dx_, at, spec_.out_type());
+        const double scale = scale_ ? *scale_ : 1.0;
+        const double ref = scale * activate((x64_[at] - m) * inv * w64_[c] + b64_[c]);
+        const double got = load(dx_, y_at(r, i), spec_.out_type());
         e2 += (got - ref) * (got - ref), r2 += ref * ref;
         if (spec_.residual) {
-          const double h = load(h_out_, at, *spec_.residual);
+          const double h = load(h_out_, y_at(r, i), *spec_.residual);
           h2 += (h - x64_[at]) * (h - x64_[at]), hr2 += x64_[at] * x64_[at];
         }
       }
@@ -382,7 +421,7 @@ class Problem {
   // The bits of dx (forward: y).
   uint64_t dx_bits() const {
     const Dtype d = spec_.backward ? spec_.dtype : spec_.out_type();
-    return fnv(dx_, size_t(n_) * normjit::size_of(d));
+    return fnv(dx_, size_t(rows_ * ys_) * normjit::size_of(d));
   }
 
  private:
@@ -393,11 +432,11 @@ class Problem {
 
   std::vector<std::unique_ptr<DeviceMemory>> memory_;
   normjit::NormSpec spec_;
-  bool channel_form_ = false, weight_ = false, bias_ = false;
-  int64_t c_ = 0, s_ = 1, g_ = 1, n_ = 0, h_ = 0, rows_ = 0, params_ = 0;
+  bool channel_form_ = false, weight_ = false, bias_ = false, strided_ = false;
+  int64_t c_ = 0, s_ = 1, g_ = 1, n_ = 0, h_ = 0, rows_ = 0, params_ = 0, xs_ = 0, ys_ = 0;
   void *x_ = nullptr, *dy_ = nullptr, *dx_ = nullptr, *dh_ = nullptr;
   void *w_ = nullptr, *dw_ = nullptr, *db_ = nullptr, *b_ = nullptr, *h_out_ = nullptr;
-  float *mean_ = nullptr, *rstd_ = nullptr;
+  float *mean_ = nullptr, *rstd_ = nullptr, *scale_ = nullptr;
   std::vector<double> x64_, dy64_, dh64_, w64_, b64_;
 };
 
@@ -473,17 +512,22 @@ int main(int argc, char** argv) {
     std::printf("[%d] %s\n", index, line.c_str());
     std::fflush(stdout);
     try {
-      const normjit::NormSpec spec = normjit::NormSpec::parse(line);
+      // "strided SPEC": the forward of a trailing form launched with row strides.
+      const bool strided = line.rfind("strided ", 0) == 0;
+      const normjit::NormSpec spec = normjit::NormSpec::parse(strided ? line.substr(8) : line);
       const normjit::KernelPlan plan = normjit::plan(spec, target);
       const RunCta run_cta = compile(o, plan, index);
       if (run_cta == nullptr) {
         ++failed;
         continue;
       }
-      Problem problem(spec, uint64_t(index) * 7919);
+      Problem problem(spec, uint64_t(index) * 7919, strided);
       // Tolerances of the three errors: backward dx, dweight, dbias; forward y, residual_out
       // (the same rounding of the same sum: exact), the statistics.
-      const auto by_dtype = [](Dtype d) { return d == Dtype::kF32 ? 1e-5 : 1e-2; };
+      // fp8: within half a step of the value (2^-4 of it for E4M3, 2^-3 for E5M2), as L2.
+      const auto by_dtype = [](Dtype d) {
+        return d == Dtype::kF32 ? 1e-5 : d == Dtype::kE4M3 ? 0.04 : d == Dtype::kE5M2 ? 0.08 : 1e-2;
+      };
       const double tol[3] = {by_dtype(spec.backward ? spec.dtype : spec.out_type()),
                              spec.backward ? by_dtype(spec.param_type()) : 1e-12,
                              spec.backward ? by_dtype(spec.param_type()) : 1e-5};
