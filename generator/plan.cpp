@@ -1444,7 +1444,7 @@ std::string group_nhwc_backward(const Problem& pr, const Target& target, KernelP
   // An item's floats in the workspace: its units' partials (two a group, and a channel with
   // parameters) and its groups' means.
   const int64_t item_floats =
-      p.units_per_channel * 2 * (groups + ((pr.weight || pr.bias) ? c : 0)) + 2 * groups;
+      p.units_per_channel * 2 * (groups + (params_of(pr) > 0 ? c : 0)) + 2 * groups;
   items = std::max<int64_t>(1, std::min(items, kGroupNhwcBackwardWaveFloats / item_floats));
   p.wave_rows = items;
   // Launch bounds of as many CTAs an SM as leave kGroupNhwcBackwardRegisters registers a thread.
@@ -1458,11 +1458,13 @@ std::string group_nhwc_backward(const Problem& pr, const Target& target, KernelP
       << ty * p.vectors << " positions of an item (" << p.vectors << " a thread), "
       << p.units_per_channel << " per item; items in waves of up to " << items
       << " (the kernel serves any batch; x and dy of a full wave: " << items * item_bytes
-      << " bytes, kept for the second read in L2), two grid barriers per wave: each unit's sums "
+      << (items * item_bytes <= wave_bytes ? " bytes, kept for the second read in L2)"
+                                           : " bytes, more than L2 keeps: read again from DRAM)")
+      << ", two grid barriers per wave: each unit's sums "
          "of dy and dy * xhat per channel and per group, then each group's (and channel's) "
          "unit sums added by a warp in a fixed order, then dx from the group's sums (x and dy "
          "read twice)";
-  if (pr.weight || pr.bias) {
+  if (params_of(pr) > 0) {
     why << "; dweight and dbias summed per channel over n in order by one warp each "
            "(deterministic, the same for any grid; no float atomics)";
   }
@@ -1474,7 +1476,7 @@ std::string group_nhwc_backward(const Problem& pr, const Target& target, KernelP
 
 int64_t group_nhwc_backward_workspace_floats(const KernelPlan& p) {
   const Problem& pr = p.problem;
-  const bool params = pr.weight || pr.bias;
+  const bool params = params_of(pr) > 0;
   const int64_t r = p.wave_rows, t = p.units_per_channel;
   const int64_t group_partials = padded_floats(r * pr.groups * t * 2);
   const int64_t channel_partials = params ? padded_floats(r * pr.channels * t * 2) : 0;

@@ -12,8 +12,10 @@
 #   bash scripts/experiments/runs-session63.sh bwdperf   the backward table's add, Gemma,
 #        ConvNeXt and channels-last SD GroupNorm rows (scripts/perf_backward.sh --only
 #        add,gemma,convnext,sd_nhwc, ~8 minutes)
-#   bash scripts/experiments/runs-session63.sh eh   session 62's early-h experiment (issue 18:
-#        add + RMSNorm with h written early at 1024+ tokens; runs-session62.sh eh)
+#   bash scripts/experiments/runs-session63.sh eh   session 62's early-h experiment (issue 18):
+#        add + RMSNorm with h written early at 1024+ tokens (scripts/experiments/build.sh
+#        early-h-many-rows eh: NJX_EARLY_H=1) against the plan, on
+#        scripts/specs/add-rmsnorm-early-h.txt, 3 rounds (~2 minutes; timing only)
 # OUT: the folder that comes back. NORMJIT_REVISION: the revision measured.
 set -uo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
@@ -47,10 +49,12 @@ case "${1:-}" in
     echo "perf_backward: exit $?"
     ;;
   eh)
-    OUT=$out bash scripts/experiments/runs-session62.sh eh
+    python3 scripts/ab_bench.py --specs scripts/specs/add-rmsnorm-early-h.txt --rounds 3 \
+      --variant plan=.devcarry/eh --variant early=.devcarry/eh:NJX_EARLY_H=1 --out "$out/eh" \
+      2>&1 | tee "$out/eh.md"
     ;;
   *)
-    sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
     ;;
 esac

@@ -1710,7 +1710,6 @@ def _backward(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor], rstd:
     # group_norm's channels-last kernel covers at most 512 vectors of channels, and past that
     # takes contiguous copies of x and dy (the channels-first kernel).
     nhwc = op in _NHWC_BACKWARD and not x.is_contiguous() and _channels_last(x)
-    decision = None
     if nhwc:
         dy_last = dy
         if not _channels_last(dy) or dy.shape != x.shape:
@@ -1720,7 +1719,7 @@ def _backward(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor], rstd:
         if decision.__class__ is tuple or op != "group_norm":
             dy = dy_last
         else:
-            nhwc, decision = False, None
+            nhwc = False
     if not nhwc:
         x, dy = x.contiguous(), dy.contiguous()
         decision = _backward_decision(op, arg, dy, x, mean, rstd, weight, has_bias, eps, offset)
