@@ -228,7 +228,8 @@ void group_nhwc_fields(const KernelPlan& p, Fields& f) {
 }
 
 // What every backward configuration starts with: dy and dx take x's dtype, dweight and dbias
-// the parameters'; the forward's affine step (kRms where the kernel serves both operators).
+// the parameters'; the forward's affine step (kRms where the kernel serves both operators) and
+// its activation.
 void backward_dtypes_and_affine(const Problem& pr, bool rms_flag, Fields& f) {
   f.type("X", pr.x);
   f.type("Param", pr.param);
@@ -236,6 +237,7 @@ void backward_dtypes_and_affine(const Problem& pr, bool rms_flag, Fields& f) {
   f.flag("kWeight", pr.weight);
   f.flag("kBias", pr.bias);
   f.real("kWeightOffset", pr.weight_offset);
+  f.activation("kActivation", pr.activation);
 }
 
 // The backward kernel's configuration (row_backward.cuh): dy and dx take x's dtype, dweight

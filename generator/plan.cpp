@@ -1795,7 +1795,9 @@ std::string group_nhwc(const Problem& pr, const Target& target, KernelPlan& p) {
 // What the variant axes add to the plan's one-line reason.
 std::string variant_note(const Problem& pr) {
   std::string out;
-  if (pr.residual) {
+  if (pr.residual && pr.backward) {
+    out += "; x is h = x + residual, and h's gradient from its other uses is added to dx";
+  } else if (pr.residual) {
     out += "; h = x + residual (" + std::string(to_string(*pr.residual)) +
            ") normalized and written back in the same pass";
   }
@@ -1804,7 +1806,10 @@ std::string variant_note(const Problem& pr) {
   }
   if (pr.weight_offset != 0.0)
     out += "; weight used as " + format_double(pr.weight_offset) + " + w";
-  if (pr.activation != Activation::kNone) {
+  if (pr.activation != Activation::kNone && pr.backward) {
+    out += std::string("; dy taken through ") + to_string(pr.activation) +
+           "'s derivative at the forward's xhat * w + b, in the same pass";
+  } else if (pr.activation != Activation::kNone) {
     out += std::string("; ") + to_string(pr.activation) + " applied to y in the same pass";
   }
   if (pr.y != pr.x) {

@@ -472,15 +472,12 @@ bool parse_bool(std::string_view text, const std::string& argument) {
 // dtype and its dweight and dbias the parameters'; it reads the statistics a forward saved.
 // residual: the forward's fused add (h = x + residual normalized): the backward's x is h, and
 // dx = the norm's gradient + dh, the gradient of both the forward's x and its residual.
+// activation: the forward's activation after the affine step; the kernel takes dy through its
+// derivative (and reads the bias, where there is one, for the activation's input).
 void validate_backward(const NormSpec& s) {
   auto refuse = [&](const std::string& argument, const std::string& value, const std::string& why) {
     throw_invalid_argument(argument, value, "backward=true " + why);
   };
-  if (s.activation != Activation::kNone) {
-    throw_unsupported("activation", std::string("'") + normjit::to_string(s.activation) + "'",
-                      "backward=true is not yet supported with an activation (the backward "
-                      "kernels differentiate the norm alone); leave activation out or none");
-  }
   if (s.out_dtype && *s.out_dtype != s.dtype) {
     refuse("out_dtype", std::string("'") + normjit::to_string(*s.out_dtype) + "'",
            "takes dy and writes dx in x's dtype (" + std::string(normjit::to_string(s.dtype)) +

@@ -416,6 +416,7 @@ normjit_status normjit_launch_backward(const normjit_kernel* kernel,
     b.dbias = a.dbias;
     b.batch = a.batch;
     b.dresidual_out = a.dresidual_out;
+    b.bias = a.bias;
     kernel->kernel.launch_backward(b, stream);
   });
 }

@@ -916,6 +916,15 @@ Params backward_params(const NormSpec& spec, const BackwardArgs& args) {
   check_present(args.dresidual_out, "dresidual_out", spec.residual.has_value(), spec,
                 " (the gradient of h, the forward's residual_out, added to dx)",
                 [] { return "has no residual; pass nullptr or give the spec residual"; });
+  // The bias is read only for the activation's input z = xhat * w + b.
+  const bool activation = spec.activation != Activation::kNone;
+  check_present(
+      args.bias, "bias", activation && spec.affine == Affine::kBoth, spec,
+      " (the activation's derivative is taken at xhat * weight + bias)", [&] {
+        return std::string(spec.affine != Affine::kBoth ? "has no bias" : "has no activation") +
+               ": the backward reads the bias only for an activation's input; pass "
+               "nullptr";
+      });
   if (args.batch < 1) {
     throw_invalid_argument("batch", std::to_string(args.batch), "must be at least 1");
   }
@@ -942,6 +951,7 @@ Params backward_params(const NormSpec& spec, const BackwardArgs& args) {
       region("dweight", args.dweight, param_bytes, true),
       region("dbias", args.dbias, param_bytes, true),
       region("dresidual_out", args.dresidual_out, tensor_bytes, false),
+      region("bias", args.bias, param_bytes, false),
   };
   const Region& dx = regions[5];
   // What dx may equal: x, dy and dresidual_out.
@@ -974,6 +984,7 @@ Params backward_params(const NormSpec& spec, const BackwardArgs& args) {
   params.x = args.x;
   params.y = args.dx;
   params.weight = args.weight;
+  params.bias = args.bias;     // with an activation: its input z = xhat * w + b
   params.workspace = nullptr;  // launch_backward() sets it when the plan sums parameters
   // The channel forms in nhwc: the row backward kernel over N x S rows of C (as the forward).
   params.batch = spec.channel_rows() ? args.batch * spec.spatial() : args.batch;
@@ -1062,6 +1073,7 @@ void Kernel::launch_backward(const BackwardArgs& args, CUstream_st* stream) cons
   check_aligned(args.dx, "dx", x_size * plan.vec, vector);
   check_aligned(args.dresidual_out, "dresidual_out", x_size * plan.vec, vector);
   check_aligned(args.weight, "weight", param_size * plan.param_vec, vector);
+  check_aligned(args.bias, "bias", param_size * plan.param_vec, vector);
   check_aligned(args.dweight, "dweight", param_size, "(its dtype's size)");
   check_aligned(args.dbias, "dbias", param_size, "(its dtype's size)");
   check_aligned(args.mean, "mean", 4, "(f32)");

@@ -113,6 +113,7 @@ class BackwardArgs(ctypes.Structure):
         ("dbias", ctypes.c_void_p),
         ("batch", ctypes.c_int64),
         ("dresidual_out", ctypes.c_void_p),
+        ("bias", ctypes.c_void_p),
     ]
 
 
@@ -337,10 +338,11 @@ def _ctypes_launch_ex(lib: Library):
 
 def launch_backward_function():
     """normjit_launch_backward of library() as a Python callable (kernel, x, dy, mean, rstd,
-    weight, dx, dweight, dbias, batch, stream[, dresidual_out]) -> status, the fields of
+    weight, dx, dweight, dbias, batch, stream[, dresidual_out[, bias]]) -> status, the fields of
     normjit_backward_args flattened: pointers are ints or None (kernel, x, dy, rstd and dx ints;
     mean None for rmsnorm, weight/dweight/dbias None where the spec has no such parameter,
-    dresidual_out None unless the spec has a residual). The extension
+    dresidual_out None unless the spec has a residual, bias None unless the spec has an
+    activation and affine both). The extension
     module normjit._launch's where it is installed (bound to this library's
     normjit_launch_backward and normjit_backward_args_init), else a function that fills a
     BackwardArgs with normjit_backward_args_init and calls the ctypes function."""
@@ -359,11 +361,11 @@ def _ctypes_launch_backward(lib: Library):
     init, launch_backward = lib.normjit_backward_args_init, lib.normjit_launch_backward
 
     def launch(kernel, x, dy, mean, rstd, weight, dx, dweight, dbias, batch, stream,
-               dresidual_out=None):
+               dresidual_out=None, bias=None):
         args = BackwardArgs()
         init(ctypes.byref(args))
         args.x, args.dy, args.mean, args.rstd, args.weight = x, dy, mean, rstd, weight
         args.dx, args.dweight, args.dbias, args.batch = dx, dweight, dbias, batch
-        args.dresidual_out = dresidual_out
+        args.dresidual_out, args.bias = dresidual_out, bias
         return launch_backward(kernel, ctypes.byref(args), stream)
     return launch

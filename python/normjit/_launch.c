@@ -251,7 +251,8 @@ static PyObject* launch_ex(PyObject* self, PyObject* argt) {
 }
 
 /* launch_backward(kernel, x, dy, mean, rstd, weight, dx, dweight, dbias, batch, stream
- * [, dresidual_out]): normjit_launch_backward with the fields of normjit_backward_args. */
+ * [, dresidual_out[, bias]]): normjit_launch_backward with the fields of
+ * normjit_backward_args. */
 static PyObject* launch_backward(PyObject* self, PyObject* argt) {
   /* The pointer arguments in the argument tuple's order (batch is index 9), and whether None
    * (NULL) is taken; the library checks which ones the kernel's spec needs. */
@@ -264,10 +265,11 @@ static PyObject* launch_backward(PyObject* self, PyObject* argt) {
   };
   (void)self;
   const Py_ssize_t nargs = PyTuple_Size(argt);
-  if (nargs != 11 && nargs != 12) {
+  if (nargs < 11 || nargs > 13) {
     PyErr_Format(PyExc_TypeError,
-                 "normjit._launch.launch_backward takes 11 or 12 arguments (kernel, x, dy, mean, "
-                 "rstd, weight, dx, dweight, dbias, batch, stream[, dresidual_out]), not %zd",
+                 "normjit._launch.launch_backward takes 11 to 13 arguments (kernel, x, dy, mean, "
+                 "rstd, weight, dx, dweight, dbias, batch, stream[, dresidual_out[, bias]]), "
+                 "not %zd",
                  nargs);
     return NULL;
   }
@@ -282,8 +284,12 @@ static PyObject* launch_backward(PyObject* self, PyObject* argt) {
   void* stream;
   if (!as_pointer(PyTuple_GetItem(argt, 10), "stream", /*none_ok=*/1, &stream)) return NULL;
   void* dresidual_out = NULL;
-  if (nargs == 12 &&
+  if (nargs >= 12 &&
       !as_pointer(PyTuple_GetItem(argt, 11), "dresidual_out", /*none_ok=*/1, &dresidual_out)) {
+    return NULL;
+  }
+  void* bias = NULL;
+  if (nargs == 13 && !as_pointer(PyTuple_GetItem(argt, 12), "bias", /*none_ok=*/1, &bias)) {
     return NULL;
   }
   if (!bound_backward) {
@@ -302,6 +308,7 @@ static PyObject* launch_backward(PyObject* self, PyObject* argt) {
   args.dbias = p[8];
   args.batch = (int64_t)batch;
   args.dresidual_out = dresidual_out;
+  args.bias = bias;
   normjit_status status;
   PyThreadState* thread = PyEval_SaveThread();
   status = bound_backward((const normjit_kernel*)p[0], &args, (struct CUstream_st*)stream);

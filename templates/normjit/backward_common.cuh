@@ -6,6 +6,7 @@
 #pragma once
 
 #include "normjit/dtype.cuh"
+#include "normjit/epilogue.cuh"
 #include "normjit/reduce.cuh"
 
 namespace normjit {
@@ -18,6 +19,21 @@ constexpr int kColumnLanes = 8;  // lanes that sum one column's partials (a powe
 // Floats rounded up to whole kSlotAlign: every workspace region starts 32-byte aligned.
 __host__ __device__ constexpr long long padded_floats(long long floats) {
   return (floats + kSlotAlign - 1) / kSlotAlign * kSlotAlign;
+}
+
+// The gradient that reaches the affine step's output where the forward applied an activation
+// (C::kActivation, the epilogue's): dy * act'(z), z = xhat * w + b the forward's value before the
+// activation (w the weight used, offset included, 1 without a weight; b the bias, 0 without).
+// Every backward kernel takes it in place of dy, wherever it reads dy: the gradients of the
+// norm, of the weight (sum dz * xhat) and of the bias (sum dz) are those of the plain norm
+// with dy replaced by dz. Without an activation it is dy itself.
+template <class C>
+__device__ __forceinline__ float through_activation(float dy, float xhat, float w, float b) {
+  if constexpr (C::kActivation == Activation::kNone) {
+    return dy;
+  } else {
+    return dy * activation_slope<C::kActivation>(fmaf(xhat, w, b));
+  }
 }
 
 // Two sums reduced together: LayerNorm's row sums of g and g * xhat (row_backward.cuh);

@@ -5,7 +5,9 @@
 //
 // Per position, over its C channels, in f32: xhat = (x - mean) * rstd (rmsnorm: x * rstd),
 // g = dy * (offset + w[c]), dx = rstd * (g - mean_c(g) - xhat * mean_c(g * xhat)) (rmsnorm:
-// without mean_c(g)).
+// without mean_c(g)). With an activation after the affine step (kActivation), dy is first taken
+// through its derivative at the forward's z = xhat * (offset + w[c]) + b[c] (through_activation,
+// backward_common.cuh), everywhere it is read.
 //
 // A tile is TX * V consecutive positions of one n, as in the forward (channels_norm.cuh): thread
 // (tx, ty) owns V of them and the channels ty, ty + TY, ..., so every access is a V-wide vector
@@ -33,6 +35,8 @@ namespace normjit {
 //   kRms                      rmsnorm (no mean); else layernorm
 //   kWeight, kBias            the forward's affine step: y = xhat * (kWeightOffset + w[c]) + b[c]
 //   kWeightOffset             added to the weight in f32
+//   kActivation               the forward's activation after the affine step (p.bias read
+//                             for z where there is a bias)
 //   kChannels, kSpatial       C, S
 //   kThreadsX, kThreadsY      TX, TY: blockDim = (TX, TY)
 //   kVec                      V: positions per access (V divides S, or V == 1)
@@ -72,6 +76,14 @@ __global__ void __launch_bounds__(C::kThreadsX* C::kThreadsY) channels_backward(
       if (has(i)) w[i] = to_float(static_cast<const P*>(p.weight)[ty + i * TY]) + C::kWeightOffset;
     }
   }
+  // With an activation and a bias: each channel's bias, for z.
+  constexpr bool kActBias = C::kActivation != Activation::kNone && kBias;
+  float bias[kActBias ? kPerThread : 1];
+#pragma unroll
+  for (int i = 0; i < (kActBias ? kPerThread : 1); ++i) {
+    bias[i] = kActBias && has(i) ? to_float(static_cast<const P*>(p.bias)[ty + i * TY]) : 0.f;
+  }
+  const auto bias_of = [&](int i) { return kActBias ? bias[kActBias ? i : 0] : 0.f; };
   float dw[kWeight ? kPerThread : 1] = {}, db[kBias ? kPerThread : 1] = {};
 
   // Per position j: the sums over C of g and g * xhat, reduced over the TY threads of the
@@ -121,6 +133,7 @@ __global__ void __launch_bounds__(C::kThreadsX* C::kThreadsY) channels_backward(
 #pragma unroll
         for (int j = 0; j < V; ++j) {
           const float xhat = (a[j] - mean[j]) * rstd[j];
+          b[j] = through_activation<C>(b[j], xhat, w[i], bias_of(i));
           if constexpr (kWeight) dw[kWeight ? i : 0] = fmaf(b[j], xhat, dw[kWeight ? i : 0]);
           if constexpr (kBias) db[kBias ? i : 0] += b[j];
           const float g = b[j] * w[i];
@@ -151,7 +164,10 @@ __global__ void __launch_bounds__(C::kThreadsX* C::kThreadsY) channels_backward(
         load_vec<X, V>(x + i * (TY * S), xhat);
         load_vec<X, V>(dy + i * (TY * S), g);
 #pragma unroll
-        for (int j = 0; j < V; ++j) xhat[j] = (xhat[j] - mean[j]) * rstd[j], g[j] *= w[i];
+        for (int j = 0; j < V; ++j) {
+          xhat[j] = (xhat[j] - mean[j]) * rstd[j];
+          g[j] = through_activation<C>(g[j], xhat[j], w[i], bias_of(i)) * w[i];
+        }
       }
 #pragma unroll
       for (int j = 0; j < V; ++j) out[j] = rstd[j] * (g[j] - fmaf(xhat[j], mean_gx[j], mean_g[j]));

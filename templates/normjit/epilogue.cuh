@@ -33,28 +33,54 @@ enum class Activation { kNone, kSilu, kGelu };
 //     polynomials cost about 19 more SASS instructions an element (GroupNorm -> GELU 0.73-0.97x
 //     the time on the H200: docs/performance-notes.md, "GELU in the A&S form").
 // tests/gpu/variants_test.cpp (Activation*) measures both against float64 on the device.
+// Phi(v) (the normal CDF) and exp(-v^2 / 2), the A&S form of activate<kGelu> below (its
+// derivative, activation_slope, takes both).
+__device__ __forceinline__ float2 gelu_cdf_and_gauss(float v) {
+  const float a = fabsf(v);
+  float t;  // 1 / (1 + p |v| / sqrt(2)), p = 0.3275911
+  asm("rcp.approx.ftz.f32 %0, %1;"
+      : "=f"(t)
+      : "f"(fmaf(0.3275911f * 0.70710678118654752f, a, 1.0f)));
+  // h = (a1 t + ... + a5 t^5) / 2 * exp(-v^2 / 2): the coefficients halved
+  float p = fmaf(0.5f * 1.061405429f, t, 0.5f * -1.453152027f);
+  p = fmaf(p, t, 0.5f * 1.421413741f);
+  p = fmaf(p, t, 0.5f * -0.284496736f);
+  p = fmaf(p, t, 0.5f * 0.254829592f);
+  p *= t;
+  float e;  // exp(-v^2 / 2)
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(a * (a * (-0.5f * 1.4426950408889634f))));
+  const float h = p * e;
+  return make_float2(v >= 0.f ? 1.0f - h : h, e);
+}
+
 template <Activation A>
 __device__ __forceinline__ float activate(float v) {
   if constexpr (A == Activation::kSilu) {
     return __fdividef(v, 1.0f + __expf(-v));
   } else if constexpr (A == Activation::kGelu) {
-    const float a = fabsf(v);
-    float t;  // 1 / (1 + p |v| / sqrt(2)), p = 0.3275911
-    asm("rcp.approx.ftz.f32 %0, %1;"
-        : "=f"(t)
-        : "f"(fmaf(0.3275911f * 0.70710678118654752f, a, 1.0f)));
-    // h = (a1 t + ... + a5 t^5) / 2 * exp(-v^2 / 2): the coefficients halved
-    float p = fmaf(0.5f * 1.061405429f, t, 0.5f * -1.453152027f);
-    p = fmaf(p, t, 0.5f * 1.421413741f);
-    p = fmaf(p, t, 0.5f * -0.284496736f);
-    p = fmaf(p, t, 0.5f * 0.254829592f);
-    p *= t;
-    float e;  // exp(-v^2 / 2)
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(a * (a * (-0.5f * 1.4426950408889634f))));
-    const float h = p * e;
-    return v * (v >= 0.f ? 1.0f - h : h);
+    return v * gelu_cdf_and_gauss(v).x;
   } else {
     return v;
+  }
+}
+
+// The activation's derivative at v, for the backward kernels (backward_common.cuh):
+//   silu'(v) = s + v * s * (1 - s), s = 1 / (1 + exp(-v)) (__expf and __fdividef as activate's;
+//     s is 0 below v = -87.3, where the derivative is under 1e-36 in magnitude; 1 - s loses
+//     its relative precision above v = 17, where v * s * (1 - s) is under 1e-6);
+//   gelu'(v) = Phi(v) + v * exp(-v^2 / 2) / sqrt(2 pi), Phi and the exponential from the A&S
+//     form above.
+// NaN gives NaN, and so does -inf (as PyTorch's silu_backward and gelu_backward).
+template <Activation A>
+__device__ __forceinline__ float activation_slope(float v) {
+  if constexpr (A == Activation::kSilu) {
+    const float s = __fdividef(1.0f, 1.0f + __expf(-v));
+    return fmaf(v * s, 1.0f - s, s);
+  } else if constexpr (A == Activation::kGelu) {
+    const float2 parts = gelu_cdf_and_gauss(v);
+    return fmaf(v * parts.y, 0.3989422804014327f, parts.x);  // 1 / sqrt(2 pi)
+  } else {
+    return 1.0f;
   }
 }
 

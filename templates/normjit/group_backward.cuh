@@ -8,6 +8,9 @@
 // the row's sums of g and g * xhat are sum_c w[c] * B[n, c] and sum_c w[c] * A[n, c], with
 // A[n, c] = sum_s dy * xhat and B[n, c] = sum_s dy, which are dweight[c] and dbias[c] before
 // the sum over n. So everything reduces to per-channel sums, taken from x and dy once.
+// With an activation after the affine step (kActivation), dy is first taken through its
+// derivative at the forward's z = xhat * (offset + w[c]) + b[c] (through_activation,
+// backward_common.cuh) wherever it is read: A and B are then sums of that, and the rest holds.
 //
 // The work: a unit is M chunks of TEAM * K * V consecutive positions of one channel of one row
 // (T units cover a channel's S; a team of TEAM threads takes a unit, K vectors of V elements
@@ -61,6 +64,8 @@ struct Chunks<T, 1, K, W> {
 //   X, Param                   dtypes of x, dy and dx; of weight, bias, dweight and dbias
 //   kWeight, kBias             the forward's affine step: y = xhat * (kWeightOffset + w) + b
 //   kWeightOffset              added to the weight in f32
+//   kActivation                the forward's activation after the affine step (p.bias read
+//                              for z where there is a bias)
 //   kChannels, kGroups         C, G
 //   kChannelsPerGroup          CG = C / G
 //   kSpatial                   S: elements per channel
@@ -118,6 +123,11 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock, C::kMinBlocksPe
   const P* weight = static_cast<const P*>(p.weight);
   const auto w_of = [&](long long c) {
     return kWeight ? to_float(weight[c]) + C::kWeightOffset : 1.0f;
+  };
+  // The bias of channel c where the activation's z needs it, else 0.
+  constexpr bool kActBias = C::kActivation != Activation::kNone && kBias;
+  const auto b_of = [&](long long c) {
+    return kActBias ? to_float(static_cast<const P*>(p.bias)[c]) : 0.0f;
   };
   __shared__ GradSums scratch[ROWS * kWarps];
 
@@ -188,6 +198,9 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock, C::kMinBlocksPe
     const X* x = static_cast<const X*>(p.x) + at.begin;
     const X* dy = static_cast<const X*>(p.dy) + at.begin;
     GradSums sums{0.f, 0.f};  // g: sum dy; gx: sum dy * xhat
+    // The channel's weight and bias, for the activation's z.
+    const float wc = C::kActivation != Activation::kNone ? w_of(at.c) : 1.f;
+    const float bc = b_of(at.c);
 #pragma unroll
     for (int m = 0; m < M; ++m) {
       float xv[K][V], dyv[K][V];
@@ -205,8 +218,10 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock, C::kMinBlocksPe
       for (int k = 0; k < K; ++k) {
 #pragma unroll
         for (int j = 0; j < V; ++j) {
-          sums.g += dyv[k][j];
-          sums.gx = fmaf(dyv[k][j], (xv[k][j] - mean) * rstd, sums.gx);
+          const float xhat = (xv[k][j] - mean) * rstd;
+          const float d = through_activation<C>(dyv[k][j], xhat, wc, bc);
+          sums.g += d;
+          sums.gx = fmaf(d, xhat, sums.gx);
         }
       }
     }
@@ -299,7 +314,7 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock, C::kMinBlocksPe
     if (!active) return;
     const float mean = p.mean[at.row], rstd = p.rstd[at.row];
     const float mean_g = row.g * (1.0f / H), mean_gx = row.gx * (1.0f / H);
-    const float w = w_of(at.c);
+    const float w = w_of(at.c), b = b_of(at.c);
     if constexpr (!C::kLoadAhead) prologue();
 #pragma unroll
     for (int m = 0; m < M; ++m) {
@@ -319,7 +334,8 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock, C::kMinBlocksPe
             dyj = Floats::of(dyv, m)[k][j];
           }
           const float xhat = (xj - mean) * rstd;
-          out[j] = rstd * (dyj * w - fmaf(xhat, mean_gx, mean_g));
+          const float g = through_activation<C>(dyj, xhat, w, b) * w;
+          out[j] = rstd * (g - fmaf(xhat, mean_gx, mean_g));
         }
         store_vec<X, V>(dx + col(m, k), out);
       }

@@ -7,7 +7,10 @@
 // As in group_backward.cuh: per (n, g), in f32, xhat = (x - mean) * rstd, g = dy * (offset +
 // w[c]), dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), and the group's sums of g and
 // g * xhat are sum_c w[c] * B[n, c] and sum_c w[c] * A[n, c], with A[n, c] = sum_s dy * xhat
-// and B[n, c] = sum_s dy, which are dweight[c] and dbias[c] before the sum over n.
+// and B[n, c] = sum_s dy, which are dweight[c] and dbias[c] before the sum over n. With an
+// activation after the affine step (kActivation), dy is first taken through its derivative at
+// the forward's z = xhat * (offset + w[c]) + b[c] (through_activation, backward_common.cuh)
+// wherever it is read.
 //
 // Channels last, a position's C channels are contiguous: a CTA of (TX, TY) threads covers every
 // channel of TY consecutive positions at a time, thread (tx, ty) the V consecutive channels
@@ -59,6 +62,8 @@ __device__ __forceinline__ float2 load_global_cg2(const float* p) {
 //   X, Param                   dtypes of x, dy and dx; of weight, dweight and dbias
 //   kWeight, kBias             the forward's affine step: y = xhat * (kWeightOffset + w) + b
 //   kWeightOffset              added to the weight in f32
+//   kActivation                the forward's activation after the affine step (p.bias read
+//                              for z where there is a bias)
 //   kChannels, kGroups         C, G
 //   kChannelsPerGroup          CG = C / G
 //   kSpatial                   S: positions per item
@@ -113,6 +118,14 @@ __global__ void __launch_bounds__(C::kThreadsX* C::kThreadsY, C::kMinBlocksPerSm
   float w[V];
 #pragma unroll
   for (int j = 0; j < V; ++j) w[j] = w_of(c0 + j);
+  // With an activation and a bias: the thread's channels' bias, for z.
+  constexpr bool kActBias = C::kActivation != Activation::kNone && kBias;
+  float bias[kActBias ? V : 1];
+#pragma unroll
+  for (int j = 0; j < (kActBias ? V : 1); ++j) {
+    bias[j] = kActBias ? to_float(static_cast<const P*>(p.bias)[c0 + j]) : 0.f;
+  }
+  const auto bias_of = [&](int j) { return kActBias ? bias[kActBias ? j : 0] : 0.f; };
 
   // Step 1's sums of the CTA's TY threads, [ty][c] (A, then B), and step 3's group means.
   __shared__ float sum_a[TY][CH], sum_b[TY][CH];
@@ -177,8 +190,9 @@ __global__ void __launch_bounds__(C::kThreadsX* C::kThreadsY, C::kMinBlocksPerSm
           if (!in[i]) continue;
 #pragma unroll
           for (int j = 0; j < V; ++j) {
-            const float d = dyv[i][j];
-            a[j] = fmaf(d, xhat_of(xv[i][j], j), a[j]);
+            const float xhat = xhat_of(xv[i][j], j);
+            const float d = through_activation<C>(dyv[i][j], xhat, w[j], bias_of(j));
+            a[j] = fmaf(d, xhat, a[j]);
             b[j] += d;
           }
         }
@@ -301,10 +315,11 @@ __global__ void __launch_bounds__(C::kThreadsX* C::kThreadsY, C::kMinBlocksPerSm
           float out[V];
 #pragma unroll
           for (int j = 0; j < V; ++j) {
-            const float g = dyv[i][j] * w[j];
+            const float xhat = xhat_of(xv[i][j], j);
+            const float g = through_activation<C>(dyv[i][j], xhat, w[j], bias_of(j)) * w[j];
             const float r = rstd[kOneGroup ? 0 : j];
             const int m = kOneGroup ? 0 : j;
-            out[j] = r * (g - fmaf(xhat_of(xv[i][j], j), mean_gx[m], mean_g[m]));
+            out[j] = r * (g - fmaf(xhat, mean_gx[m], mean_g[m]));
           }
           store_vec<X, V>(dx + (k0 + i) * TY * CH, out);
         }

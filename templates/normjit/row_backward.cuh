@@ -15,6 +15,10 @@
 // Per row, in f32: xhat = (x - mean) * rstd (rmsnorm: x * rstd), g = dy * (offset + w),
 //   dx = rstd * (g - mean(g) - xhat * mean(g * xhat))   (rmsnorm: without mean(g)),
 // the two means from one team reduction of a pair (rmsnorm: of one float).
+// With an activation after the affine step (kActivation), dy is first taken through its
+// derivative at the forward's z = xhat * (offset + w) + b (through_activation,
+// backward_common.cuh) wherever it is read; the bias is held like the weight (or loaded again
+// with it: kReloadWeight).
 // With a residual (the forward's fused add: its x here is h = x + residual, which the forward
 // wrote to residual_out), dx = that + dh, dh being h's gradient from its other uses (p.residual,
 // x's dtype), added in f32 before the one rounding to x's dtype: the gradient of both the
@@ -56,6 +60,8 @@ struct RowGradSums<true> {
 //   kRms                      rmsnorm (no mean); else layernorm
 //   kWeight, kBias            the forward's affine step: y = xhat * (kWeightOffset + w) + b
 //   kWeightOffset             added to the weight in f32 (Gemma)
+//   kActivation               the forward's activation after the affine step (p.bias read
+//                             for z where there is a bias)
 //   kResidual                 dh (p.residual, x's dtype) added to dx
 //   kLateResidual             (with kResidual) each vector of dh loaded at its store, not with
 //                             x and dy (teams of 64 registers a thread)
@@ -138,6 +144,33 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock) row_backward(Pa
       for (int j = 0; j < V; ++j) w[k][j] += C::kWeightOffset;
     }
   }
+  // With an activation and a bias: the bias of vector k for z (held like the weight, or loaded
+  // again with it); zeros without one or past the row's end.
+  constexpr bool kActBias = C::kActivation != Activation::kNone && kBias;
+  float bh[kActBias && !kReload ? K : 1][V];
+  if constexpr (kActBias && !kReload) {
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      if (col(k) < H) {
+        load_vec<P, V>(static_cast<const P*>(p.bias) + col(k), bh[k]);
+      } else {
+#pragma unroll
+        for (int j = 0; j < V; ++j) bh[k][j] = 0.f;
+      }
+    }
+  }
+  const auto bias_of = [&](int k, float(&bv)[V]) {
+#pragma unroll
+    for (int j = 0; j < V; ++j) bv[j] = 0.f;
+    if constexpr (kActBias) {
+      if constexpr (kReload) {
+        if (col(k) < H) load_vec<P, V>(static_cast<const P*>(p.bias) + col(k), bv);
+      } else {
+#pragma unroll
+        for (int j = 0; j < V; ++j) bv[j] = bh[k][j];
+      }
+    }
+  };
   float dw[kWeight ? K : 1][V] = {}, db[kBias ? K : 1][V] = {};
   // kSharedBiasSums: the dbias sums live in shared memory, each thread touching only its own
   // words (a warp's accesses consecutive), so no barrier orders them.
@@ -303,7 +336,7 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock) row_backward(Pa
       Sums sums{};
 #pragma unroll
       for (int k = 0; k < K; ++k) {
-        float xk[V], gk[V], wk[V];
+        float xk[V], gk[V], wk[V], bk[V];
         unpack(xw[k], xk);
         unpack(gw[k], gk);
         if constexpr (kWeight) {
@@ -314,10 +347,12 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock) row_backward(Pa
             for (int j = 0; j < V; ++j) wk[j] = 0.f;
           }
         }
+        bias_of(k, bk);
 #pragma unroll
         for (int j = 0; j < V; ++j) {
           const float xh = (xk[j] - mean) * rstd;
-          add_terms(sums, k, j, gk[j], xh, kWeight ? wk[j] : 1.f);
+          const float wj = kWeight ? wk[j] : 1.f;
+          add_terms(sums, k, j, through_activation<C>(gk[j], xh, wj, bk[j]), xh, wj);
         }
       }
       const Sums total = team_reduce<TEAM, ROWS, true, C::kTeamBarriers>(sums, scratch);
@@ -328,14 +363,16 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock) row_backward(Pa
 #pragma unroll
       for (int k = 0; k < K; ++k) {
         if (col(k) >= H) continue;
-        float xk[V], gk[V], wk[V], out[V];
+        float xk[V], gk[V], wk[V], bk[V], out[V];
         unpack(xw[k], xk);
         unpack(gw[k], gk);
         if constexpr (kWeight) weight_of(k, wk);
+        bias_of(k, bk);
 #pragma unroll
         for (int j = 0; j < V; ++j) {
           const float xh = (xk[j] - mean) * rstd;
-          const float gj = kWeight ? gk[j] * wk[j] : gk[j];
+          const float d = through_activation<C>(gk[j], xh, kWeight ? wk[j] : 1.f, bk[j]);
+          const float gj = kWeight ? d * wk[j] : d;
           out[j] = rstd * (gj - fmaf(xh, mean_gx, mean_g));
         }
         add_dh(row, k, dhw, out);
@@ -358,7 +395,7 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock) row_backward(Pa
       Sums sums{};
 #pragma unroll
       for (int k = 0; k < K; ++k) {
-        float wk[V];
+        float wk[V], bk[V];
         if constexpr (kReload) {
           if (col(k) < H) {
             weight_of(k, wk);
@@ -367,6 +404,7 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock) row_backward(Pa
             for (int j = 0; j < V; ++j) wk[j] = 0.f;
           }
         }
+        bias_of(k, bk);
 #pragma unroll
         for (int j = 0; j < V; ++j) {
           xhat[k][j] = (xhat[k][j] - mean) * rstd;  // 0 past the row's end
@@ -376,7 +414,8 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock) row_backward(Pa
           } else if constexpr (kWeight) {
             wj = w[k][j];
           }
-          g[k][j] = add_terms(sums, k, j, g[k][j], xhat[k][j], wj);
+          const float d = through_activation<C>(g[k][j], xhat[k][j], wj, bk[j]);
+          g[k][j] = add_terms(sums, k, j, d, xhat[k][j], wj);
         }
       }
       const Sums total = team_reduce<TEAM, ROWS, true, C::kTeamBarriers>(sums, scratch);

@@ -237,6 +237,10 @@ __device__ __forceinline__ void add_slices_in_order(const float* slices, long lo
 //   kRms                      rmsnorm (no mean); else layernorm
 //   kWeight, kBias            the forward's affine step: y = xhat * (kWeightOffset + w) + b
 //   kWeightOffset             added to the weight in f32 (Gemma)
+//   kActivation               the forward's activation after the affine step: dy taken through
+//                             its derivative at z = xhat * (offset + w) + b (through_activation,
+//                             backward_common.cuh) wherever it is read; p.bias read for z (with
+//                             the weight) where there is a bias
 //   kRowLength                H: elements normalized together
 //   kThreads, kBlocksPerSm    threads per CTA; CTAs per SM the launch bounds ask for
 //   kVec, kVectors            V: elements per access (V divides H); K: vectors per thread (held:
@@ -314,6 +318,25 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm) row_split_backwa
       for (int j = 0; j < V; ++j) w[k][j] += C::kWeightOffset;
     }
   };
+  // With an activation and a bias: the bias of the piece at `at`, for z (zeros past the part's
+  // end); nothing otherwise.
+  constexpr bool kActBias = C::kActivation != Activation::kNone && kBias;
+  constexpr int KB = kActBias ? K : 1;
+  const auto load_bias = [&](long long at, float(&b)[KB][V]) {
+#pragma unroll
+    for (int k = 0; k < KB; ++k) {
+      if (kActBias && col(at, k) < end) {
+        load_vec<PT, V>(static_cast<const PT*>(p.bias) + col(at, k), b[k]);
+      } else {
+#pragma unroll
+        for (int j = 0; j < V; ++j) b[k][j] = 0.f;
+      }
+    }
+  };
+  // The weight used for z and g: 1 without a weight.
+  const auto w_at = [](const float(&w)[kWeight ? K : 1][V], int k, int j) {
+    return kWeight ? w[kWeight ? k : 0][j] : 1.f;
+  };
   exchange.start();
   __syncthreads();  // every thread reads the generation thread 0 wrote
   unsigned long long g = exchange.base_generation();
@@ -322,8 +345,10 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm) row_split_backwa
     // Held: the part in registers, a row at a time.
     // The weight is held for the whole launch, or (kReloadWeight) loaded again with each row's
     // x and dy (from L1: the CTA's columns are the same every row), which frees its registers.
-    float w[kWeight ? K : 1][V];
+    // With an activation, the bias as the weight: held, or loaded again with each row.
+    float w[kWeight ? K : 1][V], bias[KB][V] = {};
     if constexpr (kWeight && !C::kReloadWeight) load_weight(begin, w);
+    if constexpr (kActBias && !C::kReloadWeight) load_bias(begin, bias);
     float dw[kWeight ? K : 1][V] = {}, db[kBias ? K : 1][V] = {};
     // kSharedBiasSums: the dbias sums live in shared memory ([k][j][tid]: a warp's accesses are
     // consecutive words), each thread touching only its own, so no barrier orders them.
@@ -356,12 +381,15 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm) row_split_backwa
         }
       }
       if constexpr (kWeight && C::kReloadWeight) load_weight(begin, w);
+      if constexpr (kActBias && C::kReloadWeight) load_bias(begin, bias);
       GradSums sums[1] = {{0.f, 0.f}};
 #pragma unroll
       for (int k = 0; k < K; ++k) {
 #pragma unroll
         for (int j = 0; j < V; ++j) {
           xhat[k][j] = (xhat[k][j] - mean) * rstd;  // 0 past the row's end
+          gv[k][j] =
+              through_activation<C>(gv[k][j], xhat[k][j], w_at(w, k, j), bias[kActBias ? k : 0][j]);
           if constexpr (kWeight) dw[k][j] = fmaf(gv[k][j], xhat[k][j], dw[k][j]);
           if constexpr (kSharedDb) {
             db_at(k, j) += gv[k][j];
@@ -468,8 +496,9 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm) row_split_backwa
       for (int r = 0; r < W; ++r) sums[r] = GradSums{0.f, 0.f};
       for (long long i = 0; i < kPieces; ++i) {
         const long long at = begin + i * kPiece;
-        float w[kWeight ? K : 1][V];
+        float w[kWeight ? K : 1][V], bias[KB][V] = {};
         if constexpr (kWeight) load_weight(at, w);
+        if constexpr (kActBias) load_bias(at, bias);
         float dw[kWeight ? K : 1][V] = {}, db[kBias ? K : 1][V] = {};
 #pragma unroll
         for (int r = 0; r < W; ++r) {
@@ -495,6 +524,8 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm) row_split_backwa
 #pragma unroll
             for (int j = 0; j < V; ++j) {
               const float xhat = (xv[k][j] - mean) * rstd;  // 0 past the row's end
+              gv[k][j] =
+                  through_activation<C>(gv[k][j], xhat, w_at(w, k, j), bias[kActBias ? k : 0][j]);
               if constexpr (kWeight) dw[k][j] = fmaf(gv[k][j], xhat, dw[k][j]);
               if constexpr (kBias) db[k][j] += gv[k][j];
               const float gw = kWeight ? gv[k][j] * w[k][j] : gv[k][j];
@@ -537,8 +568,9 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm) row_split_backwa
       // Pass 2: dx, x and dy read again.
       for (long long i = 0; i < kPieces; ++i) {
         const long long at = begin + i * kPiece;
-        float w[kWeight ? K : 1][V];
+        float w[kWeight ? K : 1][V], bias[KB][V] = {};
         if constexpr (kWeight) load_weight(at, w);
+        if constexpr (kActBias) load_bias(at, bias);
 #pragma unroll
         for (int r = 0; r < W; ++r) {
           if (r >= n) break;
@@ -566,7 +598,9 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm) row_split_backwa
 #pragma unroll
             for (int j = 0; j < V; ++j) {
               const float xhat = (xv[k][j] - mean) * rstd;
-              const float gw = kWeight ? gv[k][j] * w[k][j] : gv[k][j];
+              const float d =
+                  through_activation<C>(gv[k][j], xhat, w_at(w, k, j), bias[kActBias ? k : 0][j]);
+              const float gw = kWeight ? d * w[k][j] : d;
               out[j] = rstd * (gw - fmaf(xhat, mean_gx, mean_g));
             }
             add_dh(row, at, k, out);

@@ -1,17 +1,21 @@
 // normjit's kernels emulated on the host (no GPU; host_cuda.hpp says how and what that checks).
-// For each spec of a list: plan it for sm_90, emit its source, compile that with the host
-// templates (host_templates.py's) into a shared object, and launch it over the plan's grid for a
-// device of each given number of co-resident CTAs (each CTA a process). Against float64:
+// For each spec of a list: plan it for sm_90 (or --arch's target), emit its source, compile that
+// with the host templates (host_templates.py's) into a shared object, and launch it over the plan's
+// grid for a device of each given number of co-resident CTAs (each CTA a process). Against float64:
 //   forward: y (through the activation, times the scale of an fp8 output), h = x + residual where
 //   the spec adds one (written to residual_out and normalized), the statistics with save_stats;
 //   a line "strided SPEC" launches a trailing form with row strides longer than its rows;
-//   backward: dx (plus dh with a residual), dweight and dbias, from the same saved statistics.
+//   backward: dx (plus dh with a residual), dweight and dbias, from the same saved statistics
+//     (with an activation: dy through its derivative at the forward's xhat * w + b).
 // And y's (dx's) bits must not depend on the grid: a row's, group's or position's result is the
 // same whatever CTAs share the launch. Not emulated: the cluster kernel (channels-slab:
 // distributed shared memory).
 //
-//   kernel_emulation --cxx CXX --templates DIR --emulation DIR --work DIR [--co 5,300] SPECS
+//   kernel_emulation --cxx CXX --templates DIR --emulation DIR --work DIR [--co 5,300]
+//                    [--arch sm_90:8] SPECS
 //
+// --arch: the target the specs are planned for (normjit dump's form): a part with few
+// multiprocessors makes the split and streamed plans of long rows reachable at small sizes.
 // SPECS: a spec text a line ('#' comments). Exit status 0 when every launch matches, 1 when one
 // does not, 2 on a usage or setup error.
 #include <dlfcn.h>
@@ -131,6 +135,7 @@ uint64_t fnv(const void* p, size_t bytes, uint64_t h = 1469598103934665603ull) {
 struct Options {
   std::string cxx, templates, emulation, work, specs;
   std::vector<int64_t> co = {5, 300};
+  std::string arch = "sm_90";
 };
 
 using RunCta = void (*)(const void*, unsigned, unsigned, unsigned, unsigned);
@@ -203,10 +208,13 @@ class Problem {
     rstd_ = static_cast<float*>(allocate(rows_ * 4));
     if (weight_) w_ = allocate(params_ * 4), dw_ = allocate(params_ * 4);
     if (bias_) db_ = allocate(params_ * 4);
+    // With an activation the backward reads the bias too (the activation's input).
+    const bool read_bias = bias_ && spec.activation != normjit::Activation::kNone;
+    if (read_bias) b_ = allocate(params_ * 4);
     std::mt19937_64 rng(seed);
     std::normal_distribution<double> normal(0, 1);
     x64_.resize(n_), dy64_.resize(n_), dh64_.resize(spec.residual ? n_ : 0);
-    w64_.assign(params_, 1.0);
+    w64_.assign(params_, 1.0), b64_.assign(params_, 0.0);
     for (int64_t i = 0; i < n_; ++i) {
       store(x_, i, float(0.5 + 2.0 * normal(rng)), xd), x64_[i] = load(x_, i, xd);
       store(dy_, i, float(normal(rng)), xd), dy64_[i] = load(dy_, i, xd);
@@ -215,6 +223,7 @@ class Problem {
     for (int64_t c = 0; c < params_ && weight_; ++c) {
       store(w_, c, float(1.0 + 0.5 * normal(rng) - spec.weight_offset), pd);
       w64_[c] = spec.weight_offset + load(w_, c, pd);
+      if (read_bias) store(b_, c, float(normal(rng)), pd), b64_[c] = load(b_, c, pd);
     }
     const bool rms = spec.op == normjit::Op::kRmsNorm;
     for (int64_t r = 0; r < rows_; ++r) {  // the statistics a forward saves, in f32
@@ -303,7 +312,7 @@ class Problem {
       p.y_rows = p.residual_out_rows = {ys_, ys_};
       return p;
     }
-    p.x = x_, p.y = dx_, p.weight = w_, p.workspace = workspace;
+    p.x = x_, p.y = dx_, p.weight = w_, p.bias = b_, p.workspace = workspace;
     p.batch = spec_.channel_rows() ? spec_.batch() * spec_.spatial() : spec_.batch();
     p.inner_rows = 1, p.inner_magic = 1, p.inner_shift = 0;
     p.x_rows = p.y_rows = {h_, h_};
@@ -377,6 +386,21 @@ class Problem {
     }
     return v;
   }
+  // The activation's derivative at v.
+  double slope(double v) const {
+    switch (spec_.activation) {
+      case normjit::Activation::kSilu: {
+        const double s = 1.0 / (1.0 + std::exp(-v));
+        return s * (1.0 + v * (1.0 - s));
+      }
+      case normjit::Activation::kGelu:
+        return 0.5 * std::erfc(-v * 0.70710678118654752440) +
+               v * std::exp(-0.5 * v * v) * 0.39894228040143267794;
+      case normjit::Activation::kNone:
+        break;
+    }
+    return 1.0;
+  }
 
   // Relative errors of dx, dweight, dbias (NaN where an output is not finite).
   std::vector<double> errors() const {
@@ -390,9 +414,12 @@ class Problem {
       double mean_g = 0, mean_gx = 0;
       for (int64_t i = 0; i < h_; ++i) {
         const int64_t at = offset(r, i), c = param(at, i);
-        xhat[i] = (x64_[at] - m) * s, g[i] = dy64_[at] * w64_[c];
+        xhat[i] = (x64_[at] - m) * s;
+        // dy through the activation, at the forward's z = xhat * w + b
+        const double dz = dy64_[at] * slope(xhat[i] * w64_[c] + b64_[c]);
+        g[i] = dz * w64_[c];
         mean_g += g[i], mean_gx += g[i] * xhat[i];
-        dw[c] += dy64_[at] * xhat[i], db[c] += dy64_[at];
+        dw[c] += dz * xhat[i], db[c] += dz;
       }
       mean_g = rms ? 0.0 : mean_g / double(h_), mean_gx /= double(h_);
       for (int64_t i = 0; i < h_; ++i) {
@@ -478,6 +505,8 @@ bool parse(int argc, char** argv, Options& o) {
       o.co.clear();
       std::stringstream list(value());
       for (std::string item; std::getline(list, item, ',');) o.co.push_back(std::stoll(item));
+    } else if (a == "--arch") {
+      o.arch = value();
     } else if (o.specs.empty() && a[0] != '-') {
       o.specs = a;
     } else {
@@ -496,7 +525,7 @@ int main(int argc, char** argv) {
   if (!parse(argc, argv, o)) {
     std::fprintf(stderr,
                  "usage: kernel_emulation --cxx CXX --templates DIR --emulation DIR --work DIR "
-                 "[--co 5,300] SPECS\n");
+                 "[--co 5,300] [--arch sm_90:8] SPECS\n");
     return 2;
   }
   std::ifstream list(o.specs);
@@ -504,7 +533,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "kernel_emulation: cannot read %s\n", o.specs.c_str());
     return 2;
   }
-  const normjit::Target target = normjit::Target::parse("sm_90");
+  const normjit::Target target = normjit::Target::parse(o.arch);
   int index = 0, failed = 0, passed = 0;
   for (std::string line; std::getline(list, line);) {
     if (line.empty() || line[0] == '#') continue;

@@ -181,7 +181,9 @@ normjit_status normjit_launch_ex(const normjit_kernel* kernel, const normjit_lau
  * contiguous; the statistics are one f32 per row (groupnorm: per (n, g); the channel forms: per
  * (n, position)), as the forward with save_stats wrote them. With a residual (the forward's
  * fused add, h = x + residual normalized), x is h (the forward's residual_out) and dx is the
- * norm's gradient plus dresidual_out: the gradient of the forward's x and of its residual. */
+ * norm's gradient plus dresidual_out: the gradient of the forward's x and of its residual.
+ * With an activation (the forward's, after its affine step), dy is the gradient of the
+ * activation's output; the kernel reads the bias (affine both) for the activation's input. */
 typedef struct normjit_backward_args {
   size_t size;        /* sizeof(normjit_backward_args), set by normjit_backward_args_init */
   const void* x;      /* the forward's input */
@@ -197,6 +199,10 @@ typedef struct normjit_backward_args {
   const void* dresidual_out; /* with a residual: h's gradient from its other uses, x's dtype,
                                 added to dx; dx may equal it (in place). Added after batch: a
                                 caller built before it passes a smaller size, read as NULL */
+  const void* bias;          /* with an activation and affine both: the forward's bias, the
+                                parameters' dtype (the activation's derivative is taken at
+                                xhat * weight + bias), else NULL. Added after dresidual_out,
+                                read as NULL from a smaller size */
 } normjit_backward_args;
 
 /* Fills *args with the defaults (every pointer NULL, batch 0). */

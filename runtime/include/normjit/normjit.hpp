@@ -65,6 +65,9 @@ struct BackwardArgs {
   // Required with a residual: h's gradient from its other uses (the residual stream), x's
   // dtype, added to dx; dx may equal it (in place).
   const void* dresidual_out = nullptr;
+  // Required with an activation and affine both (the activation's derivative is taken at
+  // xhat * weight + bias), else nullptr: the forward's bias, the parameters' dtype.
+  const void* bias = nullptr;
 };
 
 // Where a prepared kernel's binary came from.

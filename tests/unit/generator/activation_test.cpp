@@ -166,22 +166,79 @@ TEST(ActivationSpec, BadValuesNameTheKeyAndValue) {
   }
 }
 
-// The backward kernels differentiate the norm alone: an activation with backward=true is
-// refused as not supported yet, naming the activation, whatever the op.
-TEST(ActivationSpec, BackwardWithAnActivationIsUnsupported) {
-  for (const char* text : {
-           "op=layernorm shape=16,1000 dtype=bf16 activation=silu backward=true",
-           "op=rmsnorm shape=4,4096 normalized_dims=1 affine=weight activation=gelu backward=true",
-       }) {
-    const Error e = refusal(text);
-    EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
-    EXPECT_TRUE(has(e.what(), "activation '")) << e.what();
-    EXPECT_TRUE(has(e.what(), "backward=true")) << e.what();
+// backward=true with an activation: the kernel of the forward's norm + activation. The spec
+// keeps the activation in its text (its own cache key), and refuses nothing it took without.
+TEST(ActivationSpec, BackwardTakesEachActivationWithItsOwnText) {
+  for (const std::string& text : kForms) {
+    const NormSpec plain = NormSpec::parse(text + " backward=true");
+    for (const char* name : {"silu", "gelu"}) {
+      const NormSpec s = NormSpec::parse(text + " activation=" + name + " backward=true");
+      EXPECT_TRUE(s.backward);
+      EXPECT_EQ(s.activation, parse_activation(name));
+      EXPECT_TRUE(has(s.to_string(), std::string(" activation=") + name + " backward=true"))
+          << s.to_string();
+      EXPECT_EQ(NormSpec::parse(s.to_string()), s) << s.to_string();
+      EXPECT_NE(s.to_string(), plain.to_string());
+    }
   }
-  const Error silu = refusal("op=layernorm shape=16,1000 activation=silu backward=true");
-  EXPECT_TRUE(has(silu.what(), "unsupported activation 'silu'")) << silu.what();
-  // none is no activation: the backward spec stands.
-  EXPECT_NO_THROW(NormSpec::parse("op=layernorm shape=16,1000 activation=none backward=true"));
+  // With the other backward axes (a residual, the weight offset, f32 parameters, channels last).
+  EXPECT_NO_THROW(NormSpec::parse(
+      "op=layernorm shape=16,1000 dtype=bf16 residual=bf16 weight_offset=1 param_dtype=f32 "
+      "activation=silu backward=true"));
+  EXPECT_NO_THROW(NormSpec::parse(
+      "op=groupnorm shape=2,320,8,8 dtype=bf16 groups=32 layout=nhwc activation=gelu "
+      "backward=true"));
+  // none is no activation: the same spec as without.
+  EXPECT_EQ(NormSpec::parse("op=layernorm shape=16,1000 activation=none backward=true"),
+            NormSpec::parse("op=layernorm shape=16,1000 backward=true"));
+}
+
+// Every backward strategy takes the activation: the same plan as without (strategy, launch
+// shape, vectors, workspace), a note naming the derivative, and a configuration whose
+// kActivation names it (the plain backward's: kNone).
+TEST(ActivationPlan, BackwardKeepsThePlanAndNamesTheActivation) {
+  const Target target = Target::parse("sm_90");
+  const std::vector<std::pair<std::string, Strategy>> cases = {
+      {"op=layernorm shape=64,4096 dtype=bf16 affine=both", Strategy::kRowBackward},
+      {"op=layernorm shape=4,16384 dtype=bf16 affine=both", Strategy::kRowBackward},
+      {"op=layernorm shape=2,1048576 dtype=f32 affine=both", Strategy::kRowSplitBackward},
+      {"op=groupnorm shape=2,320,64,64 dtype=bf16 groups=32", Strategy::kGroupBackward},
+      {"op=groupnorm shape=2,320,64,64 dtype=bf16 groups=32 layout=nhwc",
+       Strategy::kGroupNhwcBackward},
+      {"op=layernorm shape=32,768,56,56 dtype=bf16 normalized_dims=0", Strategy::kChannelsBackward},
+      {"op=layernorm shape=32,768,56,56 dtype=bf16 normalized_dims=0 layout=nhwc",
+       Strategy::kRowBackward},
+  };
+  for (const auto& [text, strategy] : cases) {
+    const KernelPlan plain = plan(NormSpec::parse(text + " backward=true"), target);
+    ASSERT_EQ(plain.strategy, strategy) << text;
+    const EmittedKernel plain_source = emit(plain);
+    EXPECT_TRUE(has(plain_source.source,
+                    "static constexpr normjit::Activation kActivation = "
+                    "normjit::Activation::kNone;"))
+        << plain_source.source;
+    for (const char* name : {"silu", "gelu"}) {
+      const KernelPlan p =
+          plan(NormSpec::parse(text + " activation=" + name + " backward=true"), target);
+      EXPECT_EQ(p.strategy, strategy) << text << " " << name;
+      EXPECT_EQ(p.block_x, plain.block_x);
+      EXPECT_EQ(p.block_y, plain.block_y);
+      EXPECT_EQ(p.vec, plain.vec);
+      EXPECT_EQ(p.vectors, plain.vectors);
+      EXPECT_EQ(p.split_chunks, plain.split_chunks);
+      EXPECT_EQ(p.workspace_floats(300), plain.workspace_floats(300)) << text;
+      EXPECT_TRUE(has(p.why, std::string("dy taken through ") + name + "'s derivative")) << p.why;
+      EXPECT_FALSE(has(p.why, "applied to y")) << p.why;
+      const EmittedKernel e = emit(p);
+      const std::string constant = std::string(name) == "silu" ? "kSilu" : "kGelu";
+      EXPECT_TRUE(has(e.source,
+                      "static constexpr normjit::Activation kActivation = "
+                      "normjit::Activation::" +
+                          constant + ";"))
+          << e.source;
+      EXPECT_NE(e.kernel, plain_source.kernel);
+    }
+  }
 }
 
 // validate() checks a struct built by hand (the C++ API): an enum value outside the three.
