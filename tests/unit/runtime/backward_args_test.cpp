@@ -186,6 +186,43 @@ TEST(BackwardArgs, AResidualTakesTheGradientOfH) {
   EXPECT_TRUE(has(m, "invalid dresidual_out 0x") && has(m, "has no residual")) << m;
 }
 
+// With an activation (the forward's, after its affine step) the kernel reads the bias for the
+// activation's input z = xhat * w + b: required exactly with an activation and affine both,
+// passed to the kernel, read-only (it may share memory with other inputs, not with dx).
+TEST(BackwardArgs, AnActivationWithABiasTakesTheBias) {
+  const NormSpec spec = NormSpec::parse(
+      "op=groupnorm shape=2,64,4,4 groups=8 affine=both activation=silu backward=true");
+  BackwardArgs a = full(2);
+  std::string m = refusal(spec, a);
+  EXPECT_TRUE(has(m, "invalid bias nullptr") && has(m, "xhat * weight + bias")) << m;
+  a.bias = fake(10);
+  const Params p = detail::backward_params(spec, a);
+  EXPECT_EQ(p.bias, a.bias);
+  EXPECT_EQ(p.weight, a.weight);
+  a.bias = a.weight;  // read-only beside the weight
+  EXPECT_NO_THROW(detail::backward_params(spec, a));
+  a.bias = a.dx;
+  m = refusal(spec, a);
+  EXPECT_TRUE(has(m, "invalid dx 0x") && has(m, "overlaps bias")) << m;
+  // Without a bias, or without an activation, it is refused: the kernel would not read it.
+  BackwardArgs b = full(2);
+  b.dbias = nullptr;
+  b.bias = fake(10);
+  m = refusal(NormSpec::parse("op=groupnorm shape=2,64,4,4 groups=8 affine=weight "
+                              "activation=gelu backward=true"),
+              b);
+  EXPECT_TRUE(has(m, "invalid bias 0x") && has(m, "has no bias")) << m;
+  b.bias = nullptr;
+  EXPECT_NO_THROW(detail::backward_params(
+      NormSpec::parse("op=groupnorm shape=2,64,4,4 groups=8 affine=weight activation=gelu "
+                      "backward=true"),
+      b));
+  BackwardArgs c = full();
+  c.bias = fake(10);
+  m = refusal(layernorm(), c);
+  EXPECT_TRUE(has(m, "invalid bias 0x") && has(m, "has no activation")) << m;
+}
+
 // The channel forms channels last: the row kernel over N x S rows of C; the statistics are one
 // per (n, position), in that order.
 TEST(BackwardArgs, ChannelFormsInNhwcLaunchNTimesSRows) {
