@@ -25,7 +25,7 @@ mkdir -p "$out"
 case "${1:-}" in
   focused)
     timeout 330 build-gpu/tests/gpu/gpu_tests \
-      --gtest_filter='BackwardGpu.Residual*:BackwardGpu.InPlace*:BackwardGpu.CApi*:BackwardGpu.Cuda*:BackwardChannelsGpu.ChannelFormsInNhwc*:BackwardChannelsGpu.GroupNormInNhwc*' \
+      --gtest_filter='BackwardGpu.Residual*:BackwardGpu.InPlace*:BackwardGpu.CApi*:BackwardGpu.Cuda*:BackwardChannelsGpu.ChannelFormsInNhwc*:BackwardChannelsGpu.GroupNormInNhwc*:Backward*Activation*' \
       > "$out/gtest.log" 2>&1
     echo "gtest: exit $? ($(grep -E '^\[  (PASSED|FAILED)' "$out/gtest.log" | tr '\n' ' '))"
     site=/tmp/normjit-session63-site
@@ -34,9 +34,10 @@ case "${1:-}" in
     python3 -m zipfile -e "${wheels[0]}" "$site"
     PYTHONPATH=$site timeout 200 python3 -m pytest -q -rfEs -p no:cacheprovider \
       tests/python/test_autograd_gpu.py tests/python/test_autograd_channels_gpu.py \
-      -k "add or gemma or channels_last" > "$out/pytest.log" 2>&1
+      tests/python/test_activation_gpu.py \
+      -k "add or gemma or channels_last or training" > "$out/pytest.log" 2>&1
     echo "pytest: exit $? ($(tail -1 "$out/pytest.log"))"
-    for specs in backward-session62 backward-session63; do
+    for specs in backward-session62 backward-session63 backward-session64; do
       timeout 90 build-gpu/tools/normjit bench --specs "scripts/specs/$specs.txt" \
         > "$out/bench-$specs.txt" 2>&1
       echo "normjit bench $specs: exit $?"

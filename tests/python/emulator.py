@@ -2,7 +2,8 @@
 there is no GPU): Emulator's prepare records spec texts (and, given a real engine as `library`,
 asks it whether it takes the spec, for sm_90); its launch functions record their arguments and
 compute, in float64, into the host memory the pointers name what the kernels would write
-(forward rows with a residual, strided rows, statistics; the backward). Routed in with
+(forward rows with a residual, strided rows, statistics, an activation; the backward, with an
+activation through its derivative). Routed in with
 conftest.launch_path_into. Needs PyTorch."""
 import ctypes
 import math
@@ -10,6 +11,21 @@ import math
 import torch
 
 _DT = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+
+
+def _silu_slope(z):
+    s = torch.sigmoid(z)
+    return s * (1 + z * (1 - s))
+
+
+def _gelu_slope(z):
+    return 0.5 * (1 + torch.erf(z / math.sqrt(2))) + z * torch.exp(-0.5 * z * z) / math.sqrt(
+        2 * math.pi)
+
+
+_ACTIVATE = {"none": lambda v: v, "silu": torch.nn.functional.silu,
+             "gelu": torch.nn.functional.gelu}
+_SLOPE = {"silu": _silu_slope, "gelu": _gelu_slope}
 
 
 def memory(pointer, n, dtype):
@@ -42,6 +58,7 @@ class Emulator:
             "stats": fields.get("save_stats") == "true",
             "offset": float(fields.get("weight_offset", 0)),
             "residual": _DT.get(fields.get("residual")),
+            "activation": fields.get("activation", "none"),
             "backward": fields.get("backward") == "true"}
         return handle
 
@@ -76,6 +93,7 @@ class Emulator:
             yd = yd * (s["offset"] + memory(weight, n, s["param"]).double())
         if bias is not None:
             yd = yd + memory(bias, n, s["param"]).double()
+        yd = _ACTIVATE[s["activation"]](yd)
         memory(y, batch * n, s["dtype"]).copy_(yd.flatten())
         if rstd is not None:
             memory(rstd, batch, torch.float32).copy_(r.flatten())
@@ -97,10 +115,10 @@ class Emulator:
                              residual_out, rows)
 
     def launch_backward(self, kernel, x, dy, mean, rstd, weight, dx, dweight, dbias, batch,
-                        stream, dresidual_out=None):
+                        stream, dresidual_out=None, bias=None):
         self.launches.append(("launch_backward", dict(
             kernel=kernel, x=x, dy=dy, mean=mean, rstd=rstd, weight=weight, dx=dx,
-            dweight=dweight, dbias=dbias, batch=batch, dresidual_out=dresidual_out)))
+            dweight=dweight, dbias=dbias, batch=batch, dresidual_out=dresidual_out, bias=bias)))
         s = self.by_handle[kernel]
         assert s["backward"]
         assert (dresidual_out is not None) == (s["residual"] is not None)
@@ -113,8 +131,13 @@ class Emulator:
             xhat = xd * r
         else:
             xhat = (xd - memory(mean, batch, torch.float32).double().view(batch, 1)) * r
-        g = dyd * (s["offset"] + memory(weight, n, s["param"]).double()) \
-            if weight is not None else dyd
+        w = s["offset"] + memory(weight, n, s["param"]).double() if weight is not None else 1.0
+        # The library's check: the bias exactly with an activation and affine both.
+        assert (bias is not None) == (s["activation"] != "none" and s["affine"] == "both")
+        if s["activation"] != "none":  # dy through the activation's derivative at z
+            z = xhat * w + (memory(bias, n, s["param"]).double() if bias is not None else 0.0)
+            dyd = dyd * _SLOPE[s["activation"]](z)
+        g = dyd * w
         dxd = g - xhat * (g * xhat).mean(1, keepdim=True)
         if s["op"] == "layernorm":
             dxd = dxd - g.mean(1, keepdim=True)

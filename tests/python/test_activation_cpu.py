@@ -4,7 +4,8 @@ or 'gelu' and the modules' keyword. On CPU tensors every call falls back to PyTo
 F.silu / F.gelu (approximate='none'), with one warning per reason; bad values name the argument.
 With the engine and the launch stubbed (CPU tensors then take the launch path, nothing is
 launched), the spec texts that reach the library carry the activation (and compile for sm_90
-here); an input that requires grad falls back to PyTorch's autograd of norm and activation.
+here); an input that requires grad trains (on CPU tensors, PyTorch's gradient of norm and
+activation).
 patch() fuses an nn.Sequential's GroupNorm -> SiLU (ldm's ResBlock) and reports what it does
 not fuse (a shared SiLU, diffusers' ResnetBlock2D). Needs PyTorch; no GPU."""
 import warnings
@@ -150,7 +151,8 @@ def test_group_norm_module_keyword_state_dict_and_cpu_forward(quiet):
 
 
 def test_training_with_an_activation_is_pytorchs_autograd(quiet):
-    """Forward-only in normjit: the gradient is PyTorch's of norm and activation."""
+    """On CPU tensors (the training op's fallback) the gradient is PyTorch's of norm and
+    activation."""
     m = njt.GroupNorm(4, 16, activation="gelu")
     x = torch.randn(2, 16, 5, 5, requires_grad=True)
     m(x).square().sum().backward()
@@ -253,22 +255,21 @@ def test_spec_texts_compile_for_sm_90(stub, tmp_path):
             assert engine.precompile(spec, arch="sm_90") is True, spec
 
 
-def test_requires_grad_with_an_activation_falls_back_with_the_reason(stub):
+def test_requires_grad_with_an_activation_takes_the_training_path(stub):
+    """An input that requires grad with an activation: the training forward (the spec with the
+    activation and save_stats, through launch_ex), no fallback warning; the result has a grad_fn
+    (its backward is the backward op's, test_autograd_activation_cpu.py's)."""
     x = torch.randn(2, 16, 5, 5, requires_grad=True)
     w, b = torch.randn(16), torch.randn(16)
-    with pytest.warns(njt.NormjitFallbackWarning, match="requires grad.*activation"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", njt.NormjitFallbackWarning)
         y = njt.group_norm(x, 4, w, b, activation="silu")
-    assert stub.launches == [] and y.grad_fn is not None
-    y.sum().backward()
-    x2 = x.detach().clone().requires_grad_()
-    F.silu(F.group_norm(x2, 4, w, b)).sum().backward()
-    torch.testing.assert_close(x.grad, x2.grad)
-    # rms_norm trains through normjit without an activation; with one, PyTorch's autograd.
-    r = torch.randn(3, 64, requires_grad=True)
-    with pytest.warns(njt.NormjitFallbackWarning, match="requires grad"):
-        y = njt.rms_norm(r, 64, activation="gelu")
-    assert stub.launches == []
-    torch.testing.assert_close(y, F.gelu(F.rms_norm(r, (64,))))
+        r = torch.randn(3, 64, requires_grad=True)
+        z = njt.rms_norm(r, 64, activation="gelu")
+    assert y.grad_fn is not None and z.grad_fn is not None
+    assert [kind for kind, _ in stub.launches] == ["launch_ex", "launch_ex"]
+    assert "activation=silu" in stub.specs[0] and "save_stats=true" in stub.specs[0]
+    assert stub.specs[1].endswith(" activation=gelu save_stats=true"), stub.specs[1]
 
 
 @pytest.mark.skipif(tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2]) < (2, 15),
@@ -500,16 +501,16 @@ def test_a_fused_sequential_pair_under_autograd_runs_the_trainable_group_norm(st
         warnings.simplefilter("ignore")
         model(x)  # the parameters require grad: autograd records the call
     assert stub.specs == ["op=groupnorm shape=1,320,4,4 dtype=f16 groups=32 affine=both "
-                          "eps=1e-05 save_stats=true"]
+                          "eps=1e-05 activation=silu save_stats=true"]
     with torch.no_grad():
         model(x)
     assert stub.specs[-1].endswith("eps=1e-05 activation=silu")
 
 
-def test_a_fused_place_under_autograd_runs_normjits_trainable_group_norm_then_silu(stub):
-    """The fused kernel has no backward: where autograd records the call (the parameters
-    require grad, as a module's do outside torch.no_grad()), the place runs normjit's GroupNorm
-    training forward (save_stats, its backward kernel later), then PyTorch's SiLU."""
+def test_a_fused_place_under_autograd_runs_normjits_trainable_group_norm_silu(stub):
+    """Where autograd records the call (the parameters require grad, as a module's do outside
+    torch.no_grad()), the fused place runs normjit's GroupNorm -> SiLU training forward
+    (save_stats with the activation; the backward kernel of the pair later)."""
     block = StatementResnetBlock("group").half()
     block.conv1 = nn.Identity()
     njt.patch(block)
@@ -517,8 +518,8 @@ def test_a_fused_place_under_autograd_runs_normjits_trainable_group_norm_then_si
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # (the stub writes nothing: PyTorch may warn of NaN)
         block(x, temb)
-    assert stub.specs and all("activation" not in spec for spec in stub.specs), stub.specs
-    assert all(spec.endswith("save_stats=true") for spec in stub.specs), stub.specs
+    assert stub.specs and all(spec.endswith("activation=silu save_stats=true")
+                              for spec in stub.specs), stub.specs
 
 
 def test_patch_reports_forwards_it_does_not_rewrite(quiet, tmp_path, monkeypatch):

@@ -305,7 +305,7 @@ class Emulator:
             "op": f["op"], "shape": shape, "groups": int(f.get("groups", 0)),
             "dtype": _DT[f["dtype"]], "affine": f["affine"],
             "stats": f.get("save_stats") == "true", "backward": f.get("backward") == "true",
-            "nhwc": f.get("layout") == "nhwc"}
+            "nhwc": f.get("layout") == "nhwc", "activation": f.get("activation", "none")}
         return handle
 
     @staticmethod
@@ -361,6 +361,7 @@ class Emulator:
             yr = yr * w
         if b is not None:
             yr = yr + b
+        yr = {"none": lambda v: v, "silu": F.silu, "gelu": F.gelu}[s["activation"]](yr)
         yt = back(yr)  # [N, C, S]; layout=nhwc writes [N, S, C]
         memory(y, xt.numel(), s["dtype"]).copy_((yt.transpose(1, 2) if s["nhwc"] else yt).flatten())
         if rstd is not None:
@@ -383,12 +384,13 @@ class Emulator:
         return self._forward(kernel, x, y, weight, bias, batch, eps, mean, rstd)
 
     def launch_backward(self, kernel, x, dy, mean, rstd, weight, dx, dweight, dbias, batch,
-                        stream):
+                        stream, dresidual_out=None, bias=None):
         self.launches.append(("launch_backward", dict(
             kernel=kernel, x=x, dy=dy, mean=mean, rstd=rstd, weight=weight, dx=dx,
-            dweight=dweight, dbias=dbias, batch=batch)))
+            dweight=dweight, dbias=dbias, batch=batch, bias=bias)))
         s = self.by_handle[kernel]
-        assert s["backward"]
+        assert s["backward"] and dresidual_out is None
+        assert (bias is not None) == (s["activation"] != "none" and s["affine"] == "both")
         xt, dyt = self.tensors(s, batch, x, dy)
         (xr, back), (dyr, _) = self.rows(s, xt), self.rows(s, dyt)
         count = xr.shape[0] * xr.shape[1]
@@ -399,7 +401,12 @@ class Emulator:
         else:
             m = memory(mean, count, torch.float32).double().view(r.shape)
             xhat = (xr - m) * r
-        w, _ = self.params(s, weight, None)
+        w, b = self.params(s, weight, bias)
+        if s["activation"] != "none":  # dy through the activation's derivative at z
+            z = xhat * w if w is not None else xhat
+            z = z + b if b is not None else z
+            dyr = dyr * _ops._activation_slope(z, s["activation"])
+            dyt = back(dyr).reshape(dyt.shape)
         g = dyr * w if w is not None else dyr
         dxr = g - xhat * (g * xhat).mean(-1, keepdim=True)
         if s["op"] != "rmsnorm":
@@ -868,10 +875,10 @@ def test_compile_traces_forward_and_backward_ops_without_graph_breaks(emu):
 
 @needs_2_15
 @pytest.mark.parametrize("case", ["channels_last", "activation"])
-def test_compile_of_channels_last_trains_and_of_an_activation_is_pytorchs(emu, case):
+def test_compile_of_channels_last_and_of_an_activation_train_through_normjit(emu, case):
     """Under torch.compile, a channels-last input that requires grad traces the training and
-    backward ops (the forward with layout=nhwc), as in eager; group_norm with an activation
-    traces PyTorch's function (no training op, no launch)."""
+    backward ops (the forward with layout=nhwc), as in eager; so does group_norm with an
+    activation (both kernels' specs with it, the backward given the bias)."""
     graphs = {"fw": [], "bw": []}
     w, b = torch.randn(8, requires_grad=True), torch.randn(8, requires_grad=True)
     x = torch.randn(2, 8, 3, 5)
@@ -894,8 +901,10 @@ def test_compile_of_channels_last_trains_and_of_an_activation_is_pytorchs(emu, c
         assert emu.kinds() == ["launch_ex", "launch_backward"]
         assert emu.specs[0].endswith(" layout=nhwc"), emu.specs
     else:
-        assert "normjit" not in fw + bw
-        assert emu.launches == []
+        assert "normjit.group_norm_train" in fw and "normjit.group_norm_backward" in bw, fw + bw
+        assert emu.kinds() == ["launch_ex", "launch_backward"]
+        assert all(" activation=silu" in spec for spec in emu.specs), emu.specs
+        assert emu.last("launch_backward")["bias"] == b.data_ptr()
     xd = x.detach().double().requires_grad_()
     ref = F.group_norm(xd, 4, w.double(), b.double(), 1e-5)
     if activation:

@@ -376,7 +376,8 @@ def test_weight_offset_with_another_variant_is_pytorchs(emu):
     """weight_offset and return_stats: forward-only in normjit, as every other variant."""
     x = torch.randn(3, 64, requires_grad=True)
     w = torch.randn(64, requires_grad=True)
-    with pytest.warns(njt.NormjitFallbackWarning, match="or with weight_offset alone"):
+    with pytest.warns(njt.NormjitFallbackWarning,
+                      match="or with weight_offset and activation alone"):
         y, rstd = njt.rms_norm(x, 64, w, 1e-6, weight_offset=1.0, return_stats=True)
     y.sum().backward()
     assert emu.launches == [] and w.grad is not None
@@ -633,15 +634,16 @@ def test_double_backward_is_pytorchs(emu):
 
 
 @pytest.mark.parametrize("call, what", [
-    (lambda x, w: njt.add_rms_norm(x, torch.randn_like(x), 64, w, 1e-6, activation="silu")[0],
-     "add_rms_norm"),
+    (lambda x, w: njt.add_rms_norm(x, torch.randn_like(x), 64, w, 1e-6,
+                                   out_dtype=torch.bfloat16)[0], "add_rms_norm"),
     (lambda x, w: njt.rms_norm(x, 64, w, 1e-6, weight_offset=1.0, return_stats=True)[0],
      "rms_norm"),
     (lambda x, w: njt.layer_norm(x, 64, w, None, 1e-5, return_stats=True)[0], "layer_norm"),
 ])
 def test_forward_only_functions_fall_back_to_pytorchs_autograd(emu, call, what):
-    """The variants (but weight_offset alone) have no normjit backward: with an input that
-    requires grad they run PyTorch's expression (its autograd), saying so once; no launch."""
+    """The variants (but weight_offset and activation) have no normjit backward: with an input
+    that requires grad they run PyTorch's expression (its autograd), saying so once; no
+    launch."""
     torch.manual_seed(10)
     x = torch.randn(4, 64, requires_grad=True)
     w = torch.randn(64, requires_grad=True)
@@ -804,9 +806,9 @@ def test_launch_backward_by_the_extension_rejects_a_wrong_count_and_bad_binding(
     pytest.importorskip("normjit._launch", reason="the extension module is not built here")
     from normjit import _capi, _launch
     launch_backward = _capi.launch_backward_function()
-    for count in (10, 13):
-        with pytest.raises(TypeError, match=f"takes 11 or 12 arguments .*, not {count}"):
-            launch_backward(*(BWD_ARGS + (None, None))[:count])
+    for count in (10, 14):
+        with pytest.raises(TypeError, match=f"takes 11 to 13 arguments .*, not {count}"):
+            launch_backward(*(BWD_ARGS + (None, None, None))[:count])
     with pytest.raises(OverflowError):
         launch_backward(*BWD_ARGS[:9], 2**63, None)
     with pytest.raises(ValueError, match="address 0"):

@@ -16,7 +16,9 @@ ops torch.ops.normjit.* with fake implementations, so that torch.compile(fullgra
 them. rms_norm, layer_norm, rms_norm_channels, layer_norm_channels and group_norm (and the
 modules, patched layers; channels-last inputs too), and add_rms_norm and add_layer_norm (not in
 place) train: autograd runs normjit's backward kernels (custom ops <function>_backward), with
-weight_offset too (Gemma); the other keyword variants and the activations are forward-only.
+weight_offset and the activations too (Gemma; GroupNorm -> SiLU: the backward kernel takes the
+gradient through the activation's derivative); out_dtype, return_stats and in place are
+forward-only.
 A call normjit cannot serve runs PyTorch's own implementation with one NormjitFallbackWarning
 per reason. warmup() prepares the kernels of a
 function's shapes before a CUDA-graph capture; write_manifest(path) writes the kernels a run

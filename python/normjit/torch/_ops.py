@@ -36,8 +36,8 @@ contiguous, leading dims that do not collapse into two levels of row strides, a 
 the library's message names; rms_norm_channels, layer_norm_channels and group_norm: a
 non-contiguous input that is not channels last); an input (or residual) that requires grad while
 grad mode is on, in a call that is forward-only in normjit (rms_norm, layer_norm and the add_*
-functions with keyword variants other than weight_offset, the add_* functions in place, any
-function with an activation); weight/bias of a
+functions with keyword variants other than weight_offset and activation, the add_* functions in
+place); weight/bias of a
 dtype PyTorch refuses for that op (layer_norm, rms_norm_channels,
 layer_norm_channels, group_norm: any other than the input's; the add_* functions take any one
 of float32, float16, bfloat16), weight and bias of two dtypes, or non-contiguous weight/bias;
@@ -59,14 +59,16 @@ The activation keyword (activation=None, 'silu' or 'gelu'; rms_norm, rms_norm_ch
 layer_norm, group_norm, add_rms_norm, add_layer_norm, and the modules) applies F.silu or F.gelu
 (approximate='none') to y after the affine step (and the weight offset), before the output
 dtype's conversion (fp8: before the scale), in the same kernel; h and the statistics are the
-norm's. Calls with an activation are forward-only in normjit: with an input that requires grad
-they run PyTorch's norm and activation (and its autograd), with the warning.
+norm's. Calls with an activation train as those without (below): the backward kernel of the
+spec with the activation takes dy through its derivative at the forward's xhat * w + b (the
+bias passed to it).
 
 Training (the section "Training" below): rms_norm and layer_norm without their keyword variants or
-with weight_offset alone (Gemma's RMSNorm: its weight's gradient is that of the weight used,
-weight_offset + weight), add_rms_norm and add_layer_norm likewise (not in place: the norm's backward
-kernel on the saved h, plus h's own gradient, is the gradient of x and of residual),
-rms_norm_channels, layer_norm_channels and group_norm (without an activation) have autograd through
+with weight_offset and/or an activation alone (Gemma's RMSNorm: its weight's gradient is that of
+the weight used, weight_offset + weight), add_rms_norm and add_layer_norm likewise (not in place:
+the norm's backward kernel on the saved h, plus h's own gradient, is the gradient of x and of
+residual), rms_norm_channels, layer_norm_channels and group_norm (with or without an activation)
+have autograd through
 the custom ops <function>_train (forward with saved statistics: rms_norm_train, layer_norm_train,
 add_rms_norm_train, add_layer_norm_train, rms_norm_channels_train, layer_norm_channels_train,
 group_norm_train) and the norms' <function>_backward ops (normjit's backward kernel through
@@ -164,9 +166,9 @@ def _reason_text(code: str, x: Tensor, weight: Optional[Tensor], bias: Optional[
     if code == "grad":
         return ("an input requires grad and this function is forward-only in normjit (normjit "
                 "trains rms_norm, layer_norm, add_rms_norm and add_layer_norm called without "
-                "the keyword variants or with weight_offset alone, rms_norm_channels, "
-                "layer_norm_channels and group_norm; the variants out_dtype, scale, "
-                "return_stats, activation and inplace have no normjit backward yet: PyTorch's "
+                "the keyword variants or with weight_offset and activation alone, "
+                "rms_norm_channels, layer_norm_channels and group_norm; the variants out_dtype, "
+                "scale, return_stats and inplace have no normjit backward yet: PyTorch's "
                 "autograd trains them)")
     if code == "param_dtype":
         dtypes = ", ".join(dict.fromkeys(str(p.dtype) for p in (weight, bias) if p is not None))
@@ -807,7 +809,8 @@ def _eager(op: str, arg, x: Tensor, weight: Optional[Tensor], bias: Optional[Ten
             return out[0]
         decision = out
     elif decision is _TRAIN:  # an input requires grad: the autograd op
-        return _train(op, arg, x, weight, bias, _eps(x, eps))
+        return _train(op, arg, x, weight, bias, _eps(x, eps), 0.0,
+                      None if variant is None else variant[4])
     _fallback_warn(op, decision, x, weight, bias, eps)
     return None
 
@@ -848,11 +851,12 @@ def _eager_variant(op: str, arg, x: Tensor, weight: Optional[Tensor], bias: Opti
         if out.__class__ is tuple:
             return out
         decision = out
-    elif decision is _TRAIN:  # weight_offset alone, an input requires grad: the autograd op
+    elif decision is _TRAIN:  # weight_offset, an activation; an input requires grad
         if op in _ADD_TRAINED:
-            return (*_train_add(op, arg, x, residual, weight, bias, _eps(x, eps), variant[0]),
-                    None, None)
-        return _train(op, arg, x, weight, bias, _eps(x, eps), variant[0]), None, None, None
+            return (*_train_add(op, arg, x, residual, weight, bias, _eps(x, eps), variant[0],
+                                variant[4]), None, None)
+        return (_train(op, arg, x, weight, bias, _eps(x, eps), variant[0], variant[4]), None,
+                None, None)
     _fallback_warn(op, decision, x, weight, bias, eps)
     return decision
 
@@ -1261,9 +1265,12 @@ _INPUTS_AT = {"rms_norm": (2, None, 3), "layer_norm": (2, 3, 4), "rms_norm_chann
 
 def _offset_only(op: str, variant: tuple) -> bool:
     """Whether a call with the variant arguments trains through the training ops: rms_norm or
-    layer_norm with weight_offset and no other variant (Gemma's RMSNorm, zero-centred gamma),
-    add_rms_norm and add_layer_norm with at most weight_offset (not in place)."""
-    return op in _OFFSET_AT and variant[1:] == (None, False, False, None)
+    layer_norm with weight_offset and/or an activation and no other variant (Gemma's RMSNorm,
+    zero-centred gamma), add_rms_norm and add_layer_norm with at most those (not in place); the
+    channel forms and group_norm with an activation."""
+    if op in _OFFSET_AT:
+        return variant[1:4] == (None, False, False)
+    return op in _TRAINED and variant[:4] == (0.0, None, False, False)
 
 
 class _Train:
@@ -1278,33 +1285,38 @@ _TRAIN = _Train()
 
 
 def _train(op: str, arg, x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],
-           eps: float, offset: float = 0.0) -> Tensor:
+           eps: float, offset: float = 0.0, activation: Optional[str] = None) -> Tensor:
     """y of the training op of op (arg: normalized_shape, num_groups, or 0; offset: rms_norm's
-    and layer_norm's weight_offset)."""
+    and layer_norm's weight_offset; activation: None, 'silu' or 'gelu'). The ops are called
+    without the arguments at their defaults (the traced graph of a plain call is as before)."""
     ops = torch.ops.normjit
+    act = () if activation is None else (activation,)
     if op == "rms_norm":
-        if offset:
-            return ops.rms_norm_train(x, list(arg), weight, eps, offset)[0]
+        if offset or act:
+            return ops.rms_norm_train(x, list(arg), weight, eps, offset, *act)[0]
         return ops.rms_norm_train(x, list(arg), weight, eps)[0]
     if op == "layer_norm":
-        if offset:
-            return ops.layer_norm_train(x, list(arg), weight, bias, eps, offset)[0]
+        if offset or act:
+            return ops.layer_norm_train(x, list(arg), weight, bias, eps, offset, *act)[0]
         return ops.layer_norm_train(x, list(arg), weight, bias, eps)[0]
     if op == "rms_norm_channels":
-        return ops.rms_norm_channels_train(x, weight, eps)[0]
+        return ops.rms_norm_channels_train(x, weight, eps, *act)[0]
     if op == "layer_norm_channels":
-        return ops.layer_norm_channels_train(x, weight, bias, eps)[0]
-    return ops.group_norm_train(x, arg, weight, bias, eps)[0]
+        return ops.layer_norm_channels_train(x, weight, bias, eps, *act)[0]
+    return ops.group_norm_train(x, arg, weight, bias, eps, *act)[0]
 
 
 def _train_add(op: str, arg, x: Tensor, residual: Tensor, weight: Optional[Tensor],
-               bias: Optional[Tensor], eps: float, offset: float) -> Tuple[Tensor, Tensor]:
+               bias: Optional[Tensor], eps: float, offset: float,
+               activation: Optional[str] = None) -> Tuple[Tensor, Tensor]:
     """(y, h) of the training op of add_rms_norm or add_layer_norm."""
     ops = torch.ops.normjit
+    act = () if activation is None else (activation,)
     if op == "add_rms_norm":
-        y, h, _ = ops.add_rms_norm_train(x, residual, list(arg), weight, eps, offset)
+        y, h, _ = ops.add_rms_norm_train(x, residual, list(arg), weight, eps, offset, *act)
     else:
-        y, h, _, _ = ops.add_layer_norm_train(x, residual, list(arg), weight, bias, eps, offset)
+        y, h, _, _ = ops.add_layer_norm_train(x, residual, list(arg), weight, bias, eps, offset,
+                                              *act)
     return y, h
 
 
@@ -1378,31 +1390,33 @@ def _remember(key: Optional[tuple], decision):
 # launched through normjit_launch_ex (the trailing forms' is the variant path, _op_outputs).
 
 def _channels_kernel(op: str, arg, x: Tensor, has_weight: bool, has_bias: bool, eps: float,
-                     axis: str, nhwc: bool = False) -> tuple:
+                     axis: str, nhwc: bool = False, activation: Optional[str] = None) -> tuple:
     """_prepare's (kernel, per item) of a channel form or group_norm for x's shape class with
     one more axis of the spec: "save_stats" (the training forward) or "backward" (nhwc: of a
-    channels-last x, layout=nhwc); or (None, the library's message) where it does not take the
-    problem."""
+    channels-last x, layout=nhwc; activation: the forward's); or (None, the library's message)
+    where it does not take the problem."""
     library_op = _CHANNEL_OPS[op]
     key = (library_op, tuple(x.shape[1:]), arg, x.dtype, has_weight, has_bias, axis, nhwc,
-           x.device.index)
+           activation, x.device.index)
     layout = " layout=nhwc" if nhwc else ""  # before backward, after save_stats: canonical
-    spec = _channels_spec(library_op, tuple(x.shape), arg, x.dtype, has_weight, has_bias, eps)
+    spec = _channels_spec(library_op, tuple(x.shape), arg, x.dtype, has_weight, has_bias, eps,
+                          activation)
     spec += layout + " backward=true" if axis == "backward" else f" {axis}=true" + layout
     return _prepare(key, spec, x.numel() // x.shape[0])
 
 
 def _decide_channels_train(op: str, arg, x: Tensor, weight: Optional[Tensor],
-                           bias: Optional[Tensor], eps: float) -> Union[_Ex, str]:
+                           bias: Optional[Tensor], eps: float,
+                           activation: Optional[str] = None) -> Union[_Ex, str]:
     """Checks the arguments, then: an _Ex launching the save_stats kernel of a channel form or
-    group_norm, or why normjit cannot serve the call."""
+    group_norm (with the activation), or why normjit cannot serve the call."""
     _check(op, arg, x, weight, bias)
     why = _train_why_not(op, x, weight, bias, eps)
     if why:
         return why
     nhwc = not x.is_contiguous()  # _why_not let it through: channels last
     kernel, message = _channels_kernel(op, arg, x, weight is not None, bias is not None, eps,
-                                       "save_stats", nhwc)
+                                       "save_stats", nhwc, activation)
     if kernel is None:
         return message
     ex = _Ex()
@@ -1428,13 +1442,15 @@ def _torch_channels(op: str, arg, x: Tensor, weight: Optional[Tensor], bias: Opt
 
 
 def _channels_train_decision(op: str, arg, x: Tensor, weight: Optional[Tensor],
-                             bias: Optional[Tensor], eps: float) -> Union[_Ex, str]:
+                             bias: Optional[Tensor], eps: float,
+                             activation: Optional[str] = None) -> Union[_Ex, str]:
     """_decide_channels_train's answer, cached as _decision's."""
     key = None
     if eps.__class__ is float:
         try:
             # x's strides where it is not contiguous: channels last or not decides the call.
-            key = ("save_stats", op, arg, eps, *_tensor_key(x), x.is_contiguous() or x.stride(),
+            key = ("save_stats", op, arg, eps, activation, *_tensor_key(x),
+                   x.is_contiguous() or x.stride(),
                    *(_NO_TENSOR if weight is None else _tensor_key(weight)),
                    *(_NO_TENSOR if bias is None else _tensor_key(bias)))
             return _calls[key]
@@ -1442,16 +1458,18 @@ def _channels_train_decision(op: str, arg, x: Tensor, weight: Optional[Tensor],
             pass
         except (AttributeError, TypeError):
             key = None
-    return _remember(key, _decide_channels_train(op, arg, x, weight, bias, eps))
+    return _remember(key, _decide_channels_train(op, arg, x, weight, bias, eps, activation))
 
 
 def _channels_train(op: str, arg, x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],
-                    eps: float) -> Tuple[Tensor, Optional[Tensor], Tensor]:
+                    eps: float, activation: Optional[str] = None
+                    ) -> Tuple[Tensor, Optional[Tensor], Tensor]:
     """(y, mean, rstd) of the training forward of a channel form or group_norm (mean None for
-    rmsnorm): normjit's kernel with save_stats, or, after the fallback warning, PyTorch's y and
-    the statistics in float32; every output fresh, y in x's layout (channels last stays
-    channels last), the statistics contiguous."""
-    decision = _channels_train_decision(op, arg, x, weight, bias, eps)
+    rmsnorm; y through the activation, the statistics the norm's): normjit's kernel with
+    save_stats, or, after the fallback warning, PyTorch's y and the statistics in float32;
+    every output fresh, y in x's layout (channels last stays channels last), the statistics
+    contiguous."""
+    decision = _channels_train_decision(op, arg, x, weight, bias, eps, activation)
     if decision.__class__ is _Ex:
         out = _run(decision, x, weight, bias, None, None)
         if out.__class__ is tuple:
@@ -1459,7 +1477,7 @@ def _channels_train(op: str, arg, x: Tensor, weight: Optional[Tensor], bias: Opt
             return y, mean, rstd
         decision = out
     _fallback_warn(op, decision, x, weight, bias, eps)
-    y = _fresh_channels(_torch_channels(op, arg, x, weight, bias, eps), x)
+    y = _fresh_channels(_activate(_torch_channels(op, arg, x, weight, bias, eps), activation), x)
     view, dims, _ = _reduction(op, arg, x.shape)
     acc = torch.promote_types(x.dtype, torch.float32)
     mean, rstd = _torch_stats(_CHANNEL_OPS[op], x.to(acc).reshape(view), dims, eps)
@@ -1500,9 +1518,19 @@ def _sum_over(t: Tensor, dims: tuple) -> Tensor:
     return t.sum(dims, keepdim=True) if dims else t
 
 
+def _activation_slope(z: Tensor, activation: str) -> Tensor:
+    """The derivative of F.silu or F.gelu (approximate='none') at z, differentiable."""
+    if activation == "silu":
+        s = torch.sigmoid(z)
+        return s * (1 + z * (1 - s))
+    cdf = 0.5 * (1 + torch.erf(z * 0.7071067811865476))
+    return cdf + z * torch.exp(-0.5 * z * z) * 0.3989422804014327
+
+
 def _torch_backward(op: str, arg, dy: Tensor, x: Tensor, weight: Optional[Tensor],
                     has_bias: bool, mean: Optional[Tensor], rstd: Optional[Tensor],
-                    eps: float, offset: float = 0.0
+                    eps: float, offset: float = 0.0, activation: Optional[str] = None,
+                    bias: Optional[Tensor] = None
                     ) -> Tuple[Tensor, Optional[Tensor], Optional[Tensor]]:
     """(dx, dweight, dbias) of op in PyTorch, in float32 (or wider), from the saved statistics;
     rstd None: from statistics computed here from x, a function autograd can differentiate
@@ -1510,7 +1538,8 @@ def _torch_backward(op: str, arg, dy: Tensor, x: Tensor, weight: Optional[Tensor
     rstd) and g = dy * (offset + weight): dx = rstd * (g - mean(g) - xhat * mean(g * xhat))
     (rmsnorm: without mean(g)), means over the normalized dims; dweight = sum of dy * xhat, dbias =
     sum of dy over the dims the parameters broadcast along (the rows; n and the positions);
-    contiguous, in the dtypes of x and of the weight."""
+    contiguous, in the dtypes of x and of the weight. With an activation after the affine step,
+    dy is first taken through its derivative at z = xhat * (offset + weight) + bias."""
     view, dims, param = _reduction(op, arg, x.shape)
     rms = _LIBRARY_OPS[op] == "rmsnorm"
     acc = torch.promote_types(x.dtype, torch.float32)
@@ -1523,10 +1552,16 @@ def _torch_backward(op: str, arg, dy: Tensor, x: Tensor, weight: Optional[Tensor
         if mean is not None:
             mean = mean.to(acc).reshape(stats)
     xhat = xf * rstd if rms else (xf - mean) * rstd
-    g = dyf
+    w = None
     if weight is not None:
         w = weight.to(acc).reshape(param)
-        g = dyf * (w + offset if offset else w)
+        w = w + offset if offset else w
+    if activation is not None:
+        z = xhat if w is None else xhat * w
+        if bias is not None:
+            z = z + bias.to(acc).reshape(param)
+        dyf = dyf * _activation_slope(z, activation)
+    g = dyf if w is None else dyf * w
     dx = g - xhat * (g * xhat).mean(dims, keepdim=True)
     if not rms:
         dx = dx - g.mean(dims, keepdim=True)
@@ -1572,12 +1607,13 @@ def _check_backward(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor],
 def _decide_backward(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor], rstd: Tensor,
                      weight: Optional[Tensor], has_bias: bool, eps: float,
                      offset: float = 0.0, residual: bool = False,
-                     nhwc: bool = False) -> Union[tuple, str]:
+                     nhwc: bool = False, activation: Optional[str] = None) -> Union[tuple, str]:
     """Checks the arguments, then: a launch (kernel, batch, device index) of the backward
     kernel, or why it cannot serve the call (a reason code, or the library's message: a
     problem it has no backward kernel for, such as rows whose partials outgrow its workspace).
     residual: the kernel that adds h's gradient to dx (rms_norm and layer_norm; x is h). nhwc:
-    the kernel of channels-last x and dy (layout=nhwc; the channel forms and group_norm)."""
+    the kernel of channels-last x and dy (layout=nhwc; the channel forms and group_norm).
+    activation: the forward's (the kernel takes dy through its derivative)."""
     _check_backward(op, arg, dy, x, mean, rstd, weight, has_bias, offset)
     why = _why_not(x, weight, None, eps, op, None, False)
     if why == "param_dtype" and op in _ROW_OPS and weight.dtype in _DTYPES:
@@ -1594,7 +1630,7 @@ def _decide_backward(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor]
     has_weight = weight is not None
     if op in _CHANNEL_OPS:  # one launch item per n
         kernel, message = _channels_kernel(op, arg, x, has_weight, has_bias, eps, "backward",
-                                           nhwc)
+                                           nhwc, activation)
         return message if kernel is None else (kernel, x.shape[0], x.device.index)
     library_op = _ROW_OPS[op]
     per_item = math.prod(arg)
@@ -1602,10 +1638,10 @@ def _decide_backward(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor]
     param_dtype = weight.dtype if has_weight else None
     device = x.device.index
     key = (library_op, arg, x.dtype, has_weight, has_bias, param_dtype, offset, "backward",
-           residual, device)
+           residual, activation, device)
     spec = _rows_spec(library_op, (batch,) + arg, len(arg), x.dtype, has_weight, has_bias,
                       eps, param_dtype, residual=x.dtype if residual else None,
-                      weight_offset=offset, backward=True)
+                      weight_offset=offset, backward=True, activation=activation)
     kernel, message = _prepare(key, spec, per_item)
     if kernel is None:
         return message
@@ -1615,12 +1651,13 @@ def _decide_backward(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor]
 def _backward_decision(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor],
                        rstd: Tensor, weight: Optional[Tensor], has_bias: bool, eps: float,
                        offset: float = 0.0, residual: bool = False,
-                       nhwc: bool = False) -> Union[tuple, str]:
+                       nhwc: bool = False, activation: Optional[str] = None) -> Union[tuple, str]:
     """_decide_backward's answer, cached as _decision's."""
     key = None
     if eps.__class__ is float:
         try:
-            key = ("backward", op, arg, eps, offset, residual, nhwc, has_bias, *_tensor_key(dy),
+            key = ("backward", op, arg, eps, offset, residual, nhwc, has_bias, activation,
+                   *_tensor_key(dy),
                    *_tensor_key(x),
                    *_tensor_key(rstd), *(_NO_TENSOR if mean is None else _tensor_key(mean)),
                    *(_NO_TENSOR if weight is None else _tensor_key(weight)))
@@ -1630,23 +1667,26 @@ def _backward_decision(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tenso
         except (AttributeError, TypeError):
             key = None
     return _remember(key, _decide_backward(op, arg, dy, x, mean, rstd, weight, has_bias, eps,
-                                           offset, residual, nhwc))
+                                           offset, residual, nhwc, activation))
 
 
 def _run_backward_kernel(decision: tuple, x: Tensor, dy: Tensor, mean: Optional[Tensor],
                          rstd: Tensor, weight: Optional[Tensor], has_bias: bool,
-                         nhwc: bool = False, dh: Optional[Tensor] = None) -> Union[tuple, str]:
+                         nhwc: bool = False, dh: Optional[Tensor] = None,
+                         bias: Optional[Tensor] = None) -> Union[tuple, str]:
     """Launches the backward kernel of a decision (kernel, batch, device) on the current stream
     into tensors PyTorch allocates: (dx, dweight, dbias), dweight None without a weight, dbias
     None without a bias; or why it could not (a reason code, or the library's message: checked
     before anything was enqueued). nhwc: dx in x's channels-last layout; dh: the spec's
-    residual, h's gradient added to dx."""
+    residual, h's gradient added to dx; bias: the forward's, read by the kernel of a spec with
+    an activation (for the activation's input)."""
     kernel, batch, device = decision
     xp, dyp, rp = x.data_ptr(), dy.data_ptr(), rstd.data_ptr()
     hp = dh.data_ptr() if dh is not None else 0
+    bp = bias.data_ptr() if bias is not None else 0
     mp = mean.data_ptr() if mean is not None else None
     wp = weight.data_ptr() if weight is not None else None
-    if (xp | dyp | hp | (wp or 0)) & 15 or (rp | (mp or 0)) & 3:
+    if (xp | dyp | hp | bp | (wp or 0)) & 15 or (rp | (mp or 0)) & 3:
         return "align"
     # channels last: dx in x's layout (empty_like keeps dense strides)
     dx = torch.empty_like(x) if nhwc else torch.empty(x.shape, dtype=x.dtype, device=x.device)
@@ -1655,8 +1695,10 @@ def _run_backward_kernel(decision: tuple, x: Tensor, dy: Tensor, mean: Optional[
     db = torch.empty(weight.shape, dtype=weight.dtype, device=x.device) if has_bias else None
     args = (kernel, xp, dyp, mp, rp, wp, dx.data_ptr(), dw.data_ptr() if dw is not None else None,
             db.data_ptr() if db is not None else None, batch, _raw_stream(device))
-    if dh is not None:
-        args += (hp,)
+    if dh is not None or bias is not None:
+        args += (hp or None,)
+    if bias is not None:
+        args += (bp,)
     if _multi_device and torch.cuda.current_device() != device:
         with torch.cuda.device(device):
             status = _launch_backward(*args)
@@ -1672,7 +1714,8 @@ def _run_backward_kernel(decision: tuple, x: Tensor, dy: Tensor, mean: Optional[
 
 def _backward_with_dh(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor], rstd: Tensor,
                       weight: Optional[Tensor], has_bias: bool, eps: float, offset: float,
-                      dh: Tensor) -> Optional[tuple]:
+                      dh: Tensor, activation: Optional[str] = None,
+                      bias: Optional[Tensor] = None) -> Optional[tuple]:
     """(dx, dweight, dbias) of _backward with dh from the backward kernel of the spec with a
     residual (one pass: dh loaded with x and dy, dx + dh stored), or None where it cannot serve
     the call (then: the kernel without it, and PyTorch's add)."""
@@ -1680,27 +1723,40 @@ def _backward_with_dh(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor
         return None
     x, dy, dh = x.contiguous(), dy.contiguous(), dh.contiguous()
     decision = _backward_decision(op, arg, dy, x, mean, rstd, weight, has_bias, eps, offset,
-                                  residual=True)
+                                  residual=True, activation=activation)
     if decision.__class__ is not tuple:
         return None
-    result = _run_backward_kernel(decision, x, dy, mean, rstd, weight, has_bias, dh=dh)
+    result = _run_backward_kernel(decision, x, dy, mean, rstd, weight, has_bias, dh=dh,
+                                  bias=_read_bias(activation, bias))
     return result if result.__class__ is tuple else None
+
+
+def _read_bias(activation: Optional[str], bias: Optional[Tensor]) -> Optional[Tensor]:
+    """The bias a backward kernel reads: the forward's, with an activation (for its input z);
+    contiguous (a parameter is)."""
+    return bias.contiguous() if activation is not None and bias is not None else None
 
 
 def _backward(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor], rstd: Tensor,
               weight: Optional[Tensor], has_bias: bool, eps: float, offset: float = 0.0,
-              dh: Optional[Tensor] = None) -> Tuple[Tensor, Optional[Tensor], Optional[Tensor]]:
+              dh: Optional[Tensor] = None, activation: Optional[str] = None,
+              bias: Optional[Tensor] = None
+              ) -> Tuple[Tensor, Optional[Tensor], Optional[Tensor]]:
     """(dx, dweight, dbias): normjit's backward kernel, or, after the fallback warning,
     PyTorch's gradient from the same statistics. dweight None without a weight, dbias None
     without a bias. dh (rms_norm and layer_norm, x's dtype and shape): a gradient of x from
     elsewhere (the fused adds' h), added to dx by the kernel of the spec with a residual, or
     after the kernel without one where that kernel cannot serve the call (a misaligned dh, a
-    problem the library has no such kernel for)."""
+    problem the library has no such kernel for). activation: the forward's, after its affine
+    step (dy is its output's gradient); bias: the forward's, which the activation's input
+    needs."""
     if dh is not None:
-        dx = _backward_with_dh(op, arg, dy, x, mean, rstd, weight, has_bias, eps, offset, dh)
+        dx = _backward_with_dh(op, arg, dy, x, mean, rstd, weight, has_bias, eps, offset, dh,
+                               activation, bias)
         if dx is not None:
             return dx
-        dx, dw, db = _backward(op, arg, dy, x, mean, rstd, weight, has_bias, eps, offset)
+        dx, dw, db = _backward(op, arg, dy, x, mean, rstd, weight, has_bias, eps, offset,
+                               None, activation, bias)
         return dx + dh, dw, db
     # The kernel reads contiguous rows of x and dy: an input that the forward normalized in place
     # from strided rows (a per-head view of a qkv projection) and a non-contiguous gradient
@@ -1715,78 +1771,84 @@ def _backward(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor], rstd:
         if not _channels_last(dy) or dy.shape != x.shape:
             dy_last = dy.movedim(1, -1).contiguous().movedim(-1, 1)
         decision = _backward_decision(op, arg, dy_last, x, mean, rstd, weight, has_bias, eps,
-                                      offset, nhwc=True)
+                                      offset, nhwc=True, activation=activation)
         if decision.__class__ is tuple or op != "group_norm":
             dy = dy_last
         else:
             nhwc = False
     if not nhwc:
         x, dy = x.contiguous(), dy.contiguous()
-        decision = _backward_decision(op, arg, dy, x, mean, rstd, weight, has_bias, eps, offset)
+        decision = _backward_decision(op, arg, dy, x, mean, rstd, weight, has_bias, eps, offset,
+                                      activation=activation)
     if decision.__class__ is tuple:
-        decision = _run_backward_kernel(decision, x, dy, mean, rstd, weight, has_bias, nhwc)
+        decision = _run_backward_kernel(decision, x, dy, mean, rstd, weight, has_bias, nhwc,
+                                        bias=_read_bias(activation, bias))
         if decision.__class__ is tuple:
             return decision
     _backward_warn(op, decision, dy, x, weight, eps)
-    return _torch_backward(op, arg, dy, x, weight, has_bias, mean, rstd, eps, offset)
+    return _torch_backward(op, arg, dy, x, weight, has_bias, mean, rstd, eps, offset,
+                           activation, bias)
 
 
 # The training forward ops: y and the statistics (float32, _stats_of's shape).
 
 @torch.library.custom_op("normjit::rms_norm_train", mutates_args=())
 def _rms_norm_train_op(input: Tensor, normalized_shape: List[int], weight: Optional[Tensor],
-                       eps: float, weight_offset: float = 0.0) -> Tuple[Tensor, Tensor]:
+                       eps: float, weight_offset: float = 0.0,
+                       activation: Optional[str] = None) -> Tuple[Tensor, Tensor]:
     y, _, _, rstd = _op_outputs("rms_norm", input, None, normalized_shape, weight, None, eps,
-                                weight_offset, None, None, True, False)
+                                weight_offset, None, None, True, False, activation)
     return y, rstd
 
 
 @torch.library.custom_op("normjit::layer_norm_train", mutates_args=())
 def _layer_norm_train_op(input: Tensor, normalized_shape: List[int], weight: Optional[Tensor],
-                         bias: Optional[Tensor], eps: float,
-                         weight_offset: float = 0.0) -> Tuple[Tensor, Tensor, Tensor]:
+                         bias: Optional[Tensor], eps: float, weight_offset: float = 0.0,
+                         activation: Optional[str] = None) -> Tuple[Tensor, Tensor, Tensor]:
     y, _, mean, rstd = _op_outputs("layer_norm", input, None, normalized_shape, weight, bias,
-                                   eps, weight_offset, None, None, True, False)
+                                   eps, weight_offset, None, None, True, False, activation)
     return y, mean, rstd
 
 
 @torch.library.custom_op("normjit::add_rms_norm_train", mutates_args=())
 def _add_rms_norm_train_op(x: Tensor, residual: Tensor, normalized_shape: List[int],
-                           weight: Optional[Tensor], eps: float,
-                           weight_offset: float = 0.0) -> Tuple[Tensor, Tensor, Tensor]:
+                           weight: Optional[Tensor], eps: float, weight_offset: float = 0.0,
+                           activation: Optional[str] = None) -> Tuple[Tensor, Tensor, Tensor]:
     y, h, _, rstd = _op_outputs("add_rms_norm", x, residual, normalized_shape, weight, None,
-                                eps, weight_offset, None, None, True, False)
+                                eps, weight_offset, None, None, True, False, activation)
     return y, h, rstd
 
 
 @torch.library.custom_op("normjit::add_layer_norm_train", mutates_args=())
 def _add_layer_norm_train_op(x: Tensor, residual: Tensor, normalized_shape: List[int],
                              weight: Optional[Tensor], bias: Optional[Tensor], eps: float,
-                             weight_offset: float = 0.0
+                             weight_offset: float = 0.0, activation: Optional[str] = None
                              ) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     y, h, mean, rstd = _op_outputs("add_layer_norm", x, residual, normalized_shape, weight,
-                                   bias, eps, weight_offset, None, None, True, False)
+                                   bias, eps, weight_offset, None, None, True, False, activation)
     return y, h, mean, rstd
 
 
 @torch.library.custom_op("normjit::rms_norm_channels_train", mutates_args=())
-def _rms_norm_channels_train_op(input: Tensor, weight: Optional[Tensor],
-                                eps: float) -> Tuple[Tensor, Tensor]:
-    y, _, rstd = _channels_train("rms_norm_channels", 0, input, weight, None, eps)
+def _rms_norm_channels_train_op(input: Tensor, weight: Optional[Tensor], eps: float,
+                                activation: Optional[str] = None) -> Tuple[Tensor, Tensor]:
+    y, _, rstd = _channels_train("rms_norm_channels", 0, input, weight, None, eps, activation)
     return y, rstd
 
 
 @torch.library.custom_op("normjit::layer_norm_channels_train", mutates_args=())
 def _layer_norm_channels_train_op(input: Tensor, weight: Optional[Tensor],
-                                  bias: Optional[Tensor],
-                                  eps: float) -> Tuple[Tensor, Tensor, Tensor]:
-    return _channels_train("layer_norm_channels", 0, input, weight, bias, eps)
+                                  bias: Optional[Tensor], eps: float,
+                                  activation: Optional[str] = None
+                                  ) -> Tuple[Tensor, Tensor, Tensor]:
+    return _channels_train("layer_norm_channels", 0, input, weight, bias, eps, activation)
 
 
 @torch.library.custom_op("normjit::group_norm_train", mutates_args=())
 def _group_norm_train_op(input: Tensor, num_groups: int, weight: Optional[Tensor],
-                         bias: Optional[Tensor], eps: float) -> Tuple[Tensor, Tensor, Tensor]:
-    return _channels_train("group_norm", num_groups, input, weight, bias, eps)
+                         bias: Optional[Tensor], eps: float,
+                         activation: Optional[str] = None) -> Tuple[Tensor, Tensor, Tensor]:
+    return _channels_train("group_norm", num_groups, input, weight, bias, eps, activation)
 
 
 def _fake_train(op: str, input: Tensor, arg, count: int) -> tuple:
@@ -1798,39 +1860,39 @@ def _fake_train(op: str, input: Tensor, arg, count: int) -> tuple:
 
 
 @_rms_norm_train_op.register_fake
-def _(input, normalized_shape, weight, eps, weight_offset=0.0):
+def _(input, normalized_shape, weight, eps, weight_offset=0.0, activation=None):
     return _fake_train("rms_norm", input, normalized_shape, 2)
 
 
 @_layer_norm_train_op.register_fake
-def _(input, normalized_shape, weight, bias, eps, weight_offset=0.0):
+def _(input, normalized_shape, weight, bias, eps, weight_offset=0.0, activation=None):
     return _fake_train("layer_norm", input, normalized_shape, 3)
 
 
 @_add_rms_norm_train_op.register_fake
-def _(x, residual, normalized_shape, weight, eps, weight_offset=0.0):
+def _(x, residual, normalized_shape, weight, eps, weight_offset=0.0, activation=None):
     return (_fake_y(x, None), residual.new_empty(residual.shape),
             _fake_stat(x, normalized_shape))
 
 
 @_add_layer_norm_train_op.register_fake
-def _(x, residual, normalized_shape, weight, bias, eps, weight_offset=0.0):
+def _(x, residual, normalized_shape, weight, bias, eps, weight_offset=0.0, activation=None):
     return (_fake_y(x, None), residual.new_empty(residual.shape),
             _fake_stat(x, normalized_shape), _fake_stat(x, normalized_shape))
 
 
 @_rms_norm_channels_train_op.register_fake
-def _(input, weight, eps):
+def _(input, weight, eps, activation=None):
     return _fake_train("rms_norm_channels", input, 0, 2)
 
 
 @_layer_norm_channels_train_op.register_fake
-def _(input, weight, bias, eps):
+def _(input, weight, bias, eps, activation=None):
     return _fake_train("layer_norm_channels", input, 0, 3)
 
 
 @_group_norm_train_op.register_fake
-def _(input, num_groups, weight, bias, eps):
+def _(input, num_groups, weight, bias, eps, activation=None):
     return _fake_train("group_norm", input, num_groups, 3)
 
 
@@ -1853,53 +1915,61 @@ def _grad_outputs(input: Tensor, dx: Tensor, dw: Optional[Tensor],
 @torch.library.custom_op("normjit::rms_norm_backward", mutates_args=())
 def _rms_norm_backward_op(grad: Tensor, input: Tensor, rstd: Tensor, weight: Optional[Tensor],
                           normalized_shape: List[int], eps: float, weight_offset: float = 0.0,
-                          dresidual_out: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+                          dresidual_out: Optional[Tensor] = None,
+                          activation: Optional[str] = None) -> Tuple[Tensor, Tensor]:
     """(dx, dweight) of rms_norm (with weight_offset: of the weight used, weight_offset +
     weight); with dresidual_out (the fused add's: input is h, this is h's gradient from its
-    other uses, input's dtype and shape), dx is the norm's gradient plus it."""
+    other uses, input's dtype and shape), dx is the norm's gradient plus it; with an activation
+    ('silu', 'gelu': the forward's after its affine step), grad is the activation's output's."""
     return _grad_outputs(input, *_backward("rms_norm", tuple(normalized_shape), grad, input,
                                            None, rstd, weight, False, eps, weight_offset,
-                                           dresidual_out))[:2]
+                                           dresidual_out, activation))[:2]
 
 
 @torch.library.custom_op("normjit::layer_norm_backward", mutates_args=())
 def _layer_norm_backward_op(grad: Tensor, input: Tensor, mean: Tensor, rstd: Tensor,
                             weight: Optional[Tensor], has_bias: bool, normalized_shape: List[int],
                             eps: float, weight_offset: float = 0.0,
-                            dresidual_out: Optional[Tensor] = None
+                            dresidual_out: Optional[Tensor] = None,
+                            activation: Optional[str] = None, bias: Optional[Tensor] = None
                             ) -> Tuple[Tensor, Tensor, Tensor]:
     """(dx, dweight, dbias) of layer_norm (with weight_offset: of the weight used,
-    weight_offset + weight; with dresidual_out, as rms_norm_backward's)."""
+    weight_offset + weight; with dresidual_out and an activation, as rms_norm_backward's; bias:
+    the forward's, which the activation's input needs where has_bias)."""
     return _grad_outputs(input, *_backward("layer_norm", tuple(normalized_shape), grad, input,
                                            mean, rstd, weight, has_bias, eps, weight_offset,
-                                           dresidual_out))
+                                           dresidual_out, activation, bias))
 
 
 @torch.library.custom_op("normjit::rms_norm_channels_backward", mutates_args=())
 def _rms_norm_channels_backward_op(grad: Tensor, input: Tensor, rstd: Tensor,
-                                   weight: Optional[Tensor],
-                                   eps: float) -> Tuple[Tensor, Tensor]:
-    """(dx, dweight) of rms_norm_channels."""
+                                   weight: Optional[Tensor], eps: float,
+                                   activation: Optional[str] = None) -> Tuple[Tensor, Tensor]:
+    """(dx, dweight) of rms_norm_channels (activation: as rms_norm_backward's)."""
     return _grad_outputs(input, *_backward("rms_norm_channels", 0, grad, input, None, rstd,
-                                           weight, False, eps))[:2]
+                                           weight, False, eps, 0.0, None, activation))[:2]
 
 
 @torch.library.custom_op("normjit::layer_norm_channels_backward", mutates_args=())
 def _layer_norm_channels_backward_op(grad: Tensor, input: Tensor, mean: Tensor, rstd: Tensor,
-                                     weight: Optional[Tensor], has_bias: bool,
-                                     eps: float) -> Tuple[Tensor, Tensor, Tensor]:
-    """(dx, dweight, dbias) of layer_norm_channels."""
+                                     weight: Optional[Tensor], has_bias: bool, eps: float,
+                                     activation: Optional[str] = None,
+                                     bias: Optional[Tensor] = None
+                                     ) -> Tuple[Tensor, Tensor, Tensor]:
+    """(dx, dweight, dbias) of layer_norm_channels (activation and bias: as
+    layer_norm_backward's)."""
     return _grad_outputs(input, *_backward("layer_norm_channels", 0, grad, input, mean, rstd,
-                                           weight, has_bias, eps))
+                                           weight, has_bias, eps, 0.0, None, activation, bias))
 
 
 @torch.library.custom_op("normjit::group_norm_backward", mutates_args=())
 def _group_norm_backward_op(grad: Tensor, input: Tensor, mean: Tensor, rstd: Tensor,
                             weight: Optional[Tensor], has_bias: bool, num_groups: int,
-                            eps: float) -> Tuple[Tensor, Tensor, Tensor]:
-    """(dx, dweight, dbias) of group_norm."""
+                            eps: float, activation: Optional[str] = None,
+                            bias: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor]:
+    """(dx, dweight, dbias) of group_norm (activation and bias: as layer_norm_backward's)."""
     return _grad_outputs(input, *_backward("group_norm", num_groups, grad, input, mean, rstd,
-                                           weight, has_bias, eps))
+                                           weight, has_bias, eps, 0.0, None, activation, bias))
 
 
 def _fake_grads(input: Tensor, weight: Optional[Tensor],
@@ -1911,37 +1981,55 @@ def _fake_grads(input: Tensor, weight: Optional[Tensor],
 
 
 @_rms_norm_backward_op.register_fake
-def _(grad, input, rstd, weight, normalized_shape, eps, weight_offset=0.0, dresidual_out=None):
+def _(grad, input, rstd, weight, normalized_shape, eps, weight_offset=0.0, dresidual_out=None,
+      activation=None):
     return _fake_grads(input, weight, False)[:2]
 
 
 @_layer_norm_backward_op.register_fake
 def _(grad, input, mean, rstd, weight, has_bias, normalized_shape, eps, weight_offset=0.0,
-      dresidual_out=None):
+      dresidual_out=None, activation=None, bias=None):
     return _fake_grads(input, weight, has_bias)
 
 
 @_rms_norm_channels_backward_op.register_fake
-def _(grad, input, rstd, weight, eps):
+def _(grad, input, rstd, weight, eps, activation=None):
     return _fake_grads(input, weight, False)[:2]
 
 
 @_layer_norm_channels_backward_op.register_fake
-def _(grad, input, mean, rstd, weight, has_bias, eps):
+def _(grad, input, mean, rstd, weight, has_bias, eps, activation=None, bias=None):
     return _fake_grads(input, weight, has_bias)
 
 
 @_group_norm_backward_op.register_fake
-def _(grad, input, mean, rstd, weight, has_bias, num_groups, eps):
+def _(grad, input, mean, rstd, weight, has_bias, num_groups, eps, activation=None, bias=None):
     return _fake_grads(input, weight, has_bias)
 
 
 def _backward_op(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor], rstd: Tensor,
                  weight: Optional[Tensor], has_bias: bool, eps: float,
-                 offset: float = 0.0, dh: Optional[Tensor] = None) -> tuple:
+                 offset: float = 0.0, dh: Optional[Tensor] = None,
+                 activation: Optional[str] = None, bias: Optional[Tensor] = None) -> tuple:
     """(dx, dweight, dbias) by op's backward op (the last two placeholders where absent); dh
-    (rms_norm, layer_norm): added to dx by it."""
+    (rms_norm, layer_norm): added to dx by it; activation: the forward's (bias: its bias, for
+    the activation's input). The ops are called without the arguments at their defaults."""
     ops = torch.ops.normjit
+    if activation is not None:
+        bias = bias if has_bias else None
+        if op == "rms_norm":
+            return (*ops.rms_norm_backward(dy, x, rstd, weight, list(arg), eps, offset, dh,
+                                           activation), None)
+        if op == "layer_norm":
+            return ops.layer_norm_backward(dy, x, mean, rstd, weight, has_bias, list(arg), eps,
+                                           offset, dh, activation, bias)
+        if op == "rms_norm_channels":
+            return (*ops.rms_norm_channels_backward(dy, x, rstd, weight, eps, activation), None)
+        if op == "layer_norm_channels":
+            return ops.layer_norm_channels_backward(dy, x, mean, rstd, weight, has_bias, eps,
+                                                    activation, bias)
+        return ops.group_norm_backward(dy, x, mean, rstd, weight, has_bias, arg, eps,
+                                       activation, bias)
     if op == "rms_norm":
         if dh is not None:
             return (*ops.rms_norm_backward(dy, x, rstd, weight, list(arg), eps, offset, dh), None)
@@ -1969,14 +2057,17 @@ def _backward_op(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor], rs
 # through the _train ops instead).
 
 def _grads(ctx, op: str, dy: Optional[Tensor], x: Tensor, weight: Optional[Tensor],
-           mean: Optional[Tensor], rstd: Optional[Tensor], dh: Optional[Tensor] = None) -> tuple:
+           mean: Optional[Tensor], rstd: Optional[Tensor], dh: Optional[Tensor] = None,
+           bias: Optional[Tensor] = None) -> tuple:
     """The gradients of a forward op for its inputs, from the gradient dy of the result of norm
     op (op: rms_norm, layer_norm, ...) of x: the backward op, or in a double backward PyTorch's
     differentiable expression. rstd None (an op that saved no statistics): they are computed
     here first, in float32. ctx.x_at: where the forward op takes what x's gradient is the
     gradient of, each with the dtype it takes (None: x's); ctx.params_at: where it takes weight
     and bias. dh: a gradient of x from elsewhere (the add_* ops' output h, which is x here),
-    added to the norm's: by the backward kernel as it stores dx where dh has x's dtype."""
+    added to the norm's: by the backward kernel as it stores dx where dh has x's dtype.
+    ctx.activation: the forward's activation after its affine step (bias: the forward's bias,
+    saved for the activation's input where there is one)."""
     w_at, b_at = ctx.params_at
     need = ctx.needs_input_grad
     has_bias = ctx.has_bias
@@ -1988,7 +2079,7 @@ def _grads(ctx, op: str, dy: Optional[Tensor], x: Tensor, weight: Optional[Tenso
         if torch.is_grad_enabled():  # create_graph=True
             _backward_warn(op, "double", dy, x, weight, ctx.eps)
             dx, dw, db = _torch_backward(op, ctx.arg, dy, x, weight, has_bias, None, None,
-                                         ctx.eps, ctx.offset)
+                                         ctx.eps, ctx.offset, ctx.activation, bias)
         else:
             if rstd is None:
                 view, dims, _ = _reduction(op, ctx.arg, x.shape)
@@ -2001,7 +2092,7 @@ def _grads(ctx, op: str, dy: Optional[Tensor], x: Tensor, weight: Optional[Tenso
             # has h's dtype; else it is added here.
             fused = dh is not None and op in _ROW_OPS and dh.dtype == x.dtype
             dx, dw, db = _backward_op(op, ctx.arg, dy, x, mean, rstd, weight, has_bias, ctx.eps,
-                                      ctx.offset, dh if fused else None)
+                                      ctx.offset, dh if fused else None, ctx.activation, bias)
             if fused:
                 dh = None
     if dh is not None:
@@ -2024,12 +2115,19 @@ def _autograd(op: str, saves_stats: bool) -> Tuple[Callable, Callable]:
     add = op in _ADD_TRAINED
     norm = _ADD_TRAINED.get(op, op)
 
+    # The training ops take the activation last: after weight_offset (rms_norm, layer_norm and
+    # the add_* ops), else after eps.
+    act_at = (_OFFSET_AT[op] if op in _OFFSET_AT else eps_at) + 1
+
     def setup_context(ctx, inputs, output):
         stats = tuple(output[2 if add else 1:]) if saves_stats else ()
         ctx.mark_non_differentiable(*stats)
         ctx.set_materialize_grads(False)
+        ctx.activation = inputs[act_at] if saves_stats and len(inputs) > act_at else None
+        # The bias, for the activation's input.
+        bias = inputs[b_at] if ctx.activation is not None and b_at is not None else None
         # What the norm normalized: the input, or the add_* ops' output h (x + residual).
-        ctx.save_for_backward(output[1] if add else inputs[0], inputs[w_at], *stats)
+        ctx.save_for_backward(output[1] if add else inputs[0], inputs[w_at], bias, *stats)
         ctx.x_at = ((0, inputs[0].dtype), (1, inputs[1].dtype)) if add else ((0, None),)
         ctx.params_at = (w_at, b_at)
         if op in _ROW_OPS:
@@ -2043,14 +2141,14 @@ def _autograd(op: str, saves_stats: bool) -> Tuple[Callable, Callable]:
             len(inputs) > offset_at else 0.0
 
     def backward(ctx, dy, *other_grads):
-        x, weight, *stats = ctx.saved_tensors
+        x, weight, bias, *stats = ctx.saved_tensors
         mean, rstd = (None, None) if not stats else (None, stats[0]) if len(stats) == 1 \
             else stats
         if not add:
-            return _grads(ctx, norm, dy, x, weight, mean, rstd)
+            return _grads(ctx, norm, dy, x, weight, mean, rstd, None, bias)
         if dy is not None and dy.dtype != x.dtype:  # y in x's dtype, h in the residual's
             dy = dy.to(x.dtype)
-        return _grads(ctx, norm, dy, x, weight, mean, rstd, other_grads[0])
+        return _grads(ctx, norm, dy, x, weight, mean, rstd, other_grads[0], bias)
 
     return backward, setup_context
 
@@ -2101,8 +2199,8 @@ def _rms_norm_channels(x: Tensor, weight: Optional[Tensor], eps: float,
             if activation is None:
                 return torch.ops.normjit.rms_norm_channels(x, weight, eps)
             return torch.ops.normjit.rms_norm_channels(x, weight, eps, activation)
-        if activation is None and _trains("rms_norm_channels", x, weight, None, eps):
-            return torch.ops.normjit.rms_norm_channels_train(x, weight, eps)[0]
+        if _trains("rms_norm_channels", x, weight, None, eps):
+            return _train("rms_norm_channels", 0, x, weight, None, eps, 0.0, activation)
     else:
         y = _eager("rms_norm_channels", 0, x, weight, None, eps,
                    None if activation is None else (0.0, None, False, False, activation))
@@ -2139,8 +2237,8 @@ def _layer_norm_channels(x: Tensor, weight: Optional[Tensor], bias: Optional[Ten
             if activation is None:
                 return torch.ops.normjit.layer_norm_channels(x, weight, bias, eps)
             return torch.ops.normjit.layer_norm_channels(x, weight, bias, eps, activation)
-        if activation is None and _trains("layer_norm_channels", x, weight, bias, eps):
-            return torch.ops.normjit.layer_norm_channels_train(x, weight, bias, eps)[0]
+        if _trains("layer_norm_channels", x, weight, bias, eps):
+            return _train("layer_norm_channels", 0, x, weight, bias, eps, 0.0, activation)
     else:
         y = _eager("layer_norm_channels", 0, x, weight, bias, eps,
                    None if activation is None else (0.0, None, False, False, activation))
@@ -2164,8 +2262,8 @@ def _group_norm(x: Tensor, num_groups: int, weight: Optional[Tensor], bias: Opti
             if activation is None:
                 return torch.ops.normjit.group_norm(x, num_groups, weight, bias, eps)
             return torch.ops.normjit.group_norm(x, num_groups, weight, bias, eps, activation)
-        if activation is None and _trains("group_norm", x, weight, bias, eps):
-            return torch.ops.normjit.group_norm_train(x, num_groups, weight, bias, eps)[0]
+        if _trains("group_norm", x, weight, bias, eps):
+            return _train("group_norm", num_groups, x, weight, bias, eps, 0.0, activation)
     else:
         y = _eager("group_norm", num_groups, x, weight, bias, eps,
                    None if activation is None else (0.0, None, False, False, activation))
@@ -2197,8 +2295,8 @@ def _variant(op: str, x: Tensor, residual: Optional[Tensor],
                                                variant, scale), variant)
         if why == "grad" and _offset_only(op, variant) and _trains(op, x, weight, bias, eps_f):
             if op in _ADD_TRAINED:
-                return _train_add(op, shape, x, residual, weight, bias, eps_f, offset)
-            return _train(op, shape, x, weight, bias, eps_f, offset)
+                return _train_add(op, shape, x, residual, weight, bias, eps_f, offset, activation)
+            return _train(op, shape, x, weight, bias, eps_f, offset, activation)
     else:
         out = _eager_variant(op, shape, x, weight, bias, eps, variant, residual, scale)
         if out.__class__ is tuple:
@@ -2233,17 +2331,17 @@ def rms_norm(input: Tensor, normalized_shape: Union[int, Sequence[int]],
     Keyword-only variants (any of them given: the result is the expression below, computed in
     float32 from the input):
       weight_offset: the weight used is weight_offset + weight, in float32 (Gemma: 1.0);
-        needs a weight. Given alone, it trains through normjit's backward kernel (the others
-        are forward-only: with an input that requires grad, PyTorch computes the expression,
-        with a NormjitFallbackWarning).
+        needs a weight. Given alone or with activation, it trains through normjit's backward
+        kernel (the others are forward-only: with an input that requires grad, PyTorch
+        computes the expression, with a NormjitFallbackWarning).
       out_dtype: the result's dtype: torch.float32, float16, bfloat16, or fp8
         (torch.float8_e4m3fn, torch.float8_e5m2) with `scale`, a one-element float32 tensor
         on the input's device: y = saturate(normalized * scale) (scale only with fp8).
       return_stats: returns (y, rstd), rstd float32 of shape input.shape[:-k] + (1,) * k for
         k normalized dims, as torch.ops.aten._fused_rms_norm's.
       activation: None, 'silu' or 'gelu' (F.silu; F.gelu, approximate='none'), applied to n
-        in the same kernel (forward-only: with an input that requires grad, PyTorch computes
-        the expression, with a NormjitFallbackWarning).
+        in the same kernel; trains through normjit's backward kernel as weight_offset does
+        (dy through the activation's derivative).
     The expression: xf = input.float(); rstd = torch.rsqrt(xf.square().mean(dims,
     keepdim=True) + eps); n = activation(xf * rstd * (weight_offset + weight.float()));
     y = n.to(out_dtype) (default the input's dtype), for fp8 (n * scale).clamp(-max,
@@ -2319,10 +2417,10 @@ def add_rms_norm(x: Tensor, residual: Tensor, normalized_shape: Union[int, Seque
     (x, residual), as vLLM's fused_add_rms_norm(input, residual, weight, eps). activation
     (None, 'silu', 'gelu') applies to y only, as rms_norm's; h is the sum.
     Training (x, residual or weight requiring grad, grad mode on): without variants other than
-    weight_offset and not in place, through normjit's kernels (this forward saving h's
-    statistics, rms_norm's backward kernel on h; the gradient of x and of residual is that dh
-    plus h's own gradient, each in its dtype); otherwise PyTorch's autograd of the expression,
-    with a NormjitFallbackWarning."""
+    weight_offset and activation and not in place, through normjit's kernels (this forward
+    saving h's statistics, rms_norm's backward kernel on h; the gradient of x and of residual
+    is that dh plus h's own gradient, each in its dtype); otherwise PyTorch's autograd of the
+    expression, with a NormjitFallbackWarning."""
     return _variant("add_rms_norm", x, residual, normalized_shape, weight, None, eps,
                     weight_offset, out_dtype, scale, False, inplace, None, None,
                     _as_activation("add_rms_norm", activation))
@@ -2360,8 +2458,8 @@ def layer_norm_channels(input: Tensor, weight: Optional[Tensor] = None,
     SAM's LayerNorm2d (F.layer_norm of the input permuted channels-last, permuted back), for
     any number of spatial dims; eps defaults to theirs, 1e-6. Trains through normjit's backward
     kernel (an input, weight or bias that requires grad, grad mode on). activation None, 'silu' or
-    'gelu' (F.silu; F.gelu, approximate='none') of the result, in the same kernel (forward-only:
-    with an input that requires grad, PyTorch computes both, with a NormjitFallbackWarning)."""
+    'gelu' (F.silu; F.gelu, approximate='none') of the result, in the same kernel (and in
+    training, the backward kernel takes the gradient through the activation's derivative)."""
     if eps is None:
         _no_eps("layer_norm_channels")
     if activation is None:
@@ -2375,8 +2473,8 @@ def group_norm(input: Tensor, num_groups: int, weight: Optional[Tensor] = None,
                activation: Optional[str] = None) -> Tensor:
     """torch.nn.functional.group_norm: input [N, C, *spatial], num_groups dividing C, weight
     and bias [C]. activation None, 'silu' or 'gelu': F.silu(F.group_norm(...)) (diffusion's
-    GroupNorm -> SiLU), or F.gelu with approximate='none', in one kernel (forward-only: with an
-    input that requires grad, PyTorch computes both, with a NormjitFallbackWarning). A
+    GroupNorm -> SiLU), or F.gelu with approximate='none', in one kernel (in training, the
+    backward kernel takes the gradient through the activation's derivative). A
     channels-last input (channels_last, channels_last_3d, or any rank's analogue) is normalized
     in place of its memory order, without the copy PyTorch's CUDA GroupNorm makes, and the result
     keeps the input's memory format (channels last stays channels last; a contiguous input gives

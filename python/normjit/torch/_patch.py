@@ -55,9 +55,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple, Union
 
 import torch
-import torch.nn.functional as F
 
-from ._ops import (_activate, _group_norm, _layer_norm, _layer_norm_channels, _param, _rms_norm,
+from ._ops import (_group_norm, _layer_norm, _layer_norm_channels, _param, _rms_norm,
                    _rms_norm_channels, _variant)
 from .._fuse_code import fused_class, reduce_through
 
@@ -90,31 +89,13 @@ def _layer_norm_forward(orig: Callable) -> Callable:
     return forward
 
 
-def _recorded(x: torch.Tensor, weight: Optional[torch.Tensor],
-              bias: Optional[torch.Tensor]) -> bool:
-    """Whether autograd records a call on these (grad mode, and one of them requires grad)."""
-    return torch.is_grad_enabled() and (
-        x.requires_grad or (weight is not None and weight.requires_grad)
-        or (bias is not None and bias.requires_grad))
-
-
 def _group_norm_forward(orig: Callable, activation: Optional[str] = None) -> Callable:
     """activation 'silu': a GroupNorm fused with the SiLU that followed it (its fallback is its
-    own forward, then F.silu). The fused kernel has no backward: where autograd records the
-    call, normjit's GroupNorm (with its autograd), then PyTorch's SiLU."""
-    if activation is None:
-        def forward(self, input):
-            return _group_norm(input, self.num_groups, _param(self, "weight"),
-                               _param(self, "bias"), self.eps, orig, self)
-    else:
-        def forward(self, input):
-            weight, bias = _param(self, "weight"), _param(self, "bias")
-            if _recorded(input, weight, bias):
-                return _activate(
-                    _group_norm(input, self.num_groups, weight, bias, self.eps, orig, self),
-                    activation)
-            return _group_norm(input, self.num_groups, weight, bias, self.eps, orig, self,
-                               activation)
+    own forward, then F.silu), in training too (the backward kernel takes the gradient through
+    the SiLU's derivative)."""
+    def forward(self, input):
+        return _group_norm(input, self.num_groups, _param(self, "weight"), _param(self, "bias"),
+                           self.eps, orig, self, activation)
     return forward
 
 
@@ -404,16 +385,13 @@ def _fuse_group_norm_silu(model: torch.nn.Module, report: PatchReport) -> set:
 
 
 def _group_norm_silu(norm: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """F.silu(norm(x)) in one kernel where normjit serves the call; else norm's own (original
-    class's) forward, then F.silu: the fused call of a rewritten forward (_fuse_in_code). Where
-    autograd records the call (an input or parameter that requires grad), the fused kernel has
-    no backward: normjit's GroupNorm with its autograd, then PyTorch's SiLU, as the layers ran
-    before the fusion."""
+    """F.silu(norm(x)) in one kernel where normjit serves the call (in training too: the
+    backward kernel takes the gradient through the SiLU's derivative); else norm's own
+    (original class's) forward, then F.silu: the fused call of a rewritten forward
+    (_fuse_in_code)."""
     cls = type(norm)
     own = cls.__dict__.get("_normjit_original_class", cls)
     weight, bias = _param(norm, "weight"), _param(norm, "bias")
-    if _recorded(x, weight, bias):
-        return F.silu(_group_norm(x, norm.num_groups, weight, bias, norm.eps, own.forward, norm))
     return _group_norm(x, norm.num_groups, weight, bias, norm.eps, own.forward, norm, "silu")
 
 

@@ -7,9 +7,9 @@ functional form, once: its checks are the only ones.
 Each also takes a keyword-only `activation` (None, 'silu', 'gelu'): the module then computes
 F.silu or F.gelu (approximate='none') of the norm in the same kernel, e.g.
 GroupNorm(32, 320, activation='silu') for diffusion's GroupNorm -> SiLU. It is not a parameter
-or buffer: the state_dict is the norm's. With an activation the module is forward-only in
-normjit: in training (an input or parameter that requires grad) PyTorch computes the norm and
-the activation, with a NormjitFallbackWarning."""
+or buffer: the state_dict is the norm's. With an activation the module trains through normjit
+as without one: its backward kernel takes the gradient through the activation's derivative at
+the norm's affine output (the forward's bias read for it)."""
 import inspect
 from typing import Optional
 
