@@ -9,17 +9,24 @@ weight and bias), the forward table's ViT/BERT LayerNorm rows, and Gemma's RMSNo
 f32 weight used as 1 + w: the spec's param_dtype=f32 weight_offset=1; Gemma 2 and 3 hidden
 sizes, 4096 and 16384 tokens), and the fused residual add + RMSNorm (bf16 x and residual, hidden
 4096 and 8192, 4096 and 16384 tokens: the gradients of x, residual and weight, given those of y
-and of h = x + residual). For each one and each implementation the gradients of x, weight
-and bias for a fixed dy are checked against float64 and timed:
+and of h = x + residual), ConvNeXt-T's LayerNorm2d channels last (convnext), Stable Diffusion's
+GroupNorm channels last (sd_nhwc) and its GroupNorm -> SiLU (sd_silu: y = silu(group_norm(x) *
+w + b), bf16, 32 groups, SD 1.5's UNet and VAE maps, two also channels last: the gradients for
+dy of y, the backward kernel of the spec with activation=silu). For each one and each
+implementation the gradients of x, weight and bias for a fixed dy are checked against float64
+and timed:
   normjit   its backward kernel alone (spec backward=true, normjit_prepare once, then
             normjit_launch_backward through the C API by ctypes), given x, dy and the
             statistics (mean, rstd in f32) a forward with save_stats writes; for add + RMSNorm,
             torch.autograd.grad of normjit.torch.add_rms_norm's (y, h) (its training op, whose
             backward is the RMSNorm backward kernel of the spec with residual on h: h's own
-            gradient loaded with h and dy and added as dx is stored, one pass);
+            gradient loaded with h and dy and added as dx is stored, one pass); with an
+            activation (sd_silu) the kernel of the spec with activation=, given the bias too
+            (it takes dy through the activation's derivative at z = xhat * w + b);
   eager     torch.autograd.grad(y, [x, weight, bias], dy, retain_graph=True) on the PyTorch
             module's output (the backward kernels of nn.LayerNorm, nn.GroupNorm, nn.RMSNorm;
-            the channel RMSNorm's autograd of its expression);
+            the channel RMSNorm's autograd of its expression); with an activation, on
+            F.silu (F.gelu) of the module's output: F.silu(F.group_norm(x, 32, w, b, eps));
   compile   the same on the output of torch.compile(module, dynamic=False): AOTAutograd's
             backward graph, compiled by Inductor at the first backward call (excluded);
             torch._functorch.config.donated_buffer is off, since a backward with donated
@@ -28,15 +35,18 @@ and bias for a fixed dy are checked against float64 and timed:
   liger     the same on the output of Liger-Kernel's LigerRMSNormFunction /
             LigerLayerNormFunction / LigerGroupNormFunction (in_place=False for RMSNorm, so
             dy is kept; Gemma's with offset 1.0); LigerFusedAddRMSNormFunction for add +
-            RMSNorm (its one backward kernel takes h's gradient);
+            RMSNorm (its one backward kernel takes h's gradient); n/a with an activation
+            (Liger's norms have none: the activation's backward would be PyTorch's kernel);
   copy      a copy_ of the problem's backward bytes: x, dy and dx, the statistics (rstd; mean
             too for LayerNorm and GroupNorm, f32 per row or per (n, group)), the parameters
             and their gradients, each once (what `normjit bench --backward` counts).
-A spec normjit refuses (GroupNorm, the channel forms and rows longer than its backward kernel
-takes are not yet supported) is shown as n/a with normjit's reason.
+A spec normjit refuses is shown as n/a with normjit's reason. The float64 reference takes dy
+through the activation's derivative (autograd of torch.nn.functional's, in float64) where the
+problem has one.
 
     python3 tools/bench_backward.py                     # everything (about 10 minutes)
     python3 tools/bench_backward.py --only seeds --quick
+    python3 tools/bench_backward.py --only sd_nhwc,sd_silu  # the Stable Diffusion groups
     python3 tools/bench_backward.py --list              # the problems, no GPU needed
     python3 tools/bench_backward.py --selftest          # the non-GPU parts, no torch needed
     python3 tools/bench_backward.py --from-json A.json,B.json  # re-render (runs merged)
@@ -86,6 +96,9 @@ class Problem(ct.Problem):
     param_dtype: str = ""
     residual: str = ""  # the residual's dtype: the backward of add + norm (h = x + residual)
     layout: str = ""    # "nhwc": x and dy channels last (channels_last; channel forms, GroupNorm)
+    # The forward's activation after the affine step (y = act(xhat * w + b): "silu", or "gelu"
+    # exact): the backward takes dy of y through act' at z = xhat * w + b (normjit reads b).
+    activation: str = ""
 
     def describe(self) -> str:
         text = super().describe()
@@ -95,6 +108,8 @@ class Problem(ct.Problem):
             text += f" ({self.weight_offset:g} + w)"
         if self.param_dtype:
             text += f", {self.param_dtype} w"
+        if self.activation:
+            text += f", then {ACTIVATION_TITLES[self.activation]}"
         if self.layout:
             text += ", channels last"
         return text
@@ -109,6 +124,10 @@ class Problem(ct.Problem):
         assert not self.layout or (self.layout == "nhwc" and (self.op == "groupnorm"
                                                               or self.normalized_dims == 0)), \
             self.layout
+        # The add + norm rows' flow (_run_add) takes no activation.
+        assert self.activation in ("", *ACTIVATION_TITLES) and not (self.activation
+                                                                    and self.residual), \
+            self.activation
 
     @property
     def param_bytes(self) -> int:
@@ -121,6 +140,9 @@ def as_backward(p: ct.Problem) -> Problem:
     return Problem(**{f.name: getattr(p, f.name) for f in dataclasses.fields(ct.Problem)})
 
 
+# The activations a backward takes dy through (normjit's activation=, torch.nn.functional's
+# function of the same name: F.gelu exact).
+ACTIVATION_TITLES = {"silu": "SiLU", "gelu": "GELU"}
 IMPLS = ("normjit", "eager", "compile", "liger", "copy")
 PEERS = ("eager", "compile", "liger")
 TITLES = {"normjit": "normjit", "eager": "eager", "compile": "compile", "liger": "Liger",
@@ -144,7 +166,10 @@ GROUP_TITLES = {"seeds": "Seed problems (docs/design.md)",
                             "and bias, over the channels: timm's LayerNorm2d)",
                 "sd_nhwc": "Stable Diffusion GroupNorm channels last (bf16 [N, C, H, W] in "
                            "channels_last, 32 groups, weight and bias: UNet and VAE maps "
-                           "trained channels last)"}
+                           "trained channels last)",
+                "sd_silu": "Stable Diffusion GroupNorm -> SiLU (bf16 [N, C, H, W], 32 groups, "
+                           "weight and bias, SiLU after: diffusion training's norm; UNet and "
+                           "VAE maps, two of them channels last too)"}
 LLM_HIDDENS = (4096, 8192, 16384)
 LLM_TOKENS = (1024, 4096, 16384)
 GEMMA_HIDDENS = (2304, 3584, 5376)  # Gemma 2 2B and 9B, Gemma 3 27B
@@ -156,6 +181,11 @@ CONVNEXT_MAPS = ((96, 56), (192, 28), (384, 14), (768, 7))  # ConvNeXt-T's stage
 # VAE decoder's largest maps (batch 1): N, C, H = W.
 SD_NHWC_MAPS = ((2, 320, 64), (2, 640, 32), (2, 1280, 16), (8, 1280, 32), (8, 320, 64),
                 (1, 128, 512), (1, 256, 256), (1, 512, 128))
+# GroupNorm -> SiLU (the UNet's and the VAE's ResNet blocks): the same maps, channels first;
+# the training UNet's largest map and the VAE decoder's largest also channels last.
+SD_SILU_MAPS = ((2, 320, 64), (2, 640, 32), (2, 1280, 16), (8, 320, 64), (8, 1280, 32),
+                (1, 128, 512), (1, 256, 256), (1, 512, 128))
+SD_SILU_NHWC_MAPS = ((8, 320, 64), (1, 128, 512))
 LIGER_ADD = "fused_add_rms_norm.LigerFusedAddRMSNormFunction"
 LIGER_FUNCTIONS = {"rmsnorm": "rms_norm.LigerRMSNormFunction",
                    "layernorm": "layer_norm.LigerLayerNormFunction",
@@ -194,6 +224,12 @@ def default_problems() -> list[Problem]:
                          "groupnorm", (n, c, hw, hw), "bf16", 1e-5, groups=32, affine="both",
                          layout="nhwc")
                  for n, c, hw in SD_NHWC_MAPS]
+    problems += [Problem(f"sd groupnorm silu c{c} {hw}x{hw} b{n}" + (" channels last" if layout
+                                                                     else ""),
+                         "sd_silu", "groupnorm", (n, c, hw, hw), "bf16", 1e-5, groups=32,
+                         affine="both", layout=layout, activation="silu")
+                 for maps, layout in ((SD_SILU_MAPS, ""), (SD_SILU_NHWC_MAPS, "nhwc"))
+                 for n, c, hw in maps]
     return problems
 
 
@@ -229,7 +265,9 @@ def launch_batch(p: Problem) -> int:
 def backward_bytes(p: Problem) -> int:
     """x and dy read, dx written; the parameters read and their gradients written; the
     statistics read: each once. add + norm: h, dy and h's gradient read, one gradient of x
-    and of residual (the same values) written."""
+    and of residual (the same values) written. With an activation the kernel reads the bias
+    too (for z = xhat * w + b): counted already, as a parameter read (as `normjit bench
+    --backward` counts every backward with a bias)."""
     e = ct.ELEMENT_BYTES[p.dtype]
     params = p.param_count * math.prod(p.param_shape) * p.param_bytes
     stats = (2 if has_mean(p) else 1) * math.prod(stats_shape(p)) * 4
@@ -243,6 +281,7 @@ def backward_spec(p: Problem) -> str:
     variants = (f" param_dtype={p.param_dtype}" if p.param_dtype else "") + \
         (f" residual={p.residual}" if p.residual else "") + \
         (f" weight_offset={p.weight_offset!r}" if p.weight_offset else "") + \
+        (f" activation={p.activation}" if p.activation else "") + \
         (f" layout={p.layout}" if p.layout else "")
     return (f"op={p.op} shape={','.join(map(str, p.shape))} dtype={p.dtype} {form} "
             f"affine={p.affine} eps={p.eps!r}{variants} backward=true")
@@ -253,6 +292,9 @@ def liger_support(p: Problem) -> str:
     its RMSNorm and LayerNorm normalize the last dim (several trailing dims given as one row),
     one row per Triton block of at most 65536."""
     fn = LIGER_FUNCTIONS[p.op].split(".")[1]
+    if p.activation:
+        return (f"{fn} has no activation: {ACTIVATION_TITLES[p.activation]}'s backward "
+                "would be another kernel (PyTorch's, as eager's), not Liger's")
     if p.op == "groupnorm" and p.layout == "nhwc":
         return (f"{fn} reads x as [N, C, *spatial] in its row-major order; a channels-last x "
                 "would need a contiguous copy")
@@ -495,8 +537,8 @@ def render_section(rep: Report) -> str:
         "Liger")
     add("")
     add("Generated by `tools/bench_backward.py` (on the GPU machine by "
-        "`scripts/perf_backward.sh`); edits are overwritten. `tools/compare_torch.py` keeps this section when it regenerates "
-        "the rest of the file.")
+        "`scripts/perf_backward.sh`); edits are overwritten. `tools/compare_torch.py` keeps "
+        "this section when it regenerates the rest of the file.")
     add("")
     done = [r for r in rep.rows if not r.skipped]
     if len(done) < rep.planned:
@@ -542,6 +584,18 @@ def render_section(rep: Report) -> str:
         "checked as dx - dh against the RMSNorm gradient at h (the worse of the two shown); "
         "`MB moved`: h, dy and dh read, one gradient written (the same values for x and "
         "residual), the weight and its gradient, rstd.")
+    if any(r.problem.activation for r in rep.rows):
+        add("- Norm -> activation rows (GroupNorm -> SiLU): the forward is y = silu(xhat * w + "
+            "b) and every implementation computes the gradients of x, weight and bias for dy "
+            "of y. normjit: the backward kernel of the spec with `activation=silu` alone (one "
+            "kernel: dy taken through SiLU's derivative at z = xhat * w + b, which it "
+            "recomputes from x, the statistics, the weight and the bias it reads); eager and "
+            "compile: the call above on `F.silu(nn.GroupNorm(...)(x))` = "
+            "`F.silu(F.group_norm(x, 32, w, b, eps))` (compile: that whole function's forward "
+            "and backward graph); Liger: n/a (its GroupNorm has no activation). The float64 "
+            "reference takes dy through the derivative of `F.silu` (autograd in float64 at "
+            "z) before the norm's formulas. `MB moved` as the norm's (the bias, read here, "
+            "counted among the parameters read).")
     add(f"- GPU times: CUDA events around each call, median of {s.get('reps')} calls after "
         f"{s.get('warmup')} warm-up calls, a sleep kernel queued first long enough that the "
         "host enqueues every timed call while the GPU is busy (the events bracket GPU work, "
@@ -601,8 +655,8 @@ def render_section(rep: Report) -> str:
             add(f"- [{k}] {note}")
         specs = [r.spec for r in rows if r.spec]
         if specs:
-            add(f"- normjit's specs: `{specs[0]}`" + (" ... (one per row; the JSON has each)"
-                                                     if len(specs) > 1 else ""))
+            more = " ... (one per row; the JSON has each)" if len(specs) > 1 else ""
+            add(f"- normjit's specs: `{specs[0]}`" + more)
         add("")
     problems = []
     for r in rep.rows:
@@ -683,10 +737,11 @@ class CApi:
     def bind(self, kernel: int, ptrs: dict[str, Optional[int]], batch: int,
              stream: int) -> Callable[[], None]:
         """A launch of the backward kernel on ptrs (x, dy, mean, rstd, weight, dx, dweight,
-        dbias: device addresses or None), the arguments converted once."""
+        dbias, and bias for a spec with an activation: device addresses or None), the
+        arguments converted once."""
         args = _capi.BackwardArgs()
         self.lib.normjit_backward_args_init(ctypes.byref(args))
-        for name in ("x", "dy", "mean", "rstd", "weight", "dx", "dweight", "dbias"):
+        for name in ("x", "dy", "mean", "rstd", "weight", "dx", "dweight", "dbias", "bias"):
             setattr(args, name, ptrs.get(name))
         args.batch = batch
         fn, ref, lib = self.lib.normjit_launch_backward, ctypes.byref(args), self.lib
@@ -706,10 +761,18 @@ class CApi:
 # The measurements (torch imported here)
 # ---------------------------------------------------------------------------------------
 
-def reference(p: Problem, x, dy, weight):
+def activation_function(name: str) -> Callable:
+    """torch.nn.functional's activation of normjit's activation=name (F.gelu exact)."""
+    import torch.nn.functional as F
+    return {"silu": F.silu, "gelu": F.gelu}[name]
+
+
+def reference(p: Problem, x, dy, weight, bias=None):
     """p's backward in float64 on a chunk of x along dim 0 (whole rows, items or groups):
-    (dx, dy * xhat, dy, mean, rstd) with mean and rstd in stats_shape(p) of the chunk (mean
-    None for RMSNorm). Two-pass statistics; weight float64 or None."""
+    (dx, dz * xhat, dz, mean, rstd) with mean and rstd in stats_shape(p) of the chunk (mean
+    None for RMSNorm); dz = dy, or with an activation dy taken through its derivative at
+    z = xhat * weight + bias (float64 autograd of torch.nn.functional's activation). Two-pass
+    statistics; weight and bias float64 or None."""
     import torch
     xd, dyd = x.double(), dy.double()
     nd = xd.dim()
@@ -717,7 +780,6 @@ def reference(p: Problem, x, dy, weight):
         param_view = (1, -1) + (1,) * (nd - 2)
     else:
         param_view = p.param_shape
-    g = dyd * weight.reshape(param_view) if weight is not None else dyd
     # A view in which each row (or position, or group) is reduced over dims `dims`.
     if p.op == "groupnorm":
         view = lambda t: t.reshape(t.shape[0], p.groups, -1)  # noqa: E731
@@ -729,7 +791,7 @@ def reference(p: Problem, x, dy, weight):
         row = math.prod(p.param_shape)
         view = lambda t: t.reshape(-1, row)  # noqa: E731
         dims = (-1,)
-    xv, gv = view(xd), view(g)
+    xv = view(xd)
     if p.op == "rmsnorm":
         mean = None
         rstd = torch.rsqrt(xv.pow(2).mean(dim=dims, keepdim=True) + p.eps)
@@ -738,13 +800,27 @@ def reference(p: Problem, x, dy, weight):
         mean = xv.mean(dim=dims, keepdim=True)
         rstd = torch.rsqrt((xv - mean).pow(2).mean(dim=dims, keepdim=True) + p.eps)
         xhat = (xv - mean) * rstd
+    if p.activation:
+        z = xhat.reshape(xd.shape)
+        if weight is not None:
+            z = z * weight.reshape(param_view)
+        if bias is not None:
+            z = z + bias.reshape(param_view)
+        with torch.enable_grad():
+            zl = z.detach().requires_grad_()
+            dzd, = torch.autograd.grad(activation_function(p.activation)(zl), zl, dyd)
+        del z, zl
+    else:
+        dzd = dyd
+    g = dzd * weight.reshape(param_view) if weight is not None else dzd
+    gv = view(g)
     dx = gv - xhat * (gv * xhat).mean(dim=dims, keepdim=True)
     if p.op != "rmsnorm":
         dx = dx - gv.mean(dim=dims, keepdim=True)
     dx = (rstd * dx).reshape(xd.shape)
     n = xd.shape[0]
     sshape = (n,) + stats_shape(p)[1:] if channel_form(p) else (-1,)
-    return (dx, dyd * xhat.reshape(xd.shape), dyd,
+    return (dx, dzd * xhat.reshape(xd.shape), dzd,
             None if mean is None else mean.reshape(sshape), rstd.reshape(sshape))
 
 
@@ -783,6 +859,21 @@ def layer_norm_2d(p: Problem, weight, bias):
             x = F.layer_norm(x, (p.shape[1],), self.weight, self.bias, p.eps)
             return x.permute(0, 3, 1, 2)
     return LayerNorm2d()
+
+
+def then_activation(norm, act: Callable):
+    """A module computing act(norm(x)) (norm's parameters its own): eager's and compile's
+    norm -> activation, F.silu(F.group_norm(x, G, w, b, eps)) for nn.GroupNorm."""
+    import torch
+
+    class ThenActivation(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm = norm
+
+        def forward(self, x):
+            return act(self.norm(x))
+    return ThenActivation()
 
 
 def param_sum(p: Problem, t):
@@ -914,11 +1005,13 @@ class Bench:
         step = rows if p.reduces_dim0 else max(1, ct.REFERENCE_CHUNK_ELEMENTS // per_item)
         return [slice(a, min(rows, a + step)) for a in range(0, rows, step)]
 
-    def check(self, p: Problem, x, dy, weight, grads: tuple) -> GradCheck:
-        """grads (dx, dweight or None, dbias or None) against float64."""
+    def check(self, p: Problem, x, dy, weight, grads: tuple, bias=None) -> GradCheck:
+        """grads (dx, dweight or None, dbias or None) against float64 (bias: the forward's,
+        which an activation's derivative depends on)."""
         torch = self.torch
         dx, dw, db = grads
         w64 = weight.double() + p.weight_offset if weight is not None else None  # the weight used
+        b64 = bias.double() if bias is not None and p.activation else None
         zero = lambda: torch.zeros((), dtype=torch.float64, device=self.dev)  # noqa: E731
         err2, ref2 = zero(), zero()
         bad = torch.zeros((), dtype=torch.int64, device=self.dev)
@@ -927,7 +1020,7 @@ class Bench:
         def add(key, t):
             sums[key] = t if sums[key] is None else sums[key] + t
         for s in self.chunks(p, x):
-            rdx, wterm, bterm, _, _ = reference(p, x[s], dy[s], w64)
+            rdx, wterm, bterm, _, _ = reference(p, x[s], dy[s], w64, b64)
             d = dx[s].double()
             bad += (~torch.isfinite(d)).sum()
             err2 += (d - rdx).pow(2).sum()
@@ -1020,7 +1113,7 @@ class Bench:
             bias = self.random(p.param_shape, param, ct.InputDist(0.0, 1.0))
 
         with torch.no_grad():
-            self.run_normjit(p, row, xs, dys, weight)
+            self.run_normjit(p, row, xs, dys, weight, bias)
         self.free()
         self.run_autograd(p, row, "eager", xs, dys, weight, bias)
         if self.args.skip_compile:
@@ -1037,7 +1130,9 @@ class Bench:
         self.free()
         row.copy = self.measure_copy(row.bytes_moved, n)
 
-    def run_normjit(self, p: Problem, row: Row, xs: list, dys: list, weight) -> None:
+    def run_normjit(self, p: Problem, row: Row, xs: list, dys: list, weight, bias=None) -> None:
+        """normjit's backward kernel, checked and timed; bias (read only) goes to a spec with
+        an activation (z = xhat * w + b), to no other."""
         torch = self.torch
         m = row.normjit
         t0 = time.perf_counter()
@@ -1051,13 +1146,16 @@ class Bench:
         m.first_call_s = time.perf_counter() - t0
         self.log(f"  normjit  prepared in {m.first_call_s * 1e3:.0f} ms: {row.spec}")
         stats = [self.statistics(p, x) for x in xs]
-        dxs = [torch.empty_like(xs[0])] * len(xs)  # one dx, as autograd's allocations give the peers
+        # One dx, as autograd's allocations give the peers.
+        dxs = [torch.empty_like(xs[0])] * len(xs)
         dw = torch.empty_like(weight) if weight is not None else None
         db = torch.empty_like(weight) if p.affine == "both" else None
         ptr = lambda t: t.data_ptr() if t is not None else None  # noqa: E731
+        b = bias if p.activation else None
         calls = [self.nj.bind(kernel, {"x": ptr(xs[i]), "dy": ptr(dys[i]), "mean": ptr(stats[i][0]),
                                        "rstd": ptr(stats[i][1]), "weight": ptr(weight),
-                                       "dx": ptr(dxs[i]), "dweight": ptr(dw), "dbias": ptr(db)},
+                                       "dx": ptr(dxs[i]), "dweight": ptr(dw), "dbias": ptr(db),
+                                       **({"bias": ptr(b)} if b is not None else {})},
                               launch_batch(p), self.stream)
                  for i in range(len(xs))]
         for t in (dxs[0], dw, db):  # poison: every element must be written
@@ -1072,7 +1170,8 @@ class Bench:
             self.log(f"  normjit  {m.status}: {m.message}")
             return
         m.status = "ok"
-        self.record_check(row, "normjit", self.check(p, xs[0], dys[0], weight, (dxs[0], dw, db)))
+        self.record_check(row, "normjit",
+                          self.check(p, xs[0], dys[0], weight, (dxs[0], dw, db), bias))
         self.timed(row, "normjit", lambda i: calls[i % len(calls)]())
 
     def forward_of(self, p: Problem, impl: str, weight, bias) -> tuple[Callable, list]:
@@ -1114,6 +1213,8 @@ class Bench:
         module.requires_grad_(True)
         params = [t for t in (getattr(module, "weight", None), getattr(module, "bias", None))
                   if t is not None]
+        if p.activation:  # y = act(norm(x)): the module's output through F.silu / F.gelu
+            module = then_activation(module, activation_function(p.activation))
         if impl == "compile":
             import torch._dynamo
             import torch._functorch.config
@@ -1153,10 +1254,10 @@ class Bench:
         dx = grads[0]
         dw = grads[1] if weight is not None else None
         db = grads[2] if bias is not None else None
-        self.record_check(row, impl, self.check(p, xs[0], dys[0], weight, (dx, dw, db)))
+        self.record_check(row, impl, self.check(p, xs[0], dys[0], weight, (dx, dw, db), bias))
         del grads, dx, dw, db
         self.time_graphs(row, impl, lambda: ys.extend(forward(x) for x in leaves[1:]), grad)
-        del ys, leaves, forward, params
+        ys = leaves = forward = params = None  # the graphs freed (the closures' too)
         self.free()
 
     def time_graphs(self, row: Row, impl: str, build: Callable[[], None],
@@ -1273,7 +1374,7 @@ class Bench:
         del grads, dx, dr, dw, h
         self.time_graphs(row, impl,
                          lambda: outs.extend(forward(x, r) for x, r in zip(xl[1:], rl[1:])), grad)
-        del outs, xl, rl, forward, w
+        outs = xl = rl = forward = w = None  # the graphs freed (the closures' too)
         self.free()
 
     def measure_copy(self, nbytes: int, sets: int) -> ct.Measurement:
@@ -1302,7 +1403,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     ap.add_argument("--lib", default=None,
                     help="libnormjit.so (default: $NORMJIT_LIBRARY, else BUILD/libnormjit.so)")
     ap.add_argument("--only", default=None,
-                    help="comma-separated groups (seeds, llm), ops or substrings of problem names")
+                    help="comma-separated groups (" + ", ".join(GROUP_TITLES) + "), ops "
+                         "or substrings of problem names")
     ap.add_argument("--dtypes", default="f32,bf16", help="comma-separated dtypes (f32,bf16)")
     ap.add_argument("--quick", action="store_true",
                     help="the seeds and hidden 4096 at 4096 tokens; 10 timed calls")
@@ -1369,7 +1471,8 @@ def run(args: argparse.Namespace, problems: list[Problem], command: str, nj: Any
                "PyTorch": torch.__version__}
         l2 = 1 << 16
     rep = Report(env=env, command=command,
-                 date_utc=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+                 date_utc=datetime.datetime.now(datetime.timezone.utc).strftime(
+                     "%Y-%m-%d %H:%M UTC"),
                  settings={"reps": args.reps, "warmup": args.warmup, "seed": args.seed,
                            "quick": args.quick, "only": args.only, "dtypes": args.dtype_list,
                            "budget_s": args.budget_s, "skip_compile": args.skip_compile},
@@ -1394,7 +1497,8 @@ def run(args: argparse.Namespace, problems: list[Problem], command: str, nj: Any
             nj.close()
     print()
     print(render_summary(rep))
-    print(f"\nwrote {args.doc}, {args.json_out}" + (f", {args.section_out}" if args.section_out else ""))
+    print(f"\nwrote {args.doc}, {args.json_out}"
+          + (f", {args.section_out}" if args.section_out else ""))
     bad = [r for r in rep.rows
            if r.error or r.passed is False or r.normjit.status not in ("ok", "n/a", "not run")]
     return 1 if bad else 0
@@ -1435,8 +1539,8 @@ def main(argv: Optional[list[str]] = None) -> int:
 # ---------------------------------------------------------------------------------------
 
 def fake_report() -> Report:
-    ok = lambda ms, passed=None: ct.Measurement(status="ok", ms=ms, times_ms=[ms] * 3,  # noqa: E731
-                                               passed=passed)
+    def ok(ms, passed=None):
+        return ct.Measurement(status="ok", ms=ms, times_ms=[ms] * 3, passed=passed)
     good = lambda **kw: GradCheck(**{"dx_err": 2e-7, "dw_err": None, "db_err": None,  # noqa: E731
                                      "nonfinite": 0, "passed": True, **kw})
     ps = {p.key: p for p in default_problems()}
@@ -1493,7 +1597,7 @@ def selftest() -> int:
     for p in problems:
         p.validate()
     keys = [p.key for p in problems]
-    assert len(keys) == len(set(keys)) == 6 + 18 + 8 + 6 + 4 + 4 + 8, keys
+    assert len(keys) == len(set(keys)) == 6 + 18 + 8 + 6 + 4 + 4 + 8 + 10, keys
     by = {p.key: p for p in problems}
     rms, ln, gn = by["seed rmsnorm f32"], by["seed layernorm bf16"], by["seed groupnorm f32"]
     n = 112 * 64 * 512 * 512
@@ -1561,6 +1665,32 @@ def selftest() -> int:
         backward_spec(sd[0])
     assert "contiguous copy" in liger_support(sd[0]) and "channels last" in sd[0].describe()
     assert backward_bytes(sd[0]) == 3 * 2 * 320 * 64 * 64 * 2 + 4 * 320 * 2 + 2 * 2 * 32 * 4
+    silu = select(parse_args(["--only", "sd_silu"]))
+    assert [q.shape for q in silu] == [(n, c, hw, hw) for n, c, hw in
+                                       SD_SILU_MAPS + SD_SILU_NHWC_MAPS], silu
+    assert [q.layout for q in silu] == [""] * 8 + ["nhwc"] * 2
+    assert {(q.activation, q.groups, q.affine, q.dtype) for q in silu} == {
+        ("silu", 32, "both", "bf16")}
+    assert backward_spec(silu[0]) == ("op=groupnorm shape=2,320,64,64 dtype=bf16 groups=32 "
+                                      "affine=both eps=1e-05 activation=silu backward=true"), \
+        backward_spec(silu[0])
+    assert backward_spec(silu[-1]) == ("op=groupnorm shape=1,128,512,512 dtype=bf16 groups=32 "
+                                       "affine=both eps=1e-05 activation=silu layout=nhwc "
+                                       "backward=true"), backward_spec(silu[-1])
+    assert silu[0].describe() == "G=32, w+b, then SiLU", silu[0].describe()
+    assert silu[-1].describe() == "G=32, w+b, then SiLU, channels last", silu[-1].describe()
+    # The same bytes as the norm's backward: the bias, which this kernel reads, is counted.
+    assert backward_bytes(silu[0]) == backward_bytes(dataclasses.replace(silu[0], activation=""))
+    assert all("has no activation" in liger_support(q) for q in silu), liger_support(silu[-1])
+    assert {q.key for q in select(parse_args(["--only", "silu"]))} == {q.key for q in silu}
+    for bad in (dict(activation="relu"), dict(activation="silu", residual="bf16", op="rmsnorm",
+                                              groups=0, affine="weight", normalized_dims=1)):
+        try:
+            dataclasses.replace(silu[0], **bad).validate()
+        except AssertionError:
+            pass
+        else:
+            raise AssertionError(f"validated: {bad}")
 
     # Markdown of a fake run.
     rep = fake_report()
@@ -1580,12 +1710,14 @@ def selftest() -> int:
     seeds = {r[col["problem"]] + " " + r[col["dtype"]]: r for r in per[0][1:]}
     r = seeds["seed rmsnorm f32"]
     assert r[col["normjit µs"]] == "n/a [1]" and r[col["Liger µs"]] == "n/a [2]", r
-    assert r[col["best peer"]] == "compile" and r[col["vs best"]] == "—" and r[col["check"]] == "n/a"
+    assert r[col["best peer"]] == "compile" and r[col["vs best"]] == "—"
+    assert r[col["check"]] == "n/a"
     assert r[col["eager µs"]] == "40000" and r[col["copy µs"]] == "14900"
     r = seeds["seed layernorm bf16"]
     assert r[col["normjit µs"]] == "300.0" and r[col["% of copy"]] == "90.0%", r
     assert r[col["vs compile"]] == "1.17x" and r[col["best peer"]] == "compile", r
-    assert r[col["normjit rel. err"]] == "dx 3.0e-03, dw 2.0e-03, db 1.0e-03" and r[col["check"]] == "pass"
+    assert r[col["normjit rel. err"]] == "dx 3.0e-03, dw 2.0e-03, db 1.0e-03"
+    assert r[col["check"]] == "pass"
     assert r[col["Liger µs"]] == "n/a [3]"
     llm_rows = per[1][1:]
     r = llm_rows[0]
@@ -1605,6 +1737,21 @@ def selftest() -> int:
                    "normjit's specs: `op=rmsnorm shape=112,64,512,512 dtype=f32 normalized_dims=0"):
         assert needle in md, needle
     print(render_summary(rep))
+    # A GroupNorm -> SiLU row: its group's table, Liger's reason, the method's note.
+    p = silu[0]
+    ok = ct.Measurement(status="ok", ms=0.02, times_ms=[0.02] * 3, passed=True)
+    act = dataclasses.replace(rep, rows=[Row(p, backward_bytes(p), spec=backward_spec(p),
+                                             normjit=ok, eager=ok, compile=ok, copy=ok,
+                                             liger=ct.Measurement(status="n/a",
+                                                                  message=liger_support(p)))],
+                              planned=1, warnings=[])
+    amd = render_section(act)
+    for needle in (f"### {GROUP_TITLES['sd_silu']}", "- [1] Liger n/a: LigerGroupNormFunction "
+                   "has no activation", "`activation=silu`", "F.silu(F.group_norm(x, 32, w, b, "
+                   "eps))", "G=32, w+b, then SiLU", "activation=silu backward=true`"):
+        assert needle in amd, needle
+    assert "`activation=silu`" not in md
+    assert report_from_json(json.loads(json.dumps(report_json(act)))).rows[0].problem == p
 
     # JSON round trip, the section in performance.md, merged runs.
     with tempfile.TemporaryDirectory() as tmp:

@@ -356,9 +356,10 @@ def test_rows_longer_than_one_team_train_through_normjit(op, shape, dtype, affin
 
 
 @pytest.mark.parametrize("call", [
-    lambda x, w: njt.add_rms_norm(x, x.detach() * 0.5, 128, w, 1e-6, activation="silu")[0],
+    lambda x, w: njt.add_rms_norm(x, x.detach() * 0.5, 128, w, 1e-6,
+                                  out_dtype=torch.bfloat16)[0],
     lambda x, w: njt.rms_norm(x, 128, w, 1e-6, weight_offset=1.0, return_stats=True)[0],
-], ids=["add_rms_norm-silu", "weight_offset-and-stats"])
+], ids=["add_rms_norm-bf16-out", "weight_offset-and-stats"])
 def test_forward_only_functions_fall_back_with_pytorchs_gradient(call):
     x = leaf(randn((4, 128), torch.float32))
     w = leaf(randn((128,), torch.float32, 1.0, 0.5))

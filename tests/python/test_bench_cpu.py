@@ -18,6 +18,7 @@ from conftest import NoDeviceGuard
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tools"))
+NO_TORCH = "PyTorch is not installed (scripts/test.sh installs it)"
 
 
 @pytest.mark.parametrize("tool", ["bench_backward.py", "bench_vision.py"])
@@ -111,10 +112,11 @@ def host_tensor(torch, pointer, shape, dtype):
 
 
 class BackwardStandIn:
-    """bench_backward's CApi for CPU tensors: prepare refuses GroupNorm and the channel forms
-    in nchw (to test the n/a path), takes them channels last (layout=nhwc); launches compute
+    """bench_backward's CApi for CPU tensors: prepare refuses GroupNorm without an activation
+    and the channel forms in nchw (to test the n/a path), takes the channel forms channels last
+    (layout=nhwc) and GroupNorm with an activation (either layout); launches compute
     bench_backward.reference into the memory the pointers name (channels last: [N, *spatial, C]),
-    from the statistics the bench hands over."""
+    from the statistics the bench hands over (and the bias, with an activation)."""
 
     def __init__(self, torch, bb, ct, wrong_rstd=False):
         self.torch, self.bb, self.ct = torch, bb, ct
@@ -124,7 +126,7 @@ class BackwardStandIn:
         from normjit import _capi
         fields = dict(w.split("=", 1) for w in spec.split())
         nchw_channels = fields.get("normalized_dims") == "0" and fields.get("layout") != "nhwc"
-        if fields["op"] == "groupnorm" or nchw_channels:
+        if (fields["op"] == "groupnorm" and "activation" not in fields) or nchw_channels:
             raise _capi.UnsupportedError(_capi.Status.ERROR_UNSUPPORTED, "ERROR_UNSUPPORTED",
                                          f"backward=true is not yet supported for {fields['op']}")
         self.specs.append(spec)
@@ -134,8 +136,10 @@ class BackwardStandIn:
         torch, bb, ct = self.torch, self.bb, self.ct
         fields = dict(w.split("=", 1) for w in self.specs[kernel - 1].split())
         shape = tuple(int(s) for s in fields["shape"].split(","))
-        p = ct.Problem("x", "t", fields["op"], shape, fields["dtype"], float(fields["eps"]),
-                       normalized_dims=int(fields["normalized_dims"]), affine=fields["affine"])
+        p = bb.Problem("x", "t", fields["op"], shape, fields["dtype"], float(fields["eps"]),
+                       normalized_dims=int(fields.get("normalized_dims", 0)),
+                       groups=int(fields.get("groups", 0)), affine=fields["affine"],
+                       activation=fields.get("activation", ""))
         dt = ct.torch_dtype(p.dtype)
         pt = ct.torch_dtype(fields.get("param_dtype", p.dtype))  # weight and its gradients
         offset = float(fields.get("weight_offset", 0.0))
@@ -155,7 +159,11 @@ class BackwardStandIn:
             assert torch.equal(rstd, rstd_ref.float().reshape(rstd.shape))
             w = host_tensor(torch, ptrs["weight"], p.param_shape, pt).double() + offset \
                 if ptrs["weight"] else None
-            rdx, wterm, bterm, _, _ = bb.reference(p, x, dy, w)
+            # The bias goes to a kernel with an activation (and affine both), to no other.
+            assert (ptrs.get("bias") is not None) == bool(p.activation and p.affine == "both")
+            b = host_tensor(torch, ptrs["bias"], p.param_shape, pt).double() \
+                if ptrs.get("bias") else None
+            rdx, wterm, bterm, _, _ = bb.reference(p, x, dy, w, b)
             dx.copy_(rdx)
             if ptrs["dweight"]:
                 host_tensor(torch, ptrs["dweight"], p.param_shape, pt).copy_(bb.param_sum(p, wterm))
@@ -166,7 +174,7 @@ class BackwardStandIn:
 
 @pytest.fixture
 def liger(monkeypatch):
-    torch = pytest.importorskip("torch", reason="PyTorch is not installed (scripts/test.sh installs it)")
+    torch = pytest.importorskip("torch", reason=NO_TORCH)
     mods, calls = fake_liger_functions(torch, wrong_layernorm_dw=True)
     for name, m in mods.items():
         monkeypatch.setitem(sys.modules, name, m)
@@ -198,6 +206,12 @@ def test_backward_flow_on_cpu(liger, tmp_path, monkeypatch):
                    affine="weight", residual="bf16"),
         bb.Problem("convnext map", "convnext", "layernorm", (2, 8, 3, 5), "f32", 1e-6,
                    normalized_dims=0, affine="both", layout="nhwc"),
+        bb.Problem("gn silu", "sd_silu", "groupnorm", (2, 64, 4, 4), "bf16", 1e-5, groups=32,
+                   affine="both", activation="silu"),
+        bb.Problem("gn silu cl", "sd_silu", "groupnorm", (2, 64, 3, 5), "bf16", 1e-5,
+                   groups=32, affine="both", layout="nhwc", activation="silu"),
+        bb.Problem("ln gelu rows", "llm", "layernorm", (16, 64), "f32", 1e-5,
+                   normalized_dims=1, affine="both", activation="gelu"),
     ]
     doc, out = tmp_path / "performance.md", tmp_path / "b.json"
     args = bb.parse_args(["--reps", "2", "--warmup", "1", "--compile-backend", "aot_eager",
@@ -215,16 +229,18 @@ def test_backward_flow_on_cpu(liger, tmp_path, monkeypatch):
             assert r.impl(impl).status == "ok" and r.checks[impl].passed, (r.problem.name, impl)
     # normjit: n/a with the library's reason where it refuses, else checked and timed.
     for name in ("rms channel", "gn"):
-        assert rows[name].normjit.status == "n/a" and "not yet supported" in rows[name].normjit.message
+        assert rows[name].normjit.status == "n/a"
+        assert "not yet supported" in rows[name].normjit.message
         assert "normjit" not in rows[name].checks
-    for name in ("ln 3 dims", "rms rows", "ln rows", "gemma rows", "add rows", "convnext map"):
+    for name in ("ln 3 dims", "rms rows", "ln rows", "gemma rows", "add rows", "convnext map",
+                 "gn silu", "gn silu cl", "ln gelu rows"):
         r = rows[name]
         assert r.normjit.status == "ok" and r.passed and len(r.normjit.times_ms) == 2
         c = r.checks["normjit"]
         assert c.dw_err is not None and (c.db_err is not None) == (r.problem.affine == "both")
     # One launch per rotating set, each on its own set's pointers.
     kernels = {k for k, _, _ in nj.launches}
-    assert len(kernels) == 5 and len({p["x"] for _, _, p in nj.launches}) > 3
+    assert len(kernels) == 8 and len({p["x"] for _, _, p in nj.launches}) > 3
     # ConvNeXt's LayerNorm2d channels last: normjit's nhwc kernel, timm's module (eager,
     # compile) and Liger on rows of C, each checked against float64 (the stand-in Liger's
     # layer norm has a wrong dweight: caught here too).
@@ -233,6 +249,21 @@ def test_backward_flow_on_cpu(liger, tmp_path, monkeypatch):
     assert all(cnx.checks[k].passed for k in ("normjit", "eager", "compile")), cnx.checks
     assert cnx.checks["liger"].dx_err < 1e-5 and not cnx.checks["liger"].passed
     assert ("ln", (2 * 3 * 5, 8)) in liger
+    # Norm -> activation: normjit's kernel of the spec with activation= (given the bias),
+    # eager's and compile's autograd of F.silu(nn.GroupNorm(x)) (F.gelu of nn.LayerNorm),
+    # every one checked against the float64 reference through the activation's derivative;
+    # Liger n/a (its norms have no activation).
+    for name, act in (("gn silu", "silu"), ("gn silu cl", "silu"), ("ln gelu rows", "gelu")):
+        r = rows[name]
+        assert f" activation={act}" in r.spec and r.spec.endswith(" backward=true"), r.spec
+        assert all(r.checks[k].passed for k in ("normjit", "eager", "compile")), r.checks
+        assert r.checks["normjit"].db_err is not None
+        assert r.liger.status == "n/a" and "has no activation" in r.liger.message, r.liger
+        assert "liger" not in r.checks
+    assert rows["gn silu cl"].spec.endswith(" activation=silu layout=nhwc backward=true")
+    with_bias = {k for k, _, ptrs in nj.launches if ptrs.get("bias") is not None}
+    assert len(with_bias) == 3 and all("activation=" in nj.specs[k - 1] for k in with_bias)
+    assert not [c for c in liger if c[0] == "gn" and c[1] in ((2, 64, 4, 4), (2, 64, 3, 5))]
     # Liger: n/a for the channel form and for rows it cannot hold; its wrong dweight is FAIL.
     assert rows["rms channel"].liger.status == "n/a"
     assert rows["gn"].liger.status == "ok" and rows["gn"].checks["liger"].passed
@@ -266,12 +297,16 @@ def test_backward_flow_on_cpu(liger, tmp_path, monkeypatch):
     assert cells["ln rows"][col["Liger µs"]].endswith("**FAIL**")
     assert cells["rms channel"][col["normjit µs"]].startswith("n/a [")
     assert cells["ln 3 dims"][col["check"]] == "pass"
+    assert cells["gn silu"][col["reduced"]] == "G=32, w+b, then SiLU"
+    assert cells["gn silu cl"][col["reduced"]] == "G=32, w+b, then SiLU, channels last"
+    assert "Liger n/a: LigerGroupNormFunction has no activation" in md
+    assert "`F.silu(F.group_norm(x, 32, w, b, eps))`" in md and "`activation=silu`" in md
 
 
 def test_backward_gradients_that_are_wrong_fail(tmp_path):
     """In f32: gradients exact to float32 pass; a dx 1e-4 off fails; a dweight that lost one
     row's terms fails (the bound for sums is not loose enough to hide it); a NaN fails."""
-    pytest.importorskip("torch", reason="PyTorch is not installed (scripts/test.sh installs it)")
+    pytest.importorskip("torch", reason=NO_TORCH)
     import bench_backward as bb
     import compare_torch as ct
     args = bb.parse_args(["--reps", "1", "--warmup", "0", "--seed", "5"])
@@ -294,6 +329,112 @@ def test_backward_gradients_that_are_wrong_fail(tmp_path):
     nan[3, 7] = math.nan
     c = bench.check(p, x, dy, w, (nan, exact[1], exact[2]))
     assert not c.passed and c.nonfinite == 1
+
+
+def test_backward_reference_takes_the_activation():
+    """bench_backward.reference with an activation is float64 autograd of
+    act(group_norm(x) * w + b) (F.silu, F.gelu exact; channels first and last, and LayerNorm
+    rows); the check fails the norm's gradients without the activation, and with it but
+    without the bias."""
+    torch = pytest.importorskip("torch", reason=NO_TORCH)
+    import dataclasses
+
+    import bench_backward as bb
+    F = torch.nn.functional
+    gen = torch.Generator().manual_seed(11)
+
+    def normal(*shape):
+        return torch.randn(*shape, generator=gen, dtype=torch.float64)
+    gn = bb.Problem("gn", "sd_silu", "groupnorm", (3, 64, 5, 4), "f32", 1e-5, groups=32,
+                    affine="both", activation="silu")
+    ln = bb.Problem("ln", "llm", "layernorm", (6, 48), "f32", 1e-5, normalized_dims=1,
+                    affine="both", activation="gelu")
+    for p, act in ((gn, F.silu), (dataclasses.replace(gn, activation="gelu"), F.gelu),
+                   (dataclasses.replace(gn, layout="nhwc"), F.silu), (ln, F.gelu)):
+        p.validate()
+        c = p.shape[1] if p.op == "groupnorm" else p.shape[-1]
+        x, dy = 3 + 1.5 * normal(*p.shape), normal(*p.shape)
+        if p.layout == "nhwc":
+            x, dy = (t.contiguous(memory_format=torch.channels_last) for t in (x, dy))
+        w, b = 1 + 0.5 * normal(c), normal(c)
+        leaves = [t.clone().requires_grad_() for t in (x, w, b)]
+        if p.op == "groupnorm":
+            y = act(F.group_norm(leaves[0], p.groups, leaves[1], leaves[2], p.eps))
+        else:
+            y = act(F.layer_norm(leaves[0], (c,), leaves[1], leaves[2], p.eps))
+        gx, gw, gb = torch.autograd.grad(y, leaves, dy)
+        rdx, wterm, bterm, _, _ = bb.reference(p, x, dy, w, b)
+        for got, want in ((rdx, gx), (bb.param_sum(p, wterm), gw), (bb.param_sum(p, bterm), gb)):
+            assert torch.allclose(got, want, rtol=1e-10, atol=1e-12), (p, (got - want).abs().max())
+        # Without the activation the gradients differ (dy does not pass through act').
+        plain, _, _, _, _ = bb.reference(dataclasses.replace(p, activation=""), x, dy, w, b)
+        assert (plain - gx).norm() > 0.1 * gx.norm()
+
+    args = bb.parse_args(["--reps", "1", "--warmup", "0", "--seed", "5"])
+    bench = bb.Bench(args, None, bb.Report(env={}, command="", date_utc="", settings={}),
+                     1 << 16, cuda=False)
+    p = dataclasses.replace(gn, shape=(4, 64, 6, 6))
+    x = bench.random(p.shape, "f32", p.dists[0])
+    dy = bench.random(p.shape, "f32", bb.DY)
+    w = (1 + 0.5 * normal(64)).float()
+    bias = normal(64).float()
+
+    def grads(q, b):
+        rdx, wterm, bterm, _, _ = bb.reference(q, x, dy, w.double(), b)
+        return rdx.float(), bb.param_sum(q, wterm).float(), bb.param_sum(q, bterm).float()
+    assert bench.check(p, x, dy, w, grads(p, bias.double()), bias).passed
+    c = bench.check(p, x, dy, w, grads(dataclasses.replace(p, activation=""), None), bias)
+    assert not c.passed and c.dx_err > 1e-2 and c.dw_err > c.dw_bound and c.db_err > c.db_bound
+    c = bench.check(p, x, dy, w, grads(p, None), bias)  # z without the bias
+    assert not c.passed and c.dx_err > 1e-5
+    assert not bench.check(p, x, dy, w, grads(p, bias.double())).passed  # the check's own bias
+
+
+def test_sd_silu_group(capsys):
+    """The GroupNorm -> SiLU group (no torch needed): its problems, spec texts (activation=
+    in its canonical place, before layout= and backward=true), selection, Liger's n/a."""
+    import dataclasses
+
+    import bench_backward as bb
+    problems = bb.default_problems()
+    silu = bb.select(bb.parse_args(["--only", "sd_silu"]))
+    assert silu == [p for p in problems if p.group == "sd_silu"] and len(silu) == 10
+    assert {p.shape for p in silu} == {(2, 320, 64, 64), (2, 640, 32, 32), (2, 1280, 16, 16),
+                                       (8, 320, 64, 64), (8, 1280, 32, 32), (1, 128, 512, 512),
+                                       (1, 256, 256, 256), (1, 512, 128, 128)}
+    assert [p.shape for p in silu if p.layout == "nhwc"] == [(8, 320, 64, 64), (1, 128, 512, 512)]
+    assert len({p.key for p in problems}) == len(problems)
+    for p in silu:
+        p.validate()
+        assert (p.op, p.dtype, p.groups, p.affine, p.eps, p.activation) == (
+            "groupnorm", "bf16", 32, "both", 1e-5, "silu")
+        spec = bb.backward_spec(p)
+        assert " activation=silu" in spec and spec.endswith(" backward=true")
+        assert spec.index(" eps=1e-05") < spec.index(" activation=silu") < spec.index(
+            " backward=true")
+        if p.layout:
+            assert spec.index(" activation=silu") < spec.index(" layout=nhwc"), spec
+        assert spec == bb.backward_spec(dataclasses.replace(p, activation="")).replace(
+            " eps=1e-05", " eps=1e-05 activation=silu"), spec
+        assert "then SiLU" in p.describe()
+        assert bb.liger_support(p) == ("LigerGroupNormFunction has no activation: SiLU's "
+                                       "backward would be another kernel (PyTorch's, as "
+                                       "eager's), not Liger's")
+        assert bb.backward_bytes(p) == bb.backward_bytes(dataclasses.replace(p, activation=""))
+    assert bb.backward_spec(silu[0]) == ("op=groupnorm shape=2,320,64,64 dtype=bf16 groups=32 "
+                                         "affine=both eps=1e-05 activation=silu backward=true")
+    assert "SiLU" in bb.GROUP_TITLES["sd_silu"]
+    # Not in the other groups' selections; --only silu picks the group, --quick none of it.
+    assert not set(silu) & set(bb.select(bb.parse_args(["--only", "sd_nhwc"])))
+    assert bb.select(bb.parse_args(["--only", "silu"])) == silu
+    assert not bb.select(bb.parse_args(["--only", "sd_silu", "--quick"]))
+    with pytest.raises(SystemExit):
+        bb.parse_args(["--help"])
+    assert "sd_silu" in capsys.readouterr().out
+    for bad in ("relu", "gelu_tanh"):
+        with pytest.raises(AssertionError):
+            dataclasses.replace(silu[0], activation=bad).validate()
+    dataclasses.replace(silu[0], activation="gelu").validate()
 
 
 def library_file():
@@ -326,6 +467,10 @@ def test_backward_specs_reach_the_library(tmp_path, monkeypatch):
     try:
         for key in ("llm rmsnorm h4096 t1024 bf16", "llm layernorm h8192 t1024 bf16"):
             assert precompile(bb.backward_spec(by[key])) == 1
+        # GroupNorm -> SiLU's backward (activation=silu), channels first and last.
+        for key in ("sd groupnorm silu c320 64x64 b2 bf16",
+                    "sd groupnorm silu c128 512x512 b1 channels last bf16"):
+            assert precompile(bb.backward_spec(by[key])) == 1, key
         for key in ("seed groupnorm bf16", "seed rmsnorm bf16"):
             try:
                 precompile(bb.backward_spec(by[key]))
@@ -360,8 +505,8 @@ class ChannelsStandIn:
             xt = xt.movedim(-1, 1)
         if f["op"] == "groupnorm":
             g = xt.reshape(batch, int(f["groups"]), -1)
-            g = (g - g.mean(-1, keepdim=True)) / torch.sqrt(g.var(-1, unbiased=False,
-                                                                 keepdim=True) + eps)
+            g = (g - g.mean(-1, keepdim=True)) / torch.sqrt(
+                g.var(-1, unbiased=False, keepdim=True) + eps)
             yt = g.reshape(shape)
         else:
             assert f["op"] == "layernorm" and f["normalized_dims"] == "0"
@@ -379,7 +524,7 @@ class ChannelsStandIn:
 
 
 def test_vision_flow_on_cpu(monkeypatch, tmp_path):
-    torch = pytest.importorskip("torch", reason="PyTorch is not installed (scripts/test.sh installs it)")
+    torch = pytest.importorskip("torch", reason=NO_TORCH)
 
     import bench_vision as bv
     import compare_torch as ct
@@ -434,7 +579,7 @@ def test_vision_flow_on_cpu(monkeypatch, tmp_path):
 
 
 def test_vision_checks_fail_a_wrong_output():
-    torch = pytest.importorskip("torch", reason="PyTorch is not installed (scripts/test.sh installs it)")
+    torch = pytest.importorskip("torch", reason=NO_TORCH)
     import bench_vision as bv
     import compare_torch as ct
     args = bv.parse_args(["--seed", "1"])
@@ -456,7 +601,7 @@ def test_vision_checks_fail_a_wrong_output():
 def test_liger_function_signatures():
     """Where Liger-Kernel is importable, its autograd Functions take the arguments
     bench_backward passes to apply."""
-    pytest.importorskip("torch", reason="PyTorch is not installed (scripts/test.sh installs it)")
+    pytest.importorskip("torch", reason=NO_TORCH)
     import inspect
 
     import bench_backward as bb
