@@ -44,8 +44,8 @@ case "${1:-}" in
     done
     ;;
   bwdperf)
-    OUT=$out/bwd BUILD=build-gpu timeout 570 bash scripts/perf_backward.sh \
-      --only add,gemma,convnext,sd_nhwc --budget-s 500 --doc "$out/backward-doc.md" \
+    OUT=$out/bwd BUILD=build-gpu timeout 590 bash scripts/perf_backward.sh \
+      --only add,gemma,convnext,sd_nhwc,sd_silu --budget-s 540 --doc "$out/backward-doc.md" \
       > /dev/null 2>&1
     echo "perf_backward: exit $?"
     ;;

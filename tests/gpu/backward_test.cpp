@@ -15,12 +15,16 @@
 // dbias are summed without floating-point atomics: two runs give the same bits.
 // With a residual (the fused add's backward), x stands for h and the backward spec's kernel
 // adds dh (random, in x's dtype) to dx: the reference's dx is the norm's plus dh.
+// The last section (Activation*): the backward of a forward with an activation (silu, gelu),
+// dy taken through its derivative, on every op, form and layout.
 #include <cmath>
 #include <cstring>
 #include <functional>
 #include <optional>
+#include <set>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "harness.hpp"
@@ -1004,6 +1008,725 @@ TEST_F(BackwardGpu, MisalignedPointersAreNamed) {
       EXPECT_NE(std::string(e.what()).find("invalid " + n + " 0x"), std::string::npos) << e.what();
       EXPECT_NE(std::string(e.what()).find("aligned"), std::string::npos) << e.what();
     }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Backward with an activation: the forward was y = act(z), z = xhat * (offset + w) + b (silu, or
+// gelu's exact erf form; w 1 and b 0 where the spec has none), and the backward kernel takes dy,
+// y's gradient, through the activation's derivative at z:
+//   dz = dy * act'(z), silu'(z) = s * (1 + z * (1 - s)) (s = sigmoid(z)),
+//   gelu'(z) = Phi(z) + z * exp(-z^2 / 2) / sqrt(2 pi);
+// then the plain backward with dy replaced by dz: g = dz * (offset + w), dweight = sum dz * xhat,
+// dbias = sum dz, dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) (rmsnorm: without mean(g)),
+// plus dh with a residual. Every op and form (trailing rows, the channel forms and groupnorm, in
+// nchw and nhwc): the harness maps each statistics row's elements to their offsets and channels
+// as backward_channels_test.cpp does, so one float64 reference serves every strategy. The
+// forward (with the activation and save_stats) saves the statistics; outputs are poisoned first.
+
+// The biases of the activation's input: z = xhat * w + b pushed where the derivative is flat.
+enum class Bias {
+  kNormal,         // N(0, 0.5)
+  kVeryNegative,   // -14 + N(0, 0.5): z mostly below -10 (|silu'| under 5e-4 there)
+  kLargePositive,  // 12 + N(0, 0.5): z above 6 (both derivatives near 1)
+  kMixed,          // channel by channel: very negative, large positive, normal
+};
+
+const char* bias_name(Bias b) {
+  switch (b) {
+    case Bias::kNormal:
+      return "normal bias";
+    case Bias::kVeryNegative:
+      return "very negative bias";
+    case Bias::kLargePositive:
+      return "large positive bias";
+    case Bias::kMixed:
+      return "mixed bias";
+  }
+  return "?";
+}
+
+struct ActConfig {
+  Op op = Op::kLayerNorm;
+  std::vector<int64_t> shape;  // trailing forms: [*leading, *normalized]; else [N, C, *spatial]
+  int normalized_dims = 1;     // 0: the channel form (groupnorm: always 0)
+  int64_t groups = 0;
+  Dtype dtype = Dtype::kF32;
+  Affine affine = Affine::kBoth;
+  std::optional<Dtype> param;
+  double weight_offset = 0;
+  bool nhwc = false;
+  bool residual = false;  // the backward spec's residual (x's dtype): dh added to dx
+  Activation activation = Activation::kSilu;
+
+  // The forward with the activation and save_stats (x stands for h with a residual, as above),
+  // or the backward.
+  NormSpec spec(bool backward) const {
+    SpecFields f;
+    f.op = op;
+    f.shape = shape;
+    f.dtype = dtype;
+    f.normalized_dims = op == Op::kGroupNorm ? 0 : normalized_dims;
+    if (op == Op::kGroupNorm) f.groups = groups;
+    f.affine = affine;
+    f.param_dtype = param;
+    f.weight_offset = weight_offset;
+    f.activation = activation;
+    f.save_stats = !backward;
+    f.backward = backward;
+    if (nhwc) f.layout = Layout::kNhwc;
+    if (backward && residual) f.residual = dtype;
+    return NormSpec::from_fields(f);
+  }
+  std::string name() const { return spec(true).to_string(); }
+  bool trailing() const { return op != Op::kGroupNorm && normalized_dims > 0; }
+  int64_t elements() const {
+    int64_t p = 1;
+    for (int64_t d : shape) p *= d;
+    return p;
+  }
+  int64_t c() const { return shape[1]; }  // the channel and group forms
+  int64_t s() const {
+    int64_t p = 1;
+    for (size_t i = 2; i < shape.size(); ++i) p *= shape[i];
+    return p;
+  }
+  // Elements normalized together, and the rows of the statistics (trailing: the rows; groupnorm:
+  // (n, g) at n * G + g; the channel forms: (n, position) at n * S + s).
+  int64_t row_length() const {
+    if (trailing()) {
+      int64_t p = 1;
+      for (size_t i = shape.size() - size_t(normalized_dims); i < shape.size(); ++i) p *= shape[i];
+      return p;
+    }
+    return op == Op::kGroupNorm ? c() / groups * s() : c();
+  }
+  int64_t rows() const { return elements() / row_length(); }
+  int64_t params() const { return trailing() ? row_length() : c(); }
+  // Element i of statistics row r: its offset in x.
+  int64_t offset(int64_t r, int64_t i) const {
+    if (trailing()) return r * row_length() + i;
+    if (op == Op::kGroupNorm) {
+      const int64_t n = r / groups, g = r % groups, cg = c() / groups;
+      if (nhwc) return (n * s() + i % s()) * c() + g * cg + i / s();
+      return (n * c() + g * cg + i / s()) * s() + i % s();
+    }
+    const int64_t n = r / s(), pos = r % s();
+    return nhwc ? r * c() + i : (n * c() + i) * s() + pos;
+  }
+  // The parameter (channel or column) of the element at `offset`.
+  int64_t param_index(int64_t offset) const {
+    if (trailing()) return offset % row_length();
+    return nhwc ? offset % c() : offset / s() % c();
+  }
+};
+
+// The activation's derivative at z, in float64.
+double activation_slope(Activation a, double z) {
+  switch (a) {
+    case Activation::kSilu: {
+      const double s = 1.0 / (1.0 + std::exp(-z));
+      return s * (1.0 + z * (1.0 - s));
+    }
+    case Activation::kGelu:
+      return 0.5 * std::erfc(-z * 0.70710678118654752440) +
+             z * std::exp(-0.5 * z * z) * 0.39894228040143267794;
+    case Activation::kNone:
+      break;
+  }
+  return 1.0;
+}
+
+class ActBackward {
+ public:
+  ActBackward(Engine& engine, const ActConfig& c, Values values, Bias bias, uint64_t seed)
+      : c_(c),
+        forward_(engine.prepare(c.spec(false))),
+        backward_(engine.prepare(c.spec(true))),
+        n_(size_t(c.elements())),
+        batch_(c.spec(true).batch()),
+        x_(n_ * size_of(c.dtype)),
+        dy_(x_.bytes()),
+        y_(x_.bytes()),
+        dx_(x_.bytes()),
+        mean_(size_t(c.rows()) * 4),
+        rstd_(size_t(c.rows()) * 4) {
+    const Dtype param = c.param.value_or(c.dtype);
+    x_host_ = upload(x_, c.dtype, random_values(n_, values, seed));
+    dy_host_ = upload(dy_, c.dtype, random_values(n_, Values::kNormal, seed + 7));
+    std::mt19937_64 rng(seed + 1);
+    std::normal_distribution<float> normal(0.0f, 0.5f);
+    const size_t params = size_t(c.params());
+    if (c.affine != Affine::kNone) {
+      std::vector<float> w(params);
+      for (float& e : w) e = 1.0f + normal(rng);
+      w_ = device::Buffer(params * size_of(param));
+      w_host_ = upload(w_, param, w);
+      dw_ = device::Buffer(params * size_of(param));
+    }
+    if (c.affine == Affine::kBoth) {
+      std::vector<float> b(params);
+      for (size_t j = 0; j < params; ++j) {
+        Bias kind = bias;
+        if (bias == Bias::kMixed) {
+          kind = j % 3 == 0   ? Bias::kVeryNegative
+                 : j % 3 == 1 ? Bias::kLargePositive
+                              : Bias::kNormal;
+        }
+        const float shift = kind == Bias::kVeryNegative    ? -14.0f
+                            : kind == Bias::kLargePositive ? 12.0f
+                                                           : 0.0f;
+        b[j] = shift + normal(rng);
+      }
+      b_ = device::Buffer(params * size_of(param));
+      b_host_ = upload(b_, param, b);
+      db_ = device::Buffer(params * size_of(param));
+    }
+    if (c.residual) {
+      dh_ = device::Buffer(x_.bytes());
+      dh_host_ = upload(dh_, c.dtype, random_values(n_, Values::kNormal, seed + 11));
+    }
+  }
+
+  // The forward (with the activation), writing mean and rstd.
+  void forward() {
+    LaunchArgs a;
+    a.x = x_.get();
+    a.y = y_.get();
+    a.weight = w_.get();
+    a.bias = b_.get();
+    a.batch = batch_;
+    a.eps = 1e-5f;
+    a.rstd = static_cast<float*>(rstd_.get());
+    if (c_.op != Op::kRmsNorm) a.mean = static_cast<float*>(mean_.get());
+    forward_.launch(a, nullptr);
+  }
+  BackwardArgs args() const {
+    BackwardArgs a;
+    a.x = x_.get();
+    a.dy = dy_.get();
+    a.dx = dx_.get();
+    a.dresidual_out = dh_.get();
+    a.rstd = static_cast<const float*>(rstd_.get());
+    if (c_.op != Op::kRmsNorm) a.mean = static_cast<const float*>(mean_.get());
+    a.weight = w_.get();
+    // The activation's input z = xhat * w + b: the bias, where there is one (and an activation).
+    if (c_.activation != Activation::kNone) a.bias = b_.get();
+    a.dweight = dw_.get();
+    a.dbias = db_.get();
+    a.batch = batch_;
+    return a;
+  }
+  // NaN in every output. Synchronized: the memsets are not ordered with non-blocking streams.
+  void poison() {
+    dx_.fill_bytes(0xff);
+    if (dw_.bytes()) dw_.fill_bytes(0xff);
+    if (db_.bytes()) db_.fill_bytes(0xff);
+    NORMJIT_CU(driver::api().cuCtxSynchronize());
+  }
+  void backward(CUstream stream = nullptr) { backward_.launch_backward(args(), stream); }
+  // forward, poison, backward, synchronize.
+  void run() {
+    forward();
+    poison();
+    backward();
+    NORMJIT_CU(driver::api().cuCtxSynchronize());
+  }
+
+  // dx, dweight and dbias against the float64 reference; `saved`: from the statistics the
+  // forward saved (the kernel's own inputs), else from float64 statistics of x. Measured as
+  // Backward::compare measures them.
+  Errors compare(bool saved) const {
+    const ActConfig& c = c_;
+    const Dtype param = c.param.value_or(c.dtype);
+    const std::vector<float> got_dx = reference::decode(c.dtype, download(dx_).data(), n_);
+    const size_t params = size_t(c.params());
+    std::vector<float> got_dw, got_db, mean(size_t(c.rows())), rstd(size_t(c.rows()));
+    if (dw_.bytes()) got_dw = reference::decode(param, download(dw_).data(), params);
+    if (db_.bytes()) got_db = reference::decode(param, download(db_).data(), params);
+    rstd_.download(rstd.data(), rstd.size() * 4);
+    if (c.op != Op::kRmsNorm) mean_.download(mean.data(), mean.size() * 4);
+    const bool rms = c.op == Op::kRmsNorm;
+    const int64_t h = c.row_length();
+    std::vector<double> ref_dw(params), ref_db(params), abs_dw(params), abs_db(params);
+    std::vector<double> xhat(static_cast<size_t>(h)), g(static_cast<size_t>(h));
+    std::vector<int64_t> at(static_cast<size_t>(h));
+    Errors e;
+    double err2 = 0, ref2 = 0, scale2 = 0;  // scale2: ||rstd * g||^2, the size of dx's terms
+    for (int64_t r = 0; r < c.rows(); ++r) {
+      for (int64_t i = 0; i < h; ++i) at[i] = c.offset(r, i);
+      double m = 0, s = 0;
+      if (saved) {
+        m = rms ? 0.0 : double(mean[size_t(r)]);
+        s = rstd[size_t(r)];
+      } else {
+        double sum = 0, sq = 0;
+        for (int64_t i = 0; i < h; ++i) sum += x_host_[at[i]];
+        if (!rms) m = sum / double(h);
+        for (int64_t i = 0; i < h; ++i) sq += (x_host_[at[i]] - m) * (x_host_[at[i]] - m);
+        s = 1.0 / std::sqrt(sq / double(h) + 1e-5);
+      }
+      double mean_g = 0, mean_gx = 0;
+      for (int64_t i = 0; i < h; ++i) {
+        const size_t j = size_t(c.param_index(at[i]));
+        const double w = w_host_.empty() ? 1.0 : c.weight_offset + double(w_host_[j]);
+        const double b = b_host_.empty() ? 0.0 : double(b_host_[j]);
+        xhat[i] = (double(x_host_[at[i]]) - m) * s;
+        const double dz = double(dy_host_[at[i]]) * activation_slope(c.activation, xhat[i] * w + b);
+        g[i] = dz * w;
+        mean_g += g[i];
+        mean_gx += g[i] * xhat[i];
+        ref_dw[j] += dz * xhat[i];
+        ref_db[j] += dz;
+        abs_dw[j] += std::fabs(dz * xhat[i]);
+        abs_db[j] += std::fabs(dz);
+      }
+      mean_g = rms ? 0.0 : mean_g / double(h);
+      mean_gx /= double(h);
+      for (int64_t i = 0; i < h; ++i) {
+        const double dh = dh_host_.empty() ? 0.0 : double(dh_host_[at[i]]);
+        accumulate(got_dx[size_t(at[i])], s * (g[i] - mean_g - xhat[i] * mean_gx) + dh, err2, ref2,
+                   e.finite);
+        scale2 += s * g[i] * s * g[i];
+      }
+    }
+    e.dx = relative(err2, std::max(ref2, scale2), e.finite);
+    for (auto [got, ref, terms, out] : {std::tuple{&got_dw, &ref_dw, &abs_dw, &e.dweight},
+                                        std::tuple{&got_db, &ref_db, &abs_db, &e.dbias}}) {
+      if (got->empty()) continue;
+      double err = 0, norm = 0, terms2 = 0;
+      bool ok = true;
+      for (size_t j = 0; j < params; ++j) {
+        accumulate((*got)[j], (*ref)[j], err, norm, ok);
+        terms2 += (*terms)[j] * (*terms)[j];
+      }
+      *out = relative(err, saved ? norm : std::max(norm, terms2), ok);
+      e.finite = e.finite && ok;
+    }
+    return e;
+  }
+
+  // The raw bytes of dx, dweight and dbias: for bitwise comparisons.
+  std::vector<unsigned char> bits() const {
+    std::vector<unsigned char> out = download(dx_);
+    for (const device::Buffer* b : {&dw_, &db_}) {
+      if (!b->bytes()) continue;
+      const std::vector<unsigned char> more = download(*b);
+      out.insert(out.end(), more.begin(), more.end());
+    }
+    return out;
+  }
+  // New dy in the same buffer (a captured graph reads it on replay).
+  void new_dy(uint64_t seed) {
+    dy_host_ = upload(dy_, c_.dtype, random_values(n_, Values::kNormal, seed));
+    NORMJIT_CU(driver::api().cuCtxSynchronize());
+  }
+  const device::Buffer& dx() const { return dx_; }
+  const Kernel& backward_kernel() const { return backward_; }
+
+ private:
+  // Uploads values rounded to dtype; returns the rounded values.
+  static std::vector<float> upload(device::Buffer& buffer, Dtype d, const std::vector<float>& v) {
+    const std::vector<unsigned char> bytes = reference::encode(d, v);
+    buffer.upload(bytes.data(), bytes.size());
+    return reference::decode(d, bytes.data(), v.size());
+  }
+
+  ActConfig c_;
+  Kernel forward_, backward_;
+  size_t n_;
+  int64_t batch_;  // N (channel and group forms) or rows (trailing forms)
+  device::Buffer x_, dy_, y_, dx_, mean_, rstd_, w_, b_, dw_, db_, dh_;
+  std::vector<float> x_host_, dy_host_, w_host_, b_host_, dh_host_;
+};
+
+// Against the saved statistics (the kernel's own inputs: f32 arithmetic and the outputs'
+// rounding) and, unless x has a large mean, against float64 statistics of x. With |mean| >> std
+// the f32 mean the forward saves is off by up to 2^-24 |mean|, which moves every xhat and so
+// every z, and act'(z) moves with it (|act''| up to 0.5 for silu, 0.8 for gelu): that chain is
+// a property of f32 statistics, which the plain backward's tests bound; the saved-statistics
+// check measures the kernel.
+void expect_close(const ActBackward& run, const ActConfig& c, Values values,
+                  const std::string& what) {
+  const Dtype param = c.param.value_or(c.dtype);
+  for (bool saved : {true, false}) {
+    if (!saved && values == Values::kLargeMean) continue;
+    const Errors e = run.compare(saved);
+    const std::string how =
+        c.name() + " " + what + (saved ? " (saved statistics)" : " (float64 statistics)");
+    EXPECT_TRUE(e.finite) << how << ": an output is NaN or inf";
+    EXPECT_LT(e.dx, tolerance(c.dtype)) << how << ": dx";
+    if (c.affine != Affine::kNone) {
+      EXPECT_LT(e.dweight, tolerance(param)) << how << ": dweight";
+    }
+    if (c.affine == Affine::kBoth) {
+      EXPECT_LT(e.dbias, tolerance(param)) << how << ": dbias";
+    }
+  }
+}
+
+// The backward's plan names the activation it takes dy through.
+void expect_activation_in_plan(const ActBackward& run, const ActConfig& c) {
+  const std::string plan = run.backward_kernel().plan_text();
+  EXPECT_NE(plan.find(std::string("dy taken through ") + to_string(c.activation) +
+                      "'s derivative at the forward's xhat * w + b"),
+            std::string::npos)
+      << c.name() << "\n"
+      << plan;
+}
+
+// A second launch over the same inputs writes the same bits (no floating-point atomics).
+void expect_same_bits_again(ActBackward& run, const ActConfig& c) {
+  const std::vector<unsigned char> first = run.bits();
+  run.poison();
+  run.backward();
+  NORMJIT_CU(driver::api().cuCtxSynchronize());
+  EXPECT_TRUE(run.bits() == first) << c.name() << ": a second run differs";
+}
+
+void prepare_act(Engine& engine, const std::vector<ActConfig>& configs) {
+  std::vector<NormSpec> specs;
+  for (const ActConfig& c : configs) {
+    specs.push_back(c.spec(false));
+    specs.push_back(c.spec(true));
+  }
+  prepare_in_parallel(engine, specs);
+}
+
+ActConfig act_rows(Op op, Affine affine, Dtype dtype, int64_t hidden, int64_t rows, Activation a) {
+  ActConfig c;
+  c.op = op;
+  c.shape = {rows, hidden};
+  c.normalized_dims = 1;
+  c.dtype = dtype;
+  c.affine = affine;
+  c.activation = a;
+  return c;
+}
+ActConfig act_group(std::vector<int64_t> shape, int64_t groups, Dtype dtype, Affine affine,
+                    Activation a, bool nhwc = false) {
+  ActConfig c;
+  c.op = Op::kGroupNorm;
+  c.shape = std::move(shape);
+  c.normalized_dims = 0;
+  c.groups = groups;
+  c.dtype = dtype;
+  c.affine = affine;
+  c.activation = a;
+  c.nhwc = nhwc;
+  return c;
+}
+ActConfig act_channels(Op op, std::vector<int64_t> shape, Dtype dtype, Affine affine, Activation a,
+                       bool nhwc = false) {
+  ActConfig c = act_group(std::move(shape), 0, dtype, affine, a, nhwc);
+  c.op = op;
+  return c;
+}
+
+constexpr Activation kActivations[] = {Activation::kSilu, Activation::kGelu};
+
+// The strategy line of a plan ("strategy: row-backward" gives "row-backward").
+std::string strategy_in(const std::string& plan) {
+  const std::string key = "strategy: ";
+  const size_t at = plan.find(key);
+  if (at == std::string::npos) return "?";
+  const size_t from = at + key.size();
+  return plan.substr(from, plan.find_first_of(" \n", from) - from);
+}
+
+// silu and gelu, f32/f16/bf16, through every backward strategy: GroupNorm in nchw (units of one
+// channel; 16-bit channels of 16384 positions in chunked units) and nhwc (every channel of a unit
+// of positions); LayerNorm rows of 1 to 65537 elements (teams of a few threads to 1024, rows split
+// over CTAs in registers, and 2 Mi elements streamed twice); RMSNorm rows with a weight, with a
+// weight offset of 1 and f32 parameters, and with a residual (dh added to dx); the channel forms
+// in nchw (channels-backward) and nhwc (rows); GroupNorm streamed from DRAM (an engine told an
+// H200's bandwidth plans it on any GPU). Each against float64 and two runs bitwise equal.
+TEST_F(BackwardGpu, ActivationMatchesFloat64EveryStrategy) {
+  device::PrimaryContext context;
+  Engine engine(test_engine_options());
+  std::vector<ActConfig> configs;
+  for (Activation a : kActivations) {
+    for (Dtype dtype : kDtypes) {
+      for (bool nhwc : {false, true}) {
+        configs.push_back(act_group({2, 64, 9, 9}, 8, dtype, Affine::kBoth, a, nhwc));
+        configs.push_back(act_group({1, 320, 16, 16}, 32, dtype, Affine::kBoth, a, nhwc));
+        configs.push_back(act_group({3, 6, 7}, 2, dtype, Affine::kNone, a, nhwc));
+        configs.push_back(act_group({4, 96, 5, 5, 5}, 3, dtype, Affine::kWeight, a, nhwc));
+        configs.push_back(
+            act_channels(Op::kLayerNorm, {2, 96, 7, 7}, dtype, Affine::kBoth, a, nhwc));
+        configs.push_back(
+            act_channels(Op::kRmsNorm, {3, 65, 3, 3}, dtype, Affine::kWeight, a, nhwc));
+      }
+      const int64_t lengths[] = {1, 7, 65, 1000, 4097, 16384, 65537};
+      const int64_t rows[] = {300, 300, 100, 64, 33, 64, 5};
+      for (int i = 0; i < 7; ++i) {
+        configs.push_back(act_rows(Op::kLayerNorm, Affine::kBoth, dtype, lengths[i], rows[i], a));
+      }
+      for (int64_t hidden : {7, 4097, 16384}) {
+        configs.push_back(act_rows(Op::kRmsNorm, Affine::kWeight, dtype, hidden, 33, a));
+      }
+      // The fused add's backward: dh added to dx (the row kernel; the split one past 16384).
+      ActConfig residual = act_rows(Op::kRmsNorm, Affine::kWeight, dtype, 4096, 33, a);
+      residual.residual = true;
+      configs.push_back(residual);
+      residual = act_rows(Op::kLayerNorm, Affine::kBoth, dtype, 20000, 7, a);
+      residual.residual = true;
+      configs.push_back(residual);
+      if (dtype == Dtype::kF32) continue;
+      // Gemma's RMSNorm (a weight offset of 1, f32 parameters), alone and with the residual;
+      // LayerNorm with both.
+      ActConfig offset = act_rows(Op::kRmsNorm, Affine::kWeight, dtype, 2048, 100, a);
+      offset.param = Dtype::kF32;
+      offset.weight_offset = 1.0;
+      configs.push_back(offset);
+      offset.residual = true;
+      configs.push_back(offset);
+      offset = act_rows(Op::kLayerNorm, Affine::kBoth, dtype, 1000, 64, a);
+      offset.param = Dtype::kF32;
+      offset.weight_offset = 1.0;
+      configs.push_back(offset);
+      // GroupNorm over 16-bit channels of 16384 positions: chunked units.
+      configs.push_back(act_group({2, 16, 128, 128}, 4, dtype, Affine::kBoth, a));
+    }
+    // Rows of 2 Mi elements: streamed twice, in waves.
+    configs.push_back(act_rows(Op::kLayerNorm, Affine::kBoth,
+                               a == Activation::kSilu ? Dtype::kF32 : Dtype::kBF16, kStreamedRow, 3,
+                               a));
+  }
+  prepare_act(engine, configs);
+  std::set<std::string> strategies;
+  bool wide_team = false, split_held = false, streamed = false, chunked = false;
+  uint64_t seed = 9000;
+  for (const ActConfig& c : configs) {
+    ActBackward run(engine, c, Values::kNormal, Bias::kNormal, seed++);
+    expect_activation_in_plan(run, c);
+    const std::string plan = run.backward_kernel().plan_text();
+    strategies.insert(strategy_in(plan));
+    wide_team = wide_team || plan.find("(1024 threads)") != std::string::npos;
+    split_held = split_held || (strategy_in(plan) == "row-split-backward" &&
+                                plan.find("(streamed, read twice)") == std::string::npos);
+    streamed = streamed || plan.find("(streamed, read twice)") != std::string::npos;
+    chunked = chunked || plan.find("chunks per unit: 4") != std::string::npos;
+    run.run();
+    expect_close(run, c, Values::kNormal, "normal values");
+    expect_same_bits_again(run, c);
+  }
+  for (Strategy s : {Strategy::kRowBackward, Strategy::kRowSplitBackward, Strategy::kGroupBackward,
+                     Strategy::kGroupNhwcBackward, Strategy::kChannelsBackward}) {
+    EXPECT_TRUE(strategies.count(to_string(s))) << "no config planned " << to_string(s);
+  }
+  EXPECT_TRUE(wide_team) << "no row in a team of 1024 threads";
+  EXPECT_TRUE(split_held) << "no row split over CTAs in registers";
+  EXPECT_TRUE(streamed) << "no streamed row";
+  EXPECT_TRUE(chunked) << "no GroupNorm in chunked units";
+
+  // GroupNorm streamed from DRAM: planned for an H200's bandwidth, on whatever GPU runs this.
+  EngineOptions fast = test_engine_options();
+  fast.dram_gbps = 4814;
+  Engine fast_engine(fast);
+  const std::vector<ActConfig> dram = {
+      act_group({2, 16, 512, 512}, 4, Dtype::kBF16, Affine::kBoth, Activation::kSilu),
+      act_group({3, 6, 65537}, 3, Dtype::kF32, Affine::kBoth, Activation::kGelu),
+  };
+  prepare_act(fast_engine, dram);
+  for (const ActConfig& c : dram) {
+    ActBackward run(fast_engine, c, Values::kNormal, Bias::kNormal, seed++);
+    expect_activation_in_plan(run, c);
+    EXPECT_NE(run.backward_kernel().plan_text().find("streamed (DRAM of 4814 GB/s"),
+              std::string::npos)
+        << c.name() << "\n"
+        << run.backward_kernel().plan_text();
+    run.run();
+    expect_close(run, c, Values::kNormal, "streamed from DRAM");
+    expect_same_bits_again(run, c);
+  }
+}
+
+// Adversarial x (a large mean: 1e4 + N(0, 1); tiny values; all negative) and biases that push
+// the activation's input z = xhat * w + b where its derivative is flat: mostly below -10 (silu'
+// near 0: dz some 1e-5 of dy), above 6 (both derivatives near 1, silu's 1 - s losing its bits),
+// or a mix channel by channel. Every strategy's kernel, f32 and 16-bit, against float64. The very
+// negative biases run silu only: there gelu' is about z * phi(z) (1e-5 at z = -5, 1e-20 at -10)
+// and the A&S form of Phi that the kernels share with the forward (epilogue.cuh) is off by up to
+// a few percent of Phi in that tail, which the f32 emulation of that formula puts at 6e-5 of
+// ||dz|| when every z lies there (f32's tolerance is 1e-5); the mixed biases run gelu with a
+// third of its inputs there (5e-8 of ||dz||).
+TEST_F(BackwardGpu, ActivationAdversarialValuesAndBiases) {
+  device::PrimaryContext context;
+  Engine engine(test_engine_options());
+  std::vector<ActConfig> configs;
+  for (Activation a : kActivations) {
+    for (Dtype dtype : kDtypes) {
+      configs.push_back(act_group({2, 64, 9, 9}, 8, dtype, Affine::kBoth, a));
+      configs.push_back(act_group({2, 64, 9, 9}, 8, dtype, Affine::kBoth, a, /*nhwc=*/true));
+      configs.push_back(act_rows(Op::kLayerNorm, Affine::kBoth, dtype, 4097, 16, a));
+      configs.push_back(act_rows(Op::kLayerNorm, Affine::kBoth, dtype, 65537, 3, a));
+      configs.push_back(act_channels(Op::kLayerNorm, {2, 96, 7, 7}, dtype, Affine::kBoth, a));
+      configs.push_back(
+          act_channels(Op::kLayerNorm, {2, 96, 7, 7}, dtype, Affine::kBoth, a, /*nhwc=*/true));
+      configs.push_back(act_rows(Op::kRmsNorm, Affine::kWeight, dtype, 1000, 16, a));
+      configs.push_back(act_channels(Op::kRmsNorm, {3, 65, 3, 3}, dtype, Affine::kWeight, a));
+    }
+  }
+  prepare_act(engine, configs);
+  uint64_t seed = 9500;
+  for (const ActConfig& c : configs) {
+    for (Values values : {Values::kLargeMean, Values::kTiny, Values::kNegative}) {
+      ActBackward run(engine, c, values, Bias::kNormal, seed++);
+      run.run();
+      expect_close(run, c, values, to_string(values));
+    }
+    if (c.affine != Affine::kBoth) continue;
+    for (Bias bias : {Bias::kVeryNegative, Bias::kLargePositive, Bias::kMixed}) {
+      // f16 dx of z below -10 (silu' about 1e-5) would be subnormal: f32 and bf16 take it.
+      if (bias == Bias::kVeryNegative &&
+          (c.activation != Activation::kSilu || c.dtype == Dtype::kF16)) {
+        continue;
+      }
+      ActBackward run(engine, c, Values::kNormal, bias, seed++);
+      run.run();
+      expect_close(run, c, Values::kNormal, bias_name(bias));
+      if (bias == Bias::kMixed) expect_same_bits_again(run, c);
+    }
+  }
+}
+
+// No floating-point atomics with an activation either: the same bits run after run and on
+// another stream (its own workspace), with batches that give every CTA the device holds
+// several rows (items).
+TEST_F(BackwardGpu, ActivationDeterministicBitsAcrossRunsAndStreams) {
+  device::PrimaryContext context;
+  Engine engine(test_engine_options());
+  const std::vector<ActConfig> configs = {
+      act_rows(Op::kLayerNorm, Affine::kBoth, Dtype::kBF16, 4096, 4096, Activation::kSilu),
+      act_rows(Op::kLayerNorm, Affine::kBoth, Dtype::kF32, 65537, 64, Activation::kGelu),
+      act_group({16, 320, 32, 32}, 32, Dtype::kBF16, Affine::kBoth, Activation::kSilu),
+      act_group({16, 320, 32, 32}, 32, Dtype::kBF16, Affine::kBoth, Activation::kSilu,
+                /*nhwc=*/true),
+      act_channels(Op::kRmsNorm, {16, 64, 32, 32}, Dtype::kF32, Affine::kWeight, Activation::kGelu),
+      act_channels(Op::kLayerNorm, {16, 96, 28, 28}, Dtype::kF16, Affine::kBoth, Activation::kGelu,
+                   /*nhwc=*/true),
+  };
+  prepare_act(engine, configs);
+  uint64_t seed = 9800;
+  for (const ActConfig& c : configs) {
+    ActBackward run(engine, c, Values::kNormal, Bias::kMixed, seed++);
+    run.run();
+    const Errors e = run.compare(/*saved=*/true);
+    EXPECT_TRUE(e.finite) << c.name();
+    EXPECT_LT(e.dx, tolerance(c.dtype)) << c.name();
+    const std::vector<unsigned char> first = run.bits();
+    for (int i = 0; i < 2; ++i) {
+      run.poison();
+      run.backward();
+      NORMJIT_CU(driver::api().cuCtxSynchronize());
+      EXPECT_TRUE(run.bits() == first) << c.name() << ": run " << i + 2 << " differs";
+    }
+    device::Stream other;
+    run.poison();
+    run.backward(other.get());
+    NORMJIT_CU(driver::api().cuStreamSynchronize(other.get()));
+    EXPECT_TRUE(run.bits() == first) << c.name() << ": another stream differs";
+  }
+}
+
+// Graph-safe with an activation: the backward (reading the bias too) captured on a stream it
+// never used, its replays with new dy in the captured buffer correct each time. GroupNorm ->
+// SiLU in nchw and nhwc (Stable Diffusion's [2, 320, 32, 32], 32 groups), LayerNorm -> GELU rows.
+TEST_F(BackwardGpu, ActivationCudaGraphOnAFreshStreamReplaysWithNewInputs) {
+  device::PrimaryContext context;
+  Engine engine(test_engine_options());
+  const std::vector<ActConfig> configs = {
+      act_group({2, 320, 32, 32}, 32, Dtype::kBF16, Affine::kBoth, Activation::kSilu),
+      act_group({2, 320, 32, 32}, 32, Dtype::kBF16, Affine::kBoth, Activation::kSilu,
+                /*nhwc=*/true),
+      act_rows(Op::kLayerNorm, Affine::kBoth, Dtype::kBF16, 4096, 1000, Activation::kGelu),
+  };
+  prepare_act(engine, configs);
+  for (const ActConfig& c : configs) {
+    ActBackward run(engine, c, Values::kNormal, Bias::kNormal, 9900);
+    run.run();  // eager first, on the default stream
+    expect_close(run, c, Values::kNormal, "eager");
+    device::Stream stream;
+    const CapturedGraph graph(stream.get(), [&] { run.backward(stream.get()); });
+    for (int replay = 0; replay < 3; ++replay) {
+      run.new_dy(9910 + replay);
+      run.poison();
+      graph.replay(stream.get());
+      NORMJIT_CU(driver::api().cuStreamSynchronize(stream.get()));
+      const Errors e = run.compare(/*saved=*/true);
+      const std::string what = c.name() + " replay " + std::to_string(replay);
+      EXPECT_TRUE(e.finite) << what;
+      EXPECT_LT(e.dx, tolerance(c.dtype)) << what << ": dx";
+      EXPECT_LT(e.dweight, tolerance(c.dtype)) << what << ": dweight";
+      EXPECT_LT(e.dbias, tolerance(c.dtype)) << what << ": dbias";
+    }
+  }
+}
+
+// The bias is an argument of the backward exactly when the spec has an activation and a bias:
+// its absence is refused, naming it, and so is a bias given to a spec whose backward does not
+// read it (an activation without a bias; a bias without an activation), before anything is
+// launched (dx stays poisoned).
+TEST_F(BackwardGpu, ActivationLaunchRefusesAMissingOrUnwantedBias) {
+  device::PrimaryContext context;
+  Engine engine(test_engine_options());
+  // Refused naming the bias, with each of `words` in the message; dx left poisoned.
+  const auto expect_refused = [](ActBackward& run, const ActConfig& c, const BackwardArgs& a,
+                                 const std::vector<std::string>& words) {
+    run.poison();
+    const std::vector<unsigned char> poisoned = download(run.dx());
+    try {
+      run.backward_kernel().launch_backward(a, nullptr);
+      ADD_FAILURE() << c.name() << ": launched with bias " << a.bias;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << c.name() << ": " << e.what();
+      for (const std::string& word : words) {
+        EXPECT_NE(std::string(e.what()).find(word), std::string::npos)
+            << c.name() << ": no '" << word << "' in: " << e.what();
+      }
+    }
+    NORMJIT_CU(driver::api().cuCtxSynchronize());
+    EXPECT_TRUE(download(run.dx()) == poisoned) << c.name() << ": dx written by a refused launch";
+  };
+  const std::vector<ActConfig> needs_bias = {
+      act_group({2, 64, 9, 9}, 8, Dtype::kBF16, Affine::kBoth, Activation::kSilu),
+      act_group({2, 64, 9, 9}, 8, Dtype::kF16, Affine::kBoth, Activation::kGelu, /*nhwc=*/true),
+      act_rows(Op::kLayerNorm, Affine::kBoth, Dtype::kF32, 1000, 8, Activation::kGelu),
+      act_rows(Op::kLayerNorm, Affine::kBoth, Dtype::kBF16, 65537, 2, Activation::kSilu),
+      act_channels(Op::kLayerNorm, {2, 96, 7, 7}, Dtype::kF32, Affine::kBoth, Activation::kSilu),
+  };
+  uint64_t seed = 9950;
+  for (const ActConfig& c : needs_bias) {
+    ActBackward run(engine, c, Values::kNormal, Bias::kNormal, seed++);
+    run.forward();
+    BackwardArgs a = run.args();
+    ASSERT_NE(a.bias, nullptr);
+    a.bias = nullptr;
+    expect_refused(run, c, a, {"invalid bias nullptr", "the activation's derivative"});
+    // With the bias, the same arguments launch and match float64.
+    run.poison();
+    run.backward();
+    NORMJIT_CU(driver::api().cuCtxSynchronize());
+    expect_close(run, c, Values::kNormal, "after a refused launch");
+  }
+  // A bias where the backward reads none: an activation without a bias (affine weight), and a
+  // bias without an activation.
+  device::Buffer stray(size_t(4096) * 4);
+  const std::pair<ActConfig, const char*> unwanted[] = {
+      {act_rows(Op::kRmsNorm, Affine::kWeight, Dtype::kBF16, 4096, 4, Activation::kSilu),
+       "has no bias"},
+      {act_group({2, 64, 9, 9}, 8, Dtype::kF32, Affine::kWeight, Activation::kGelu), "has no bias"},
+      {act_rows(Op::kLayerNorm, Affine::kBoth, Dtype::kBF16, 4096, 4, Activation::kNone),
+       "has no activation"},
+  };
+  for (const auto& [c, why] : unwanted) {
+    ActBackward run(engine, c, Values::kNormal, Bias::kNormal, seed++);
+    run.forward();
+    BackwardArgs a = run.args();
+    EXPECT_EQ(a.bias, nullptr) << c.name();
+    a.bias = stray.get();
+    expect_refused(run, c, a, {"invalid bias 0x", why});
   }
 }
 
