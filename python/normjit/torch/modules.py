@@ -84,7 +84,7 @@ class LayerNorm2d(torch.nn.LayerNorm):
     and bias [C]. Its parameters and state_dict keys (weight, bias) are timm's and SAM's
     LayerNorm2d's, so their checkpoints load; the result keeps the input's memory format
     (contiguous or channels last). Trains through normjit's backward kernel, as GroupNorm (with
-    an activation, through PyTorch): see normjit.torch.layer_norm_channels."""
+    an activation too): see normjit.torch.layer_norm_channels."""
 
     def __init__(self, num_channels: int, eps: float = 1e-6, affine: bool = True, *,
                  activation: Optional[str] = None, **kwargs):
