@@ -226,6 +226,8 @@ KernelTiming time_kernel(Engine& engine, const NormSpec& spec, const DeviceInfo&
       args.dbias = dbias.get();
       args.batch = spec.batch();
       if (reads_dh) args.dresidual_out = reinterpret_cast<const void*>(dhs.ptr() + pair * dh_slot);
+      // With an activation the kernel reads the bias (the activation's input xhat * w + b).
+      if (spec.activation != Activation::kNone) args.bias = bias.get();
       kernel.launch_backward(args, nullptr);
       return;
     }
