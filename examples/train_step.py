@@ -5,7 +5,9 @@ steps with AdamW beside the same model computing its norms in PyTorch, on the GP
   * Gemma's (1 + weight) RMSNorm with the residual add fused in: add_rms_norm(...,
     weight_offset=1.0), its forward saving h's statistics, its backward normjit's kernel on h;
   * QK-norm on per-head views of the qkv projection, read where they are in the forward;
-  * the final norm, a channels-last GroupNorm of a conv stem (layout=nhwc forward).
+  * a conv stem's GroupNorm -> SiLU of its channels-last output (diffusion's ResNet blocks): one
+    kernel each way (layout=nhwc with activation=silu; the backward kernel takes the gradient
+    through SiLU's derivative).
 
 Each step prints both models' losses and the largest relative difference between a parameter's
 gradients; both models start from the same weights and see the same batches. The backward
@@ -37,15 +39,16 @@ def torch_add_rms_norm(x, residual, hidden, weight, eps, weight_offset=0.0):
 
 
 NORMS = {
-    "normjit": (njt.add_rms_norm, njt.rms_norm, njt.group_norm),
+    "normjit": (njt.add_rms_norm, njt.rms_norm,
+                lambda x, g, w, b, eps: njt.group_norm(x, g, w, b, eps, activation="silu")),
     "torch": (torch_add_rms_norm, lambda x, n, w, eps: F.rms_norm(x, (n,), w, eps),
-              F.group_norm),
+              lambda x, g, w, b, eps: F.silu(F.group_norm(x, g, w, b, eps))),
 }
 
 
 class Stack(torch.nn.Module):
-    """A conv stem (GroupNorm of its channels-last output), then decoder blocks over the stream:
-    h = x + residual with Gemma's norm, attention with QK-norm, an MLP."""
+    """A conv stem (GroupNorm -> SiLU of its channels-last output), then decoder blocks over the
+    stream: h = x + residual with Gemma's norm, attention with QK-norm, an MLP."""
 
     def __init__(self, norms: str, hidden: int, heads: int, blocks: int):
         super().__init__()
