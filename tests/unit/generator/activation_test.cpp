@@ -43,6 +43,24 @@ const std::vector<std::string> kForms = {
     "op=groupnorm shape=3,96,7,9 dtype=f32 groups=8 affine=none eps=1e-05",
 };
 
+// The configuration's kActivation line for an activation named as the spec names it.
+std::string activation_line(const std::string& name) {
+  const std::string constant = name == "silu" ? "kSilu" : name == "gelu" ? "kGelu" : "kNone";
+  return "static constexpr normjit::Activation kActivation = normjit::Activation::" + constant +
+         ";";
+}
+
+// The same launch as the plan without the activation: strategy, CTA, vectors, split.
+void expect_same_launch(const KernelPlan& p, const KernelPlan& plain, const std::string& what) {
+  EXPECT_EQ(p.strategy, plain.strategy) << what;
+  EXPECT_EQ(p.block_x, plain.block_x) << what;
+  EXPECT_EQ(p.block_y, plain.block_y) << what;
+  EXPECT_EQ(p.vec, plain.vec) << what;
+  EXPECT_EQ(p.vectors, plain.vectors) << what;
+  EXPECT_EQ(p.split_chunks, plain.split_chunks) << what;
+  EXPECT_EQ(p.smem_bytes, plain.smem_bytes) << what;
+}
+
 TEST(ActivationSpec, NamesParseAndPrintBack) {
   for (Activation a : {Activation::kNone, Activation::kSilu, Activation::kGelu}) {
     EXPECT_EQ(parse_activation(to_string(a)), a) << to_string(a);
@@ -213,29 +231,17 @@ TEST(ActivationPlan, BackwardKeepsThePlanAndNamesTheActivation) {
     const KernelPlan plain = plan(NormSpec::parse(text + " backward=true"), target);
     ASSERT_EQ(plain.strategy, strategy) << text;
     const EmittedKernel plain_source = emit(plain);
-    EXPECT_TRUE(has(plain_source.source,
-                    "static constexpr normjit::Activation kActivation = "
-                    "normjit::Activation::kNone;"))
-        << plain_source.source;
+    EXPECT_TRUE(has(plain_source.source, activation_line("none"))) << plain_source.source;
     for (const char* name : {"silu", "gelu"}) {
       const KernelPlan p =
           plan(NormSpec::parse(text + " activation=" + name + " backward=true"), target);
       EXPECT_EQ(p.strategy, strategy) << text << " " << name;
-      EXPECT_EQ(p.block_x, plain.block_x);
-      EXPECT_EQ(p.block_y, plain.block_y);
-      EXPECT_EQ(p.vec, plain.vec);
-      EXPECT_EQ(p.vectors, plain.vectors);
-      EXPECT_EQ(p.split_chunks, plain.split_chunks);
+      expect_same_launch(p, plain, text + " " + name);
       EXPECT_EQ(p.workspace_floats(300), plain.workspace_floats(300)) << text;
       EXPECT_TRUE(has(p.why, std::string("dy taken through ") + name + "'s derivative")) << p.why;
       EXPECT_FALSE(has(p.why, "applied to y")) << p.why;
       const EmittedKernel e = emit(p);
-      const std::string constant = std::string(name) == "silu" ? "kSilu" : "kGelu";
-      EXPECT_TRUE(has(e.source,
-                      "static constexpr normjit::Activation kActivation = "
-                      "normjit::Activation::" +
-                          constant + ";"))
-          << e.source;
+      EXPECT_TRUE(has(e.source, activation_line(name))) << e.source;
       EXPECT_NE(e.kernel, plain_source.kernel);
     }
   }
@@ -265,28 +271,14 @@ TEST(ActivationPlan, SameStrategyAndShapeAndOneNamedConstant) {
     for (const std::string& text : kForms) {
       const KernelPlan plain = plan(NormSpec::parse(text), target);
       const EmittedKernel plain_source = emit(plain);
-      EXPECT_TRUE(has(plain_source.source,
-                      "static constexpr normjit::Activation kActivation = "
-                      "normjit::Activation::kNone;"))
-          << plain_source.source;
+      EXPECT_TRUE(has(plain_source.source, activation_line("none"))) << plain_source.source;
       for (const char* name : {"silu", "gelu"}) {
         const KernelPlan p = plan(NormSpec::parse(text + " activation=" + name), target);
-        EXPECT_EQ(p.strategy, plain.strategy) << text << " " << name;
-        EXPECT_EQ(p.block_x, plain.block_x);
-        EXPECT_EQ(p.block_y, plain.block_y);
-        EXPECT_EQ(p.vec, plain.vec);
-        EXPECT_EQ(p.vectors, plain.vectors);
-        EXPECT_EQ(p.split_chunks, plain.split_chunks);
-        EXPECT_EQ(p.smem_bytes, plain.smem_bytes);
+        expect_same_launch(p, plain, text + " " + name);
         EXPECT_EQ(p.problem.activation, parse_activation(name));
         EXPECT_TRUE(has(p.why, std::string(name) + " applied to y in the same pass")) << p.why;
         const EmittedKernel e = emit(p);
-        const std::string constant = std::string(name) == "silu" ? "kSilu" : "kGelu";
-        EXPECT_TRUE(has(e.source,
-                        "static constexpr normjit::Activation kActivation = "
-                        "normjit::Activation::" +
-                            constant + ";"))
-            << e.source;
+        EXPECT_TRUE(has(e.source, activation_line(name))) << e.source;
         EXPECT_TRUE(has(e.kernel, std::string("_") + name + ">")) << e.kernel;
         EXPECT_NE(e.source, plain_source.source);
         EXPECT_EQ(e.source.find("template __global__"), e.source.rfind("template __global__"))
