@@ -172,3 +172,61 @@ def test_the_channel_functions_with_an_activation_train_on_cpu_as_pytorch(quiet)
     refs = torch.autograd.grad(ref, leaves, dy.double())
     for got, want in zip(grads, refs):
         close(got, want, 1e-5)
+
+
+def keeping_backend(graphs):
+    """An aot_autograd backend that keeps the code of the forward and backward graphs."""
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    def keep(kind):
+        def compiler(gm, example_inputs):
+            graphs[kind].append(gm.code)
+            return make_boxed_func(gm.forward)
+        return compiler
+
+    return aot_autograd(fw_compiler=keep("fw"), bw_compiler=keep("bw"))
+
+
+@pytest.mark.skipif(
+    tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2]) < (2, 15),
+    reason="with PyTorch before 2.15 dynamo raises an InternalTorchDynamoError tracing the "
+           "emulated launch path (test_autograd_channels_gpu.py's compile covers the real one)")
+@pytest.mark.parametrize("op", ["ln", "rms"])
+def test_compile_of_a_row_norm_with_an_activation_traces_the_training_ops(emu, op):
+    """torch.compile(fullgraph=True) of layer_norm / rms_norm with activation='gelu': the
+    forward graph calls the training op with the activation, the backward graph the backward
+    op (with the bias for layer_norm); the gradients are float64 autograd's."""
+    torch.manual_seed(31)
+    x = (torch.randn(4, 64) + 2).requires_grad_()
+    w = (1 + 0.2 * torch.randn(64)).requires_grad_()
+    b = torch.randn(64, requires_grad=True) if op == "ln" else None
+    if op == "ln":
+        def fn(t):
+            return njt.layer_norm(t, 64, w, b, 1e-5, activation="gelu")
+    else:
+        def fn(t):
+            return njt.rms_norm(t, 64, w, 1e-6, activation="gelu")
+    graphs = {"fw": [], "bw": []}
+    torch._dynamo.reset()
+    try:
+        y = torch.compile(fn, fullgraph=True, backend=keeping_backend(graphs))(x)
+        dy = torch.randn_like(y)
+        y.backward(dy)
+    finally:
+        torch._dynamo.reset()
+    name = "layer_norm" if op == "ln" else "rms_norm"
+    fw, bw = "\n".join(graphs["fw"]), "\n".join(graphs["bw"])
+    assert f"normjit.{name}_train" in fw and "'gelu'" in fw, fw
+    assert f"normjit.{name}_backward" in bw and "'gelu'" in bw, bw
+    assert emu.kinds() == ["launch_ex", "launch_backward"]
+    assert emu.last("launch_backward")["bias"] == (b.data_ptr() if b is not None else None)
+    leaves = [t.detach().double().requires_grad_() if t is not None else None for t in (x, w, b)]
+    if op == "ln":
+        ref = F.gelu(F.layer_norm(leaves[0], (64,), leaves[1], leaves[2], 1e-5))
+    else:
+        ref = F.gelu(F.rms_norm(leaves[0], (64,), leaves[1], 1e-6))
+    ref.backward(dy.double())
+    for got, leaf in zip((x, w, b), leaves):
+        if got is not None:
+            close(got.grad, leaf.grad, 1e-5)
