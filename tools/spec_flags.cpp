@@ -83,7 +83,8 @@ void SpecFlags::add_to(CLI::App& app, bool required) {
            "use (offset + weight) as the weight, in f32; Gemma's RMSNorm: 1 (default 0)");
   add_text(app, "--activation", activation,
            "none | silu | gelu: applied to y after the affine step, in the same kernel (gelu: "
-           "the exact erf form; default none)");
+           "the exact erf form; with --backward: dy taken through its derivative; default "
+           "none)");
   app.add_flag("--save-stats", save_stats,
                "also write each row's mean and rstd in f32, for a backward pass");
   add_text(app, "--layout", layout,
@@ -92,7 +93,8 @@ void SpecFlags::add_to(CLI::App& app, bool required) {
   app.add_flag("--backward", backward,
                "the backward kernel: dx, dweight and dbias from x, dy and the saved mean and "
                "rstd (every op and form, rows of any length; with --residual, the fused "
-               "add's: dx plus h's gradient)");
+               "add's: dx plus h's gradient; with --activation, the forward's norm and "
+               "activation, dy being the activation's output's gradient)");
   if (!required) {
     add_text(app, "--spec", text,
              "the whole spec as text instead of the flags above, e.g. \"op=rmsnorm "
