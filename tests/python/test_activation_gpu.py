@@ -325,8 +325,8 @@ def _train_call(op, x, w, b, groups, act, r=None):
     return njt.add_layer_norm(x, r, x.shape[-1:], w, b, 1e-5, activation=act)[0]
 
 
-def _reference(op, x, w, b, groups, act, r=None):
-    """PyTorch's norm then the activation, in float64."""
+def _reference(op, x, w, b, groups, act, r=None, dtype=None):
+    """PyTorch's norm then the activation, in float64 (add_layer_norm: of h rounded to dtype)."""
     f = F.silu if act == "silu" else F.gelu
     if op == "group_norm":
         return f(F.group_norm(x, groups, w, b, 1e-5))
@@ -339,7 +339,11 @@ def _reference(op, x, w, b, groups, act, r=None):
         return f(F.layer_norm(x, x.shape[-1:], w, b, 1e-5))
     if op == "rms_norm":
         return f(F.rms_norm(x, x.shape[-1:], w, 1e-6))
-    return f(F.layer_norm(x + r, x.shape[-1:], w, b, 1e-5))
+    # h = x + residual rounded once to the residual's dtype (add_layer_norm's expression),
+    # its gradient passed through unchanged.
+    h = x + r
+    h = h + (h.detach().to(dtype).double() - h.detach())
+    return f(F.layer_norm(h, x.shape[-1:], w, b, 1e-5))
 
 
 @pytest.mark.parametrize("dist", [(0.0, 1.0), (100.0, 1.0), (-3.0, 5.0)], ids=str)
@@ -371,7 +375,7 @@ def test_training_with_an_activation_runs_normjits_backward(op, shape, groups, l
                                     torch.channels_last_3d) or x.dim() == 3
     leaves = [t.detach().double().requires_grad_() if t is not None else None
               for t in (x, w, b, r)]
-    ref = _reference(op, leaves[0], leaves[1], leaves[2], groups, act, leaves[3])
+    ref = _reference(op, leaves[0], leaves[1], leaves[2], groups, act, leaves[3], dtype)
     ref.backward(dy.double())
     tol = TOL[dtype] * (4 if dtype != torch.float32 else 10)
     for name, got, leaf in (("dx", x, leaves[0]), ("dweight", w, leaves[1]),
