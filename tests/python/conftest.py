@@ -85,6 +85,20 @@ def launch_path_into(monkeypatch, library, *, take_cpu=True, clear_warned=False)
             _ops._warned.clear()
 
 
+def keeping_backend(graphs):
+    """An aot_autograd backend that keeps the code of the forward and backward graphs."""
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    def keep(kind):
+        def compiler(gm, example_inputs):
+            graphs[kind].append(gm.code)
+            return make_boxed_func(gm.forward)
+        return compiler
+
+    return aot_autograd(fw_compiler=keep("fw"), bw_compiler=keep("bw"))
+
+
 @pytest.fixture
 def fresh_warnings():
     """normjit.torch's fallback warnings (one per reason) forgotten before and after the test, so

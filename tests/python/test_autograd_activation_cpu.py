@@ -19,7 +19,7 @@ import torch.nn.functional as F  # noqa: E402
 
 import normjit  # noqa: E402
 import normjit.torch as njt  # noqa: E402
-from conftest import launch_path_into  # noqa: E402
+from conftest import keeping_backend, launch_path_into  # noqa: E402
 from emulator import Emulator  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("fresh_warnings")
@@ -172,20 +172,6 @@ def test_the_channel_functions_with_an_activation_train_on_cpu_as_pytorch(quiet)
     refs = torch.autograd.grad(ref, leaves, dy.double())
     for got, want in zip(grads, refs):
         close(got, want, 1e-5)
-
-
-def keeping_backend(graphs):
-    """An aot_autograd backend that keeps the code of the forward and backward graphs."""
-    from functorch.compile import make_boxed_func
-    from torch._dynamo.backends.common import aot_autograd
-
-    def keep(kind):
-        def compiler(gm, example_inputs):
-            graphs[kind].append(gm.code)
-            return make_boxed_func(gm.forward)
-        return compiler
-
-    return aot_autograd(fw_compiler=keep("fw"), bw_compiler=keep("bw"))
 
 
 @pytest.mark.skipif(

@@ -24,7 +24,7 @@ import torch.nn.functional as F  # noqa: E402
 import normjit  # noqa: E402
 import normjit.torch as njt  # noqa: E402
 from normjit.torch import _ops  # noqa: E402
-from conftest import launch_path_into  # noqa: E402
+from conftest import keeping_backend, launch_path_into  # noqa: E402
 
 # fresh_warnings: conftest.py; each test starts with no fallback warning given yet.
 pytestmark = pytest.mark.usefixtures("fresh_warnings")
@@ -812,20 +812,6 @@ def test_double_backward_is_pytorchs(emu):
     # dx and dweight take no bias (PyTorch leaves the float64 bias's grad None or zero)
     assert b.grad is None
     assert leaves[2].grad is None or leaves[2].grad.abs().max() == 0
-
-
-def keeping_backend(graphs):
-    """An aot_autograd backend that keeps the code of the forward and backward graphs."""
-    from functorch.compile import make_boxed_func
-    from torch._dynamo.backends.common import aot_autograd
-
-    def keep(kind):
-        def compiler(gm, example_inputs):
-            graphs[kind].append(gm.code)
-            return make_boxed_func(gm.forward)
-        return compiler
-
-    return aot_autograd(fw_compiler=keep("fw"), bw_compiler=keep("bw"))
 
 
 needs_2_15 = pytest.mark.skipif(

@@ -558,7 +558,7 @@ def _decide(op: str, arg, x: Tensor, weight: Optional[Tensor], bias: Optional[Te
     _check(op, arg, x, weight, bias, variant, residual, scale)
     eps = _eps(x, eps)
     why = _why_not(x, weight, bias, eps, op, residual)
-    if why == "grad" and (_offset_only(op, variant) if variant is not None else op in _TRAINED):
+    if why == "grad" and (_trains_variant(op, variant) if variant is not None else op in _TRAINED):
         # Trained through the autograd ops (<function>_train), if nothing else stands in the way.
         return _train_why_not(op, x, weight, bias, eps) or _TRAIN
     if why:
@@ -1263,7 +1263,7 @@ _INPUTS_AT = {"rms_norm": (2, None, 3), "layer_norm": (2, 3, 4), "rms_norm_chann
               "add_rms_norm": (3, None, 4), "add_layer_norm": (3, 4, 5)}
 
 
-def _offset_only(op: str, variant: tuple) -> bool:
+def _trains_variant(op: str, variant: tuple) -> bool:
     """Whether a call with the variant arguments trains through the training ops: rms_norm or
     layer_norm with weight_offset and/or an activation and no other variant (Gemma's RMSNorm,
     zero-centred gamma), add_rms_norm and add_layer_norm with at most those (not in place); the
@@ -2293,7 +2293,7 @@ def _variant(op: str, x: Tensor, residual: Optional[Tensor],
         if why is None:
             return _result(op, _traced_variant(op, x, residual, shape, weight, bias, eps_f,
                                                variant, scale), variant)
-        if why == "grad" and _offset_only(op, variant) and _trains(op, x, weight, bias, eps_f):
+        if why == "grad" and _trains_variant(op, variant) and _trains(op, x, weight, bias, eps_f):
             if op in _ADD_TRAINED:
                 return _train_add(op, shape, x, residual, weight, bias, eps_f, offset, activation)
             return _train(op, shape, x, weight, bias, eps_f, offset, activation)
