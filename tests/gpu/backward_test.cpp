@@ -683,17 +683,11 @@ TEST_F(BackwardGpu, LongRowsEveryDtypeAndAffineMatchFloat64) {
                               });
 }
 
-// The fused add's backward: dh added to dx by the row kernel, every form and dtype, rows of one
-// to a few thousand elements, held with x and dy or (teams of 1024: 16-bit rows over 8192)
-// loaded at each store; in place over dh; adversarial values.
-TEST_F(BackwardGpu, ResidualAddsDhEveryFormDtypeAndLength) {
-  device::PrimaryContext context;
-  Engine engine(test_engine_options());
-  // Past 8192 (f32) and 16384 (16-bit) elements, and at 65537 (2-element or scalar vectors),
-  // the split kernel, which loads each vector of dh at its store too.
-  const std::vector<Config> configs =
-      sweep({1, 3, 7, 65, 1000, 3072, 4097, 8192, 8200, 16384, 16385, 65537}, {1, 7, 300}, true);
-  uint64_t seed = 5000;
+// Runs every residual config against both references, checking that its plan adds dh where it
+// should: past 8192 (f32) and 16384 (16-bit) elements, and at 65537 (2-element or scalar
+// vectors), the split kernel, which loads each vector of dh at its store too.
+void expect_residual_configs_match(Engine& engine, const std::vector<Config>& configs,
+                                   uint64_t seed) {
   expect_every_config_matches(engine, configs, seed, [](const Backward& run, const Config& c) {
     const std::string plan = run.backward_kernel().plan_text();
     const bool split = plan.find("strategy: row-split-backward") != std::string::npos;
@@ -710,7 +704,31 @@ TEST_F(BackwardGpu, ResidualAddsDhEveryFormDtypeAndLength) {
           << c.name() << plan;
     }
   });
-  seed += configs.size();
+}
+
+// The fused add's backward: dh added to dx by the row kernel, every form and dtype, rows of one
+// to a few thousand elements, held with x and dy or (teams of 1024: 16-bit rows over 8192)
+// loaded at each store; in place over dh; adversarial values. Three tests, so that the GPU
+// suite's shards run them side by side: rows of one team, long rows (wide team, split), and
+// adversarial values, streamed rows and in place.
+TEST_F(BackwardGpu, ResidualAddsDhEveryFormDtypeAndLength) {
+  device::PrimaryContext context;
+  Engine engine(test_engine_options());
+  expect_residual_configs_match(
+      engine, sweep({1, 3, 7, 65, 1000, 3072, 4097, 8192}, {1, 7, 300}, true), 5000);
+}
+
+TEST_F(BackwardGpu, ResidualAddsDhLongRows) {
+  device::PrimaryContext context;
+  Engine engine(test_engine_options());
+  expect_residual_configs_match(engine, sweep({8200, 16384, 16385, 65537}, {1, 7, 300}, true),
+                                5400);
+}
+
+TEST_F(BackwardGpu, ResidualAddsDhAdversarialStreamedAndInPlace) {
+  device::PrimaryContext context;
+  Engine engine(test_engine_options());
+  uint64_t seed = 5600;
   for (Values values : {Values::kLargeMean, Values::kTiny, Values::kNegative}) {
     for (const OpAffine& form : {kForms[1], kForms[4]}) {
       for (int64_t hidden : {1000, 8200}) {
