@@ -451,11 +451,7 @@ def report_json(rep: Report) -> dict:
 
 
 def write_json(rep: Report, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(ct.json_safe(report_json(rep)), indent=1, default=str, allow_nan=False)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    ct.write_json_file(report_json(rep), path)
 
 
 # ---------------------------------------------------------------------------------------
@@ -686,14 +682,7 @@ def render_section(rep: Report) -> str:
 
 
 def write_section(rep: Report, doc: Path, section_out: Optional[Path] = None) -> None:
-    block = render_section(rep)
-    text = doc.read_text() if doc.exists() else ""
-    doc.parent.mkdir(parents=True, exist_ok=True)
-    doc.write_text(ct.splice_section(text, ct.BACKWARD_BEGIN, ct.BACKWARD_END, block)
-                   if text else block + "\n")
-    if section_out:
-        section_out.parent.mkdir(parents=True, exist_ok=True)
-        section_out.write_text(block + "\n")
+    ct.write_section_into(doc, ct.BACKWARD_BEGIN, ct.BACKWARD_END, render_section(rep), section_out)
 
 
 def render_summary(rep: Report) -> str:

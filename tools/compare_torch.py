@@ -2353,6 +2353,29 @@ def splice_section(doc: str, begin_marker: str, end_marker: str, block: str) -> 
     return doc.rstrip("\n") + "\n\n" + block + "\n"
 
 
+def write_section_into(doc: Path, begin_marker: str, end_marker: str, block: str,
+                       section_out: Optional[Path] = None) -> None:
+    """`block` (a bench script's section, markers included) into the file `doc`, replacing its
+    section or inserted as splice_section() does; `doc` is created with the block alone when it
+    does not exist. `section_out`, when given, gets the block alone too."""
+    text = doc.read_text() if doc.exists() else ""
+    doc.parent.mkdir(parents=True, exist_ok=True)
+    doc.write_text(splice_section(text, begin_marker, end_marker, block) if text else block + "\n")
+    if section_out:
+        section_out.parent.mkdir(parents=True, exist_ok=True)
+        section_out.write_text(block + "\n")
+
+
+def write_json_file(data: Any, path: Path) -> None:
+    """`data` as JSON (json_safe: NaN and inf as null) into `path`, through a temporary file
+    beside it, so that a reader never finds half a report."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(json_safe(data), indent=1, default=str, allow_nan=False)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
 def kept_sections(doc: str) -> list[tuple[str, str, str]]:
     """(begin marker, end marker, block) of each KEPT_SECTIONS section that `doc` has."""
     found = []
