@@ -74,20 +74,7 @@ struct Config {
   int64_t channel(int64_t offset) const { return nhwc ? offset % c() : offset / s() % c(); }
 };
 
-struct Errors {
-  double dx = 0, dweight = 0, dbias = 0;
-  bool finite = true;
-};
-
-std::vector<unsigned char> download(const device::Buffer& b) {
-  std::vector<unsigned char> out(b.bytes());
-  b.download(out.data(), out.size());
-  return out;
-}
-
-double relative(double err2, double ref2, bool finite) {
-  return finite ? std::sqrt(err2 / std::max(ref2, 1e-300)) : INFINITY;
-}
+using Errors = GradErrors;
 
 class Backward {
  public:

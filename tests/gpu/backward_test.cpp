@@ -66,27 +66,7 @@ struct Config {
   std::string name() const { return spec(true).to_string(); }
 };
 
-struct Errors {
-  double dx = 0, dweight = 0, dbias = 0;  // ||got - ref|| / ||ref||
-  bool finite = true;                     // no element NaN (left poisoned) or inf
-};
-
-// Host bytes of n elements of dtype.
-std::vector<unsigned char> download(const device::Buffer& b) {
-  std::vector<unsigned char> out(b.bytes());
-  b.download(out.data(), out.size());
-  return out;
-}
-
-void accumulate(double got, double ref, double& err2, double& ref2, bool& finite) {
-  if (!std::isfinite(got)) finite = false;
-  err2 += (got - ref) * (got - ref);
-  ref2 += ref * ref;
-}
-
-double relative(double err2, double ref2, bool finite) {
-  return finite ? std::sqrt(err2 / std::max(ref2, 1e-300)) : INFINITY;
-}
+using Errors = GradErrors;
 
 // One forward (save_stats) and backward on the device, with the host's rounded copies of every
 // input for the float64 reference.

@@ -101,6 +101,32 @@ inline NormSpec make(Op op, std::vector<int64_t> shape, Dtype dtype, Affine affi
   return NormSpec::from_fields(f);
 }
 
+// The backward tests' errors of dx, dweight and dbias against float64: ||got - ref|| / ||ref||;
+// finite is false where an element is NaN (left poisoned) or inf.
+struct GradErrors {
+  double dx = 0, dweight = 0, dbias = 0;
+  bool finite = true;
+};
+
+// A buffer's bytes on the host.
+inline std::vector<unsigned char> download(const device::Buffer& b) {
+  std::vector<unsigned char> out(b.bytes());
+  b.download(out.data(), out.size());
+  return out;
+}
+
+// One element's share of ||got - ref||^2 and ||ref||^2 (finite set false by a non-finite got).
+inline void accumulate(double got, double ref, double& err2, double& ref2, bool& finite) {
+  if (!std::isfinite(got)) finite = false;
+  err2 += (got - ref) * (got - ref);
+  ref2 += ref * ref;
+}
+
+// ||got - ref|| / ||ref|| from the sums accumulate() made; infinite where an element was not.
+inline double relative(double err2, double ref2, bool finite) {
+  return finite ? std::sqrt(err2 / std::max(ref2, 1e-300)) : INFINITY;
+}
+
 inline double tolerance(Dtype dtype) { return dtype == Dtype::kF32 ? 1e-5 : 1e-2; }
 
 struct RunResult {
