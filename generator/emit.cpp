@@ -302,8 +302,6 @@ void group_backward_fields(const KernelPlan& p, Fields& f) {
   f.flag("kPrefetchNextWave", p.prefetch != 0);
   f.integer("kMinBlocksPerSm", p.min_blocks_per_sm);
   f.flag("kLoadAhead", p.load_ahead);
-  f.flag("kHeld", p.held);
-  f.size("kDynamicSmemBytes", p.smem_bytes);
   f.size("kWorkspaceFloats", p.workspace_floats(0));
 }
 

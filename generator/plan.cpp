@@ -1262,77 +1262,11 @@ constexpr int64_t kGroupWaveUnits = int64_t{1} << 16;
 // The largest workspace a backward plan may ask for (floats): larger is refused, not allocated.
 constexpr int64_t kBackwardMaxWorkspaceFloats = int64_t{64} << 20;
 
-// Held waves: on sm_90 and later, channels of at least kGroupHeldChannel positions in 16-byte
-// accesses whose row's units (kGroupHeldValues values a thread of x and dy, teams of
-// kGroupBackwardTeam) the grid takes in one round (kGroupHeldBlocksPerSm CTAs an SM: 128
-// registers) keep each unit's x and dy in shared memory (64 KiB a CTA; in registers, ptxas
-// spilled) from the row's sums to dx, so x and dy are read once, not twice; as many rows a wave as
-// the round holds, the next wave prefetched into L2 during this one's dx (group_backward.cuh,
-// kHeld). The seeds: 256 units a row, one row a wave on 132 SMs. Not yet measured
-// (performance-notes, "Session 65").
-constexpr int64_t kGroupHeldChannel = 65536;
-constexpr int kGroupHeldValues = 32;
-constexpr int kGroupHeldBlocksPerSm = 2;
-
-// The held plan of group_backward (above), or false where it does not apply.
-bool group_backward_held(const Problem& pr, const Target& target, KernelPlan& p,
-                         std::ostringstream& why) {
-  const int64_t s = pr.spatial, cg = pr.channels / pr.groups;
-  const bool wide = p.vec * size_of(pr.x) == kAccessBytes;
-  if (target.sm < 90 || !wide || s < kGroupHeldChannel) return false;
-  const int vectors = kGroupHeldValues / p.vec;
-  const int64_t unit = int64_t{kGroupBackwardTeam} * vectors * p.vec;
-  const int64_t row_units = cg * ceil_div(s, unit);
-  const int64_t teams = int64_t{target.sm_count} * kGroupHeldBlocksPerSm;
-  if (row_units > teams) return false;
-  p.block_x = kGroupBackwardTeam;
-  p.block_y = p.rows_per_block = 1;
-  p.vectors = vectors;
-  p.chunks = 1;
-  p.chunks_ahead = 1;
-  p.units_per_channel = ceil_div(s, unit);
-  p.wave_rows = std::min(teams / row_units, kGroupWaveUnits / row_units);
-  p.load_ahead = false;
-  p.prefetch = 1;
-  p.min_blocks_per_sm = kGroupHeldBlocksPerSm;
-  p.held = true;
-  p.smem_bytes = 2 * 4 * kGroupBackwardTeam * kGroupHeldValues;
-  const int64_t row_bytes = 2 * pr.row_length * size_of(pr.x);
-  why << "groupnorm backward: units of " << unit << " positions of one channel (" << p.block_x
-      << " threads, " << kGroupHeldValues << " values each of x and dy, " << kAccessBytes
-      << "-byte accesses), " << p.units_per_channel << " per channel, " << row_units
-      << " per group of " << pr.row_length << " elements; rows in waves of up to " << p.wave_rows
-      << " (" << p.wave_rows * row_units << " units, at most one a CTA of the " << teams
-      << " the device holds at " << kGroupHeldBlocksPerSm
-      << " an SM), one grid barrier per wave: each unit's sums of dy and dy * xhat, then dx "
-         "from its row's sums, x and dy held in shared memory between them ("
-      << p.smem_bytes
-      << " bytes a CTA; read once, where a smaller grid reads them again); the next "
-      << "wave's x and dy (" << p.wave_rows * row_bytes << " bytes) are prefetched into L2 during "
-      << "its dx; launch bounds of " << kGroupHeldBlocksPerSm << " CTAs an SM (caps the registers)";
-  return true;
-}
-
-// The plan's words on dweight and dbias (both forms of group_backward).
-void group_backward_sums_note(const Problem& pr, std::ostringstream& why) {
-  if (pr.weight || pr.bias) {
-    why << "; dweight and dbias summed per channel over n in order by one owner thread each "
-           "(deterministic, the same for any grid; no float atomics)";
-  }
-}
-
 std::string group_backward(const Problem& pr, const Target& target, KernelPlan& p) {
   const int64_t s = pr.spatial, cg = pr.channels / pr.groups;
   p.vec = vector_width(s, kAccessBytes / size_of(pr.x));
   p.param_vec = 1;
   p.rows_per_item = pr.groups;
-  {
-    std::ostringstream why;
-    if (group_backward_held(pr, target, p, why)) {
-      group_backward_sums_note(pr, why);
-      return why.str();
-    }
-  }
   const int64_t vectors = s / p.vec;  // of a channel
   const bool wide = p.vec * size_of(pr.x) == kAccessBytes;
   const bool chunked = size_of(pr.x) == 2 && wide && s >= kGroupBackwardChunkedChannel;
@@ -1421,7 +1355,10 @@ std::string group_backward(const Problem& pr, const Target& target, KernelPlan& 
           << " units (the CTAs the launch bounds let the device hold)";
     }
   }
-  group_backward_sums_note(pr, why);
+  if (pr.weight || pr.bias) {
+    why << "; dweight and dbias summed per channel over n in order by one owner thread each "
+           "(deterministic, the same for any grid; no float atomics)";
+  }
   return why.str();
 }
 

@@ -132,8 +132,6 @@ struct KernelPlan {
   int min_blocks_per_sm = 1;      // kGroupBackward, kRowRegisters: launch bounds' CTAs per SM
                                   // (caps the registers; kRowRegisters: 0 names none)
   bool load_ahead = false;        // kGroupBackward: dx's x and dy loaded before the row's sums
-  bool held = false;              // kGroupBackward: a team's unit of a wave keeps its x and dy
-                                  // in registers from step 1 to step 2 (read once)
   int chunks_ahead = 1;           // kGroupBackward: step 2 loads chunks m + 1 .. m + A while dx
                                   // of chunk m is formed (A; 1 where a unit is one chunk)
   int sums_per_position = 0;      // kChannelsSlab: threads that sum a position's channels (G)

@@ -44,28 +44,9 @@ case "${1:-}" in
     done
     ;;
   bwdperf)
-    # Session 65 first: the held GroupNorm backward (.devcarry/held: its library, tools/normjit and
-    # gpu_tests, built from the working tree) against build-gpu's plan, then its GPU tests.
-    if [ -x .devcarry/held/tools/normjit ]; then
-      timeout 200 python3 scripts/ab_bench.py --specs scripts/specs/groupnorm-backward-held.txt \
-        --rounds 2 --variant base=build-gpu --variant held=.devcarry/held --out "$out/ab" \
-        > "$out/held-ab.md" 2>&1
-      echo "ab_bench held: exit $?"
-      cat "$out/held-ab.md"
-      for i in 0 1 2; do
-        GTEST_TOTAL_SHARDS=3 GTEST_SHARD_INDEX=$i LD_LIBRARY_PATH=.devcarry/held timeout 170 \
-          .devcarry/held/gpu_tests --gtest_filter='BackwardChannelsGpu.*:-*Nhwc*:*ChannelForms*' \
-          > "$out/held-gtest$i.log" 2>&1 &
-      done
-      wait
-      for i in 0 1 2; do
-        echo "held gtest shard $i: $(grep -E '^\[  (PASSED|FAILED)|^\[       OK|^\[ RUN' \
-          "$out/held-gtest$i.log" | tail -4 | tr '\n' ' ')"
-      done
-      grep -hE '^\[  FAILED|Failure|Expected|Which is' "$out"/held-gtest?.log | head -30
-    fi
-    OUT=$out/bwd BUILD=build-gpu timeout 200 bash scripts/perf_backward.sh \
-      --only sd_silu,add,sd_nhwc --budget-s 170 --doc "$out/backward-doc.md" > /dev/null 2>&1
+    OUT=$out/bwd BUILD=build-gpu timeout 590 bash scripts/perf_backward.sh \
+      --only add,gemma,convnext,sd_nhwc,sd_silu --budget-s 540 --doc "$out/backward-doc.md" \
+      > /dev/null 2>&1
     echo "perf_backward: exit $?"
     ;;
   eh)

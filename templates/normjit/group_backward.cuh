@@ -23,10 +23,7 @@
 //      same bits), forms the row's two means and writes its dx, reading x and dy again (a wave
 //      is sized to stay in L2, so that second read rarely reaches DRAM; or, f32 on large
 //      channels of a GPU with fast DRAM, it streams from DRAM again, as many rows a wave as the
-//      workspace allows, the loads issued before the partials are read: kLoadAhead; or, kHeld,
-//      not at all: where a wave's units are no more than the grid's teams, each team keeps its
-//      one unit's x and dy in registers from step 1, so x and dy are read once and the next
-//      wave's stream into L2 while this one's dx goes out); the first
+//      workspace allows, the loads issued before the partials are read: kLoadAhead); the first
 //      unit of each channel also adds the channel's T partials (A[n, c], B[n, c]) in a fixed order;
 //   and the owner of each channel (one thread of the grid, fixed by its index) adds the
 //   previous wave's A[n, c] and B[n, c] to its running dweight[c] and dbias[c], rows in order.
@@ -84,9 +81,6 @@ struct Chunks<T, 1, K, W> {
 //                              caps the registers a thread takes)
 //   kLoadAhead                 step 2 loads a unit's x and dy before its row's sums, not after
 //                              (waves that do not stay in L2: the loads then wait on DRAM)
-//   kHeld                      step 2 takes x and dy from the registers step 1 loaded them into
-//                              (units of one chunk), in every wave whose units the grid's teams
-//                              take in one round (the plan sizes R so; a smaller grid reloads)
 //   kWorkspaceFloats           the plan's workspace (checked against the layout above)
 template <class C>
 __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock, C::kMinBlocksPerSm)
@@ -112,8 +106,6 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock, C::kMinBlocksPe
   static_assert(L * (M - 1) < S, "no chunk of a channel's first unit lies past its end");
   static_assert((T - 1) * U < S && S <= T * U, "T units cover a channel, none empty");
   static_assert(TEAM * ROWS % 32 == 0, "whole warps");
-  constexpr bool kHeld = C::kHeld;
-  static_assert(!kHeld || (M == 1 && !C::kLoadAhead), "held: units of one chunk, not reloaded");
   constexpr long long kPartialFloats = padded_floats(R * kUnitsPerRow * 2);  // one buffer
   constexpr long long kChannelFloats = kParams > 0 ? padded_floats(R * CG * 2) : 0;
   constexpr long long kPartials = kBarrierFloats;
@@ -195,28 +187,9 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock, C::kMinBlocksPe
     }
   };
 
-  // kHeld: the team's x and dy of its unit of the wave in dynamic shared memory, from step 1 to
-  // step 2, in float4s: a thread's values j .. j + 3 of its vector k of x at
-  // [((k * V / 4 + j / 4) * TEAM + tid) * 4] (a warp's 16-byte accesses contiguous), of dy
-  // kHeldFloats further. (In registers, ptxas spilled 40-460 bytes beside step 2's sums and
-  // indices at 128 registers: dy alone there, or both.)
-  constexpr int kHeldFloats = K * V * TEAM;
-  static_assert(
-      !kHeld || (ROWS == 1 && V % 4 == 0 && C::kDynamicSmemBytes == 2 * 4 * kHeldFloats),
-      "held: one team a CTA, 16-byte vectors, x and dy in the plan's dynamic shared memory");
-  extern __shared__ __align__(16) float held_values[];
-  const auto held_at = [&](int k, int j) {
-    return ((k * (V / 4) + j / 4) * TEAM + tid) * 4 + j % 4;
-  };
-  const auto held_x = [&](int k, int j) -> float& { return held_values[held_at(k, j)]; };
-  const auto held_dy = [&](int k, int j) -> float& {
-    return held_values[kHeldFloats + held_at(k, j)];
-  };
-
   // Step 1 for unit u of the wave starting at row `first` (`units` units): its sums of dy * xhat
-  // and dy into `partials` (kHeld: x and dy kept in shared memory). (The same trip count for
-  // the whole CTA: the team reduction may synchronize it, so an inactive team loads nothing but
-  // joins the reduction.)
+  // and dy into `partials`. (The same trip count for the whole CTA: the team reduction may
+  // synchronize it, so an inactive team loads nothing but joins the reduction.)
   const auto step1 = [&](long long first, long long units, long long u, float* partials) {
     const bool active = u < units;
     const Unit at = unit_at(first, active ? u : 0);
@@ -241,13 +214,6 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock, C::kMinBlocksPe
           for (int j = 0; j < V; ++j) xv[k][j] = mean, dyv[k][j] = 0.f;
         }
       }
-      if constexpr (kHeld) {
-#pragma unroll
-        for (int k = 0; k < K; ++k) {
-#pragma unroll
-          for (int j = 0; j < V; ++j) held_x(k, j) = xv[k][j], held_dy(k, j) = dyv[k][j];
-        }
-      }
 #pragma unroll
       for (int k = 0; k < K; ++k) {
 #pragma unroll
@@ -270,10 +236,9 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock, C::kMinBlocksPe
   // `partials`): dx, and the channel sums. With kPrefetchNextWave each unit first starts pulling
   // the same unit of the next wave (`next_units` units) into L2 (its x and dy, sm_90+), so that
   // wave's step 1 reads them from there while this step's dx goes out: DRAM reads overlap the
-  // writes instead of following them. `held`: this team's x and dy of unit u are in shared memory
-  // (kHeld, the wave's units in one round), not loaded again.
+  // writes instead of following them.
   const auto step2 = [&](long long wave, long long first, long long units, long long next_units,
-                         long long u, const float* partials, bool held) {
+                         long long u, const float* partials) {
     const bool active = u < units;
     if (C::kPrefetchNextWave && tid == 0 && u < next_units) {
       const Unit next = unit_at(first + R, u);
@@ -312,19 +277,6 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock, C::kMinBlocksPe
       }
     };
     const auto prologue = [&] {
-      if constexpr (kHeld) {
-        if (held) {  // from shared memory, 16 bytes at a time
-#pragma unroll
-          for (int k = 0; k < K; ++k) {
-#pragma unroll
-            for (int j = 0; j < V; ++j) {
-              Floats::of(xv, 0)[k][j] = held_x(k, j);
-              Floats::of(dyv, 0)[k][j] = held_dy(k, j);
-            }
-          }
-          return;
-        }
-      }
 #pragma unroll
       for (int a = 0; a < A; ++a) load_chunk(a);
     };
@@ -402,9 +354,6 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock, C::kMinBlocksPe
   const long long cta_stride = (long long)gridDim.x * ROWS;
   for (long long wave = 0; wave < waves; ++wave) {
     const long long first = wave * R, units = units_of(wave), next_units = units_of(wave + 1);
-    // kHeld: every team takes at most one unit of the wave (one round), so the unit step 1 leaves
-    // in its registers is the one its step 2 takes. A grid smaller than the plan's loads again.
-    const bool held = kHeld && units <= cta_stride;
     for (long long base = cta_first; base < units; base += cta_stride) {
       step1(first, units, base + threadIdx.y, partials_of(wave));
     }
@@ -412,7 +361,7 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock, C::kMinBlocksPe
     // The owners take the previous wave (its channel sums were written before this barrier).
     if (wave > 0) accumulate(wave - 1, first - R, R, /*last=*/false);
     for (long long base = cta_first; base < units; base += cta_stride) {
-      step2(wave, first, units, next_units, base + threadIdx.y, partials_of(wave), held);
+      step2(wave, first, units, next_units, base + threadIdx.y, partials_of(wave));
     }
   }
   if constexpr (kParams > 0) {

@@ -586,20 +586,15 @@ TEST(BackwardPlan, GroupNormUnitsWavesAndWorkspace) {
     int vec, team, rows_per_block;
     int64_t vectors, chunks, units_per_channel, wave_rows;
     int min_blocks_per_sm;  // launch bounds: 3 for 16-bit channels of 16 values a thread in
-                            // units of one chunk, 2 for the chunked units and held waves
-    bool held = false;
+                            // units of one chunk, 2 for the chunked units
   } cases[] = {
-      // Held waves (channels of 65536 positions or more in 16-byte accesses whose row's units of
-      // 8192 positions, 32 values a thread, fit the 264 CTAs 132 SMs hold at 2): the seeds, one
-      // row of 256 units a wave; f16 groups of 8 channels of 65536, 4 rows of 64 units.
-      {"op=groupnorm shape=112,64,512,512 groups=8", 4, 256, 1, 8, 1, 32, 1, 2, true},
-      {"op=groupnorm shape=112,64,512,512 groups=8 dtype=bf16", 8, 256, 1, 4, 1, 32, 1, 2, true},
-      {"op=groupnorm shape=1,256,256,256 groups=32 dtype=f16", 8, 256, 1, 4, 1, 8, 4, 2, true},
-      // Rows of more units than that: f32 groups of 16 channels of 512 x 512, a wave's x and dy
-      // in 24 MiB (one row); 16-bit ones of 16384 positions or more in 16-byte accesses: units of
-      // 16384 positions, 4 chunks of 16 values a thread, rows of 16 MiB (one a wave).
-      {"op=groupnorm shape=112,128,512,512 groups=8", 4, 256, 1, 4, 1, 64, 1, 1},
-      {"op=groupnorm shape=112,128,512,512 groups=8 dtype=bf16", 8, 256, 1, 2, 4, 16, 1, 2},
+      // The seeds: 2 Mi-element groups; a wave's x and dy fit 24 MiB in f32 (one row), 16 MiB in
+      // 16 bits (two rows).
+      {"op=groupnorm shape=112,64,512,512 groups=8", 4, 256, 1, 4, 1, 64, 1, 1},
+      // 16-bit channels of 16384 positions or more in 16-byte accesses: units of 16384
+      // positions, 4 chunks of 16 values a thread.
+      {"op=groupnorm shape=112,64,512,512 groups=8 dtype=bf16", 8, 256, 1, 2, 4, 16, 2, 2},
+      {"op=groupnorm shape=1,256,256,256 groups=32 dtype=f16", 8, 256, 1, 2, 4, 4, 8, 2},
       {"op=groupnorm shape=2,320,128,128 groups=32 dtype=f16", 8, 256, 1, 2, 4, 1, 25, 2},
       // A channel of 20480 positions: 5 chunks, one unit of 4 and one of 1; 51 rows fit 16 MiB,
       // cut to the 33 rows (66 units a row) of one round of the 264 CTAs 132 SMs hold at 2.
@@ -634,58 +629,38 @@ TEST(BackwardPlan, GroupNormUnitsWavesAndWorkspace) {
     // Step 2 loads two chunks ahead where a unit has more than two, else the one after.
     EXPECT_EQ(p.chunks_ahead, p.chunks == 1 ? 1 : std::min<int64_t>(2, p.chunks - 1)) << c.spec;
     // T units cover a channel, none empty, and no chunk of the first unit lies past its end; a
-    // thread holds at most 16 values of x and of dy a chunk (held: 32, in shared memory).
+    // thread holds at most 16 values of x and of dy a chunk.
     const int64_t chunk = int64_t{p.block_x} * p.vectors * p.vec, unit = chunk * p.chunks;
     EXPECT_GE(p.units_per_channel * unit, spec.spatial()) << c.spec;
     EXPECT_LT((p.units_per_channel - 1) * unit, spec.spatial()) << c.spec;
     EXPECT_LT((p.chunks - 1) * chunk, spec.spatial()) << c.spec;
-    EXPECT_LE(p.vectors * p.vec, p.held ? 32 : 16) << c.spec;
-    // Held: a wave's units at most the CTAs the device holds at the launch bounds' count, x and
-    // dy of each in 64 KiB of dynamic shared memory, the next wave prefetched into L2.
-    EXPECT_EQ(p.held, c.held) << c.spec;
-    if (p.held) {
-      EXPECT_LE(p.wave_rows * spec.channels() / spec.groups * p.units_per_channel,
-                int64_t{h100.sm_count} * p.min_blocks_per_sm)
-          << c.spec;
-      EXPECT_EQ(p.smem_bytes, 2 * 4 * 256 * 32) << c.spec;
-      EXPECT_EQ(p.prefetch, 1) << c.spec;
-      EXPECT_FALSE(p.load_ahead) << c.spec;
-      EXPECT_TRUE(has(p.why, "x and dy held in shared memory")) << p.why;
-    }
+    EXPECT_LE(p.vectors * p.vec, 16) << c.spec;
     EXPECT_EQ(spec.spatial() % p.vec, 0) << c.spec;
     EXPECT_TRUE(has(p.to_string(), "strategy: group-backward")) << c.spec;
   }
   // The workspace: the barrier's 8 floats, two buffers of the wave's unit partials (2 floats
   // each), two of its channel sums and the accumulators of dweight and dbias, each padded to 8.
   const KernelPlan seed =
-      plan(NormSpec::parse("op=groupnorm shape=112,128,512,512 groups=8 backward=true"), h100);
-  EXPECT_EQ(seed.workspace_floats(0), 8 + 2 * 2048 + 2 * 32 + 256);
+      plan(NormSpec::parse("op=groupnorm shape=112,64,512,512 groups=8 backward=true"), h100);
+  EXPECT_EQ(seed.workspace_floats(0), 8 + 2 * 1024 + 2 * 16 + 128);
   EXPECT_EQ(seed.workspace_floats(264), seed.workspace_floats(0));  // the same for any grid
   const KernelPlan none =
-      plan(NormSpec::parse("op=groupnorm shape=112,128,512,512 groups=8 affine=none backward=true"),
+      plan(NormSpec::parse("op=groupnorm shape=112,64,512,512 groups=8 affine=none backward=true"),
            h100);
-  EXPECT_EQ(none.workspace_floats(0), 8 + 2 * 2048);
+  EXPECT_EQ(none.workspace_floats(0), 8 + 2 * 1024);
   // The grid: the units of a wave (or of the rows there are), at most the CTAs the device holds.
   EXPECT_EQ(seed.grid(112, 264), 264);
-  EXPECT_EQ(seed.grid(112, 10000), 1024);
-  // Held: a wave of the seed is one row of 256 units, one a CTA.
-  const KernelPlan held =
-      plan(NormSpec::parse("op=groupnorm shape=112,64,512,512 groups=8 backward=true"), h100);
-  EXPECT_EQ(held.workspace_floats(0), 8 + 2 * 512 + 2 * 16 + 128);
-  EXPECT_EQ(held.grid(112, 264), 256);
-  EXPECT_EQ(held.grid(112, 10000), 256);
+  EXPECT_EQ(seed.grid(112, 10000), 512);
   const KernelPlan small =
       plan(NormSpec::parse("op=groupnorm shape=3,64,7,9 groups=8 dtype=f16 backward=true"), h100);
   EXPECT_EQ(small.grid(1, 10000), 1);  // 8 rows of 8 units, 64 units per CTA
-  // Chunked units: a wave of bf16 groups of 16 channels of 512 x 512 is 1 row of 16 channels of
-  // 16 units (4 chunks each), so 256 CTAs at most, whatever the device holds beyond; its
-  // workspace holds their partials.
-  const KernelPlan bf16 =
-      plan(NormSpec::parse("op=groupnorm shape=112,128,512,512 groups=8 dtype=bf16 backward=true"),
-           h100);
+  // Chunked units: a wave of the bf16 seed is 2 rows of 8 channels of 16 units (4 chunks each),
+  // so 256 CTAs at most, whatever the device holds beyond; its workspace holds their partials.
+  const KernelPlan bf16 = plan(
+      NormSpec::parse("op=groupnorm shape=112,64,512,512 groups=8 dtype=bf16 backward=true"), h100);
   EXPECT_EQ(bf16.grid(112, 264), 256);
   EXPECT_EQ(bf16.grid(112, 200), 200);
-  EXPECT_EQ(bf16.workspace_floats(0), 8 + 2 * 512 + 2 * 32 + 256);
+  EXPECT_EQ(bf16.workspace_floats(0), 8 + 2 * 512 + 2 * 32 + 128);
   EXPECT_EQ(small.grid(3, 10000), 3);  // 192 units
   EXPECT_EQ(small.grid(3, 2), 2);
 }
@@ -741,58 +716,21 @@ TEST(BackwardPlan, GroupNormWavesOfBoundedKernelsAreWholeRoundsOfTheirCtas) {
   EXPECT_FALSE(has(f32.why, "waves cut")) << f32.why;
 }
 
-// Held waves: channels of 65536 positions and more in 16-byte accesses on sm_90 and later, where
-// a row's units of 8192 positions fit the CTAs the part holds at 2 an SM, on either DRAM; not on
-// a part of fewer SMs (the seed's 256 units against 132 CTAs), before sm_90, in narrow accesses
-// or on smaller channels. The configuration names it and the shared memory its x and dy take.
-TEST(BackwardPlan, GroupNormHeldWavesWhereARowsUnitsFitTheGrid) {
-  const NormSpec seed = NormSpec::parse("op=groupnorm shape=112,64,512,512 groups=8 backward=true");
-  for (const char* arch : {"sm_90", "sm_90:132:4814", "sm_100"}) {
-    const KernelPlan p = plan(seed, Target::parse(arch));
-    EXPECT_TRUE(p.held) << arch;
-    EXPECT_EQ(p.wave_rows, 1) << arch;
-    EXPECT_EQ(p.smem_bytes, 65536) << arch;
-    const std::string source = emit(p).source;
-    EXPECT_TRUE(has(source, "static constexpr bool kHeld = true;")) << arch;
-    EXPECT_TRUE(has(source, "static constexpr long long kDynamicSmemBytes = 65536;")) << source;
-  }
-  EXPECT_FALSE(plan(seed, Target::parse("sm_90:66")).held);
-  EXPECT_FALSE(plan(seed, Target::parse("sm_80")).held);
-  for (const char* not_held : {"op=groupnorm shape=2,32,1,65537 groups=4 dtype=bf16",
-                               "op=groupnorm shape=8,64,255,255 groups=8",
-                               "op=groupnorm shape=2,320,128,128 groups=32 dtype=f16",
-                               "op=groupnorm shape=112,128,512,512 groups=8"}) {
-    const KernelPlan p =
-        plan(NormSpec::parse(std::string(not_held) + " backward=true"), Target::parse("sm_90"));
-    EXPECT_FALSE(p.held) << not_held;
-    EXPECT_EQ(p.smem_bytes, 0) << not_held;
-    EXPECT_TRUE(has(emit(p).source, "static constexpr bool kHeld = false;")) << not_held;
-  }
-  // Rows of few units: as many a wave as the grid takes in one round (the f16 VAE map's groups
-  // of 4 channels of 512 x 512, 128 units: 2 rows a wave on 132 SMs, 1 on 66).
-  const NormSpec vae =
-      NormSpec::parse("op=groupnorm shape=1,128,512,512 groups=32 dtype=f16 backward=true");
-  EXPECT_EQ(plan(vae, Target::parse("sm_90")).wave_rows, 2);
-  EXPECT_EQ(plan(vae, Target::parse("sm_90:66")).wave_rows, 1);
-}
-
 TEST(BackwardPlan, GroupNormOfLargeF32ChannelsStreamsWhereDramIsFast) {
-  // f32 channels of 65536 positions and more whose rows are not held (more units than the grid
-  // holds) stream on a GPU of 4 TB/s and more (an H200): 32 values a thread, two CTAs an SM, as
-  // many rows a wave as 2^18 units (groups of 16 channels of 512 x 512: 512 a row, 896 rows in
-  // two waves), no prefetch, dx's loads ahead of the row's sums. The H100's 3.35 TB/s keeps the L2
-  // waves, and so do smaller channels on either GPU (and 16-bit ones of fewer than 262144
-  // positions, below).
+  // f32 channels of 65536 positions and more stream on a GPU of 4 TB/s and more (an H200): 32
+  // values a thread, two CTAs an SM, as many rows a wave as 2^18 units (the seed: 256 a row, its
+  // 896 rows in one wave), no prefetch, dx's loads ahead of the row's sums. The H100's 3.35 TB/s
+  // keeps the L2 waves, and so do smaller channels on either GPU (and 16-bit ones of fewer than
+  // 262144 positions, below).
   const Target h100 = Target::parse("sm_90"), h200 = Target::parse("sm_90:132:4814");
-  const NormSpec seed =
-      NormSpec::parse("op=groupnorm shape=112,128,512,512 groups=8 backward=true");
+  const NormSpec seed = NormSpec::parse("op=groupnorm shape=112,64,512,512 groups=8 backward=true");
   const KernelPlan fast = plan(seed, h200), slow = plan(seed, h100);
-  expect_streamed(fast, {32, 1, 32, 512});
+  expect_streamed(fast, {32, 1, 32, 1024});
   EXPECT_EQ(slow.min_blocks_per_sm, 1);
-  // The workspace: two buffers of 512 rows x 512 unit partials, two of 512 x 16 channel sums.
-  EXPECT_EQ(fast.workspace_floats(0), 8 + 2 * (512 * 512 * 2) + 2 * (512 * 16 * 2) + 256);
-  EXPECT_EQ(fast.grid(112, 10000), 10000);
-  EXPECT_EQ(fast.grid(1, 10000), 8 * 512);
+  // The workspace: two buffers of 1024 rows x 256 unit partials, two of 1024 x 8 channel sums.
+  EXPECT_EQ(fast.workspace_floats(0), 8 + 2 * (1024 * 256 * 2) + 2 * (1024 * 8 * 2) + 128);
+  EXPECT_EQ(fast.grid(112, 10000), 10000);  // 896 rows of 256 units: one wave
+  EXPECT_EQ(fast.grid(1, 10000), 8 * 256);
   EXPECT_FALSE(slow.load_ahead);
   EXPECT_EQ(slow.wave_rows, 1);
   EXPECT_EQ(slow.prefetch, 1);
@@ -813,33 +751,32 @@ TEST(BackwardPlan, GroupNormOfLargeF32ChannelsStreamsWhereDramIsFast) {
     EXPECT_EQ(emit(plan(spec, h200)).source, emit(plan(spec, h100)).source) << other;
   }
   // A large f32 channel whose rows are many: waves of 2^18 units, the workspace bounded.
-  const KernelPlan many = plan(
-      NormSpec::parse("op=groupnorm shape=4096,64,65536 groups=1 affine=none backward=true"), h200);
+  const KernelPlan many =
+      plan(NormSpec::parse("op=groupnorm shape=4096,32,65536 groups=32 affine=none backward=true"),
+           h200);
   EXPECT_TRUE(many.load_ahead);
-  EXPECT_EQ(many.wave_rows, (int64_t{1} << 18) / 512);
+  EXPECT_EQ(many.wave_rows, (int64_t{1} << 18) / 8);
 }
 
 TEST(BackwardPlan, GroupNormOf16BitChannelsOf262144PositionsStreamsWhereDramIsFast) {
-  // 16-bit channels of 262144 positions and more in 16-byte accesses whose rows are not held
-  // stream there too, in their chunked units, 8 chunks of 4096 (16 values a thread, two CTAs an
-  // SM): groups of 16 bf16 channels of 512 x 512, 896 rows of 128 units in one wave of 2048 rows,
-  // no prefetch, dx's first chunk loaded ahead of the row's sums. 65536 positions, narrow
-  // accesses and the H100 keep the L2 waves.
+  // 16-bit channels of 262144 positions and more in 16-byte accesses stream there too, in their
+  // chunked units, 8 chunks of 4096 (16 values a thread, two CTAs an SM): the bf16 seed's 896
+  // rows of 64 units in one wave of 4096 rows, no prefetch, dx's first chunk loaded ahead of the
+  // row's sums. 65536 positions, narrow accesses and the H100 keep the L2 waves.
   const Target h100 = Target::parse("sm_90"), h200 = Target::parse("sm_90:132:4814");
   const NormSpec seed =
-      NormSpec::parse("op=groupnorm shape=112,128,512,512 groups=8 dtype=bf16 backward=true");
+      NormSpec::parse("op=groupnorm shape=112,64,512,512 groups=8 dtype=bf16 backward=true");
   const KernelPlan fast = plan(seed, h200), slow = plan(seed, h100);
-  expect_streamed(fast, {16, 8, 8, 2048});
-  // Two buffers of 2048 rows x 128 unit partials, two of 2048 x 16 channel sums, the
-  // accumulators.
-  EXPECT_EQ(fast.workspace_floats(0), 8 + 2 * (2048 * 128 * 2) + 2 * (2048 * 16 * 2) + 256);
+  expect_streamed(fast, {16, 8, 8, 4096});
+  // Two buffers of 4096 rows x 64 unit partials, two of 4096 x 8 channel sums, the accumulators.
+  EXPECT_EQ(fast.workspace_floats(0), 8 + 2 * (4096 * 64 * 2) + 2 * (4096 * 8 * 2) + 128);
   EXPECT_EQ(fast.grid(112, 264), 264);
-  EXPECT_EQ(fast.grid(1, 10000), 8 * 128);
+  EXPECT_EQ(fast.grid(1, 10000), 8 * 64);
   EXPECT_FALSE(slow.load_ahead);
-  EXPECT_EQ(slow.wave_rows, 1);
+  EXPECT_EQ(slow.wave_rows, 2);
   EXPECT_EQ(slow.prefetch, 1);
   EXPECT_EQ(slow.chunks, 4);
-  EXPECT_TRUE(plan(NormSpec::parse("op=groupnorm shape=1,128,512,512 groups=2 dtype=f16 "
+  EXPECT_TRUE(plan(NormSpec::parse("op=groupnorm shape=1,128,512,512 groups=32 dtype=f16 "
                                    "backward=true"),
                    h200)
                   .load_ahead);
