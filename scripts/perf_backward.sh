@@ -14,7 +14,10 @@
 # perf_backward.json, backward.md (the section alone) and performance.md go there too.
 # NORMJIT_REVISION, when set, is reported as the revision measured (see scripts/perf.sh).
 # A run stops measuring after --budget-s (540 s); run the rest with --only and merge the JSON
-# files with --from-json A.json,B.json.
+# files with --from-json A.json,B.json. The table's JSON lives in docs/perf_backward.json (once a
+# run has written it), so that a partial run on a later machine merges into it:
+#   python3 tools/bench_backward.py --from-json docs/perf_backward.json,NEW.json \
+#     --doc docs/performance.md --json-out docs/perf_backward.json
 # Exit status: bench_backward.py's (0 all checks pass, 1 a normjit check failed or errored,
 # 2 could not start); the files are copied in every case.
 set -euo pipefail

@@ -1417,8 +1417,12 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     ap.add_argument("--from-json", default=None,
                     help="measure nothing: render the section of this JSON into --doc; "
                          "comma-separated files are merged (a later run's problem replaces an "
-                         "earlier one's; skipped problems do not replace measured ones)")
-    return ct.finish_bench_args(ap, ap.parse_args(argv), "backward")
+                         "earlier one's; skipped problems do not replace measured ones); with "
+                         "--json-out, the merged report goes there too (to merge the next "
+                         "partial run into, e.g. docs/perf_backward.json)")
+    args = ap.parse_args(argv)
+    args.json_out_given = args.json_out is not None
+    return ct.finish_bench_args(ap, args, "backward")
 
 
 def write_outputs(rep: Report, args: argparse.Namespace) -> None:
@@ -1509,6 +1513,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         rep = merge_reports([report_from_json(json.loads(f.read_text())) for f in paths])
         write_section(rep, Path(args.doc), Path(args.section_out) if args.section_out else None)
         print(f"wrote the backward section of {', '.join(map(str, paths))} into {args.doc}")
+        if args.json_out_given:  # the merged report, to merge the next partial run into
+            write_json(rep, Path(args.json_out))
+            print(f"wrote the merged JSON to {args.json_out}")
         return 0
     problems = select(args)
     if args.list:
@@ -1770,8 +1777,15 @@ def selftest() -> int:
         second.command = "python3 tools/bench_backward.py --only h8192"
         path2 = Path(tmp) / "b2.json"
         write_json(second, path2)
-        assert main(["--from-json", f"{path},{path2}", "--doc", str(doc)]) == 0
+        merged_json = Path(tmp) / "merged.json"
+        assert main(["--from-json", f"{path},{path2}", "--doc", str(doc),
+                     "--json-out", str(merged_json)]) == 0
         merged = doc.read_text()
+        again = Path(tmp) / "again.md"
+        again.write_text("# doc\n")
+        assert main(["--from-json", str(merged_json), "--doc", str(again)]) == 0
+        assert ct.section_block(again.read_text(), ct.BACKWARD_BEGIN, ct.BACKWARD_END) == \
+            ct.section_block(merged, ct.BACKWARD_BEGIN, ct.BACKWARD_END), "the merged JSON"
         assert "problems skipped" not in merged and merged.count(ct.BACKWARD_BEGIN) == 1
         assert "--selftest` ; `python3 tools/bench_backward.py --only h8192`" in merged
         assert "Incomplete run" not in ct.section_block(merged, ct.BACKWARD_BEGIN, ct.BACKWARD_END)
