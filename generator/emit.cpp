@@ -259,6 +259,7 @@ void backward_fields(const KernelPlan& p, Fields& f) {
   f.flag("kTeamBarriers", p.team_barriers);
   f.flag("kQuadFinalSum", p.quad_final_sum);
   f.flag("kLateResidual", p.late_dh);
+  f.integer("kMinBlocksPerSm", p.min_blocks_per_sm);
   f.size("kDynamicSmemBytes", p.smem_bytes);
   f.size("kWorkspaceHeaderFloats", p.workspace_header_floats());
   f.size("kWorkspaceSlotFloats", p.workspace_slot_floats());

@@ -942,6 +942,8 @@ bool row_backward_holds(const Problem& pr, const Target& target) {
   return per_thread * vec <= kBackwardValues;
 }
 
+constexpr int kActivationBackwardBlocks = 2;
+
 std::string row_backward(const Problem& pr, const Target& target, KernelPlan& p) {
   const int64_t h = pr.row_length;
   int team = 0;
@@ -1033,6 +1035,18 @@ std::string row_backward(const Problem& pr, const Target& target, KernelPlan& p)
   // 0.92-0.99x the time of one float a column by warps numbered CTA-major, which left the
   // columns of rows of 4096 to 64 of 132 CTAs; numbered CTA-minor alone, 0.98-1.00x.
   p.quad_final_sum = (pr.weight || pr.bias) && h % 4 == 0;
+  // With an activation, CTAs of kBackwardBlock threads are bounded to kActivationBackwardBlocks
+  // an SM (128 registers a thread), as the plain kernel's registers let the SM hold: unbounded,
+  // ptxas took 168-169 registers for bf16 rows of 768-2048 with GELU (the plain kernel 119-121),
+  // one CTA an SM instead of two; bounded, none spilled (`normjit dump --emit resources`). On
+  // the H200 (normjit bench, performance-notes "Session 65") the channels-last LayerNorm2d
+  // [32, 768, 56, 56] backward with GELU ran 2.2x the plain kernel's time unbounded.
+  // (0: no bound, as the row forward's; a bound of 1 made ptxas take other registers.)
+  p.min_blocks_per_sm = 0;
+  if (pr.activation != Activation::kNone && team * p.rows_per_block == kBackwardBlock) {
+    p.min_blocks_per_sm = kActivationBackwardBlocks;
+    why << "; launch bounds of " << p.min_blocks_per_sm << " CTAs an SM (caps the registers)";
+  }
   if (pr.weight || pr.bias) {
     why << "; each CTA sums " << (pr.bias ? "dweight and dbias" : "dweight")
         << " of its rows in f32, then the CTAs' partials are added in a fixed order after a grid "

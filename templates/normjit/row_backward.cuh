@@ -86,8 +86,10 @@ struct RowGradSums<true> {
 //   kDynamicSmemBytes         the dynamic shared memory the plan launches it with
 //   kWorkspaceHeaderFloats    the plan's floats before the slots (checked against the layout)
 //   kWorkspaceSlotFloats      the plan's floats per CTA slot (checked against the layout)
+//   kMinBlocksPerSm           CTAs an SM the launch bounds ask for (caps the registers; 0: none)
 template <class C>
-__global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock) row_backward(Params p) {
+__global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock, C::kMinBlocksPerSm)
+    row_backward(Params p) {
   using X = typename C::X;
   using P = typename C::Param;
   constexpr int TEAM = C::kThreads, ROWS = C::kRowsPerBlock, V = C::kVec, K = C::kVectors;
