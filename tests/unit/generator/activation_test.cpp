@@ -247,6 +247,36 @@ TEST(ActivationPlan, BackwardKeepsThePlanAndNamesTheActivation) {
   }
 }
 
+// The row backward with an activation in CTAs of 256 threads is bounded to 2 CTAs an SM (128
+// registers: unbounded, ptxas took 168-169 for bf16 rows of 768-2048 and the SM held one), as
+// the plain kernel's registers let it hold; the plain kernel and CTAs of 512 threads (already at
+// 128) stay unbounded.
+TEST(ActivationPlan, RowBackwardWithAnActivationIsBoundedToTwoCtasAnSm) {
+  const Target target = Target::parse("sm_90");
+  for (const char* text : {"op=layernorm shape=64,768 dtype=bf16 affine=both",
+                           "op=layernorm shape=64,2048 dtype=bf16 affine=both",
+                           "op=rmsnorm shape=64,1000 dtype=f16 affine=weight",
+                           "op=layernorm shape=32,768,56,56 dtype=bf16 normalized_dims=0 "
+                           "layout=nhwc"}) {
+    const KernelPlan plain = plan(NormSpec::parse(std::string(text) + " backward=true"), target);
+    ASSERT_EQ(plain.strategy, Strategy::kRowBackward) << text;
+    ASSERT_EQ(plain.block_x * plain.block_y, 256) << text;
+    EXPECT_EQ(plain.min_blocks_per_sm, 0) << text;
+    EXPECT_TRUE(has(emit(plain).source, "static constexpr int kMinBlocksPerSm = 0;")) << text;
+    const KernelPlan act =
+        plan(NormSpec::parse(std::string(text) + " activation=gelu backward=true"), target);
+    EXPECT_EQ(act.min_blocks_per_sm, 2) << text;
+    EXPECT_TRUE(has(emit(act).source, "static constexpr int kMinBlocksPerSm = 2;")) << text;
+    EXPECT_TRUE(has(act.why, "launch bounds of 2 CTAs an SM")) << act.why;
+  }
+  const KernelPlan wide =
+      plan(NormSpec::parse("op=layernorm shape=64,4096 dtype=bf16 affine=both activation=silu "
+                           "backward=true"),
+           target);
+  EXPECT_EQ(wide.block_x * wide.block_y, 512);
+  EXPECT_EQ(wide.min_blocks_per_sm, 0);
+}
+
 // validate() checks a struct built by hand (the C++ API): an enum value outside the three.
 TEST(ActivationSpec, ValidateRefusesAnUnknownEnumValue) {
   NormSpec s = NormSpec::parse(kForms[0]);
