@@ -1038,9 +1038,11 @@ std::string row_backward(const Problem& pr, const Target& target, KernelPlan& p)
   // With an activation, CTAs of kBackwardBlock threads are bounded to kActivationBackwardBlocks
   // an SM (128 registers a thread), as the plain kernel's registers let the SM hold: unbounded,
   // ptxas took 168-169 registers for bf16 rows of 768-2048 with GELU (the plain kernel 119-121),
-  // one CTA an SM instead of two; bounded, none spilled (`normjit dump --emit resources`). On
-  // the H200 (normjit bench, performance-notes "Session 65") the channels-last LayerNorm2d
-  // [32, 768, 56, 56] backward with GELU ran 2.2x the plain kernel's time unbounded.
+  // one CTA an SM instead of two; bounded, none spilled over RMSNorm and LayerNorm rows of
+  // 128-8192 in each dtype with SiLU and GELU but bf16 LayerNorm rows of 2048 with SiLU (8
+  // bytes; `normjit dump --emit resources`). On the H200 (normjit bench, performance-notes
+  // "Session 65") the channels-last LayerNorm2d [32, 768, 56, 56] backward with GELU ran 2.2x
+  // the plain kernel's time unbounded; bounded, not yet timed.
   // (0: no bound, as the row forward's; a bound of 1 made ptxas take other registers.)
   p.min_blocks_per_sm = 0;
   if (pr.activation != Activation::kNone && team * p.rows_per_block == kBackwardBlock) {

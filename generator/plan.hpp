@@ -129,8 +129,9 @@ struct KernelPlan {
   int64_t wave_rows = 0;          // kGroupBackward: rows (n, g) per wave (R);
                                   // kGroupNhwcBackward: items (n) per wave;
                                   // kRowSplitBackward: rows of a slot per exchange (W)
-  int min_blocks_per_sm = 1;      // kGroupBackward, kRowRegisters, kRowBackward: launch bounds' CTAs per SM
-                                  // (caps the registers; kRowRegisters: 0 names none)
+  int min_blocks_per_sm = 1;      // kGroupBackward, kRowRegisters, kRowBackward: launch
+                                  // bounds' CTAs per SM (caps the registers; kRowRegisters,
+                                  // kRowBackward: 0 names none)
   bool load_ahead = false;        // kGroupBackward: dx's x and dy loaded before the row's sums
   int chunks_ahead = 1;           // kGroupBackward: step 2 loads chunks m + 1 .. m + A while dx
                                   // of chunk m is formed (A; 1 where a unit is one chunk)

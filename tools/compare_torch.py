@@ -1037,11 +1037,7 @@ def json_safe(value: Any) -> Any:
 
 
 def write_json(report: Report, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(json_safe(report_json(report)), indent=1, default=str, allow_nan=False)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    write_json_file(report_json(report), path)
 
 
 def write_outputs(report: Report, args: argparse.Namespace, final: bool) -> None:
