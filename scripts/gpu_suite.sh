@@ -86,12 +86,14 @@ for w in "$wheels"/*.whl; do
   echo "gpu_suite: $(basename "$w") unpacked beside normjit"
 done
 # --durations: the slowest Python tests in the log, for balancing WORKERS and TP (at ff88978 on
-# the H200 pytest took 309 s in 4 workers, the six gtest shards 260-285 s each).
+# the H200 pytest took 309 s in 4 workers, the six gtest shards 260-285 s each; at 39ff65a on the
+# H100 it was cut by TP=400 at 99% beside eight gtest shards of 257-301 s, and alone in 8
+# workers took 304 s: hence TP 480 by default).
 if [ "${PYTEST:-on}" = off ]; then
   echo "pytest: left out (PYTEST=off)" > "$out/pytest.log"
   pytest_status=0
 else
-  PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH} timeout "${TP:-420}" python3 -m pytest -q -rfEs \
+  PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH} timeout "${TP:-480}" python3 -m pytest -q -rfEs \
     --durations=25 -p no:cacheprovider -n "$workers" tests/python > "$out/pytest.log" 2>&1
   pytest_status=$?
 fi
@@ -127,7 +129,7 @@ if ((pytest_status == 124)); then
   # Cut by the time limit: how far its progress got and what the results reported so far were
   # (. passed, s skipped, F failed, E error, x/X xfail/xpass), so that a run cut in its summary
   # is told apart from one cut halfway. It still counts as a failure.
-  echo "  timed out (TP=${TP:-420} s) at $(grep -oE '\[ *[0-9]+%\]$' "$out/pytest.log" | tail -1 |
+  echo "  timed out (TP=${TP:-480} s) at $(grep -oE '\[ *[0-9]+%\]$' "$out/pytest.log" | tail -1 |
     tr -d '[] ') of its progress; results so far: $(grep -E '^[.sFExX]+ +\[ *[0-9]+%\]$' \
     "$out/pytest.log" | sed -E 's/ +\[.*//' | fold -w1 | sort | uniq -c |
     awk '{printf "%s %s, ", $1, $2}' | sed 's/, $//')"

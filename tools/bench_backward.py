@@ -1420,9 +1420,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
                          "earlier one's; skipped problems do not replace measured ones); with "
                          "--json-out, the merged report goes there too (to merge the next "
                          "partial run into, e.g. docs/perf_backward.json)")
-    args = ap.parse_args(argv)
-    args.json_out_given = args.json_out is not None
-    return ct.finish_bench_args(ap, args, "backward")
+    return ct.finish_bench_args(ap, ap.parse_args(argv), "backward")
 
 
 def write_outputs(rep: Report, args: argparse.Namespace) -> None:
@@ -1509,14 +1507,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.selftest:
         return selftest()
     if args.from_json:
-        paths = [Path(f) for f in args.from_json.split(",") if f.strip()]
-        rep = merge_reports([report_from_json(json.loads(f.read_text())) for f in paths])
-        write_section(rep, Path(args.doc), Path(args.section_out) if args.section_out else None)
-        print(f"wrote the backward section of {', '.join(map(str, paths))} into {args.doc}")
-        if args.json_out_given:  # the merged report, to merge the next partial run into
-            write_json(rep, Path(args.json_out))
-            print(f"wrote the merged JSON to {args.json_out}")
-        return 0
+        return ct.render_from_json(args, "backward", report_from_json, merge_reports,
+                                   write_section, write_json)
     problems = select(args)
     if args.list:
         for p in problems:

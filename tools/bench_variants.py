@@ -1576,7 +1576,9 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     ap.add_argument("--from-json", default=None,
                     help="measure nothing: render the section of this JSON into --doc; "
                          "comma-separated files are merged (a later run's case replaces an "
-                         "earlier one's; skipped cases do not replace measured ones)")
+                         "earlier one's; skipped cases do not replace measured ones); with "
+                         "--json-out, the merged report goes there too (to merge the next "
+                         "partial run into)")
     ap.add_argument("--cpu-check", action="store_true",
                     help="run the whole flow on the CPU on tiny shapes, PyTorch standing in "
                          "for normjit (checks the launch arguments and the flow without a GPU; "
@@ -1605,6 +1607,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     lib = args.lib or os.environ.get("NORMJIT_LIBRARY") or str(Path(args.build) / "libnormjit.so")
     args.lib = root(lib)
     out_dir = os.environ.get("OUT")
+    args.json_out_given = args.json_out is not None
     if args.cpu_check:
         tmp = tempfile.mkdtemp(prefix="bench_variants_cpu_")
         args.doc = args.doc if args.doc != "docs/performance.md" else str(Path(tmp) / "performance.md")
@@ -1715,11 +1718,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.selftest:
         return selftest(Path(args.lib))
     if args.from_json:
-        paths = [Path(f) for f in args.from_json.split(",") if f.strip()]
-        rep = merge_reports([report_from_json(json.loads(f.read_text())) for f in paths])
-        write_section(rep, Path(args.doc), Path(args.section_out) if args.section_out else None)
-        print(f"wrote the variants section of {', '.join(map(str, paths))} into {args.doc}")
-        return 0
+        return ct.render_from_json(args, "variants", report_from_json, merge_reports,
+                                   write_section, write_json)
     variants = select_variants(args.only)
     if not variants:
         print(f"bench_variants: --only {args.only!r} selects no variant", file=sys.stderr)

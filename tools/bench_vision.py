@@ -721,7 +721,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     ap.add_argument("--selftest", action="store_true", help="check the non-GPU parts and exit")
     ap.add_argument("--from-json", default=None,
                     help="measure nothing: render the section of this JSON into --doc; "
-                         "comma-separated files are merged")
+                         "comma-separated files are merged; with --json-out, the merged report "
+                         "goes there too (to merge the next partial run into)")
     return ct.finish_bench_args(ap, ap.parse_args(argv), "vision")
 
 
@@ -788,11 +789,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.selftest:
         return selftest()
     if args.from_json:
-        paths = [Path(f) for f in args.from_json.split(",") if f.strip()]
-        rep = merge_reports([report_from_json(json.loads(f.read_text())) for f in paths])
-        write_section(rep, Path(args.doc), Path(args.section_out) if args.section_out else None)
-        print(f"wrote the vision section of {', '.join(map(str, paths))} into {args.doc}")
-        return 0
+        return ct.render_from_json(args, "vision", report_from_json, merge_reports,
+                                   write_section, write_json)
     cases = select_cases(default_cases(), args.only, args.dtype_list, args.quick)
     if args.list:
         for c in cases:
@@ -902,9 +900,13 @@ def selftest() -> int:
         second.rows = [dataclasses.replace(second.rows[1], case=rep.rows[6].case)]
         path2 = Path(tmp) / "v2.json"
         write_json(second, path2)
-        assert main(["--from-json", f"{path},{path2}", "--doc", str(doc)]) == 0
+        merged = Path(tmp) / "merged.json"
+        assert main(["--from-json", f"{path},{path2}", "--doc", str(doc),
+                     "--json-out", str(merged)]) == 0
         block = ct.section_block(doc.read_text(), ct.VISION_BEGIN, ct.VISION_END)
         assert "rows skipped" not in block and doc.read_text().count(ct.VISION_BEGIN) == 1
+        # the merged JSON renders the same section, so a later partial run merges into it
+        assert render_section(report_from_json(json.loads(merged.read_text()))) == block
     assert main(["--list", "--only", "nhwc"]) == 0
     print("selftest: ok")
     return 0

@@ -1774,7 +1774,7 @@ def finish_bench_args(ap: argparse.ArgumentParser, args: argparse.Namespace,
     parsing: --reps (10 with --quick, else 20) and --warmup checked, --dtypes split and checked,
     paths relative to the repository root, the library (--lib, else NORMJIT_LIBRARY, else
     BUILD/libnormjit.so), the JSON (OUT/perf_NAME.json where OUT is set, else
-    BUILD/perf_NAME.json), the section alone (OUT/NAME.md where OUT is set) and a fresh seed
+    BUILD/perf_NAME.json; json_out_given says whether --json-out named it), the section alone (OUT/NAME.md where OUT is set) and a fresh seed
     where none is given."""
     if args.reps is None:
         args.reps = 10 if args.quick else 20
@@ -1784,6 +1784,7 @@ def finish_bench_args(ap: argparse.ArgumentParser, args: argparse.Namespace,
     args.lib = repo_path(lib)
     args.doc = repo_path(args.doc)
     out_dir = os.environ.get("OUT")
+    args.json_out_given = args.json_out is not None
     if args.json_out is None:
         args.json_out = (str(Path(out_dir) / f"perf_{name}.json") if out_dir else
                          str(Path(args.build) / f"perf_{name}.json"))
@@ -2370,6 +2371,24 @@ def write_json_file(data: Any, path: Path) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(text)
     tmp.replace(path)
+
+
+def render_from_json(args: argparse.Namespace, name: str, report_from_json: Callable,
+                     merge_reports: Callable, write_section: Callable,
+                     write_json: Callable) -> int:
+    """A bench script's --from-json: the reports of the comma-separated JSON files
+    (report_from_json of each, merged by merge_reports) rendered into args.doc (and
+    args.section_out) by write_section; where --json-out was given (args.json_out_given), the
+    merged report written there by write_json too, to merge the next partial run into (e.g.
+    docs/perf_backward.json). Measures nothing; returns the exit status (0)."""
+    paths = [Path(f) for f in args.from_json.split(",") if f.strip()]
+    rep = merge_reports([report_from_json(json.loads(f.read_text())) for f in paths])
+    write_section(rep, Path(args.doc), Path(args.section_out) if args.section_out else None)
+    print(f"wrote the {name} section of {', '.join(map(str, paths))} into {args.doc}")
+    if getattr(args, "json_out_given", False):
+        write_json(rep, Path(args.json_out))
+        print(f"wrote the merged JSON to {args.json_out}")
+    return 0
 
 
 def kept_sections(doc: str) -> list[tuple[str, str, str]]:
