@@ -18,32 +18,13 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
+# shellcheck source=scripts/perf_lib.sh
+source scripts/perf_lib.sh
 build=${BUILD:-build}
 export PYTHONUNBUFFERED=1
 
-wheels=${WHEELS:-$here/.whl}
-if ! python3 -c "import liger_kernel" 2>/dev/null; then
-  for w in "$wheels"/liger_kernel-*.whl; do
-    [ -f "$w" ] || continue
-    site=${TMPDIR:-/tmp}/normjit-perf-site
-    rm -rf "$site"
-    mkdir -p "$site"
-    python3 -m zipfile -e "$w" "$site"
-    export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
-    echo "perf: Liger-Kernel from $(basename "$w")"
-    break
-  done
-fi
+liger_from_wheels perf
 
 cmd=(python3 tools/compare_torch.py --build "$build" "$@")
-status=0
-if [ -n "${OUT:-}" ]; then
-  mkdir -p "$OUT"
-  "${cmd[@]}" 2>&1 | tee "$OUT/perf.log" || status=$?
-  for f in docs/performance.md docs/performance.png; do
-    if [ -f "$f" ]; then cp "$f" "$OUT/"; fi
-  done
-else
-  "${cmd[@]}" || status=$?
-fi
-exit "$status"
+run_bench perf "docs/performance.md docs/performance.png" "${cmd[@]}"
+exit "$bench_status"

@@ -23,32 +23,15 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
+# shellcheck source=scripts/perf_lib.sh
+source scripts/perf_lib.sh
 build=${BUILD:-build}
 export PYTHONUNBUFFERED=1
 
-wheels=${WHEELS:-$here/.whl}
-if ! python3 -c "import liger_kernel" 2>/dev/null; then
-  for w in "$wheels"/liger_kernel-*.whl; do
-    [ -f "$w" ] || continue
-    site=${TMPDIR:-/tmp}/normjit-backward-site
-    rm -rf "$site"
-    mkdir -p "$site"
-    python3 -m zipfile -e "$w" "$site"
-    export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
-    echo "perf_backward: Liger-Kernel from $(basename "$w")"
-    break
-  done
-fi
+liger_from_wheels perf_backward
 
 lib_args=()
 if [ -n "${NORMJIT_LIBRARY:-}" ]; then lib_args=(--lib "$NORMJIT_LIBRARY"); fi
 cmd=(python3 tools/bench_backward.py --build "$build" ${lib_args[@]+"${lib_args[@]}"} "$@")
-status=0
-if [ -n "${OUT:-}" ]; then
-  mkdir -p "$OUT"
-  "${cmd[@]}" 2>&1 | tee "$OUT/perf_backward.log" || status=$?
-  if [ -f docs/performance.md ]; then cp docs/performance.md "$OUT/"; fi
-else
-  "${cmd[@]}" || status=$?
-fi
-exit "$status"
+run_bench perf_backward "docs/performance.md" "${cmd[@]}"
+exit "$bench_status"
