@@ -499,7 +499,8 @@ class PeerRow:
 
 @dataclass
 class BenchReport:
-    """A run of tools/bench_backward.py or tools/bench_vision.py (their JSON's top level)."""
+    """A run of tools/bench_backward.py or tools/bench_vision.py (their JSON's top level;
+    tools/bench_variants.py's Report adds its own fields)."""
     env: dict[str, str]
     command: str
     date_utc: str
@@ -1875,8 +1876,8 @@ def finish_bench_args(ap: argparse.ArgumentParser, args: argparse.Namespace,
     parsing: --reps (10 with --quick, else 20) and --warmup checked, --dtypes split and checked,
     paths relative to the repository root, the library (--lib, else NORMJIT_LIBRARY, else
     BUILD/libnormjit.so), the JSON (OUT/perf_NAME.json where OUT is set, else
-    BUILD/perf_NAME.json; json_out_given says whether --json-out named it), the section alone (OUT/NAME.md where OUT is set) and a fresh seed
-    where none is given."""
+    BUILD/perf_NAME.json; json_out_given says whether --json-out named it), the section alone
+    (OUT/NAME.md where OUT is set) and a fresh seed where none is given."""
     if args.reps is None:
         args.reps = 10 if args.quick else 20
     check_run_args(ap, args)
