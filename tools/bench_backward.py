@@ -66,7 +66,6 @@ import argparse
 import ctypes
 import dataclasses
 import datetime
-import gc
 import json
 import math
 import os
@@ -409,11 +408,7 @@ def write_json(rep: Report, path: Path) -> None:
 # Markdown
 # ---------------------------------------------------------------------------------------
 
-def fmt_us(ms: Optional[float]) -> str:
-    if ms is None:
-        return "—"
-    us = ms * 1e3
-    return f"{us:.2f}" if us < 10 else f"{us:.1f}" if us < 1000 else f"{us:.0f}"
+fmt_us = ct.fmt_us
 
 
 def time_cell(row: Row, impl: str, footnotes: list[str]) -> str:
@@ -810,103 +805,24 @@ def param_sum(p: Problem, t):
     return t.sum(dim=lead) if lead else t
 
 
-class Bench:
+class Bench(ct.BenchRunner):
     """Runs the problems; holds what they share."""
+    # An autograd.grad call costs up to a few hundred µs of host time (compile's backward the
+    # most): 1 ms of GPU sleep per call keeps the host ahead.
+    SLEEP_MS_PER_CALL = 1.0
+    SLEEP_MS_MAX = 100.0
 
     def __init__(self, args: argparse.Namespace, nj: Any, rep: Report, l2_bytes: int,
                  cuda: bool):
-        import torch
-        self.torch = torch
-        self.args = args
+        super().__init__(args, rep, l2_bytes, cuda)
         self.nj = nj
-        self.rep = rep
-        self.cuda = cuda
-        self.dev = "cuda" if cuda else "cpu"
-        self.l2 = l2_bytes
-        self.gen = torch.Generator(device=self.dev)
-        self.gen.manual_seed(args.seed)
         self.liger, rep.env["Liger-Kernel"] = ct.load_liger(*LIGER_FUNCTIONS.values())
         self.liger_add, self.liger_add_why = ct.load_liger(LIGER_ADD)
-        self.stream = torch.cuda.current_stream().cuda_stream if cuda else 0
-        self.started = time.perf_counter()
-        self.broken = ""
-
-    def log(self, text: str) -> None:
-        print(text, flush=True)
-
-    def over_budget(self) -> bool:
-        return time.perf_counter() - self.started > self.args.budget_s
-
-    def random(self, shape, dtype: str, dist: ct.InputDist):
-        t = self.torch.empty(shape, dtype=ct.torch_dtype(dtype), device=self.dev)
-        return t.normal_(dist.mean, dist.std, generator=self.gen)
+        self.stream = self.torch.cuda.current_stream().cuda_stream if cuda else 0
 
     def rotation(self, p: Problem) -> int:
         per_set = (5 if p.residual else 3) * p.numel * ct.ELEMENT_BYTES[p.dtype]
         return max(1, min(256, math.ceil(4 * self.l2 / per_set)))
-
-    def sync(self) -> None:
-        if self.cuda:
-            self.torch.cuda.synchronize()
-
-    def free(self) -> None:
-        gc.collect()
-        if self.cuda:
-            self.torch.cuda.synchronize()
-            self.torch.cuda.empty_cache()
-
-    def time_calls(self, fn: Callable[[int], Any]) -> list[float]:
-        """fn(i), i selecting the rotating set; milliseconds of each timed call (CUDA events;
-        wall clock on the CPU)."""
-        torch = self.torch
-        reps, warmup = self.args.reps, self.args.warmup
-        for i in range(warmup):
-            fn(i)
-        if not self.cuda:
-            times = []
-            for i in range(reps):
-                t0 = time.perf_counter()
-                fn(warmup + i)
-                times.append((time.perf_counter() - t0) * 1e3)
-            return times
-        torch.cuda.synchronize()
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-        # An autograd.grad call costs up to a few hundred µs of host time (compile's backward
-        # the most): 1 ms of GPU sleep per call keeps the host ahead.
-        ct.gpu_sleep(min(100.0, 1.0 + 1.0 * reps))
-        for i in range(reps):
-            starts[i].record()
-            fn(warmup + i)
-            ends[i].record()
-        torch.cuda.synchronize()
-        return [s.elapsed_time(e) for s, e in zip(starts, ends)]
-
-    def timed(self, row: Row, name: str, fn: Callable[[int], Any]) -> None:
-        m = row.impl(name)
-        try:
-            m.times_ms = self.time_calls(fn)
-        except Exception as e:  # noqa: BLE001 - one implementation must not end the problem
-            m.status, m.message, m.ms = "failed", ct.short_error(e), None
-            self.log(f"  {name:8s} timing failed: {m.message}")
-            self.free()
-            return
-        m.ms = statistics.median(m.times_ms)
-        self.log(f"  {name:8s} {fmt_us(m.ms)} µs median (min {fmt_us(min(m.times_ms))})")
-
-    def first_call(self, m: ct.Measurement, name: str, fn: Callable[[], Any]):
-        t0 = time.perf_counter()
-        try:
-            out = fn()
-            self.sync()
-        except Exception as e:  # noqa: BLE001 - torch.compile and peers fail in many ways
-            m.status, m.message = "failed", ct.short_error(e)
-            self.log(f"  {name:8s} failed: {m.message}")
-            self.free()
-            return None
-        m.first_call_s = time.perf_counter() - t0
-        m.status = "ok"
-        return out
 
     # -- correctness ----------------------------------------------------------------------
 
@@ -994,28 +910,7 @@ class Bench:
 
     def run(self, p: Problem) -> Row:
         row = Row(p, backward_bytes(p), spec=backward_spec(p), rotation=self.rotation(p))
-        if self.broken or self.over_budget():
-            row.skipped = (f"the CUDA context broke ({self.broken})" if self.broken else
-                           f"the time budget (--budget-s {self.args.budget_s:g}) ran out")
-            return row
-        if self.cuda:
-            self.torch.cuda.reset_peak_memory_stats()
-        try:
-            self._run(p, row)
-        except Exception as e:  # noqa: BLE001 - one problem must not end the run
-            row.error = ct.short_error(e)
-            self.log(f"  error: {row.error}")
-        finally:
-            try:
-                import torch._dynamo
-                torch._dynamo.reset()
-                if self.cuda:
-                    row.peak_gib = self.torch.cuda.max_memory_allocated() / 2**30
-                self.free()
-            except Exception as e:  # noqa: BLE001 - a sticky CUDA error: stop
-                self.broken = ct.short_error(e)
-                row.error = row.error or self.broken
-        return row
+        return self.run_row(row, lambda: self._run(p, row))
 
     def _run(self, p: Problem, row: Row) -> None:
         if p.residual:
@@ -1097,7 +992,7 @@ class Bench:
         m.status = "ok"
         self.record_check(row, "normjit",
                           self.check(p, xs[0], dys[0], weight, (dxs[0], dw, db), bias))
-        self.timed(row, "normjit", lambda i: calls[i % len(calls)]())
+        self.timed(row.impl("normjit"), "normjit", lambda i: calls[i % len(calls)]())
 
     def forward_of(self, p: Problem, impl: str, weight, bias) -> tuple[Callable, list]:
         """(x -> y of impl, the parameters it differentiates): fresh parameters with
@@ -1199,7 +1094,7 @@ class Bench:
             return
         finally:
             self.sync()
-        self.timed(row, impl, grad)
+        self.timed(row.impl(impl), impl, grad)
 
     # -- add + RMSNorm: every implementation through autograd --------------------------------
 

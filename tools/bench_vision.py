@@ -41,12 +41,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
-import gc
 import json
 import math
 import os
 import shlex
-import statistics
 import sys
 import tempfile
 import time
@@ -208,11 +206,7 @@ def write_json(rep: Report, path: Path) -> None:
 # Markdown
 # ---------------------------------------------------------------------------------------
 
-def fmt_us(ms: Optional[float]) -> str:
-    if ms is None:
-        return "—"
-    us = ms * 1e3
-    return f"{us:.2f}" if us < 10 else f"{us:.1f}" if us < 1000 else f"{us:.0f}"
+fmt_us = ct.fmt_us
 
 
 def time_cell(m: ct.Measurement, who: str, footnotes: list[str]) -> str:
@@ -431,62 +425,11 @@ def normjit_function(njt: Any, case: Case, w, b) -> tuple[Optional[Callable], st
     return (lambda x: fn(x, w, b, case.eps)), ""
 
 
-class Bench:
+class Bench(ct.BenchRunner):
     def __init__(self, args: argparse.Namespace, njt: Any, rep: Report, l2_bytes: int,
                  cuda: bool):
-        import torch
-        self.torch, self.njt, self.args, self.rep = torch, njt, args, rep
-        self.cuda, self.dev, self.l2 = cuda, ("cuda" if cuda else "cpu"), l2_bytes
-        self.gen = torch.Generator(device=self.dev)
-        self.gen.manual_seed(args.seed)
-        self.started = time.perf_counter()
-        self.broken = ""
-
-    def log(self, text: str) -> None:
-        print(text, flush=True)
-
-    def random(self, shape, dtype: str, dist: ct.InputDist):
-        t = self.torch.empty(shape, dtype=ct.torch_dtype(dtype), device=self.dev)
-        return t.normal_(dist.mean, dist.std, generator=self.gen)
-
-    def free(self) -> None:
-        gc.collect()
-        if self.cuda:
-            self.torch.cuda.synchronize()
-            self.torch.cuda.empty_cache()
-
-    def time_calls(self, fn: Callable[[int], Any]) -> list[float]:
-        torch = self.torch
-        reps, warmup = self.args.reps, self.args.warmup
-        for i in range(warmup):
-            fn(i)
-        if not self.cuda:
-            times = []
-            for i in range(reps):
-                t0 = time.perf_counter()
-                fn(warmup + i)
-                times.append((time.perf_counter() - t0) * 1e3)
-            return times
-        torch.cuda.synchronize()
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-        ct.gpu_sleep(min(50.0, 1.0 + 0.5 * reps))
-        for i in range(reps):
-            starts[i].record()
-            fn(warmup + i)
-            ends[i].record()
-        torch.cuda.synchronize()
-        return [s.elapsed_time(e) for s, e in zip(starts, ends)]
-
-    def timed(self, m: ct.Measurement, name: str, fn: Callable[[int], Any]) -> None:
-        try:
-            m.times_ms = self.time_calls(fn)
-        except Exception as e:  # noqa: BLE001
-            m.status, m.message, m.ms = "failed", ct.short_error(e), None
-            self.log(f"  {name:8s} timing failed: {m.message}")
-            return
-        m.ms = statistics.median(m.times_ms)
-        self.log(f"  {name:8s} {fmt_us(m.ms)} µs median (min {fmt_us(min(m.times_ms))})")
+        super().__init__(args, rep, l2_bytes, cuda)
+        self.njt = njt
 
     def check(self, case: Case, m: ct.Measurement, name: str, x, w, b, y) -> None:
         torch = self.torch
@@ -502,20 +445,6 @@ class Bench:
         if not m.passed and name in ("eager", "compile", "nhwc"):
             self.rep.warnings.append(f"{case.key}: PyTorch {TITLES[name]} is off the float64 "
                                      f"reference by {ct.fmt_err(m.rel_err)}")
-
-    def first_call(self, m: ct.Measurement, name: str, fn: Callable[[], Any]):
-        t0 = time.perf_counter()
-        try:
-            y = fn()
-            if self.cuda:
-                self.torch.cuda.synchronize()
-        except Exception as e:  # noqa: BLE001
-            m.status, m.message = "failed", ct.short_error(e)
-            self.log(f"  {name:8s} failed: {m.message}")
-            return None
-        m.first_call_s = time.perf_counter() - t0
-        m.status = "ok"
-        return y
 
     def normjit_first_call(self, m: ct.Measurement, fn: Callable, x):
         """normjit's y, or None with m n/a (it fell back: the warning's text; or it has no
@@ -549,25 +478,11 @@ class Bench:
     def run(self, case: Case) -> Row:
         per_set = 2 * case.numel * ct.ELEMENT_BYTES[case.dtype]
         row = Row(case, rotation=max(1, min(256, math.ceil(4 * self.l2 / per_set))))
-        if self.broken or time.perf_counter() - self.started > self.args.budget_s:
-            row.skipped = (f"the CUDA context broke ({self.broken})" if self.broken else
-                           f"the time budget (--budget-s {self.args.budget_s:g}) ran out")
-            return row
-        try:
+
+        def body() -> None:
             with self.torch.no_grad():
                 self._run(case, row)
-        except Exception as e:  # noqa: BLE001 - one row must not end the run
-            row.error = ct.short_error(e)
-            self.log(f"  error: {row.error}")
-        finally:
-            try:
-                import torch._dynamo
-                torch._dynamo.reset()
-                self.free()
-            except Exception as e:  # noqa: BLE001 - a sticky CUDA error: stop
-                self.broken = ct.short_error(e)
-                row.error = row.error or self.broken
-        return row
+        return self.run_row(row, body)
 
     def _run(self, case: Case, row: Row) -> None:
         torch = self.torch

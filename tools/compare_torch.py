@@ -570,6 +570,136 @@ def section_intro(begin_marker: str, title: str, script: str, runner: str, rep: 
     return out
 
 
+def fmt_us(ms: Optional[float]) -> str:
+    """Milliseconds as microseconds for the bench scripts' tables: 3 significant digits or
+    more, "—" for none."""
+    if ms is None:
+        return "—"
+    us = ms * 1e3
+    return f"{us:.2f}" if us < 10 else f"{us:.1f}" if us < 1000 else f"{us:.0f}"
+
+
+class BenchRunner:
+    """What the bench scripts' runners share (tools/bench_backward.py, tools/bench_vision.py):
+    PyTorch and a generator seeded with --seed, the time budget (--budget-s), a CUDA context
+    that broke (the rows after it are skipped), the timing of an implementation's calls and its
+    first call. cuda=False runs the flow on CPU tensors (wall-clock times)."""
+    # The GPU sleep queued before the timed calls (ms a call, at most SLEEP_MS_MAX), so that the
+    # host enqueues every timed call while the GPU is busy.
+    SLEEP_MS_PER_CALL = 0.5
+    SLEEP_MS_MAX = 50.0
+
+    def __init__(self, args: argparse.Namespace, rep: Any, l2_bytes: int, cuda: bool):
+        import torch
+        self.torch, self.args, self.rep = torch, args, rep
+        self.cuda, self.dev, self.l2 = cuda, ("cuda" if cuda else "cpu"), l2_bytes
+        self.gen = torch.Generator(device=self.dev)
+        self.gen.manual_seed(args.seed)
+        self.started = time.perf_counter()
+        self.broken = ""
+
+    def log(self, text: str) -> None:
+        print(text, flush=True)
+
+    def over_budget(self) -> bool:
+        return time.perf_counter() - self.started > self.args.budget_s
+
+    def random(self, shape, dtype: str, dist: InputDist):
+        t = self.torch.empty(shape, dtype=torch_dtype(dtype), device=self.dev)
+        return t.normal_(dist.mean, dist.std, generator=self.gen)
+
+    def sync(self) -> None:
+        if self.cuda:
+            self.torch.cuda.synchronize()
+
+    def free(self) -> None:
+        gc.collect()
+        if self.cuda:
+            self.torch.cuda.synchronize()
+            self.torch.cuda.empty_cache()
+
+    def time_calls(self, fn: Callable[[int], Any]) -> list[float]:
+        """fn(i), i selecting the rotating set; milliseconds of each timed call (CUDA events;
+        wall clock on the CPU)."""
+        torch = self.torch
+        reps, warmup = self.args.reps, self.args.warmup
+        for i in range(warmup):
+            fn(i)
+        if not self.cuda:
+            times = []
+            for i in range(reps):
+                t0 = time.perf_counter()
+                fn(warmup + i)
+                times.append((time.perf_counter() - t0) * 1e3)
+            return times
+        torch.cuda.synchronize()
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        gpu_sleep(min(self.SLEEP_MS_MAX, 1.0 + self.SLEEP_MS_PER_CALL * reps))
+        for i in range(reps):
+            starts[i].record()
+            fn(warmup + i)
+            ends[i].record()
+        torch.cuda.synchronize()
+        return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+
+    def timed(self, m: Measurement, name: str, fn: Callable[[int], Any]) -> None:
+        """m's times of fn's calls (time_calls) and their median, or why they failed."""
+        try:
+            m.times_ms = self.time_calls(fn)
+        except Exception as e:  # noqa: BLE001 - one implementation must not end the row
+            m.status, m.message, m.ms = "failed", short_error(e), None
+            self.log(f"  {name:8s} timing failed: {m.message}")
+            self.free()
+            return
+        m.ms = statistics.median(m.times_ms)
+        self.log(f"  {name:8s} {fmt_us(m.ms)} µs median (min {fmt_us(min(m.times_ms))})")
+
+    def first_call(self, m: Measurement, name: str, fn: Callable[[], Any]):
+        """fn's first call (compiles, loads), its seconds in m; its output, or None where it
+        failed (m says why)."""
+        t0 = time.perf_counter()
+        try:
+            out = fn()
+            self.sync()
+        except Exception as e:  # noqa: BLE001 - torch.compile and peers fail in many ways
+            m.status, m.message = "failed", short_error(e)
+            self.log(f"  {name:8s} failed: {m.message}")
+            self.free()
+            return None
+        m.first_call_s = time.perf_counter() - t0
+        m.status = "ok"
+        return out
+
+    def run_row(self, row: Any, body: Callable[[], None]) -> Any:
+        """body() measures row, unless the budget ran out or the CUDA context broke (row
+        skipped); an error it raises is the row's; torch.compile's caches are reset and memory
+        freed after it (a row with a peak_gib field gets the device memory's peak)."""
+        if self.broken or self.over_budget():
+            row.skipped = (f"the CUDA context broke ({self.broken})" if self.broken else
+                           f"the time budget (--budget-s {self.args.budget_s:g}) ran out")
+            return row
+        peak = self.cuda and hasattr(row, "peak_gib")
+        if peak:
+            self.torch.cuda.reset_peak_memory_stats()
+        try:
+            body()
+        except Exception as e:  # noqa: BLE001 - one row must not end the run
+            row.error = short_error(e)
+            self.log(f"  error: {row.error}")
+        finally:
+            try:
+                import torch._dynamo
+                torch._dynamo.reset()
+                if peak:
+                    row.peak_gib = self.torch.cuda.max_memory_allocated() / 2**30
+                self.free()
+            except Exception as e:  # noqa: BLE001 - a sticky CUDA error: stop
+                self.broken = short_error(e)
+                row.error = row.error or self.broken
+        return row
+
+
 @dataclass
 class ProblemResult:
     problem: Problem
