@@ -619,29 +619,19 @@ class BenchRunner:
             self.torch.cuda.empty_cache()
 
     def time_calls(self, fn: Callable[[int], Any]) -> list[float]:
-        """fn(i), i selecting the rotating set; milliseconds of each timed call (CUDA events;
-        wall clock on the CPU)."""
-        torch = self.torch
+        """fn(i), i selecting the rotating set; milliseconds of each timed call (CUDA events:
+        time_cuda; wall clock on the CPU)."""
         reps, warmup = self.args.reps, self.args.warmup
+        if self.cuda:
+            return time_cuda(fn, reps, warmup, self.SLEEP_MS_PER_CALL, self.SLEEP_MS_MAX)
         for i in range(warmup):
             fn(i)
-        if not self.cuda:
-            times = []
-            for i in range(reps):
-                t0 = time.perf_counter()
-                fn(warmup + i)
-                times.append((time.perf_counter() - t0) * 1e3)
-            return times
-        torch.cuda.synchronize()
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-        gpu_sleep(min(self.SLEEP_MS_MAX, 1.0 + self.SLEEP_MS_PER_CALL * reps))
+        times = []
         for i in range(reps):
-            starts[i].record()
+            t0 = time.perf_counter()
             fn(warmup + i)
-            ends[i].record()
-        torch.cuda.synchronize()
-        return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+            times.append((time.perf_counter() - t0) * 1e3)
+        return times
 
     def timed(self, m: Measurement, name: str, fn: Callable[[int], Any]) -> None:
         """m's times of fn's calls (time_calls) and their median, or why they failed."""
@@ -1530,7 +1520,8 @@ def gpu_sleep(ms: float) -> None:
         sleep(int(ms * 1e-3 * 2.0e9))
 
 
-def time_cuda(fn: Callable[[int], Any], reps: int, warmup: int) -> list[float]:
+def time_cuda(fn: Callable[[int], Any], reps: int, warmup: int, sleep_ms_per_call: float = 0.25,
+              sleep_ms_max: float = 50.0) -> list[float]:
     """fn(i) for i = 0, 1, ... (i selects the rotating buffer set); returns the GPU time of
     each timed call in ms, from CUDA events recorded around it on the current stream."""
     import torch
@@ -1541,8 +1532,8 @@ def time_cuda(fn: Callable[[int], Any], reps: int, warmup: int) -> list[float]:
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     # Without this the events of a short kernel would also measure the gap while Python
     # launches it (PyTorch dispatch, dynamo guards, ctypes): ~0.25 ms of host time per call
-    # covers all three.
-    gpu_sleep(min(50.0, 1.0 + 0.25 * reps))
+    # covers all three (a caller whose calls cost the host more passes more).
+    gpu_sleep(min(sleep_ms_max, 1.0 + sleep_ms_per_call * reps))
     for i in range(reps):
         starts[i].record()
         fn(warmup + i)
