@@ -599,15 +599,7 @@ def render_section(rep: Report) -> str:
                 problems.append(f"{key}, {TITLES[impl]}'s gradients off float64: {c.text()} "
                                 f"(bounds: dw {ct.fmt_err(c.dw_bound)}, db "
                                 f"{ct.fmt_err(c.db_bound)}), {c.nonfinite} non-finite elements")
-    skipped = [r for r in rep.rows if r.skipped]
-    if skipped:
-        problems.append(f"{len(skipped)} problems skipped: {skipped[0].skipped}")
-    if problems or rep.warnings:
-        add("Failures and warnings:")
-        add("")
-        for text in problems + rep.warnings:
-            add(f"- {text}")
-        add("")
+    out += ct.failures_block(problems, rep, "problems")
     out.append(ct.BACKWARD_END)
     return "\n".join(out)
 
@@ -628,12 +620,7 @@ def render_summary(rep: Report) -> str:
                            ct.fmt_num(r.pct_copy, ".0f", "%"), TITLES[best] if best else "—",
                            ct.fmt_num(r.speedup(best), ".2f", "x"),
                            check_cell(r).replace("*", "")])
-    widths = [max(len(h), *(len(x[i]) for x in lines_rows)) if lines_rows else len(h)
-              for i, h in enumerate(headers)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths))]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(x, widths)) for x in lines_rows]
-    lines.append("times in µs (median); %copy = copy of the same bytes / normjit")
-    return "\n".join(lines)
+    return ct.text_table(headers, lines_rows)
 
 
 # ---------------------------------------------------------------------------------------

@@ -752,15 +752,7 @@ def render_section(rep: Report) -> str:
                    f"{c.separate_nonfinite} y elements non-finite (or the inputs changed)"
                    if c.separate_h_mismatches is not None else "")
                 + (", qkv changed" if c.untouched is False else ""))
-    skipped = [r for r in rep.rows if r.skipped]
-    if skipped:
-        problems.append(f"{len(skipped)} cases skipped: {skipped[0].skipped}")
-    if problems or rep.warnings:
-        add("Failures and warnings:")
-        add("")
-        for p in problems + rep.warnings:
-            add(f"- {p}")
-        add("")
+    out += ct.failures_block(problems, rep, "cases")
     if rep.compiles:
         secs = [c["seconds"] for c in rep.compiles]
         add(f"torch.compile compiled {len(secs)} times (first calls over 0.5 s), "
@@ -794,12 +786,7 @@ def render_summary(rep: Report) -> str:
                      timing_cell(r.copy), ct.fmt_num(r.pct_copy, ".0f", "%"),
                      ct.fmt_num(r.speedup("compile"), ".2f", "x"), error_cell(r),
                      check_cell(r).replace("*", "")])
-    widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h)
-              for i, h in enumerate(headers)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths))]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in rows]
-    lines.append("times in µs (median); %copy = copy of the same bytes / normjit")
-    return "\n".join(lines)
+    return ct.text_table(headers, rows)
 
 
 # ---------------------------------------------------------------------------------------

@@ -348,15 +348,7 @@ def render_section(rep: Report) -> str:
             elif m.status == "ok" and m.passed is False:
                 problems.append(f"{r.case.key}, {TITLES[impl]} off float64: rel. err "
                                 f"{ct.fmt_err(m.rel_err)}, {m.nonfinite} non-finite elements")
-    skipped = [r for r in rep.rows if r.skipped]
-    if skipped:
-        problems.append(f"{len(skipped)} rows skipped: {skipped[0].skipped}")
-    if problems or rep.warnings:
-        add("Failures and warnings:")
-        add("")
-        for text in problems + rep.warnings:
-            add(f"- {text}")
-        add("")
+    out += ct.failures_block(problems, rep, "rows")
     out.append(ct.VISION_END)
     return "\n".join(out)
 
@@ -375,12 +367,7 @@ def render_summary(rep: Report) -> str:
         lines_rows.append([r.case.key, *(time_cell(r.impl(k), k, notes) for k in IMPLS),
                            ct.fmt_num(r.pct_copy, ".0f", "%"), best or "—",
                            ct.fmt_num(r.speedup(best), ".2f", "x"), check_cell(r).replace("*", "")])
-    widths = [max(len(h), *(len(x[i]) for x in lines_rows)) if lines_rows else len(h)
-              for i, h in enumerate(hs)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(hs, widths))]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(x, widths)) for x in lines_rows]
-    lines.append("times in µs (median); %copy = copy of the same bytes / normjit")
-    return "\n".join(lines)
+    return ct.text_table(hs, lines_rows)
 
 
 # ---------------------------------------------------------------------------------------

@@ -579,6 +579,30 @@ def fmt_us(ms: Optional[float]) -> str:
     return f"{us:.2f}" if us < 10 else f"{us:.1f}" if us < 1000 else f"{us:.0f}"
 
 
+def failures_block(problems: list[str], rep: Any, noun: str) -> list[str]:
+    """The "Failures and warnings" list a bench script's section ends with: `problems`, the
+    rows the run skipped (counted as `noun`, with the first one's reason), the report's
+    warnings; no lines where there are none."""
+    problems = list(problems)
+    skipped = [r for r in rep.rows if r.skipped]
+    if skipped:
+        problems.append(f"{len(skipped)} {noun} skipped: {skipped[0].skipped}")
+    if not problems and not rep.warnings:
+        return []
+    return ["Failures and warnings:", "", *(f"- {text}" for text in problems + rep.warnings), ""]
+
+
+def text_table(headers: list[str], rows: list[list[str]]) -> str:
+    """A bench script's console summary: left-aligned columns two spaces apart, and what its
+    times and %copy mean."""
+    widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h)
+              for i, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in rows]
+    lines.append("times in µs (median); %copy = copy of the same bytes / normjit")
+    return "\n".join(lines)
+
+
 class BenchRunner:
     """What the bench scripts' runners share (tools/bench_backward.py, tools/bench_vision.py):
     PyTorch and a generator seeded with --seed, the time budget (--budget-s), a CUDA context
