@@ -2632,7 +2632,7 @@ def render_from_json(args: argparse.Namespace, name: str, report_from_json: Call
     rep = merge_reports([report_from_json(json.loads(f.read_text())) for f in paths])
     write_section(rep, Path(args.doc), Path(args.section_out) if args.section_out else None)
     print(f"wrote the {name} section of {', '.join(map(str, paths))} into {args.doc}")
-    if getattr(args, "json_out_given", False):
+    if args.json_out_given:
         write_json(rep, Path(args.json_out))
         print(f"wrote the merged JSON to {args.json_out}")
     return 0
