@@ -1406,8 +1406,18 @@ constexpr int64_t kGroupNhwcBackwardSmemBytes = 48 * 1024;
 // CTAs all take part and the last round of units is short. Positions per thread a unit at least
 // kGroupNhwcBackwardMinPositions (one batch of loads; fewer where the item has fewer positions),
 // so that a unit's partials (two floats a channel and a group) stay small beside its x and dy.
-// Not yet measured (performance-notes, "Session 63").
+// Waves of at most kGroupNhwcBackwardOneRoundItems items aim at one round instead: a full wave's
+// units as many as the CTAs the launch bounds let the device hold (SMs x bound), so no wave ends
+// in a part-filled second round. Measured on the H100 (ab_bench of
+// scripts/specs/groupnorm-nhwc-backward-sd.txt, two rounds, 2026-12-05; performance-notes,
+// "Session 67"): with 2 units an SM (the bound of those rows) bf16 [8, 1280, 32, 32] ran 84.3
+// -> 68.9 us (513 units a wave on 396 CTAs -> 258), [8, 320, 64, 64] 56.7 -> 51.1, with SiLU
+// 67.3 -> 59.2, [2, 320, 64, 64] 19.3 -> 17.2, the VAE's [1, 512, 128, 128] 39.1 -> 36.8 and
+// [1, 128, 512, 512] 123.7 -> 123.9; but waves of 6 and 12 smaller items slower ([2, 640, 32,
+// 32] 14.2 -> 15.1, [2, 1280, 16, 16] 16.4 -> 20.4): the kernel serves any batch, and a batch
+// of 2 fills a third of such a wave's round, so those keep 4 units an SM.
 constexpr int64_t kGroupNhwcBackwardUnitsPerSm = 4;
+constexpr int64_t kGroupNhwcBackwardOneRoundItems = 3;
 constexpr int64_t kGroupNhwcBackwardMinPositions = 4;
 // Registers a thread may take (the launch bounds' CTAs an SM follow): unbounded, ptxas took
 // 162 for bf16 [2, 320, 64, 64] with 4 positions of x and dy loaded together (one CTA of 240
@@ -1454,7 +1464,13 @@ std::string group_nhwc_backward(const Problem& pr, const Target& target, KernelP
   const int64_t item_bytes = 2 * c * s * size_of(pr.x);
   const int64_t wave_bytes = size_of(pr.x) == 4 ? kGroupWaveBytesF32 : kGroupWaveBytes;
   int64_t items = std::max<int64_t>(1, wave_bytes / item_bytes);
-  const int64_t aim = int64_t{target.sm_count} * kGroupNhwcBackwardUnitsPerSm;
+  // Launch bounds of as many CTAs an SM as leave kGroupNhwcBackwardRegisters registers a thread.
+  const int64_t warps = ceil_div(tx * ty, 32);
+  p.min_blocks_per_sm =
+      int(std::max<int64_t>(1, kSmRegisters / (kGroupNhwcBackwardRegisters * warps * 32)));
+  const bool one_round = items <= kGroupNhwcBackwardOneRoundItems;
+  const int64_t aim =
+      int64_t{target.sm_count} * (one_round ? p.min_blocks_per_sm : kGroupNhwcBackwardUnitsPerSm);
   const int64_t units_aim = std::max<int64_t>(1, ceil_div(aim, items));
   const int64_t least = std::min(kGroupNhwcBackwardMinPositions, ceil_div(s, ty));
   p.vectors = std::max(least, ceil_div(s, ty * units_aim));
@@ -1465,10 +1481,6 @@ std::string group_nhwc_backward(const Problem& pr, const Target& target, KernelP
       p.units_per_channel * 2 * (groups + (params_of(pr) > 0 ? c : 0)) + 2 * groups;
   items = std::max<int64_t>(1, std::min(items, kGroupNhwcBackwardWaveFloats / item_floats));
   p.wave_rows = items;
-  // Launch bounds of as many CTAs an SM as leave kGroupNhwcBackwardRegisters registers a thread.
-  const int64_t warps = ceil_div(tx * ty, 32);
-  p.min_blocks_per_sm =
-      int(std::max<int64_t>(1, kSmRegisters / (kGroupNhwcBackwardRegisters * warps * 32)));
   std::ostringstream why;
   why << "groupnorm backward, channels last: a CTA of " << tx << " x " << ty
       << " threads covers every channel of " << ty << " positions at a time (" << p.vec
@@ -1488,6 +1500,10 @@ std::string group_nhwc_backward(const Problem& pr, const Target& target, KernelP
   }
   if (p.min_blocks_per_sm > 1) {
     why << "; launch bounds of " << p.min_blocks_per_sm << " CTAs an SM (caps the registers)";
+  }
+  if (one_round) {
+    why << "; a full wave's units sized to one round of the " << aim
+        << " CTAs the launch bounds let the device hold";
   }
   return why.str();
 }
