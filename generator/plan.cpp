@@ -1408,14 +1408,18 @@ constexpr int64_t kGroupNhwcBackwardSmemBytes = 48 * 1024;
 // so that a unit's partials (two floats a channel and a group) stay small beside its x and dy.
 // Waves of at most kGroupNhwcBackwardOneRoundItems items aim at one round instead: a full wave's
 // units as many as the CTAs the launch bounds let the device hold (SMs x bound), so no wave ends
-// in a part-filled second round. Measured on the H100 (ab_bench of
-// scripts/specs/groupnorm-nhwc-backward-sd.txt, two rounds, 2026-12-05; performance-notes,
-// "Session 67"): with 2 units an SM (the bound of those rows) bf16 [8, 1280, 32, 32] ran 84.3
-// -> 68.9 us (513 units a wave on 396 CTAs -> 258), [8, 320, 64, 64] 56.7 -> 51.1, with SiLU
-// 67.3 -> 59.2, [2, 320, 64, 64] 19.3 -> 17.2, the VAE's [1, 512, 128, 128] 39.1 -> 36.8 and
-// [1, 128, 512, 512] 123.7 -> 123.9; but waves of 6 and 12 smaller items slower ([2, 640, 32,
-// 32] 14.2 -> 15.1, [2, 1280, 16, 16] 16.4 -> 20.4): the kernel serves any batch, and a batch
-// of 2 fills a third of such a wave's round, so those keep 4 units an SM.
+// in a part-filled second round. Measured on the H100 (scripts/ab_bench.py, two rounds,
+// 2026-12-05; performance-notes, "Session 67"): first the constants from the environment
+// (scripts/experiments/group-nhwc-backward-knobs.patch) on scripts/specs/groupnorm-nhwc-backward-
+// sd.txt, where 2 units an SM won on the waves of 1-3 items and lost on those of 6 and 12
+// ([2, 640, 32, 32] 14.2 -> 15.0 us, [2, 1280, 16, 16] 16.4 -> 20.4: the kernel serves any
+// batch, and a batch of 2 fills a third of such a wave's round, so those keep 4 units an SM);
+// then this rule against the constants before it: bf16 [8, 1280, 32, 32] 84.5 -> 67.3 us (513
+// units a wave on 396 CTAs -> 384), [8, 320, 64, 64] 56.8 -> 51.2, with SiLU 67.4 -> 59.3,
+// [2, 320, 64, 64] 19.3 -> 17.3, the VAE's [1, 512, 128, 128] 39.2 -> 37.2 and [1, 128, 512,
+// 512] 125.3 -> 126.8 (geomean 0.94 over the 10); f16 [2, 512, 64, 64] 23.4 -> 20.4, f32 [2,
+// 320, 64, 64] 24.8 -> 23.0, bf16 [4, 64, 256, 256] 68.9 -> 65.5, the rows of 4 and 6 items a
+// wave unchanged (scripts/specs/groupnorm-nhwc-backward-rounds.txt, geomean 0.96 over 9).
 constexpr int64_t kGroupNhwcBackwardUnitsPerSm = 4;
 constexpr int64_t kGroupNhwcBackwardOneRoundItems = 3;
 constexpr int64_t kGroupNhwcBackwardMinPositions = 4;
