@@ -46,7 +46,6 @@ import argparse
 import ctypes
 import dataclasses
 import datetime
-import gc
 import inspect
 import json
 import math
@@ -955,18 +954,14 @@ def engine_functions(engine: str, args: argparse.Namespace,
              if v.engine_function(engine)}, what)
 
 
-class Bench:
-    """Runs the groups of cases; holds what they share."""
+class Bench(ct.BenchRunner):
+    """Runs the groups of cases; holds what they share. Its times are in µs (time_calls_us:
+    L2 flushed before the timed calls, as the variants table always was), its rows measured in
+    groups that share one torch.compile of the expression (measure_row: no dynamo reset a row)."""
 
     def __init__(self, args: argparse.Namespace, nj: Any, rep: Report, l2_bytes: int, cuda: bool):
-        self.args = args
+        super().__init__(args, rep, l2_bytes, cuda)
         self.nj = nj
-        self.rep = rep
-        self.cuda = cuda
-        self.dev = "cuda" if cuda else "cpu"
-        self.l2 = l2_bytes
-        self.gen = torch.Generator(device=self.dev)
-        self.gen.manual_seed(args.seed)
         self.flush_buf = (torch.ones(max(2 * l2_bytes, 1 << 20) // 4, device=self.dev)
                           if cuda else None)
         self.liger, liger_version = liger_functions()
@@ -975,14 +970,6 @@ class Bench:
         for e in ENGINES:
             self.engines[e], rep.env[ct.PEER_TITLES[e]] = engine_functions(e, args, cuda)
         self.stream = torch.cuda.current_stream().cuda_stream if cuda else 0
-        self.started = time.perf_counter()
-        self.broken = ""
-
-    def log(self, text: str) -> None:
-        print(text, flush=True)
-
-    def over_budget(self) -> bool:
-        return time.perf_counter() - self.started > self.args.budget_s
 
     # -- tensors --------------------------------------------------------------------------
 
@@ -1027,17 +1014,7 @@ class Bench:
 
     # -- timing ---------------------------------------------------------------------------
 
-    def sync(self) -> None:
-        if self.cuda:
-            torch.cuda.synchronize()
-
-    def free(self) -> None:
-        gc.collect()
-        if self.cuda:
-            torch.cuda.synchronize()
-            torch.cuda.empty_cache()
-
-    def time_calls(self, fn: Callable[[int], Any], start: int = 0) -> list[float]:
+    def time_calls_us(self, fn: Callable[[int], Any], start: int = 0) -> list[float]:
         """fn(start + i), i selecting the rotating set; microseconds of each timed call."""
         reps, warmup = self.args.reps, self.args.warmup
         for i in range(warmup):
@@ -1073,24 +1050,10 @@ class Bench:
             self.free()
 
         times = ct.time_rounds(timers, self.args.rounds, self.args.reps + self.args.warmup,
-                               self.time_calls, failed)
+                               self.time_calls_us, failed)
         for name, ts in times.items():
             t = row.impl(name)
             t.times_us, t.us = ts, statistics.median(ts)
-
-    def first_call(self, t: Timing, name: str, fn: Callable[[], Any]):
-        t0 = time.perf_counter()
-        try:
-            out = fn()
-            self.sync()
-        except Exception as e:  # noqa: BLE001 - torch.compile and peers may fail in many ways
-            t.status, t.message = "failed", ct.short_error(e)
-            self.log(f"  {name:8s} failed: {t.message}")
-            self.free()
-            return None
-        t.first_call_s = time.perf_counter() - t0
-        t.status = "ok"
-        return out
 
     def measure_copy(self, nbytes: int, sets: int) -> Timing:
         t = Timing()
@@ -1098,7 +1061,7 @@ class Bench:
         try:
             per_round = self.args.reps + self.args.warmup
             t.times_us = [us for k in range(self.args.rounds)
-                          for us in self.time_calls(copy, k * per_round)]
+                          for us in self.time_calls_us(copy, k * per_round)]
             t.us, t.status = statistics.median(t.times_us), "ok"
         except Exception as e:  # noqa: BLE001
             t.status, t.message = "failed", ct.short_error(e)
@@ -1228,7 +1191,7 @@ class Bench:
                                f"the time budget (--budget-s {self.args.budget_s:g}) ran out")
             else:
                 t0 = time.perf_counter()
-                self.run_row(v, row, kernel, prep, compiled, compiled_inplace, p)
+                self.measure_row(v, row, kernel, prep, compiled, compiled_inplace, p)
                 if compile_failed:  # not tried again: each try would compile again
                     row.compile.status, row.compile.message = "failed", compile_failed
                 elif row.compile.status == "failed":
@@ -1253,8 +1216,8 @@ class Bench:
         torch._dynamo.reset()
         self.free()
 
-    def run_row(self, v: Variant, row: Row, kernel: Optional[int], prep: Timing, compiled,
-                compiled_inplace, p: dict) -> None:
+    def measure_row(self, v: Variant, row: Row, kernel: Optional[int], prep: Timing, compiled,
+                    compiled_inplace, p: dict) -> None:
         if self.cuda:
             torch.cuda.reset_peak_memory_stats()
         try:
