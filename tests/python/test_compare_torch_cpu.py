@@ -4,9 +4,11 @@ with torch.cuda's events stubbed, normjit standing in through the pointers the R
 a stand-in Liger-Kernel with Liger 0.8.5's signatures (one of them wrong on purpose) and a
 stand-in of the engines' rmsnorm (tools/kernel_peers.py's signature; vLLM's absent), so the Liger,
 FlashInfer, vLLM and copy columns, their checks against float64, the n/a notes and the best peer
-are exercised end to end."""
+are exercised end to end; and bench_variants' whole flow (--cpu-check: PyTorch standing in for
+normjit through the launch arguments the script builds) over every variant."""
 import argparse
 import importlib.metadata
+import json
 import math
 import statistics
 import subprocess
@@ -268,3 +270,27 @@ def test_liger_signatures():
                       "layer_norm.layer_norm_forward": ["X", "W", "B", "eps"],
                       "group_norm.group_norm_forward": ["X", "num_channels", "num_groups", "W",
                                                         "B", "eps"]}, params
+
+
+def test_variants_flow_on_cpu(tmp_path):
+    """bench_variants --cpu-check over all seven variants (torch.compile skipped: CI's time):
+    every row's launch arguments reach the stand-in, its output passes the float64 check, and
+    normjit, eager and the copy are timed; the section and the JSON are written."""
+    pytest.importorskip("torch", reason="PyTorch is not installed (scripts/test.sh installs it)")
+    out, doc = tmp_path / "variants.json", tmp_path / "performance.md"
+    run = subprocess.run([sys.executable, str(REPO / "tools" / "bench_variants.py"),
+                          "--cpu-check", "--skip-compile", "--json-out", str(out),
+                          "--doc", str(doc)],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert {r["variant"] for r in rows} == {"add-rmsnorm", "f32-weight", "fp8-out", "gemma",
+                                            "qk-norm", "combined", "add-layernorm"}
+    for r in rows:
+        where = (r["variant"], r["hidden"], r["tokens"])
+        assert not r["error"] and not r["skipped"], where
+        assert r["normjit"]["status"] == "ok" and r["normjit"]["times_us"], where
+        assert r["check"]["passed"] is True and r["check"]["nonfinite"] == 0, where
+        assert r["eager"]["status"] == "ok" and r["copy"]["status"] == "ok", where
+        assert r["compile"]["status"] == "skipped", where
+    assert "## Variants (issue 18)" in doc.read_text()
