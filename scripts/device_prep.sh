@@ -11,9 +11,9 @@
 # - BUILD/peers: FlashInfer's and vLLM's CUDA RMSNorm kernels as libraries
 #   (scripts/peers/build_flashinfer.sh, scripts/peers/build_vllm.sh: the performance scripts'
 #   FlashInfer and vLLM peers; vLLM's needs PyTorch's headers, TORCH_INCLUDE where this machine's
-#   python3 has no torch, else its sources stay in BUILD/peers for the GPU machine to compile:
-#   `bash scripts/peers/build_vllm.sh BUILD` there); if a step fails, the tables say that peer
-#   is absent and why, and the rest is ready.
+#   python3 has no torch, else its sources stay in BUILD/peers, and scripts/perf.sh and
+#   perf_variants.sh build it there on the GPU machine before their tables); if a step fails,
+#   the tables say that peer is absent and why, and the rest is ready.
 # Then carry `BUILD .whl` (about 45 MiB). Idempotent: a re-run rebuilds what changed and keeps
 # wheels already downloaded. Exit status: 0 ready; 1 a step failed.
 set -euo pipefail

@@ -24,6 +24,7 @@ build=${BUILD:-build}
 export PYTHONUNBUFFERED=1
 
 liger_from_wheels perf
+peers_from_sources perf "$build"
 
 cmd=(python3 tools/compare_torch.py --build "$build" "$@")
 run_bench perf "docs/performance.md docs/performance.png" "${cmd[@]}"

@@ -10,6 +10,12 @@
 #   back), its output is also written to OUT/NAME.log and each file of COPIES (a space-separated
 #   list of paths) that exists is copied into OUT, whatever CMD's exit status. Sets
 #   bench_status to CMD's exit status.
+# peers_from_sources NAME BUILD: where an engine peer's library is missing from BUILD/peers but
+#   its sources are there (scripts/device_prep.sh keeps them: vLLM's library needs PyTorch's
+#   headers, which the preparing machine may lack), builds it with scripts/peers/build_PEER.sh
+#   (PyTorch's headers from this python3; no download), so that the tables' FlashInfer and vLLM
+#   columns are not absent for want of that step; a build that fails leaves the column absent,
+#   and says so.
 
 liger_from_wheels() {
   local name=$1 wheels=${WHEELS:-$PWD/.whl} w site
@@ -42,4 +48,17 @@ run_bench() {
   else
     "$@" || bench_status=$?
   fi
+}
+
+peers_from_sources() {
+  local name=$1 build=$2 peer
+  for peer in flashinfer vllm; do
+    [ -f "$build/peers/lib${peer}_norm.so" ] && continue
+    compgen -G "$build/peers/$peer-*" >/dev/null || continue
+    echo "$name: building the $peer peer from the sources in $build/peers"
+    if ! bash "scripts/peers/build_$peer.sh" "$build" >"$build/peers/$peer-build.log" 2>&1; then
+      echo "$name: warning: the $peer peer did not build (its log: $build/peers/$peer-build.log;" \
+        "last line: $(tail -n 1 "$build/peers/$peer-build.log")); its column says it is absent" >&2
+    fi
+  done
 }

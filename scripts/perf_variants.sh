@@ -23,6 +23,7 @@ build=${BUILD:-build}
 export PYTHONUNBUFFERED=1
 
 liger_from_wheels perf_variants
+peers_from_sources perf_variants "$build"
 
 lib_args=()
 if [ -n "${NORMJIT_LIBRARY:-}" ]; then lib_args=(--lib "$NORMJIT_LIBRARY"); fi
