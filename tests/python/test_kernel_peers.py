@@ -2,9 +2,12 @@
 there is no GPU: its ctypes argument lists against the C entry points of scripts/peers/*.cu, the
 reasons it gives when a library is absent or broken, and (with PyTorch) the arguments each
 function passes for 2-D, strided, 3-D per-head, in-place and fp8 calls, through a stand-in of
-each library that records them."""
+each library that records them; and scripts/perf_lib.sh's peers_from_sources, which builds a
+missing peer library from the sources kept in BUILD/peers before a table."""
 import ctypes
 import re
+import shutil
+import subprocess
 import sys
 import types
 from pathlib import Path
@@ -184,3 +187,48 @@ def test_functions_pass_what_vllm_takes(monkeypatch):
     lib.status = 700
     with pytest.raises(RuntimeError, match="vLLM rms_norm: an illegal memory access"):
         fns["rmsnorm"](x, torch.ones(16, dtype=torch.bfloat16), 1e-6)
+
+
+def test_peers_from_sources_builds_only_what_is_missing(tmp_path):
+    """perf_lib.sh's peers_from_sources in a copy of the scripts whose build_PEER.sh are stubs
+    (each records its call and writes the library, or fails when told): a peer whose library is
+    there, or whose sources are not, is left alone; one with sources and no library is built; a
+    build that fails is a warning naming its log's last line, not a failure of the table."""
+    if shutil.which("bash") is None:
+        pytest.skip("no bash")
+    (tmp_path / "scripts" / "peers").mkdir(parents=True)
+    shutil.copy(REPO / "scripts" / "perf_lib.sh", tmp_path / "scripts")
+    calls = tmp_path / "calls.txt"
+    for peer in ("flashinfer", "vllm"):
+        (tmp_path / "scripts" / "peers" / f"build_{peer}.sh").write_text(
+            f'echo {peer} "$1" >> {calls}\n'
+            f'if [ -n "${{FAIL_{peer.upper()}:-}}" ]; then echo "{peer}: no headers"; exit 1; fi\n'
+            f'touch "$1/peers/lib{peer}_norm.so"\n')
+    peers = tmp_path / "b" / "peers"
+
+    def run(**env):
+        return subprocess.run(["bash", "-c", "set -euo pipefail; source scripts/perf_lib.sh; "
+                               "peers_from_sources t b"], cwd=tmp_path, capture_output=True,
+                              text=True, env={"PATH": "/usr/bin:/bin", **env})
+
+    # No sources: nothing to build.
+    peers.mkdir(parents=True)
+    r = run()
+    assert r.returncode == 0 and not calls.exists(), r.stderr
+    # vLLM's sources without its library, FlashInfer's library there: only vLLM is built.
+    (peers / "vllm-0.34.0").mkdir()
+    (peers / "flashinfer-0.7.4").mkdir()
+    (peers / "libflashinfer_norm.so").touch()
+    r = run()
+    assert r.returncode == 0, r.stderr
+    assert calls.read_text().split("\n")[:-1] == ["vllm b"]
+    assert (peers / "libvllm_norm.so").exists() and "building the vllm peer" in r.stdout
+    # Both libraries there: nothing built again.
+    r = run()
+    assert r.returncode == 0 and calls.read_text().count("\n") == 1
+    # A build that fails: a warning with its log's last line; the caller goes on.
+    (peers / "libvllm_norm.so").unlink()
+    r = run(FAIL_VLLM="1")
+    assert r.returncode == 0
+    assert "the vllm peer did not build" in r.stderr and "vllm: no headers" in r.stderr
+    assert not (peers / "libvllm_norm.so").exists()
