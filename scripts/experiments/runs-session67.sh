@@ -14,6 +14,9 @@
 #   bash scripts/experiments/runs-session67.sh nhwcovtests KNOBS   the channels-last GroupNorm
 #        backward's GPU tests (gpu_tests of build-gpu over .devcarry/nhwcov, KNOBS such as
 #        NJX_NHWC_PREFETCH=2,NJX_NHWC_SUM_ITEMS=3 in the environment; 2 shards, ~30 s)
+#   bash scripts/experiments/runs-session67.sh first   one device call (~6 minutes): the GPU
+#        tests under both code paths of each knob (pf1s1: NJX_NHWC_PREFETCH=1,NJX_NHWC_SUM_ITEMS=1;
+#        pf2s3), then `nhwcov sd`; `nhwcov rounds` in the next call
 # OUT: the folder that comes back (default ./runs-out).
 set -euo pipefail
 # shellcheck source=scripts/experiments/lib.sh
@@ -32,8 +35,17 @@ case "${1:-}" in
     test_shards nhwcovtests "$lib" "${2//,/ }" 240 \
       'BackwardChannelsGpu.GroupNormInNhwc*' 'BackwardChannelsGpu.ChannelFormsInNhwc*'
     ;;
+  first)
+    status=0
+    test_shards nhwcov-pf1s1 "$lib" "NJX_NHWC_PREFETCH=1 NJX_NHWC_SUM_ITEMS=1" 240 \
+      'BackwardChannelsGpu.GroupNormInNhwc*' 'BackwardChannelsGpu.ChannelFormsInNhwc*' || status=1
+    test_shards nhwcov-pf2s3 "$lib" "NJX_NHWC_PREFETCH=2 NJX_NHWC_SUM_ITEMS=3" 240 \
+      'BackwardChannelsGpu.GroupNormInNhwc*' 'BackwardChannelsGpu.ChannelFormsInNhwc*' || status=1
+    bash "$0" nhwcov sd
+    exit "$status"
+    ;;
   *)
-    sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
     ;;
 esac
