@@ -12,8 +12,11 @@
 // distributed shared memory).
 //
 //   kernel_emulation --cxx CXX --templates DIR --emulation DIR --work DIR [--co 5,300]
-//                    [--arch sm_90:8] SPECS
+//                    [--arch sm_90:8] [--bits] SPECS
 //
+// --bits: each launch's line ends with a hash of its outputs' bits (y, or dx with dweight and
+// dbias), so that two plans of a spec (an experiment's knobs, run.sh under each setting) can be
+// compared for the same bits, not only for the same errors.
 // --arch: the target the specs are planned for (normjit dump's form): a part with few
 // multiprocessors makes the split and streamed plans of long rows reachable at small sizes.
 // SPECS: a spec text a line ('#' comments). Exit status 0 when every launch matches, 1 when one
@@ -136,6 +139,7 @@ struct Options {
   std::string cxx, templates, emulation, work, specs;
   std::vector<int64_t> co = {5, 300};
   std::string arch = "sm_90";
+  bool bits = false;
 };
 
 using RunCta = void (*)(const void*, unsigned, unsigned, unsigned, unsigned);
@@ -451,6 +455,14 @@ class Problem {
     return fnv(dx_, size_t(rows_ * ys_) * normjit::size_of(d));
   }
 
+  // dx_bits() followed by the parameters' gradients (a backward with them).
+  uint64_t output_bits() const {
+    uint64_t h = dx_bits();
+    if (spec_.backward && weight_) h = fnv(dw_, size_t(params_) * 4, h);
+    if (spec_.backward && bias_) h = fnv(db_, size_t(params_) * 4, h);
+    return h;
+  }
+
  private:
   void* allocate(int64_t bytes) {
     memory_.push_back(std::make_unique<DeviceMemory>(size_t(bytes)));
@@ -507,6 +519,8 @@ bool parse(int argc, char** argv, Options& o) {
       for (std::string item; std::getline(list, item, ',');) o.co.push_back(std::stoll(item));
     } else if (a == "--arch") {
       o.arch = value();
+    } else if (a == "--bits") {
+      o.bits = true;
     } else if (o.specs.empty() && a[0] != '-') {
       o.specs = a;
     } else {
@@ -525,7 +539,7 @@ int main(int argc, char** argv) {
   if (!parse(argc, argv, o)) {
     std::fprintf(stderr,
                  "usage: kernel_emulation --cxx CXX --templates DIR --emulation DIR --work DIR "
-                 "[--co 5,300] [--arch sm_90:8] SPECS\n");
+                 "[--co 5,300] [--arch sm_90:8] [--bits] SPECS\n");
     return 2;
   }
   std::ifstream list(o.specs);
@@ -583,10 +597,14 @@ int main(int argc, char** argv) {
         const uint64_t bits = problem.dx_bits();
         const bool same = !have_bits || bits == first_bits;
         first_bits = have_bits ? first_bits : bits, have_bits = true;
-        char errors[128];
+        char errors[128], hash[40] = "";
         std::snprintf(errors, sizeof errors, names, e[0], e[1], e[2]);
-        std::printf("  %s %s, %lld CTAs: %s%s%s\n", close && same ? "PASS" : "FAIL",
-                    normjit::to_string(plan.strategy), (long long)grid, errors,
+        if (o.bits) {
+          std::snprintf(hash, sizeof hash, ", bits %016llx",
+                        (unsigned long long)problem.output_bits());
+        }
+        std::printf("  %s %s, %lld CTAs: %s%s%s%s\n", close && same ? "PASS" : "FAIL",
+                    normjit::to_string(plan.strategy), (long long)grid, errors, hash,
                     ran ? "" : " (a CTA's process failed)",
                     same ? "" : " (the output's bits differ from the first grid's)");
         (close && same ? passed : failed) += 1;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The kernels emulated on the host (ctest: kernel_emulation):
-#   tests/emulation/run.sh DRIVER CXX WORK [SPECS] [--co LIST]
+#   tests/emulation/run.sh DRIVER CXX WORK [SPECS] [--co LIST] [--bits]
 # makes the host form of templates/normjit in WORK/templates (host_templates.py), then runs
 # DRIVER (kernel_emulation) over SPECS (default: specs.txt beside this script).
 set -euo pipefail
