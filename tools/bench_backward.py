@@ -627,19 +627,9 @@ def render_summary(rep: Report) -> str:
 # normjit's backward kernel through the C API
 # ---------------------------------------------------------------------------------------
 
-class CApi:
+class CApi(ct.EngineApi):
     """libnormjit.so through the package's ctypes binding: prepare a spec, bind a backward
     launch to fixed pointers."""
-
-    def __init__(self, path: Path, cache_dir: Optional[str], memory_only: bool = False):
-        self.nj = ct.Normjit(path)
-        self.lib = self.nj.lib
-        self.engine = self.nj.create_engine(cache_dir=cache_dir, memory_only=memory_only)
-
-    def prepare(self, spec: str) -> int:
-        k = ctypes.c_void_p()
-        self.lib.check(self.lib.normjit_prepare(self.engine, spec.encode(), ctypes.byref(k)))
-        return k.value
 
     def bind(self, kernel: int, ptrs: dict[str, Optional[int]], batch: int,
              stream: int) -> Callable[[], None]:
@@ -659,9 +649,6 @@ class CApi:
                 raise lib.error(status)
         call.keepalive = args  # type: ignore[attr-defined]
         return call
-
-    def close(self) -> None:
-        self.nj.destroy_engine(self.engine)
 
 
 # ---------------------------------------------------------------------------------------
@@ -1216,28 +1203,10 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     ap.add_argument("--quick", action="store_true",
                     help="the seeds and hidden 4096 at 4096 tokens; 10 timed calls")
     ap.add_argument("--reps", type=int, default=None, help="timed calls (20; --quick 10)")
-    ap.add_argument("--warmup", type=int, default=3, help="warm-up calls (3)")
-    ap.add_argument("--seed", type=int, default=None, help="random seed (default: fresh)")
-    ap.add_argument("--budget-s", type=float, default=540.0,
-                    help="skip the problems left once measuring has taken this long (540)")
-    ap.add_argument("--skip-compile", action="store_true", help="no torch.compile")
+    ct.add_run_args(ap, "problems", 540.0)
     ap.add_argument("--compile-backend", default="inductor", help=argparse.SUPPRESS)
     ap.add_argument("--cache-dir", default=None, help="normjit cache directory")
-    ap.add_argument("--doc", default="docs/performance.md", help="markdown with the section")
-    ap.add_argument("--section-out", default=None,
-                    help="also write the section alone here (default: $OUT/backward.md when "
-                         "OUT is set)")
-    ap.add_argument("--json-out", default=None,
-                    help="raw results (default: $OUT/perf_backward.json when OUT is set, else "
-                         "BUILD/perf_backward.json)")
-    ap.add_argument("--list", action="store_true", help="list the problems and exit")
-    ap.add_argument("--selftest", action="store_true", help="check the non-GPU parts and exit")
-    ap.add_argument("--from-json", default=None,
-                    help="measure nothing: render the section of this JSON into --doc; "
-                         "comma-separated files are merged (a later run's problem replaces an "
-                         "earlier one's; skipped problems do not replace measured ones); with "
-                         "--json-out, the merged report goes there too (to merge the next "
-                         "partial run into, e.g. docs/perf_backward.json)")
+    ct.add_output_args(ap, "backward", "problems")
     return ct.finish_bench_args(ap, ap.parse_args(argv), "backward")
 
 

@@ -50,7 +50,6 @@ import inspect
 import json
 import math
 import os
-import secrets
 import shlex
 import statistics
 import sys
@@ -792,18 +791,8 @@ def render_summary(rep: Report) -> str:
 # normjit: the C API, or a stand-in for --cpu-check
 # ---------------------------------------------------------------------------------------
 
-class CApi:
-    """libnormjit.so through the package's ctypes binding."""
-
-    def __init__(self, path: Path, cache_dir: Optional[str], memory_only: bool = False):
-        self.nj = ct.Normjit(path)
-        self.lib = self.nj.lib
-        self.engine = self.nj.create_engine(cache_dir=cache_dir, memory_only=memory_only)
-
-    def prepare(self, spec: str) -> int:
-        k = ctypes.c_void_p()
-        self.lib.check(self.lib.normjit_prepare(self.engine, spec.encode(), ctypes.byref(k)))
-        return k.value
+class CApi(ct.EngineApi):
+    """libnormjit.so through the package's ctypes binding: prepare a spec, launch arguments."""
 
     def new_args(self) -> Any:
         a = _capi.LaunchArgs()
@@ -822,9 +811,6 @@ class CApi:
 
     def counters(self) -> tuple[int, int, int]:
         return self.nj.counters(self.engine)
-
-    def close(self) -> None:
-        self.nj.destroy_engine(self.engine)
 
 
 class StandIn:
@@ -1375,7 +1361,6 @@ class Bench(ct.BenchRunner):
         self.free()
         row.copy = self.measure_copy(row.bytes_moved, n)
 
-
     def separate_calls(self, v: Variant, row: Row, kernel: int, sets: list[dict],
                        p: dict) -> list[Callable[[], None]]:
         """The launches of a residual variant with y and h written to separate buffers, one
@@ -1385,7 +1370,7 @@ class Bench(ct.BenchRunner):
         ptr = lambda t: t.data_ptr() if t is not None else None  # noqa: E731
         s0 = sets[0]
         y = s0["y"] if "y" in s0 else torch.empty(s0["x"].shape, dtype=out_torch_dtype(v),
-                                                   device=self.dev)
+                                                  device=self.dev)
         h = torch.empty_like(s0["r"])
         calls = []
         for s in sets:
@@ -1469,45 +1454,18 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     ap.add_argument("--rounds", type=int, default=None,
                     help="rounds of every row's timing, the implementations taken in turn "
                          "within each (5; --quick and --cpu-check 1)")
-    ap.add_argument("--warmup", type=int, default=3, help="warm-up calls (3)")
-    ap.add_argument("--seed", type=int, default=None, help="random seed (default: fresh)")
-    ap.add_argument("--budget-s", type=float, default=330.0,
-                    help="skip the cases left once measuring has taken this long (330)")
-    ap.add_argument("--skip-compile", action="store_true", help="no torch.compile")
+    ct.add_run_args(ap, "cases", 330.0)
     ap.add_argument("--cache-dir", default=None, help="normjit cache directory")
-    ap.add_argument("--doc", default="docs/performance.md",
-                    help="markdown with the section (between compare_torch.VARIANTS_BEGIN/END)")
-    ap.add_argument("--section-out", default=None,
-                    help="also write the section alone here (default: $OUT/variants.md when "
-                         "OUT is set)")
-    ap.add_argument("--json-out", default=None,
-                    help="raw results (default: $OUT/perf_variants.json when OUT is set, else "
-                         "BUILD/perf_variants.json)")
-    ap.add_argument("--list", action="store_true", help="list the cases and exit")
-    ap.add_argument("--selftest", action="store_true", help="check the non-GPU parts and exit")
+    ct.add_output_args(ap, "variants", "cases")
     ap.add_argument("--precompile", metavar="ARCH", default=None,
                     help="compile every selected spec for ARCH (e.g. sm_90) without a GPU")
-    ap.add_argument("--from-json", default=None,
-                    help="measure nothing: render the section of this JSON into --doc; "
-                         "comma-separated files are merged (a later run's case replaces an "
-                         "earlier one's; skipped cases do not replace measured ones); with "
-                         "--json-out, the merged report goes there too (to merge the next "
-                         "partial run into)")
     ap.add_argument("--cpu-check", action="store_true",
                     help="run the whole flow on the CPU on tiny shapes, PyTorch standing in "
                          "for normjit (checks the launch arguments and the flow without a GPU; "
                          "writes to a temporary folder unless --doc/--json-out are given)")
     args = ap.parse_args(argv)
-    if args.reps is None:
-        args.reps = 10 if args.quick else 20
     if args.rounds is None:
         args.rounds = 1 if args.quick or args.cpu_check else 5
-    if args.reps < 1:
-        ap.error(f"--reps {args.reps}: must be at least 1")
-    if args.warmup < 0:
-        ap.error(f"--warmup {args.warmup}: must be 0 or more")
-    if args.rounds < 1:
-        ap.error(f"--rounds {args.rounds}: must be at least 1")
     ints = lambda s: [int(t) for t in s.split(",") if t.strip()] if s else None  # noqa: E731
     try:
         args.token_list, args.hidden_list = ints(args.tokens), ints(args.hiddens)
@@ -1516,24 +1474,16 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     for val in (args.token_list or []) + (args.hidden_list or []):
         if val < 1:
             ap.error("--tokens and --hiddens must be positive")
-    root = lambda s: s if os.path.isabs(s) else str(REPO / s)  # noqa: E731
-    args.build = root(args.build)
-    lib = args.lib or os.environ.get("NORMJIT_LIBRARY") or str(Path(args.build) / "libnormjit.so")
-    args.lib = root(lib)
-    out_dir = os.environ.get("OUT")
-    args.json_out_given = args.json_out is not None
+    json_out_given, section_out = args.json_out is not None, args.section_out
+    if args.cpu_check:  # a temporary folder for what --doc and --json-out do not name
+        tmp = Path(tempfile.mkdtemp(prefix="bench_variants_cpu_"))
+        if args.doc == ap.get_default("doc"):
+            args.doc = str(tmp / "performance.md")
+        args.json_out = args.json_out or str(tmp / "perf_variants.json")
+    args = ct.finish_bench_args(ap, args, "variants")
+    args.json_out_given = json_out_given
     if args.cpu_check:
-        tmp = tempfile.mkdtemp(prefix="bench_variants_cpu_")
-        args.doc = args.doc if args.doc != "docs/performance.md" else str(Path(tmp) / "performance.md")
-        args.json_out = args.json_out or str(Path(tmp) / "perf_variants.json")
-    args.doc = root(args.doc)
-    if args.json_out is None:
-        args.json_out = (str(Path(out_dir) / "perf_variants.json") if out_dir else
-                         str(Path(args.build) / "perf_variants.json"))
-    if args.section_out is None and out_dir and not args.cpu_check:
-        args.section_out = str(Path(out_dir) / "variants.md")
-    if args.seed is None:
-        args.seed = secrets.randbelow(2**31)
+        args.section_out = section_out  # not OUT's: a CPU check's section is no table
     return args
 
 
@@ -1669,7 +1619,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 def fake_report() -> Report:
     ok = lambda us, err=3e-3, ulps=0.5: Timing(status="ok", us=us, times_us=[us] * 3,  # noqa: E731
-                                              rel_err=err, ulps=ulps)
+                                               rel_err=err, ulps=ulps)
     passed = lambda **kw: Check(**{"rel_err": 2.9e-3, "max_abs_err": 0.02, "ulps": 0.5,  # noqa: E731
                                    "nonfinite": 0, "passed": True, **kw})
     v1, v3 = VARIANT_BY_KEY["add-rmsnorm"], VARIANT_BY_KEY["fp8-out"]

@@ -550,25 +550,9 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     ap.add_argument("--dtypes", default="f32,f16,bf16", help="comma-separated dtypes")
     ap.add_argument("--quick", action="store_true", help="one row of each group; 10 timed calls")
     ap.add_argument("--reps", type=int, default=None, help="timed calls (20; --quick 10)")
-    ap.add_argument("--warmup", type=int, default=3, help="warm-up calls (3)")
-    ap.add_argument("--seed", type=int, default=None, help="random seed (default: fresh)")
-    ap.add_argument("--budget-s", type=float, default=540.0,
-                    help="skip the rows left once measuring has taken this long (540)")
-    ap.add_argument("--skip-compile", action="store_true", help="no torch.compile")
+    ct.add_run_args(ap, "rows", 540.0)
     ap.add_argument("--compile-backend", default="inductor", help=argparse.SUPPRESS)
-    ap.add_argument("--doc", default="docs/performance.md", help="markdown with the section")
-    ap.add_argument("--section-out", default=None,
-                    help="also write the section alone here (default: $OUT/vision.md when OUT "
-                         "is set)")
-    ap.add_argument("--json-out", default=None,
-                    help="raw results (default: $OUT/perf_vision.json when OUT is set, else "
-                         "BUILD/perf_vision.json)")
-    ap.add_argument("--list", action="store_true", help="list the rows and exit")
-    ap.add_argument("--selftest", action="store_true", help="check the non-GPU parts and exit")
-    ap.add_argument("--from-json", default=None,
-                    help="measure nothing: render the section of this JSON into --doc; "
-                         "comma-separated files are merged; with --json-out, the merged report "
-                         "goes there too (to merge the next partial run into)")
+    ct.add_output_args(ap, "vision", "rows")
     return ct.finish_bench_args(ap, ap.parse_args(argv), "vision")
 
 

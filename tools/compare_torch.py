@@ -114,8 +114,9 @@ class Problem:
     affine:          none | weight | both (weight and bias).
     """
     name: str
-    group: str               # seeds | llm | sd | long | odd | decode | transformer | channels:
-                             # a table of its own in the document
+    # group: seeds | llm | sd | long | odd | decode | transformer | channels: a table of its
+    # own in the document
+    group: str
     op: str
     shape: tuple[int, ...]
     dtype: str
@@ -1383,6 +1384,25 @@ class Normjit:
         return call
 
 
+class EngineApi:
+    """One engine of a libnormjit.so (Normjit): kernels prepared from spec text, the engine
+    destroyed by close(). tools/bench_backward.py's and tools/bench_variants.py's CApi add
+    their launches."""
+
+    def __init__(self, path: Path, cache_dir: Optional[str], memory_only: bool = False):
+        self.nj = Normjit(path)
+        self.lib = self.nj.lib
+        self.engine = self.nj.create_engine(cache_dir=cache_dir, memory_only=memory_only)
+
+    def prepare(self, spec: str) -> int:
+        k = ctypes.c_void_p()
+        self.lib.check(self.lib.normjit_prepare(self.engine, spec.encode(), ctypes.byref(k)))
+        return k.value
+
+    def close(self) -> None:
+        self.nj.destroy_engine(self.engine)
+
+
 def nvrtc_loaded() -> str:
     """Version and file of each libnvrtc mapped into this process: torch may have loaded its
     own copy before libnormjit.so, and the dynamic loader then gives libnormjit that one
@@ -2001,24 +2021,59 @@ def repo_path(path: str) -> str:
 
 
 def check_run_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """--reps, --warmup and --rounds (where the tool has it) in range, and --dtypes split into
-    args.dtype_list, each one known."""
+    """--reps, --warmup and --rounds (where the tool has it) in range, and --dtypes (where the
+    tool has it) split into args.dtype_list, each one known."""
     if args.reps < 1:
         ap.error(f"--reps {args.reps}: must be at least 1")
     if args.warmup < 0:
         ap.error(f"--warmup {args.warmup}: must be 0 or more")
     if getattr(args, "rounds", 1) < 1:
         ap.error(f"--rounds {args.rounds}: must be at least 1")
+    if not hasattr(args, "dtypes"):
+        return
     args.dtype_list = [d.strip() for d in args.dtypes.split(",") if d.strip()]
     for d in args.dtype_list:
         if d not in ELEMENT_BYTES:
             ap.error(f"--dtypes: unknown dtype {d!r} (f32, f16, bf16)")
 
 
+def add_run_args(ap: argparse.ArgumentParser, noun: str, budget_s: float) -> None:
+    """The run options tools/bench_backward.py, bench_vision.py and bench_variants.py share:
+    --warmup, --seed, --budget-s (the NOUN left are skipped once measuring has taken BUDGET_S
+    seconds) and --skip-compile."""
+    ap.add_argument("--warmup", type=int, default=3, help="warm-up calls (3)")
+    ap.add_argument("--seed", type=int, default=None, help="random seed (default: fresh)")
+    ap.add_argument("--budget-s", type=float, default=budget_s,
+                    help=f"skip the {noun} left once measuring has taken this long "
+                         f"({budget_s:g})")
+    ap.add_argument("--skip-compile", action="store_true", help="no torch.compile")
+
+
+def add_output_args(ap: argparse.ArgumentParser, name: str, noun: str) -> None:
+    """The output options those scripts share: --doc (docs/performance.md, whose NAME section
+    they write), --section-out, --json-out, --list, --selftest and --from-json (NOUN: what a
+    run measures, plural)."""
+    ap.add_argument("--doc", default="docs/performance.md", help="markdown with the section")
+    ap.add_argument("--section-out", default=None,
+                    help=f"also write the section alone here (default: $OUT/{name}.md when "
+                         "OUT is set)")
+    ap.add_argument("--json-out", default=None,
+                    help=f"raw results (default: $OUT/perf_{name}.json when OUT is set, else "
+                         f"BUILD/perf_{name}.json)")
+    ap.add_argument("--list", action="store_true", help=f"list the {noun} and exit")
+    ap.add_argument("--selftest", action="store_true", help="check the non-GPU parts and exit")
+    ap.add_argument("--from-json", default=None,
+                    help="measure nothing: render the section of this JSON into --doc; "
+                         f"comma-separated files are merged (a later run's {noun} replace an "
+                         f"earlier one's; skipped {noun} do not replace measured ones); with "
+                         "--json-out, the merged report goes there too (to merge the next "
+                         f"partial run into, e.g. docs/perf_{name}.json)")
+
+
 def finish_bench_args(ap: argparse.ArgumentParser, args: argparse.Namespace,
                       name: str) -> argparse.Namespace:
-    """The options tools/bench_backward.py and tools/bench_vision.py share, made whole after
-    parsing: --reps (10 with --quick, else 20) and --warmup checked, --dtypes split and checked,
+    """The options tools/bench_backward.py, bench_vision.py and bench_variants.py share, made
+    whole after parsing: --reps (10 with --quick, else 20) and --warmup checked, --dtypes split and checked,
     paths relative to the repository root, the library (--lib, else NORMJIT_LIBRARY, else
     BUILD/libnormjit.so), the JSON (OUT/perf_NAME.json where OUT is set, else
     BUILD/perf_NAME.json; json_out_given says whether --json-out named it), the section alone
@@ -2235,7 +2290,7 @@ def check_tables(markdown: str) -> list[list[list[str]]]:
         sep = split_row(block[1])
         assert len(sep) == len(header), block[:2]
         assert all(c in ("---", "---:") for c in sep), block[1]
-        rows = [split_row(l) for l in block[2:]]
+        rows = [split_row(line) for line in block[2:]]
         for row in rows:
             assert len(row) == len(header), (header, row)
         tables.append([header] + rows)
@@ -2261,7 +2316,7 @@ def fake_report() -> Report:
     # LayerNorm f32: unsupported by normjit; compile failed; Liger: rows too long.
     p = ps["seed layernorm f32"]
     results.append(ProblemResult(p, normjit=Measurement(status="unsupported",
-                                                         message="op=layernorm | x"),
+                                                        message="op=layernorm | x"),
                                  eager=ok(8.26, passed=True), liger=na(p), flashinfer=fna(p),
                                  copy=ok(0.19),
                                  compile=Measurement(status="failed",
