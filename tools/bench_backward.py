@@ -426,16 +426,6 @@ def time_cell(row: Row, impl: str, footnotes: list[str]) -> str:
     return m.status
 
 
-def check_cell(row: Row) -> str:
-    if row.skipped:
-        return "skipped"
-    if row.error:
-        return "error"
-    if row.passed is None:
-        return row.normjit.status if row.normjit.status != "ok" else "—"
-    return "pass" if row.passed else "**FAIL**"
-
-
 HEADERS = ["problem", "shape", "reduced", "dtype", "MB moved", "normjit µs", "eager µs",
            "compile µs", "Liger µs", "copy µs", "% of copy", "vs compile", "best peer",
            "vs best", "normjit rel. err", "check"]
@@ -452,7 +442,7 @@ def table_row(row: Row, footnotes: list[str]) -> list[str]:
             *(time_cell(row, k, footnotes) for k in IMPLS),
             ct.fmt_num(row.pct_copy, ".1f", "%"), ct.fmt_num(row.speedup("compile"), ".2f", "x"),
             TITLES[best] if best else "—", ct.fmt_num(row.speedup(best), ".2f", "x"),
-            check.text() if check else "—", check_cell(row)]
+            check.text() if check else "—", row.check_text()]
 
 
 def summary(rows: list[Row]) -> tuple[str, str, str]:
@@ -619,7 +609,7 @@ def render_summary(rep: Report) -> str:
                            *(time_cell(r, k, notes).replace("*", "") for k in IMPLS),
                            ct.fmt_num(r.pct_copy, ".0f", "%"), TITLES[best] if best else "—",
                            ct.fmt_num(r.speedup(best), ".2f", "x"),
-                           check_cell(r).replace("*", "")])
+                           r.check_text().replace("*", "")])
     return ct.text_table(headers, lines_rows)
 
 

@@ -539,13 +539,8 @@ def error_cell(row: Row) -> str:
 
 
 def check_cell(row: Row) -> str:
-    if row.skipped:
-        return "skipped"
-    if row.error:
-        return "error"
-    if row.check is None:
-        return row.normjit.status if row.normjit.status != "ok" else "—"
-    return "pass" if row.check.passed else "**FAIL**"
+    return ct.check_text(row.skipped, row.error, None if row.check is None else row.check.passed,
+                         row.normjit.status)
 
 
 def table_headers(with_liger: bool, with_separate: bool = False,

@@ -220,16 +220,6 @@ def time_cell(m: ct.Measurement, who: str, footnotes: list[str]) -> str:
     return m.status
 
 
-def check_cell(row: Row) -> str:
-    if row.skipped:
-        return "skipped"
-    if row.error:
-        return "error"
-    if row.passed is None:
-        return row.normjit.status if row.normjit.status != "ok" else "—"
-    return "pass" if row.passed else "**FAIL**"
-
-
 def headers(with_nhwc: bool) -> list[str]:
     return (["problem", "shape", "chain", "dtype", "layout", "MB moved", "normjit µs",
              "eager µs", "compile µs"] + (["F.layer_norm NHWC µs"] if with_nhwc else [])
@@ -247,7 +237,7 @@ def table_row(row: Row, with_nhwc: bool, footnotes: list[str]) -> list[str]:
             + [ct.fmt_num(row.pct_copy, ".1f", "%"), ct.fmt_num(row.speedup("compile"), ".2f", "x"),
                TITLES[best] if best else "—", ct.fmt_num(row.speedup(best), ".2f", "x"),
                ct.fmt_err(row.normjit.rel_err) if row.normjit.status == "ok" else "—",
-               check_cell(row)])
+               row.check_text()])
 
 
 def summary(rows: list[Row]) -> tuple[str, str, str, str]:
@@ -366,7 +356,8 @@ def render_summary(rep: Report) -> str:
         best = r.best_peer()
         lines_rows.append([r.case.key, *(time_cell(r.impl(k), k, notes) for k in IMPLS),
                            ct.fmt_num(r.pct_copy, ".0f", "%"), best or "—",
-                           ct.fmt_num(r.speedup(best), ".2f", "x"), check_cell(r).replace("*", "")])
+                           ct.fmt_num(r.speedup(best), ".2f", "x"),
+                           r.check_text().replace("*", "")])
     return ct.text_table(hs, lines_rows)
 
 

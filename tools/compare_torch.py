@@ -469,14 +469,30 @@ class Check:
     passed: bool
 
 
+def check_text(skipped: Any, error: Any, passed: Optional[bool], status: str) -> str:
+    """A bench script's `check` column: skipped, error, normjit's status where nothing was
+    checked (— where it ran: status "ok"), else pass or **FAIL** (passed)."""
+    if skipped:
+        return "skipped"
+    if error:
+        return "error"
+    if passed is None:
+        return status if status != "ok" else "—"
+    return "pass" if passed else "**FAIL**"
+
+
 class PeerRow:
     """The timing views a bench script's row shares (tools/bench_backward.py,
     tools/bench_vision.py): the row is a dataclass with a Measurement field for normjit, for
-    copy and for each name in its class's PEERS."""
+    copy and for each name in its class's PEERS, and skipped, error and passed fields."""
     PEERS: tuple[str, ...] = ()
 
     def impl(self, name: str) -> Measurement:
         return getattr(self, name)
+
+    def check_text(self) -> str:
+        """The `check` column, from the row's skipped, error, passed and normjit fields."""
+        return check_text(self.skipped, self.error, self.passed, self.normjit.status)
 
     def speedup(self, other: Optional[str]) -> Optional[float]:
         """their time / normjit's: above 1, normjit is faster."""
