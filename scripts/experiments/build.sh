@@ -30,14 +30,7 @@ tree=/tmp/exp-$name
 build=$here/build-exp-$name
 slim=$here/.devcarry/$name
 
-echo "build.sh: worktree $tree at $(git rev-parse --short HEAD) with $(basename "$patch")"
-git worktree remove --force "$tree" 2>/dev/null || rm -rf "$tree"
-git worktree prune
-git worktree add --detach -q "$tree" HEAD
-if ! git -C "$tree" apply "$patch"; then
-  echo "build.sh: $(basename "$patch") does not apply to HEAD ($(git rev-parse --short HEAD))" >&2
-  exit 1
-fi
+patched_worktree build.sh "$tree"
 echo "build.sh: building $build (tools/normjit)"
 cmake -S "$tree" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_CUDA_COMPILER="${CUDACXX:-/usr/local/cuda/bin/nvcc}" -DNORMJIT_BUILD_TESTS=OFF >/dev/null

@@ -39,14 +39,7 @@ name=$(basename "$patch" .patch)
 tree=/tmp/emu-$name
 logs=/tmp/emu-$name-logs
 
-echo "emulate.sh: worktree $tree at $(git rev-parse --short HEAD) with $(basename "$patch")"
-git worktree remove --force "$tree" 2>/dev/null || rm -rf "$tree"
-git worktree prune
-git worktree add --detach -q "$tree" HEAD
-if ! git -C "$tree" apply "$patch"; then
-  echo "emulate.sh: $(basename "$patch") does not apply to HEAD ($(git rev-parse --short HEAD))" >&2
-  exit 1
-fi
+patched_worktree emulate.sh "$tree"
 rm -rf "$logs" && mkdir -p "$logs"
 echo "emulate.sh: building $tree/build (kernel_emulation)"
 if ! { cmake -S "$tree" -B "$tree/build" -G Ninja -DCMAKE_BUILD_TYPE=Release &&
