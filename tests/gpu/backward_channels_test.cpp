@@ -403,11 +403,7 @@ TEST_F(BackwardChannelsGpu, ChunkedGroupNormUnitsMatchFloat64) {
     expect_chunked(run, c);
     run.run();
     expect_close(run, c, Values::kNormal, "normal values");
-    const std::vector<unsigned char> first = run.bits();
-    run.poison();
-    run.backward();
-    NORMJIT_CU(driver::api().cuCtxSynchronize());
-    EXPECT_TRUE(run.bits() == first) << c.name() << ": a second run differs";
+    expect_same_bits_again(run, c.name());
   }
   for (Values values : {Values::kLargeMean, Values::kTiny, Values::kNegative}) {
     for (const Config& c : {configs[2], configs[17]}) {
@@ -477,11 +473,7 @@ TEST_F(BackwardChannelsGpu, GroupNormInNhwcMatchesFloat64) {
   for (const Config& c : {configs[10 * 9 + 8], configs[configs.size() - 2]}) {
     Backward run(engine, c, Values::kNormal, seed++);
     run.run();
-    const std::vector<unsigned char> first = run.bits();
-    run.poison();
-    run.backward();
-    NORMJIT_CU(driver::api().cuCtxSynchronize());
-    EXPECT_TRUE(run.bits() == first) << c.name() << ": a second run differs";
+    expect_same_bits_again(run, c.name());
   }
 }
 
@@ -644,11 +636,7 @@ TEST_F(BackwardChannelsGpu, SeedKernels) {
     if (c.affine == Affine::kBoth) {
       EXPECT_LT(e.dbias, tolerance(c.dtype)) << c.name();
     }
-    const std::vector<unsigned char> first = run.bits();
-    run.poison();
-    run.backward();
-    NORMJIT_CU(driver::api().cuCtxSynchronize());
-    EXPECT_TRUE(run.bits() == first) << c.name() << ": a second run differs";
+    expect_same_bits_again(run, c.name());
   }
 }
 
@@ -668,18 +656,7 @@ TEST_F(BackwardChannelsGpu, DeterministicBitsAcrossRunsAndStreams) {
   for (const Config& c : configs) {
     Backward run(engine, c, Values::kNormal, seed++);
     run.run();
-    const std::vector<unsigned char> first = run.bits();
-    for (int i = 0; i < 2; ++i) {
-      run.poison();
-      run.backward();
-      NORMJIT_CU(driver::api().cuCtxSynchronize());
-      EXPECT_TRUE(run.bits() == first) << c.name() << ": run " << i + 2 << " differs";
-    }
-    device::Stream other;
-    run.poison();
-    run.backward(other.get());
-    NORMJIT_CU(driver::api().cuStreamSynchronize(other.get()));
-    EXPECT_TRUE(run.bits() == first) << c.name() << ": another stream differs";
+    expect_same_bits_again(run, c.name(), 2, /*on_another_stream=*/true);
   }
 }
 
@@ -753,11 +730,7 @@ TEST_F(BackwardChannelsGpu, StreamedGroupNormMatchesFloat64OnAnyGpu) {
       run.run();
       expect_close(run, c, values, to_string(values));
       if (values != Values::kNormal) continue;
-      const std::vector<unsigned char> first = run.bits();
-      run.poison();
-      run.backward();
-      NORMJIT_CU(driver::api().cuCtxSynchronize());
-      EXPECT_TRUE(run.bits() == first) << c.name() << ": a second run differs";
+      expect_same_bits_again(run, c.name());
       device::Stream stream;
       const CapturedGraph graph(stream.get(), [&] { run.backward(stream.get()); });
       run.new_dy(seed + 100);

@@ -485,18 +485,7 @@ TEST_F(BackwardGpu, DeterministicBitsAcrossRunsAndStreams) {
         Backward run(engine, c, Values::kNormal, 400 + hidden);
         run.run();
         expect_exact(run, c, "first run");
-        const std::vector<unsigned char> first = run.bits();
-        for (int i = 0; i < 3; ++i) {
-          run.poison();
-          run.backward();
-          NORMJIT_CU(driver::api().cuCtxSynchronize());
-          EXPECT_TRUE(run.bits() == first) << c.name() << ": run " << i + 2 << " differs";
-        }
-        device::Stream other;
-        run.poison();
-        run.backward(other.get());
-        NORMJIT_CU(driver::api().cuStreamSynchronize(other.get()));
-        EXPECT_TRUE(run.bits() == first) << c.name() << ": another stream differs";
+        expect_same_bits_again(run, c.name(), 3, /*on_another_stream=*/true);
       }
     }
   }
@@ -903,18 +892,7 @@ TEST_F(BackwardGpu, LongRowsDeterministicBits) {
     Backward run(engine, c, Values::kNormal, 1600 + c.hidden);
     run.run();
     expect_exact(run, c, "first run");
-    const std::vector<unsigned char> first = run.bits();
-    for (int i = 0; i < 2; ++i) {
-      run.poison();
-      run.backward();
-      NORMJIT_CU(driver::api().cuCtxSynchronize());
-      EXPECT_TRUE(run.bits() == first) << c.name() << ": run " << i + 2 << " differs";
-    }
-    device::Stream other;
-    run.poison();
-    run.backward(other.get());
-    NORMJIT_CU(driver::api().cuStreamSynchronize(other.get()));
-    EXPECT_TRUE(run.bits() == first) << c.name() << ": another stream differs";
+    expect_same_bits_again(run, c.name(), 2, /*on_another_stream=*/true);
   }
 }
 
@@ -1373,15 +1351,6 @@ void expect_activation_in_plan(const ActBackward& run, const ActConfig& c) {
       << plan;
 }
 
-// A second launch over the same inputs writes the same bits (no floating-point atomics).
-void expect_same_bits_again(ActBackward& run, const ActConfig& c) {
-  const std::vector<unsigned char> first = run.bits();
-  run.poison();
-  run.backward();
-  NORMJIT_CU(driver::api().cuCtxSynchronize());
-  EXPECT_TRUE(run.bits() == first) << c.name() << ": a second run differs";
-}
-
 void prepare_act(Engine& engine, const std::vector<ActConfig>& configs) {
   std::vector<NormSpec> specs;
   for (const ActConfig& c : configs) {
@@ -1507,7 +1476,7 @@ TEST_F(BackwardGpu, ActivationMatchesFloat64EveryStrategy) {
     chunked = chunked || plan.find("chunks per unit: 4") != std::string::npos;
     run.run();
     expect_close(run, c, Values::kNormal, "normal values");
-    expect_same_bits_again(run, c);
+    expect_same_bits_again(run, c.name());
   }
   for (Strategy s : {Strategy::kRowBackward, Strategy::kRowSplitBackward, Strategy::kGroupBackward,
                      Strategy::kGroupNhwcBackward, Strategy::kChannelsBackward}) {
@@ -1536,7 +1505,7 @@ TEST_F(BackwardGpu, ActivationMatchesFloat64EveryStrategy) {
         << run.backward_kernel().plan_text();
     run.run();
     expect_close(run, c, Values::kNormal, "streamed from DRAM");
-    expect_same_bits_again(run, c);
+    expect_same_bits_again(run, c.name());
   }
 }
 
@@ -1584,7 +1553,7 @@ TEST_F(BackwardGpu, ActivationAdversarialValuesAndBiases) {
       ActBackward run(engine, c, Values::kNormal, bias, seed++);
       run.run();
       expect_close(run, c, Values::kNormal, bias_name(bias));
-      if (bias == Bias::kMixed) expect_same_bits_again(run, c);
+      if (bias == Bias::kMixed) expect_same_bits_again(run, c.name());
     }
   }
 }
@@ -1613,18 +1582,7 @@ TEST_F(BackwardGpu, ActivationDeterministicBitsAcrossRunsAndStreams) {
     const Errors e = run.compare(/*saved=*/true);
     EXPECT_TRUE(e.finite) << c.name();
     EXPECT_LT(e.dx, tolerance(c.dtype)) << c.name();
-    const std::vector<unsigned char> first = run.bits();
-    for (int i = 0; i < 2; ++i) {
-      run.poison();
-      run.backward();
-      NORMJIT_CU(driver::api().cuCtxSynchronize());
-      EXPECT_TRUE(run.bits() == first) << c.name() << ": run " << i + 2 << " differs";
-    }
-    device::Stream other;
-    run.poison();
-    run.backward(other.get());
-    NORMJIT_CU(driver::api().cuStreamSynchronize(other.get()));
-    EXPECT_TRUE(run.bits() == first) << c.name() << ": another stream differs";
+    expect_same_bits_again(run, c.name(), 2, /*on_another_stream=*/true);
   }
 }
 

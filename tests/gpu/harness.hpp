@@ -129,6 +129,30 @@ inline double relative(double err2, double ref2, bool finite) {
 
 inline double tolerance(Dtype dtype) { return dtype == Dtype::kF32 ? 1e-5 : 1e-2; }
 
+// No floating-point atomics in a backward: launched again over the same inputs (its outputs
+// poisoned first), RUN writes the bits of its first run (RUN.run() done), RERUNS times on the
+// null stream and, with ON_ANOTHER_STREAM, once more on a stream of its own (its own
+// workspace). RUN: a test's backward problem with poison(), backward(stream) and bits().
+template <class Run>
+void expect_same_bits_again(Run& run, const std::string& name, int reruns = 1,
+                            bool on_another_stream = false) {
+  const std::vector<unsigned char> first = run.bits();
+  for (int i = 0; i < reruns; ++i) {
+    run.poison();
+    run.backward();
+    NORMJIT_CU(driver::api().cuCtxSynchronize());
+    EXPECT_TRUE(run.bits() == first)
+        << name << (reruns == 1 ? ": a second run" : ": run " + std::to_string(i + 2))
+        << " differs";
+  }
+  if (!on_another_stream) return;
+  device::Stream other;
+  run.poison();
+  run.backward(other.get());
+  NORMJIT_CU(driver::api().cuStreamSynchronize(other.get()));
+  EXPECT_TRUE(run.bits() == first) << name << ": another stream differs";
+}
+
 struct RunResult {
   double rel_error = 0;    // ||y - ref|| / ||ref|| over every element
   bool all_finite = true;  // no element left poisoned (NaN) or overflowing
