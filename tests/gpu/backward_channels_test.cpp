@@ -678,19 +678,14 @@ TEST_F(BackwardChannelsGpu, CudaGraphOnAFreshStreamReplaysWithNewInputs) {
     Backward run(engine, c, Values::kNormal, 6000);
     run.run();
     expect_close(run, c, Values::kNormal, "eager");
-    device::Stream stream;
-    const CapturedGraph graph(stream.get(), [&] { run.backward(stream.get()); });
-    for (int replay = 0; replay < 3; ++replay) {
-      run.new_dy(6100 + replay);
-      run.poison();
-      graph.replay(stream.get());
-      NORMJIT_CU(driver::api().cuStreamSynchronize(stream.get()));
+    expect_graph_replays(run, 6100, [&](const std::string& replay) {
       const Errors e = run.compare(/*saved=*/true);
-      EXPECT_TRUE(e.finite) << c.name() << " replay " << replay;
-      EXPECT_LT(e.dx, tolerance(c.dtype)) << c.name() << " replay " << replay;
-      EXPECT_LT(e.dweight, tolerance(c.dtype)) << c.name() << " replay " << replay;
-      EXPECT_LT(e.dbias, tolerance(c.dtype)) << c.name() << " replay " << replay;
-    }
+      const std::string what = c.name() + " " + replay;
+      EXPECT_TRUE(e.finite) << what;
+      EXPECT_LT(e.dx, tolerance(c.dtype)) << what << ": dx";
+      EXPECT_LT(e.dweight, tolerance(c.dtype)) << what << ": dweight";
+      EXPECT_LT(e.dbias, tolerance(c.dtype)) << what << ": dbias";
+    });
   }
 }
 

@@ -539,15 +539,7 @@ TEST_F(BackwardGpu, CudaGraphOnAFreshStreamReplaysWithNewInputs) {
     Backward run(engine, c, Values::kNormal, 600);
     run.run();  // eager first, on the default stream
     expect_exact(run, c, "eager");
-    device::Stream stream;
-    const CapturedGraph graph(stream.get(), [&] { run.backward(stream.get()); });
-    for (int replay = 0; replay < 3; ++replay) {
-      run.new_dy(700 + replay);
-      run.poison();
-      graph.replay(stream.get());
-      NORMJIT_CU(driver::api().cuStreamSynchronize(stream.get()));
-      expect_exact(run, c, "replay " + std::to_string(replay));
-    }
+    expect_graph_replays(run, 700, [&](const std::string& what) { expect_exact(run, c, what); });
   }
 }
 
@@ -939,15 +931,7 @@ TEST_F(BackwardGpu, LongRowsCudaGraphOnAFreshStream) {
     Backward run(engine, c, Values::kNormal, 1800);
     run.run();  // eager first, on the default stream
     expect_exact(run, c, "eager");
-    device::Stream stream;
-    const CapturedGraph graph(stream.get(), [&] { run.backward(stream.get()); });
-    for (int replay = 0; replay < 3; ++replay) {
-      run.new_dy(1900 + replay);
-      run.poison();
-      graph.replay(stream.get());
-      NORMJIT_CU(driver::api().cuStreamSynchronize(stream.get()));
-      expect_exact(run, c, "replay " + std::to_string(replay));
-    }
+    expect_graph_replays(run, 1900, [&](const std::string& what) { expect_exact(run, c, what); });
   }
 }
 
@@ -1603,20 +1587,14 @@ TEST_F(BackwardGpu, ActivationCudaGraphOnAFreshStreamReplaysWithNewInputs) {
     ActBackward run(engine, c, Values::kNormal, Bias::kNormal, 9900);
     run.run();  // eager first, on the default stream
     expect_close(run, c, Values::kNormal, "eager");
-    device::Stream stream;
-    const CapturedGraph graph(stream.get(), [&] { run.backward(stream.get()); });
-    for (int replay = 0; replay < 3; ++replay) {
-      run.new_dy(9910 + replay);
-      run.poison();
-      graph.replay(stream.get());
-      NORMJIT_CU(driver::api().cuStreamSynchronize(stream.get()));
+    expect_graph_replays(run, 9910, [&](const std::string& replay) {
       const Errors e = run.compare(/*saved=*/true);
-      const std::string what = c.name() + " replay " + std::to_string(replay);
+      const std::string what = c.name() + " " + replay;
       EXPECT_TRUE(e.finite) << what;
       EXPECT_LT(e.dx, tolerance(c.dtype)) << what << ": dx";
       EXPECT_LT(e.dweight, tolerance(c.dtype)) << what << ": dweight";
       EXPECT_LT(e.dbias, tolerance(c.dtype)) << what << ": dbias";
-    }
+    });
   }
 }
 

@@ -296,4 +296,21 @@ class CapturedGraph {
   CUgraphExec exec_ = nullptr;
 };
 
+// Graph-safe backward: RUN's backward captured on a stream it never used, then replayed three
+// times, each with new dy in the captured buffer (seeds SEED, SEED + 1, SEED + 2) and its outputs
+// poisoned; CHECK(what) checks each replay's outputs, WHAT naming the replay ("replay 0", ...).
+// RUN: a test's backward problem with backward(stream), new_dy(seed) and poison().
+template <class Run, class Check>
+void expect_graph_replays(Run& run, uint64_t seed, Check&& check) {
+  device::Stream stream;
+  const CapturedGraph graph(stream.get(), [&] { run.backward(stream.get()); });
+  for (int replay = 0; replay < 3; ++replay) {
+    run.new_dy(seed + uint64_t(replay));
+    run.poison();
+    graph.replay(stream.get());
+    NORMJIT_CU(driver::api().cuStreamSynchronize(stream.get()));
+    check("replay " + std::to_string(replay));
+  }
+}
+
 }  // namespace normjit::testing
