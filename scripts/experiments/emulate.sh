@@ -12,12 +12,14 @@
 # co-resident CTAs, and each setting's output bits against the knobs-off run's. Prints a line a
 # setting; logs in /tmp/emu-NAME-logs. Exit status: 0 every launch matched float64 (a setting
 # whose bits differ is reported, not failed: other sizes give other sums); 1 a launch did not,
-# or the patch or build failed; 2 usage.
+# or the patch or build failed; 2 usage. EMU_ARGS: more options for kernel_emulation, e.g.
+# EMU_ARGS="--arch sm_90:2 --co 4,16" to plan for a part of 2 SMs (the split kernels' streamed
+# parts then start at rows of tens of thousands of elements) on devices of 4 and 16 CTAs.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$here"
 if (($# < 2)); then
-  sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 fi
 # shellcheck source=scripts/experiments/patch_arg.sh
@@ -49,6 +51,8 @@ if ! { cmake -S "$tree" -B "$tree/build" -G Ninja -DCMAKE_BUILD_TYPE=Release &&
   exit 1
 fi
 
+read -r -a emu_args <<<"${EMU_ARGS:-}"
+
 # run SETTING: the emulation under SETTING's knobs (off: none); sets `bits` to the launches'
 # hashes, one a line, and fails where a launch did not match float64.
 run() {
@@ -57,6 +61,7 @@ run() {
   local status=0
   env ${knobs[@]+"${knobs[@]}"} bash "$tree/tests/emulation/run.sh" \
     "$tree/build/tests/emulation/kernel_emulation" "${CXX:-c++}" "$logs/work" "$specs" --bits \
+    ${emu_args[@]+"${emu_args[@]}"} \
     >"$log" 2>&1 || status=$?
   bits=$(grep -o 'bits [0-9a-f]*' "$log" || true)
   echo "$setting: $(tail -n 1 "$log")"
