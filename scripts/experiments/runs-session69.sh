@@ -17,8 +17,11 @@
 #   bash scripts/experiments/runs-session69.sh harness   the backward GPU tests whose checks
 #        session 69 moved into tests/gpu/harness.hpp (expect_same_bits_again,
 #        expect_graph_replays), over build-gpu's own library (2 shards, ~2 minutes)
+#   bash scripts/experiments/runs-session69.sh prodtests   the same tests over .devcarry/sbwprod:
+#        the library with the sums on chip as the plan's rule (a build of the working tree that
+#        would land it: /tmp/sbwprod in session 69), no knobs
 #   bash scripts/experiments/runs-session69.sh first   one device call (~6 minutes): the tests of
-#        `sbwowntests NJX_SBW_OWN=2,NJX_SBW_AHEAD=2` and `harness` together, then `sbwown`
+#        `prodtests` and `harness` together, then `sbwown` with .devcarry/sbwprod beside
 # OUT: the folder that comes back (default ./runs-out).
 set -euo pipefail
 # shellcheck source=scripts/experiments/lib.sh
@@ -26,12 +29,19 @@ source "$(dirname "$0")/lib.sh"
 lib=.devcarry/sbwown
 case "${1:-}" in
   sbwown)
-    ab_variants sbwown 300 2 scripts/specs/split-backward-waves.txt "$lib" \
-      own1=NJX_SBW_OWN=1 own2=NJX_SBW_OWN=2 own2a2=NJX_SBW_OWN=2,NJX_SBW_AHEAD=2 \
-      own1a2=NJX_SBW_OWN=1,NJX_SBW_AHEAD=2
+    variants=(--variant "head=$lib" --variant "own1=$lib:NJX_SBW_OWN=1"
+      --variant "own2=$lib:NJX_SBW_OWN=2" --variant "own2a2=$lib:NJX_SBW_OWN=2,NJX_SBW_AHEAD=2"
+      --variant "own1a2=$lib:NJX_SBW_OWN=1,NJX_SBW_AHEAD=2")
+    [ -z "${SBWPROD:-}" ] || variants+=(--variant prod=.devcarry/sbwprod)
+    timeout 300 python3 scripts/ab_bench.py --rounds 2 --out /tmp/sbwown-ab \
+      --specs scripts/specs/split-backward-waves.txt "${variants[@]}" 2>&1 |
+      tee "$out/sbwown-ab.txt"
     ;;
   sbwowntests)
     test_shards sbwowntests "$lib" "${2//,/ }" 240 "${SPLIT_STREAMED_FILTERS[@]}"
+    ;;
+  prodtests)
+    test_shards prodtests .devcarry/sbwprod "" 240 "${SPLIT_STREAMED_FILTERS[@]}"
     ;;
   harness)
     test_shards harness build-gpu "" 240 \
@@ -39,18 +49,18 @@ case "${1:-}" in
       'BackwardChannelsGpu.DeterministicBits*:BackwardChannelsGpu.CudaGraph*:BackwardChannelsGpu.StreamedGroupNorm*:BackwardChannelsGpu.GroupNormInNhwc*:BackwardChannelsGpu.ChannelFormsInNhwc*:BackwardChannelsGpu.SeedKernels'
     ;;
   first)
-    bash "$0" sbwowntests NJX_SBW_OWN=2,NJX_SBW_AHEAD=2 &
+    bash "$0" prodtests &
     own=$!
     bash "$0" harness &
     harness=$!
     status=0
     wait "$own" || status=1
     wait "$harness" || status=1
-    bash "$0" sbwown
+    SBWPROD=1 bash "$0" sbwown
     exit "$status"
     ;;
   *)
-    sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
     ;;
 esac
