@@ -21,7 +21,7 @@ ROW_BACKWARD_FILTERS=(
 # (scripts/gpu_test_times.txt).
 # shellcheck disable=SC2034  # used by the scripts that source this file
 SPLIT_CHANNELS_FILTERS=(
-  'BackwardGpu.StreamedRowsInWaves:BackwardGpu.LongRowsEveryDtypeAndAffineMatchFloat64'
+  'BackwardGpu.StreamedRowsInWaves*:BackwardGpu.LongRowsEveryDtypeAndAffineMatchFloat64'
   'BackwardGpu.LongRowsAdversarialValues:BackwardGpu.LongRowsParamDtype*:BackwardGpu.LongRowsDeterministicBits:BackwardGpu.LongRowsDx*:BackwardGpu.LongRowsCudaGraph*:BackwardChannelsGpu.DeterministicBits*:BackwardChannelsGpu.CudaGraph*:BackwardChannelsGpu.AdversarialValues:BackwardChannelsGpu.CApi*:BackwardChannelsGpu.Dram*:BackwardChannelsGpu.Smaller*:BackwardChannelsGpu.ParamDtype*'
   'BackwardChannelsGpu.StreamedGroupNorm*:BackwardChannelsGpu.SeedKernels:BackwardChannelsGpu.ChannelForms*:BackwardChannelsGpu.GroupNormShapes*:BackwardChannelsGpu.ChunkedGroupNorm*'
 )
@@ -30,7 +30,7 @@ SPLIT_CHANNELS_FILTERS=(
 # about 2 minutes.
 # shellcheck disable=SC2034  # used by the scripts that source this file
 SPLIT_STREAMED_FILTERS=(
-  'BackwardGpu.StreamedRowsInWaves'
+  'BackwardGpu.StreamedRowsInWaves*'
   'BackwardGpu.LongRowsAdversarialValues:BackwardGpu.LongRowsCudaGraph*:BackwardGpu.LayerNormSeed'
   'BackwardGpu.LongRowsEveryDtypeAndAffineMatchFloat64:BackwardGpu.LongRowsDeterministicBits'
 )
