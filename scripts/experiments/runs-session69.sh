@@ -9,8 +9,8 @@
 #        scripts/specs/split-backward-waves.txt (the LayerNorm seeds, RMSNorm bf16 rows of 4 Mi,
 #        LayerNorm bf16 rows of 2 Mi): the library with its knobs off (head) against own1
 #        (NJX_SBW_OWN=1: a row at a time, the sums on chip), own2 (=2: and the next row's part
-#        pulled into L2 before each exchange), own2a2 (own2 with NJX_SBW_AHEAD=2: each step's
-#        vectors two steps ahead towards L2) and own1a2 (~3 minutes; table in $out/sbwown-ab.txt)
+#        pulled into L2 before each exchange) and own2a2 (own2 with NJX_SBW_AHEAD=2: each step's
+#        vectors two steps ahead towards L2) (~3 minutes; table in $out/sbwown-ab.txt)
 #   bash scripts/experiments/runs-session69.sh sbwowntests KNOBS   the split backward's streamed
 #        rows' GPU tests (gpu_tests of build-gpu over .devcarry/sbwown, KNOBS such as
 #        NJX_SBW_OWN=2,NJX_SBW_AHEAD=2 in the environment; 3 shards, ~2 minutes)
@@ -30,8 +30,7 @@ lib=.devcarry/sbwown
 case "${1:-}" in
   sbwown)
     variants=(--variant "head=$lib" --variant "own1=$lib:NJX_SBW_OWN=1"
-      --variant "own2=$lib:NJX_SBW_OWN=2" --variant "own2a2=$lib:NJX_SBW_OWN=2,NJX_SBW_AHEAD=2"
-      --variant "own1a2=$lib:NJX_SBW_OWN=1,NJX_SBW_AHEAD=2")
+      --variant "own2=$lib:NJX_SBW_OWN=2" --variant "own2a2=$lib:NJX_SBW_OWN=2,NJX_SBW_AHEAD=2")
     [ -z "${SBWPROD:-}" ] || variants+=(--variant prod=.devcarry/sbwprod)
     timeout 300 python3 scripts/ab_bench.py --rounds 2 --out /tmp/sbwown-ab \
       --specs scripts/specs/split-backward-waves.txt "${variants[@]}" 2>&1 |
