@@ -21,7 +21,8 @@
 #        the library with the sums on chip as the plan's rule (a build of the working tree that
 #        would land it: /tmp/sbwprod in session 69), no knobs
 #   bash scripts/experiments/runs-session69.sh first   one device call (~6 minutes): the tests of
-#        `prodtests` and `harness` together, then `sbwown` with .devcarry/sbwprod beside
+#        `prodtests` and `harness` together, then `sbwown` with .devcarry/sbwprod beside;
+#        `quick` (~4.5 minutes): prodtests, then head, own1 and own2 alone
 # OUT: the folder that comes back (default ./runs-out).
 set -euo pipefail
 # shellcheck source=scripts/experiments/lib.sh
@@ -47,6 +48,17 @@ case "${1:-}" in
       'BackwardGpu.DeterministicBitsAcrossRunsAndStreams:BackwardGpu.CudaGraphOnAFresh*:BackwardGpu.LongRowsDeterministicBits:BackwardGpu.LongRowsCudaGraph*:BackwardGpu.Activation*' \
       'BackwardChannelsGpu.DeterministicBits*:BackwardChannelsGpu.CudaGraph*:BackwardChannelsGpu.StreamedGroupNorm*:BackwardChannelsGpu.GroupNormInNhwc*:BackwardChannelsGpu.ChannelFormsInNhwc*:BackwardChannelsGpu.SeedKernels'
     ;;
+  quick)
+    # A shorter call for a low device budget (~4.5 minutes): prodtests, then the A/B of the plan
+    # against own1 and own2 only.
+    status=0
+    bash "$0" prodtests || status=1
+    timeout 240 python3 scripts/ab_bench.py --rounds 2 --out /tmp/sbwown-ab \
+      --specs scripts/specs/split-backward-waves.txt --variant "head=$lib" \
+      --variant "own1=$lib:NJX_SBW_OWN=1" --variant "own2=$lib:NJX_SBW_OWN=2" 2>&1 |
+      tee "$out/sbwown-ab.txt"
+    exit "$status"
+    ;;
   first)
     bash "$0" prodtests &
     own=$!
@@ -59,7 +71,7 @@ case "${1:-}" in
     exit "$status"
     ;;
   *)
-    sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
     ;;
 esac
