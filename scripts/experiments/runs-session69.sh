@@ -71,7 +71,7 @@ case "${1:-}" in
     exit "$status"
     ;;
   *)
-    sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
     ;;
 esac
