@@ -5,13 +5,18 @@ reference. Import it before anything else that needs torch:
 
     from gpu_common import DEV, DTYPES, randn, rel_err, torch
 
+and, for the autograd tests, grads_of (an output and its inputs' gradients) and
+assert_directional_derivative (a cheap gradcheck).
+
 The modules also take conftest.py's `no_fallback` fixture for every test (pytestmark)."""
 import math
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="PyTorch is not installed (scripts/test.sh installs it; "
-                                            "NORMJIT_TEST_TORCH=0 leaves it out)")
+torch = pytest.importorskip(
+    "torch",
+    reason="PyTorch is not installed (scripts/test.sh installs it; NORMJIT_TEST_TORCH=0 leaves it "
+           "out)")
 if not torch.cuda.is_available():
     pytest.skip("no CUDA device visible to PyTorch: the GPU tests run on the GPU machine",
                 allow_module_level=True)
@@ -37,3 +42,25 @@ def rel_err(y, ref) -> float:
 def leaf(t):
     """A copy of t that requires grad (None stays None)."""
     return t.detach().clone().requires_grad_() if t is not None else None
+
+
+def grads_of(fn, inputs, dy):
+    """fn(*inputs) backward with dy; the output and the inputs' .grad (None where an input is
+    None)."""
+    inputs = [leaf(t) for t in inputs]
+    y = fn(*inputs)
+    y.backward(dy)
+    return y, [t.grad if t is not None else None for t in inputs]
+
+
+def assert_directional_derivative(fn, x, w, dy, v, u, h=1e-2):
+    """<dx, v> + <dw, u> of fn(x, w) backward with dy against the central difference of
+    <fn(x, w), dy> along (v, u), in float64 from float32 evaluations (a cheap gradcheck: normjit
+    takes no float64), to 1% of the larger of the derivative and 1."""
+    _, (gx, gw) = grads_of(fn, (x, w), dy)
+    with torch.no_grad():
+        plus = (fn(x + h * v, w + h * u).double() * dy).sum()
+        minus = (fn(x - h * v, w - h * u).double() * dy).sum()
+    numeric = ((plus - minus) / (2 * h)).item()
+    analytic = ((gx.double() * v).sum() + (gw.double() * u).sum()).item()
+    assert abs(numeric - analytic) <= 1e-2 * max(abs(analytic), 1.0), (numeric, analytic)

@@ -15,7 +15,8 @@ import copy
 
 import pytest
 
-from gpu_common import DEV, DTYPES, leaf, randn, rel_err, torch  # skips without PyTorch or a GPU
+from gpu_common import (DEV, DTYPES, assert_directional_derivative, grads_of, leaf, randn,
+                        rel_err, torch)  # skips without PyTorch or a GPU
 import torch.nn.functional as F
 
 import normjit
@@ -75,14 +76,6 @@ def ours(op, x, weight, bias, eps, groups=0):
     if op == "rms_norm_channels":
         return njt.rms_norm_channels(x, weight, eps)
     return njt.layer_norm_channels(x, weight, bias, eps)
-
-
-def grads_of(fn, inputs, dy):
-    """fn(*inputs) backward with dy; the output and the inputs' .grad (None where None)."""
-    inputs = [leaf(t) for t in inputs]
-    y = fn(*inputs)
-    y.backward(dy)
-    return y, [t.grad if t is not None else None for t in inputs]
 
 
 def scales(op, x, weight, dy, eps, groups):
@@ -184,17 +177,10 @@ def test_directional_derivative(op):
     shape = (3, 12, 7, 9)
     x, w = randn(shape, torch.float32), randn((12,), torch.float32, 1.0, 0.5)
     b = randn((12,), torch.float32) if op != "rms_norm_channels" else None
-    dy, v, u = randn(shape, torch.float32), randn(shape, torch.float32), randn((12,),
-                                                                                torch.float32)
+    dy, v = randn(shape, torch.float32), randn(shape, torch.float32)
+    u = randn((12,), torch.float32)
     fn = lambda x, w: ours(op, x, w, b, 1e-5, 4)  # noqa: E731
-    _, (gx, gw) = grads_of(fn, (x, w), dy)
-    h = 1e-2
-    with torch.no_grad():
-        plus = (fn(x + h * v, w + h * u).double() * dy).sum()
-        minus = (fn(x - h * v, w - h * u).double() * dy).sum()
-    numeric = ((plus - minus) / (2 * h)).item()
-    analytic = ((gx.double() * v).sum() + (gw.double() * u).sum()).item()
-    assert abs(numeric - analytic) <= 1e-2 * max(abs(analytic), 1.0), (numeric, analytic)
+    assert_directional_derivative(fn, x, w, dy, v, u)
 
 
 # ---------------------------------------------------------------------------------------

@@ -14,7 +14,8 @@ import re
 
 import pytest
 
-from gpu_common import DEV, DTYPES, leaf, randn, rel_err, torch  # skips without PyTorch or a GPU
+from gpu_common import (DEV, DTYPES, assert_directional_derivative, grads_of, leaf, randn,
+                        rel_err, torch)  # skips without PyTorch or a GPU
 import torch.nn.functional as F
 
 import normjit.torch as njt
@@ -26,14 +27,6 @@ pytestmark = pytest.mark.usefixtures("no_fallback")
 TOL = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 1.6e-2}
 HIDDEN = [1, 3, 7, 65, 1000, 4097, 8192]
 BATCHES = [1, 3, 1000]
-
-
-def grads_of(fn, inputs, dy):
-    """fn(*inputs) backward with dy; the inputs' .grad (None where an input is None)."""
-    inputs = [leaf(t) for t in inputs]
-    y = fn(*inputs)
-    y.backward(dy)
-    return y, [t.grad if t is not None else None for t in inputs]
 
 
 def scales(op, x, shape, weight, dy, offset=0.0):
@@ -250,14 +243,7 @@ def test_directional_derivative(op):
     v, u = randn((8, 65), torch.float32), randn((65,), torch.float32)
     fn = (lambda x, w: njt.rms_norm(x, 65, w, 1e-6)) if op == "rms" else \
         (lambda x, w: njt.layer_norm(x, 65, w, b, 1e-5))
-    _, (gx, gw) = grads_of(fn, (x, w), dy)
-    h = 1e-2
-    with torch.no_grad():
-        plus = (fn(x + h * v, w + h * u).double() * dy).sum()
-        minus = (fn(x - h * v, w - h * u).double() * dy).sum()
-    numeric = ((plus - minus) / (2 * h)).item()
-    analytic = ((gx.double() * v).sum() + (gw.double() * u).sum()).item()
-    assert abs(numeric - analytic) <= 1e-2 * max(abs(analytic), 1.0), (numeric, analytic)
+    assert_directional_derivative(fn, x, w, dy, v, u)
 
 
 # ---------------------------------------------------------------------------------------
