@@ -43,9 +43,10 @@ ROW_FORWARD_FILTERS=(
   'Variants.TransformerRows*:Variants.ResidualLayerNorm*:Variants.LlmRows*:Variants.ActivationLongAndOddRows*:Variants.ActivationEvery*:Variants.ParamDtype*:Variants.WeightOffset*:Variants.AllAxes*:Variants.CudaGraph*:Variants.AdversarialValuesThroughTheVariants'
 )
 
-# test_shards NAME LIB "KNOB=VALUE ..." SECONDS FILTER...: build-gpu's gpu_tests over the
-# library in folder LIB (e.g. .devcarry/ra, or build-gpu) with the knobs (space-separated), one
-# shard a filter, all at once; logs tarred to $out/NAME-tests.tgz. Fails when a test failed.
+# test_shards NAME LIB "KNOB=VALUE ..." SECONDS FILTER...: build-gpu's gpu_tests (or the binary
+# GPU_TESTS names: one built from a patched tree) over the library in folder LIB (e.g.
+# .devcarry/ra, or build-gpu) with the knobs (space-separated), one shard a filter, all at once;
+# logs tarred to $out/NAME-tests.tgz. Fails when a test failed.
 test_shards() {
   local name=$1 lib=$2 seconds=$4 logs=/tmp/$1-logs n=0 knobs
   read -r -a knobs <<<"$3"
@@ -54,7 +55,7 @@ test_shards() {
   for filter in "$@"; do
     n=$((n + 1))
     (env "${knobs[@]}" LD_LIBRARY_PATH="$lib" NORMJIT_CACHE_DIR="/tmp/$name-cache" \
-      timeout "$seconds" build-gpu/tests/gpu/gpu_tests --gtest_filter="$filter" \
+      timeout "$seconds" "${GPU_TESTS:-build-gpu/tests/gpu/gpu_tests}" --gtest_filter="$filter" \
       >"$logs/shard-$n.log" 2>&1
       echo "$name shard $n: exit $?; $(grep -E '^\[  (PASSED|FAILED)  \]' \
         "$logs/shard-$n.log" | tr '\n' ' ')") &

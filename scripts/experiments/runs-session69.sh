@@ -41,6 +41,9 @@ case "${1:-}" in
     test_shards sbwowntests "$lib" "${2//,/ }" 240 "${SPLIT_STREAMED_FILTERS[@]}"
     ;;
   prodtests)
+    # gpu_tests of the patched tree when it is there (.devcarry/sbwprod/gpu_tests: it has the
+    # test of the rows in waves with their sums on chip), else build-gpu's.
+    if [ -x .devcarry/sbwprod/gpu_tests ]; then export GPU_TESTS=.devcarry/sbwprod/gpu_tests; fi
     test_shards prodtests .devcarry/sbwprod "" 240 "${SPLIT_STREAMED_FILTERS[@]}"
     ;;
   harness)
