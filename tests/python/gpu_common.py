@@ -54,13 +54,20 @@ def grads_of(fn, inputs, dy):
 
 
 def assert_directional_derivative(fn, x, w, dy, v, u, h=1e-2):
-    """<dx, v> + <dw, u> of fn(x, w) backward with dy against the central difference of
-    <fn(x, w), dy> along (v, u), in float64 from float32 evaluations (a cheap gradcheck: normjit
-    takes no float64), to 1% of the larger of the derivative and 1."""
+    """A cheap gradcheck of fn(x, w) backward with dy (normjit takes no float64): <dx, d>
+    against the central difference of <fn(x, w), dy> along d (x alone) for d = v and d = dx
+    itself, and <dw, d> likewise along w for d = u and d = dw, in float64 from float32
+    evaluations, each to 1% of the larger of the derivative and 1. Each gradient is checked on
+    its own, so that one's error cannot hide in the other's sum; along the gradient itself the
+    derivative is |gradient|^2, far from the floor of 1 where a wrong scale would pass."""
     _, (gx, gw) = grads_of(fn, (x, w), dy)
-    with torch.no_grad():
-        plus = (fn(x + h * v, w + h * u).double() * dy).sum()
-        minus = (fn(x - h * v, w - h * u).double() * dy).sum()
-    numeric = ((plus - minus) / (2 * h)).item()
-    analytic = ((gx.double() * v).sum() + (gw.double() * u).sum()).item()
-    assert abs(numeric - analytic) <= 1e-2 * max(abs(analytic), 1.0), (numeric, analytic)
+    for name, grad, given in (("dx", gx, v), ("dweight", gw, u)):
+        for along in (given, grad.float()):
+            dx, dw = (along, 0) if name == "dx" else (0, along)
+            with torch.no_grad():
+                plus = (fn(x + h * dx, w + h * dw).double() * dy).sum()
+                minus = (fn(x - h * dx, w - h * dw).double() * dy).sum()
+            numeric = ((plus - minus) / (2 * h)).item()
+            analytic = (grad.double() * along).sum().item()
+            assert abs(numeric - analytic) <= 1e-2 * max(abs(analytic), 1.0), \
+                (name, numeric, analytic)
