@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "backward_harness.hpp"
 #include "harness.hpp"
 #include "normjit/normjit.h"
 #include "tests/unit/temp_dir.hpp"
@@ -57,10 +58,14 @@ struct Config {
     for (size_t i = 2; i < shape.size(); ++i) p *= shape[i];
     return p;
   }
-  // Rows of the statistics: (n, g) or (n, position).
-  int64_t rows() const { return n() * (op == Op::kGroupNorm ? groups : s()); }
+  // What BackwardRun asks (backward_harness.hpp). Rows of the statistics: (n, g) or
+  // (n, position); a weight a channel.
+  static constexpr bool residual = false;
+  static constexpr Activation activation = Activation::kNone;
+  int64_t stats_rows() const { return n() * (op == Op::kGroupNorm ? groups : s()); }
+  int64_t params() const { return c(); }
   int64_t row_length() const { return op == Op::kGroupNorm ? c() / groups * s() : c(); }
-  // Element i of row r (its offset in x), and its channel.
+  // Element i of row r: its offset in x.
   int64_t offset(int64_t r, int64_t i) const {
     if (op == Op::kGroupNorm) {
       const int64_t n = r / groups, g = r % groups, cg = c() / groups;
@@ -71,187 +76,17 @@ struct Config {
     const int64_t n = r / s(), pos = r % s();
     return nhwc ? r * c() + i : (n * c() + i) * s() + pos;
   }
-  int64_t channel(int64_t offset) const { return nhwc ? offset % c() : offset / s() % c(); }
+  // The channel of element i of statistics row r.
+  int64_t param_index(int64_t r, int64_t i) const {
+    const int64_t at = offset(r, i);
+    return nhwc ? at % c() : at / s() % c();
+  }
 };
 
 using Errors = GradErrors;
 
-class Backward {
- public:
-  Backward(Engine& engine, const Config& c, Values values, uint64_t seed)
-      : c_(c),
-        forward_(engine.prepare(c.spec(false))),
-        backward_(engine.prepare(c.spec(true))),
-        n_(size_t(c.spec(true).elements())),
-        x_(n_ * size_of(c.dtype)),
-        dy_(x_.bytes()),
-        y_(x_.bytes()),
-        dx_(x_.bytes()),
-        mean_(size_t(c.rows()) * 4),
-        rstd_(size_t(c.rows()) * 4) {
-    const Dtype param = c.param.value_or(c.dtype);
-    x_host_ = upload(x_, c.dtype, random_values(n_, values, seed));
-    dy_host_ = upload(dy_, c.dtype, random_values(n_, Values::kNormal, seed + 7));
-    std::mt19937_64 rng(seed + 1);
-    std::normal_distribution<float> normal(1.0f, 0.5f);
-    auto params = [&](device::Buffer& buffer, std::vector<float>& host, float shift) {
-      std::vector<float> v(size_t(c.c()));
-      for (float& e : v) e = normal(rng) + shift;
-      buffer = device::Buffer(v.size() * size_of(param));
-      host = upload(buffer, param, v);
-    };
-    if (c.affine != Affine::kNone) {
-      params(w_, w_host_, 0.0f);
-      dw_ = device::Buffer(size_t(c.c()) * size_of(param));
-    }
-    if (c.affine == Affine::kBoth) {
-      params(b_, b_host_, -1.0f);
-      db_ = device::Buffer(size_t(c.c()) * size_of(param));
-    }
-  }
-
-  void forward(CUstream stream = nullptr) {
-    LaunchArgs a;
-    a.x = x_.get();
-    a.y = y_.get();
-    a.weight = w_.get();
-    a.bias = b_.get();
-    a.batch = c_.n();
-    a.eps = 1e-5f;
-    a.rstd = static_cast<float*>(rstd_.get());
-    if (c_.op != Op::kRmsNorm) a.mean = static_cast<float*>(mean_.get());
-    forward_.launch(a, stream);
-  }
-  BackwardArgs args() {
-    BackwardArgs a;
-    a.x = x_.get();
-    a.dy = dy_.get();
-    a.dx = dx_.get();
-    a.rstd = static_cast<const float*>(rstd_.get());
-    if (c_.op != Op::kRmsNorm) a.mean = static_cast<const float*>(mean_.get());
-    a.weight = w_.get();
-    a.dweight = dw_.get();
-    a.dbias = db_.get();
-    a.batch = c_.n();
-    return a;
-  }
-  void poison() {
-    dx_.fill_bytes(0xff);
-    if (dw_.bytes()) dw_.fill_bytes(0xff);
-    if (db_.bytes()) db_.fill_bytes(0xff);
-    NORMJIT_CU(driver::api().cuCtxSynchronize());
-  }
-  void backward(CUstream stream = nullptr) { backward_.launch_backward(args(), stream); }
-  void run() {
-    forward();
-    poison();
-    backward();
-    NORMJIT_CU(driver::api().cuCtxSynchronize());
-  }
-
-  Errors compare(bool saved) const {
-    const Config& c = c_;
-    const Dtype param = c.param.value_or(c.dtype);
-    const std::vector<float> got_dx = reference::decode(c.dtype, download(dx_).data(), n_);
-    std::vector<float> got_dw, got_db, mean(size_t(c.rows())), rstd(size_t(c.rows()));
-    if (dw_.bytes()) got_dw = reference::decode(param, download(dw_).data(), size_t(c.c()));
-    if (db_.bytes()) got_db = reference::decode(param, download(db_).data(), size_t(c.c()));
-    rstd_.download(rstd.data(), rstd.size() * 4);
-    if (c.op != Op::kRmsNorm) mean_.download(mean.data(), mean.size() * 4);
-    const bool rms = c.op == Op::kRmsNorm;
-    const int64_t h = c.row_length();
-    const size_t channels = size_t(c.c());
-    std::vector<double> ref_dw(channels), ref_db(channels), abs_dw(channels), abs_db(channels);
-    Errors e;
-    double err2 = 0, ref2 = 0, scale2 = 0;
-    std::vector<double> xhat(static_cast<size_t>(h)), g(static_cast<size_t>(h));
-    std::vector<int64_t> at(static_cast<size_t>(h));
-    for (int64_t r = 0; r < c.rows(); ++r) {
-      for (int64_t i = 0; i < h; ++i) at[i] = c.offset(r, i);
-      double m = 0, s = 0;
-      if (saved) {
-        m = rms ? 0.0 : double(mean[size_t(r)]);
-        s = rstd[size_t(r)];
-      } else {
-        double sum = 0, sq = 0;
-        for (int64_t i = 0; i < h; ++i) sum += x_host_[at[i]];
-        if (!rms) m = sum / double(h);
-        for (int64_t i = 0; i < h; ++i) sq += (x_host_[at[i]] - m) * (x_host_[at[i]] - m);
-        s = 1.0 / std::sqrt(sq / double(h) + 1e-5);
-      }
-      double mean_g = 0, mean_gx = 0;
-      for (int64_t i = 0; i < h; ++i) {
-        const int64_t ch = c.channel(at[i]);
-        const double dy = dy_host_[at[i]];
-        xhat[i] = (double(x_host_[at[i]]) - m) * s;
-        const double w = w_host_.empty() ? 1.0 : c.weight_offset + double(w_host_[ch]);
-        g[i] = dy * w;
-        mean_g += g[i];
-        mean_gx += g[i] * xhat[i];
-        ref_dw[ch] += dy * xhat[i];
-        ref_db[ch] += dy;
-        abs_dw[ch] += std::fabs(dy * xhat[i]);
-        abs_db[ch] += std::fabs(dy);
-      }
-      mean_g = rms ? 0.0 : mean_g / double(h);
-      mean_gx /= double(h);
-      for (int64_t i = 0; i < h; ++i) {
-        const double ref = s * (g[i] - mean_g - xhat[i] * mean_gx);
-        const double got = got_dx[size_t(at[i])];
-        if (!std::isfinite(got)) e.finite = false;
-        err2 += (got - ref) * (got - ref);
-        ref2 += ref * ref;
-        scale2 += s * g[i] * s * g[i];
-      }
-    }
-    e.dx = relative(err2, std::max(ref2, scale2), e.finite);
-    const auto param_error = [&](const std::vector<float>& got, const std::vector<double>& ref,
-                                 const std::vector<double>& terms, double* out) {
-      if (got.empty()) return;
-      double err = 0, norm = 0, terms2 = 0;
-      bool ok = true;
-      for (size_t j = 0; j < channels; ++j) {
-        if (!std::isfinite(got[j])) ok = false;
-        err += (got[j] - ref[j]) * (got[j] - ref[j]);
-        norm += ref[j] * ref[j];
-        terms2 += terms[j] * terms[j];
-      }
-      *out = relative(err, saved ? norm : std::max(norm, terms2), ok);
-      e.finite = e.finite && ok;
-    };
-    param_error(got_dw, ref_dw, abs_dw, &e.dweight);
-    param_error(got_db, ref_db, abs_db, &e.dbias);
-    return e;
-  }
-
-  std::vector<unsigned char> bits() const {
-    std::vector<unsigned char> out = download(dx_);
-    for (const device::Buffer* b : {&dw_, &db_}) {
-      if (!b->bytes()) continue;
-      const std::vector<unsigned char> more = download(*b);
-      out.insert(out.end(), more.begin(), more.end());
-    }
-    return out;
-  }
-  void new_dy(uint64_t seed) {
-    dy_host_ = upload(dy_, c_.dtype, random_values(n_, Values::kNormal, seed));
-    NORMJIT_CU(driver::api().cuCtxSynchronize());
-  }
-  const Kernel& backward_kernel() const { return backward_; }
-
- private:
-  static std::vector<float> upload(device::Buffer& buffer, Dtype d, const std::vector<float>& v) {
-    const std::vector<unsigned char> bytes = reference::encode(d, v);
-    buffer.upload(bytes.data(), bytes.size());
-    return reference::decode(d, bytes.data(), v.size());
-  }
-
-  Config c_;
-  Kernel forward_, backward_;
-  size_t n_;
-  device::Buffer x_, dy_, y_, dx_, mean_, rstd_, w_, b_, dw_, db_;
-  std::vector<float> x_host_, dy_host_, w_host_, b_host_;
-};
+// One forward (save_stats) and backward on the device (backward_harness.hpp).
+using Backward = BackwardRun<Config>;
 
 void expect_close(const Backward& run, const Config& c, Values values, const std::string& what) {
   const Dtype param = c.param.value_or(c.dtype);

@@ -27,6 +27,7 @@
 #include <utility>
 #include <vector>
 
+#include "backward_harness.hpp"
 #include "harness.hpp"
 #include "normjit/normjit.h"
 
@@ -64,206 +65,21 @@ struct Config {
     return NormSpec::from_fields(f);
   }
   std::string name() const { return spec(true).to_string(); }
+
+  // What BackwardRun asks (backward_harness.hpp): rows of `hidden` elements, a weight a column.
+  static constexpr Activation activation = Activation::kNone;
+  int64_t stats_rows() const { return rows; }
+  int64_t row_length() const { return hidden; }
+  int64_t params() const { return hidden; }
+  int64_t offset(int64_t r, int64_t i) const { return r * hidden + i; }
+  int64_t param_index(int64_t, int64_t i) const { return i; }
 };
 
 using Errors = GradErrors;
 
 // One forward (save_stats) and backward on the device, with the host's rounded copies of every
-// input for the float64 reference.
-class Backward {
- public:
-  Backward(Engine& engine, const Config& c, Values values, uint64_t seed)
-      : c_(c),
-        forward_(engine.prepare(c.spec(false))),
-        backward_(engine.prepare(c.spec(true))),
-        n_(size_t(c.rows * c.hidden)),
-        x_(n_ * size_of(c.dtype)),
-        dy_(x_.bytes()),
-        y_(x_.bytes()),
-        dx_(x_.bytes()),
-        mean_(size_t(c.rows) * 4),
-        rstd_(size_t(c.rows) * 4) {
-    const Dtype param = c.param.value_or(c.dtype);
-    x_host_ = upload(x_, c.dtype, random_values(n_, values, seed));
-    dy_host_ = upload(dy_, c.dtype, random_values(n_, Values::kNormal, seed + 7));
-    std::mt19937_64 rng(seed + 1);
-    std::normal_distribution<float> normal(1.0f, 0.5f);
-    auto params = [&](device::Buffer& buffer, std::vector<float>& host, float shift) {
-      std::vector<float> v(size_t(c.hidden));
-      for (float& e : v) e = normal(rng) + shift;
-      buffer = device::Buffer(v.size() * size_of(param));
-      host = upload(buffer, param, v);
-    };
-    if (c.affine != Affine::kNone) {
-      params(w_, w_host_, 0.0f);
-      dw_ = device::Buffer(size_t(c.hidden) * size_of(param));
-    }
-    if (c.affine == Affine::kBoth) {
-      params(b_, b_host_, -1.0f);
-      db_ = device::Buffer(size_t(c.hidden) * size_of(param));
-    }
-    if (c.residual) {
-      dh_ = device::Buffer(x_.bytes());
-      dh_host_ = upload(dh_, c.dtype, random_values(n_, Values::kNormal, seed + 11));
-    }
-  }
-
-  // The forward, writing mean and rstd (and y, unused).
-  void forward(CUstream stream = nullptr) {
-    LaunchArgs a;
-    a.x = x_.get();
-    a.y = y_.get();
-    a.weight = w_.get();
-    a.bias = b_.get();
-    a.batch = c_.rows;
-    a.eps = 1e-5f;
-    a.rstd = static_cast<float*>(rstd_.get());
-    if (c_.op != Op::kRmsNorm) a.mean = static_cast<float*>(mean_.get());
-    forward_.launch(a, stream);
-  }
-  // in_place: dx over dy (over dh with a residual).
-  BackwardArgs args(bool in_place = false) {
-    BackwardArgs a;
-    a.x = x_.get();
-    a.dy = dy_.get();
-    a.dx = !in_place ? dx_.get() : c_.residual ? dh_.get() : dy_.get();
-    a.dresidual_out = dh_.get();
-    a.rstd = static_cast<const float*>(rstd_.get());
-    if (c_.op != Op::kRmsNorm) a.mean = static_cast<const float*>(mean_.get());
-    a.weight = w_.get();
-    a.dweight = dw_.get();
-    a.dbias = db_.get();
-    a.batch = c_.rows;
-    return a;
-  }
-  // NaN in every output. Synchronized: the memsets are not ordered with non-blocking streams.
-  void poison() {
-    dx_.fill_bytes(0xff);
-    if (dw_.bytes()) dw_.fill_bytes(0xff);
-    if (db_.bytes()) db_.fill_bytes(0xff);
-    NORMJIT_CU(driver::api().cuCtxSynchronize());
-  }
-  void backward(CUstream stream = nullptr, bool in_place = false) {
-    backward_.launch_backward(args(in_place), stream);
-  }
-  // forward, poison, backward, synchronize.
-  void run(bool in_place = false) {
-    forward();
-    poison();
-    backward(nullptr, in_place);
-    NORMJIT_CU(driver::api().cuCtxSynchronize());
-  }
-
-  // dx (from `dx`: the dx buffer, or dy after an in-place run), dweight and dbias against the
-  // float64 reference; `saved`: from the statistics the forward saved, else from float64
-  // statistics of x.
-  Errors compare(bool saved, const device::Buffer* dx = nullptr) const {
-    const Dtype param = c_.param.value_or(c_.dtype);
-    const std::vector<float> got_dx = decode(c_.dtype, download(dx ? *dx : dx_), n_);
-    std::vector<float> got_dw, got_db, mean(size_t(c_.rows)), rstd(size_t(c_.rows));
-    if (dw_.bytes()) got_dw = decode(param, download(dw_), size_t(c_.hidden));
-    if (db_.bytes()) got_db = decode(param, download(db_), size_t(c_.hidden));
-    rstd_.download(rstd.data(), rstd.size() * 4);
-    if (c_.op != Op::kRmsNorm) mean_.download(mean.data(), mean.size() * 4);
-    const bool rms = c_.op == Op::kRmsNorm;
-    const int64_t h = c_.hidden;
-    std::vector<double> ref_dw(static_cast<size_t>(h)), ref_db(static_cast<size_t>(h));
-    // The sums of the terms' magnitudes: against float64 statistics, a column whose terms
-    // cancel (a few rows) is measured against the size of its terms, as dx is (the saved f32
-    // statistics' relative error of about 1e-7, times the cancellation, is not the kernel's);
-    // against the saved statistics, against the sum itself.
-    std::vector<double> abs_dw(static_cast<size_t>(h)), abs_db(static_cast<size_t>(h));
-    Errors e;
-    double err2 = 0, ref2 = 0, scale2 = 0;  // scale2: ||rstd * g||^2, the size of dx's terms
-    for (int64_t r = 0; r < c_.rows; ++r) {
-      const float* x = x_host_.data() + r * h;
-      const float* dy = dy_host_.data() + r * h;
-      double m = 0, s = 0;
-      if (saved) {
-        m = rms ? 0.0 : double(mean[size_t(r)]);
-        s = rstd[size_t(r)];
-      } else {
-        double sum = 0, sq = 0;
-        for (int64_t j = 0; j < h; ++j) sum += x[j];
-        if (!rms) m = sum / double(h);
-        for (int64_t j = 0; j < h; ++j) sq += (x[j] - m) * (x[j] - m);
-        s = 1.0 / std::sqrt(sq / double(h) + 1e-5);
-      }
-      std::vector<double> xhat(static_cast<size_t>(h)), g(static_cast<size_t>(h));
-      double mean_g = 0, mean_gx = 0;
-      for (int64_t j = 0; j < h; ++j) {
-        xhat[j] = (double(x[j]) - m) * s;
-        const double w = w_host_.empty() ? 1.0 : c_.weight_offset + double(w_host_[j]);
-        g[j] = double(dy[j]) * w;
-        mean_g += g[j];
-        mean_gx += g[j] * xhat[j];
-        ref_dw[j] += double(dy[j]) * xhat[j];
-        ref_db[j] += double(dy[j]);
-        abs_dw[j] += std::fabs(double(dy[j]) * xhat[j]);
-        abs_db[j] += std::fabs(double(dy[j]));
-      }
-      mean_g = rms ? 0.0 : mean_g / double(h);
-      mean_gx /= double(h);
-      const float* dh = dh_host_.empty() ? nullptr : dh_host_.data() + r * h;
-      for (int64_t j = 0; j < h; ++j) {
-        const double ref = s * (g[j] - mean_g - xhat[j] * mean_gx) + (dh ? double(dh[j]) : 0.0);
-        accumulate(got_dx[size_t(r * h + j)], ref, err2, ref2, e.finite);
-        scale2 += s * g[j] * s * g[j];
-      }
-    }
-    bool finite = e.finite;
-    e.dx = relative(err2, std::max(ref2, scale2), finite);
-    for (auto [got, ref, terms, out] : {std::tuple{&got_dw, &ref_dw, &abs_dw, &e.dweight},
-                                        std::tuple{&got_db, &ref_db, &abs_db, &e.dbias}}) {
-      if (got->empty()) continue;
-      double err = 0, norm = 0, terms2 = 0;
-      bool ok = true;
-      for (int64_t j = 0; j < h; ++j) {
-        accumulate((*got)[j], (*ref)[j], err, norm, ok);
-        terms2 += (*terms)[j] * (*terms)[j];
-      }
-      *out = relative(err, saved ? norm : std::max(norm, terms2), ok);
-      e.finite = e.finite && ok;
-    }
-    return e;
-  }
-
-  // The raw bytes of dx, dweight and dbias: for bitwise comparisons.
-  std::vector<unsigned char> bits(bool in_place = false) const {
-    std::vector<unsigned char> out = download(in_place ? dy_ : dx_);
-    for (const device::Buffer* b : {&dw_, &db_}) {
-      if (!b->bytes()) continue;
-      const std::vector<unsigned char> more = download(*b);
-      out.insert(out.end(), more.begin(), more.end());
-    }
-    return out;
-  }
-  void new_dy(uint64_t seed) {
-    dy_host_ = upload(dy_, c_.dtype, random_values(n_, Values::kNormal, seed));
-    NORMJIT_CU(driver::api().cuCtxSynchronize());
-  }
-  const device::Buffer& dy() const { return dy_; }
-  const device::Buffer& dh() const { return dh_; }
-  const device::Buffer& dx() const { return dx_; }
-  const Kernel& backward_kernel() const { return backward_; }
-
- private:
-  static std::vector<float> decode(Dtype d, const std::vector<unsigned char>& bytes, size_t n) {
-    return reference::decode(d, bytes.data(), n);
-  }
-  // Uploads values rounded to dtype; returns the rounded values.
-  static std::vector<float> upload(device::Buffer& buffer, Dtype d, const std::vector<float>& v) {
-    const std::vector<unsigned char> bytes = reference::encode(d, v);
-    buffer.upload(bytes.data(), bytes.size());
-    return reference::decode(d, bytes.data(), v.size());
-  }
-
-  Config c_;
-  Kernel forward_, backward_;
-  size_t n_;
-  device::Buffer x_, dy_, y_, dx_, mean_, rstd_, w_, b_, dw_, db_, dh_;
-  std::vector<float> x_host_, dy_host_, w_host_, b_host_, dh_host_;
-};
+// input for the float64 reference (backward_harness.hpp).
+using Backward = BackwardRun<Config>;
 
 double tolerance_of(Dtype dtype) { return tolerance(dtype); }
 
@@ -984,14 +800,6 @@ TEST_F(BackwardGpu, MisalignedPointersAreNamed) {
 // as backward_channels_test.cpp does, so one float64 reference serves every strategy. The
 // forward (with the activation and save_stats) saves the statistics; outputs are poisoned first.
 
-// The biases of the activation's input: z = xhat * w + b pushed where the derivative is flat.
-enum class Bias {
-  kNormal,         // N(0, 0.5)
-  kVeryNegative,   // -14 + N(0, 0.5): z mostly below -10 (|silu'| under 5e-4 there)
-  kLargePositive,  // 12 + N(0, 0.5): z above 6 (both derivatives near 1)
-  kMixed,          // channel by channel: very negative, large positive, normal
-};
-
 const char* bias_name(Bias b) {
   switch (b) {
     case Bias::kNormal:
@@ -1061,7 +869,7 @@ struct ActConfig {
     }
     return op == Op::kGroupNorm ? c() / groups * s() : c();
   }
-  int64_t rows() const { return elements() / row_length(); }
+  int64_t stats_rows() const { return elements() / row_length(); }
   int64_t params() const { return trailing() ? row_length() : c(); }
   // Element i of statistics row r: its offset in x.
   int64_t offset(int64_t r, int64_t i) const {
@@ -1074,231 +882,15 @@ struct ActConfig {
     const int64_t n = r / s(), pos = r % s();
     return nhwc ? r * c() + i : (n * c() + i) * s() + pos;
   }
-  // The parameter (channel or column) of the element at `offset`.
-  int64_t param_index(int64_t offset) const {
-    if (trailing()) return offset % row_length();
-    return nhwc ? offset % c() : offset / s() % c();
+  // The parameter (channel or column) of element i of statistics row r.
+  int64_t param_index(int64_t r, int64_t i) const {
+    if (trailing()) return i;
+    const int64_t at = offset(r, i);
+    return nhwc ? at % c() : at / s() % c();
   }
 };
 
-// The activation's derivative at z, in float64.
-double activation_slope(Activation a, double z) {
-  switch (a) {
-    case Activation::kSilu: {
-      const double s = 1.0 / (1.0 + std::exp(-z));
-      return s * (1.0 + z * (1.0 - s));
-    }
-    case Activation::kGelu:
-      return 0.5 * std::erfc(-z * 0.70710678118654752440) +
-             z * std::exp(-0.5 * z * z) * 0.39894228040143267794;
-    case Activation::kNone:
-      break;
-  }
-  return 1.0;
-}
-
-class ActBackward {
- public:
-  ActBackward(Engine& engine, const ActConfig& c, Values values, Bias bias, uint64_t seed)
-      : c_(c),
-        forward_(engine.prepare(c.spec(false))),
-        backward_(engine.prepare(c.spec(true))),
-        n_(size_t(c.elements())),
-        batch_(c.spec(true).batch()),
-        x_(n_ * size_of(c.dtype)),
-        dy_(x_.bytes()),
-        y_(x_.bytes()),
-        dx_(x_.bytes()),
-        mean_(size_t(c.rows()) * 4),
-        rstd_(size_t(c.rows()) * 4) {
-    const Dtype param = c.param.value_or(c.dtype);
-    x_host_ = upload(x_, c.dtype, random_values(n_, values, seed));
-    dy_host_ = upload(dy_, c.dtype, random_values(n_, Values::kNormal, seed + 7));
-    std::mt19937_64 rng(seed + 1);
-    std::normal_distribution<float> normal(0.0f, 0.5f);
-    const size_t params = size_t(c.params());
-    if (c.affine != Affine::kNone) {
-      std::vector<float> w(params);
-      for (float& e : w) e = 1.0f + normal(rng);
-      w_ = device::Buffer(params * size_of(param));
-      w_host_ = upload(w_, param, w);
-      dw_ = device::Buffer(params * size_of(param));
-    }
-    if (c.affine == Affine::kBoth) {
-      std::vector<float> b(params);
-      for (size_t j = 0; j < params; ++j) {
-        Bias kind = bias;
-        if (bias == Bias::kMixed) {
-          kind = j % 3 == 0   ? Bias::kVeryNegative
-                 : j % 3 == 1 ? Bias::kLargePositive
-                              : Bias::kNormal;
-        }
-        const float shift = kind == Bias::kVeryNegative    ? -14.0f
-                            : kind == Bias::kLargePositive ? 12.0f
-                                                           : 0.0f;
-        b[j] = shift + normal(rng);
-      }
-      b_ = device::Buffer(params * size_of(param));
-      b_host_ = upload(b_, param, b);
-      db_ = device::Buffer(params * size_of(param));
-    }
-    if (c.residual) {
-      dh_ = device::Buffer(x_.bytes());
-      dh_host_ = upload(dh_, c.dtype, random_values(n_, Values::kNormal, seed + 11));
-    }
-  }
-
-  // The forward (with the activation), writing mean and rstd.
-  void forward() {
-    LaunchArgs a;
-    a.x = x_.get();
-    a.y = y_.get();
-    a.weight = w_.get();
-    a.bias = b_.get();
-    a.batch = batch_;
-    a.eps = 1e-5f;
-    a.rstd = static_cast<float*>(rstd_.get());
-    if (c_.op != Op::kRmsNorm) a.mean = static_cast<float*>(mean_.get());
-    forward_.launch(a, nullptr);
-  }
-  BackwardArgs args() const {
-    BackwardArgs a;
-    a.x = x_.get();
-    a.dy = dy_.get();
-    a.dx = dx_.get();
-    a.dresidual_out = dh_.get();
-    a.rstd = static_cast<const float*>(rstd_.get());
-    if (c_.op != Op::kRmsNorm) a.mean = static_cast<const float*>(mean_.get());
-    a.weight = w_.get();
-    // The activation's input z = xhat * w + b: the bias, where there is one (and an activation).
-    if (c_.activation != Activation::kNone) a.bias = b_.get();
-    a.dweight = dw_.get();
-    a.dbias = db_.get();
-    a.batch = batch_;
-    return a;
-  }
-  // NaN in every output. Synchronized: the memsets are not ordered with non-blocking streams.
-  void poison() {
-    dx_.fill_bytes(0xff);
-    if (dw_.bytes()) dw_.fill_bytes(0xff);
-    if (db_.bytes()) db_.fill_bytes(0xff);
-    NORMJIT_CU(driver::api().cuCtxSynchronize());
-  }
-  void backward(CUstream stream = nullptr) { backward_.launch_backward(args(), stream); }
-  // forward, poison, backward, synchronize.
-  void run() {
-    forward();
-    poison();
-    backward();
-    NORMJIT_CU(driver::api().cuCtxSynchronize());
-  }
-
-  // dx, dweight and dbias against the float64 reference; `saved`: from the statistics the
-  // forward saved (the kernel's own inputs), else from float64 statistics of x. Measured as
-  // Backward::compare measures them.
-  Errors compare(bool saved) const {
-    const ActConfig& c = c_;
-    const Dtype param = c.param.value_or(c.dtype);
-    const std::vector<float> got_dx = reference::decode(c.dtype, download(dx_).data(), n_);
-    const size_t params = size_t(c.params());
-    std::vector<float> got_dw, got_db, mean(size_t(c.rows())), rstd(size_t(c.rows()));
-    if (dw_.bytes()) got_dw = reference::decode(param, download(dw_).data(), params);
-    if (db_.bytes()) got_db = reference::decode(param, download(db_).data(), params);
-    rstd_.download(rstd.data(), rstd.size() * 4);
-    if (c.op != Op::kRmsNorm) mean_.download(mean.data(), mean.size() * 4);
-    const bool rms = c.op == Op::kRmsNorm;
-    const int64_t h = c.row_length();
-    std::vector<double> ref_dw(params), ref_db(params), abs_dw(params), abs_db(params);
-    std::vector<double> xhat(static_cast<size_t>(h)), g(static_cast<size_t>(h));
-    std::vector<int64_t> at(static_cast<size_t>(h));
-    Errors e;
-    double err2 = 0, ref2 = 0, scale2 = 0;  // scale2: ||rstd * g||^2, the size of dx's terms
-    for (int64_t r = 0; r < c.rows(); ++r) {
-      for (int64_t i = 0; i < h; ++i) at[i] = c.offset(r, i);
-      double m = 0, s = 0;
-      if (saved) {
-        m = rms ? 0.0 : double(mean[size_t(r)]);
-        s = rstd[size_t(r)];
-      } else {
-        double sum = 0, sq = 0;
-        for (int64_t i = 0; i < h; ++i) sum += x_host_[at[i]];
-        if (!rms) m = sum / double(h);
-        for (int64_t i = 0; i < h; ++i) sq += (x_host_[at[i]] - m) * (x_host_[at[i]] - m);
-        s = 1.0 / std::sqrt(sq / double(h) + 1e-5);
-      }
-      double mean_g = 0, mean_gx = 0;
-      for (int64_t i = 0; i < h; ++i) {
-        const size_t j = size_t(c.param_index(at[i]));
-        const double w = w_host_.empty() ? 1.0 : c.weight_offset + double(w_host_[j]);
-        const double b = b_host_.empty() ? 0.0 : double(b_host_[j]);
-        xhat[i] = (double(x_host_[at[i]]) - m) * s;
-        const double dz = double(dy_host_[at[i]]) * activation_slope(c.activation, xhat[i] * w + b);
-        g[i] = dz * w;
-        mean_g += g[i];
-        mean_gx += g[i] * xhat[i];
-        ref_dw[j] += dz * xhat[i];
-        ref_db[j] += dz;
-        abs_dw[j] += std::fabs(dz * xhat[i]);
-        abs_db[j] += std::fabs(dz);
-      }
-      mean_g = rms ? 0.0 : mean_g / double(h);
-      mean_gx /= double(h);
-      for (int64_t i = 0; i < h; ++i) {
-        const double dh = dh_host_.empty() ? 0.0 : double(dh_host_[at[i]]);
-        accumulate(got_dx[size_t(at[i])], s * (g[i] - mean_g - xhat[i] * mean_gx) + dh, err2, ref2,
-                   e.finite);
-        scale2 += s * g[i] * s * g[i];
-      }
-    }
-    e.dx = relative(err2, std::max(ref2, scale2), e.finite);
-    for (auto [got, ref, terms, out] : {std::tuple{&got_dw, &ref_dw, &abs_dw, &e.dweight},
-                                        std::tuple{&got_db, &ref_db, &abs_db, &e.dbias}}) {
-      if (got->empty()) continue;
-      double err = 0, norm = 0, terms2 = 0;
-      bool ok = true;
-      for (size_t j = 0; j < params; ++j) {
-        accumulate((*got)[j], (*ref)[j], err, norm, ok);
-        terms2 += (*terms)[j] * (*terms)[j];
-      }
-      *out = relative(err, saved ? norm : std::max(norm, terms2), ok);
-      e.finite = e.finite && ok;
-    }
-    return e;
-  }
-
-  // The raw bytes of dx, dweight and dbias: for bitwise comparisons.
-  std::vector<unsigned char> bits() const {
-    std::vector<unsigned char> out = download(dx_);
-    for (const device::Buffer* b : {&dw_, &db_}) {
-      if (!b->bytes()) continue;
-      const std::vector<unsigned char> more = download(*b);
-      out.insert(out.end(), more.begin(), more.end());
-    }
-    return out;
-  }
-  // New dy in the same buffer (a captured graph reads it on replay).
-  void new_dy(uint64_t seed) {
-    dy_host_ = upload(dy_, c_.dtype, random_values(n_, Values::kNormal, seed));
-    NORMJIT_CU(driver::api().cuCtxSynchronize());
-  }
-  const device::Buffer& dx() const { return dx_; }
-  const Kernel& backward_kernel() const { return backward_; }
-
- private:
-  // Uploads values rounded to dtype; returns the rounded values.
-  static std::vector<float> upload(device::Buffer& buffer, Dtype d, const std::vector<float>& v) {
-    const std::vector<unsigned char> bytes = reference::encode(d, v);
-    buffer.upload(bytes.data(), bytes.size());
-    return reference::decode(d, bytes.data(), v.size());
-  }
-
-  ActConfig c_;
-  Kernel forward_, backward_;
-  size_t n_;
-  int64_t batch_;  // N (channel and group forms) or rows (trailing forms)
-  device::Buffer x_, dy_, y_, dx_, mean_, rstd_, w_, b_, dw_, db_, dh_;
-  std::vector<float> x_host_, dy_host_, w_host_, b_host_, dh_host_;
-};
+using ActBackward = BackwardRun<ActConfig>;
 
 // Against the saved statistics (the kernel's own inputs: f32 arithmetic and the outputs'
 // rounding) and, unless x has a large mean, against float64 statistics of x. With |mean| >> std
@@ -1449,7 +1041,7 @@ TEST_F(BackwardGpu, ActivationMatchesFloat64EveryStrategy) {
   bool wide_team = false, split_held = false, streamed = false, chunked = false;
   uint64_t seed = 9000;
   for (const ActConfig& c : configs) {
-    ActBackward run(engine, c, Values::kNormal, Bias::kNormal, seed++);
+    ActBackward run(engine, c, Values::kNormal, seed++);
     expect_activation_in_plan(run, c);
     const std::string plan = run.backward_kernel().plan_text();
     strategies.insert(strategy_in(plan));
@@ -1481,7 +1073,7 @@ TEST_F(BackwardGpu, ActivationMatchesFloat64EveryStrategy) {
   };
   prepare_act(fast_engine, dram);
   for (const ActConfig& c : dram) {
-    ActBackward run(fast_engine, c, Values::kNormal, Bias::kNormal, seed++);
+    ActBackward run(fast_engine, c, Values::kNormal, seed++);
     expect_activation_in_plan(run, c);
     EXPECT_NE(run.backward_kernel().plan_text().find("streamed (DRAM of 4814 GB/s"),
               std::string::npos)
@@ -1523,7 +1115,7 @@ TEST_F(BackwardGpu, ActivationAdversarialValuesAndBiases) {
   uint64_t seed = 9500;
   for (const ActConfig& c : configs) {
     for (Values values : {Values::kLargeMean, Values::kTiny, Values::kNegative}) {
-      ActBackward run(engine, c, values, Bias::kNormal, seed++);
+      ActBackward run(engine, c, values, seed++);
       run.run();
       expect_close(run, c, values, to_string(values));
     }
@@ -1534,7 +1126,7 @@ TEST_F(BackwardGpu, ActivationAdversarialValuesAndBiases) {
           (c.activation != Activation::kSilu || c.dtype == Dtype::kF16)) {
         continue;
       }
-      ActBackward run(engine, c, Values::kNormal, bias, seed++);
+      ActBackward run(engine, c, Values::kNormal, seed++, bias);
       run.run();
       expect_close(run, c, Values::kNormal, bias_name(bias));
       if (bias == Bias::kMixed) expect_same_bits_again(run, c.name());
@@ -1561,7 +1153,7 @@ TEST_F(BackwardGpu, ActivationDeterministicBitsAcrossRunsAndStreams) {
   prepare_act(engine, configs);
   uint64_t seed = 9800;
   for (const ActConfig& c : configs) {
-    ActBackward run(engine, c, Values::kNormal, Bias::kMixed, seed++);
+    ActBackward run(engine, c, Values::kNormal, seed++, Bias::kMixed);
     run.run();
     const Errors e = run.compare(/*saved=*/true);
     EXPECT_TRUE(e.finite) << c.name();
@@ -1584,7 +1176,7 @@ TEST_F(BackwardGpu, ActivationCudaGraphOnAFreshStreamReplaysWithNewInputs) {
   };
   prepare_act(engine, configs);
   for (const ActConfig& c : configs) {
-    ActBackward run(engine, c, Values::kNormal, Bias::kNormal, 9900);
+    ActBackward run(engine, c, Values::kNormal, 9900);
     run.run();  // eager first, on the default stream
     expect_close(run, c, Values::kNormal, "eager");
     expect_graph_replays(run, 9910, [&](const std::string& replay) {
@@ -1632,7 +1224,7 @@ TEST_F(BackwardGpu, ActivationLaunchRefusesAMissingOrUnwantedBias) {
   };
   uint64_t seed = 9950;
   for (const ActConfig& c : needs_bias) {
-    ActBackward run(engine, c, Values::kNormal, Bias::kNormal, seed++);
+    ActBackward run(engine, c, Values::kNormal, seed++);
     run.forward();
     BackwardArgs a = run.args();
     ASSERT_NE(a.bias, nullptr);
@@ -1655,7 +1247,7 @@ TEST_F(BackwardGpu, ActivationLaunchRefusesAMissingOrUnwantedBias) {
        "has no activation"},
   };
   for (const auto& [c, why] : unwanted) {
-    ActBackward run(engine, c, Values::kNormal, Bias::kNormal, seed++);
+    ActBackward run(engine, c, Values::kNormal, seed++);
     run.forward();
     BackwardArgs a = run.args();
     EXPECT_EQ(a.bias, nullptr) << c.name();
