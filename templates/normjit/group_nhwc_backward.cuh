@@ -238,17 +238,19 @@ __global__ void __launch_bounds__(C::kThreadsX* C::kThreadsY, C::kMinBlocksPerSm
       // in a fixed order; lane 0 gets the total.
       const auto column_sum = [&](const float* column) {
         float2 sum = make_float2(0.f, 0.f);
-        long long t = lane;
-        for (; t + 96 < T; t += 128) {  // four loads in flight, added in order
+        // Four loads in flight for any T, the last step's guarded, added in t order (one at a
+        // time where T <= 96, as T = 86 did, took three dependent L2 round trips a column:
+        // performance-notes, session 70).
+        for (long long t = lane; t < T; t += 128) {
           float2 part[4];
 #pragma unroll
-          for (int i = 0; i < 4; ++i) part[i] = load_global_cg2(column + (t + 32 * i) * 2);
+          for (int i = 0; i < 4; ++i) {
+            if (t + 32 * i < T) part[i] = load_global_cg2(column + (t + 32 * i) * 2);
+          }
 #pragma unroll
-          for (int i = 0; i < 4; ++i) sum.x += part[i].x, sum.y += part[i].y;
-        }
-        for (; t < T; t += 32) {
-          const float2 part = load_global_cg2(column + t * 2);
-          sum.x += part.x, sum.y += part.y;
+          for (int i = 0; i < 4; ++i) {
+            if (t + 32 * i < T) sum.x += part[i].x, sum.y += part[i].y;
+          }
         }
 #pragma unroll
         for (int offset = 16; offset > 0; offset /= 2) {
