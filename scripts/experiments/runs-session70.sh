@@ -11,6 +11,16 @@
 #    and the split/channels shards of lib.sh) and pytest's autograd GPU modules (their
 #    directional-derivative check now takes dx and dweight one at a time), from normjit's
 #    wheel in .whl.
+#   bash scripts/experiments/runs-session70.sh pipe   the split backward's rows pipelined across
+#        the exchange (scripts/experiments/split-backward-pipelined-rows.patch, built as
+#        .devcarry/sbwpipe by `scripts/experiments/build.sh split-backward-pipelined-rows sbwpipe`):
+#        scripts/ab_bench.py --rounds 2 of scripts/specs/split-backward-waves.txt, the library with
+#        its knobs off (head) against own1 (NJX_SBW_OWN=1), own3 (=3: pipelined) and own3a2 (own3
+#        with NJX_SBW_AHEAD=2) (~2.5 minutes; table in $out/sbwpipe-ab.txt)
+#   NORMJIT_REVISION=REV bash scripts/experiments/runs-session70.sh last   `pipe`, then the backward table's
+#        channels-last rows at this checkout's revision (scripts/perf_backward.sh --only
+#        "channels last" --budget-s 150: the 10 rows that group_nhwc_backward's step 2 changed in
+#        01fee80; JSON and section to $out/b)
 # Carry build-gpu/tests/gpu build-gpu/tools build-gpu/libnormjit.so* .whl .devcarry.
 # OUT: the folder that comes back (default ./runs-out).
 set -euo pipefail
@@ -42,8 +52,19 @@ case "${1:-}" in
     for p in "${pids[@]}"; do wait "$p" || status=1; done
     exit "$status"
     ;;
+  pipe)
+    ab_variants sbwpipe 170 2 scripts/specs/split-backward-waves.txt .devcarry/sbwpipe \
+      own1=NJX_SBW_OWN=1 own3=NJX_SBW_OWN=3 own3a2=NJX_SBW_OWN=3,NJX_SBW_AHEAD=2
+    ;;
+  last)
+    nvidia-smi -L >"$out/device.txt" 2>&1 || true
+    bash "$0" pipe >"$out/pipe.log" 2>&1 || echo "pipe: exit $?"
+    NORMJIT_REVISION=${NORMJIT_REVISION:?the revision build-gpu was built at} \
+      BUILD=build-gpu OUT="$out/b" timeout 200 bash scripts/perf_backward.sh --only "channels last" \
+      --budget-s 150 >"$out/perf.log" 2>&1 || echo "perf_backward: exit $?"
+    ;;
   *)
-    sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
     ;;
 esac
