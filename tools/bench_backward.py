@@ -1544,6 +1544,7 @@ def selftest() -> int:
         second = fake_report()
         second.rows = [dataclasses.replace(second.rows[1], problem=rep.rows[5].problem)]
         second.command = "python3 tools/bench_backward.py --only h8192"
+        second.settings = {**second.settings, "seed": 11}
         path2 = Path(tmp) / "b2.json"
         write_json(second, path2)
         merged_json = Path(tmp) / "merged.json"
@@ -1558,6 +1559,10 @@ def selftest() -> int:
         assert "problems skipped" not in merged and merged.count(ct.BACKWARD_BEGIN) == 1
         assert "--selftest` ; `python3 tools/bench_backward.py --only h8192`" in merged
         assert "Incomplete run" not in ct.section_block(merged, ct.BACKWARD_BEGIN, ct.BACKWARD_END)
+        # Each run's seed, once, merged again into the merged JSON.
+        assert "random seed 7, 11." in merged, "the seeds of both runs"
+        assert main(["--from-json", f"{merged_json},{path2}", "--doc", str(again)]) == 0
+        assert "random seed 7, 11." in again.read_text()
     assert main(["--list", "--only", "seeds"]) == 0
     print("selftest: ok")
     return 0

@@ -544,8 +544,8 @@ def merge_runs(reports: list[Any], key: Callable[[Any], Any],
     run of what it skipped, or partial runs merged into a table's JSON): a row measured in a
     later run replaces an earlier one's of the same key(row), a skipped row does not replace a
     measured one; rows in `order` (key -> position; rows it lacks last) or else as first met;
-    the commands and dates of every run; each environment value the runs' distinct ones in
-    their order (one value where they agree)."""
+    the commands and dates of every run; each environment value and the random seed the runs'
+    distinct ones in their order (one value where they agree)."""
     if len(reports) == 1:
         return reports[0]
     rep = dataclasses.replace(reports[-1], rows=[], warnings=[], env=dict(reports[-1].env))
@@ -565,6 +565,11 @@ def merge_runs(reports: list[Any], key: Callable[[Any], Any],
     for name in rep.env:
         values = [r.env.get(name, "") for r in reports]
         rep.env[name] = ", ".join(dict.fromkeys(v for v in values if v))
+    # The random seeds of every run (a merged table's rows come from several), each once.
+    seeds = dict.fromkeys(seed for r in reports if r.settings.get("seed") is not None
+                          for seed in str(r.settings["seed"]).split(", "))
+    if len(seeds) > 1:
+        rep.settings = {**rep.settings, "seed": ", ".join(seeds)}
     return rep
 
 
