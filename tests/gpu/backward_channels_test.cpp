@@ -1,16 +1,12 @@
 // The backward kernels of the [N, C, *spatial] forms (issue 20) on the GPU: GroupNorm
-// (group_backward.cuh) and RMSNorm/LayerNorm over dim 1 (channels_backward.cuh). The forward
-// with save_stats writes the statistics of each row (groupnorm: (n, g) at n * G + g; the channel
-// forms: (n, position s) at n * S + s), the backward kernel takes them with x, dy and the
-// weight, and dx, dweight and dbias are compared element by element with float64 formulas of
-// PyTorch's autograd:
-//   xhat = (x - mean) * rstd (rmsnorm: x * rstd), g = dy * (offset + w[c]),
-//   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) over the row's elements (rmsnorm: without
-//   mean(g)), dweight[c] = sum over n and positions of dy * xhat, dbias[c] = sum of dy.
-// As in backward_test.cpp, once from the statistics the forward saved (the kernel's own inputs)
-// and once from float64 statistics of x; dx is measured against max(||dx||, ||rstd * g||) and
-// dweight/dbias, against float64 statistics, against the size of their terms. Outputs are
-// poisoned (NaN) first. Kernels are prepared in parallel (harness.hpp).
+// (group_backward.cuh, group_nhwc_backward.cuh) and RMSNorm/LayerNorm over dim 1
+// (channels_backward.cuh). The forward with save_stats writes the statistics of each row
+// (groupnorm: (n, g) at n * G + g; the channel forms: (n, position s) at n * S + s), the backward
+// kernel takes them with x, dy and the weight, and dx, dweight and dbias are compared element by
+// element with the float64 reference of backward_harness.hpp (BackwardRun; Config says where a
+// statistics row's elements and their channels are), once from the statistics the forward saved
+// and once from float64 statistics of x. Outputs are poisoned (NaN) first. Kernels are prepared
+// in parallel (harness.hpp).
 #include <cmath>
 #include <cstring>
 #include <optional>

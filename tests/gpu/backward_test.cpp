@@ -1,16 +1,10 @@
 // The backward kernels (issue 20) on the GPU: the forward with save_stats writes each row's mean
 // and rstd, the backward kernel takes them with x, dy and the weight, and dx, dweight and dbias
-// are compared element by element with a float64 reference written here:
-//   xhat = (x - mean) * rstd (rmsnorm: x * rstd), g = dy * (offset + w),
-//   dx = rstd * (g - mean(g) - xhat * mean(g * xhat))   (rmsnorm: without mean(g)),
-//   dweight = sum over rows of dy * xhat, dbias = sum over rows of dy.
-// Two references: one from the statistics the forward saved (what the backward kernel is given:
-// it must be as exact as f32 arithmetic allows), and one from float64 statistics of x (the
+// are compared element by element with the float64 reference of backward_harness.hpp
+// (BackwardRun), once from the statistics the forward saved (what the backward kernel is given:
+// it must be as exact as f32 arithmetic allows) and once from float64 statistics of x (the
 // forward and backward together; with |mean| >> std the f32 mean the forward saves is itself
 // off by up to half an ulp of the mean, so that check allows 2^-23 |mean| / std more).
-// dx is measured against max(||dx_ref||, ||rstd * g||): where g lies almost along xhat (rmsnorm
-// rows of 1 element, layernorm rows of 2) dx is the eps-sized remainder of a cancellation that f32
-// (and PyTorch's f32 backward) can only resolve to 2^-24 of the terms that cancel.
 // Outputs are poisoned (NaN) first, so an element left unwritten cannot pass. dweight and
 // dbias are summed without floating-point atomics: two runs give the same bits.
 // With a residual (the fused add's backward), x stands for h and the backward spec's kernel
