@@ -21,6 +21,11 @@
 #        channels-last rows at this checkout's revision (scripts/perf_backward.sh --only
 #        "channels last" --budget-s 150: the 10 rows that group_nhwc_backward's step 2 changed in
 #        01fee80; JSON and section to $out/b)
+#   bash scripts/experiments/runs-session70.sh staged   own4 (NJX_SBW_OWN=4: own3 with each
+#        pass's x and dy through NJX_SBW_STAGES cp.async stages of shared memory, added to the
+#        patch after `pipe` ran): the streamed rows' GPU tests under own4 and own4 with 2 stages,
+#        then the A/B of the plan against own3, own4, own4s3, own4s2 (~6 minutes; table in
+#        $out/sbwstaged-ab.txt)
 # Carry build-gpu/tests/gpu build-gpu/tools build-gpu/libnormjit.so* .whl .devcarry.
 # OUT: the folder that comes back (default ./runs-out).
 set -euo pipefail
@@ -56,6 +61,19 @@ case "${1:-}" in
     ab_variants sbwpipe 170 2 scripts/specs/split-backward-waves.txt .devcarry/sbwpipe \
       own1=NJX_SBW_OWN=1 own3=NJX_SBW_OWN=3 own3a2=NJX_SBW_OWN=3,NJX_SBW_AHEAD=2
     ;;
+  staged)
+    # Session 70's later patch: own4 (own3 with x and dy through cp.async stages), first its
+    # GPU tests (the streamed rows' shards of lib.sh under NJX_SBW_OWN=4 and STAGES=2), then the
+    # A/B against the plan and own3.
+    status=0
+    test_shards own4 .devcarry/sbwpipe "NJX_SBW_OWN=4" 200 "${SPLIT_STREAMED_FILTERS[@]}" || status=1
+    test_shards own4s2 .devcarry/sbwpipe "NJX_SBW_OWN=4 NJX_SBW_STAGES=2" 200 \
+      "${SPLIT_STREAMED_FILTERS[0]}" || status=1
+    ab_variants sbwstaged 200 2 scripts/specs/split-backward-waves.txt .devcarry/sbwpipe \
+      own3=NJX_SBW_OWN=3 own4=NJX_SBW_OWN=4 own4s3=NJX_SBW_OWN=4,NJX_SBW_STAGES=3 \
+      own4s2=NJX_SBW_OWN=4,NJX_SBW_STAGES=2
+    exit "$status"
+    ;;
   last)
     nvidia-smi -L >"$out/device.txt" 2>&1 || true
     bash "$0" pipe >"$out/pipe.log" 2>&1 || echo "pipe: exit $?"
@@ -64,7 +82,7 @@ case "${1:-}" in
       --budget-s 150 >"$out/perf.log" 2>&1 || echo "perf_backward: exit $?"
     ;;
   *)
-    sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
     ;;
 esac
