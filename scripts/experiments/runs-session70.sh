@@ -24,7 +24,8 @@
 #   bash scripts/experiments/runs-session70.sh staged   own4 (NJX_SBW_OWN=4: own3 with each
 #        pass's x and dy through NJX_SBW_STAGES cp.async stages of shared memory, added to the
 #        patch after `pipe` ran): the streamed rows' GPU tests under own4 and own4 with 2 stages,
-#        then the A/B of the plan against own3, own4, own4s3, own4s2 (~6 minutes; table in
+#        then the A/B of the plan against own3, own4, own4s3, own4s2 and own4v2 (the f32 seed's
+#        pieces of two vectors kept: 2 stages) (~6.5 minutes; table in
 #        $out/sbwstaged-ab.txt)
 # Carry build-gpu/tests/gpu build-gpu/tools build-gpu/libnormjit.so* .whl .devcarry.
 # OUT: the folder that comes back (default ./runs-out).
@@ -71,7 +72,7 @@ case "${1:-}" in
       "${SPLIT_STREAMED_FILTERS[0]}" || status=1
     ab_variants sbwstaged 200 2 scripts/specs/split-backward-waves.txt .devcarry/sbwpipe \
       own3=NJX_SBW_OWN=3 own4=NJX_SBW_OWN=4 own4s3=NJX_SBW_OWN=4,NJX_SBW_STAGES=3 \
-      own4s2=NJX_SBW_OWN=4,NJX_SBW_STAGES=2
+      own4s2=NJX_SBW_OWN=4,NJX_SBW_STAGES=2 own4v2=NJX_SBW_OWN=4,NJX_SBW_ONE_VECTOR=0
     exit "$status"
     ;;
   last)
