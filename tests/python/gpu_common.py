@@ -63,10 +63,10 @@ def assert_directional_derivative(fn, x, w, dy, v, u, h=1e-2):
     _, (gx, gw) = grads_of(fn, (x, w), dy)
     for name, grad, given in (("dx", gx, v), ("dweight", gw, u)):
         for along in (given, grad.float()):
-            dx, dw = (along, 0) if name == "dx" else (0, along)
+            step_x, step_w = (along, 0) if name == "dx" else (0, along)
             with torch.no_grad():
-                plus = (fn(x + h * dx, w + h * dw).double() * dy).sum()
-                minus = (fn(x - h * dx, w - h * dw).double() * dy).sum()
+                plus = (fn(x + h * step_x, w + h * step_w).double() * dy).sum()
+                minus = (fn(x - h * step_x, w - h * step_w).double() * dy).sum()
             numeric = ((plus - minus) / (2 * h)).item()
             analytic = (grad.double() * along).sum().item()
             assert abs(numeric - analytic) <= 1e-2 * max(abs(analytic), 1.0), \
