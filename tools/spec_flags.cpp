@@ -34,12 +34,6 @@ void check_residual_flag(const NormSpec& s, const std::string& given) {
                     "residual; " +
                     what);
   }
-  if (s.backward) {
-    throw Error(ErrorCode::kInvalidArgument,
-                "invalid " + flag +
-                    ": --backward has no residual variant yet (the residual's gradient is dh, "
-                    "added by the caller); leave --residual out");
-  }
 }
 
 }  // namespace
