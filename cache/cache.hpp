@@ -17,6 +17,9 @@ namespace normjit::cache {
 
 constexpr int kFormatVersion = 1;
 constexpr uint64_t kDefaultMaxBytes = uint64_t{2} << 30;  // 2 GiB: NORMJIT_CACHE_MAX_BYTES unset
+// No cap, for a directory that must end up complete (a prewarm's): half of uint64_t's range, so
+// that adding an entry's size to a total cannot wrap.
+constexpr uint64_t kNoMaxBytes = ~uint64_t{0} / 2;
 // Temporary files older than this are taken for leftovers of killed writers and swept.
 constexpr int64_t kStaleTemporarySeconds = 3600;
 
@@ -64,6 +67,10 @@ struct StoreOptions {
   uint64_t max_bytes = kDefaultMaxBytes;  // cap on the writable layer
   bool max_bytes_from_env = false;        // from_env(): max_bytes came from the variable
   std::string max_bytes_problem;          // from_env(): why the variable's value was not used
+  // The writable layer must be usable: where it cannot be created, opened, trusted or written,
+  // the constructor throws Error(kInvalidArgument) saying why, instead of warning and caching
+  // in memory only (the engine of a prewarm, which must not pass for a success).
+  bool must_write = false;
 
   // NORMJIT_CACHE_DIR (default $XDG_CACHE_HOME/normjit, else ~/.cache/normjit),
   // NORMJIT_CACHE_READONLY (colon-separated), NORMJIT_CACHE_MAX_BYTES.

@@ -259,6 +259,7 @@ void Store::Impl::open_primary() {
   const auto memory_only = "; kernels are cached in memory only";
   // Remembered for maintenance commands, which must fail where they could not look.
   auto refuse = [&](const std::string& why) {
+    if (options.must_write) throw Error(ErrorCode::kInvalidArgument, why);
     primary.problem = why;
     warn(why + memory_only);
   };
@@ -301,8 +302,10 @@ void Store::Impl::open_primary() {
   // access(2) semantics catch a read-only mount (EROFS) and missing write permission (which
   // root bypasses); save() still handles failures of the real writes (ENOSPC, quotas, ...).
   if (::faccessat(primary.dir.get(), ".", W_OK | X_OK, AT_EACCESS) != 0) {
-    warn("cache directory " + dir + " is not writable (" + detail::errno_text(errno) +
-         "); its kernels are still read, new ones are cached in memory only");
+    const std::string why =
+        "cache directory " + dir + " is not writable (" + detail::errno_text(errno) + ")";
+    if (options.must_write) throw Error(ErrorCode::kInvalidArgument, why);
+    warn(why + "; its kernels are still read, new ones are cached in memory only");
     write_warned = true;
     return;
   }
@@ -381,10 +384,11 @@ void Store::Impl::reject(size_t index, const std::string& key, const struct stat
     std::lock_guard lock(bad_mutex);
     known_bad.insert(file_id(index, key, *judged));
   }
-  // A read-only layer's entry stays; the kernel comes from a later layer, or is rebuilt into
-  // the writable one where the JIT is on.
+  // An entry of a layer opened read-only stays (a read-only layer, or a directory that only
+  // looks, such as `normjit dump --cache-entry`'s); the kernel comes from a later layer, or is
+  // rebuilt into the writable one where the JIT is on.
   std::string outcome =
-      l.readonly ? "; skipped (a read-only layer: it stays)" : "; it will be rebuilt";
+      l.readonly ? "; skipped (opened read-only: it stays)" : "; it will be rebuilt";
   if (removed) {
     outcome = "; removed, it will be rebuilt";
   } else if (remove_error != 0) {
@@ -720,7 +724,11 @@ EntryInfo Store::Impl::describe(size_t index, const std::string& name, bool veri
 Store::Store(StoreOptions options) : impl_(std::make_unique<Impl>()) {
   impl_->options = std::move(options);
   impl_->primary.readonly = false;
-  if (!impl_->options.dir.empty()) impl_->open_primary();
+  if (!impl_->options.dir.empty()) {
+    impl_->open_primary();
+  } else if (impl_->options.must_write) {
+    throw Error(ErrorCode::kInvalidArgument, "no cache directory is given to write to");
+  }
   for (const std::string& path : impl_->options.readonly) {
     if (!path.empty() && path != impl_->options.dir) impl_->open_readonly(path);
   }

@@ -216,10 +216,15 @@ normjit_status normjit_engine_create_ex(const normjit_engine_config* config, nor
       normjit::throw_invalid_argument(
           "config", "NULL", "fill a normjit_engine_config with normjit_engine_config_init");
     }
-    check_args_size(config, config->size, sizeof(normjit_engine_config),
+    // The first published struct ended at dram_gbps; prewarm came later.
+    check_args_size(config, config->size,
+                    offsetof(normjit_engine_config, dram_gbps) + sizeof(config->dram_gbps),
                     sizeof(normjit_engine_config), "normjit_engine_config", "config.size");
-    normjit::EngineOptions o = engine_options(&config->options);
-    o.dram_gbps = config->dram_gbps;  // checked by the engine
+    normjit_engine_config c{};
+    std::memcpy(&c, config, std::min(config->size, sizeof(normjit_engine_config)));
+    normjit::EngineOptions o = engine_options(&c.options);
+    o.dram_gbps = c.dram_gbps;  // checked by the engine
+    o.prewarm = c.prewarm != 0;
     *out = new normjit_engine(std::move(o));
   });
 }

@@ -151,6 +151,20 @@ bool jit_disabled_by_env() {
   return false;
 }
 
+// A prewarm engine's settings: the cache options it decides itself must be left unset.
+void check_prewarm_options(const EngineOptions& o) {
+  const auto refuse = [](const std::string& name, const std::string& value) {
+    throw_invalid_argument(name, value,
+                           "is not for a prewarm engine (prewarm true), which reads and writes "
+                           "its cache directory alone, uncapped, with the JIT on; leave it unset");
+  };
+  if (!o.readonly_cache_dirs.empty())
+    refuse("readonly_cache_dirs", quoted_excerpt(o.readonly_cache_dirs[0]));
+  if (o.cache_max_bytes != 0) refuse("cache_max_bytes", std::to_string(o.cache_max_bytes));
+  if (o.memory_only) refuse("memory_only", "true");
+  if (o.jit_disabled) refuse("jit_disabled", "true");
+}
+
 [[noreturn]] void throw_jit_disabled(const NormSpec& spec, const Target& target,
                                      const std::string& key) {
   throw Error(ErrorCode::kCacheMiss,
@@ -291,7 +305,8 @@ class EngineImpl {
 };
 
 EngineImpl::EngineImpl(EngineOptions options) : options_(std::move(options)) {
-  if (jit_disabled_by_env()) options_.jit_disabled = true;
+  if (options_.prewarm) check_prewarm_options(options_);
+  if (!options_.prewarm && jit_disabled_by_env()) options_.jit_disabled = true;
   if (options_.dram_gbps == 0) options_.dram_gbps = device::dram_gbps_from_env();
   cache::StoreOptions store = cache::StoreOptions::from_env();
   if (!options_.cache_dir.empty()) store.dir = options_.cache_dir;
@@ -300,6 +315,20 @@ EngineImpl::EngineImpl(EngineOptions options) : options_(std::move(options)) {
   if (options_.memory_only) {
     store.dir.clear();
     store.readonly.clear();
+  }
+  if (options_.prewarm) {
+    // The directory alone, complete: production reads it as a read-only layer, uncapped.
+    store.readonly.clear();
+    store.max_bytes = cache::kNoMaxBytes;
+    store.must_write = true;
+    try {
+      store_ = std::make_unique<cache::Store>(store);
+    } catch (const Error& e) {
+      throw_invalid_argument("cache_dir", quoted_excerpt(store.dir),
+                             std::string("a prewarm engine cannot write its kernels there (") +
+                                 e.what() + "); give a directory it can create or write");
+    }
+    return;
   }
   store_ = std::make_unique<cache::Store>(store);
 }
@@ -529,6 +558,13 @@ bool EngineImpl::precompile_one(const NormSpec& spec, const std::string& arch) {
   if (store_->load(key)) return false;
   if (options_.jit_disabled) throw_jit_disabled(spec, target, key);
   compile_and_save(key, spec, p, emitted, inputs, target, /*recheck_cache=*/true);
+  // A save that failed (a full disk, a lost permission) leaves the store memory-only, with a
+  // warning: a prewarm must not go on as if the kernel were in its directory.
+  if (options_.prewarm && !store_->writable()) {
+    throw_invalid_argument("cache_dir", quoted_excerpt(store_->options().dir),
+                           "a prewarm engine could not write the kernel of " + spec.to_string() +
+                               " for " + target.text() + " there (see the warning above)");
+  }
   return true;
 }
 

@@ -317,14 +317,16 @@ void run_clear(const CacheFlags& flags) {
 
 void print_explanation(const cache::Explanation& e) {
   if (e.found) {
+    // A hit needs no comparison: the nearest other entry (another op, maybe) would only
+    // suggest a difference that does not matter.
     std::printf("present:    yes, in the %s layer %s\n            %s\n",
                 e.found->readonly ? "read-only" : "writable", e.found->layer.c_str(),
                 e.found->path.c_str());
-  } else {
-    std::printf("present:    no valid entry in any layer\n");
+    return;
   }
+  std::printf("present:    no valid entry in any layer\n");
   if (!e.nearest) {
-    std::printf("nearest:    no %sentry to compare with\n", e.found ? "other " : "");
+    std::printf("nearest:    no entry to compare with\n");
     return;
   }
   std::printf("nearest:    %s (%s)\n            in %s; shares %zu of %zu preimage lines\n",

@@ -43,5 +43,8 @@ struct SpecFlags {
 
 // Where `normjit` keeps its cache unless --cache-dir says otherwise.
 std::string default_cache_dir();
+// Why kernels cannot be written into cache directory `dir` (it cannot be created, opened,
+// trusted or written), or nullopt where they can; creates it where it is missing.
+std::optional<std::string> cache_dir_problem(const std::string& dir);
 
 }  // namespace normjit::tools

@@ -116,6 +116,13 @@ void run_on_gpu(Engine& engine, const NormSpec& spec, const DemoOptions& o) {
   }
 }
 
+// Where a compiled kernel goes: "in DIR", or memory only where the directory cannot be written
+// (the engine warned why as it opened it; a probe that must write says it again, silently).
+std::string where_kernels_go(const std::string& dir) {
+  const std::optional<std::string> problem = cache_dir_problem(dir);
+  return problem ? "in memory only (" + *problem + ")" : "in " + dir;
+}
+
 void run_demo(const DemoOptions& o) {
   // Checked as dump and prewarm check it, GPU or not, before anything is printed.
   const Target target = parse_arch("--arch", o.arch);
@@ -124,9 +131,10 @@ void run_demo(const DemoOptions& o) {
   Engine engine(engine_options);
   const bool gpu = gpu_available();
   const std::string cache_dir = o.cache_dir.empty() ? default_cache_dir() : o.cache_dir;
+  const std::string where = where_kernels_go(cache_dir);
   if (gpu) {
     device::PrimaryContext context(0);
-    std::printf("normjit demo on %s; cache %s\n", context.name().c_str(), cache_dir.c_str());
+    std::printf("normjit demo on %s; kernels cached %s\n", context.name().c_str(), where.c_str());
     for (const NormSpec& spec : seed_specs()) {
       std::printf("%s\n", spec.to_string().c_str());
       run_on_gpu(engine, spec, o);
@@ -143,8 +151,12 @@ void run_demo(const DemoOptions& o) {
     std::printf("%s", p.to_string().c_str());
     std::fflush(stdout);  // the compile takes a moment: show what is being built first
     const bool compiled = engine.precompile(spec, o.arch);
-    std::printf("binary: %s, key %s, in %s\n", compiled ? "compiled now" : "already cached",
-                key_inputs(spec, target).key().c_str(), cache_dir.c_str());
+    const std::string key = key_inputs(spec, target).key();
+    if (compiled) {
+      std::printf("binary: compiled now, key %s, %s\n", key.c_str(), where.c_str());
+    } else {
+      std::printf("binary: already cached, key %s\n", key.c_str());
+    }
   }
 }
 

@@ -668,45 +668,26 @@ struct SinkGuard {
 };
 
 // A prewarm that wrote nothing would pass for a success, so an unusable directory is an error
-// here (the library only warns and falls back to memory).
-void require_writable(const std::string& dir, uint64_t max_bytes) {
-  std::vector<std::string> warnings;
-  SinkGuard restore;
-  cache::set_warning_sink([&](const std::string& w) { warnings.push_back(w); });
-  cache::StoreOptions options;
-  options.dir = dir;
-  options.max_bytes = max_bytes;
-  const cache::Store probe(options);
-  if (probe.writable()) return;
-  // The store's warnings go on with what a running process does without the directory
-  // ("... cached in memory only"); prewarm fails instead, so only the cause is kept.
-  std::string why;
-  for (std::string w : warnings) {
-    for (const char* tail :
-         {"; kernels are cached in memory only", "; its kernels are still read"}) {
-      if (const size_t at = w.find(tail); at != std::string::npos) w.erase(at);
-    }
-    why += (why.empty() ? "" : "; ") + w;
+// (the library, outside a prewarm engine, only warns and falls back to memory); checked here
+// first so that the error names the flag.
+void require_writable(const std::string& dir) {
+  if (const std::optional<std::string> problem = cache_dir_problem(dir)) {
+    throw_invalid_argument("--cache-dir", "'" + dir + "'",
+                           "prewarm cannot write its kernels there (" + *problem +
+                               "), so it fails; give a directory it can create or write");
   }
-  throw_invalid_argument("--cache-dir", "'" + dir + "'",
-                         "prewarm cannot write its kernels there" +
-                             (why.empty() ? "" : " (" + why + ")") +
-                             ", so it fails; give a directory it can create or write");
 }
 
 void run_prewarm(const PrewarmOptions& o, const std::vector<ManifestEntry>& entries,
                  const std::vector<Target>& targets) {
   const std::string dir = cache_dir_of(o);
-  // The directory must end up complete by itself, whatever the byte cap: it is shipped, and
-  // production reads it as a read-only layer, where no cap applies.
-  const uint64_t no_cap = std::numeric_limits<uint64_t>::max() / 2;
-  require_writable(dir, no_cap);
-  // Kernels found in NORMJIT_CACHE_READONLY layers would count as "already cached" without
-  // being written to dir; only dir counts here. Still single-threaded: setenv is safe.
-  ::unsetenv("NORMJIT_CACHE_READONLY");
+  require_writable(dir);
+  // The directory alone, uncapped, the JIT on (EngineOptions::prewarm): it is shipped, and
+  // production reads it as a read-only layer, where no cap applies; kernels of
+  // NORMJIT_CACHE_READONLY layers would count as "already cached" without being in dir.
   EngineOptions engine_options;
   engine_options.cache_dir = dir;
-  engine_options.cache_max_bytes = no_cap;
+  engine_options.prewarm = true;
   Engine engine(engine_options);
 
   std::vector<Task> tasks = make_tasks(entries, targets);
@@ -799,6 +780,11 @@ void run_prewarm(const PrewarmOptions& o, const std::vector<ManifestEntry>& entr
                                  "('normjit cache clear' or 'gc'?); run prewarm again";
   }
 
+  // What the directory holds of the work's kernels now, for the summary: all of them only where
+  // nothing failed.
+  size_t present = 0;
+  for (const std::string& key : keys) present += check->load(key) ? 1 : 0;
+
   size_t compiled = 0, cached = 0, failed = 0;
   for (size_t i : work) {
     const Task& t = tasks[i];
@@ -811,8 +797,11 @@ void run_prewarm(const PrewarmOptions& o, const std::vector<ManifestEntry>& entr
     }
   }
   std::fflush(stderr);
+  const std::string held = present == keys.size() ? plural(keys.size(), "kernel", "kernels")
+                                                  : std::to_string(present) + " of the " +
+                                                        plural(keys.size(), "kernel", "kernels");
   std::printf("prewarm: %zu compiled, %zu already cached, %zu failed (%s in %s", compiled, cached,
-              failed, plural(keys.size(), "kernel", "kernels").c_str(), dir.c_str());
+              failed, held.c_str(), dir.c_str());
   if (duplicates) {
     std::printf(
         "; %s the kernels of another, differing only in batch, eps or a layout the "
@@ -848,7 +837,9 @@ void add_prewarm_command(CLI::App& app) {
       "prewarm",
       "Compile every spec of a manifest for every listed architecture into a cache directory,\n"
       "in parallel. Needs no GPU and never initializes CUDA, so it runs on build machines; ship\n"
-      "the directory and point NORMJIT_CACHE_READONLY at it (docs/deployment.md).\n"
+      "the directory and point NORMJIT_CACHE_READONLY at it (docs/deployment.md). Only the\n"
+      "directory counts and all of it stays: NORMJIT_CACHE_READONLY, NORMJIT_CACHE_MAX_BYTES and\n"
+      "NORMJIT_JIT are ignored here.\n"
       "The manifest is a JSON list of specs whose fields are the spec flags' names: op, shape\n"
       "(list of ints), dtype, normalized_dims, groups, affine, eps, param_dtype, out_dtype,\n"
       "residual (a dtype), weight_offset (a number), activation (none, silu or gelu),\n"

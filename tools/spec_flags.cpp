@@ -176,4 +176,17 @@ NormSpec SpecFlags::resolve() const {
 
 std::string default_cache_dir() { return cache::StoreOptions::from_env().dir; }
 
+std::optional<std::string> cache_dir_problem(const std::string& dir) {
+  cache::StoreOptions probe;
+  probe.dir = dir;
+  probe.max_bytes = cache::kNoMaxBytes;
+  probe.must_write = true;
+  try {
+    const cache::Store store(probe);
+  } catch (const Error& e) {
+    return std::string(e.what());
+  }
+  return std::nullopt;
+}
+
 }  // namespace normjit::tools

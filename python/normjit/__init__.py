@@ -51,13 +51,19 @@ class Engine:
     def __init__(self, cache_dir: Optional[_PathLike] = None,
                  readonly_dirs: Union[None, _PathLike, Sequence[_PathLike]] = None,
                  cache_max_bytes: int = 0, memory_only: bool = False, jit_disabled: bool = False,
-                 device: int = 0, dram_gbps: int = 0):
+                 device: int = 0, dram_gbps: int = 0, prewarm: bool = False):
         """cache_dir: a str or os.PathLike; readonly_dirs: one, a colon-separated str, or a
         sequence of them; cache_max_bytes: 0 (the environment's or the default) or more;
         device: a CUDA device index; dram_gbps: plan for this peak DRAM bandwidth in GB/s
         instead of the GPU's (0, the default: NORMJIT_DRAM_GBPS, else the GPU's), e.g. 4814 to
         run the kernels a cache was prewarmed for with `normjit prewarm --arch sm_90:132:4814`
-        (an H200) on another part. (C: normjit_engine_config, normjit_engine_create_ex.)"""
+        (an H200) on another part; prewarm: the engine of a prewarm, as `normjit prewarm`'s,
+        filling cache_dir (or NORMJIT_CACHE_DIR's) to be shipped: that directory alone
+        (NORMJIT_CACHE_READONLY is not read), uncapped, the JIT on whatever NORMJIT_JIT says;
+        it raises where the directory cannot be created or written, and precompile raises
+        where its kernel could not be written there (readonly_dirs, cache_max_bytes,
+        memory_only and jit_disabled left unset). (C: normjit_engine_config,
+        normjit_engine_create_ex.)"""
         # The arguments are checked before the library is loaded, so that a wrong one is
         # named whatever the machine has.
         strings = [_path_text(cache_dir, "cache_dir"), _dirs_text(readonly_dirs)]
@@ -71,6 +77,7 @@ class Engine:
         config = _EngineConfig()
         lib.normjit_engine_config_init(ctypes.byref(config))
         config.dram_gbps = dram_gbps
+        config.prewarm = int(bool(prewarm))
         opts = config.options
         # The C strings must outlive the create call only; keep them with the options anyway.
         self._strings = strings

@@ -69,6 +69,7 @@ class EngineConfig(ctypes.Structure):
         ("size", ctypes.c_size_t),
         ("options", EngineOptions),
         ("dram_gbps", ctypes.c_int),
+        ("prewarm", ctypes.c_int),
     ]
 
 

@@ -103,12 +103,54 @@ def test_prewarm_compiles_the_manifest_into_what_the_run_asks_for(emu, tmp_path,
     ('{"op": "rmsnorm"}', "sm_90", "is not a JSON list of objects"),
     ('[{"op": "rmsnorm", "shape": [2, 8], "dtype": "f64"}]', "sm_90", "f64"),
     ('[]', " , ", "names no target"),
+    ('[]', "sm_90", "lists no spec"),
+    ('', "sm_90", "is not JSON"),
+    ('[{"op": "rmsnorm", "shape": [2, 8], "dtype": "f16", "dtype": "f32"}]', "sm_90",
+     "'dtype' is given twice"),
+    ('[{"op": "rmsnorm", "shape": [2, 8]}]', "sm_90,,sm_80", "names an empty target"),
 ])
 def test_prewarm_names_what_is_wrong(text, arch, match, tmp_path):
     path = tmp_path / "m.json"
     path.write_text(text)
     with pytest.raises((ValueError, normjit.NormjitError), match=match):
         njt.prewarm(path, arch, tmp_path / "cache")
+
+
+SPECS = ["op=rmsnorm shape=2,8 dtype=f16", "op=rmsnorm shape=3,5,7 dtype=bf16 affine=weight"]
+
+
+def test_prewarm_fills_its_directory_whatever_the_environment_says(tmp_path, monkeypatch):
+    """With cache_dir, prewarm keeps `normjit prewarm`'s guarantees: a kernel of a
+    NORMJIT_CACHE_READONLY layer is compiled into the directory all the same (it used to count
+    as already cached, leaving the directory empty), NORMJIT_CACHE_MAX_BYTES evicts nothing,
+    NORMJIT_JIT=off does not stop it; the directory then holds every kernel by itself."""
+    layer, shipped = tmp_path / "layer", tmp_path / "shipped"
+    assert njt.prewarm(SPECS, "sm_90", layer) == (2, 0)
+    monkeypatch.setenv("NORMJIT_CACHE_READONLY", str(layer))
+    monkeypatch.setenv("NORMJIT_CACHE_MAX_BYTES", "1")
+    monkeypatch.setenv("NORMJIT_JIT", "off")
+    assert njt.prewarm(SPECS, "sm_90", shipped) == (2, 0)
+    monkeypatch.delenv("NORMJIT_CACHE_READONLY")
+    monkeypatch.delenv("NORMJIT_CACHE_MAX_BYTES")
+    engine = normjit.Engine(cache_dir=shipped, jit_disabled=True)
+    try:
+        for spec in SPECS:
+            assert engine.precompile(spec, "sm_90") is False, spec
+    finally:
+        engine.close()
+
+
+def test_prewarm_raises_where_its_kernels_cannot_be_written(tmp_path, monkeypatch):
+    """A cache_dir that cannot be a directory, or a save that fails (the cache's fault hook: a
+    full disk), raises naming cache_dir, where it used to return counts for kernels kept in
+    memory only."""
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    with pytest.raises(normjit.NormjitError, match="invalid cache_dir .*Not a directory"):
+        njt.prewarm(SPECS, "sm_90", a_file)
+    monkeypatch.setenv("NORMJIT_CACHE_FAULT", "enospc")
+    with pytest.raises(normjit.NormjitError, match="could not write the kernel of op=rmsnorm"):
+        njt.prewarm(SPECS, "sm_90", tmp_path / "full")
 
 
 def test_the_manifest_is_one_the_command_line_tool_reads(emu, tmp_path):

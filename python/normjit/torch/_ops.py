@@ -2559,6 +2559,33 @@ def write_manifest(path) -> int:
     return len(entries)
 
 
+def _read_manifest(path) -> list:
+    """The entries of a manifest file, each a dict, refusing what `normjit prewarm` refuses:
+    text that is not JSON, anything but a list of objects, a field given twice in an entry."""
+    import json
+
+    def no_twice(pairs):
+        seen = set()
+        for name, _ in pairs:
+            if name in seen:
+                raise ValueError(f"normjit.torch.prewarm: manifest {str(path)!r}: field "
+                                 f"{name!r} is given twice in an entry; give each field once")
+            seen.add(name)
+        return dict(pairs)
+
+    with open(path) as f:
+        text = f.read()
+    try:
+        entries = json.loads(text, object_pairs_hook=no_twice)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"normjit.torch.prewarm: manifest {str(path)!r} is not JSON ({e}); "
+                         "expected a list of specs (docs/deployment.md)") from None
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise ValueError(f"normjit.torch.prewarm: manifest {str(path)!r} is not a JSON "
+                         "list of objects (a list of specs: docs/deployment.md)")
+    return entries
+
+
 def _spec_text(entry: dict) -> str:
     """A manifest entry (its JSON types) as spec text: the library checks its fields."""
     words = []
@@ -2578,31 +2605,40 @@ def prewarm(manifest, arch: Union[str, Sequence[str]] = "sm_90", cache_dir=None,
     """Compiles every kernel of `manifest` (a manifest's path, as write_manifest writes and
     `normjit prewarm` reads, or a list of spec texts) for each `arch` ("sm_90", "sm_90:114",
     ...; a list, or comma-separated) into `cache_dir` (default: the cache of this process's
-    engine), with no GPU needed; returns (compiled, already cached). Run it on the build
+    engine), with no GPU needed; returns (compiled, already cached). With cache_dir, as
+    `normjit prewarm` does: only that directory counts (NORMJIT_CACHE_READONLY's layers are
+    not read), with no byte cap and the JIT on whatever NORMJIT_JIT says, and it raises
+    where the directory cannot be written or a kernel could not be saved there, so that a
+    shipped directory is never silently incomplete (normjit.Engine's prewarm). Run it on the build
     machine in the Python environment the application runs in: a cached kernel's key holds the
     NVRTC build, and a process that imports PyTorch compiles with PyTorch's NVRTC (the
     nvidia-cuda-nvrtc wheel), which `normjit prewarm`, run alone, does not load
     (docs/deployment.md, "PyTorch processes"). verbose: a line per kernel on stderr."""
-    import json
     import sys
+    names = arch.split(",") if isinstance(arch, str) else list(arch)
+    archs = [str(a).strip() for a in names]
+    if not any(archs):
+        raise ValueError(f"normjit.torch.prewarm: arch {arch!r} names no target (e.g. 'sm_90')")
+    if not all(archs):
+        raise ValueError(f"normjit.torch.prewarm: arch {arch!r} names an empty target; list "
+                         "targets like 'sm_80,sm_90' or ['sm_80', 'sm_90']")
     if isinstance(manifest, (list, tuple)):
         specs = [str(s) for s in manifest]
+        where = "manifest (a list of spec texts)"
     else:
-        with open(manifest) as f:
-            entries = json.load(f)
-        if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
-            raise ValueError(f"normjit.torch.prewarm: manifest {str(manifest)!r} is not a JSON "
-                             "list of objects (a list of specs: docs/deployment.md)")
-        specs = [_spec_text(e) for e in entries]
-    archs = [a.strip() for a in (arch.split(",") if isinstance(arch, str) else arch)
-             if a.strip()]
-    if not archs:
-        raise ValueError(f"normjit.torch.prewarm: arch {arch!r} names no target (e.g. 'sm_90')")
-    engine = normjit.Engine(cache_dir=cache_dir) if cache_dir is not None else normjit.engine()
+        specs = [_spec_text(e) for e in _read_manifest(manifest)]
+        where = f"manifest {str(manifest)!r}"
+    if not specs:
+        raise ValueError(f"normjit.torch.prewarm: {where} lists no spec; expected specs such as "
+                         '[{"op": "rmsnorm", "shape": [8, 64, 32, 32]}] (docs/deployment.md)')
+    engine = (normjit.Engine(cache_dir=cache_dir, prewarm=True) if cache_dir is not None
+              else normjit.engine())
     compiled = cached = 0
     try:
-        for a in archs:
-            for i, spec in enumerate(specs, 1):
+        # Each spec for every arch in turn: an arch the library refuses fails at the first
+        # spec, before the other archs' kernels are compiled.
+        for i, spec in enumerate(specs, 1):
+            for a in archs:
                 if engine.precompile(spec, a):
                     compiled += 1
                 else:

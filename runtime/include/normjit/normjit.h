@@ -74,6 +74,13 @@ typedef struct normjit_engine_config {
                     GPU's, e.g. the one a cache was prewarmed for with prewarm --arch
                     sm_90:132:4814; 0 (default): NORMJIT_DRAM_GBPS if set, else the
                     GPU's */
+  int prewarm;   /* nonzero: the engine of a prewarm, filling cache_dir (or NORMJIT_CACHE_DIR's)
+                    to be shipped, as `normjit prewarm`'s: it reads and writes that directory
+                    alone (NORMJIT_CACHE_READONLY is not read), uncapped, with the JIT on
+                    whatever NORMJIT_JIT says; creating it fails (NORMJIT_ERROR_INVALID_ARGUMENT)
+                    where the directory cannot be created or written, and normjit_precompile
+                    fails where its kernel could not be written there. readonly_dirs,
+                    cache_max_bytes, memory_only and jit_disabled must be left 0. Default 0. */
 } normjit_engine_config;
 
 /* Fills *config with the defaults (those of normjit_engine_options_init, dram_gbps 0). */

@@ -130,6 +130,14 @@ struct EngineOptions {
   // (`prewarm --arch sm_90:132:B`) to run those kernels on another part, or to test either plan
   // on one GPU.
   int dram_gbps = 0;
+  // The engine of a prewarm (as `normjit prewarm`'s), which fills cache_dir (or
+  // NORMJIT_CACHE_DIR's) to be shipped: it reads and writes that directory alone
+  // (NORMJIT_CACHE_READONLY is not read), with no byte cap (the directory must end up complete),
+  // and compiles whatever NORMJIT_JIT says. Construction fails (kInvalidArgument) where the
+  // directory cannot be created or written, and a precompile fails where its kernel could not be
+  // written there, so that a prewarm never passes for a success with kernels missing.
+  // readonly_cache_dirs, cache_max_bytes, memory_only and jit_disabled must be left unset.
+  bool prewarm = false;
 };
 
 struct EngineCounters {

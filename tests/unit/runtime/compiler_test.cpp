@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <future>
@@ -163,6 +164,167 @@ TEST(Engine, RefusesADramBandwidthOutOfRangeNamingTheOption) {
   o.memory_only = true;
   o.dram_gbps = 4814;
   EXPECT_NO_THROW(Engine{o});
+}
+
+namespace {
+
+// In a death test's child: precompiles a kernel in no cache layer with NORMJIT_JIT=value and
+// exits 3 when it compiled, 4 when the JIT was off (a cache miss), 5 on another error.
+[[noreturn]] void precompile_with_jit(const std::string& value) {
+  ::setenv("NORMJIT_JIT", value.c_str(), 1);
+  EngineOptions o;
+  o.memory_only = true;
+  Engine engine(o);
+  try {
+    engine.precompile(NormSpec::parse("op=rmsnorm shape=1,7,9 dtype=f16"), "sm_90");
+    std::_Exit(3);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    std::_Exit(e.code() == ErrorCode::kCacheMiss ? 4 : 5);
+  }
+}
+
+// A child's stderr holds `part` (or, with has false, does not).
+class StderrHas : public ::testing::MatcherInterface<const std::string&> {
+ public:
+  StderrHas(std::string part, bool has) : part_(std::move(part)), has_(has) {}
+  bool MatchAndExplain(const std::string& err,
+                       ::testing::MatchResultListener* /*listener*/) const override {
+    return (err.find(part_) != std::string::npos) == has_;
+  }
+  void DescribeTo(std::ostream* os) const override {
+    *os << (has_ ? "contains " : "does not contain ") << "'" << part_ << "'";
+  }
+
+ private:
+  std::string part_;
+  bool has_;
+};
+::testing::Matcher<const std::string&> has(const std::string& part, bool yes = true) {
+  return ::testing::Matcher<const std::string&>(new StderrHas(part, yes));
+}
+
+// An environment variable set for a test's scope, unset at its end.
+struct ScopedEnv {
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    ::setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() { ::unsetenv(name_); }
+  const char* name_;
+};
+
+}  // namespace
+
+// NORMJIT_JIT (engine.cpp's jit_disabled_by_env), each value in a child process, since its
+// warning is once a process: off, 0, false and no in any case turn the JIT off, so that a
+// kernel in no layer is a cache miss; on, 1, true, yes and empty leave it on; any other value
+// leaves it on with one warning naming it (a typo must not pass as a setting that took effect).
+TEST(Engine, JitSwitchTakesTheCommonSpellingsAndWarnsOfOthers) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  for (const char* off : {"off", "0", "OFF", "Off", "false", "FALSE", "no", "No"}) {
+    EXPECT_EXIT(precompile_with_jit(off), ::testing::ExitedWithCode(4), has("JIT is off"))
+        << "NORMJIT_JIT=" << off;
+    EXPECT_EXIT(precompile_with_jit(off), ::testing::ExitedWithCode(4), has("warning", false))
+        << "NORMJIT_JIT=" << off;
+  }
+  for (const char* on : {"on", "1", "ON", "true", "True", "yes", "YES", ""}) {
+    EXPECT_EXIT(precompile_with_jit(on), ::testing::ExitedWithCode(3), has("warning", false))
+        << "NORMJIT_JIT=" << on;
+  }
+  for (const std::string other : {"maybe", "disabled", " off", "2"}) {
+    EXPECT_EXIT(precompile_with_jit(other), ::testing::ExitedWithCode(3),
+                has("NORMJIT_JIT='" + other + "' is not off"))
+        << "NORMJIT_JIT=" << other;
+  }
+}
+
+// EngineOptions::prewarm: the directory alone (a kernel of a NORMJIT_CACHE_READONLY layer is
+// compiled into it all the same), uncapped (NORMJIT_CACHE_MAX_BYTES of 1 byte keeps every
+// entry), the JIT on (NORMJIT_JIT=off does not stop it). Needs no GPU.
+TEST(Engine, APrewarmEngineFillsItsDirectoryAloneUncappedWithTheJitOn) {
+  const auto root = std::filesystem::temp_directory_path() / "normjit-engine-prewarm";
+  std::filesystem::remove_all(root);
+  const std::string shipped = (root / "shipped").string(), layer = (root / "layer").string();
+  const std::vector<NormSpec> specs = {NormSpec::parse("op=rmsnorm shape=1,7,9 dtype=f16"),
+                                       NormSpec::parse("op=rmsnorm shape=2,5,3 dtype=bf16")};
+  {
+    EngineOptions o;
+    o.cache_dir = layer;
+    Engine fill(o);
+    for (const NormSpec& spec : specs) EXPECT_TRUE(fill.precompile(spec, "sm_90"));
+  }
+  {
+    const ScopedEnv readonly("NORMJIT_CACHE_READONLY", layer);
+    const ScopedEnv cap("NORMJIT_CACHE_MAX_BYTES", "1");
+    const ScopedEnv jit("NORMJIT_JIT", "off");
+    EngineOptions o;
+    o.cache_dir = shipped;
+    o.prewarm = true;
+    Engine engine(o);
+    for (const NormSpec& spec : specs) {
+      EXPECT_TRUE(engine.precompile(spec, "sm_90")) << "found in the read-only layer, not in dir";
+    }
+    EXPECT_EQ(engine.counters().nvrtc_compiles, specs.size());
+  }
+  // What the directory holds by itself: an engine reading only it finds both, compiles none.
+  EngineOptions o;
+  o.cache_dir = shipped;
+  o.jit_disabled = true;
+  Engine check(o);
+  for (const NormSpec& spec : specs) EXPECT_FALSE(check.precompile(spec, "sm_90"));
+  std::filesystem::remove_all(root);
+}
+
+// A prewarm engine fails where a plain one would warn and cache in memory only: a directory it
+// cannot create or write (here a regular file), a save that failed (the cache's fault hook: a
+// full disk); and it refuses the options it decides itself.
+TEST(Engine, APrewarmEngineFailsWhereItsKernelsCannotBeWritten) {
+  const auto root = std::filesystem::temp_directory_path() / "normjit-engine-prewarm-fails";
+  std::filesystem::remove_all(root);
+  std::filesystem::create_directories(root);
+  const std::string file = (root / "a-file").string();
+  std::fclose(std::fopen(file.c_str(), "w"));
+  const auto expect_invalid = [](const EngineOptions& o, const std::vector<std::string>& parts) {
+    try {
+      Engine engine(o);
+      ADD_FAILURE() << "a prewarm engine was made";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+      for (const std::string& part : parts) {
+        EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+      }
+    }
+  };
+  EngineOptions o;
+  o.prewarm = true;
+  o.cache_dir = file;
+  expect_invalid(o, {"invalid cache_dir '" + file + "'", "Not a directory"});
+  o.cache_dir = (root / "dir").string();
+  for (const auto& [name, set] : std::vector<std::pair<std::string, void (*)(EngineOptions&)>>{
+           {"readonly_cache_dirs", [](EngineOptions& e) { e.readonly_cache_dirs = {"/tmp"}; }},
+           {"cache_max_bytes", [](EngineOptions& e) { e.cache_max_bytes = 1 << 20; }},
+           {"memory_only", [](EngineOptions& e) { e.memory_only = true; }},
+           {"jit_disabled", [](EngineOptions& e) { e.jit_disabled = true; }}}) {
+    EngineOptions bad = o;
+    set(bad);
+    expect_invalid(bad, {"invalid " + name + " ", "prewarm"});
+  }
+  const ScopedEnv fault("NORMJIT_CACHE_FAULT", "enospc");
+  std::vector<std::string> warnings;
+  cache::set_warning_sink([&](const std::string& message) { warnings.push_back(message); });
+  Engine engine(o);
+  try {
+    engine.precompile(NormSpec::parse("op=rmsnorm shape=1,7,9 dtype=f16"), "sm_90");
+    ADD_FAILURE() << "a kernel that could not be written passed";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+    EXPECT_NE(std::string(e.what()).find("could not write the kernel of op=rmsnorm"),
+              std::string::npos)
+        << e.what();
+  }
+  cache::set_warning_sink(nullptr);
+  EXPECT_EQ(warnings.size(), 1u) << "the store's own warning says why the write failed";
+  std::filesystem::remove_all(root);
 }
 
 // A cached cubin the driver refuses is rebuilt only when the refusal is about the image; a
