@@ -37,9 +37,9 @@ def get_init_inputs():
     return [features, num_groups]
 
 
-if __name__ == "__main__":  # this seed alone, through run_seeds.py: --help says more
+if __name__ == "__main__":  # this seed alone, through run_seeds.py
     import sys
 
     from run_seeds import main
 
-    sys.exit(main(["--only", "groupnorm", *sys.argv[1:]], prog="groupnorm.py"))
+    sys.exit(main(sys.argv[1:], prog="groupnorm.py", seed="groupnorm"))

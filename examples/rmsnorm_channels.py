@@ -39,9 +39,9 @@ def get_init_inputs():
     return [features]
 
 
-if __name__ == "__main__":  # this seed alone, through run_seeds.py: --help says more
+if __name__ == "__main__":  # this seed alone, through run_seeds.py
     import sys
 
     from run_seeds import main
 
-    sys.exit(main(["--only", "rmsnorm_channels", *sys.argv[1:]], prog="rmsnorm_channels.py"))
+    sys.exit(main(sys.argv[1:], prog="rmsnorm_channels.py", seed="rmsnorm_channels"))

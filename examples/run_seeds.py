@@ -30,13 +30,21 @@ def load(name):
 SEEDS = ("rmsnorm_channels", "layernorm", "groupnorm")
 
 
-def main(argv=None, prog=None) -> int:
-    ap = argparse.ArgumentParser(prog=prog, description=__doc__,
+def main(argv=None, prog=None, seed=None) -> int:
+    """seed: run that seed alone (a seed example's own entry point, which has no --only)."""
+    description = __doc__ if seed is None else (
+        f"Runs the seed example {seed}.py's ModelNew against its reference Model on the GPU,\n"
+        "in float32 and bfloat16, against float64 (run_seeds.py runs every seed). Needs a CUDA\n"
+        "device.")
+    ap = argparse.ArgumentParser(prog=prog, description=description,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--small", action="store_true", help="batch 2 instead of the seeds' batch")
-    ap.add_argument("--only", choices=SEEDS, action="append",
-                    help="run this seed (repeatable; default all)")
+    if seed is None:
+        ap.add_argument("--only", choices=SEEDS, action="append",
+                        help="run this seed (repeatable; default all)")
     args = ap.parse_args(argv)
+    if seed is not None:
+        args.only = [seed]
     if not torch.cuda.is_available():
         print(f"{ap.prog}: error: no CUDA device (the seeds compare normjit's kernels on the GPU)",
               file=sys.stderr)

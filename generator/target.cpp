@@ -145,7 +145,9 @@ Target Target::parse(std::string_view arch) {
       throw_invalid_argument("arch", shown,
                              t.base_name() + " has no " +
                                  (suffix == 'a' ? "arch-specific ('a')" : "family-specific ('f')") +
-                                 " target; the suffixed targets are " + suffixed_targets());
+                                 " target; the suffixed targets normjit knows are " +
+                                 suffixed_targets() +
+                                 " (the NVRTC in use may build only some of them)");
     }
   }
   t.sm_count = full_size_sm_count(sm);

@@ -611,7 +611,7 @@ template <class Unwanted>
 void check_present(const void* p, const char* name, bool wanted, const NormSpec& spec,
                    const char* needs, Unwanted unwanted) {
   if (wanted && !p) {
-    throw_invalid_argument(name, "nullptr",
+    throw_invalid_argument(name, "NULL",
                            "the spec (" + spec.to_string() + ") needs it" + std::string(needs));
   }
   if (!wanted && p) {
@@ -770,24 +770,24 @@ Params launch_params(const NormSpec& spec, const LaunchArgs& args) {
   check_present(args.x, "x", true, spec, "", none);
   check_present(args.y, "y", true, spec, "", none);
   const auto affine = [&] {
-    return std::string("has affine=") + to_string(spec.affine) + "; pass nullptr or change affine";
+    return std::string("has affine=") + to_string(spec.affine) + "; pass NULL or change affine";
   };
   check_present(args.weight, "weight", spec.affine != Affine::kNone, spec, "", affine);
   check_present(args.bias, "bias", spec.affine == Affine::kBoth, spec, "", affine);
-  const auto no_residual = [] { return "has no residual; pass nullptr or give the spec one"; };
+  const auto no_residual = [] { return "has no residual; pass NULL or give the spec one"; };
   check_present(args.residual, "residual", spec.residual.has_value(), spec, "", no_residual);
   check_present(args.residual_out, "residual_out", spec.residual.has_value(), spec,
                 " (x + residual is written there; it may equal residual)", no_residual);
   check_present(args.scale, "scale", is_fp8(spec.out_type()), spec,
                 " (a device pointer to one f32 that y is multiplied by)", [&] {
                   return std::string("has out_dtype ") + to_string(spec.out_type()) +
-                         ", not fp8; a scale is for e4m3 and e5m2 outputs: pass nullptr";
+                         ", not fp8; a scale is for e4m3 and e5m2 outputs: pass NULL";
                 });
-  const auto no_stats = [] { return "does not save statistics (save_stats); pass nullptr"; };
+  const auto no_stats = [] { return "does not save statistics (save_stats); pass NULL"; };
   check_present(args.rstd, "rstd", spec.save_stats, spec, "", no_stats);
   check_present(args.mean, "mean", spec.save_stats && spec.op != Op::kRmsNorm, spec, "", [&] {
     return std::string(spec.save_stats ? "is rmsnorm, which has no mean (save_stats writes rstd "
-                                         "only); pass nullptr"
+                                         "only); pass NULL"
                                        : no_stats());
   });
   if (args.batch < 1) {
@@ -942,16 +942,16 @@ Params backward_params(const NormSpec& spec, const BackwardArgs& args) {
   check_present(args.rstd, "rstd", true, spec, " (the forward's saved rstd, save_stats)", none);
   check_present(args.mean, "mean", spec.op != Op::kRmsNorm, spec,
                 " (the forward's saved mean, save_stats)",
-                [] { return "is rmsnorm, which has no mean; pass nullptr"; });
+                [] { return "is rmsnorm, which has no mean; pass NULL"; });
   const auto affine = [&] {
-    return std::string("has affine=") + to_string(spec.affine) + "; pass nullptr or change affine";
+    return std::string("has affine=") + to_string(spec.affine) + "; pass NULL or change affine";
   };
   check_present(args.weight, "weight", spec.affine != Affine::kNone, spec, "", affine);
   check_present(args.dweight, "dweight", spec.affine != Affine::kNone, spec, "", affine);
   check_present(args.dbias, "dbias", spec.affine == Affine::kBoth, spec, "", affine);
   check_present(args.dresidual_out, "dresidual_out", spec.residual.has_value(), spec,
                 " (the gradient of h, the forward's residual_out, added to dx)",
-                [] { return "has no residual; pass nullptr or give the spec residual"; });
+                [] { return "has no residual; pass NULL or give the spec residual"; });
   // The bias is read only for the activation's input z = xhat * w + b.
   const bool activation = spec.activation != Activation::kNone;
   check_present(
@@ -959,7 +959,7 @@ Params backward_params(const NormSpec& spec, const BackwardArgs& args) {
       " (the activation's derivative is taken at xhat * weight + bias)", [&] {
         return std::string(spec.affine != Affine::kBoth ? "has no bias" : "has no activation") +
                ": the backward reads the bias only for an activation's input; pass "
-               "nullptr";
+               "NULL";
       });
   if (args.batch < 1) {
     throw_invalid_argument("batch", std::to_string(args.batch), "must be at least 1");

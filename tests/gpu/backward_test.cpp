@@ -1223,7 +1223,7 @@ TEST_F(BackwardGpu, ActivationLaunchRefusesAMissingOrUnwantedBias) {
     BackwardArgs a = run.args();
     ASSERT_NE(a.bias, nullptr);
     a.bias = nullptr;
-    expect_refused(run, c, a, {"invalid bias nullptr", "the activation's derivative"});
+    expect_refused(run, c, a, {"invalid bias NULL", "the activation's derivative"});
     // With the bias, the same arguments launch and match float64.
     run.poison();
     run.backward();

@@ -87,7 +87,7 @@ TEST(BackwardArgs, EveryPointerTheSpecNeedsIsPresent) {
     BackwardArgs a = full();
     c.clear(a);
     const std::string m = refusal(spec, a);
-    EXPECT_TRUE(has(m, std::string("invalid ") + c.name + " nullptr") && has(m, "needs it"))
+    EXPECT_TRUE(has(m, std::string("invalid ") + c.name + " NULL") && has(m, "needs it"))
         << c.name << ": " << m;
     EXPECT_TRUE(has(m, "backward=true")) << m;  // the spec is quoted
   }
@@ -163,7 +163,7 @@ TEST(BackwardArgs, AResidualTakesTheGradientOfH) {
   a.mean = nullptr;
   a.dbias = nullptr;
   std::string m = refusal(spec, a);
-  EXPECT_TRUE(has(m, "invalid dresidual_out nullptr") && has(m, "forward's residual_out")) << m;
+  EXPECT_TRUE(has(m, "invalid dresidual_out NULL") && has(m, "forward's residual_out")) << m;
   a.dresidual_out = fake(9);
   const Params p = detail::backward_params(spec, a);
   EXPECT_EQ(p.residual, a.dresidual_out);
@@ -194,7 +194,7 @@ TEST(BackwardArgs, AnActivationWithABiasTakesTheBias) {
       "op=groupnorm shape=2,64,4,4 groups=8 affine=both activation=silu backward=true");
   BackwardArgs a = full(2);
   std::string m = refusal(spec, a);
-  EXPECT_TRUE(has(m, "invalid bias nullptr") && has(m, "xhat * weight + bias")) << m;
+  EXPECT_TRUE(has(m, "invalid bias NULL") && has(m, "xhat * weight + bias")) << m;
   a.bias = fake(10);
   const Params p = detail::backward_params(spec, a);
   EXPECT_EQ(p.bias, a.bias);

@@ -63,10 +63,10 @@ TEST(LaunchArgs, ResidualPointersArePresentExactlyWhenTheSpecHasAResidual) {
   spec.residual = Dtype::kF32;
   LaunchArgs a = plain();
   std::string m = refusal(spec, a);
-  EXPECT_TRUE(has(m, "invalid residual nullptr") && has(m, "needs it")) << m;
+  EXPECT_TRUE(has(m, "invalid residual NULL") && has(m, "needs it")) << m;
   a.residual = fake(3);
   m = refusal(spec, a);
-  EXPECT_TRUE(has(m, "invalid residual_out nullptr") && has(m, "may equal residual")) << m;
+  EXPECT_TRUE(has(m, "invalid residual_out NULL") && has(m, "may equal residual")) << m;
   a.residual_out = fake(4);
   EXPECT_NO_THROW(detail::launch_params(spec, a));
   // Without a residual in the spec, neither may be given, nor their strides.
@@ -84,7 +84,7 @@ TEST(LaunchArgs, ScaleIsPresentExactlyForAnFp8Output) {
   spec.out_dtype = Dtype::kE4M3;
   LaunchArgs a = plain();
   std::string m = refusal(spec, a);
-  EXPECT_TRUE(has(m, "invalid scale nullptr") && has(m, "one f32")) << m;
+  EXPECT_TRUE(has(m, "invalid scale NULL") && has(m, "one f32")) << m;
   a.scale = reinterpret_cast<const float*>(fake(5));
   EXPECT_NO_THROW(detail::launch_params(spec, a));
   spec.out_dtype = Dtype::kBF16;
@@ -97,7 +97,7 @@ TEST(LaunchArgs, StatisticsFollowSaveStatsAndRmsnormHasNoMean) {
   spec.save_stats = true;
   LaunchArgs a = plain();
   std::string m = refusal(spec, a);
-  EXPECT_TRUE(has(m, "invalid rstd nullptr")) << m;
+  EXPECT_TRUE(has(m, "invalid rstd NULL")) << m;
   a.rstd = reinterpret_cast<float*>(fake(6));
   EXPECT_NO_THROW(detail::launch_params(spec, a));
   a.mean = reinterpret_cast<float*>(fake(7));
@@ -110,7 +110,7 @@ TEST(LaunchArgs, StatisticsFollowSaveStatsAndRmsnormHasNoMean) {
   ln.save_stats = true;
   a.mean = nullptr;
   m = refusal(ln, a);
-  EXPECT_TRUE(has(m, "invalid mean nullptr")) << m;
+  EXPECT_TRUE(has(m, "invalid mean NULL")) << m;
   a.mean = reinterpret_cast<float*>(fake(7));
   EXPECT_NO_THROW(detail::launch_params(ln, a));
   ln.save_stats = false;
@@ -340,7 +340,7 @@ TEST(LaunchArgs, EngineRunNamesTheVariantArgumentItCannotPass) {
     ADD_FAILURE() << "run accepted a residual spec without a residual";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
-    EXPECT_TRUE(has(e.what(), "invalid residual nullptr")) << e.what();
+    EXPECT_TRUE(has(e.what(), "invalid residual NULL")) << e.what();
   }
 }
 
