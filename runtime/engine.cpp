@@ -304,34 +304,45 @@ class EngineImpl {
   std::atomic<uint64_t> nvrtc_compiles_{0}, memory_hits_{0}, disk_hits_{0}, bad_entries_{0};
 };
 
-EngineImpl::EngineImpl(EngineOptions options) : options_(std::move(options)) {
-  if (options_.prewarm) check_prewarm_options(options_);
-  if (!options_.prewarm && jit_disabled_by_env()) options_.jit_disabled = true;
-  if (options_.dram_gbps == 0) options_.dram_gbps = device::dram_gbps_from_env();
+namespace {
+
+// The options as the engine runs with them: the environment's where they leave a setting to it.
+EngineOptions resolved(EngineOptions o) {
+  if (o.prewarm) check_prewarm_options(o);
+  if (!o.prewarm && jit_disabled_by_env()) o.jit_disabled = true;
+  if (o.dram_gbps == 0) o.dram_gbps = device::dram_gbps_from_env();
+  return o;
+}
+
+// The engine's cache layers. Made in the engine's member initializers, before anything the
+// destructor frees, so that a throw here (a prewarm's unusable directory) leaks nothing.
+std::unique_ptr<cache::Store> open_store(const EngineOptions& o) {
   cache::StoreOptions store = cache::StoreOptions::from_env();
-  if (!options_.cache_dir.empty()) store.dir = options_.cache_dir;
-  if (!options_.readonly_cache_dirs.empty()) store.readonly = options_.readonly_cache_dirs;
-  if (options_.cache_max_bytes) store.max_bytes = options_.cache_max_bytes;
-  if (options_.memory_only) {
+  if (!o.cache_dir.empty()) store.dir = o.cache_dir;
+  if (!o.readonly_cache_dirs.empty()) store.readonly = o.readonly_cache_dirs;
+  if (o.cache_max_bytes) store.max_bytes = o.cache_max_bytes;
+  if (o.memory_only) {
     store.dir.clear();
     store.readonly.clear();
   }
-  if (options_.prewarm) {
-    // The directory alone, complete: production reads it as a read-only layer, uncapped.
-    store.readonly.clear();
-    store.max_bytes = cache::kNoMaxBytes;
-    store.must_write = true;
-    try {
-      store_ = std::make_unique<cache::Store>(store);
-    } catch (const Error& e) {
-      throw_invalid_argument("cache_dir", quoted_excerpt(store.dir),
-                             std::string("a prewarm engine cannot write its kernels there (") +
-                                 e.what() + "); give a directory it can create or write");
-    }
-    return;
+  if (!o.prewarm) return std::make_unique<cache::Store>(store);
+  // The directory alone, complete: production reads it as a read-only layer, uncapped.
+  store.readonly.clear();
+  store.max_bytes = cache::kNoMaxBytes;
+  store.must_write = true;
+  try {
+    return std::make_unique<cache::Store>(store);
+  } catch (const Error& e) {
+    throw_invalid_argument("cache_dir", quoted_excerpt(store.dir),
+                           std::string("a prewarm engine cannot write its kernels there (") +
+                               e.what() + "); give a directory it can create or write");
   }
-  store_ = std::make_unique<cache::Store>(store);
 }
+
+}  // namespace
+
+EngineImpl::EngineImpl(EngineOptions options)
+    : options_(resolved(std::move(options))), store_(open_store(options_)) {}
 
 EngineImpl::~EngineImpl() {
   delete table_.load();
