@@ -63,6 +63,31 @@ TEST(Explain, PointsAtTheFirstDifferingSourceLine) {
   EXPECT_NE(e.source_difference.find("kC = 128"), std::string::npos) << e.source_difference;
 }
 
+// Two entries that differ from the request in the same preimage lines (source and name, as
+// another op and another dtype do) are told apart by the source's own lines: the one that
+// shares more of them is nearer, whichever is listed first. It used to be the first listed.
+TEST(Explain, ATieGoesToTheEntryWhoseSourceSharesMoreLines) {
+  KeyInputs wanted = sample_inputs(0);
+  wanted.source = "#include <rms>\nusing T = half;\nconstexpr int kC = 64;\nrun<T, kC>();\n";
+  wanted.name_expression = "&rms<half>";
+  KeyInputs other_op = wanted;
+  other_op.source = "#include <ln>\nusing T = float;\nconstexpr int kC = 32;\nrun_ln<T>();\n";
+  other_op.name_expression = "&ln<float>";
+  KeyInputs other_dtype = wanted;
+  other_dtype.source = "#include <rms>\nusing T = bf16;\nconstexpr int kC = 64;\nrun<T, kC>();\n";
+  other_dtype.name_expression = "&rms<bf16>";
+  for (const bool dtype_first : {false, true}) {
+    const std::vector<EntryInfo> entries =
+        dtype_first ? std::vector<EntryInfo>{info_for(other_dtype), info_for(other_op)}
+                    : std::vector<EntryInfo>{info_for(other_op), info_for(other_dtype)};
+    const Explanation e = explain(entries, wanted.preimage());
+    ASSERT_TRUE(e.nearest);
+    EXPECT_EQ(e.nearest->key, other_dtype.key()) << "listed first: " << dtype_first;
+    EXPECT_EQ(e.missing.size(), 2u);
+    EXPECT_NE(e.source_difference.find("source line 2"), std::string::npos) << e.source_difference;
+  }
+}
+
 TEST(Explain, ReportsAPresentKeyFromItsFirstLayerAndStillTheNearestOther) {
   const KeyInputs wanted = sample_inputs(0);
   KeyInputs neighbour = sample_inputs(0);
