@@ -1,0 +1,40 @@
+# Fails unless every dynamic symbol that LIBRARY defines is the C API's (normjit_*) or names
+# normjit in C++ (runtime/exports.map, the version script that makes it so, says why):
+#   cmake -DNM=nm -DLIBRARY=libnormjit.so -P check_exports.cmake
+# tests/CMakeLists.txt runs it on libnormjit.so, and on another library to see it refuse one.
+execute_process(COMMAND "${NM}" --dynamic --defined-only --demangle "${LIBRARY}"
+  OUTPUT_VARIABLE listing ERROR_VARIABLE errors RESULT_VARIABLE status)
+if(NOT status EQUAL 0)
+  message(FATAL_ERROR "${NM} --dynamic --defined-only ${LIBRARY} failed (${status}): ${errors}")
+endif()
+string(REPLACE ";" "\\;" listing "${listing}")
+string(REPLACE "\n" ";" lines "${listing}")
+set(foreign "")
+set(count 0)
+foreach(line IN LISTS lines)
+  # "ADDRESS TYPE NAME"; absolute symbols (type A: version nodes) are not code or data.
+  if(NOT line MATCHES "^[0-9a-f]+ ([A-Za-z]) (.*)$")
+    continue()
+  endif()
+  if(CMAKE_MATCH_1 STREQUAL "A")
+    continue()
+  endif()
+  set(name "${CMAKE_MATCH_2}")
+  math(EXPR count "${count} + 1")
+  if(NOT name MATCHES "^normjit_" AND NOT name MATCHES "normjit")
+    list(LENGTH foreign n)
+    if(n LESS 5)
+      list(APPEND foreign "${name}")
+    endif()
+    set(found_foreign TRUE)
+  endif()
+endforeach()
+if(count EQUAL 0)
+  message(FATAL_ERROR "${LIBRARY} exports no symbols (is it a shared library?)")
+endif()
+if(found_foreign)
+  list(JOIN foreign "\n  " shown)
+  message(FATAL_ERROR "${LIBRARY} exports symbols that do not name normjit, e.g.:\n  ${shown}\n"
+          "(runtime/exports.map lists what libnormjit.so may export)")
+endif()
+message(STATUS "${LIBRARY}: ${count} symbols exported, each naming normjit")
