@@ -463,6 +463,20 @@ TEST_F(Cli, ExplainCallsAnEntryWithACorruptPayloadBad) {
     EXPECT_NE(r.out.find("present:    a bad entry at " + entries[0].string() + ": "), npos)
         << r.describe();
   }
+  // ls and stats check entries whole too: they call it bad where verify does (they used to read
+  // the header only, so ls listed the entry's spec and stats counted no bad entry).
+  const ToolResult ls = run({"cache", "ls"});
+  EXPECT_EQ(ls.exit_code, 0) << ls.describe();
+  EXPECT_NE(ls.out.find(key), npos) << ls.describe();
+  EXPECT_NE(ls.out.find("BAD: payload checksum mismatch"), npos) << ls.describe();
+  EXPECT_EQ(ls.out.find("op=rmsnorm"), npos) << ls.describe();
+  const ToolResult stats = run({"cache", "stats"});
+  EXPECT_EQ(stats.exit_code, 0) << stats.describe();
+  EXPECT_NE(stats.out.find("1 in the writable layer"), npos) << stats.describe();
+  EXPECT_NE(stats.out.find("1 of them bad"), npos) << stats.describe();
+  const ToolResult verify = run({"cache", "verify"});
+  EXPECT_NE(verify.exit_code, 0) << verify.describe();
+  EXPECT_NE(verify.out.find("1 entry checked, 1 bad"), npos) << verify.describe();
   // prewarm --check: the kernel is not there, and its entry is named corrupt, with why.
   const ToolResult check = run({"prewarm", manifest_path, "--arch", "sm_90", "--check"});
   EXPECT_NE(check.exit_code, 0) << check.describe();
