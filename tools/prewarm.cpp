@@ -854,8 +854,11 @@ void add_prewarm_command(CLI::App& app) {
                    "the kernels); sm_90:114 plans for a part with 114 multiprocessors (H100 "
                    "PCIe), sm_90:132:4814 for one with 132 and 4814 GB/s of DRAM bandwidth "
                    "(H200) (default: the arch's full-size part, which long rows' kernels and "
-                   "large f32 GroupNorm backward kernels depend on)")
-      ->required();
+                   "large f32 GroupNorm backward kernels depend on); may be given again")
+      ->required()
+      // One value an occurrence: `--arch sm_90 models.json` used to take the manifest as a
+      // second target and then say the manifest was missing.
+      ->allow_extra_args(false);
   add_text_option(*prewarm, "--cache-dir", options->cache_dir,
                   "directory to fill (default: $NORMJIT_CACHE_DIR, else "
                   "$XDG_CACHE_HOME/normjit, else ~/.cache/normjit)");

@@ -119,6 +119,25 @@ TEST_F(Cli, UnknownArchListsTheSupportedOnes) {
   }
 }
 
+// --arch takes one value an occurrence, wherever it stands: before the manifest it used to take
+// the manifest as a second target and then call the manifest missing.
+TEST_F(Cli, PrewarmArchBeforeTheManifestTakesOneValue) {
+  TempDir out;
+  const std::string good = manifest("good.json", R"([{"op": "rmsnorm", "shape": [2, 64, 8]}])");
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"prewarm", "--arch", "sm_90", good, "--cache-dir", out.path()},
+           {"prewarm", "--arch=sm_80,sm_90", good, "--cache-dir", out.path()},
+           {"prewarm", good, "--arch", "sm_80", "--arch", "sm_90", "--cache-dir", out.path()}}) {
+    const ToolResult r = run(args);
+    EXPECT_EQ(r.exit_code, 0) << r.describe();
+    EXPECT_NE(r.out.find(" failed ("), npos) << r.describe();
+  }
+  const ToolResult both = run({"prewarm", good, "--arch", "sm_80", "--arch", "sm_90", "--check",
+                               "--cache-dir", out.path()});
+  EXPECT_EQ(both.exit_code, 0) << "both targets were compiled\n" << both.describe();
+  EXPECT_NE(both.out.find("holds 2 of 2 kernels"), npos) << both.describe();
+}
+
 // A part's sizes after the arch: the error names the one that is wrong.
 TEST_F(Cli, ArchSizesNameTheOneThatIsWrong) {
   for (const auto& [arch, why] : std::vector<std::pair<std::string, std::string>>{
