@@ -542,18 +542,37 @@ void validate_variant(const NormSpec& s) {
     throw_invalid_argument("weight_offset", format_double(s.weight_offset),
                            "offsets the weight, and affine is none; give affine weight or both");
   }
-  // A struct built by hand (the C++ API) may hold any integer in the enum.
-  if (s.activation != Activation::kNone && s.activation != Activation::kSilu &&
-      s.activation != Activation::kGelu) {
-    throw_invalid_argument("activation", std::to_string(int(s.activation)),
-                           "expected one of none, silu, gelu");
-  }
   if (s.backward) validate_backward(s);
 }
 
 }  // namespace
 
+namespace {
+
+// A struct built by hand (the C++ API) may hold any integer in an enum: each field is checked
+// first, before any use of it (a Dtype past the last used to reach a division by its size).
+void validate_enums(const NormSpec& s) {
+  const auto check = [](const char* field, int value, int count, const char* expected) {
+    if (value < 0 || value >= count) {
+      throw_invalid_argument(field, std::to_string(value), std::string("expected ") + expected);
+    }
+  };
+  constexpr const char* kDtypes = "one of f32, f16, bf16, e4m3, e5m2";
+  constexpr int kDtypeCount = int(Dtype::kE5M2) + 1;
+  check("op", int(s.op), int(Op::kGroupNorm) + 1, "one of rmsnorm, layernorm, groupnorm");
+  check("dtype", int(s.dtype), kDtypeCount, kDtypes);
+  check("affine", int(s.affine), int(Affine::kBoth) + 1, "one of none, weight, both");
+  check("layout", int(s.layout), int(Layout::kNhwc) + 1, "one of nchw, nhwc");
+  check("activation", int(s.activation), int(Activation::kGelu) + 1, "one of none, silu, gelu");
+  if (s.param_dtype) check("param_dtype", int(*s.param_dtype), kDtypeCount, kDtypes);
+  if (s.out_dtype) check("out_dtype", int(*s.out_dtype), kDtypeCount, kDtypes);
+  if (s.residual) check("residual", int(*s.residual), kDtypeCount, kDtypes);
+}
+
+}  // namespace
+
 void NormSpec::validate() const {
+  validate_enums(*this);
   const int rank = int(shape.size());
   // Built only on error: validate() runs on every Engine::run.
   auto shape_text = [this] { return quoted_excerpt(format_shape(shape), kSpecExcerpt); };
@@ -577,8 +596,8 @@ void NormSpec::validate() const {
   check_eps(eps, "eps", format_double(eps));
   if (normalized_dims < 0 || normalized_dims > rank) {
     throw_invalid_argument("normalized_dims", std::to_string(normalized_dims),
-                           "must be between 1 and the rank of shape " + shape_text() + " (" +
-                               std::to_string(rank) + ")");
+                           "must be between 0 (the channel form) and the rank of shape " +
+                               shape_text() + " (" + std::to_string(rank) + ")");
   }
   if (op != Op::kGroupNorm && channel_form() && rank < 2) {
     throw_invalid_argument("shape", shape_text(),

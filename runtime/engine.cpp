@@ -274,13 +274,12 @@ class EngineImpl {
   // The kernel of cache key `key` compiled by NVRTC and saved to the cache. One compile of a
   // key at a time: the two batch classes of a spec whose plans come out the same (one key),
   // prepared together on two threads, compile once (the second waits for the first's cubin).
-  // recheck_cache: look in the cache again first (the caller missed it).
-  std::shared_ptr<const CompiledKernel> compile_and_save(const std::string& key,
-                                                         const NormSpec& spec,
-                                                         const KernelPlan& plan,
-                                                         const EmittedKernel& emitted,
-                                                         const cache::KeyInputs& inputs,
-                                                         const Target& target, bool recheck_cache);
+  // recheck_cache: look in the cache again first (the caller missed it). *compiled_here (where
+  // given) is set when this call ran NVRTC, not another thread's call it waited for.
+  std::shared_ptr<const CompiledKernel> compile_and_save(
+      const std::string& key, const NormSpec& spec, const KernelPlan& plan,
+      const EmittedKernel& emitted, const cache::KeyInputs& inputs, const Target& target,
+      bool recheck_cache, bool* compiled_here = nullptr);
 
   EngineOptions options_;
   std::unique_ptr<cache::Store> store_;
@@ -554,6 +553,7 @@ Kernel EngineImpl::prepare_class(const NormSpec& spec, CUcontext context) {
 }
 
 bool EngineImpl::precompile(const NormSpec& spec, const std::string& arch) {
+  spec.validate();  // before batch_class_specs, which reads the shape as normalized_dims says
   // Every batch class's kernel: a prewarmed spec serves launches of any batch.
   bool compiled = false;
   for (const NormSpec& each : batch_class_specs(spec)) compiled |= precompile_one(each, arch);
@@ -568,7 +568,8 @@ bool EngineImpl::precompile_one(const NormSpec& spec, const std::string& arch) {
   const std::string key = inputs.key();
   if (store_->load(key)) return false;
   if (options_.jit_disabled) throw_jit_disabled(spec, target, key);
-  compile_and_save(key, spec, p, emitted, inputs, target, /*recheck_cache=*/true);
+  bool compiled_here = false;
+  compile_and_save(key, spec, p, emitted, inputs, target, /*recheck_cache=*/true, &compiled_here);
   // A save that failed (a full disk, a lost permission) leaves the store memory-only, with a
   // warning: a prewarm must not go on as if the kernel were in its directory.
   if (options_.prewarm && !store_->writable()) {
@@ -576,13 +577,14 @@ bool EngineImpl::precompile_one(const NormSpec& spec, const std::string& arch) {
                            "a prewarm engine could not write the kernel of " + spec.to_string() +
                                " for " + target.text() + " there (see the warning above)");
   }
-  return true;
+  // Not where another thread's compile of the key ran while this one waited for it.
+  return compiled_here;
 }
 
 std::shared_ptr<const CompiledKernel> EngineImpl::compile_and_save(
     const std::string& key, const NormSpec& spec, const KernelPlan& plan,
     const EmittedKernel& emitted, const cache::KeyInputs& inputs, const Target& target,
-    bool recheck_cache) {
+    bool recheck_cache, bool* compiled_here) {
   return compiles_.run(key, [&] {
     // Saved since the caller missed the cache (a compile of the key that ended just before
     // this one started, or another process's): loaded, not compiled again. Not where the
@@ -596,6 +598,7 @@ std::shared_ptr<const CompiledKernel> EngineImpl::compile_and_save(
       }
     }
     nvrtc_compiles_++;
+    if (compiled_here) *compiled_here = true;  // run only by the thread that makes the value
     auto compiled = std::make_shared<const CompiledKernel>(compile(emitted, target));
     store_->save({key, inputs.preimage(), entry_metadata(spec, plan, *compiled), compiled->cubin,
                   compiled->ptx});

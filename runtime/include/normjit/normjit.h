@@ -227,7 +227,8 @@ normjit_status normjit_launch_backward(const normjit_kernel* kernel,
 /* Compile (or find in the cache) without a GPU, for arch such as "sm_90" (its full-size part)
  * or "sm_90:114" (a part with 114 multiprocessors, e.g. an H100 PCIe) or "sm_90:132:4814" (132
  * multiprocessors and 4814 GB/s of DRAM bandwidth, an H200). *compiled is set to
- * 1 when NVRTC ran, 0 when the kernel was already cached (compiled may be NULL). Every batch
+ * 1 when this call ran NVRTC, 0 when the kernel was already cached or another thread's call
+ * compiled it while this one waited (compiled may be NULL). Every batch
  * class's kernel of the spec is compiled (a row kernel may be planned apart for launches of few
  * rows), so the spec then serves launches of any batch from the cache.
  * spec is the canonical text form, e.g. "op=rmsnorm shape=8,64,32,32 dtype=f32". */

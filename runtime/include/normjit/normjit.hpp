@@ -170,8 +170,9 @@ class Engine {
   // No GPU needed: plan, compile for arch ("sm_90", its full-size part; "sm_90:114", a part
   // with 114 multiprocessors; "sm_90:132:4814", 132 and 4814 GB/s of DRAM) and store in the cache:
   // the spec's kernel for every batch class (a row kernel's plan may differ for launches of few
-  // rows), so that the spec serves launches of any batch from the cache. Returns whether a binary
-  // was compiled (false: all were cached).
+  // rows), so that the spec serves launches of any batch from the cache. Returns whether this call
+  // compiled a binary (false: all were cached, or another thread's call compiled them while
+  // this one waited). Validates the spec first, as prepare() does.
   bool precompile(const NormSpec& spec, const std::string& arch);
 
   EngineCounters counters() const;

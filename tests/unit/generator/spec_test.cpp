@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <string>
@@ -123,6 +124,33 @@ TEST(Spec, LayerNormChannelFormRefusesWhatItCannotBe) {
   const std::string groups =
       error_of([] { NormSpec::parse("op=layernorm shape=2,64,8 normalized_dims=0 groups=4"); });
   EXPECT_NE(groups.find("groups"), std::string::npos) << groups;
+}
+
+// validate() checks every enum field of a struct built by hand (the C++ API), first: a dtype
+// past the last used to reach a division by its size, an op or affine past the last to plan or
+// compile ('op=?').
+TEST(Spec, ValidateRefusesEveryEnumValueOutOfRangeNamingTheField) {
+  const NormSpec base = NormSpec::parse("op=rmsnorm shape=8,64 normalized_dims=1 affine=weight");
+  ASSERT_NO_THROW(base.validate());
+  const std::vector<std::pair<std::string, std::function<void(NormSpec&, int)>>> fields = {
+      {"op", [](NormSpec& s, int v) { s.op = static_cast<Op>(v); }},
+      {"dtype", [](NormSpec& s, int v) { s.dtype = static_cast<Dtype>(v); }},
+      {"affine", [](NormSpec& s, int v) { s.affine = static_cast<Affine>(v); }},
+      {"layout", [](NormSpec& s, int v) { s.layout = static_cast<Layout>(v); }},
+      {"activation", [](NormSpec& s, int v) { s.activation = static_cast<Activation>(v); }},
+      {"param_dtype", [](NormSpec& s, int v) { s.param_dtype = static_cast<Dtype>(v); }},
+      {"out_dtype", [](NormSpec& s, int v) { s.out_dtype = static_cast<Dtype>(v); }},
+      {"residual", [](NormSpec& s, int v) { s.residual = static_cast<Dtype>(v); }}};
+  for (const auto& [field, set] : fields) {
+    for (int bad : {-1, 9}) {
+      NormSpec s = base;
+      set(s, bad);
+      const std::string e = error_of([&] { s.validate(); });
+      EXPECT_NE(e.find("invalid " + field + " " + std::to_string(bad) + ": expected one of"),
+                std::string::npos)
+          << field << " " << bad << ": " << e;
+    }
+  }
 }
 
 TEST(Spec, BadInputNamesTheArgumentAndValue) {
