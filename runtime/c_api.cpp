@@ -123,6 +123,17 @@ normjit_status run(normjit_engine* engine, const normjit::SpecFields& fields, co
   });
 }
 
+// Fills the caller's struct of `size` bytes (its sizeof where it was compiled, which may be less
+// or more than this library's): the defaults of the fields both know, zeros past them, and its
+// size field. Nothing past `size` is written.
+template <class T>
+void init_sized(T* out, size_t size, const T& defaults) {
+  if (!out || size < sizeof(size_t)) return;
+  std::memset(static_cast<void*>(out), 0, size);
+  std::memcpy(static_cast<void*>(out), &defaults, std::min(size, sizeof(T)));
+  out->size = size;
+}
+
 // A caller's sized struct of `size` bytes (its `size` field): a smaller size than the first
 // published version is refused (not such a struct; or not initialised with its _init function),
 // and so is a size beyond any plausible struct (an uninitialised size). A later version only
@@ -134,8 +145,8 @@ void check_struct_size(size_t size, size_t first_published, const std::string& t
     normjit::throw_invalid_argument(
         field, std::to_string(size),
         std::string(size < first_published ? "is smaller than" : "is far larger than") + " any " +
-            type + " (" + std::to_string(first_published) +
-            " bytes today): initialise the struct with " + type + "_init");
+            type + " (" + std::to_string(first_published) + " bytes at least, " +
+            std::to_string(kMaxSize) + " at most): initialise the struct with " + type + "_init");
   }
 }
 
@@ -202,10 +213,13 @@ normjit_status normjit_engine_create(const normjit_engine_options* options, norm
   });
 }
 
-void normjit_engine_config_init(normjit_engine_config* config) {
-  if (!config) return;
-  *config = normjit_engine_config{};
-  config->size = sizeof(normjit_engine_config);
+void normjit_engine_config_init_sized(normjit_engine_config* config, size_t size) {
+  init_sized(config, size, normjit_engine_config{});
+}
+
+// The entry point of programs built before the header's macro (in parentheses: not the macro).
+void(normjit_engine_config_init)(normjit_engine_config* config) {
+  normjit_engine_config_init_sized(config, sizeof(normjit_engine_config));
 }
 
 normjit_status normjit_engine_create_ex(const normjit_engine_config* config, normjit_engine** out) {
@@ -339,12 +353,15 @@ normjit_status normjit_launch(const normjit_kernel* kernel, const void* x, void*
   });
 }
 
-void normjit_launch_args_init(normjit_launch_args* args) {
-  if (!args) return;
-  *args = normjit_launch_args{};
-  args->size = sizeof(normjit_launch_args);
-  args->eps = 1e-5;
-  args->inner_rows = 1;
+void normjit_launch_args_init_sized(normjit_launch_args* args, size_t size) {
+  normjit_launch_args defaults{};
+  defaults.eps = 1e-5;
+  defaults.inner_rows = 1;
+  init_sized(args, size, defaults);
+}
+
+void(normjit_launch_args_init)(normjit_launch_args* args) {
+  normjit_launch_args_init_sized(args, sizeof(normjit_launch_args));
 }
 
 normjit_status normjit_launch_ex(const normjit_kernel* kernel, const normjit_launch_args* args,
@@ -387,10 +404,12 @@ normjit_status normjit_launch_ex(const normjit_kernel* kernel, const normjit_lau
   });
 }
 
-void normjit_backward_args_init(normjit_backward_args* args) {
-  if (!args) return;
-  *args = normjit_backward_args{};
-  args->size = sizeof(normjit_backward_args);
+void normjit_backward_args_init_sized(normjit_backward_args* args, size_t size) {
+  init_sized(args, size, normjit_backward_args{});
+}
+
+void(normjit_backward_args_init)(normjit_backward_args* args) {
+  normjit_backward_args_init_sized(args, sizeof(normjit_backward_args));
 }
 
 normjit_status normjit_launch_backward(const normjit_kernel* kernel,
@@ -450,10 +469,12 @@ normjit_status normjit_engine_counters(const normjit_engine* engine, uint64_t* n
   });
 }
 
-void normjit_engine_stats_init(normjit_engine_stats* stats) {
-  if (!stats) return;
-  *stats = normjit_engine_stats{};
-  stats->size = sizeof(normjit_engine_stats);
+void normjit_engine_stats_init_sized(normjit_engine_stats* stats, size_t size) {
+  init_sized(stats, size, normjit_engine_stats{});
+}
+
+void(normjit_engine_stats_init)(normjit_engine_stats* stats) {
+  normjit_engine_stats_init_sized(stats, sizeof(normjit_engine_stats));
 }
 
 normjit_status normjit_engine_counters_ex(const normjit_engine* engine,

@@ -627,7 +627,7 @@ class CApi(ct.EngineApi):
         dbias, and bias for a spec with an activation: device addresses or None), the
         arguments converted once."""
         args = _capi.BackwardArgs()
-        self.lib.normjit_backward_args_init(ctypes.byref(args))
+        self.lib.normjit_backward_args_init_sized(ctypes.byref(args), ctypes.sizeof(args))
         for name in ("x", "dy", "mean", "rstd", "weight", "dx", "dweight", "dbias", "bias"):
             setattr(args, name, ptrs.get(name))
         args.batch = batch

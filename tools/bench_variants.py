@@ -791,7 +791,7 @@ class CApi(ct.EngineApi):
 
     def new_args(self) -> Any:
         a = _capi.LaunchArgs()
-        self.lib.normjit_launch_args_init(ctypes.byref(a))
+        self.lib.normjit_launch_args_init_sized(ctypes.byref(a), ctypes.sizeof(a))
         return a
 
     def bind(self, kernel: int, args: Any, stream: int) -> Callable[[], None]:

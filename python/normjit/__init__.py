@@ -75,7 +75,7 @@ class Engine:
         lib = library()
         self._lib = lib
         config = _EngineConfig()
-        lib.normjit_engine_config_init(ctypes.byref(config))
+        lib.normjit_engine_config_init_sized(ctypes.byref(config), ctypes.sizeof(config))
         config.dram_gbps = dram_gbps
         config.prewarm = int(bool(prewarm))
         opts = config.options
@@ -116,7 +116,7 @@ class Engine:
     def counters(self) -> Counters:
         """What the engine counted so far (C: normjit_engine_counters_ex)."""
         stats = _EngineStats()
-        self._lib.normjit_engine_stats_init(ctypes.byref(stats))
+        self._lib.normjit_engine_stats_init_sized(ctypes.byref(stats), ctypes.sizeof(stats))
         self._lib.check(self._lib.normjit_engine_counters_ex(self._live(), ctypes.byref(stats)))
         return Counters(stats.nvrtc_compiles, stats.memory_hits, stats.disk_hits,
                         stats.bad_entries)

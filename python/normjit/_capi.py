@@ -161,6 +161,8 @@ PROTOTYPES = {
     "normjit_engine_create": (_int, [_p_opts, _p_vp]),
     "normjit_engine_destroy": (None, [_vp]),
     "normjit_engine_config_init": (None, [_p_config]),
+    # config, size: the struct's sizeof where the caller was built (here ctypes')
+    "normjit_engine_config_init_sized": (None, [_p_config, ctypes.c_size_t]),
     "normjit_engine_create_ex": (_int, [_p_config, _p_vp]),
     "normjit_last_error": (_str, []),
     "normjit_status_name": (_str, [_int]),
@@ -176,9 +178,11 @@ PROTOTYPES = {
     # kernel, x, y, weight, bias, batch, eps, stream
     "normjit_launch": (_int, [_vp, _vp, _vp, _vp, _vp, _i64, _f64, _vp]),
     "normjit_launch_args_init": (None, [_p_args]),
+    "normjit_launch_args_init_sized": (None, [_p_args, ctypes.c_size_t]),
     # kernel, args, stream
     "normjit_launch_ex": (_int, [_vp, _p_args, _vp]),
     "normjit_backward_args_init": (None, [_p_bwd]),
+    "normjit_backward_args_init_sized": (None, [_p_bwd, ctypes.c_size_t]),
     # kernel, args, stream
     "normjit_launch_backward": (_int, [_vp, _p_bwd, _vp]),
     # engine, spec, arch, compiled
@@ -186,6 +190,7 @@ PROTOTYPES = {
     # engine, nvrtc_compiles, memory_hits, disk_hits
     "normjit_engine_counters": (_int, [_vp, _p_u64, _p_u64, _p_u64]),
     "normjit_engine_stats_init": (None, [_p_stats]),
+    "normjit_engine_stats_init_sized": (None, [_p_stats, ctypes.c_size_t]),
     # engine, stats
     "normjit_engine_counters_ex": (_int, [_vp, _p_stats]),
 }
@@ -314,7 +319,7 @@ def launch_ex_function():
     except (ImportError, AttributeError):  # not installed, or built before launch_ex existed
         return _ctypes_launch_ex(lib)
     address = ctypes.cast(lib.normjit_launch_ex, ctypes.c_void_p).value
-    bind_ex(address, ctypes.cast(lib.normjit_launch_args_init, ctypes.c_void_p).value)
+    bind_ex(address, ctypes.cast(lib.normjit_launch_args_init_sized, ctypes.c_void_p).value)
     return _launch.launch_ex
 
 
@@ -354,7 +359,7 @@ def launch_backward_function():
     except (ImportError, AttributeError):  # not installed, or built before launch_backward
         return _ctypes_launch_backward(lib)
     bind_backward(ctypes.cast(lib.normjit_launch_backward, ctypes.c_void_p).value,
-                  ctypes.cast(lib.normjit_backward_args_init, ctypes.c_void_p).value)
+                  ctypes.cast(lib.normjit_backward_args_init_sized, ctypes.c_void_p).value)
     return _launch.launch_backward
 
 

@@ -17,17 +17,17 @@
 
 typedef __typeof__(normjit_launch) launch_fn;
 typedef __typeof__(normjit_launch_ex) launch_ex_fn;
-typedef __typeof__(normjit_launch_args_init) args_init_fn;
+typedef __typeof__(normjit_launch_args_init_sized) args_init_fn;
 typedef __typeof__(normjit_launch_backward) launch_backward_fn;
-typedef __typeof__(normjit_backward_args_init) backward_args_init_fn;
+typedef __typeof__(normjit_backward_args_init_sized) backward_args_init_fn;
 
 static launch_fn* bound;       /* the normjit_launch of the library normjit._capi loaded */
 static launch_ex_fn* bound_ex; /* its normjit_launch_ex */
-/* What its normjit_launch_args_init fills in (size and the defaults), copied by each launch_ex:
- * one call of the library's own initialiser, at bind_ex. */
+/* What its normjit_launch_args_init_sized fills in (size and the defaults of this header's
+ * struct), copied by each launch_ex: one call of the library's own initialiser, at bind_ex. */
 static normjit_launch_args defaults;
 static launch_backward_fn* bound_backward; /* its normjit_launch_backward */
-/* What its normjit_backward_args_init fills in, copied by each launch_backward. */
+/* What its normjit_backward_args_init_sized fills in, copied by each launch_backward. */
 static normjit_backward_args backward_defaults;
 
 /* A pointer argument: an int (a data pointer, a handle), or None for NULL where allowed. */
@@ -57,48 +57,48 @@ static PyObject* bind(PyObject* self, PyObject* address) {
   Py_RETURN_NONE;
 }
 
-/* bind_ex(launch_ex_address, args_init_address) */
+/* bind_ex(launch_ex_address, args_init_sized_address) */
 static PyObject* bind_ex(PyObject* self, PyObject* argt) {
   (void)self;
   if (PyTuple_Size(argt) != 2) {
     PyErr_SetString(PyExc_TypeError,
                     "normjit._launch.bind_ex takes 2 arguments (the addresses of "
-                    "normjit_launch_ex and normjit_launch_args_init)");
+                    "normjit_launch_ex and normjit_launch_args_init_sized)");
     return NULL;
   }
   void *ex, *init;
   if (!as_pointer(PyTuple_GetItem(argt, 0), "launch_ex_address", /*none_ok=*/0, &ex) ||
-      !as_pointer(PyTuple_GetItem(argt, 1), "args_init_address", /*none_ok=*/0, &init)) {
+      !as_pointer(PyTuple_GetItem(argt, 1), "args_init_sized_address", /*none_ok=*/0, &init)) {
     return NULL;
   }
   if (!ex || !init) {
     PyErr_SetString(PyExc_ValueError, "normjit._launch.bind_ex: address 0");
     return NULL;
   }
-  ((args_init_fn*)init)(&defaults);
+  ((args_init_fn*)init)(&defaults, sizeof defaults);
   bound_ex = (launch_ex_fn*)ex;
   Py_RETURN_NONE;
 }
 
-/* bind_backward(launch_backward_address, backward_args_init_address) */
+/* bind_backward(launch_backward_address, backward_args_init_sized_address) */
 static PyObject* bind_backward(PyObject* self, PyObject* argt) {
   (void)self;
   if (PyTuple_Size(argt) != 2) {
     PyErr_SetString(PyExc_TypeError,
                     "normjit._launch.bind_backward takes 2 arguments (the addresses of "
-                    "normjit_launch_backward and normjit_backward_args_init)");
+                    "normjit_launch_backward and normjit_backward_args_init_sized)");
     return NULL;
   }
   void *launch, *init;
   if (!as_pointer(PyTuple_GetItem(argt, 0), "launch_backward_address", /*none_ok=*/0, &launch) ||
-      !as_pointer(PyTuple_GetItem(argt, 1), "backward_args_init_address", /*none_ok=*/0, &init)) {
+      !as_pointer(PyTuple_GetItem(argt, 1), "backward_args_init_sized_address", /*none_ok=*/0, &init)) {
     return NULL;
   }
   if (!launch || !init) {
     PyErr_SetString(PyExc_ValueError, "normjit._launch.bind_backward: address 0");
     return NULL;
   }
-  ((backward_args_init_fn*)init)(&backward_defaults);
+  ((backward_args_init_fn*)init)(&backward_defaults, sizeof backward_defaults);
   bound_backward = (launch_backward_fn*)launch;
   Py_RETURN_NONE;
 }
@@ -324,9 +324,9 @@ static PyMethodDef methods[] = {
      "Pointers and handles are ints (weight, bias and stream may be None); the status is "
      "normjit_status as an int, 0 for NORMJIT_OK."},
     {"bind_ex", bind_ex, METH_VARARGS,
-     "bind_ex(launch_ex_address, args_init_address): launch_ex calls go to the\n"
-     "normjit_launch_ex at the first address, with the defaults of the normjit_launch_args_init\n"
-     "at the second (normjit._capi's)."},
+     "bind_ex(launch_ex_address, args_init_sized_address): launch_ex calls go to the\n"
+     "normjit_launch_ex at the first address, with the defaults that the\n"
+     "normjit_launch_args_init_sized at the second (normjit._capi's) fills in."},
     {"launch_ex", launch_ex, METH_VARARGS,
      "launch_ex(kernel, x, y, weight, bias, batch, eps, residual, residual_out, scale, mean,\n"
      "rstd, stream, rows) -> status: normjit_launch_ex. Pointers as for launch (x and y ints,\n"
@@ -334,9 +334,9 @@ static PyMethodDef methods[] = {
      "x_strides[1], y_strides[0], y_strides[1], residual_strides[0], residual_strides[1],\n"
      "residual_out_strides[0], residual_out_strides[1])."},
     {"bind_backward", bind_backward, METH_VARARGS,
-     "bind_backward(launch_backward_address, backward_args_init_address): launch_backward\n"
-     "calls go to the normjit_launch_backward at the first address, with the defaults of the\n"
-     "normjit_backward_args_init at the second (normjit._capi's)."},
+     "bind_backward(launch_backward_address, backward_args_init_sized_address):\n"
+     "launch_backward calls go to the normjit_launch_backward at the first address, with the\n"
+     "defaults that the normjit_backward_args_init_sized at the second fills in."},
     {"launch_backward", launch_backward, METH_VARARGS,
      "launch_backward(kernel, x, dy, mean, rstd, weight, dx, dweight, dbias, batch, stream)\n"
      "-> status: normjit_launch_backward. kernel, x, dy, rstd and dx are ints; mean, weight,\n"

@@ -65,8 +65,15 @@ def same_ctype(a, b) -> bool:
 
 
 def strip_comments(text: str) -> str:
+    """The declarations: comments and preprocessor lines (continued ones included) removed."""
     text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
-    return re.sub(r"//[^\n]*", " ", text)
+    text = re.sub(r"//[^\n]*", " ", text)
+    return re.sub(r"^[ \t]*#(?:[^\n]*\\\n)*[^\n]*", " ", text, flags=re.M)
+
+
+# struct -> the macro normjit_<struct>_init(p), which the header defines as the sized init
+# with the caller's sizeof (the library's own would overrun an older program's struct).
+INIT_MACROS = ("engine_config", "launch_args", "backward_args", "engine_stats")
 
 
 def norm_type(text: str) -> str:
@@ -177,6 +184,23 @@ def test_binding_matches_header():
     assert not problems, "\n".join(problems)
 
 
+def test_each_init_is_the_sized_init_with_the_callers_sizeof():
+    defines = {}
+    for name, params, body in re.findall(
+            r"^#define\s+(normjit_\w+)\(([^)]*)\)\s*((?:[^\n]*\\\n)*[^\n]*)",
+            HEADER.read_text(), re.M):
+        defines[name] = (params.strip(), re.sub(r"\s+", " ", body.replace("\\\n", " ")).strip())
+    assert set(defines) == {f"normjit_{s}_init" for s in INIT_MACROS}, sorted(defines)
+    functions = parse_header(HEADER.read_text())["functions"]
+    for struct in INIT_MACROS:
+        param, body = defines[f"normjit_{struct}_init"]
+        assert body == f"normjit_{struct}_init_sized(({param}), sizeof *({param}))", body
+        assert functions[f"normjit_{struct}_init_sized"] == (
+            "void", [f"normjit_{struct}*", "size_t"])
+        # The function of the same name stays, for programs built before the macro.
+        assert functions[f"normjit_{struct}_init"] == ("void", [f"normjit_{struct}*"])
+
+
 def swap(a: str, b: str):
     return lambda t: t.replace(a, "\0").replace(b, a).replace("\0", b)
 
@@ -238,12 +262,12 @@ def test_struct_layout_matches_a_c_compiler(tmp_path, cname):
 
 
 def test_launch_args_init_fills_the_defaults():
-    """normjit_launch_args_init through the binding: size is the C struct's, eps 1e-5, one
-    level of contiguous rows, every pointer NULL."""
+    """normjit_launch_args_init_sized through the binding: size is the C struct's, eps 1e-5,
+    one level of contiguous rows, every pointer NULL."""
     lib = _capi.library()
     args = _capi.LaunchArgs()
     ctypes.memset(ctypes.byref(args), 0x5A, ctypes.sizeof(args))
-    lib.normjit_launch_args_init(ctypes.byref(args))
+    lib.normjit_launch_args_init_sized(ctypes.byref(args), ctypes.sizeof(args))
     assert args.size == ctypes.sizeof(_capi.LaunchArgs)
     assert args.eps == 1e-5 and args.inner_rows == 1 and args.batch == 0
     for name in ("x", "y", "weight", "bias", "residual", "residual_out", "scale", "mean", "rstd"):

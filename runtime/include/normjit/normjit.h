@@ -85,6 +85,14 @@ typedef struct normjit_engine_config {
 
 /* Fills *config with the defaults (those of normjit_engine_options_init, dram_gbps 0). */
 void normjit_engine_config_init(normjit_engine_config* config);
+/* What normjit_engine_config_init(config) calls, with the caller's sizeof *config: fills the
+ * first `size` bytes of the caller's struct with the defaults of the fields it has (zeros past
+ * them) and sets config->size = size, so that a library newer than the program writes no byte
+ * past the program's struct. The function above is the entry point of programs built before
+ * this macro; it fills this library's sizeof. The same holds for each _init below. */
+void normjit_engine_config_init_sized(normjit_engine_config* config, size_t size);
+#define normjit_engine_config_init(config) \
+  normjit_engine_config_init_sized((config), sizeof *(config))
 /* normjit_engine_create with a normjit_engine_config (not NULL); config->size as for
  * normjit_launch_ex. */
 normjit_status normjit_engine_create_ex(const normjit_engine_config* config, normjit_engine** out);
@@ -173,6 +181,8 @@ typedef struct normjit_launch_args {
 
 /* Fills *args with the defaults (every pointer NULL, batch 0, eps 1e-5, contiguous rows). */
 void normjit_launch_args_init(normjit_launch_args* args);
+void normjit_launch_args_init_sized(normjit_launch_args* args, size_t size);
+#define normjit_launch_args_init(args) normjit_launch_args_init_sized((args), sizeof *(args))
 
 /* normjit_launch with every argument: the variants (residual, fp8 scale, statistics) and
  * strided rows. args->size tells which fields the caller knows: a size below the first
@@ -214,6 +224,8 @@ typedef struct normjit_backward_args {
 
 /* Fills *args with the defaults (every pointer NULL, batch 0). */
 void normjit_backward_args_init(normjit_backward_args* args);
+void normjit_backward_args_init_sized(normjit_backward_args* args, size_t size);
+#define normjit_backward_args_init(args) normjit_backward_args_init_sized((args), sizeof *(args))
 
 /* Enqueues a backward kernel: dx, and dweight and dbias summed over every row in a fixed order
  * (no floating-point atomics: the same bits on every run). Checks the arguments first (NULL,
@@ -254,6 +266,8 @@ typedef struct normjit_engine_stats {
 
 /* Fills *stats with size and every counter 0. */
 void normjit_engine_stats_init(normjit_engine_stats* stats);
+void normjit_engine_stats_init_sized(normjit_engine_stats* stats, size_t size);
+#define normjit_engine_stats_init(stats) normjit_engine_stats_init_sized((stats), sizeof *(stats))
 /* Writes the engine's counters into *stats (not NULL). stats->size tells which fields the caller
  * knows: a size below the first published struct (today's) is invalid; of a larger one (a newer
  * header) the fields this library does not know are left as they are (0 from _init). */

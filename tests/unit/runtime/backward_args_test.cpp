@@ -329,7 +329,8 @@ TEST(CBackwardArgs, InitSetsTheDefaults) {
     EXPECT_EQ(p, nullptr);
   }
   EXPECT_EQ(a.batch, 0);
-  normjit_backward_args_init(nullptr);  // ignored
+  (normjit_backward_args_init)(nullptr);  // ignored, as by the sized form
+  normjit_backward_args_init_sized(nullptr, sizeof(normjit_backward_args));
 }
 
 TEST(CBackwardArgs, LaunchBackwardChecksTheStructBeforeTheKernel) {

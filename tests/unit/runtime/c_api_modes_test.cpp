@@ -203,7 +203,8 @@ TEST(CApiEngineConfig, InitCreatesAndRefusesNamingTheField) {
   EXPECT_EQ(config.dram_gbps, 0);
   EXPECT_EQ(config.options.device, 0);
   EXPECT_EQ(config.options.cache_dir, nullptr);
-  normjit_engine_config_init(nullptr);  // ignored
+  (normjit_engine_config_init)(nullptr);  // ignored, as by the sized form
+  normjit_engine_config_init_sized(nullptr, sizeof(normjit_engine_config));
   config.options.cache_dir = dir.path().c_str();
   config.dram_gbps = 4814;
   normjit_engine* engine = nullptr;
@@ -282,7 +283,8 @@ TEST(CApiEngineStats, CountersExFillsTheStructAndRefusesNamingTheArgument) {
   EXPECT_EQ(stats.memory_hits, 0u);
   EXPECT_EQ(stats.disk_hits, 0u);
   EXPECT_EQ(stats.bad_entries, 0u);
-  normjit_engine_stats_init(nullptr);  // ignored
+  (normjit_engine_stats_init)(nullptr);  // ignored, as by the sized form
+  normjit_engine_stats_init_sized(nullptr, sizeof(normjit_engine_stats));
 
   testing::TempDir dir;
   normjit_engine* engine = engine_over(dir.path());

@@ -4,6 +4,7 @@
 // carry the strides resolved. The C entry point normjit_launch_ex checks its struct first.
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <cstring>
 #include <string>
 
@@ -372,7 +373,8 @@ TEST(CLaunchArgs, InitSetsTheDefaults) {
     EXPECT_EQ(s[0], 0);
     EXPECT_EQ(s[1], 0);
   }
-  normjit_launch_args_init(nullptr);  // ignored
+  (normjit_launch_args_init)(nullptr);  // ignored, as by the sized form
+  normjit_launch_args_init_sized(nullptr, sizeof(normjit_launch_args));
 }
 
 TEST(CLaunchArgs, LaunchExChecksTheStructBeforeTheKernel) {
@@ -411,6 +413,58 @@ TEST(CLaunchArgs, ALargerStructIsTakenWhenItsUnknownFieldsAreZero) {
   n.added = 7;
   EXPECT_EQ(normjit_launch_ex(nullptr, &n.known, nullptr), NORMJIT_ERROR_UNSUPPORTED);
   EXPECT_TRUE(mentions("args.size") && mentions("as new as the header")) << normjit_last_error();
+}
+
+// normjit_*_init(p) is the sized init with the caller's sizeof: it writes the caller's struct
+// and nothing past it. A program built against an older, shorter header keeps the bytes after
+// its struct (the library function the macro replaced wrote this library's sizeof, overrunning
+// it); one built against a newer, longer header gets zeros in the fields this library does not
+// know, which the library's calls then accept.
+TEST(CStructs, SizedInitWritesTheCallersStructAndNothingPastIt) {
+  const auto check = [](const char* name, size_t older, size_t ours, void (*init)(void*, size_t)) {
+    for (size_t size : {older, ours, ours + 16}) {
+      alignas(16) unsigned char bytes[512];
+      std::memset(bytes, 0xab, sizeof bytes);
+      init(bytes, size);
+      size_t got = 0;
+      std::memcpy(&got, bytes, sizeof got);
+      EXPECT_EQ(got, size) << name;
+      for (size_t i = size; i < sizeof bytes; ++i) {
+        ASSERT_EQ(bytes[i], 0xab) << name << " of " << size << " bytes: byte " << i << " written";
+      }
+      for (size_t i = ours; i < size; ++i) {
+        ASSERT_EQ(bytes[i], 0) << name << " of " << size << " bytes: byte " << i << " not zero";
+      }
+    }
+  };
+  check("normjit_launch_args", offsetof(normjit_launch_args, residual_out_strides),
+        sizeof(normjit_launch_args), [](void* p, size_t n) {
+          normjit_launch_args_init_sized(static_cast<normjit_launch_args*>(p), n);
+        });
+  check("normjit_backward_args", offsetof(normjit_backward_args, dresidual_out),
+        sizeof(normjit_backward_args), [](void* p, size_t n) {
+          normjit_backward_args_init_sized(static_cast<normjit_backward_args*>(p), n);
+        });
+  check("normjit_engine_config", offsetof(normjit_engine_config, prewarm),
+        sizeof(normjit_engine_config), [](void* p, size_t n) {
+          normjit_engine_config_init_sized(static_cast<normjit_engine_config*>(p), n);
+        });
+  check("normjit_engine_stats", offsetof(normjit_engine_stats, bad_entries),
+        sizeof(normjit_engine_stats), [](void* p, size_t n) {
+          normjit_engine_stats_init_sized(static_cast<normjit_engine_stats*>(p), n);
+        });
+  // The defaults of the fields a shorter struct has, and the macro's size is the caller's.
+  alignas(16) unsigned char older[offsetof(normjit_launch_args, residual_out_strides)];
+  normjit_launch_args_init_sized(reinterpret_cast<normjit_launch_args*>(older), sizeof older);
+  double eps = 0;
+  int64_t inner_rows = 0;
+  std::memcpy(&eps, older + offsetof(normjit_launch_args, eps), sizeof eps);
+  std::memcpy(&inner_rows, older + offsetof(normjit_launch_args, inner_rows), sizeof inner_rows);
+  EXPECT_EQ(eps, 1e-5);
+  EXPECT_EQ(inner_rows, 1);
+  normjit_launch_args a;
+  normjit_launch_args_init(&a);
+  EXPECT_EQ(a.size, sizeof a);
 }
 
 TEST(CLaunchArgs, Fp8IsAnOutputDtypeOnly) {
