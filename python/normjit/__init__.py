@@ -98,8 +98,9 @@ class Engine:
 
     def precompile(self, spec: str, arch: str = "sm_90") -> bool:
         """Compiles the kernel of `spec` for `arch` ("sm_90", "sm_90:114" for a part with 114
-        SMs, "sm_90:132:4814" for 132 SMs and 4814 GB/s of DRAM: an H200) into the cache, no GPU needed. Returns True when NVRTC ran, False when the kernel
-        was already cached."""
+        SMs, "sm_90:132:4814" for 132 SMs and 4814 GB/s of DRAM: an H200) into the cache, no
+        GPU needed. Returns True when this call ran NVRTC, False when the kernel was already
+        cached (or another thread's call compiled it while this one waited)."""
         compiled = ctypes.c_int(0)
         self._lib.check(self._lib.normjit_precompile(self._live(), _text(spec, "spec"),
                                                      _text(arch, "arch"), ctypes.byref(compiled)))
