@@ -74,6 +74,8 @@ size_t shown_bytes(std::string_view text, size_t max_bytes) {
   return keep;
 }
 
+}  // namespace
+
 // The kernel takes eps as a float: a value that a float rounds to 0, a denormal or inf would
 // silently be another eps (or none), so only normal float magnitudes pass. NaN fails too.
 void check_eps(double eps, const std::string& argument, const std::string& shown) {
@@ -86,6 +88,8 @@ void check_eps(double eps, const std::string& argument, const std::string& shown
                                format_float(float(kMaxEps)));
   }
 }
+
+namespace {
 
 // The kernel adds weight_offset to the weight in f32: like eps, a value that a float rounds to
 // 0, a denormal or inf would silently be another offset. 0 is no offset.

@@ -85,18 +85,17 @@ normjit::Dtype to_x_dtype(const normjit_dtype& dtype) {
 }
 
 // The kernel computes in float: an eps that is no positive float is refused as given.
+// A double eps as the kernel takes it, checked as the double given (1e-300 is 0 as a float).
 float to_float_eps(double eps) {
-  const float as_float = float(eps);
-  if (!(as_float > 0.0f) || !std::isfinite(as_float)) {
-    normjit::throw_invalid_argument("eps", normjit::format_double(eps),
-                                    "must be a finite number greater than 0 as a float");
-  }
-  return as_float;
+  normjit::check_eps(eps, "eps", normjit::format_double(eps));
+  return float(eps);
 }
 
 std::vector<int64_t> to_shape(const int64_t* shape, int ndim) {
-  if (ndim < 1 || ndim > 64) {
-    normjit::throw_invalid_argument("ndim", std::to_string(ndim), "must be between 1 and 64");
+  if (ndim < 1 || ndim > normjit::kMaxRank) {
+    normjit::throw_invalid_argument("ndim", std::to_string(ndim),
+                                    "must be between 1 and " + std::to_string(normjit::kMaxRank) +
+                                        " (the dimensions a tensor may have)");
   }
   if (!shape) normjit::throw_invalid_argument("shape", "NULL", "needs ndim sizes");
   return std::vector<int64_t>(shape, shape + ndim);

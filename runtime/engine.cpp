@@ -169,7 +169,7 @@ void check_prewarm_options(const EngineOptions& o) {
                                      const std::string& key) {
   throw Error(ErrorCode::kCacheMiss,
               "kernel not in any cache layer and JIT is off "
-              "(NORMJIT_JIT=off): " +
+              "(jit_disabled, or NORMJIT_JIT=off): " +
                   spec.to_string() + " for " + target.text() + ", key " + key +
                   " (prewarm it with --arch " + target.text() + ")");
 }
@@ -807,10 +807,7 @@ Params launch_params(const NormSpec& spec, const LaunchArgs& args) {
   if (args.batch < 1) {
     throw_invalid_argument("batch", std::to_string(args.batch), "must be at least 1");
   }
-  if (!(args.eps > 0.0f) || !std::isfinite(args.eps)) {
-    throw_invalid_argument("eps", format_double(args.eps),
-                           "must be a finite number greater than 0");
-  }
+  check_eps(args.eps, "eps", format_double(args.eps));  // as a spec's: a denormal is refused
   const int x_size = size_of(spec.dtype), y_size = size_of(spec.out_type());
   const int64_t per_item = spec.elements() / spec.batch();
   int64_t elements = 0;

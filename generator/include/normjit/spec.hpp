@@ -159,5 +159,8 @@ struct NormSpec {
 std::string format_shape(const std::vector<int64_t>& shape);  // "112,64,512,512"
 std::string format_double(double value);                      // shortest round-trip text
 std::string format_float(float value);                        // shortest round-trip text
+// Throws Error(kInvalidArgument) naming `argument` and `shown` unless eps is a normal float
+// greater than 0 (what the kernels take): every eps a spec or a launch gives.
+void check_eps(double eps, const std::string& argument, const std::string& shown);
 
 }  // namespace normjit

@@ -98,8 +98,9 @@ void normjit_engine_config_init_sized(normjit_engine_config* config, size_t size
 normjit_status normjit_engine_create_ex(const normjit_engine_config* config, normjit_engine** out);
 
 /* The message of the calling thread's latest call if it failed, "" if it succeeded: every call
- * clears it first, so read it right after the call that failed. Valid until the thread's next
- * call. */
+ * that returns a normjit_status clears it first, so read it right after the call that failed.
+ * Valid until the thread's next such call. The others leave it as it is: normjit_last_error,
+ * normjit_status_name, normjit_version, the _init functions and normjit_engine_destroy. */
 const char* normjit_last_error(void);
 const char* normjit_status_name(normjit_status status);
 

@@ -93,7 +93,8 @@ class Kernel {
   // once the stream (or capture) has its workspace, which its first launch allocates.
   void launch_backward(const BackwardArgs& args, CUstream_st* stream) const;
 
-  // The three below throw Error(kInvalidArgument) on an empty (default-constructed) Kernel.
+  // spec(), plan_text() and key() throw Error(kInvalidArgument) on an empty
+  // (default-constructed) Kernel; source() of one is kMemory.
   const NormSpec& spec() const;   // the spec it was prepared for (batch as given then)
   Source source() const;          // how prepare() obtained it
   std::string plan_text() const;  // the plan, as `normjit dump --emit plan` prints it

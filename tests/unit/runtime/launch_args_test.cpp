@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstring>
+#include <limits>
 #include <string>
 
 #include "normjit/normjit.h"
@@ -78,6 +79,22 @@ TEST(LaunchArgs, ResidualPointersArePresentExactlyWhenTheSpecHasAResidual) {
   b.residual_out_rows.outer = 256;
   m = refusal(no_residual, b);
   EXPECT_TRUE(has(m, "invalid residual_out_rows.outer 256") && has(m, "no residual")) << m;
+}
+
+// A launch's eps is held to a spec's range: a denormal float (1e-40) would be another eps on
+// the device, and was taken; 0, negatives, inf and NaN too.
+TEST(LaunchArgs, EpsIsANormalFloatAsASpecsIs) {
+  const NormSpec spec = rows_spec();
+  for (float eps : {1e-40f, 1e-45f, 0.0f, -1e-5f, std::numeric_limits<float>::infinity(),
+                    std::numeric_limits<float>::quiet_NaN()}) {
+    LaunchArgs a = plain();
+    a.eps = eps;
+    const std::string e = refusal(spec, a);
+    EXPECT_TRUE(has(e, "invalid eps") && has(e, "that a float holds")) << eps << ": " << e;
+  }
+  LaunchArgs a = plain();
+  a.eps = std::numeric_limits<float>::min();
+  EXPECT_NO_THROW(detail::launch_params(spec, a));
 }
 
 TEST(LaunchArgs, ScaleIsPresentExactlyForAnFp8Output) {
@@ -465,6 +482,25 @@ TEST(CStructs, SizedInitWritesTheCallersStructAndNothingPastIt) {
   normjit_launch_args a;
   normjit_launch_args_init(&a);
   EXPECT_EQ(a.size, sizeof a);
+}
+
+// ndim's range is the rank a spec takes (it said 1 to 64, then refused a rank of 9 as a shape).
+TEST(CLaunchArgs, NdimIsBoundedByTheRankASpecTakes) {
+  normjit_engine_options o;
+  normjit_engine_options_init(&o);
+  o.memory_only = 1;
+  normjit_engine* engine = nullptr;
+  ASSERT_EQ(normjit_engine_create(&o, &engine), NORMJIT_OK) << normjit_last_error();
+  const int64_t shape[9] = {2, 2, 2, 2, 2, 2, 2, 2, 2};
+  char x[64];
+  for (int ndim : {0, 9, 65}) {
+    EXPECT_EQ(normjit_rmsnorm(engine, x, x, nullptr, shape, ndim, 1, NORMJIT_F32, 1e-5, nullptr),
+              NORMJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_TRUE(
+        mentions(("invalid ndim " + std::to_string(ndim) + ": must be between 1 and 8").c_str()))
+        << normjit_last_error();
+  }
+  normjit_engine_destroy(engine);
 }
 
 TEST(CLaunchArgs, Fp8IsAnOutputDtypeOnly) {
