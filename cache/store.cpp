@@ -289,7 +289,9 @@ void Store::Impl::open_primary() {
     refuse("refusing cache directory " + dir + ": it belongs to uid " + std::to_string(st.st_uid) +
            ", not to uid " + std::to_string(::geteuid()) +
            " running normjit, so its owner could plant kernels; set NORMJIT_CACHE_DIR to a "
-           "directory of your own");
+           "directory of your own (a directory only read, such as a shipped cache, may belong to "
+           "anyone as a read-only layer: NORMJIT_CACHE_READONLY=" +
+           dir + ")");
     return;
   }
   if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (st.st_mode & S_ISVTX) == 0) {

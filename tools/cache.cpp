@@ -40,11 +40,22 @@ std::string resolve_dir(const CacheFlags& flags) {
   return flags.cache_dir.empty() ? default_cache_dir() : flags.cache_dir;
 }
 
-// What named the directory, for error messages.
+bool env_set(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value;
+}
+
+// Whether the user named the directory (--cache-dir, NORMJIT_CACHE_DIR), not the default.
+bool dir_named(const CacheFlags& flags) {
+  return !flags.cache_dir.empty() || env_set("NORMJIT_CACHE_DIR");
+}
+
+// What named the directory, for error messages ("invalid <this> '<dir>': ...").
 std::string dir_source(const CacheFlags& flags) {
   if (!flags.cache_dir.empty()) return "--cache-dir";
-  const char* env = std::getenv("NORMJIT_CACHE_DIR");
-  return env != nullptr && *env ? "NORMJIT_CACHE_DIR" : "the default cache directory";
+  if (env_set("NORMJIT_CACHE_DIR")) return "NORMJIT_CACHE_DIR";
+  return env_set("XDG_CACHE_HOME") ? "default cache directory (XDG_CACHE_HOME/normjit)"
+                                   : "default cache directory (~/.cache/normjit)";
 }
 
 // Restores the default warning sink however the command ends.
@@ -153,6 +164,17 @@ void print_layers(const cache::Store& store, const std::string& dir) {
   }
 }
 
+// The read-only layers that could not be read, each on its own line, and the error that ends a
+// listing of the others (a listing without them is not the whole cache).
+void fail_on_unread_layers(const cache::Store& store) {
+  const std::vector<std::string> skipped = store.readonly_problems();
+  if (skipped.empty()) return;
+  for (const std::string& problem : skipped) std::printf("NOT READ %s\n", problem.c_str());
+  throw Error(ErrorCode::kInvalidArgument,
+              count(skipped.size(), "read-only layer", "read-only layers") +
+                  " could not be read (NORMJIT_CACHE_READONLY; listed above)");
+}
+
 void run_ls(const CacheFlags& flags) {
   const std::string dir = resolve_dir(flags);
   const auto store = open_store(flags);
@@ -172,6 +194,7 @@ void run_ls(const CacheFlags& flags) {
   }
   std::printf("%s, %s on disk\n", count(infos.size(), "entry", "entries").c_str(),
               human_bytes(bytes).c_str());
+  fail_on_unread_layers(*store);
 }
 
 void run_stats(const CacheFlags& flags) {
@@ -210,15 +233,23 @@ void run_stats(const CacheFlags& flags) {
   std::printf("lookups:    %llu hits, %llu misses", static_cast<unsigned long long>(s.hits),
               static_cast<unsigned long long>(s.misses));
   if (lookups > 0) std::printf(" (%.1f%% hits)", 100.0 * static_cast<double>(s.hits) / lookups);
-  std::printf("\nbad:        %llu entries rejected\n",
-              static_cast<unsigned long long>(s.bad_entries));
+  std::printf(
+      "\nrejected:   %llu entries turned away by lookups (corrupt, or refused by the driver)\n",
+      static_cast<unsigned long long>(s.bad_entries));
   std::printf("writes:     %llu entries written, %llu evicted\n",
               static_cast<unsigned long long>(s.writes),
               static_cast<unsigned long long>(s.evictions));
+  fail_on_unread_layers(*store);
 }
 
 void run_verify(const CacheFlags& flags, bool remove) {
   const auto store = open_store(flags);
+  // A directory named (--cache-dir, NORMJIT_CACHE_DIR) that does not exist: "0 entries checked,
+  // 0 bad" would pass an image's check of a mistyped path. The default may not exist yet.
+  if (store->options().dir.empty() && dir_named(flags)) {
+    throw_invalid_argument(dir_source(flags), "'" + resolve_dir(flags) + "'",
+                           "does not exist: nothing to verify");
+  }
   const auto infos = store->list(/*verify=*/true);
   size_t bad = 0, kept = 0;
   for (const cache::EntryInfo& info : infos) {

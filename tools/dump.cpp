@@ -248,7 +248,8 @@ void add_dump_command(CLI::App& app) {
                   "dump the cached kernel with this key (from 'normjit cache ls') instead");
   add_text_option(*dump, "--cache-dir", options->cache_dir,
                   "with --cache-entry only (an error without): cache directory (default: "
-                  "$NORMJIT_CACHE_DIR, else ~/.cache/normjit); NORMJIT_CACHE_READONLY layers are "
+                  "$NORMJIT_CACHE_DIR, else $XDG_CACHE_HOME/normjit, else ~/.cache/normjit); "
+                  "NORMJIT_CACHE_READONLY layers are "
                   "searched too");
   dump->footer(
       "Example:\n"

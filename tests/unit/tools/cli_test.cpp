@@ -503,6 +503,32 @@ TEST_F(Cli, ExplainCallsAnEntryWithACorruptPayloadBad) {
   EXPECT_NE(check.out.find("key=" + key + ": payload checksum mismatch"), npos) << check.describe();
 }
 
+// A listing without a layer it could not read is not the whole cache: ls and stats list what
+// they read, name the layer (NOT READ) and fail, as verify does (they exited 0 with a warning).
+// verify of a named directory that does not exist fails: "0 entries checked, 0 bad" would pass
+// an image's check of a mistyped path.
+TEST_F(Cli, CacheCommandsFailOnWhatTheyCouldNotRead) {
+  const std::string missing = dir_ / "no-such-layer";
+  for (const char* command : {"ls", "stats", "verify"}) {
+    const ToolResult r = run_tool({"cache", command}, {"NORMJIT_CACHE_DIR=" + cache_.path(),
+                                                       "NORMJIT_CACHE_READONLY=" + missing});
+    EXPECT_NE(r.exit_code, 0) << command << "\n" << r.describe();
+    EXPECT_NE(r.err.find("1 read-only layer could not be read"), npos) << r.describe();
+  }
+  const ToolResult ls = run_tool(
+      {"cache", "ls"}, {"NORMJIT_CACHE_DIR=" + cache_.path(), "NORMJIT_CACHE_READONLY=" + missing});
+  EXPECT_NE(ls.out.find("NOT READ read-only cache layer " + missing), npos) << ls.describe();
+  const std::string typo = dir_ / "typo";
+  for (const std::vector<std::string>& env : std::vector<std::vector<std::string>>{
+           {"NORMJIT_CACHE_READONLY"}, {"NORMJIT_CACHE_READONLY", "NORMJIT_CACHE_DIR=" + typo}}) {
+    std::vector<std::string> args = {"cache", "verify"};
+    if (env.size() == 1) args.insert(args.end(), {"--cache-dir", typo});
+    const std::string e = single_error(run_tool(args, env));
+    EXPECT_NE(e.find("'" + typo + "': does not exist: nothing to verify"), npos) << e;
+    EXPECT_NE(e.find(env.size() == 1 ? "--cache-dir" : "NORMJIT_CACHE_DIR"), npos) << e;
+  }
+}
+
 // A malformed NORMJIT_CACHE_MAX_BYTES: one warning a command, and cache gc, which evicts down to
 // its limit, refuses to take the default in its place unless --max-bytes is given.
 TEST_F(Cli, MalformedCacheLimitWarnsOnceAndStopsGc) {
