@@ -81,7 +81,9 @@ size_t shown_bytes(std::string_view text, size_t max_bytes) {
 void check_eps(double eps, const std::string& argument, const std::string& shown) {
   constexpr double kMinEps = std::numeric_limits<float>::min();
   constexpr double kMaxEps = std::numeric_limits<float>::max();
-  if (!(eps >= kMinEps && eps <= kMaxEps)) {
+  static_assert(eps_in_range(kMinEps) && eps_in_range(kMaxEps) && !eps_in_range(kMinEps / 2) &&
+                !eps_in_range(kMaxEps * 2));
+  if (!eps_in_range(eps)) {
     throw_invalid_argument(argument, shown,
                            "must be a finite number greater than 0 that a float holds, from " +
                                format_float(float(kMinEps)) + " to " +

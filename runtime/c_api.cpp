@@ -87,7 +87,7 @@ normjit::Dtype to_x_dtype(const normjit_dtype& dtype) {
 // The kernel computes in float: an eps that is no positive float is refused as given.
 // A double eps as the kernel takes it, checked as the double given (1e-300 is 0 as a float).
 float to_float_eps(double eps) {
-  normjit::check_eps(eps, "eps", normjit::format_double(eps));
+  if (!normjit::eps_in_range(eps)) normjit::check_eps(eps, "eps", normjit::format_double(eps));
   return float(eps);
 }
 

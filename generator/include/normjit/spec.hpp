@@ -159,8 +159,12 @@ struct NormSpec {
 std::string format_shape(const std::vector<int64_t>& shape);  // "112,64,512,512"
 std::string format_double(double value);                      // shortest round-trip text
 std::string format_float(float value);                        // shortest round-trip text
-// Throws Error(kInvalidArgument) naming `argument` and `shown` unless eps is a normal float
-// greater than 0 (what the kernels take): every eps a spec or a launch gives.
+// Whether eps is a normal float greater than 0 (what the kernels take): every eps a spec or a
+// launch gives. Inline and allocation-free for the launch path; check_eps says why not.
+constexpr bool eps_in_range(double eps) {
+  return eps >= 1.17549435082228750797e-38 && eps <= 3.40282346638528859812e+38;  // FLT_MIN, _MAX
+}
+// Throws Error(kInvalidArgument) naming `argument` and `shown` unless eps_in_range(eps).
 void check_eps(double eps, const std::string& argument, const std::string& shown);
 
 }  // namespace normjit
