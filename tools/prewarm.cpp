@@ -460,9 +460,26 @@ std::string cache_dir_of(const PrewarmOptions& o) {
   return dir;
 }
 
-bool is_directory(const std::string& path) {
+// What named the directory, for errors: the flag, the variable, or the default.
+std::string cache_dir_source(const PrewarmOptions& o) {
+  if (!o.cache_dir.empty()) return "--cache-dir";
+  const char* env = std::getenv("NORMJIT_CACHE_DIR");
+  return env != nullptr && *env ? "NORMJIT_CACHE_DIR" : "default cache directory";
+}
+
+// Whether dir exists (false: it does not, which --check reports as holding nothing). Anything
+// else that keeps it from being read is an error naming it, not every kernel "missing".
+bool check_directory(const PrewarmOptions& o, const std::string& dir) {
   struct stat st;
-  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+  if (::stat(dir.c_str(), &st) != 0) {
+    if (errno == ENOENT) return false;
+    throw_invalid_argument(cache_dir_source(o), "'" + dir + "'",
+                           std::string("cannot be read (") + std::strerror(errno) + ")");
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    throw_invalid_argument(cache_dir_source(o), "'" + dir + "'", "is not a directory");
+  }
+  return true;
 }
 
 // A store that only reads dir: the entries a later process would find there, and nothing
@@ -553,8 +570,12 @@ std::string duration_text(double seconds) {
 void run_check(const PrewarmOptions& o, const std::vector<ManifestEntry>& entries,
                const std::vector<Target>& targets) {
   const std::string dir = cache_dir_of(o);
-  const bool exists = is_directory(dir);
+  const bool exists = check_directory(o, dir);
   const auto store = exists ? read_only_store(dir) : nullptr;
+  if (store && !store->readonly_problems().empty()) {
+    throw_invalid_argument(cache_dir_source(o), "'" + dir + "'",
+                           "cannot be read: " + store->readonly_problems()[0]);
+  }
   const std::vector<Task> tasks = make_tasks(entries, targets);
   // Every kernel a JIT-off engine loads for the manifest: each spec's, and that of its other
   // batch class where it has one.
@@ -670,9 +691,9 @@ struct SinkGuard {
 // A prewarm that wrote nothing would pass for a success, so an unusable directory is an error
 // (the library, outside a prewarm engine, only warns and falls back to memory); checked here
 // first so that the error names the flag.
-void require_writable(const std::string& dir) {
+void require_writable(const PrewarmOptions& o, const std::string& dir) {
   if (const std::optional<std::string> problem = cache_dir_problem(dir)) {
-    throw_invalid_argument("--cache-dir", "'" + dir + "'",
+    throw_invalid_argument(cache_dir_source(o), "'" + dir + "'",
                            "prewarm cannot write its kernels there (" + *problem +
                                "), so it fails; give a directory it can create or write");
   }
@@ -681,7 +702,7 @@ void require_writable(const std::string& dir) {
 void run_prewarm(const PrewarmOptions& o, const std::vector<ManifestEntry>& entries,
                  const std::vector<Target>& targets) {
   const std::string dir = cache_dir_of(o);
-  require_writable(dir);
+  require_writable(o, dir);
   // The directory alone, uncapped, the JIT on (EngineOptions::prewarm): it is shipped, and
   // production reads it as a read-only layer, where no cap applies; kernels of
   // NORMJIT_CACHE_READONLY layers would count as "already cached" without being in dir.

@@ -138,6 +138,20 @@ TEST_F(Cli, PrewarmArchBeforeTheManifestTakesOneValue) {
   EXPECT_NE(both.out.find("holds 2 of 2 kernels"), npos) << both.describe();
 }
 
+// prewarm names the directory as the user gave it, and --check calls a path that is not a
+// directory an error (it said "(no such directory) holds 0" and listed every kernel missing).
+TEST_F(Cli, PrewarmNamesTheDirectoryAsGivenAndChecksOnlyADirectory) {
+  const std::string good = manifest("good.json", R"([{"op": "rmsnorm", "shape": [2, 64, 8]}])");
+  const std::string file = manifest("a-file", "not a directory");
+  const std::string flag =
+      single_error(run({"prewarm", good, "--arch", "sm_90", "--cache-dir", file, "--check"}));
+  EXPECT_NE(flag.find("invalid --cache-dir '" + file + "': is not a directory"), npos) << flag;
+  const ToolResult env =
+      run_tool({"prewarm", good, "--arch", "sm_90"}, {"NORMJIT_CACHE_DIR=" + file});
+  const std::string e = single_error(env);
+  EXPECT_NE(e.find("invalid NORMJIT_CACHE_DIR '" + file + "'"), npos) << e;
+}
+
 // A part's sizes after the arch: the error names the one that is wrong.
 TEST_F(Cli, ArchSizesNameTheOneThatIsWrong) {
   for (const auto& [arch, why] : std::vector<std::pair<std::string, std::string>>{
