@@ -328,9 +328,9 @@ normjit_status normjit_groupnorm(normjit_engine* engine, const void* x, void* y,
 
 normjit_status normjit_prepare(normjit_engine* engine, const char* spec, normjit_kernel** out) {
   return guarded([&] {
+    if (out) *out = nullptr;  // on every failure, the engine's included (as engine_create does)
     check_engine(engine);
     if (!out) normjit::throw_invalid_argument("out", "NULL", "needs somewhere to put the kernel");
-    *out = nullptr;
     if (!spec)
       normjit::throw_invalid_argument("spec", "NULL",
                                       "expected e.g. \"op=rmsnorm shape=8,64,32,32\"");

@@ -309,7 +309,9 @@ namespace {
 EngineOptions resolved(EngineOptions o) {
   if (o.prewarm) check_prewarm_options(o);
   if (!o.prewarm && jit_disabled_by_env()) o.jit_disabled = true;
-  if (o.dram_gbps == 0) o.dram_gbps = device::dram_gbps_from_env();
+  // A prewarm plans for the targets it is given: the GPU's bandwidth, and so the variable that
+  // replaces it, is not used (and a malformed one is not warned about).
+  if (o.dram_gbps == 0 && !o.prewarm) o.dram_gbps = device::dram_gbps_from_env();
   return o;
 }
 
@@ -1186,6 +1188,9 @@ std::string Kernel::key() const {
 namespace {
 // Options refused before an engine is built (its members, once made, would need its destructor).
 EngineOptions checked(EngineOptions options) {
+  if (options.device < 0) {  // as the C API refuses it
+    throw_invalid_argument("device", std::to_string(options.device), "must be >= 0");
+  }
   if (options.dram_gbps < 0 || options.dram_gbps > Target::kMaxDramGbps) {
     throw_invalid_argument("dram_gbps", std::to_string(options.dram_gbps),
                            "a DRAM bandwidth in GB/s, from 1 to " +

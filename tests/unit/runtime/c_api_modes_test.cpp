@@ -66,9 +66,12 @@ TEST_F(CApiModes, PreparedKernelCallsCheckTheirArguments) {
   EXPECT_EQ(normjit_prepare(engine_, "op=rmsnorm shape=8,64", nullptr),
             NORMJIT_ERROR_INVALID_ARGUMENT);
   EXPECT_TRUE(mentions("out")) << normjit_last_error();
+  // *out is NULL after any failure, a NULL engine's included (it was left as it was).
+  kernel = reinterpret_cast<normjit_kernel*>(uintptr_t{0x1234});
   EXPECT_EQ(normjit_prepare(nullptr, "op=rmsnorm shape=8,64", &kernel),
             NORMJIT_ERROR_INVALID_ARGUMENT);
   EXPECT_TRUE(mentions("engine")) << normjit_last_error();
+  EXPECT_EQ(kernel, nullptr);
   EXPECT_EQ(normjit_prepare(engine_, "op=rmsnorm shape=8,64 dtype=f64", &kernel),
             NORMJIT_ERROR_INVALID_ARGUMENT);
   EXPECT_TRUE(mentions("f64")) << normjit_last_error();

@@ -193,6 +193,13 @@ TEST(Engine, RefusesADramBandwidthOutOfRangeNamingTheOption) {
   o.memory_only = true;
   o.dram_gbps = 4814;
   EXPECT_NO_THROW(Engine{o});
+  o.device = -1;  // as the C API refuses it
+  try {
+    Engine engine(o);
+    ADD_FAILURE() << "device -1 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("invalid device -1"), std::string::npos) << e.what();
+  }
 }
 
 namespace {
