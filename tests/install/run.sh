@@ -16,3 +16,4 @@ cmake -S "$source/tests/install/consumer" -B "$work/consumer" -G Ninja \
   -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
 cmake --build "$work/consumer" >/dev/null
 "$work/consumer/consumer" "$work/cache"
+"$work/consumer/consumer_c" "$work/cache"
