@@ -251,10 +251,11 @@ void run_verify(const CacheFlags& flags, bool remove) {
                            "does not exist: nothing to verify");
   }
   const auto infos = store->list(/*verify=*/true);
-  size_t bad = 0, kept = 0;
+  size_t bad = 0, kept = 0, bad_readonly = 0;
   for (const cache::EntryInfo& info : infos) {
     if (info.valid) continue;
     ++bad;
+    bad_readonly += info.readonly;
     std::string outcome = info.readonly ? " (read-only layer)" : "";
     if (remove && !info.readonly) {
       std::string why;
@@ -278,9 +279,19 @@ void run_verify(const CacheFlags& flags, bool remove) {
     failure = std::to_string(kept) + " of " + std::to_string(infos.size()) +
               " cache entries are bad and were not removed (listed above)";
   } else if (!remove && bad > 0) {
-    failure = std::to_string(bad) + " of " + std::to_string(infos.size()) +
-              " cache entries are bad; 'normjit cache verify --remove' deletes those of the "
-              "writable layer (they are rebuilt on demand)";
+    failure =
+        std::to_string(bad) + " of " + std::to_string(infos.size()) + " cache entries are bad";
+    if (bad > bad_readonly) {
+      failure +=
+          "; 'normjit cache verify --remove' deletes those of the writable layer (they "
+          "are rebuilt on demand)";
+    }
+    if (bad_readonly > 0) {
+      failure += std::string(bad > bad_readonly ? "; those in read-only layers"
+                                                : "; they are in read-only layers, which") +
+                 " are never changed: ship the layer again (normjit prewarm into a fresh "
+                 "directory)";
+    }
   }
   if (!skipped.empty()) {
     failure += (failure.empty() ? "" : "; ") +

@@ -713,9 +713,10 @@ void run_prewarm(const PrewarmOptions& o, const std::vector<ManifestEntry>& entr
 
   std::vector<Task> tasks = make_tasks(entries, targets);
   // Entries that differ only in the batch, eps or a layout the kernel does not depend on share
-  // their kernels: compile each once. A task whose kernels (its own and its other batch class's) an
-  // earlier one already has is a duplicate: [8, 4096] and [1000, 4096] are the same two kernels,
-  // each the other's class.
+  // their kernels, and so do targets that differ only in a part's size the plan does not use
+  // (sm_90 and sm_90:114 for most kernels): compile each once. A task whose kernels (its own and
+  // its other batch class's) an earlier one already has is a duplicate: [8, 4096] and [1000, 4096]
+  // are the same two kernels, each the other's class.
   std::vector<size_t> work;
   std::set<std::string> keys;  // the kernels of the work, each once
   size_t duplicates = 0;
@@ -825,8 +826,8 @@ void run_prewarm(const PrewarmOptions& o, const std::vector<ManifestEntry>& entr
               failed, held.c_str(), dir.c_str());
   if (duplicates) {
     std::printf(
-        "; %s the kernels of another, differing only in batch, eps or a layout the "
-        "kernel does not depend on",
+        "; %s the kernels of another (what they differ in, the batch, eps, a layout or the "
+        "part's multiprocessors or bandwidth, does not change those kernels)",
         plural(duplicates, "more (spec, arch) pair shares", "more (spec, arch) pairs share")
             .c_str());
   }

@@ -510,6 +510,16 @@ TEST_F(Cli, ExplainCallsAnEntryWithACorruptPayloadBad) {
   const ToolResult verify = run({"cache", "verify"});
   EXPECT_NE(verify.exit_code, 0) << verify.describe();
   EXPECT_NE(verify.out.find("1 entry checked, 1 bad"), npos) << verify.describe();
+  EXPECT_NE(verify.err.find("verify --remove' deletes"), npos) << verify.describe();
+  // The same entry in a read-only layer: --remove would not touch it, so it is not advised.
+  TempDir empty;
+  const ToolResult shipped =
+      run_tool({"cache", "verify"},
+               {"NORMJIT_CACHE_DIR=" + empty.path(), "NORMJIT_CACHE_READONLY=" + cache_.path()});
+  EXPECT_NE(shipped.exit_code, 0) << shipped.describe();
+  EXPECT_NE(shipped.err.find("they are in read-only layers, which are never changed"), npos)
+      << shipped.describe();
+  EXPECT_EQ(shipped.err.find("--remove"), npos) << shipped.describe();
   // prewarm --check: the kernel is not there, and its entry is named corrupt, with why.
   const ToolResult check = run({"prewarm", manifest_path, "--arch", "sm_90", "--check"});
   EXPECT_NE(check.exit_code, 0) << check.describe();
