@@ -732,7 +732,21 @@ Store::Store(StoreOptions options) : impl_(std::make_unique<Impl>()) {
     throw Error(ErrorCode::kInvalidArgument, "no cache directory is given to write to");
   }
   for (const std::string& path : impl_->options.readonly) {
-    if (!path.empty() && path != impl_->options.dir) impl_->open_readonly(path);
+    if (path.empty() || path == impl_->options.dir) continue;
+    impl_->open_readonly(path);
+    // The same directory by another name (a trailing slash, a link, listed twice, the writable
+    // one): searched once, or a listing would count its entries twice.
+    const Layer& added = impl_->readonly.back();
+    const auto same = [&added](const Layer& other) {
+      struct stat a, b;
+      return &other != &added && other.dir.valid() && ::fstat(added.dir.get(), &a) == 0 &&
+             ::fstat(other.dir.get(), &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+    };
+    if (added.dir.valid() &&
+        (same(impl_->primary) ||
+         std::any_of(impl_->readonly.begin(), impl_->readonly.end() - 1, same))) {
+      impl_->readonly.pop_back();
+    }
   }
   // Temporaries of writers killed mid-save (kill -9, power loss) would otherwise stay forever.
   if (impl_->writable) impl_->sweep(kStaleTemporarySeconds);

@@ -305,6 +305,22 @@ TEST(Store, WritableLayerIsSearchedFirst) {
   EXPECT_EQ(infos[0].layer, readonly);
 }
 
+// A directory named twice (with a trailing slash, twice in NORMJIT_CACHE_READONLY, or the
+// writable one again) is one layer: a listing counted its entries once for each name.
+TEST(Store, ADirectoryUnderSeveralNamesIsOneLayer) {
+  TempDir tmp;
+  const std::string writable = tmp / "rw", readonly = tmp / "ro";
+  Store(options_for(writable)).save(sample_entry(1));
+  Store(options_for(readonly)).save(sample_entry(2));
+  Store store(options_for(writable, {writable + "/", readonly, readonly + "/", readonly}));
+  const auto infos = store.list(/*verify=*/true);
+  ASSERT_EQ(infos.size(), 2u);
+  EXPECT_FALSE(infos[0].readonly);
+  EXPECT_TRUE(infos[1].readonly);
+  EXPECT_EQ(infos[1].layer, readonly);
+  EXPECT_TRUE(store.load(sample_entry(2).key));
+}
+
 TEST(Store, BadEntryInAReadOnlyLayerWarnsOnceAndStays) {
   TempDir tmp;
   const std::string readonly = tmp / "ro";
