@@ -75,6 +75,9 @@ struct StoreOptions {
   // NORMJIT_CACHE_DIR (default $XDG_CACHE_HOME/normjit, else ~/.cache/normjit),
   // NORMJIT_CACHE_READONLY (colon-separated), NORMJIT_CACHE_MAX_BYTES.
   static StoreOptions from_env();
+  // The writable layer's directory alone, as from_env() finds it ("" and a warning without a
+  // home directory): for a prewarm, which reads neither of the other variables.
+  static std::string dir_from_env();
 };
 
 // NORMJIT_CACHE_MAX_BYTES syntax: a byte count with an optional binary suffix K, M, G or T

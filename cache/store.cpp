@@ -965,7 +965,7 @@ std::optional<uint64_t> parse_byte_size(std::string_view text) {
   return value << shift;
 }
 
-StoreOptions StoreOptions::from_env() {
+std::string StoreOptions::dir_from_env() {
   StoreOptions options;
   auto env = [](const char* name) -> std::string {
     const char* value = std::getenv(name);
@@ -990,6 +990,16 @@ StoreOptions StoreOptions::from_env() {
           "memory only");
     }
   }
+  return options.dir;
+}
+
+StoreOptions StoreOptions::from_env() {
+  StoreOptions options;
+  auto env = [](const char* name) -> std::string {
+    const char* value = std::getenv(name);
+    return value != nullptr ? value : "";
+  };
+  options.dir = dir_from_env();
   const std::string layers = env("NORMJIT_CACHE_READONLY");
   for (size_t start = 0; start <= layers.size();) {
     size_t colon = layers.find(':', start);

@@ -318,7 +318,13 @@ EngineOptions resolved(EngineOptions o) {
 // The engine's cache layers. Made in the engine's member initializers, before anything the
 // destructor frees, so that a throw here (a prewarm's unusable directory) leaks nothing.
 std::unique_ptr<cache::Store> open_store(const EngineOptions& o) {
-  cache::StoreOptions store = cache::StoreOptions::from_env();
+  // A prewarm reads the directory's variable alone (a malformed cap it ignores is not warned of).
+  cache::StoreOptions store;
+  if (o.prewarm) {
+    store.dir = o.cache_dir.empty() ? cache::StoreOptions::dir_from_env() : o.cache_dir;
+  } else {
+    store = cache::StoreOptions::from_env();
+  }
   if (!o.cache_dir.empty()) store.dir = o.cache_dir;
   if (!o.readonly_cache_dirs.empty()) store.readonly = o.readonly_cache_dirs;
   if (o.cache_max_bytes) store.max_bytes = o.cache_max_bytes;

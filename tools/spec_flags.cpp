@@ -174,7 +174,7 @@ NormSpec SpecFlags::resolve() const {
   return NormSpec::from_fields(f);
 }
 
-std::string default_cache_dir() { return cache::StoreOptions::from_env().dir; }
+std::string default_cache_dir() { return cache::StoreOptions::dir_from_env(); }
 
 std::optional<std::string> cache_dir_problem(const std::string& dir) {
   cache::StoreOptions probe;

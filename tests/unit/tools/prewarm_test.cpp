@@ -171,6 +171,14 @@ TEST_F(Prewarm, FillsTheDirectoryWhateverTheReadOnlyLayersAndTheCap) {
   EXPECT_EQ(r.exit_code, 0) << r.describe();
   EXPECT_EQ(summary_of(r).cached, 0) << r.describe();
   EXPECT_EQ(check(dir).exit_code, 0) << check(dir).describe();
+  // Variables a prewarm does not use draw no warning when malformed (they said "using the
+  // default 2G" and "planning for the GPU's" of a cap and a GPU that play no part).
+  const std::string other = home_ / "other";
+  const ToolResult quiet =
+      run({"prewarm", manifest_, "--arch", joined(kArchs), "--cache-dir", other},
+          {"NORMJIT_CACHE_MAX_BYTES=abc", "NORMJIT_DRAM_GBPS=fast"});
+  EXPECT_EQ(quiet.exit_code, 0) << quiet.describe();
+  EXPECT_EQ(quiet.err.find("warning"), std::string::npos) << quiet.describe();
 }
 
 // A part with fewer multiprocessors than the arch's full-size one plans long rows differently;
