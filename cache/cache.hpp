@@ -84,6 +84,9 @@ struct StoreOptions {
 // (KiB, MiB, ... also accepted), e.g. "2G", "512MiB", "1048576", read exactly as given (no
 // spaces around it). nullopt when malformed.
 std::optional<uint64_t> parse_byte_size(std::string_view text);
+// Why NORMJIT_CACHE_MAX_BYTES's value is not used ("" when it is unset or a byte size), without
+// the warning from_env() gives: for a command that refuses to go on instead.
+std::string max_bytes_env_problem();
 
 struct StoreStats {
   uint64_t hits = 0;         // load() found a valid entry

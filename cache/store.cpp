@@ -993,6 +993,13 @@ std::string StoreOptions::dir_from_env() {
   return options.dir;
 }
 
+std::string max_bytes_env_problem() {
+  const char* max = std::getenv("NORMJIT_CACHE_MAX_BYTES");
+  if (max == nullptr || *max == '\0' || parse_byte_size(max)) return "";
+  return std::string("NORMJIT_CACHE_MAX_BYTES='") + max +
+         "' is not a byte count such as 1073741824, 512M or 2G";
+}
+
 StoreOptions StoreOptions::from_env() {
   StoreOptions options;
   auto env = [](const char* name) -> std::string {
@@ -1012,8 +1019,7 @@ StoreOptions StoreOptions::from_env() {
       options.max_bytes = *bytes;
       options.max_bytes_from_env = true;
     } else {
-      options.max_bytes_problem = "NORMJIT_CACHE_MAX_BYTES='" + max +
-                                  "' is not a byte count such as 1073741824, 512M or 2G";
+      options.max_bytes_problem = max_bytes_env_problem();
       // Once per value and process: a command opens its store more than once.
       static std::mutex warned_mutex;
       static std::set<std::string> warned;

@@ -303,15 +303,16 @@ void run_verify(const CacheFlags& flags, bool remove) {
 
 void run_gc(const CacheFlags& flags, std::optional<uint64_t> max_bytes, int64_t temp_age) {
   const std::string dir = resolve_dir(flags);
-  const auto store = open_store(flags);
   // gc removes entries down to its limit: a limit the user meant but mistyped is not replaced by
-  // the default (which may be smaller than what they meant to keep).
-  if (!max_bytes && !store->options().max_bytes_problem.empty()) {
+  // the default (which may be smaller than what they meant to keep). Refused before the store
+  // is opened, whose warning would say it uses the default.
+  if (const std::string problem = cache::max_bytes_env_problem(); !max_bytes && !problem.empty()) {
     throw Error(ErrorCode::kInvalidArgument,
-                store->options().max_bytes_problem +
+                problem +
                     "; cache gc evicts down to its limit, so it does not guess one: fix the "
                     "variable or give --max-bytes");
   }
+  const auto store = open_store(flags);
   const uint64_t max = max_bytes.value_or(store->options().max_bytes);
   if (store->options().dir.empty()) {
     std::printf("no cache directory at %s: nothing to collect\n", dir.c_str());

@@ -570,6 +570,8 @@ TEST_F(Cli, MalformedCacheLimitWarnsOnceAndStopsGc) {
   EXPECT_NE(gc.err.find("normjit: error: NORMJIT_CACHE_MAX_BYTES='1.5G' is not a byte count"), npos)
       << gc.describe();
   EXPECT_NE(gc.err.find("give --max-bytes"), npos) << gc.describe();
+  EXPECT_EQ(gc.err.find("using the default"), npos) << "it does not say it uses one\n"
+                                                    << gc.describe();
   const ToolResult given = normjit::testing::run_tool({"cache", "gc", "--max-bytes", "1G"}, env);
   EXPECT_EQ(given.exit_code, 0) << given.describe();
 }
