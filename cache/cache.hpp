@@ -182,6 +182,9 @@ class Store {
   const std::string& directory_problem() const;
   // The same for each read-only layer that is skipped, one line each.
   std::vector<std::string> readonly_problems() const;
+  // The temporary files (".tmp-*": writes a process did not finish, never loaded) of every
+  // layer, as paths: listed by `cache ls` and `prewarm --check`, which would ship them.
+  std::vector<std::string> temporary_files() const;
   // Removes temporary files of the writable layer older than that (left by killed writers);
   // returns the bytes freed.
   uint64_t sweep_temporaries(int64_t older_than_seconds);

@@ -925,6 +925,18 @@ bool Store::remove(const std::string& key, std::string* problem) {
 
 const std::string& Store::directory_problem() const { return impl_->primary.problem; }
 
+std::vector<std::string> Store::temporary_files() const {
+  std::vector<std::string> paths;
+  for (size_t i = 0; i < impl_->layer_count(); ++i) {
+    const Layer& l = impl_->layer(i);
+    if (!l.dir.valid()) continue;
+    for (const std::string& name : detail::list_directory(l.dir.get())) {
+      if (is_temp_name(name)) paths.push_back(join_path(l.path, name));
+    }
+  }
+  return paths;
+}
+
 std::vector<std::string> Store::readonly_problems() const {
   std::vector<std::string> problems;
   for (const Layer& l : impl_->readonly) {

@@ -194,6 +194,13 @@ void run_ls(const CacheFlags& flags) {
   }
   std::printf("%s, %s on disk\n", count(infos.size(), "entry", "entries").c_str(),
               human_bytes(bytes).c_str());
+  if (const auto temporaries = store->temporary_files(); !temporaries.empty()) {
+    std::printf(
+        "and %s of writes that did not finish, never loaded (e.g. %s); 'normjit cache gc "
+        "--temp-age 0' removes those of the writable layer\n",
+        count(temporaries.size(), "temporary file", "temporary files").c_str(),
+        temporaries[0].c_str());
+  }
   fail_on_unread_layers(*store);
 }
 

@@ -617,6 +617,17 @@ void run_check(const PrewarmOptions& o, const std::vector<ManifestEntry>& entrie
     }
   }
   const size_t total = present + missing + unknown;
+  // Never loaded, but shipped with the directory: a prewarm that was interrupted leaves them.
+  if (store) {
+    if (const auto temporaries = store->temporary_files(); !temporaries.empty()) {
+      std::printf(
+          "note: %s holds %zu temporary file%s of writes that did not finish (e.g. %s), "
+          "which would be shipped with it; 'normjit cache gc --temp-age 0 --cache-dir "
+          "%s' removes them\n",
+          dir.c_str(), temporaries.size(), temporaries.size() == 1 ? "" : "s",
+          temporaries[0].c_str(), dir.c_str());
+    }
+  }
   std::printf("%s%s holds %zu of %s of %s; %zu missing%s\n", dir.c_str(),
               exists ? "" : " (no such directory)", present,
               plural(total, "kernel", "kernels").c_str(), o.manifest.c_str(), missing,

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <string>
@@ -94,6 +95,21 @@ TEST_F(Prewarm, FillsADirectoryWithoutAGpuThenCheckFindsEverything) {
   EXPECT_EQ(ok.exit_code, 0) << ok.describe();
   EXPECT_EQ(ok.out.find("missing "), npos) << ok.describe();
   EXPECT_TRUE(ok.err_lines("normjit: error: ").empty()) << ok.describe();
+  EXPECT_EQ(ok.out.find("temporary"), npos) << ok.describe();
+
+  // A write that did not finish (an interrupted prewarm) is never loaded, but would be shipped:
+  // --check and cache ls name it (they said nothing).
+  const std::string temporary = dir + "/.tmp-" + std::string(64, 'a') + "-1-ff";
+  { std::ofstream(temporary) << "partial"; }
+  const ToolResult noted = check(dir);
+  EXPECT_EQ(noted.exit_code, 0) << noted.describe();
+  EXPECT_NE(noted.out.find("holds 1 temporary file of writes that did not finish (e.g. " +
+                           temporary + ")"),
+            npos)
+      << noted.describe();
+  const ToolResult ls = run({"cache", "ls", "--cache-dir", dir});
+  EXPECT_NE(ls.out.find("and 1 temporary file of writes that did not finish"), npos)
+      << ls.describe();
 }
 
 TEST_F(Prewarm, CheckListsWhatAFreshDirectoryLacks) {
