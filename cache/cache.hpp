@@ -142,7 +142,9 @@ class Store {
 
   // A valid entry for key from the first layer that has one, or nullopt. Bad entries are
   // misses (one warning each; removed from the writable layer). Stamps last use. Thread-safe.
-  std::optional<Entry> load(const std::string& key);
+  // counted false: a second look after a counted miss (before compiling, in case another
+  // process saved it meanwhile), left out of the hit and miss counters.
+  std::optional<Entry> load(const std::string& key, bool counted = true);
   // Publishes atomically (unique temp + fsync + rename), then evicts least recently used
   // entries above max_bytes. Failures warn once and leave the store memory-only. Thread-safe.
   // A memory-only store keeps what it is given in memory (LRU, max_bytes). Throws

@@ -760,7 +760,7 @@ Store::~Store() {
   }
 }
 
-std::optional<Entry> Store::load(const std::string& key) {
+std::optional<Entry> Store::load(const std::string& key, bool counted) {
   std::optional<Entry> found;
   if (detail::is_key(key)) {
     found = impl_->recall(key);
@@ -769,6 +769,7 @@ std::optional<Entry> Store::load(const std::string& key) {
       if (impl_->lookup(i, key, &entry) == Lookup::kHit) found = std::move(entry);
     }
   }
+  if (!counted) return found;
   ++(found ? impl_->hits : impl_->misses);
   if (++impl_->loads_since_flush >= kLoadsPerStatsFlush) impl_->flush_stats();
   return found;

@@ -598,7 +598,7 @@ std::shared_ptr<const CompiledKernel> EngineImpl::compile_and_save(
     // this one started, or another process's): loaded, not compiled again. Not where the
     // caller found an entry the driver refused: the cache may still hold it.
     std::optional<cache::Entry> entry;
-    if (recheck_cache) entry = store_->load(key);
+    if (recheck_cache) entry = store_->load(key, /*counted=*/false);  // the caller's miss counted
     if (entry) {
       if (std::string lowered = lowered_name_of(*entry); !lowered.empty()) {
         return std::make_shared<const CompiledKernel>(

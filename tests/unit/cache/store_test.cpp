@@ -321,6 +321,23 @@ TEST(Store, ADirectoryUnderSeveralNamesIsOneLayer) {
   EXPECT_TRUE(store.load(sample_entry(2).key));
 }
 
+// A second look before compiling (the engine's, after its counted miss) is not another lookup:
+// a prewarmed kernel used to count two misses.
+TEST(Store, AnUncountedLoadLeavesTheCounters) {
+  TempDir tmp;
+  Store store(options_for(tmp / "c"));
+  const Entry entry = sample_entry(1);
+  EXPECT_FALSE(store.load(entry.key, /*counted=*/false));
+  EXPECT_EQ(store.stats().misses, 0u);
+  EXPECT_FALSE(store.load(entry.key));
+  EXPECT_EQ(store.stats().misses, 1u);
+  store.save(entry);
+  EXPECT_TRUE(store.load(entry.key, /*counted=*/false));
+  EXPECT_EQ(store.stats().hits, 0u);
+  EXPECT_TRUE(store.load(entry.key));
+  EXPECT_EQ(store.stats().hits, 1u);
+}
+
 TEST(Store, BadEntryInAReadOnlyLayerWarnsOnceAndStays) {
   TempDir tmp;
   const std::string readonly = tmp / "ro";
