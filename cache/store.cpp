@@ -978,32 +978,30 @@ std::optional<uint64_t> parse_byte_size(std::string_view text) {
   return value << shift;
 }
 
+namespace {
+std::string env_text(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr ? value : "";
+}
+}  // namespace
+
 std::string StoreOptions::dir_from_env() {
-  StoreOptions options;
-  auto env = [](const char* name) -> std::string {
-    const char* value = std::getenv(name);
-    return value != nullptr ? value : "";
-  };
-  if (std::string dir = env("NORMJIT_CACHE_DIR"); !dir.empty()) {
-    options.dir = dir;
-  } else if (std::string xdg = env("XDG_CACHE_HOME"); !xdg.empty() && xdg.front() == '/') {
-    options.dir = join_path(xdg, "normjit");  // the XDG spec ignores relative values
-  } else if (std::string home = env("HOME"); !home.empty()) {
-    options.dir = join_path(home, ".cache/normjit");
-  } else {
-    struct passwd pw;
-    struct passwd* result = nullptr;
-    char buffer[4096];
-    if (::getpwuid_r(::geteuid(), &pw, buffer, sizeof(buffer), &result) == 0 && result &&
-        result->pw_dir != nullptr && result->pw_dir[0] == '/') {
-      options.dir = join_path(result->pw_dir, ".cache/normjit");
-    } else {
-      warn(
-          "no home directory (HOME unset) and NORMJIT_CACHE_DIR unset; kernels are cached in "
-          "memory only");
-    }
+  if (std::string dir = env_text("NORMJIT_CACHE_DIR"); !dir.empty()) return dir;
+  if (std::string xdg = env_text("XDG_CACHE_HOME"); !xdg.empty() && xdg.front() == '/') {
+    return join_path(xdg, "normjit");  // the XDG spec ignores relative values
   }
-  return options.dir;
+  if (std::string home = env_text("HOME"); !home.empty()) return join_path(home, ".cache/normjit");
+  struct passwd pw;
+  struct passwd* result = nullptr;
+  char buffer[4096];
+  if (::getpwuid_r(::geteuid(), &pw, buffer, sizeof(buffer), &result) == 0 && result &&
+      result->pw_dir != nullptr && result->pw_dir[0] == '/') {
+    return join_path(result->pw_dir, ".cache/normjit");
+  }
+  warn(
+      "no home directory (HOME unset) and NORMJIT_CACHE_DIR unset; kernels are cached in memory "
+      "only");
+  return "";
 }
 
 std::string max_bytes_env_problem() {
@@ -1015,19 +1013,15 @@ std::string max_bytes_env_problem() {
 
 StoreOptions StoreOptions::from_env() {
   StoreOptions options;
-  auto env = [](const char* name) -> std::string {
-    const char* value = std::getenv(name);
-    return value != nullptr ? value : "";
-  };
   options.dir = dir_from_env();
-  const std::string layers = env("NORMJIT_CACHE_READONLY");
+  const std::string layers = env_text("NORMJIT_CACHE_READONLY");
   for (size_t start = 0; start <= layers.size();) {
     size_t colon = layers.find(':', start);
     if (colon == std::string::npos) colon = layers.size();
     if (colon > start) options.readonly.push_back(layers.substr(start, colon - start));
     start = colon + 1;
   }
-  if (const std::string max = env("NORMJIT_CACHE_MAX_BYTES"); !max.empty()) {
+  if (const std::string max = env_text("NORMJIT_CACHE_MAX_BYTES"); !max.empty()) {
     if (auto bytes = parse_byte_size(max)) {
       options.max_bytes = *bytes;
       options.max_bytes_from_env = true;

@@ -84,8 +84,8 @@ normjit::Dtype to_x_dtype(const normjit_dtype& dtype) {
   return d;
 }
 
-// The kernel computes in float: an eps that is no positive float is refused as given.
-// A double eps as the kernel takes it, checked as the double given (1e-300 is 0 as a float).
+// A double eps as the kernel takes it (a float), checked as the double given: 1e-300 is
+// refused as 1e-300, not as the 0 it would be as a float.
 float to_float_eps(double eps) {
   if (!normjit::eps_in_range(eps)) normjit::check_eps(eps, "eps", normjit::format_double(eps));
   return float(eps);

@@ -321,7 +321,7 @@ std::unique_ptr<cache::Store> open_store(const EngineOptions& o) {
   // A prewarm reads the directory's variable alone (a malformed cap it ignores is not warned of).
   cache::StoreOptions store;
   if (o.prewarm) {
-    store.dir = o.cache_dir.empty() ? cache::StoreOptions::dir_from_env() : o.cache_dir;
+    store.dir = cache::StoreOptions::dir_from_env();
   } else {
     store = cache::StoreOptions::from_env();
   }

@@ -40,23 +40,10 @@ std::string resolve_dir(const CacheFlags& flags) {
   return flags.cache_dir.empty() ? default_cache_dir() : flags.cache_dir;
 }
 
-bool env_set(const char* name) {
-  const char* value = std::getenv(name);
-  return value != nullptr && *value;
-}
+std::string dir_source(const CacheFlags& flags) { return cache_dir_source(flags.cache_dir); }
 
 // Whether the user named the directory (--cache-dir, NORMJIT_CACHE_DIR), not the default.
-bool dir_named(const CacheFlags& flags) {
-  return !flags.cache_dir.empty() || env_set("NORMJIT_CACHE_DIR");
-}
-
-// What named the directory, for error messages ("invalid <this> '<dir>': ...").
-std::string dir_source(const CacheFlags& flags) {
-  if (!flags.cache_dir.empty()) return "--cache-dir";
-  if (env_set("NORMJIT_CACHE_DIR")) return "NORMJIT_CACHE_DIR";
-  return env_set("XDG_CACHE_HOME") ? "default cache directory (XDG_CACHE_HOME/normjit)"
-                                   : "default cache directory (~/.cache/normjit)";
-}
+bool dir_named(const CacheFlags& flags) { return dir_source(flags).rfind("default", 0) != 0; }
 
 // Restores the default warning sink however the command ends.
 struct SinkGuard {

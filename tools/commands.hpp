@@ -43,6 +43,10 @@ struct SpecFlags {
 
 // Where `normjit` keeps its cache unless --cache-dir says otherwise.
 std::string default_cache_dir();
+// What names the cache directory, for errors ("invalid <this> '<dir>': ..."): "--cache-dir"
+// where the flag's value (flag) is given, else NORMJIT_CACHE_DIR where it is set, else the
+// default's (which variable it comes from).
+std::string cache_dir_source(const std::string& flag);
 // Why kernels cannot be written into cache directory `dir` (it cannot be created, opened,
 // trusted or written), or nullopt where they can; creates it where it is missing.
 std::optional<std::string> cache_dir_problem(const std::string& dir);

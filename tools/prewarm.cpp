@@ -460,24 +460,17 @@ std::string cache_dir_of(const PrewarmOptions& o) {
   return dir;
 }
 
-// What named the directory, for errors: the flag, the variable, or the default.
-std::string cache_dir_source(const PrewarmOptions& o) {
-  if (!o.cache_dir.empty()) return "--cache-dir";
-  const char* env = std::getenv("NORMJIT_CACHE_DIR");
-  return env != nullptr && *env ? "NORMJIT_CACHE_DIR" : "default cache directory";
-}
-
 // Whether dir exists (false: it does not, which --check reports as holding nothing). Anything
 // else that keeps it from being read is an error naming it, not every kernel "missing".
 bool check_directory(const PrewarmOptions& o, const std::string& dir) {
   struct stat st;
   if (::stat(dir.c_str(), &st) != 0) {
     if (errno == ENOENT) return false;
-    throw_invalid_argument(cache_dir_source(o), "'" + dir + "'",
+    throw_invalid_argument(cache_dir_source(o.cache_dir), "'" + dir + "'",
                            std::string("cannot be read (") + std::strerror(errno) + ")");
   }
   if (!S_ISDIR(st.st_mode)) {
-    throw_invalid_argument(cache_dir_source(o), "'" + dir + "'", "is not a directory");
+    throw_invalid_argument(cache_dir_source(o.cache_dir), "'" + dir + "'", "is not a directory");
   }
   return true;
 }
@@ -573,7 +566,7 @@ void run_check(const PrewarmOptions& o, const std::vector<ManifestEntry>& entrie
   const bool exists = check_directory(o, dir);
   const auto store = exists ? read_only_store(dir) : nullptr;
   if (store && !store->readonly_problems().empty()) {
-    throw_invalid_argument(cache_dir_source(o), "'" + dir + "'",
+    throw_invalid_argument(cache_dir_source(o.cache_dir), "'" + dir + "'",
                            "cannot be read: " + store->readonly_problems()[0]);
   }
   const std::vector<Task> tasks = make_tasks(entries, targets);
@@ -704,7 +697,7 @@ struct SinkGuard {
 // first so that the error names the flag.
 void require_writable(const PrewarmOptions& o, const std::string& dir) {
   if (const std::optional<std::string> problem = cache_dir_problem(dir)) {
-    throw_invalid_argument(cache_dir_source(o), "'" + dir + "'",
+    throw_invalid_argument(cache_dir_source(o.cache_dir), "'" + dir + "'",
                            "prewarm cannot write its kernels there (" + *problem +
                                "), so it fails; give a directory it can create or write");
   }

@@ -176,6 +176,19 @@ NormSpec SpecFlags::resolve() const {
 
 std::string default_cache_dir() { return cache::StoreOptions::dir_from_env(); }
 
+std::string cache_dir_source(const std::string& flag) {
+  if (!flag.empty()) return "--cache-dir";
+  const auto env = [](const char* name) {
+    const char* value = std::getenv(name);
+    return std::string(value != nullptr ? value : "");
+  };
+  if (!env("NORMJIT_CACHE_DIR").empty()) return "NORMJIT_CACHE_DIR";
+  // As StoreOptions::dir_from_env: a relative XDG_CACHE_HOME is ignored.
+  return env("XDG_CACHE_HOME").rfind('/', 0) == 0
+             ? "default cache directory (XDG_CACHE_HOME/normjit)"
+             : "default cache directory (~/.cache/normjit)";
+}
+
 std::optional<std::string> cache_dir_problem(const std::string& dir) {
   cache::StoreOptions probe;
   probe.dir = dir;
