@@ -202,14 +202,24 @@ constexpr int kSplitBlocksPerSm = kSplitCta.per_sm;
 //   512 x 2 (64 a group); the 16-bit GroupNorm seeds in 512 x 2 level to 3% faster;
 // - rows of 128 or more CTAs of 512 ran slower in them: the f32 GroupNorm seed 8-9%, the bf16
 //   LayerNorm seed 8%.
-// On the H100 (3352 GB/s) one CTA of 1024 an SM had run the GroupNorm seeds faster than two of
-// 512 (performance-seeds.md, "Few CTAs per row"; an earlier kernel), so 512 x 2, which the 16-bit
-// GroupNorm seeds and the VAE's largest maps take, is planned only for DRAM of at least
-// kHalfCtaMinDramGbps (the H200's 4814 GB/s: measured). 256 x 4 takes rows of at most 64 CTAs of
-// 256 (16 of 1024), a regime that H100 A/B did not cover, on every GPU.
+// On the H100 (3352 GB/s; scripts/ab_bench.py, 3 rounds, scripts/specs/dram-rules-h100.txt and
+// half-cta-h100.txt, the engine's bandwidth set by NORMJIT_DRAM_GBPS; performance-notes,
+// "Session 73") 512 x 2 ran 14 of the 17 rows that take it faster than 1024 x 1: LayerNorm and
+// RMSNorm rows of 786432 to 2 Mi elements 0.87-0.99x the time, f32 GroupNorm groups of 1 Mi
+// 0.96-0.98x, 16-bit groups of 2 Mi with SiLU (the VAE's 512x512 map, the f16 seed) 0.95-0.96x,
+// the plain VAE map 0.95x; but the plain 16-bit GroupNorm seeds 1.01-1.04x (their 896 groups
+// pipeline through the stage of one CTA an SM). So plain 16-bit GroupNorm takes 512 x 2 only
+// with DRAM of at least kHalfCtaMinDramGbps (the H200's 4814 GB/s: the seeds level to 3% faster
+// there), everything else on every GPU. 256 x 4 takes rows of at most 64 CTAs of 256 (16 of
+// 1024), a regime that H100 A/B did not cover, on every GPU.
 constexpr SplitCta kSmallSplitCtas[] = {{256, 4}, {512, 2}};
 constexpr int64_t kSmallCtaMostChunks = 64;
 constexpr int kHalfCtaMinDramGbps = 4000;
+bool half_ctas_pay(const Problem& pr, const Target& target) {
+  const bool plain_16bit_groups =
+      pr.op == Op::kGroupNorm && size_of(pr.x) == 2 && pr.activation == Activation::kNone;
+  return !plain_16bit_groups || target.dram_gbps >= kHalfCtaMinDramGbps;
+}
 constexpr int kSplitValues = 32;  // f32 values per thread of the split kernel
 // Vectors per thread of the split kernel, at most: each costs registers beyond its values (its
 // address and bounds, its parameters), and with narrow vectors (odd or 2-aligned rows: 32 of
@@ -446,15 +456,15 @@ SplitLayout split_layout_in(const Problem& pr, const Target& target, int vec, Sp
 
 // The split kernel's layout: in the smallest CTA that cuts a row into at most
 // kSmallCtaMostChunks with no more vectors per thread than kSplitCta's layout (the same work a
-// thread, cut into more CTAs), else in kSplitCta (512 x 2 only with DRAM of at least
-// kHalfCtaMinDramGbps). Odd f32 LayerNorm rows (1- and 2-element vectors) need more vectors a
-// thread in CTAs of 256 to keep their chunks even (65537: 16 in 17 CTAs, where 1024 threads
-// take 13 in 5), which leaves fewer of their parameters resident; on the H200 they ran 17-25%
-// slower so.
+// thread, cut into more CTAs), else in kSplitCta (512 x 2 for plain 16-bit GroupNorm only with
+// DRAM of at least kHalfCtaMinDramGbps: half_ctas_pay). Odd f32 LayerNorm rows (1- and 2-element
+// vectors) need more vectors a thread in CTAs of 256 to keep their chunks even (65537: 16 in 17
+// CTAs, where 1024 threads take 13 in 5), which leaves fewer of their parameters resident; on the
+// H200 they ran 17-25% slower so.
 SplitLayout choose_split_layout(const Problem& pr, const Target& target, int vec) {
   const SplitLayout full = split_layout_in(pr, target, vec, kSplitCta);
   for (const SplitCta cta : kSmallSplitCtas) {
-    if (cta.per_sm == 2 && target.dram_gbps < kHalfCtaMinDramGbps) continue;
+    if (cta.per_sm == 2 && !half_ctas_pay(pr, target)) continue;
     const SplitLayout small = split_layout_in(pr, target, vec, cta);
     if (small.chunks <= kSmallCtaMostChunks && small.vectors <= full.vectors) return small;
   }

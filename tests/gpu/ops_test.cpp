@@ -255,6 +255,34 @@ TEST_F(Ops, OneRowFillsTheChip) {
   worst.print("one row fills the chip");
 }
 
+TEST_F(Ops, SplitRowsInCtasOf512TwoAnSm) {
+  // Rows the split kernel cuts into 64 CTAs of 512 threads, two an SM, on every GPU (plan.cpp,
+  // half_ctas_pay): LayerNorm and RMSNorm rows of 786432 to 2 Mi elements, f32 GroupNorm groups
+  // of 1 Mi; against float64 with large means, negatives and a C not a power of two.
+  device::PrimaryContext context;
+  const Target target = device::target_of(context.device());
+  Engine engine(test_engine_options());
+  Worst worst;
+  const NormSpec specs[] = {
+      make(Op::kLayerNorm, {3, 786432}, Dtype::kF32, Affine::kBoth, 1),
+      make(Op::kLayerNorm, {2, 1048576}, Dtype::kBF16, Affine::kBoth, 1),
+      make(Op::kRmsNorm, {3, 1500000}, Dtype::kBF16, Affine::kWeight, 1),
+      make(Op::kRmsNorm, {2, 1048576}, Dtype::kF32, Affine::kNone, 1),
+      make(Op::kGroupNorm, {2, 128, 512, 512}, Dtype::kF32, Affine::kBoth, -1, 32),
+      make(Op::kGroupNorm, {1, 96, 512, 512}, Dtype::kF32, Affine::kWeight, -1, 24),
+  };
+  uint64_t seed = 1;
+  for (const NormSpec& spec : specs) {
+    const KernelPlan p = plan(spec, target);
+    ASSERT_EQ(p.strategy, Strategy::kRowSplit) << spec.to_string();
+    EXPECT_EQ(p.block_x, 512) << p.to_string();
+    const Values values = spec.dtype == Dtype::kF32 ? Values::kLargeMean : Values::kNegative;
+    check(engine, spec, values, seed++, worst);
+  }
+  EXPECT_EQ(worst.runs, 6);
+  worst.print("split rows in CTAs of 512");
+}
+
 TEST_F(Ops, DynamicSharedMemoryOfExactlyTheDefaultLimit) {
   // 48 KiB of dynamic shared memory beside a few static bytes is over the default limit,
   // which counts both: the engine must raise the kernel's limit for it as well (it used to

@@ -2148,9 +2148,9 @@ TEST_F(Variants, ActivationEveryFormEveryDtypeEveryOutput) {
 
 TEST_F(Variants, ActivationGroupNormOnDiffusionShapes) {
   // GroupNorm -> SiLU of the SD 1.5 / SDXL UNet (32 groups; 320, 640, 1280 channels at 64x64,
-  // 32x32, 8x8) and VAE ([1, 512, 128, 128]), in f16, bf16 and f32 (with f32 parameters under
-  // autocast), an odd [3, 96, 7, 9] with 8 groups, fp8 outputs; gelu on some. A row kernel, the
-  // split rows and the streamed rows all run (checked below).
+  // 32x32, 8x8) and VAE ([1, 512, 128, 128], [1, 256, 512, 512]), in f16, bf16 and f32 (with f32
+  // parameters under autocast), an odd [3, 96, 7, 9] with 8 groups, fp8 outputs; gelu on some. A
+  // row kernel, the split rows and the streamed rows all run (checked below).
   std::vector<Case> cases;
   uint64_t seed = 1400;
   const Activation silu = Activation::kSilu, gelu = Activation::kGelu;
@@ -2170,6 +2170,9 @@ TEST_F(Variants, ActivationGroupNormOnDiffusionShapes) {
                       .with(Values::kNegative, seed++));
   cases.push_back(
       group_norm({1, 512, 128, 128}, Dtype::kF16, 32).act(silu).with(Values::kNormal, seed++));
+  // The VAE's 512x512 map (groups of 2 Mi elements: 64 CTAs of 512 a group on every GPU).
+  cases.push_back(
+      group_norm({1, 256, 512, 512}, Dtype::kF16, 32).act(silu).with(Values::kNegative, seed++));
   cases.push_back(group_norm({2, 320, 64, 64}, Dtype::kBF16, 32)
                       .act(silu)
                       .out(Dtype::kE4M3, 4.0f)
