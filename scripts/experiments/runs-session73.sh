@@ -3,6 +3,12 @@
 # repository root, build-gpu carried (and python/ for the Python tests):
 #   OUT=... bash scripts/experiments/runs-session73.sh ab     # 512 x 2 against 1024 x 1 (H100)
 #   OUT=... bash scripts/experiments/runs-session73.sh tests  # the split rows' GPU tests
+#   OUT=... bash scripts/experiments/runs-session73.sh rounds # channels-last items in rounds
+# rounds: .devcarry/head (tools/normjit and libnormjit.so* of the tree without the patch) against
+# build-gpu built from a tree with scripts/experiments/group-nhwc-rounds.patch applied (at
+# d78118c; it changes tests/gpu too, so its gpu_tests run): the smallest rounds that fit, and
+# NJX_NHWC_ROUNDS=8 (at least 8, the patch's throwaway knob); then the channels-last GPU tests
+# over that build.
 # `ab` times the specs whose plans NORMJIT_DRAM_GBPS=4800 changes (the 512 x 2 split CTA and the
 # streamed GroupNorm backward, both planned from 4000 GB/s up before this session) both ways.
 set -euo pipefail
@@ -15,6 +21,18 @@ case "${1:-}" in
       python3 scripts/ab_bench.py --specs "scripts/specs/$list.txt" --rounds 3 --out "$out/$list" \
         --variant head=build-gpu --variant d4800=build-gpu:NORMJIT_DRAM_GBPS=4800 | grep '^|'
     done
+    ;;
+  rounds)
+    python3 scripts/ab_bench.py --specs scripts/specs/groupnorm-nhwc-rounds.txt --rounds 3 \
+      --out "$out/rounds" --variant head=.devcarry/head --variant rounds=build-gpu \
+      --variant r8=build-gpu:NJX_NHWC_ROUNDS=8 | grep '^|'
+    t=build-gpu/tests/gpu/gpu_tests
+    $t --gtest_filter='Variants.Nhwc*' >"$out/nhwc.log" 2>&1 &
+    $t --gtest_filter='Capture.*:Ops.SplitRowsInCtasOf512TwoAnSm' >"$out/capture.log" 2>&1 &
+    status=0
+    for job in $(jobs -p); do wait "$job" || status=1; done
+    grep -E '^\[  (PASSED|FAILED) |FAILED|summary|worst' "$out/nhwc.log" "$out/capture.log" | tail -20
+    exit "$status"
     ;;
   tests)
     t=build-gpu/tests/gpu/gpu_tests
@@ -36,7 +54,7 @@ case "${1:-}" in
     exit "$status"
     ;;
   *)
-    echo "usage: $0 ab|tests" >&2
+    echo "usage: $0 ab|tests|rounds" >&2
     exit 2
     ;;
 esac
