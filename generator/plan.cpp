@@ -211,7 +211,8 @@ constexpr int kSplitBlocksPerSm = kSplitCta.per_sm;
 // pipeline through the stage of one CTA an SM). So plain 16-bit GroupNorm takes 512 x 2 only
 // with DRAM of at least kHalfCtaMinDramGbps (the H200's 4814 GB/s: the seeds level to 3% faster
 // there), everything else on every GPU. 256 x 4 takes rows of at most 64 CTAs of 256 (16 of
-// 1024), a regime that H100 A/B did not cover, on every GPU.
+// 1024) on every GPU: on the H100 too (scripts/specs/split-cta-h100.txt, 17 such rows, 2 rounds;
+// performance-notes, "Session 73") 512 x 2 ran them 1.00-1.18x the time and 1024 x 1 1.01-1.22x.
 constexpr SplitCta kSmallSplitCtas[] = {{256, 4}, {512, 2}};
 constexpr int64_t kSmallCtaMostChunks = 64;
 constexpr int kHalfCtaMinDramGbps = 4000;

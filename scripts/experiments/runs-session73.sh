@@ -4,6 +4,7 @@
 #   OUT=... bash scripts/experiments/runs-session73.sh ab     # 512 x 2 against 1024 x 1 (H100)
 #   OUT=... bash scripts/experiments/runs-session73.sh tests  # the split rows' GPU tests
 #   OUT=... bash scripts/experiments/runs-session73.sh rounds # channels-last items in rounds
+#   OUT=... bash scripts/experiments/runs-session73.sh cta    # the split CTA shapes (H100)
 # rounds: .devcarry/head (tools/normjit and libnormjit.so* of the tree without the patch) against
 # build-gpu built from a tree with scripts/experiments/group-nhwc-rounds.patch applied (at
 # d78118c; it changes tests/gpu too, so its gpu_tests run): the smallest rounds that fit, and
@@ -34,6 +35,14 @@ case "${1:-}" in
     grep -E '^\[  (PASSED|FAILED) |FAILED|summary|worst' "$out/nhwc.log" "$out/capture.log" | tail -20
     exit "$status"
     ;;
+  cta)
+    # On an H100: .devcarry/cta from `bash scripts/experiments/build.sh split-cta-h100 cta`
+    # (carry .devcarry/cta): the plan's CTAs (256 x 4 on every row of the list) against 512 x 2
+    # and 1024 x 1 (NJX_SPLIT_CTA). Session 73 ran it with --rounds 2.
+    python3 scripts/ab_bench.py --specs scripts/specs/split-cta-h100.txt --rounds 2 --out "$out/cta" \
+      --variant head=.devcarry/cta --variant c512=.devcarry/cta:NJX_SPLIT_CTA=512 \
+      --variant c1024=.devcarry/cta:NJX_SPLIT_CTA=1024 | grep '^|'
+    ;;
   tests)
     t=build-gpu/tests/gpu/gpu_tests
     $t --gtest_filter='Ops.FixedShapes*:Ops.SplitRowsInCtasOf512TwoAnSm' >"$out/a.log" 2>&1 &
@@ -54,7 +63,7 @@ case "${1:-}" in
     exit "$status"
     ;;
   *)
-    echo "usage: $0 ab|tests|rounds" >&2
+    echo "usage: $0 ab|tests|rounds|cta" >&2
     exit 2
     ;;
 esac
