@@ -235,6 +235,14 @@ normjit_status normjit_engine_create_ex(const normjit_engine_config* config, nor
                     sizeof(normjit_engine_config), "normjit_engine_config", "config.size");
     normjit_engine_config c{};
     std::memcpy(&c, config, std::min(config->size, sizeof(normjit_engine_config)));
+    // Named as the C struct (and Python's Engine) names it: the C++ engine would refuse its own
+    // field, readonly_cache_dirs.
+    if (c.prewarm != 0 && c.options.readonly_dirs && *c.options.readonly_dirs) {
+      normjit::throw_invalid_argument(
+          "options.readonly_dirs", normjit::quoted_excerpt(c.options.readonly_dirs),
+          "is not for a prewarm engine (prewarm nonzero), which reads and writes its cache "
+          "directory alone; leave it NULL");
+    }
     normjit::EngineOptions o = engine_options(&c.options);
     o.dram_gbps = c.dram_gbps;  // checked by the engine
     o.prewarm = c.prewarm != 0;

@@ -78,6 +78,19 @@ def test_engine_options_reach_the_library(tmp_path):
         assert "groupnorm" in e.value.message
 
 
+def test_prewarm_engine_refuses_settings_by_their_python_names(tmp_path):
+    """A prewarm engine decides its layers, cap and JIT itself: read-only layers are refused by
+    readonly_dirs (the C++ engine's own field is readonly_cache_dirs), the others by their names."""
+    with pytest.raises(normjit.InvalidArgumentError,
+                       match=r"readonly_dirs '.*ro'.*prewarm") as e:
+        normjit.Engine(cache_dir=tmp_path / "c", readonly_dirs=tmp_path / "ro", prewarm=True)
+    assert "readonly_cache_dirs" not in e.value.message
+    with pytest.raises(normjit.InvalidArgumentError, match=r"cache_max_bytes 1024.*prewarm"):
+        normjit.Engine(cache_dir=tmp_path / "c", cache_max_bytes=1024, prewarm=True)
+    with normjit.Engine(cache_dir=tmp_path / "c", prewarm=True) as engine:
+        assert engine.precompile("op=rmsnorm shape=4,64", arch="sm_80") is True
+
+
 def test_normjit_torch_without_pytorch_says_what_is_missing():
     if importlib.util.find_spec("torch") is not None:
         pytest.skip("PyTorch is installed here: nothing is missing")

@@ -237,6 +237,21 @@ TEST(CApiEngineConfig, InitCreatesAndRefusesNamingTheField) {
   EXPECT_EQ(normjit_engine_create_ex(&config, &engine), NORMJIT_ERROR_INVALID_ARGUMENT);
   EXPECT_TRUE(mentions("config.size")) << normjit_last_error();
 
+  // A prewarm engine's read-only layers are refused by the C field's name (and the others by
+  // their own, the same in C and C++).
+  config.size = sizeof config;
+  config.prewarm = 1;
+  config.options.readonly_dirs = "/nonexistent/ro";
+  EXPECT_EQ(normjit_engine_create_ex(&config, &engine), NORMJIT_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(mentions("options.readonly_dirs '/nonexistent/ro'")) << normjit_last_error();
+  EXPECT_FALSE(mentions("readonly_cache_dirs")) << normjit_last_error();
+  config.options.readonly_dirs = nullptr;
+  config.options.jit_disabled = 1;
+  EXPECT_EQ(normjit_engine_create_ex(&config, &engine), NORMJIT_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(mentions("jit_disabled")) << normjit_last_error();
+  config.options.jit_disabled = 0;
+  config.prewarm = 0;
+
   // A newer header's struct: longer, with a field this library does not know set.
   struct {
     normjit_engine_config known;
