@@ -5,6 +5,7 @@
 #   OUT=... bash scripts/experiments/runs-session73.sh tests  # the split rows' GPU tests
 #   OUT=... bash scripts/experiments/runs-session73.sh rounds # channels-last items in rounds
 #   OUT=... bash scripts/experiments/runs-session73.sh cta    # the split CTA shapes (H100)
+#   OUT=... bash scripts/experiments/runs-session73.sh bounds # ConvNeXt rows' bounds (prepared)
 # rounds: .devcarry/head (tools/normjit and libnormjit.so* of the tree without the patch) against
 # build-gpu built from a tree with scripts/experiments/group-nhwc-rounds.patch applied (at
 # d78118c; it changes tests/gpu too, so its gpu_tests run): the smallest rounds that fit, and
@@ -43,6 +44,15 @@ case "${1:-}" in
       --variant head=.devcarry/cta --variant c512=.devcarry/cta:NJX_SPLIT_CTA=512 \
       --variant c1024=.devcarry/cta:NJX_SPLIT_CTA=1024 | grep '^|'
     ;;
+  bounds)
+    # Prepared for the next session, on an H100: .devcarry/rb from `bash
+    # scripts/experiments/build.sh row-forward-bounds-knobs rb` (carry .devcarry/rb): the plan
+    # (parameters with x, no bounds) against the parameters at the store and launch bounds of 12.
+    python3 scripts/ab_bench.py --specs scripts/specs/convnext-nhwc-bounds.txt --rounds 3 \
+      --out "$out/bounds" --variant head=.devcarry/rb --variant store=.devcarry/rb:NJX_FWD_AHEAD=0 \
+      --variant b12=.devcarry/rb:NJX_FWD_MINB=12 \
+      --variant store12=.devcarry/rb:NJX_FWD_AHEAD=0,NJX_FWD_MINB=12 | grep '^|'
+    ;;
   tests)
     t=build-gpu/tests/gpu/gpu_tests
     $t --gtest_filter='Ops.FixedShapes*:Ops.SplitRowsInCtasOf512TwoAnSm' >"$out/a.log" 2>&1 &
@@ -63,7 +73,7 @@ case "${1:-}" in
     exit "$status"
     ;;
   *)
-    echo "usage: $0 ab|tests|rounds|cta" >&2
+    echo "usage: $0 ab|tests|rounds|cta|bounds" >&2
     exit 2
     ;;
 esac
