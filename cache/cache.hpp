@@ -184,6 +184,10 @@ class Store {
   const std::string& directory_problem() const;
   // The same for each read-only layer that is skipped, one line each.
   std::vector<std::string> readonly_problems() const;
+  // The read-only layers searched, as configured, in order: options().readonly less the empty
+  // ones and those naming a directory already searched (the writable one or an earlier layer,
+  // under another name).
+  std::vector<std::string> searched_readonly() const;
   // The temporary files (".tmp-*": writes a process did not finish, never loaded) of every
   // layer, as paths: listed by `cache ls` and `prewarm --check`, which would ship them.
   std::vector<std::string> temporary_files() const;

@@ -946,6 +946,12 @@ std::vector<std::string> Store::readonly_problems() const {
   return problems;
 }
 
+std::vector<std::string> Store::searched_readonly() const {
+  std::vector<std::string> paths;
+  for (const Layer& l : impl_->readonly) paths.push_back(l.path);
+  return paths;
+}
+
 uint64_t Store::sweep_temporaries(int64_t older_than_seconds) {
   return impl_->sweep(older_than_seconds);
 }

@@ -146,8 +146,21 @@ void print_layers(const cache::Store& store, const std::string& dir) {
     std::printf("writable layer: %s%s\n", dir.c_str(),
                 store.writable() ? "" : " (not written to: see the warning above)");
   }
+  // The searched layers are the configured ones in order, less those the store searches once
+  // under another name.
+  const std::vector<std::string> searched = store.searched_readonly();
+  size_t next = 0;
   for (const std::string& layer : store.options().readonly) {
-    std::printf("read-only layer: %s\n", layer.c_str());
+    if (layer.empty()) continue;
+    if (next < searched.size() && searched[next] == layer) {
+      ++next;
+      std::printf("read-only layer: %s\n", layer.c_str());
+    } else {
+      std::printf(
+          "read-only layer: %s (the writable layer or an earlier one under another name: "
+          "searched once)\n",
+          layer.c_str());
+    }
   }
 }
 

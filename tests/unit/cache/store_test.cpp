@@ -319,6 +319,7 @@ TEST(Store, ADirectoryUnderSeveralNamesIsOneLayer) {
   EXPECT_TRUE(infos[1].readonly);
   EXPECT_EQ(infos[1].layer, readonly);
   EXPECT_TRUE(store.load(sample_entry(2).key));
+  EXPECT_EQ(store.searched_readonly(), std::vector<std::string>{readonly});
 }
 
 // A second look before compiling (the engine's, after its counted miss) is not another lookup:

@@ -553,6 +553,24 @@ TEST_F(Cli, CacheCommandsFailOnWhatTheyCouldNotRead) {
   }
 }
 
+// A layer named twice, or the writable one named again, is searched once, and the listing's
+// header says so where it names the layers (it listed every name as a layer).
+TEST_F(Cli, CacheListingNamesALayerSearchedOnceUnderAnotherName) {
+  TempDir ro;
+  const ToolResult ls = run_tool({"cache", "ls"}, {"NORMJIT_CACHE_DIR=" + cache_.path(),
+                                                   "NORMJIT_CACHE_READONLY=" + ro.path() + ":" +
+                                                       ro.path() + "/:" + cache_.path() + "/"});
+  EXPECT_EQ(ls.exit_code, 0) << ls.describe();
+  EXPECT_NE(ls.out.find("read-only layer: " + ro.path() + "\n"), npos) << ls.describe();
+  for (const std::string& again : {ro.path() + "/", cache_.path() + "/"}) {
+    EXPECT_NE(ls.out.find("read-only layer: " + again +
+                          " (the writable layer or an earlier one "
+                          "under another name: searched once)"),
+              npos)
+        << ls.describe();
+  }
+}
+
 // A malformed NORMJIT_CACHE_MAX_BYTES: one warning a command, and cache gc, which evicts down to
 // its limit, refuses to take the default in its place unless --max-bytes is given.
 TEST_F(Cli, MalformedCacheLimitWarnsOnceAndStopsGc) {
