@@ -326,7 +326,8 @@ void run_gc(const CacheFlags& flags, std::optional<uint64_t> max_bytes, int64_t 
     return;
   }
   cache::Removal removal = store->gc(max);
-  if (temp_age >= 0) removal.bytes += store->sweep_temporaries(temp_age);
+  const uint64_t temporary_bytes = temp_age >= 0 ? store->sweep_temporaries(temp_age) : 0;
+  removal.bytes += temporary_bytes;
   uint64_t left = 0;
   size_t entries = 0;
   for (const cache::EntryInfo& info : store->list(/*verify=*/false)) {
@@ -336,9 +337,12 @@ void run_gc(const CacheFlags& flags, std::optional<uint64_t> max_bytes, int64_t 
     }
   }
   print_failures(removal.failures);
-  std::printf("evicted %s, freed %s; %s now holds %s, %s on disk (limit %s)\n",
+  // With --temp-age, what the temporary files gave of the bytes freed (not entries evicted).
+  const std::string temporaries =
+      temp_age >= 0 ? " (" + human_bytes(temporary_bytes) + " of it temporary files)" : "";
+  std::printf("evicted %s, freed %s%s; %s now holds %s, %s on disk (limit %s)\n",
               count(removal.entries, "entry", "entries").c_str(),
-              human_bytes(removal.bytes).c_str(), dir.c_str(),
+              human_bytes(removal.bytes).c_str(), temporaries.c_str(), dir.c_str(),
               count(entries, "entry", "entries").c_str(), human_bytes(left).c_str(),
               human_bytes(max).c_str());
   if (!removal.failures.empty()) {

@@ -110,6 +110,13 @@ TEST_F(Prewarm, FillsADirectoryWithoutAGpuThenCheckFindsEverything) {
   const ToolResult ls = run({"cache", "ls", "--cache-dir", dir});
   EXPECT_NE(ls.out.find("and 1 temporary file of writes that did not finish"), npos)
       << ls.describe();
+  // gc --temp-age 0 removes it, and says which of the bytes freed were temporary files (the
+  // count of entries evicted does not include them).
+  const ToolResult gc = run({"cache", "gc", "--cache-dir", dir, "--temp-age", "0"});
+  EXPECT_EQ(gc.exit_code, 0) << gc.describe();
+  EXPECT_NE(gc.out.find("evicted 0 entries, freed 7 B (7 B of it temporary files)"), npos)
+      << gc.describe();
+  EXPECT_FALSE(std::filesystem::exists(temporary)) << gc.describe();
 }
 
 TEST_F(Prewarm, CheckListsWhatAFreshDirectoryLacks) {
