@@ -4,10 +4,11 @@ An eager call costs one dict lookup before its launch: the decision for a call (
 prepared kernel, or fall back for this reason) is cached under a key of everything the
 argument checks and the fallback reasons read (op, normalized_shape or groups, eps, the variant
 arguments, grad mode, and each tensor's class, shape, dtype, device, contiguity (the input's
-strides where it is not contiguous) and requires_grad), so the checks run once per kind of call and what follows a hit is the outputs'
-torch.empty and one call of normjit_launch on the current stream (through the extension module
-normjit._launch, or ctypes where it is missing: normjit._capi.launch_function). Calls that need
-the variant axes (weight_offset, out_dtype and scale, return_stats, the residual of add_rms_norm
+strides where it is not contiguous) and requires_grad), so the checks run once per kind of call
+and what follows a hit is the outputs' torch.empty and one call of normjit_launch on the current
+stream (through the extension module normjit._launch, or ctypes where it is missing:
+normjit._capi.launch_function). Calls that need the variant
+axes (weight_offset, out_dtype and scale, return_stats, the residual of add_rms_norm
 and add_layer_norm, weight/bias of another dtype than the input, strided rows) launch through
 normjit_launch_ex the same way (normjit._capi.launch_ex_function); an input with strided rows
 adds one dict lookup keyed by its strides. The data pointers' alignment is checked every call.
@@ -257,10 +258,10 @@ def _why_not(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], eps: f
     # back. The row ops' strides are checked at launch.
     if not x.is_contiguous() and op not in _ROW_OPS and not _channels_last(x):
         return "layout"
-    if grad and torch.is_grad_enabled() and (x.requires_grad
-                                    or (weight is not None and weight.requires_grad)
-                                    or (bias is not None and bias.requires_grad)
-                                    or (residual is not None and residual.requires_grad)):
+    needs_grad = (x.requires_grad or (weight is not None and weight.requires_grad)
+                  or (bias is not None and bias.requires_grad)
+                  or (residual is not None and residual.requires_grad))
+    if grad and torch.is_grad_enabled() and needs_grad:
         return "grad"
     if weight is not None:
         if ((weight.dtype != x.dtype or (bias is not None and bias.dtype != x.dtype))
