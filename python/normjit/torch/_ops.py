@@ -7,11 +7,11 @@ arguments, grad mode, and each tensor's class, shape, dtype, device, contiguity 
 strides where it is not contiguous) and requires_grad), so the checks run once per kind of call
 and what follows a hit is the outputs' torch.empty and one call of normjit_launch on the current
 stream (through the extension module normjit._launch, or ctypes where it is missing:
-normjit._capi.launch_function). Calls that need the variant
-axes (weight_offset, out_dtype and scale, return_stats, the residual of add_rms_norm
-and add_layer_norm, weight/bias of another dtype than the input, strided rows) launch through
-normjit_launch_ex the same way (normjit._capi.launch_ex_function); an input with strided rows
-adds one dict lookup keyed by its strides. The data pointers' alignment is checked every call.
+normjit._capi.launch_function). Calls that need the variant axes (weight_offset, out_dtype and
+scale, return_stats, the residual of add_rms_norm and add_layer_norm, weight/bias of another dtype
+than the input, strided rows) launch through normjit_launch_ex the same way
+(normjit._capi.launch_ex_function); an input with strided rows adds one dict lookup keyed by its
+strides. The data pointers' alignment is checked every call.
 Kernels are prepared once per shape class (everything but the batch). Under torch.compile the
 same functions call the custom ops torch.ops.normjit.*, whose fake implementations give the
 outputs' shapes and dtypes, so that a model traces without graph breaks.
@@ -258,10 +258,8 @@ def _why_not(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], eps: f
     # back. The row ops' strides are checked at launch.
     if not x.is_contiguous() and op not in _ROW_OPS and not _channels_last(x):
         return "layout"
-    needs_grad = (x.requires_grad or (weight is not None and weight.requires_grad)
-                  or (bias is not None and bias.requires_grad)
-                  or (residual is not None and residual.requires_grad))
-    if grad and torch.is_grad_enabled() and needs_grad:
+    if grad and torch.is_grad_enabled() and any(
+            t is not None and t.requires_grad for t in (x, weight, bias, residual)):
         return "grad"
     if weight is not None:
         if ((weight.dtype != x.dtype or (bias is not None and bias.dtype != x.dtype))

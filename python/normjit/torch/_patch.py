@@ -149,8 +149,7 @@ def _body(fn: Callable) -> str:
     """The AST of a function's body, docstring and formatting left out (compares code)."""
     tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
     body = tree.body[0].body
-    first_value = getattr(body[0], "value", None) if body else None
-    if body and isinstance(body[0], ast.Expr) and isinstance(first_value, ast.Constant):
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
         body = body[1:]
     return "\n".join(ast.dump(node) for node in body)
 
