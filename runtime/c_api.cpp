@@ -243,9 +243,15 @@ normjit_status normjit_engine_create_ex(const normjit_engine_config* config, nor
           "is not for a prewarm engine (prewarm nonzero), which reads and writes its cache "
           "directory alone; leave it NULL");
     }
+    if (c.no_readonly_dirs != 0 && c.options.readonly_dirs && *c.options.readonly_dirs) {
+      normjit::throw_invalid_argument(
+          "options.readonly_dirs", normjit::quoted_excerpt(c.options.readonly_dirs),
+          "contradicts no_readonly_dirs (nonzero: no read-only layer); set one of the two");
+    }
     normjit::EngineOptions o = engine_options(&c.options);
     o.dram_gbps = c.dram_gbps;  // checked by the engine
     o.prewarm = c.prewarm != 0;
+    o.no_readonly_cache_dirs = c.no_readonly_dirs != 0;
     *out = new normjit_engine(std::move(o));
   });
 }

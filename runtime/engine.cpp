@@ -307,6 +307,11 @@ namespace {
 
 // The options as the engine runs with them: the environment's where they leave a setting to it.
 EngineOptions resolved(EngineOptions o) {
+  if (o.no_readonly_cache_dirs && !o.readonly_cache_dirs.empty()) {
+    throw_invalid_argument("readonly_cache_dirs", quoted_excerpt(o.readonly_cache_dirs[0]),
+                           "contradicts no_readonly_cache_dirs (true: no read-only layer); "
+                           "set one of the two");
+  }
   if (o.prewarm) check_prewarm_options(o);
   if (!o.prewarm && jit_disabled_by_env()) o.jit_disabled = true;
   // A prewarm plans for the targets it is given: the GPU's bandwidth, and so the variable that
@@ -327,6 +332,7 @@ std::unique_ptr<cache::Store> open_store(const EngineOptions& o) {
   }
   if (!o.cache_dir.empty()) store.dir = o.cache_dir;
   if (!o.readonly_cache_dirs.empty()) store.readonly = o.readonly_cache_dirs;
+  if (o.no_readonly_cache_dirs) store.readonly.clear();
   if (o.cache_max_bytes) store.max_bytes = o.cache_max_bytes;
   if (o.memory_only) {
     store.dir.clear();

@@ -53,7 +53,8 @@ class Engine:
                  cache_max_bytes: int = 0, memory_only: bool = False, jit_disabled: bool = False,
                  device: int = 0, dram_gbps: int = 0, prewarm: bool = False):
         """cache_dir: a str or os.PathLike; readonly_dirs: one, a colon-separated str, or a
-        sequence of them; cache_max_bytes: 0 (the environment's or the default) or more;
+        sequence of them, an empty one for none (NORMJIT_CACHE_READONLY is then not read);
+        cache_max_bytes: 0 (the environment's or the default) or more;
         device: a CUDA device index; dram_gbps: plan for this peak DRAM bandwidth in GB/s
         instead of the GPU's (0, the default: NORMJIT_DRAM_GBPS, else the GPU's), e.g. 4814 to
         run the kernels a cache was prewarmed for with `normjit prewarm --arch sm_90:132:4814`
@@ -78,6 +79,8 @@ class Engine:
         lib.normjit_engine_config_init_sized(ctypes.byref(config), ctypes.sizeof(config))
         config.dram_gbps = dram_gbps
         config.prewarm = int(bool(prewarm))
+        config.no_readonly_dirs = int(isinstance(readonly_dirs, (list, tuple))
+                                      and not readonly_dirs)
         opts = config.options
         # The C strings must outlive the create call only; keep them with the options anyway.
         self._strings = strings
@@ -168,7 +171,7 @@ def _dirs_text(value) -> Optional[bytes]:
                 raise ValueError(f"normjit.Engine: readonly_dirs[{i}] {os.fsdecode(path)!r} "
                                  "contains ':', which separates the layers of the list normjit "
                                  "takes")
-        return b":".join(paths)
+        return b":".join(paths) if paths else None  # none: the config's no_readonly_dirs
     raise TypeError(f"normjit.Engine: readonly_dirs must be a str, bytes, an os.PathLike or a "
                     f"list of them, not {type(value).__name__} ({value!r})")
 

@@ -70,6 +70,7 @@ class EngineConfig(ctypes.Structure):
         ("options", EngineOptions),
         ("dram_gbps", ctypes.c_int),
         ("prewarm", ctypes.c_int),
+        ("no_readonly_dirs", ctypes.c_int),
     ]
 
 

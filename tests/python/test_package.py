@@ -78,6 +78,26 @@ def test_engine_options_reach_the_library(tmp_path):
         assert "groupnorm" in e.value.message
 
 
+def test_an_empty_readonly_list_searches_no_layer_of_the_environment(tmp_path, monkeypatch):
+    """readonly_dirs=None takes NORMJIT_CACHE_READONLY's layers; an empty list or tuple takes
+    none (the variable is not read): a kernel only there is then a miss."""
+    spec = "op=rmsnorm shape=4,64 normalized_dims=1"
+    with normjit.Engine(cache_dir=tmp_path / "shipped") as engine:
+        assert engine.precompile(spec, arch="sm_80") is True
+    monkeypatch.setenv("NORMJIT_CACHE_READONLY", str(tmp_path / "shipped"))
+    with normjit.Engine(cache_dir=tmp_path / "own", jit_disabled=True) as engine:
+        assert engine.precompile(spec, arch="sm_80") is False  # found in the variable's layer
+    for none in ([], ()):
+        with normjit.Engine(cache_dir=tmp_path / "own", readonly_dirs=none,
+                            jit_disabled=True) as engine:
+            assert engine._strings[1] is None
+            with pytest.raises(normjit.CacheMissError, match="rmsnorm"):
+                engine.precompile(spec, arch="sm_80")
+    # A prewarm engine reads no layer anyway: an empty list is no contradiction there.
+    with normjit.Engine(cache_dir=tmp_path / "fill", readonly_dirs=[], prewarm=True) as engine:
+        assert engine.precompile(spec, arch="sm_80") is True
+
+
 def test_prewarm_engine_refuses_settings_by_their_python_names(tmp_path):
     """A prewarm engine decides its layers, cap and JIT itself: read-only layers are refused by
     readonly_dirs (the C++ engine's own field is readonly_cache_dirs), the others by their names."""

@@ -81,6 +81,9 @@ typedef struct normjit_engine_config {
                     where the directory cannot be created or written, and normjit_precompile
                     fails where its kernel could not be written there. readonly_dirs,
                     cache_max_bytes, memory_only and jit_disabled must be left 0. Default 0. */
+  int no_readonly_dirs; /* nonzero: search no read-only layer, NORMJIT_CACHE_READONLY not read
+                           (options.readonly_dirs NULL or "" means that variable's layers);
+                           options.readonly_dirs must then be NULL or "". Default 0. */
 } normjit_engine_config;
 
 /* Fills *config with the defaults (those of normjit_engine_options_init, dram_gbps 0). */

@@ -120,6 +120,9 @@ struct EngineOptions {
   // NORMJIT_CACHE_READONLY, NORMJIT_CACHE_MAX_BYTES, NORMJIT_JIT).
   std::string cache_dir;
   std::vector<std::string> readonly_cache_dirs;
+  // Search no read-only layer: NORMJIT_CACHE_READONLY is not read (an empty
+  // readonly_cache_dirs means the variable's layers). readonly_cache_dirs must then be empty.
+  bool no_readonly_cache_dirs = false;
   uint64_t cache_max_bytes = 0;
   bool memory_only = false;   // no disk cache at all
   bool jit_disabled = false;  // a miss is an error (as NORMJIT_JIT=off)

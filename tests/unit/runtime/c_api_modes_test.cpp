@@ -204,6 +204,7 @@ TEST(CApiEngineConfig, InitCreatesAndRefusesNamingTheField) {
   normjit_engine_config_init(&config);
   EXPECT_EQ(config.size, sizeof(normjit_engine_config));
   EXPECT_EQ(config.dram_gbps, 0);
+  EXPECT_EQ(config.no_readonly_dirs, 0);
   EXPECT_EQ(config.options.device, 0);
   EXPECT_EQ(config.options.cache_dir, nullptr);
   (normjit_engine_config_init)(nullptr);  // ignored, as by the sized form
@@ -251,6 +252,18 @@ TEST(CApiEngineConfig, InitCreatesAndRefusesNamingTheField) {
   EXPECT_TRUE(mentions("jit_disabled")) << normjit_last_error();
   config.options.jit_disabled = 0;
   config.prewarm = 0;
+
+  // no_readonly_dirs with read-only layers named: a contradiction, named by the C fields.
+  config.no_readonly_dirs = 1;
+  config.options.readonly_dirs = "/nonexistent/ro";
+  EXPECT_EQ(normjit_engine_create_ex(&config, &engine), NORMJIT_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(mentions("options.readonly_dirs '/nonexistent/ro'")) << normjit_last_error();
+  EXPECT_TRUE(mentions("no_readonly_dirs")) << normjit_last_error();
+  config.options.readonly_dirs = "";  // "" is the variable's: no contradiction
+  ASSERT_EQ(normjit_engine_create_ex(&config, &engine), NORMJIT_OK) << normjit_last_error();
+  normjit_engine_destroy(engine);
+  config.options.readonly_dirs = nullptr;
+  config.no_readonly_dirs = 0;
 
   // A newer header's struct: longer, with a field this library does not know set.
   struct {

@@ -311,6 +311,52 @@ TEST(Engine, APrewarmEngineFillsItsDirectoryAloneUncappedWithTheJitOn) {
   std::filesystem::remove_all(root);
 }
 
+// EngineOptions::no_readonly_cache_dirs: NORMJIT_CACHE_READONLY is not read, so a kernel only in
+// the variable's layer is a miss for a JIT-off engine that the variable's layer serves without
+// it; with readonly_cache_dirs named as well, the engine is refused, naming both. Needs no GPU.
+TEST(Engine, NoReadonlyCacheDirsIgnoresTheVariablesLayers) {
+  const auto root = std::filesystem::temp_directory_path() / "normjit-engine-no-readonly";
+  std::filesystem::remove_all(root);
+  const std::string layer = (root / "layer").string(), own = (root / "own").string();
+  const NormSpec spec = NormSpec::parse("op=rmsnorm shape=3,40 normalized_dims=1 dtype=f16");
+  {
+    EngineOptions o;
+    o.cache_dir = layer;
+    Engine fill(o);
+    EXPECT_TRUE(fill.precompile(spec, "sm_90"));
+  }
+  const ScopedEnv readonly("NORMJIT_CACHE_READONLY", layer);
+  EngineOptions o;
+  o.cache_dir = own;
+  o.jit_disabled = true;
+  {
+    Engine with_layer(o);
+    EXPECT_FALSE(with_layer.precompile(spec, "sm_90")) << "the variable's layer serves it";
+  }
+  o.no_readonly_cache_dirs = true;
+  {
+    Engine without(o);
+    try {
+      without.precompile(spec, "sm_90");
+      ADD_FAILURE() << "the variable's layer was searched";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kCacheMiss) << e.what();
+    }
+  }
+  o.readonly_cache_dirs = {layer};
+  try {
+    Engine both(o);
+    ADD_FAILURE() << "an engine with layers named and none asked for was made";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+    EXPECT_NE(std::string(e.what()).find("invalid readonly_cache_dirs '" + layer + "'"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("no_readonly_cache_dirs"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(root);
+}
+
 // A prewarm engine fails where a plain one would warn and cache in memory only: a directory it
 // cannot create or write (here a regular file), a save that failed (the cache's fault hook: a
 // full disk); and it refuses the options it decides itself.
