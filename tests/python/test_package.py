@@ -101,9 +101,10 @@ def test_an_empty_readonly_list_searches_no_layer_of_the_environment(tmp_path, m
 def test_prewarm_engine_refuses_settings_by_their_python_names(tmp_path):
     """A prewarm engine decides its layers, cap and JIT itself: read-only layers are refused by
     readonly_dirs (the C++ engine's own field is readonly_cache_dirs), the others by their names."""
+    # A short path: the message quotes a long one in part ('/tmp/pytest-of-.../...' (73 bytes)).
     with pytest.raises(normjit.InvalidArgumentError,
-                       match=r"readonly_dirs '.*ro'.*prewarm") as e:
-        normjit.Engine(cache_dir=tmp_path / "c", readonly_dirs=tmp_path / "ro", prewarm=True)
+                       match=r"options\.readonly_dirs '/nonexistent/ro'.*prewarm") as e:
+        normjit.Engine(cache_dir=tmp_path / "c", readonly_dirs="/nonexistent/ro", prewarm=True)
     assert "readonly_cache_dirs" not in e.value.message
     with pytest.raises(normjit.InvalidArgumentError, match=r"cache_max_bytes 1024.*prewarm"):
         normjit.Engine(cache_dir=tmp_path / "c", cache_max_bytes=1024, prewarm=True)
