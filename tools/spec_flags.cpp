@@ -90,10 +90,14 @@ void SpecFlags::add_to(CLI::App& app, bool required) {
                "add's: dx plus h's gradient; with --activation, the forward's norm and "
                "activation, dy being the activation's output's gradient)");
   if (!required) {
-    add_text(app, "--spec", text,
-             "the whole spec as text instead of the flags above, e.g. \"op=rmsnorm "
-             "shape=4,4096 normalized_dims=1 dtype=bf16\": the form 'dump --emit plan' prints "
-             "after 'spec:' and 'bench --specs' reads a line each");
+    auto* spec_flag =
+        add_text(app, "--spec", text,
+                 "the whole spec as text instead of the flags above, e.g. \"op=rmsnorm "
+                 "shape=4,4096 normalized_dims=1 dtype=bf16\": the form 'dump --emit plan' prints "
+                 "after 'spec:' and 'bench --specs' reads a line each");
+    // The same text as the command's one positional argument, as `cache explain` takes it.
+    add_text(app, "SPEC", text, "the spec text as --spec takes it, given without the flag")
+        ->excludes(spec_flag);
   }
 }
 

@@ -387,9 +387,9 @@ TEST_F(Cli, PrintedSpecsReadBack) {
   EXPECT_NE(refused.find("arch=sm_80"), npos) << refused;
 }
 
-// --spec TEXT stands for the flags: the plan's own "spec:" line given back to dump prints the
-// same plan, and bench --compile takes it; beside a spec flag, empty or malformed, it is refused
-// naming --spec.
+// --spec TEXT (or the text alone, positional) stands for the flags: the plan's own "spec:" line
+// given back to dump prints the same plan, and bench --compile takes it; beside a spec flag,
+// empty or malformed, it is refused naming --spec.
 TEST_F(Cli, DumpAndBenchTakeTheSpecAsText) {
   const std::vector<std::string> flags = {"--op",    "groupnorm", "--shape",  "2,320,63,63",
                                           "--dtype", "f16",       "--groups", "32"};
@@ -440,6 +440,19 @@ TEST_F(Cli, DumpAndBenchTakeTheSpecAsText) {
       run({"bench", "--compile", "--repeat", "1", "--spec", "op=rmsnorm shape=8,64 arch=sm_90"}));
   EXPECT_NE(compile_arch.find("its arch=sm_90: bench --compile compiles for --arch"), npos)
       << compile_arch;
+
+  // The text as the one positional argument, as `cache explain` takes it: the same plan; with
+  // --spec as well, refused naming both.
+  const ToolResult positional = run({"dump", "--emit", "plan", "--arch", "sm_90:132:4814", first});
+  ASSERT_EQ(positional.exit_code, 0) << positional.describe();
+  EXPECT_EQ(positional.out, plan.out);
+  const ToolResult timed_positional = run({"bench", "--compile", "--arch", "sm_80", "--repeat", "1",
+                                           "--json", "op=rmsnorm shape=8,64 dtype=bf16"});
+  EXPECT_EQ(timed_positional.exit_code, 0) << timed_positional.describe();
+  EXPECT_NE(timed_positional.out.find("op=rmsnorm shape=8,64"), npos)
+      << timed_positional.describe();
+  const std::string twice = single_error(run({"dump", "--arch", "sm_90", text, "--spec", text}));
+  EXPECT_NE(twice.find("--spec excludes SPEC"), npos) << twice;
 }
 
 // A kernel planned for a part other than the arch's full-size one (a multiprocessor count, a
