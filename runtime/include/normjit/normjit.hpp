@@ -120,9 +120,6 @@ struct EngineOptions {
   // NORMJIT_CACHE_READONLY, NORMJIT_CACHE_MAX_BYTES, NORMJIT_JIT).
   std::string cache_dir;
   std::vector<std::string> readonly_cache_dirs;
-  // Search no read-only layer: NORMJIT_CACHE_READONLY is not read (an empty
-  // readonly_cache_dirs means the variable's layers). readonly_cache_dirs must then be empty.
-  bool no_readonly_cache_dirs = false;
   uint64_t cache_max_bytes = 0;
   bool memory_only = false;   // no disk cache at all
   bool jit_disabled = false;  // a miss is an error (as NORMJIT_JIT=off)
@@ -142,6 +139,10 @@ struct EngineOptions {
   // written there, so that a prewarm never passes for a success with kernels missing.
   // readonly_cache_dirs, cache_max_bytes, memory_only and jit_disabled must be left unset.
   bool prewarm = false;
+  // Search no read-only layer: NORMJIT_CACHE_READONLY is not read (an empty
+  // readonly_cache_dirs means the variable's layers). readonly_cache_dirs must then be empty.
+  // (Last, so that an aggregate initialization of the fields above keeps its meaning.)
+  bool no_readonly_cache_dirs = false;
 };
 
 struct EngineCounters {
