@@ -20,7 +20,6 @@ On the CPU every normjit call falls back to PyTorch's implementation (one Normji
 per reason), so the two models agree by construction there; the run checks the calls.
 """
 import argparse
-import copy
 import sys
 import warnings
 

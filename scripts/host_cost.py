@@ -16,7 +16,6 @@ own time per call (a CUDA graph of the calls, replayed), under which no row can 
 $OUT, when set: host-cost.md and host-cost.json are copied there too.
 """
 import argparse
-import ctypes
 import datetime
 import json
 import os

@@ -19,7 +19,6 @@ from torch import nn  # noqa: E402
 
 import normjit  # noqa: E402
 import normjit.torch as njt  # noqa: E402
-from normjit.torch import _patch  # noqa: E402
 from conftest import launch_path_into  # noqa: E402
 
 # fresh_warnings: conftest.py; each test starts with no fallback warning given yet.
