@@ -310,9 +310,10 @@ std::vector<NormSpec> requested_specs(const BenchOptions& o) {
   const bool spec_flags = o.spec.op || o.spec.shape || o.spec.text;
   const bool listed = !o.specs_file.empty();
   if (int(spec_flags) + int(o.seeds) + int(listed) + int(o.jit_latency) != 1) {
-    throw Error(ErrorCode::kInvalidArgument,
-                "bench needs exactly one of: spec flags (--op ... --shape ..., or --spec TEXT), "
-                "--seeds, --specs FILE, --jit-latency");
+    throw Error(
+        ErrorCode::kInvalidArgument,
+        "bench needs exactly one of: a spec (--op ... --shape ..., --spec TEXT or the text alone), "
+        "--seeds, --specs FILE, --jit-latency");
   }
   if (o.compile_only && o.jit_latency) {
     throw Error(ErrorCode::kInvalidArgument,

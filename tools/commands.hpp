@@ -19,7 +19,8 @@ void add_bench_command(CLI::App& app);
 // --op --shape --dtype --normalized-dims --groups --affine --eps, and the variant axes
 // --param-dtype --out-dtype --residual [DTYPE] --weight-offset --activation --save-stats
 // --layout
-// --backward, or --spec TEXT: the whole spec as its canonical text instead of the flags.
+// --backward, or --spec TEXT (or that text as the positional SPEC): the whole spec as its
+// canonical text instead of the flags.
 // Each holds the text as given, or nothing when the flag is left out: every value given is
 // parsed and validated by resolve(), none ("", -1, nan) stands for "not given".
 struct SpecFlags {

@@ -73,9 +73,10 @@ std::string resource_report(const CompiledKernel& compiled, const Target& target
 
 std::string dump_spec(const DumpOptions& o) {
   if (!o.spec.text && (!o.spec.op || !o.spec.shape)) {
-    throw_invalid_argument(!o.spec.op ? "--op" : "--shape", "(missing)",
-                           "dump needs a spec (--op and --shape, or --spec TEXT) or --cache-entry "
-                           "KEY");
+    throw_invalid_argument(
+        !o.spec.op ? "--op" : "--shape", "(missing)",
+        "dump needs a spec (--op and --shape, --spec TEXT or the text alone) or --cache-entry "
+        "KEY");
   }
   const NormSpec spec = o.spec.resolve();
   // A spec pasted with its target (cache ls, prewarm --check): that target, unless --arch says
