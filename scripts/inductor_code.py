@@ -60,7 +60,8 @@ def autotuners():
         from torch._inductor.runtime.triton_heuristics import CachingAutotuner
     except ImportError:  # older layouts
         from torch._inductor.triton_heuristics import CachingAutotuner
-    modules = getattr(PyCodeCache, "modules", None) or list(getattr(PyCodeCache, "cache", {}).values())
+    modules = (getattr(PyCodeCache, "modules", None)
+               or list(getattr(PyCodeCache, "cache", {}).values()))
     found = {}
     for mod in modules:
         for name, obj in vars(mod).items():
@@ -132,7 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     stem = f"{args.variant}-t{args.tokens}-h{args.hidden}-{args.dtype}"
     torch._dynamo.reset()
     fn = torch.compile(expression(bv, args.variant), dynamic=False)
-    _, sources = run_and_get_code(fn, *inputs(torch, args.variant, args.tokens, args.hidden, args.dtype))
+    _, sources = run_and_get_code(fn, *inputs(torch, args.variant, args.tokens, args.hidden,
+                                              args.dtype))
     torch.cuda.synchronize()
     text = "\n\n# ---- next module ----\n\n".join(sources)
     (args.out / f"{stem}.py").write_text(text)

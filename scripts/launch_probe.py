@@ -163,8 +163,9 @@ def main() -> int:
         per_cta = int(re.search(r"/ (\d+) rows per CTA", plan).group(1))
         grid = (tokens + per_cta - 1) // per_cta
         name = re.search(r"\.entry (\S+)\(", ptx).group(1)
-        globals_lines = [l for l in ptx.splitlines() if re.match(r"\s*(\.weak )?\.global ", l)]
-        no_globals = "\n".join(l for l in ptx.splitlines() if l not in globals_lines)
+        globals_lines = [line for line in ptx.splitlines()
+                         if re.match(r"\s*(\.weak )?\.global ", line)]
+        no_globals = "\n".join(line for line in ptx.splitlines() if line not in globals_lines)
         visible = no_globals.replace(".weak .entry", ".visible .entry")
         x_bytes = tokens * hidden * 2
         sets = a.sets or -(-4 * l2 // x_bytes)

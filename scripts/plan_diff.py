@@ -57,7 +57,7 @@ def plan_of(build, spec, arch):
                        capture_output=True, text=True, check=False)
     if r.returncode != 0:
         return None, (r.stderr.strip() or f"exit {r.returncode}")
-    return [l for l in r.stdout.splitlines() if not l.startswith("spec:")], None
+    return [line for line in r.stdout.splitlines() if not line.startswith("spec:")], None
 
 
 def main():

@@ -37,7 +37,8 @@ import tempfile  # noqa: E402
 
 def counts(a, spec):
     env = dict(os.environ, LD_LIBRARY_PATH=os.path.dirname(os.path.dirname(a.normjit)) or ".")
-    ptx = run([a.normjit, "dump", "--spec", spec, "--arch", a.arch, "--emit", "ptx"], env=env).stdout
+    ptx = run([a.normjit, "dump", "--spec", spec, "--arch", a.arch, "--emit", "ptx"],
+              env=env).stdout
     with tempfile.TemporaryDirectory() as tmp:
         ptx_path, cubin = os.path.join(tmp, "k.ptx"), os.path.join(tmp, "k.cubin")
         have = re.search(r"current version is '([\d.]+)'", subprocess.run(

@@ -37,7 +37,8 @@ def main():
     ap.add_argument("--groups", required=True)
     ap.add_argument("--dtype", default="f32")
     ap.add_argument("--affine", default="both")
-    ap.add_argument("--arch", default="sm_90:132:4814", help="the plan's target (normjit dump --arch)")
+    ap.add_argument("--arch", default="sm_90:132:4814",
+                    help="the plan's target (normjit dump --arch)")
     a = ap.parse_args()
     env = dict(os.environ, LD_LIBRARY_PATH=os.path.dirname(os.path.dirname(a.normjit)) or ".")
     ptx = run([a.normjit, "dump", "--op", "groupnorm", "--shape", a.shape, "--groups", a.groups,

@@ -49,7 +49,8 @@ def load(path):
 
 def leading(why, total, k=3):
     top = sorted(why.items(), key=lambda kv: -kv[1])[:k]
-    return ", ".join(f"{name} {count * 100 / total:.0f}%" for name, count in top if count) if total else ""
+    return (", ".join(f"{name} {count * 100 / total:.0f}%" for name, count in top if count)
+            if total else "")
 
 
 def main(argv):

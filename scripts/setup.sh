@@ -47,6 +47,11 @@ if ! "$here/.venv/bin/python" -c "import pytest, scikit_build_core" 2>/dev/null;
   "$here/.venv/bin/pip" install -q --disable-pip-version-check "scikit-build-core>=0.10,<1" \
     "pytest>=7,<10"
 fi
+# flake8 (PyPI), the Python code's lint (.flake8): test.sh runs it before pytest.
+if [ ! -x "$here/.venv/bin/flake8" ]; then
+  echo "setup: installing flake8 into .venv"
+  "$here/.venv/bin/pip" install -q --disable-pip-version-check "flake8>=7,<8"
+fi
 
 export CUDAToolkit_ROOT=/usr/local/cuda
 cmake -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE="${NORMJIT_BUILD_TYPE:-RelWithDebInfo}" \

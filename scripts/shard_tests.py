@@ -50,8 +50,8 @@ def read_times(text: str) -> dict[str, float]:
                 raise ValueError
             times[parts[0]] = float(parts[1])
         except ValueError:
-            raise SystemExit(f"shard_tests: line {number} of the times is not `Suite.Test SECONDS`: "
-                             f"{line!r}")
+            raise SystemExit(f"shard_tests: line {number} of the times is not "
+                             f"`Suite.Test SECONDS`: {line!r}")
     return times
 
 

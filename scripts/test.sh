@@ -2,7 +2,8 @@
 # Set up, build and run the whole test suite: unit, GPU and FileCheck tests through ctest, then
 # the Python package, installed into .venv from this checkout (pip install ., scikit-build-core
 # building libnormjit.so into it), PyTorch (CPU use) into .venv, and the pytest suite
-# (tests/python). GPU tests skip with a message. Arguments go to ctest.
+# (tests/python), after flake8 over the Python code. GPU tests skip with a message. Arguments go
+# to ctest.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 "$here/scripts/setup.sh"
@@ -24,4 +25,6 @@ then
   "$here/.venv/bin/pip" install -q --disable-pip-version-check "torch==2.15.0" numpy ||
     echo "test: warning: PyTorch could not be installed: its tests skip" >&2
 fi
+echo "test: flake8 (the Python code's lint, .flake8)"
+"$here/.venv/bin/flake8" --count
 "$here/.venv/bin/python" -m pytest -rs -p no:cacheprovider tests/python

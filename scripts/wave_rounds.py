@@ -83,7 +83,8 @@ def main():
         units = rows * row_units
         rounds = math.ceil(units / slots)
         kind = "streamed" if "streamed" in plan else "L2 waves"
-        print(f"| groupnorm {spec['shape']} {spec.get('dtype', 'f32')} G={spec['groups']} | {kind} | "
+        print(f"| groupnorm {spec['shape']} {spec.get('dtype', 'f32')} G={spec['groups']} "
+              f"| {kind} | "
               f"{registers} | {slots} | {rows} | {row_units} | {units} | {rounds} | "
               f"{units / (rounds * slots):.0%} |")
 

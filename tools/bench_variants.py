@@ -500,8 +500,9 @@ def report_json(rep: Report) -> dict:
     for row, d in zip(rep.rows, data["rows"]):
         d["derived"] = {"pct_copy": row.pct_copy, "passed": row.passed,
                         **{f"speedup_vs_{i}": row.speedup(i) for i in PEERS}}
-    data["variants"] = {v.key: {"number": v.number, "title": v.title, "spec_hidden_4096": v.spec(4096),
-                                "pytorch": v.source()} for v in VARIANTS}
+    data["variants"] = {v.key: {"number": v.number, "title": v.title,
+                                "spec_hidden_4096": v.spec(4096), "pytorch": v.source()}
+                        for v in VARIANTS}
     return data
 
 
@@ -641,14 +642,16 @@ def render_section(rep: Report) -> str:
         "FlashInfer` = FlashInfer µs / normjit µs, `vs vLLM` alike.")
     how = ct.rounds_text(s, "row", "eager, compile, compile in place, Liger, separate, normjit")
     add(f"- GPU times: CUDA events around each call, {how}; a sleep kernel queued first (the "
-        "events bracket GPU work, not Python or dispatch). The inputs rotate through enough sets that the bytes "
+        "events bracket GPU work, not Python or dispatch). The inputs rotate through enough "
+        "sets that the bytes "
         "touched between two uses of one set exceed 4x L2, and L2 is flushed (a read of "
         "2x L2) between the warm-up and the timed calls. A separate output y is one buffer "
         "for every set, as the peers' outputs are (PyTorch's caching allocator hands each "
         "call the block the previous one freed); in-place outputs (h into the residual) "
         "rotate with their inputs.")
     add("- `copy µs`: a device-to-device `copy_` moving the variant's bytes (half read, half "
-        "written), its source rotated, its destination one buffer, timed the same way; `% of copy` = copy µs / normjit µs (the "
+        "written), its source rotated, its destination one buffer, timed the same way; "
+        "`% of copy` = copy µs / normjit µs (the "
         "issue's goal: 90% or more at large token counts). `MB moved` = the variant's bytes: "
         "x read, the residual read and h written, y written, parameters read once.")
     add("- `vs compile` = compile µs / normjit µs (above 1: normjit is faster).")
@@ -666,7 +669,8 @@ def render_section(rep: Report) -> str:
         "separate µs. Checked on one set: h bit-equal to x + r, every element of y written, "
         "the inputs unchanged.")
     add("- Residual variants also have `compile in place µs`: the expression compiled with its "
-        "outputs written into its inputs where normjit's in-place launch writes them (`r.copy_(h)`, "
+        "outputs written into its inputs where normjit's in-place launch writes them "
+        "(`r.copy_(h)`, "
         "and `x.copy_(y)` where y goes over x; y returned where it is a separate tensor), "
         "compiled once per (variant, hidden) like the expression, its inputs rotating as "
         "normjit's do; `vs compile in place` = compile in place µs / normjit µs, the in-place "
@@ -1352,7 +1356,7 @@ class Bench(ct.BenchRunner):
         if row.normjit.status == "ok":
             timers.append(("normjit", lambda i: calls[i % n]()))
         self.timed_rounds(row, timers)
-        del sets, targs, calls, separate
+        sets = targs = calls = separate = None
         self.free()
         row.copy = self.measure_copy(row.bytes_moved, n)
 
@@ -1515,7 +1519,8 @@ def run(args: argparse.Namespace, groups: list[list[Case]], command: str) -> int
             return 2
         env, l2 = ct.collect_environment(Path(args.lib))
     rep = Report(env=env, command=command,
-                 date_utc=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+                 date_utc=datetime.datetime.now(datetime.timezone.utc).strftime(
+                     "%Y-%m-%d %H:%M UTC"),
                  settings={"reps": args.reps, "rounds": args.rounds, "order": "rotated",
                            "warmup": args.warmup,
                            "seed": args.seed,
@@ -1540,9 +1545,11 @@ def run(args: argparse.Namespace, groups: list[list[Case]], command: str) -> int
         nj.close()
     print()
     print(render_summary(rep))
-    print(f"\nwrote {args.doc}, {args.json_out}" + (f", {args.section_out}" if args.section_out else ""))
+    print(f"\nwrote {args.doc}, {args.json_out}"
+          + (f", {args.section_out}" if args.section_out else ""))
     bad = [r for r in rep.rows
-           if r.error or r.passed is False or r.normjit.status not in ("ok", "unsupported", "not run")]
+           if r.error or r.passed is False
+           or r.normjit.status not in ("ok", "unsupported", "not run")]
     return 1 if bad else 0
 
 
@@ -1615,8 +1622,8 @@ def main(argv: Optional[list[str]] = None) -> int:
 def fake_report() -> Report:
     ok = lambda us, err=3e-3, ulps=0.5: Timing(status="ok", us=us, times_us=[us] * 3,  # noqa: E731
                                                rel_err=err, ulps=ulps)
-    passed = lambda **kw: Check(**{"rel_err": 2.9e-3, "max_abs_err": 0.02, "ulps": 0.5,  # noqa: E731
-                                   "nonfinite": 0, "passed": True, **kw})
+    passed = lambda **kw: Check(**{"rel_err": 2.9e-3, "max_abs_err": 0.02,  # noqa: E731
+                                   "ulps": 0.5, "nonfinite": 0, "passed": True, **kw})
     v1, v3 = VARIANT_BY_KEY["add-rmsnorm"], VARIANT_BY_KEY["fp8-out"]
     rows = [
         Row("add-rmsnorm", 16384, 4096, v1.bytes_moved(16384, 4096), normjit=ok(190.0),
@@ -1662,11 +1669,13 @@ def selftest(lib: Path) -> int:
     assert v["add-rmsnorm"].spec(4096) == ("op=rmsnorm shape=1,4096 dtype=bf16 normalized_dims=1 "
                                            "affine=weight eps=1e-06 residual=bf16")
     assert v["combined"].spec(8192).endswith(
-        "eps=1e-06 param_dtype=f32 out_dtype=e4m3 residual=bf16 weight_offset=1"), v["combined"].spec(8192)
+        "eps=1e-06 param_dtype=f32 out_dtype=e4m3 residual=bf16 weight_offset=1"), (
+        v["combined"].spec(8192))
     assert v["qk-norm"].spec(Q_WIDTH) == ("op=rmsnorm shape=1,32,128 dtype=bf16 normalized_dims=1 "
                                           "affine=weight eps=1e-06")
     assert v["add-layernorm"].spec(2048) == ("op=layernorm shape=1,2048 dtype=bf16 "
-                                             "normalized_dims=1 affine=both eps=1e-05 residual=bf16")
+                                             "normalized_dims=1 affine=both "
+                                             "eps=1e-05 residual=bf16")
     assert v["gemma"].spec(2048).endswith("eps=1e-06 weight_offset=1")
     n = 4096 * 4096
     assert v["add-rmsnorm"].bytes_moved(4096, 4096) == 8 * n + 2 * 4096
@@ -1800,8 +1809,10 @@ def selftest(lib: Path) -> int:
     assert r2[col["MB moved"]] == "536.9" and r1[col["MB moved"]] == "0.041", (r1, r2)
     col = {h: i for i, h in enumerate(table_headers(False, False, ENGINES))}
     fp8 = {r[col["tokens"]]: r for r in per[1][1:]}
-    assert fp8["4096"][col["FlashInfer µs"]] == "absent" and fp8["4096"][col["vs FlashInfer"]] == "—"
-    assert fp8["16"][col["error (rel. / max)"]] == "NaN / NaN" and fp8["16"][col["check"]] == "**FAIL**"
+    assert (fp8["4096"][col["FlashInfer µs"]] == "absent"
+            and fp8["4096"][col["vs FlashInfer"]] == "—")
+    assert (fp8["16"][col["error (rel. / max)"]] == "NaN / NaN"
+            and fp8["16"][col["check"]] == "**FAIL**")
     assert fp8["4096"][col["error (rel. / max)"]] == "2.2e-02 / 0.50 ulp"
     gem = per[2][1]
     assert per[2][0] == table_headers(True, False, fi)
@@ -1813,7 +1824,8 @@ def selftest(lib: Path) -> int:
     qk = {r[0]: r for r in per[3][1:]}
     assert qk["16"][col["check"]] == "error" and qk["128"][col["hidden"]] == "32x128"
     assert per[4][1][{h: i for i, h in enumerate(table_headers(False, True))}["check"]] == "skipped"
-    for needle in ("Incomplete run: 7 of 9", "FakeGPU", "`python3 tools/bench_variants.py --selftest`",
+    for needle in ("Incomplete run: 7 of 9", "FakeGPU",
+                   "`python3 tools/bench_variants.py --selftest`",
                    "3000 GB/s", "3 h elements off", "OutOfMemoryError",
                    "unsupported: weight_offset: not on sm_80", "1 cases skipped",
                    "PyTorch eager is off", "random seed 5", "def pt_add_rmsnorm(x, r, w):",
@@ -1849,7 +1861,8 @@ def selftest(lib: Path) -> int:
         text2 = doc.read_text()
         assert text2.count(ct.VARIANTS_BEGIN) == 1 == text2.count(ct.VARIANTS_END)
         assert "Incomplete run" not in text2 and text2.endswith("notes\n")
-        block = text2[text2.index(ct.VARIANTS_BEGIN):text2.index(ct.VARIANTS_END) + len(ct.VARIANTS_END)]
+        block = text2[text2.index(ct.VARIANTS_BEGIN):
+                      text2.index(ct.VARIANTS_END) + len(ct.VARIANTS_END)]
         args = argparse.Namespace(notes=str(Path(tmp) / "notes.md"), plot=str(Path(tmp) / "p.png"),
                                   doc=str(doc), json_out=str(Path(tmp) / "perf.json"),
                                   host_cost=str(Path(tmp) / "host-cost.md"))

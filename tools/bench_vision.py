@@ -289,7 +289,8 @@ def render_section(rep: Report) -> str:
     add("- `MB moved` = x read, y written, weight and bias read, once each; `copy µs`: a "
         "device-to-device `copy_` of those bytes (half read, half written), its source rotated, "
         "its destination one buffer (every implementation's y is one block of the caching "
-        "allocator), timed the same way; `% of copy` = copy µs / normjit µs (the issue's goal: within 10% of it, "
+        "allocator), timed the same way; `% of copy` = copy µs / normjit µs (the issue's goal: "
+        "within 10% of it, "
         "90% or more, on the large rows). `vs compile`, `vs best` = their time / normjit's "
         "(above 1: normjit faster; the issue's goal: ahead of compile on every row); `best "
         "peer`: the fastest of eager, compile (and F.layer_norm NHWC) whose output passed.")
@@ -513,7 +514,7 @@ class Bench(ct.BenchRunner):
             del cl
         else:
             row.nhwc.status = "—"
-        del xs, fns, nj
+        xs = fns = nj = None
         self.free()
         try:
             copy = ct.own_copy(case.bytes_moved, n, self.dev)
@@ -579,7 +580,8 @@ def run(args: argparse.Namespace, cases: list[Case], command: str, cuda: bool = 
         env, l2 = {"device": "CPU (wall-clock times)", "PyTorch": torch.__version__}, 1 << 16
     env["normjit.torch"] = str(Path(njt.__file__).parent)
     rep = Report(env=env, command=command,
-                 date_utc=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+                 date_utc=datetime.datetime.now(datetime.timezone.utc).strftime(
+                     "%Y-%m-%d %H:%M UTC"),
                  settings={"reps": args.reps, "warmup": args.warmup, "seed": args.seed,
                            "quick": args.quick, "only": args.only, "dtypes": args.dtype_list,
                            "budget_s": args.budget_s, "skip_compile": args.skip_compile},
@@ -599,7 +601,8 @@ def run(args: argparse.Namespace, cases: list[Case], command: str, cuda: bool = 
     write_outputs(rep, args)
     print()
     print(render_summary(rep))
-    print(f"\nwrote {args.doc}, {args.json_out}" + (f", {args.section_out}" if args.section_out else ""))
+    print(f"\nwrote {args.doc}, {args.json_out}"
+          + (f", {args.section_out}" if args.section_out else ""))
     bad = [r for r in rep.rows
            if r.error or r.passed is False or r.normjit.status not in ("ok", "n/a", "not run")]
     return 1 if bad else 0
@@ -649,7 +652,8 @@ def fake_report() -> Report:
                                   "non-contiguous input (shape [32, 96, 56, 56], ...)"),
             eager=ok(0.030), compile=ok(0.025), nhwc=ok(0.030), copy=ok(0.020)),
         Row(cs["sd15 unet c640 32x32 b2 f16 nhwc"], error="OutOfMemoryError: x"),
-        Row(cs["convnext-b c1024 7x7 b32 bf16"], skipped="the time budget (--budget-s 540) ran out"),
+        Row(cs["convnext-b c1024 7x7 b32 bf16"],
+            skipped="the time budget (--budget-s 540) ran out"),
     ]
     return Report(env={"device": "FakeGPU", "PyTorch": "2.11.0"},
                   command="python3 tools/bench_vision.py --selftest",
@@ -692,7 +696,8 @@ def selftest() -> int:
     col = {h: i for i, h in enumerate(headers(True))}
     r = ln[0][1]
     assert r[col["F.layer_norm NHWC µs"]] == "38.0" and r[col["best peer"]] == "F.layer_norm NHWC"
-    assert r[col["vs best"]] == "0.95x" and r[col["rel. err"]] == "2.0e-07" and r[col["check"]] == "pass"
+    assert (r[col["vs best"]] == "0.95x" and r[col["rel. err"]] == "2.0e-07"
+            and r[col["check"]] == "pass")
     r = ln[0][2]
     assert r[col["check"]] == "**FAIL**" and r[col["compile µs"]] == "12.0 **FAIL**", r
     assert r[col["best peer"]] == "F.layer_norm NHWC" and r[col["rel. err"]] == "NaN", r

@@ -821,8 +821,8 @@ class Report:
 
     @staticmethod
     def best_peer(r: ProblemResult) -> Optional[str]:
-        """The fastest peer (eager, compile, liger, flashinfer, vllm) that was timed and whose output was not
-        found wrong; None when none was."""
+        """The fastest peer (eager, compile, liger, flashinfer, vllm) that was timed and whose
+        output was not found wrong; None when none was."""
         timed = [k for k in PEERS
                  if r.impl(k).status == "ok" and r.impl(k).ms and r.impl(k).passed is not False]
         return min(timed, key=lambda k: r.impl(k).ms) if timed else None
@@ -854,7 +854,8 @@ def md_cell(value: Any) -> str:
     return text if text else " "
 
 
-def md_table(headers: list[str], rows: list[list[Any]], right: Optional[set[int]] = None) -> list[str]:
+def md_table(headers: list[str], rows: list[list[Any]],
+             right: Optional[set[int]] = None) -> list[str]:
     """A GitHub markdown table; columns whose index is in `right` are right-aligned."""
     right = right or set()
     lines = ["| " + " | ".join(md_cell(h) for h in headers) + " |",
@@ -1027,9 +1028,9 @@ def render_markdown(report: Report, notes: Optional[str], plot_name: Optional[st
         "uint8 tensor, half written to another), its source rotated as the kernels' inputs, "
         "its destination one buffer, timed exactly as the kernels; `% of copy` = copy ms / "
         "normjit ms (100%: normjit as fast as a copy of the same bytes).")
-    add("- `vs eager`, `vs compile`, `vs Liger`, `vs FlashInfer`, `vs vLLM`: their time / normjit's time (above 1: normjit "
-        "faster). Eager is the reference module of PyTorch (`torch.nn.LayerNorm`, "
-        "`torch.nn.GroupNorm`, `torch.nn.RMSNorm`; the channel RMSNorm as "
+    add("- `vs eager`, `vs compile`, `vs Liger`, `vs FlashInfer`, `vs vLLM`: their time / "
+        "normjit's time (above 1: normjit faster). Eager is the reference module of PyTorch "
+        "(`torch.nn.LayerNorm`, `torch.nn.GroupNorm`, `torch.nn.RMSNorm`; the channel RMSNorm as "
         "`x / sqrt(mean(x^2, dim=1) + eps)` in fp32 math); compile is "
         "`torch.compile(module, dynamic=False)` in default mode, compile time excluded.")
     add("- Liger is Liger-Kernel's forward (Python + Triton; version in the table above) "
@@ -1084,15 +1085,16 @@ def render_markdown(report: Report, notes: Optional[str], plot_name: Optional[st
     if report.copy_gbps:
         lo, hi = min(report.copy_times_ms), max(report.copy_times_ms)
         add(f"Device-to-device copy of {COPY_BYTES / 2**30:g} GiB (`dst.copy_(src)`, f32), bytes "
-            f"read + written, median of {len(report.copy_times_ms)}: **{report.copy_gbps:.0f} GB/s** "
+            f"read + written, median of {len(report.copy_times_ms)}: "
+            f"**{report.copy_gbps:.0f} GB/s** "
             f"({fmt_ms(statistics.median(report.copy_times_ms))} ms; min {fmt_ms(lo)}, "
             f"max {fmt_ms(hi)} ms). The `% of copy BW` columns are relative to this number; "
             "`% of copy` to a copy of each problem's own bytes, in its row.")
         if report.size_copies:
             add("")
             add("A copy as small as a seed problem does not reach that bandwidth either (its start "
-                "and end weigh more): copies moving the bytes of each seed problem (half read, half "
-                "written; same method), for comparison with the seeds' % of copy:")
+                "and end weigh more): copies moving the bytes of each seed problem (half read, "
+                "half written; same method), for comparison with the seeds' % of copy:")
             add("")
             add("| seed problems | bytes moved (MB) | copy ms | copy GB/s | % of the large copy |")
             add("|---|---:|---:|---:|---:|")
@@ -1122,7 +1124,8 @@ def render_markdown(report: Report, notes: Optional[str], plot_name: Optional[st
         add(f"![% of copy bandwidth per problem]({plot_name})")
         add("")
 
-    problems = [r for r in report.results if r.error or r.normjit.status not in ("ok", "unsupported")
+    problems = [r for r in report.results
+                if r.error or r.normjit.status not in ("ok", "unsupported")
                 or r.passed is False or any(r.impl(k).status == "failed" for k in PEERS + ("copy",))
                 or any(not c.passed for c in r.liger_checks)]
     if problems or report.warnings:
@@ -1238,8 +1241,8 @@ def write_plot(report: Report, path: Path) -> bool:
     ax.axvline(100, color="black", linewidth=0.8)
     ax.axvline(90, color="tab:red", linewidth=0.8, linestyle="--", label="90% target")
     ax.set_xlabel(f"% of device-to-device copy bandwidth ({report.copy_gbps:.0f} GB/s)")
-    ax.set_title(f"normjit vs PyTorch, Liger, FlashInfer and vLLM on {report.env.get('device', '?')}",
-                 fontsize=9)
+    ax.set_title("normjit vs PyTorch, Liger, FlashInfer and vLLM on "
+                 f"{report.env.get('device', '?')}", fontsize=9)
     ax.legend(loc="lower right", fontsize=7)
     ax.set_xlim(0, max(110, *(report.pct_copy(r, i) or 0 for r in results for i, _ in impls)) + 12)
     fig.tight_layout()
@@ -1264,7 +1267,8 @@ def report_json(report: Report) -> dict:
             "speedup_vs_liger": report.speedup(r, "liger"),
             **{f"speedup_vs_{e}": report.speedup(r, e) for e in ENGINES},
             "best_peer": report.best_peer(r),
-            "speedup_vs_best": report.speedup(r, report.best_peer(r)) if report.best_peer(r) else None,
+            "speedup_vs_best": (report.speedup(r, report.best_peer(r)) if report.best_peer(r)
+                                else None),
             "max_rel_err": r.max_rel_err,
             "passed": r.passed,
         }
@@ -1678,7 +1682,7 @@ def measure_copy(reps: int, warmup: int, nbytes: int = COPY_BYTES) -> tuple[floa
     src = torch.randn(n, device=DEVICE)
     dst = torch.empty_like(src)
     times = time_cuda(lambda i: dst.copy_(src), reps, warmup)
-    del src, dst
+    src = dst = None
     free_device_memory()
     return 2 * n * 4 / (statistics.median(times) * 1e-3) / 1e9, times
 
@@ -1858,7 +1862,7 @@ class Runner:
 
         # A copy of the problem's own bytes, rotated and timed as the kernels, once the
         # problem's tensors are freed.
-        del xs, ys, calls, module, compiled, liger, engine_calls, weight, bias
+        xs = ys = calls = module = compiled = liger = engine_calls = weight = bias = None
         free_device_memory()
         try:
             copy = own_copy(p.bytes_moved, n, DEVICE)
@@ -2094,9 +2098,9 @@ def add_output_args(ap: argparse.ArgumentParser, name: str, noun: str) -> None:
 def finish_bench_args(ap: argparse.ArgumentParser, args: argparse.Namespace,
                       name: str) -> argparse.Namespace:
     """The options tools/bench_backward.py, bench_vision.py and bench_variants.py share, made
-    whole after parsing: --reps (10 with --quick, else 20) and --warmup checked, --dtypes split and checked,
-    paths relative to the repository root, the library (--lib, else NORMJIT_LIBRARY, else
-    BUILD/libnormjit.so), the JSON (OUT/perf_NAME.json where OUT is set, else
+    whole after parsing: --reps (10 with --quick, else 20) and --warmup checked, --dtypes split
+    and checked, paths relative to the repository root, the library (--lib, else
+    NORMJIT_LIBRARY, else BUILD/libnormjit.so), the JSON (OUT/perf_NAME.json where OUT is set, else
     BUILD/perf_NAME.json; json_out_given says whether --json-out named it), the section alone
     (OUT/NAME.md where OUT is set) and a fresh seed where none is given."""
     if args.reps is None:
@@ -2123,7 +2127,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
         description="Time normjit (C API by ctypes) against PyTorch eager and torch.compile, "
                     "check it against float64, write docs/performance.md and .png.")
     ap.add_argument("--build", default="build",
-                    help="build directory (libnormjit.so, tools/normjit); relative to the repo root")
+                    help="build directory (libnormjit.so, tools/normjit); relative to the repo "
+                         "root")
     ap.add_argument("--lib", default=None, help="libnormjit.so (default: BUILD/libnormjit.so)")
     ap.add_argument("--only", default=None,
                     help="comma-separated groups (seeds, llm, sd, long), ops (rmsnorm, layernorm, "
@@ -2154,7 +2159,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
                     help="per-call host cost from Python (scripts/host_cost.py), included when it "
                          "exists")
     ap.add_argument("--json-out", default=None,
-                    help="raw results (default: $OUT/perf.json when OUT is set, else BUILD/perf.json)")
+                    help="raw results (default: $OUT/perf.json when OUT is set, else "
+                         "BUILD/perf.json)")
     ap.add_argument("--list", action="store_true", help="list the selected problems and exit")
     ap.add_argument("--selftest", action="store_true",
                     help="check the non-GPU parts (no torch, no GPU) and exit")
@@ -2174,11 +2180,13 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     check_run_args(ap, args)
     args.build = repo_path(args.build)
     args.lib = repo_path(args.lib) if args.lib else str(Path(args.build) / "libnormjit.so")
-    args.doc, args.plot, args.notes = repo_path(args.doc), repo_path(args.plot), repo_path(args.notes)
+    args.doc, args.plot, args.notes = (repo_path(args.doc), repo_path(args.plot),
+                                       repo_path(args.notes))
     args.host_cost = repo_path(args.host_cost)
     if args.json_out is None:
         out_dir = os.environ.get("OUT")
-        args.json_out = str(Path(out_dir) / "perf.json") if out_dir else str(Path(args.build) / "perf.json")
+        args.json_out = (str(Path(out_dir) / "perf.json") if out_dir
+                         else str(Path(args.build) / "perf.json"))
     if args.seed is None:
         args.seed = secrets.randbelow(2**31)
     return args
@@ -2215,7 +2223,8 @@ def run_gpu(args: argparse.Namespace, problems: list[Problem], command: str) -> 
     for k, (_, what) in engines.items():
         env[PEER_TITLES[k]] = what
     report = Report(env=env, command=command,
-                    date_utc=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+                    date_utc=datetime.datetime.now(datetime.timezone.utc).strftime(
+                        "%Y-%m-%d %H:%M UTC"),
                     settings={"reps": args.reps, "rounds": args.rounds, "order": "rotated",
                               "warmup": args.warmup,
                               "seed": args.seed,
@@ -2228,7 +2237,8 @@ def run_gpu(args: argparse.Namespace, problems: list[Problem], command: str) -> 
         if not args.skip_jit_latency:
             print("JIT latency: normjit bench --jit-latency --json", flush=True)
             report.jit = measure_jit_latency(Path(args.build), args.jit_timeout)
-            print(f"  {report.jit.status}" + (f": {report.jit.message}" if report.jit.message else ""))
+            print(f"  {report.jit.status}"
+                  + (f": {report.jit.message}" if report.jit.message else ""))
 
         print(f"copy bandwidth: {COPY_BYTES / 2**30:g} GiB device-to-device", flush=True)
         report.copy_gbps, report.copy_times_ms = measure_copy(args.reps, args.warmup)
@@ -2358,15 +2368,17 @@ def fake_report() -> Report:
                                  liger_checks=[Check("N(1, 2)", 3e-3, 0.01, 0, True)]))
     results.append(ProblemResult(ps["sd groupnorm c320 64x64 b2 f32"], error="OutOfMemoryError: x"))
     # Liger not importable in that run.
-    results.append(ProblemResult(ps["long rmsnorm 64Mi f32"], normjit=ok(0.4), eager=ok(1.0, passed=True),
-                                 compile=ok(0.5, passed=True),
+    results.append(ProblemResult(ps["long rmsnorm 64Mi f32"], normjit=ok(0.4),
+                                 eager=ok(1.0, passed=True), compile=ok(0.5, passed=True),
                                  liger=Measurement(status="absent", message="not measured "
-                                                   "(ModuleNotFoundError: No module named 'triton')"),
+                                                   "(ModuleNotFoundError: "
+                                                   "No module named 'triton')"),
                                  copy=Measurement(status="failed", message="OutOfMemoryError: y"),
                                  checks=[Check("N(1, 2)", 1e-7, 1e-6, 0, True)]))
     return Report(env={"device": "FakeGPU (132 SMs)", "PyTorch": "2.11.0", "Triton": "3.5",
                        "Liger-Kernel": "0.8.5"},
-                  command="python3 tools/compare_torch.py --selftest", date_utc="2025-01-01 00:00 UTC",
+                  command="python3 tools/compare_torch.py --selftest",
+                  date_utc="2025-01-01 00:00 UTC",
                   settings={"reps": 20, "warmup": 3, "seed": 1},
                   copy_gbps=3000.0, copy_times_ms=[1.43, 1.44, 1.45], results=results, planned=7,
                   size_copies=[("seed layernorm bf16", 285_000_000, 2850.0)],
@@ -2375,7 +2387,8 @@ def fake_report() -> Report:
                                        "hits": {"disk_ms": 1.2, "memory_us": 0.4},
                                        "cases": [{"spec": "op=rmsnorm|x", "cold_ms": 800.0},
                                                  {"spec": "op=layernorm", "launch_us": 3.1}]}),
-                  warnings=["seed groupnorm bf16: PyTorch eager is off the float64 reference by 2.0e-02"])
+                  warnings=["seed groupnorm bf16: PyTorch eager is off the float64 reference by "
+                            "2.0e-02"])
 
 
 def selftest() -> int:
@@ -2522,7 +2535,8 @@ def selftest() -> int:
         pass
 
     # The host-cost block: included, replaced in place, inserted where absent.
-    with_cost = render_markdown(report, notes, None, "## Host cost\n\n| a | b |\n|---|---|\n| 1 | 2 |\n")
+    with_cost = render_markdown(report, notes, None,
+                                "## Host cost\n\n| a | b |\n|---|---|\n| 1 | 2 |\n")
     assert with_cost.index(HOST_COST_BEGIN) < with_cost.index("## Analysis per kernel")
     check_tables(with_cost)
     swapped = splice_host_cost(with_cost, "## Host cost\n\nnew\n")
@@ -2538,7 +2552,8 @@ def selftest() -> int:
     assert placed.index(block) < placed.index(HOST_COST_BEGIN) and variants_block(placed) == block
     assert splice_variants(placed, block.replace("| 1 |", "| 2 |")).count(VARIANTS_BEGIN) == 1
     assert "| 2 |" in splice_variants(placed, block.replace("| 1 |", "| 2 |"))
-    assert splice_variants(rendered, block).index(block) < rendered.index("## Analysis per kernel") + 1
+    assert (splice_variants(rendered, block).index(block)
+            < rendered.index("## Analysis per kernel") + 1)
     assert splice_variants("# doc\n", block) == "# doc\n\n" + block + "\n"
     assert variants_block(rendered) is None and variants_block(VARIANTS_BEGIN) is None
 
@@ -2779,7 +2794,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     if not problems:
         print("compare_torch: no problem selected", file=sys.stderr)
         return 2
-    command = shlex.join(["python3", *(sys.argv if argv is None else ["tools/compare_torch.py", *argv])])
+    command = shlex.join(["python3", *(sys.argv if argv is None
+                                       else ["tools/compare_torch.py", *argv])])
     return run_gpu(args, problems, command)
 
 

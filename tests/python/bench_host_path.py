@@ -7,7 +7,8 @@ function of the same prototype that returns 0 (compiled here with cc), called th
 normjit.torch calls the library's: through the extension module normjit._launch bound to it
 (`--launch extension`, the default where it is installed), through ctypes (`--launch ctypes`,
 the fallback), so the argument conversions are real; or a Python function (`--launch
-python`). The stream query is a Python function returning 0. A decode-size RMSNorm ([1, 4096] bf16 with weight, eps 1e-6) is
+python`). The stream query is a Python function returning 0. A decode-size RMSNorm ([1, 4096]
+bf16 with weight, eps 1e-6) is
 called back to back under torch.inference_mode(); the table gives the median and minimum
 of the repeats in ns of this thread's CPU time per call (the machine may be shared), next
 to the floor: torch.empty_like plus the stubbed launch.

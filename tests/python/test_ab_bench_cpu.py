@@ -58,9 +58,10 @@ def test_table_has_each_variant_and_round(tmp_path):
          "--variant", f"b3={b}:NJ_EXTRA=3"],
         capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
-    table = [l for l in run.stdout.splitlines() if l.startswith("|")]
+    table = [line for line in run.stdout.splitlines() if line.startswith("|")]
     assert table[0] == "| spec | a | b | b3 |"
-    rows = {l.split("|")[1].strip(): [c.strip() for c in l.split("|")[2:-1]] for l in table[2:]}
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+            for line in table[2:]}
     # Rounds alternate variants: a round 1, b round 1, b3 round 1, then round 2 of each, so each
     # build's call count (the last digit) says which round a cell came from. After the first
     # variant, each cell carries the mean of its rounds over the first's, in brackets.
@@ -79,7 +80,7 @@ def test_table_has_each_variant_and_round(tmp_path):
     # Every run's JSON is kept, each variant with its own cache and its build's library.
     assert sorted(p.name for p in out.iterdir()) == sorted(
         f"{n}.r{r}.json" for n in ("a", "b", "b3") for r in (1, 2))
-    log = [json.loads(l) for l in (b / "log").read_text().splitlines()]
+    log = [json.loads(line) for line in (b / "log").read_text().splitlines()]
     assert {entry["cache"] for entry in log} == {"/tmp/ab-cache-b", "/tmp/ab-cache-b3"}
     assert {entry["lib"] for entry in log} == {str(b)}
     assert all(entry["argv"][entry["argv"].index("--repeat") + 1] == "7" for entry in log)

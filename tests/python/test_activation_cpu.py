@@ -12,8 +12,8 @@ import warnings
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="PyTorch is not installed (scripts/test.sh installs it; "
-                                            "NORMJIT_TEST_TORCH=0 leaves it out)")
+torch = pytest.importorskip("torch", reason="PyTorch is not installed (scripts/test.sh installs "
+                                            "it; NORMJIT_TEST_TORCH=0 leaves it out)")
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 

@@ -17,8 +17,8 @@ import warnings
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="PyTorch is not installed (scripts/test.sh installs it; "
-                                            "NORMJIT_TEST_TORCH=0 leaves it out)")
+torch = pytest.importorskip("torch", reason="PyTorch is not installed (scripts/test.sh installs "
+                                            "it; NORMJIT_TEST_TORCH=0 leaves it out)")
 import torch.nn.functional as F  # noqa: E402
 
 import normjit  # noqa: E402

@@ -20,8 +20,8 @@ import warnings
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="PyTorch is not installed (scripts/test.sh installs it; "
-                                            "NORMJIT_TEST_TORCH=0 leaves it out)")
+torch = pytest.importorskip("torch", reason="PyTorch is not installed (scripts/test.sh installs "
+                                            "it; NORMJIT_TEST_TORCH=0 leaves it out)")
 import torch.nn.functional as F  # noqa: E402
 
 import normjit  # noqa: E402
@@ -451,8 +451,8 @@ def test_add_norms_train_through_normjit(emu, op, dtype, rdtype, offset):
         head + short[dtype] + tail + f" residual={short[rdtype]}" + off + " save_stats=true",
         head + short[rdtype] + tail + param + f" residual={short[rdtype]}" + off +
         " backward=true"]
-    leaves = [t.detach().double().requires_grad_() for t in (x, r, w) + ((b,) if b is not None
-                                                                          else ())]
+    leaves = [t.detach().double().requires_grad_()
+              for t in (x, r, w) + ((b,) if b is not None else ())]
     hd = leaves[0] + leaves[1]
     if op == "rms":
         yd = F.rms_norm(hd, (64,), leaves[2] + offset, eps)
@@ -698,7 +698,8 @@ def test_patched_layers_train_through_normjit(emu):
 
 @pytest.mark.skipif(tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2]) < (2, 15),
                     reason="with PyTorch before 2.15 (2.11 on the GPU machine) dynamo raises an "
-                           "InternalTorchDynamoError tracing the emulated launch path of this test; "
+                           "InternalTorchDynamoError tracing the emulated launch path of this "
+                           "test; "
                            "test_autograd_gpu.py's fullgraph training step covers compile on the "
                            "real one")
 @pytest.mark.parametrize("offset", [0.0, 1.0])

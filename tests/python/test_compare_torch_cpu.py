@@ -98,7 +98,8 @@ class StandInNormjit:
 
 
 def test_runner_on_cpu(monkeypatch, tmp_path):
-    torch = pytest.importorskip("torch", reason="PyTorch is not installed (scripts/test.sh installs it)")
+    torch = pytest.importorskip("torch",
+                                reason="PyTorch is not installed (scripts/test.sh installs it)")
     import compare_torch as ct
 
     class Event:

@@ -94,7 +94,8 @@ def stub_cuda(monkeypatch, torch, capability=(9, 0)):
 
 
 def test_functions_pass_what_flashinfer_takes(monkeypatch):
-    torch = pytest.importorskip("torch", reason="PyTorch is not installed (scripts/test.sh installs it)")
+    torch = pytest.importorskip("torch",
+                                reason="PyTorch is not installed (scripts/test.sh installs it)")
     stub_cuda(monkeypatch, torch)
     lib = Recorder()
     fns = kp.FUNCTIONS["flashinfer"](lib)
@@ -154,7 +155,8 @@ def test_functions_pass_what_flashinfer_takes(monkeypatch):
 
 
 def test_functions_pass_what_vllm_takes(monkeypatch):
-    torch = pytest.importorskip("torch", reason="PyTorch is not installed (scripts/test.sh installs it)")
+    torch = pytest.importorskip("torch",
+                                reason="PyTorch is not installed (scripts/test.sh installs it)")
     stub_cuda(monkeypatch, torch)
     lib = Recorder()
     fns = kp.FUNCTIONS["vllm"](lib)

@@ -13,8 +13,8 @@ import warnings
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="PyTorch is not installed (scripts/test.sh installs it; "
-                                            "NORMJIT_TEST_TORCH=0 leaves it out)")
+torch = pytest.importorskip("torch", reason="PyTorch is not installed (scripts/test.sh installs "
+                                            "it; NORMJIT_TEST_TORCH=0 leaves it out)")
 import torch.nn.functional as F  # noqa: E402
 
 import normjit  # noqa: E402
@@ -151,7 +151,8 @@ def test_layer_norm_2d_takes_timms_arguments_and_loads_their_checkpoints(timm_mo
     ours_params = dict(inspect.signature(njt.LayerNorm2d.__init__).parameters)
     activation = ours_params.pop("activation")
     assert activation.kind == inspect.Parameter.KEYWORD_ONLY and activation.default is None
-    assert list(ours_params.values()) == list(inspect.signature(theirs.__init__).parameters.values())
+    assert list(ours_params.values()) == list(
+        inspect.signature(theirs.__init__).parameters.values())
     ours = njt.LayerNorm2d(6)
     assert isinstance(ours, torch.nn.LayerNorm) and ours.eps == 1e-6
     assert ours.normalized_shape == (6,) and ours.weight.shape == ours.bias.shape == (6,)
@@ -316,7 +317,8 @@ def test_channels_last_reads_in_place_and_other_strides_fall_back(emu):
     assert len(emu.launches) == 1
 
 
-def test_patched_timm_layer_launches_channels_last_too_and_falls_back_to_its_own_forward(emu, timm_module):
+def test_patched_timm_layer_launches_channels_last_too_and_falls_back_to_its_own_forward(
+        emu, timm_module):
     layer = timm_module.LayerNorm2d(8)
     with torch.no_grad():
         layer.weight.normal_()

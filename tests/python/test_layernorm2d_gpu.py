@@ -3,7 +3,8 @@ float64 across ConvNeXt/SAM shapes, odd sizes, 1-D and 3-D spatial dims, dtypes 
 with adversarial inputs (outputs poisoned first must be fully written); timm's LayerNorm2d and
 the patched layer; what falls back (channels_last) and that it still computes PyTorch's result,
 training through normjit; torch.compile(fullgraph=True); a CUDA-graph capture; patch() on timm's
-ConvNeXt against the unpatched model run in a wider dtype. Skips with a reason without PyTorch or a CUDA device."""
+ConvNeXt against the unpatched model run in a wider dtype. Skips with a reason without PyTorch or
+a CUDA device."""
 import copy
 import math
 import warnings

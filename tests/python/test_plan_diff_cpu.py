@@ -11,15 +11,16 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "plan_diff.py"
 
 # A stand-in `normjit dump`: the plan is the spec line, a strategy line that build B changes for
-# shapes starting with 9 (naming the flags it was given) and a block line alike in both; fp8 output (out-dtype e4m3) is refused by both
-# builds alike on sm_80, and build B refuses groups=7.
+# shapes starting with 9 (naming the flags it was given) and a block line alike in both; fp8
+# output (out-dtype e4m3) is refused by both builds alike on sm_80, and build B refuses groups=7.
 FAKE = r'''#!{python}
 import sys
 args = sys.argv[1:]
 assert args[:5] == ["dump", "--emit", "plan", "--arch", args[4]], args
 arch, flags = args[4], args[5:]
 if arch == "sm_80" and "--out-dtype" in flags:
-    print("normjit: error: invalid out_dtype 'e4m3': fp8 output needs sm_89 or later", file=sys.stderr)
+    print("normjit: error: invalid out_dtype 'e4m3': fp8 output needs sm_89 or later",
+          file=sys.stderr)
     sys.exit(1)
 if "{build}" == "b" and "--groups" in flags and flags[flags.index("--groups") + 1] == "7":
     print("normjit: error: invalid groups '7'", file=sys.stderr)
@@ -57,10 +58,10 @@ def test_lists_the_specs_whose_plans_differ_and_only_the_lines_that_differ(tmp_p
     assert f"{tmp_path / 'specs.txt'}:6: op=groupnorm shape=9,64,8,8 groups=8 save_stats=true " \
            "backward=false" in out
     assert "  A strategy: row-registers" in out
-    assert any(l.startswith("  B strategy: row-split (") for l in out)
-    assert not any("block:" in l for l in out)
-    assert not any(l.startswith("  A spec") or l.startswith("  B spec") for l in out)
-    assert not any("op=rmsnorm" in l or "op=layernorm" in l for l in out), out
+    assert any(line.startswith("  B strategy: row-split (") for line in out)
+    assert not any("block:" in line for line in out)
+    assert not any(line.startswith("  A spec") or line.startswith("  B spec") for line in out)
+    assert not any("op=rmsnorm" in line or "op=layernorm" in line for line in out), out
     # A repeated spec is planned once; key=value words become dump's flags (save_stats=true a
     # bare flag, backward=false none).
     assert out[-1] == ("plan_diff: 3 specs on sm_90:132:4814: 1 plans differ, 0 planned by one "
@@ -80,7 +81,7 @@ def test_refused_by_both_is_counted_by_one_is_a_failure(tmp_path):
             arch="sm_80")
     assert r.returncode == 1
     out = r.stdout.splitlines()
-    assert not any("out_dtype=e4m3" in l for l in out[:-1]), out
+    assert not any("out_dtype=e4m3" in line for line in out[:-1]), out
     assert "  A planned it" in out
     assert "  B failed: normjit: error: invalid groups '7'" in out
     assert out[-1].endswith("0 plans differ, 1 planned by one build only, 1 refused by both alike "
@@ -102,4 +103,5 @@ def test_bad_arguments(tmp_path):
     bad.write_text("op=rmsnorm shape\n")
     r = subprocess.run([sys.executable, str(SCRIPT), "--a", str(tmp_path / "a"), "--b",
                         str(tmp_path / "b"), str(bad)], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 1 and "word 'shape' of spec 'op=rmsnorm shape' is not key=value" in r.stdout
+    assert (r.returncode == 1
+            and "word 'shape' of spec 'op=rmsnorm shape' is not key=value" in r.stdout)

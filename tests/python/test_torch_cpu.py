@@ -7,8 +7,8 @@ import warnings
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="PyTorch is not installed (scripts/test.sh installs it; "
-                                            "NORMJIT_TEST_TORCH=0 leaves it out)")
+torch = pytest.importorskip("torch", reason="PyTorch is not installed (scripts/test.sh installs "
+                                            "it; NORMJIT_TEST_TORCH=0 leaves it out)")
 import torch.nn.functional as F  # noqa: E402
 
 import normjit.torch as njt  # noqa: E402
@@ -183,7 +183,8 @@ def test_modules_are_torch_nn_compatible(ours, theirs, args):
 def test_modules_on_cpu_compute_what_torch_nn_does():
     x = torch.randn(3, 6, 4, 6)
     for ours, theirs in ((njt.RMSNorm((4, 6), eps=1e-6), torch.nn.RMSNorm((4, 6), eps=1e-6)),
-                         (njt.LayerNorm((4, 6), bias=False), torch.nn.LayerNorm((4, 6), bias=False)),
+                         (njt.LayerNorm((4, 6), bias=False),
+                          torch.nn.LayerNorm((4, 6), bias=False)),
                          (njt.GroupNorm(3, 6), torch.nn.GroupNorm(3, 6))):
         ours.load_state_dict(theirs.state_dict())
         with warnings.catch_warnings():
@@ -232,7 +233,8 @@ def test_patch_reports_and_keeps_the_function():
     assert "overrides LayerNorm.forward" in skipped["scaled"]
     assert "not one of the layers" in skipped["bn"]
     assert "4 replaced, 2 skipped" in str(report)
-    assert isinstance(model.ln, torch.nn.LayerNorm) and type(model.ln).__name__ == "NormjitLayerNorm"
+    assert (isinstance(model.ln, torch.nn.LayerNorm)
+            and type(model.ln).__name__ == "NormjitLayerNorm")
     assert list(model.state_dict()) == keys
     assert all(p is params[n] for n, p in model.named_parameters())
     with torch.no_grad(), warnings.catch_warnings():
@@ -251,7 +253,8 @@ def test_patch_leaves_normjit_modules_and_says_so():
     classes = [type(m) for m in model]
     report = njt.patch(model)
     assert not report.replaced
-    assert report.skipped == [(str(i), f"normjit.torch.{c.__qualname__}", "already a normjit module")
+    assert report.skipped == [(str(i), f"normjit.torch.{c.__qualname__}",
+                               "already a normjit module")
                               for i, c in enumerate(classes)], report
     assert [type(m) for m in model] == classes
 

@@ -11,8 +11,8 @@ import warnings
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="PyTorch is not installed (scripts/test.sh installs it; "
-                                            "NORMJIT_TEST_TORCH=0 leaves it out)")
+torch = pytest.importorskip("torch", reason="PyTorch is not installed (scripts/test.sh installs "
+                                            "it; NORMJIT_TEST_TORCH=0 leaves it out)")
 import torch.nn.functional as F  # noqa: E402
 
 import normjit  # noqa: E402
@@ -525,7 +525,7 @@ def test_strided_residual_in_place_keeps_each_tensors_strides(stub):
                                       r"contiguous \(shape \[32, 64\], strides \[1, 32\]"),
     (lambda: torch.randn(1, 64).expand(4, 64), r"broadcasts dim 0"),
     (lambda: torch.randn(4, 6, 8, 64)[::2, ::2], r"leading dims do not collapse into two "
-                                                   r"levels"),
+                                                 r"levels"),
 ])
 def test_rows_normjit_cannot_address_fall_back(stub, make, match):
     x = make()
