@@ -525,8 +525,9 @@ def render_section(rep: Report) -> str:
         "(n, group) for GroupNorm), the parameters read and their gradients written, each once "
         "(as `normjit bench --backward` counts). `copy µs`: a device-to-device `copy_` moving "
         "those bytes (half read, half written), its source rotated, its destination one buffer, "
-        "timed the same way; `% of copy` = "
-        "copy µs / normjit µs (the issue's goal: 85% or more).")
+        "timed the same way, at the row's start (before its inputs exist) and at its end (after "
+        "every implementation's tensors are freed), the faster of the two (a floor; the JSON "
+        "keeps both); `% of copy` = copy µs / normjit µs (the issue's goal: 85% or more).")
     add("- `vs compile`, `vs best` = their time / normjit's (above 1: normjit faster); `best "
         "peer`: the fastest of eager, compile and Liger whose gradients passed their check. "
         "The copy is a floor, not a peer.")
@@ -769,6 +770,19 @@ def param_sum(p: Problem, t):
     return t.sum(dim=lead) if lead else t
 
 
+def faster_copy(first: ct.Measurement, last: ct.Measurement) -> ct.Measurement:
+    """The row's copy: of the copies timed at its start and at its end, the one with the lower
+    median (a floor: what runs before a copy can slow it, as the 1024-token rows of the H100's
+    table of 2026-12-05 showed, 3 µs of 10-13), its message giving both medians."""
+    timed = [m for m in (first, last) if m.status == "ok" and m.ms is not None]
+    if not timed:
+        return last
+    best = min(timed, key=lambda m: m.ms)
+    best.message = ", ".join(f"{name} {m.ms * 1e3:.2f} µs" for name, m in
+                             (("start", first), ("end", last)) if m in timed)
+    return best
+
+
 class Bench(ct.BenchRunner):
     """Runs the problems; holds what they share."""
     # An autograd.grad call costs up to a few hundred µs of host time (compile's backward the
@@ -882,6 +896,7 @@ class Bench(ct.BenchRunner):
             return
         torch = self.torch
         n = row.rotation
+        first_copy = self.measure_copy(row.bytes_moved, n)
         xs = [self.random(p.shape, p.dtype, p.dists[0]) for _ in range(n)]
         dys = [self.random(p.shape, p.dtype, DY) for _ in range(n)]
         if p.layout == "nhwc":  # channels last: [N, *spatial, C] in memory
@@ -912,7 +927,7 @@ class Bench(ct.BenchRunner):
             self.run_autograd(p, row, "liger", xs, dys, weight, bias)
         del xs, dys, weight, bias
         self.free()
-        row.copy = self.measure_copy(row.bytes_moved, n)
+        row.copy = faster_copy(first_copy, self.measure_copy(row.bytes_moved, n))
 
     def run_normjit(self, p: Problem, row: Row, xs: list, dys: list, weight, bias=None) -> None:
         """normjit's backward kernel, checked and timed; bias (read only) goes to a spec with
@@ -1064,6 +1079,7 @@ class Bench(ct.BenchRunner):
 
     def _run_add(self, p: Problem, row: Row) -> None:
         n = row.rotation
+        first_copy = self.measure_copy(row.bytes_moved, n)
         xs = [self.random(p.shape, p.dtype, p.dists[0]) for _ in range(n)]
         rs = [self.random(p.shape, p.residual, p.dists[0]) for _ in range(n)]
         dys = [self.random(p.shape, p.dtype, DY) for _ in range(n)]
@@ -1081,7 +1097,7 @@ class Bench(ct.BenchRunner):
             self.free()
         del xs, rs, dys, dhs, weight
         self.free()
-        row.copy = self.measure_copy(row.bytes_moved, n)
+        row.copy = faster_copy(first_copy, self.measure_copy(row.bytes_moved, n))
 
     def add_forward_of(self, p: Problem, impl: str, weight) -> tuple[Callable, Any]:
         """((x, residual) -> (y, h) of impl, the weight it differentiates: a fresh copy of

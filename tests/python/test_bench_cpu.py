@@ -225,6 +225,8 @@ def test_backward_flow_on_cpu(liger, tmp_path, monkeypatch):
     for r in rep.rows:
         assert not r.error and not r.skipped, (r.problem.name, r.error)
         assert r.copy.status == "ok" and r.rotation > 1
+        # The copy timed at the row's start and at its end, the faster kept (bb.faster_copy).
+        assert r.copy.message.startswith("start ") and ", end " in r.copy.message, r.copy.message
         for impl in ("eager", "compile"):
             assert r.impl(impl).status == "ok" and r.checks[impl].passed, (r.problem.name, impl)
     # normjit: n/a with the library's reason where it refuses, else checked and timed.
@@ -617,3 +619,24 @@ def test_liger_function_signatures():
         "group_norm.LigerGroupNormFunction": ["ctx", "X", "affine_scaling_weight",
                                               "affine_shifting_bias", "num_channels",
                                               "num_groups", "eps"]}, params
+
+
+def test_the_backward_rows_copy_is_the_faster_of_its_two():
+    """bench_backward.faster_copy: the lower median of the copies timed at a row's start and end,
+    both medians in its message; a failed one is passed over; both failed: the last."""
+    import compare_torch as ct
+    import bench_backward as bb
+
+    def timed(ms):
+        return ct.Measurement(status="ok", ms=ms, times_ms=[ms])
+    first, last = timed(0.0133), timed(0.0103)
+    best = bb.faster_copy(first, last)
+    assert best is last and best.message == "start 13.30 µs, end 10.30 µs"
+    first, last = timed(0.0101), timed(0.0103)
+    assert bb.faster_copy(first, last) is first
+    failed = ct.Measurement(status="failed", message="OOM")
+    last = timed(0.0103)
+    best = bb.faster_copy(failed, last)
+    assert best is last and best.message == "end 10.30 µs"
+    other = ct.Measurement(status="failed", message="OOM again")
+    assert bb.faster_copy(failed, other) is other and other.message == "OOM again"
