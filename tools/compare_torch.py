@@ -429,12 +429,22 @@ def load_liger(*names: str) -> tuple[dict[str, Callable], str]:
     return fns, version
 
 
+COPY_GRAIN = 4096  # own_copy's halves: whole 4 KiB (its docstring says why)
+
+
 def own_copy(nbytes: int, sets: int, device: str) -> Callable[[int], Any]:
     """fn(i): a device-to-device `copy_` moving nbytes (half read from one uint8 tensor, half
     written to another): the source i % sets, rotated like the kernels' inputs, into one
-    destination, as every implementation writes one output; the tensors live as long as fn."""
+    destination, as every implementation writes one output; the tensors live as long as fn.
+    A half of 4 KiB or more is rounded down to whole 4 KiB (COPY_GRAIN): the driver's
+    device-to-device memcpy, which `copy_` of contiguous tensors of one dtype is, took 13.3 µs
+    for 12593152 bytes (4 KiB x 3074.5) and 10.3 µs for 12603392 (4 KiB x 3077) on the H100
+    (docs/performance-notes.md, session 75), so a floor of the problem's exact bytes would
+    depend on their remainder; the rounding takes at most 4 KiB off."""
     import torch
     half = max(1, nbytes // 2)
+    if half >= COPY_GRAIN:
+        half -= half % COPY_GRAIN
     src = [torch.empty(half, dtype=torch.uint8, device=device).fill_(7) for _ in range(sets)]
     dst = torch.empty_like(src[0])
     return lambda i: dst.copy_(src[i % sets])
