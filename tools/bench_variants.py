@@ -650,7 +650,8 @@ def render_section(rep: Report) -> str:
         "call the block the previous one freed); in-place outputs (h into the residual) "
         "rotate with their inputs.")
     add("- `copy µs`: a device-to-device `copy_` moving the variant's bytes (half read, half "
-        "written), its source rotated, its destination one buffer, timed the same way; "
+        "written; " + ct.COPY_GRAIN_TEXT + "), its source "
+        "rotated, its destination one buffer, timed the same way; "
         "`% of copy` = copy µs / normjit µs (the "
         "issue's goal: 90% or more at large token counts). `MB moved` = the variant's bytes: "
         "x read, the residual read and h written, y written, parameters read once.")

@@ -287,7 +287,8 @@ def render_section(rep: Report) -> str:
         "between two uses of one set exceed 4x L2. normjit's time is its kernel's (the "
         "package's call allocates y with PyTorch's caching allocator, no GPU work).")
     add("- `MB moved` = x read, y written, weight and bias read, once each; `copy µs`: a "
-        "device-to-device `copy_` of those bytes (half read, half written), its source rotated, "
+        "device-to-device `copy_` of those bytes (half read, half written; "
+        + ct.COPY_GRAIN_TEXT + "), its source rotated, "
         "its destination one buffer (every implementation's y is one block of the caching "
         "allocator), timed the same way; `% of copy` = copy µs / normjit µs (the issue's goal: "
         "within 10% of it, "

@@ -430,6 +430,10 @@ def load_liger(*names: str) -> tuple[dict[str, Callable], str]:
 
 
 COPY_GRAIN = 4096  # own_copy's halves: whole 4 KiB (its docstring says why)
+# The method texts' clause on that rounding.
+COPY_GRAIN_TEXT = ("each half rounded down to whole 4 KiB, at most 4 KiB less, since the "
+                   "device's memcpy of a size that is not takes a fixed time longer: "
+                   "docs/performance-notes.md, \"Session 75\"")
 
 
 def own_copy(nbytes: int, sets: int, device: str) -> Callable[[int], Any]:
@@ -1035,8 +1039,9 @@ def render_markdown(report: Report, notes: Optional[str], plot_name: Optional[st
         "`% of copy BW` use them for every implementation (`% of copy BW` = GB/s / the 2 GiB "
         "copy's bandwidth below); `floor ms` = bytes / that bandwidth.")
     add("- `copy ms`: a device-to-device `copy_` of the problem's own bytes (half read from one "
-        "uint8 tensor, half written to another), its source rotated as the kernels' inputs, "
-        "its destination one buffer, timed exactly as the kernels; `% of copy` = copy ms / "
+        "uint8 tensor, half written to another; " + COPY_GRAIN_TEXT + "), its source rotated "
+        "as the kernels' inputs, its destination one buffer, timed exactly as the kernels; "
+        "`% of copy` = copy ms / "
         "normjit ms (100%: normjit as fast as a copy of the same bytes).")
     add("- `vs eager`, `vs compile`, `vs Liger`, `vs FlashInfer`, `vs vLLM`: their time / "
         "normjit's time (above 1: normjit faster). Eager is the reference module of PyTorch "

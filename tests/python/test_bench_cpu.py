@@ -640,3 +640,22 @@ def test_the_backward_rows_copy_is_the_faster_of_its_two():
     assert best is last and best.message == "end 10.30 µs"
     other = ct.Measurement(status="failed", message="OOM again")
     assert bb.faster_copy(failed, other) is other and other.message == "OOM again"
+
+
+def test_a_copy_of_the_exact_bytes_not_whole_4_kib_is_marked():
+    """A row's copy from a run before the 4 KiB rounding (no message) whose half of the bytes
+    is not whole 4 KiB gets a footnote saying it reads slow; a copy of the current method (its
+    two timings in the message), or of bytes whose half is whole 4 KiB, is a plain time."""
+    import compare_torch as ct
+    import bench_backward as bb
+    p = bb.default_problems()[0]
+
+    def cell(nbytes, message):
+        row = bb.Row(p, nbytes, spec="", rotation=1)
+        row.copy = ct.Measurement(status="ok", ms=0.0133, times_ms=[0.0133], message=message)
+        notes: list = []
+        return bb.time_cell(row, "copy", notes), notes
+    text, notes = cell(2 * (4096 * 3074 + 2048), "")
+    assert text == "13.3 [1]" and len(notes) == 1 and "not whole 4 KiB" in notes[0]
+    assert cell(2 * 4096 * 3077, "") == ("13.3", [])
+    assert cell(2 * (4096 * 3074 + 2048), "start 13.30 µs, end 13.40 µs") == ("13.3", [])
