@@ -416,7 +416,7 @@ def time_cell(row: Row, impl: str, footnotes: list[str]) -> str:
     number of its reason in footnotes (collected in order of appearance)."""
     m = row.impl(impl)
     if impl == "copy" and m.status == "ok" and not m.message and \
-            (row.bytes_moved // 2) % ct.COPY_GRAIN:
+            ct.copy_half(row.bytes_moved) != row.bytes_moved // 2:
         # A run before 4026e8a (one copy, no message): the exact bytes, half not whole 4 KiB.
         note = ("copy of a run before the copy's halves were rounded to whole 4 KiB and timed "
                 "twice (4026e8a): half of this row's bytes is not whole 4 KiB, which the "
@@ -534,7 +534,7 @@ def render_section(rep: Report) -> str:
         "LayerNorm and GroupNorm: f32 per row, per (n, position) for the channel forms, per "
         "(n, group) for GroupNorm), the parameters read and their gradients written, each once "
         "(as `normjit bench --backward` counts). `copy µs`: a device-to-device `copy_` moving "
-        "those bytes (half read, half written; " + ct.COPY_GRAIN_TEXT + "), its source rotated, "
+        "those bytes (half read, half written; " + ct.copy_rule_text(s) + "), its source rotated, "
         "its destination one buffer, "
         "timed the same way, at the row's start (before its inputs exist) and at its end (after "
         "every implementation's tensors are freed), the faster of the two (a floor; the JSON "
@@ -1268,7 +1268,8 @@ def run(args: argparse.Namespace, problems: list[Problem], command: str, nj: Any
     rep = Report(env=env, command=command,
                  date_utc=datetime.datetime.now(datetime.timezone.utc).strftime(
                      "%Y-%m-%d %H:%M UTC"),
-                 settings={"reps": args.reps, "warmup": args.warmup, "seed": args.seed,
+                 settings={"copy_grain": ct.COPY_GRAIN, "reps": args.reps,
+                           "warmup": args.warmup, "seed": args.seed,
                            "quick": args.quick, "only": args.only, "dtypes": args.dtype_list,
                            "budget_s": args.budget_s, "skip_compile": args.skip_compile},
                  planned=len(problems))

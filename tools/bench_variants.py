@@ -650,7 +650,7 @@ def render_section(rep: Report) -> str:
         "call the block the previous one freed); in-place outputs (h into the residual) "
         "rotate with their inputs.")
     add("- `copy µs`: a device-to-device `copy_` moving the variant's bytes (half read, half "
-        "written; " + ct.COPY_GRAIN_TEXT + "), its source "
+        "written; " + ct.copy_rule_text(s) + "), its source "
         "rotated, its destination one buffer, timed the same way; "
         "`% of copy` = copy µs / normjit µs (the "
         "issue's goal: 90% or more at large token counts). `MB moved` = the variant's bytes: "
@@ -1522,7 +1522,8 @@ def run(args: argparse.Namespace, groups: list[list[Case]], command: str) -> int
     rep = Report(env=env, command=command,
                  date_utc=datetime.datetime.now(datetime.timezone.utc).strftime(
                      "%Y-%m-%d %H:%M UTC"),
-                 settings={"reps": args.reps, "rounds": args.rounds, "order": "rotated",
+                 settings={"copy_grain": ct.COPY_GRAIN, "reps": args.reps,
+                           "rounds": args.rounds, "order": "rotated",
                            "warmup": args.warmup,
                            "seed": args.seed,
                            "quick": args.quick, "only": args.only, "tokens": args.token_list,

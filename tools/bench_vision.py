@@ -288,7 +288,7 @@ def render_section(rep: Report) -> str:
         "package's call allocates y with PyTorch's caching allocator, no GPU work).")
     add("- `MB moved` = x read, y written, weight and bias read, once each; `copy µs`: a "
         "device-to-device `copy_` of those bytes (half read, half written; "
-        + ct.COPY_GRAIN_TEXT + "), its source rotated, "
+        + ct.copy_rule_text(s) + "), its source rotated, "
         "its destination one buffer (every implementation's y is one block of the caching "
         "allocator), timed the same way; `% of copy` = copy µs / normjit µs (the issue's goal: "
         "within 10% of it, "
@@ -583,7 +583,8 @@ def run(args: argparse.Namespace, cases: list[Case], command: str, cuda: bool = 
     rep = Report(env=env, command=command,
                  date_utc=datetime.datetime.now(datetime.timezone.utc).strftime(
                      "%Y-%m-%d %H:%M UTC"),
-                 settings={"reps": args.reps, "warmup": args.warmup, "seed": args.seed,
+                 settings={"copy_grain": ct.COPY_GRAIN, "reps": args.reps,
+                           "warmup": args.warmup, "seed": args.seed,
                            "quick": args.quick, "only": args.only, "dtypes": args.dtype_list,
                            "budget_s": args.budget_s, "skip_compile": args.skip_compile},
                  planned=len(cases))

@@ -436,6 +436,24 @@ COPY_GRAIN_TEXT = ("each half rounded down to whole 4 KiB, at most 4 KiB less, s
                    "docs/performance-notes.md, \"Session 75\"")
 
 
+def copy_half(nbytes: int) -> int:
+    """The bytes own_copy reads (and writes) for a problem moving nbytes: half of them, rounded
+    down to whole COPY_GRAIN from COPY_GRAIN up (own_copy's docstring says why)."""
+    half = max(1, nbytes // 2)
+    return half - half % COPY_GRAIN if half >= COPY_GRAIN else half
+
+
+def copy_rule_text(settings: dict) -> str:
+    """The method texts' clause on the copy's size, from a report's settings: runs since
+    4026e8a record copy_grain (merge_runs: "mixed" where only some of the merged runs did)."""
+    before = ("the exact bytes in runs before 4026e8a, whose copy takes a fixed time longer where "
+              "half of them is not whole 4 KiB: docs/performance-notes.md, \"Session 75\"")
+    grain = settings.get("copy_grain")
+    if grain == "mixed":
+        return COPY_GRAIN_TEXT + "; " + before
+    return COPY_GRAIN_TEXT if grain else before
+
+
 def own_copy(nbytes: int, sets: int, device: str) -> Callable[[int], Any]:
     """fn(i): a device-to-device `copy_` moving nbytes (half read from one uint8 tensor, half
     written to another): the source i % sets, rotated like the kernels' inputs, into one
@@ -446,9 +464,7 @@ def own_copy(nbytes: int, sets: int, device: str) -> Callable[[int], Any]:
     (docs/performance-notes.md, session 75), so a floor of the problem's exact bytes would
     depend on their remainder; the rounding takes at most 4 KiB off."""
     import torch
-    half = max(1, nbytes // 2)
-    if half >= COPY_GRAIN:
-        half -= half % COPY_GRAIN
+    half = copy_half(nbytes)
     src = [torch.empty(half, dtype=torch.uint8, device=device).fill_(7) for _ in range(sets)]
     dst = torch.empty_like(src[0])
     return lambda i: dst.copy_(src[i % sets])
@@ -584,6 +600,10 @@ def merge_runs(reports: list[Any], key: Callable[[Any], Any],
                           for seed in str(r.settings["seed"]).split(", "))
     if len(seeds) > 1:
         rep.settings = {**rep.settings, "seed": ", ".join(seeds)}
+    # The copy's rule (copy_rule_text): every run's, or "mixed".
+    grains = [r.settings.get("copy_grain") for r in reports]
+    if any(grains) and not all(grains):
+        rep.settings = {**rep.settings, "copy_grain": "mixed"}
     return rep
 
 
@@ -1039,7 +1059,7 @@ def render_markdown(report: Report, notes: Optional[str], plot_name: Optional[st
         "`% of copy BW` use them for every implementation (`% of copy BW` = GB/s / the 2 GiB "
         "copy's bandwidth below); `floor ms` = bytes / that bandwidth.")
     add("- `copy ms`: a device-to-device `copy_` of the problem's own bytes (half read from one "
-        "uint8 tensor, half written to another; " + COPY_GRAIN_TEXT + "), its source rotated "
+        "uint8 tensor, half written to another; " + copy_rule_text(s) + "), its source rotated "
         "as the kernels' inputs, its destination one buffer, timed exactly as the kernels; "
         "`% of copy` = copy ms / "
         "normjit ms (100%: normjit as fast as a copy of the same bytes).")
@@ -2240,7 +2260,8 @@ def run_gpu(args: argparse.Namespace, problems: list[Problem], command: str) -> 
     report = Report(env=env, command=command,
                     date_utc=datetime.datetime.now(datetime.timezone.utc).strftime(
                         "%Y-%m-%d %H:%M UTC"),
-                    settings={"reps": args.reps, "rounds": args.rounds, "order": "rotated",
+                    settings={"copy_grain": COPY_GRAIN, "reps": args.reps, "rounds": args.rounds,
+                              "order": "rotated",
                               "warmup": args.warmup,
                               "seed": args.seed,
                               "quick": args.quick, "only": args.only, "dtypes": args.dtype_list},

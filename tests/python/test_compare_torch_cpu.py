@@ -295,3 +295,26 @@ def test_variants_flow_on_cpu(tmp_path):
         assert r["eager"]["status"] == "ok" and r["copy"]["status"] == "ok", where
         assert r["compile"]["status"] == "skipped", where
     assert "## Variants (issue 18)" in doc.read_text()
+
+
+def test_the_copy_rule_follows_the_runs_settings():
+    """copy_rule_text says the copy's halves are whole 4 KiB for runs that record copy_grain,
+    the exact bytes for runs before it, both where merge_runs merged runs of each kind; own_copy
+    moves whole 4 KiB halves from 4 KiB up (the exact bytes below)."""
+    import compare_torch as ct
+    new, old = ct.copy_rule_text({"copy_grain": ct.COPY_GRAIN}), ct.copy_rule_text({})
+    assert "rounded down to whole 4 KiB" in new and "before 4026e8a" not in new
+    assert "exact bytes in runs before 4026e8a" in old and "rounded down" not in old
+
+    def run(settings):
+        return ct.BenchReport(env={}, command="c", date_utc="d", settings=settings)
+    merged = ct.merge_runs([run({"seed": 1}), run({"seed": 2, "copy_grain": 4096})],
+                           key=lambda row: row)
+    assert merged.settings["copy_grain"] == "mixed"
+    text = ct.copy_rule_text(merged.settings)
+    assert "rounded down" in text and "before 4026e8a" in text
+    both = ct.merge_runs([run({"copy_grain": 4096}), run({"copy_grain": 4096})], lambda row: row)
+    assert ct.copy_rule_text(both.settings) == new
+    assert ct.copy_half(2 * 4096 * 3074 + 4096) == 4096 * 3074  # 4 KiB x 3074.5 a half
+    assert ct.copy_half(2 * 4096 * 3077) == 4096 * 3077
+    assert ct.copy_half(3000) == 1500 and ct.copy_half(1) == 1
