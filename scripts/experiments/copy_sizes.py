@@ -3,8 +3,9 @@
 
 The backward table's copies of 12593152 bytes a half (4 KiB x 3074.5) took 13.3 µs on the H100
 and those of 12603392 (4 KiB x 3077) 10.3 µs. This times compare_torch's copy (uint8 `copy_`,
-the source rotated over SETS sets, time_cuda's method) for halves of BASE + r bytes, r over a
-range of remainders, with and without own_copy's rounding to whole 4 KiB.
+the source rotated over enough sets to pass 4x a 50 MiB L2, time_cuda's method) for halves of
+BASE + r bytes, r over a range of remainders: multiples of 4 KiB (the sizes own_copy rounds to
+since 4026e8a) and others.
   python3 scripts/experiments/copy_sizes.py [BASE ...]   (default: 12 MiB, 24 MiB, 48 MiB)
 prints `half BYTES rem R: X µs (min Y)` lines.
 """

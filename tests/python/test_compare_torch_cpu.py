@@ -299,8 +299,8 @@ def test_variants_flow_on_cpu(tmp_path):
 
 def test_the_copy_rule_follows_the_runs_settings():
     """copy_rule_text says the copy's halves are whole 4 KiB for runs that record copy_grain,
-    the exact bytes for runs before it, both where merge_runs merged runs of each kind; own_copy
-    moves whole 4 KiB halves from 4 KiB up (the exact bytes below)."""
+    the exact bytes for runs before it, both where merge_runs merged runs of each kind; copy_half
+    (own_copy's size) is whole 4 KiB from 4 KiB up, the exact half below."""
     import compare_torch as ct
     new, old = ct.copy_rule_text({"copy_grain": ct.COPY_GRAIN}), ct.copy_rule_text({})
     assert "rounded down to whole 4 KiB" in new and "before 4026e8a" not in new
