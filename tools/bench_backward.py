@@ -415,8 +415,7 @@ def time_cell(row: Row, impl: str, footnotes: list[str]) -> str:
     """The time in µs, marked when the gradients were wrong; else the status, n/a with the
     number of its reason in footnotes (collected in order of appearance)."""
     m = row.impl(impl)
-    if impl == "copy" and m.status == "ok" and not m.message and \
-            ct.copy_half(row.bytes_moved) != row.bytes_moved // 2:
+    if impl == "copy" and m.status == "ok" and not m.message and ct.copy_rounded(row.bytes_moved):
         # A run before 4026e8a (one copy, no message): the exact bytes, half not whole 4 KiB.
         note = ("copy of a run before the copy's halves were rounded to whole 4 KiB and timed "
                 "twice (4026e8a): half of this row's bytes is not whole 4 KiB, which the "
@@ -791,7 +790,7 @@ def faster_copy(first: ct.Measurement, last: ct.Measurement) -> ct.Measurement:
         return last
     best = min(timed, key=lambda m: m.ms)
     best.message = ", ".join(f"{name} {m.ms * 1e3:.2f} µs" for name, m in
-                             (("start", first), ("end", last)) if m in timed)
+                             (("start", first), ("end", last)) if any(m is t for t in timed))
     return best
 
 

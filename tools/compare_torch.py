@@ -430,10 +430,6 @@ def load_liger(*names: str) -> tuple[dict[str, Callable], str]:
 
 
 COPY_GRAIN = 4096  # own_copy's halves: whole 4 KiB (its docstring says why)
-# The method texts' clause on that rounding.
-COPY_GRAIN_TEXT = ("each half rounded down to whole 4 KiB, at most 4 KiB less, since the "
-                   "device's memcpy of a size that is not takes a fixed time longer: "
-                   "docs/performance-notes.md, \"Session 75\"")
 
 
 def copy_half(nbytes: int) -> int:
@@ -443,15 +439,24 @@ def copy_half(nbytes: int) -> int:
     return half - half % COPY_GRAIN if half >= COPY_GRAIN else half
 
 
+def copy_rounded(nbytes: int) -> bool:
+    """Whether own_copy moves less than the exact half of nbytes (a copy of a run before
+    4026e8a, which moved the exact half, then took a fixed time longer)."""
+    return copy_half(nbytes) != max(1, nbytes // 2)
+
+
 def copy_rule_text(settings: dict) -> str:
     """The method texts' clause on the copy's size, from a report's settings: runs since
     4026e8a record copy_grain (merge_runs: "mixed" where only some of the merged runs did)."""
+    rounded = ("each half rounded down to whole 4 KiB, at most 4 KiB less, since the device's "
+               "memcpy of a size that is not takes a fixed time longer: "
+               "docs/performance-notes.md, \"Session 75\"")
     before = ("the exact bytes in runs before 4026e8a, whose copy takes a fixed time longer where "
               "half of them is not whole 4 KiB: docs/performance-notes.md, \"Session 75\"")
     grain = settings.get("copy_grain")
     if grain == "mixed":
-        return COPY_GRAIN_TEXT + "; " + before
-    return COPY_GRAIN_TEXT if grain else before
+        return rounded + "; " + before
+    return rounded if grain else before
 
 
 def own_copy(nbytes: int, sets: int, device: str) -> Callable[[int], Any]:

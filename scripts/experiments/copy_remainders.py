@@ -18,10 +18,6 @@ import bench_vision as bvi  # noqa: E402
 import compare_torch as ct  # noqa: E402
 
 
-def affected(nbytes: int) -> bool:
-    return ct.copy_half(nbytes) != nbytes // 2
-
-
 def main() -> int:
     names = "--names" in sys.argv[1:]
     tables = {
@@ -37,7 +33,7 @@ def main() -> int:
                                          for p in bb.default_problems()],
     }
     for title, rows in tables.items():
-        hit = [n for n, b in rows if affected(b)]
+        hit = [n for n, b in rows if ct.copy_rounded(b)]
         print(f"{title}: {len(hit)} of {len(rows)} rows")
         if names:
             for n in hit:

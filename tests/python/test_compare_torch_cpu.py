@@ -318,3 +318,5 @@ def test_the_copy_rule_follows_the_runs_settings():
     assert ct.copy_half(2 * 4096 * 3074 + 4096) == 4096 * 3074  # 4 KiB x 3074.5 a half
     assert ct.copy_half(2 * 4096 * 3077) == 4096 * 3077
     assert ct.copy_half(3000) == 1500 and ct.copy_half(1) == 1
+    assert ct.copy_rounded(2 * 4096 * 3074 + 4096) and not ct.copy_rounded(2 * 4096 * 3077)
+    assert not ct.copy_rounded(3000)
