@@ -133,13 +133,14 @@ __global__ void __launch_bounds__(THREADS)
     for (int j = 0; j < kWords; ++j) {
       float o[kVec];
 #pragma unroll
-      for (int e = 0; e < kVec; ++e) o[e] = ROWSUMS > 0 ? dv[j][e] - xv[j][e] * a - b : xv[j][e] + dv[j][e];
+      for (int e = 0; e < kVec; ++e)
+        o[e] = ROWSUMS > 0 ? dv[j][e] - xv[j][e] * a - b : xv[j][e] + dv[j][e];
       dx[size_t(r) * kRowWords + j * THREADS + threadIdx.x] = pack(o);
     }
   }
   if (COLSUMS == 0) return;
 
-  // Each CTA's partial sums, [COLSUMS][grid][H] f32.
+    // Each CTA's partial sums, [COLSUMS][grid][H] f32.
 #pragma unroll
   for (int c = 0; c < COLSUMS; ++c)
 #pragma unroll
@@ -166,6 +167,133 @@ __global__ void __launch_bounds__(THREADS)
     float sum = 0.f;
     for (int g = 0; g < grid; ++g) sum += __ldcg(p + size_t(g) * H);
     dw[k] = sum;
+  }
+}
+
+// The two-phase form (session 76's lead), for rows whose x and dy fit in L2: phase 1 takes
+// rows as row_floor does but only sums them (x and dy read from DRAM, each row's two sums
+// written as a float2); a grid barrier; phase 2 takes column slices of kSlice 16-byte words (16
+// columns) over every row: x and dy again (from L2), the row's sums, dx written, and the
+// slice's COLSUMS column sums complete within the CTA (its row groups added in a fixed order in
+// shared memory): no partials, no final sum over CTAs.
+constexpr int kSlice = 2;
+constexpr int kAhead = 4;  // phase 2's steps whose loads are in flight at once
+
+template <int H, int THREADS, int COLSUMS>
+__global__ void __launch_bounds__(THREADS)
+    two_phase(const uint4* __restrict__ x, const uint4* __restrict__ dy, uint4* __restrict__ dx,
+              float2* __restrict__ rowsums, float* __restrict__ dw, unsigned* counter,
+              unsigned target, int rows) {
+  constexpr int kWords = H / kVec / THREADS;
+  constexpr int kRowWords = H / kVec;
+  constexpr int kGroups = THREADS / kSlice;  // rows a step of phase 2 covers
+  __shared__ float2 scratch[THREADS / 32];
+  __shared__ float colsum[COLSUMS][kGroups][kSlice * kVec];
+  const int grid = gridDim.x;
+  // Phase 1: the rows' sums.
+  uint4 nx[kWords], nd[kWords];
+  int r = blockIdx.x;
+  if (r < rows) {
+#pragma unroll
+    for (int j = 0; j < kWords; ++j) {
+      const size_t at = size_t(r) * kRowWords + j * THREADS + threadIdx.x;
+      nx[j] = x[at];
+      nd[j] = dy[at];
+    }
+  }
+  for (; r < rows; r += grid) {
+    uint4 cx[kWords], cd[kWords];
+#pragma unroll
+    for (int j = 0; j < kWords; ++j) {
+      cx[j] = nx[j];
+      cd[j] = nd[j];
+    }
+    const int next = r + grid;
+    if (next < rows) {
+#pragma unroll
+      for (int j = 0; j < kWords; ++j) {
+        const size_t at = size_t(next) * kRowWords + j * THREADS + threadIdx.x;
+        nx[j] = x[at];
+        nd[j] = dy[at];
+      }
+    }
+    float2 s = make_float2(0.f, 0.f);
+#pragma unroll
+    for (int j = 0; j < kWords; ++j) {
+      float xv[kVec], dv[kVec];
+      unpack(cx[j], xv);
+      unpack(cd[j], dv);
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) {
+        s.x += xv[e] * dv[e];
+        s.y += dv[e];
+      }
+    }
+    const float2 t = block_sum<THREADS>(s, scratch);
+    if (threadIdx.x == 0)
+      rowsums[r] = make_float2(t.x * (1.f / H), COLSUMS > 1 ? t.y * (1.f / H) : 0.f);
+  }
+  // The grid barrier (as row_floor's).
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
+    while (load_acquire(counter) < target) __nanosleep(32);
+  }
+  __syncthreads();
+  // Phase 2: slices of kSlice words; thread t takes word t % kSlice of rows t / kSlice +
+  // kGroups x step.
+  const int word = threadIdx.x % kSlice, group = threadIdx.x / kSlice;
+  constexpr int kSlices = kRowWords / kSlice;
+  for (int slice = blockIdx.x; slice < kSlices; slice += grid) {
+    float acc[COLSUMS][kVec];
+#pragma unroll
+    for (int c = 0; c < COLSUMS; ++c)
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) acc[c][e] = 0.f;
+    const int col_word = slice * kSlice + word;
+    for (int base = group; base < rows; base += kGroups * kAhead) {
+      uint4 wx[kAhead], wd[kAhead];
+      float2 rs[kAhead];
+#pragma unroll
+      for (int k = 0; k < kAhead; ++k) {
+        const int row = base + k * kGroups;
+        if (row < rows) {
+          const size_t at = size_t(row) * kRowWords + col_word;
+          wx[k] = __ldcg(x + at);
+          wd[k] = __ldcg(dy + at);
+          rs[k] = __ldcg(rowsums + row);
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < kAhead; ++k) {
+        const int row = base + k * kGroups;
+        if (row < rows) {
+          float xv[kVec], dv[kVec], o[kVec];
+          unpack(wx[k], xv);
+          unpack(wd[k], dv);
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) {
+            o[e] = dv[e] - xv[e] * rs[k].x - rs[k].y;
+            acc[0][e] += xv[e] * dv[e];
+            if (COLSUMS > 1) acc[COLSUMS - 1][e] += dv[e];
+          }
+          dx[size_t(row) * kRowWords + col_word] = pack(o);
+        }
+      }
+    }
+#pragma unroll
+    for (int c = 0; c < COLSUMS; ++c)
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) colsum[c][group][word * kVec + e] = acc[c][e];
+    __syncthreads();
+    // The slice's columns, each summed over the row groups in order by one thread.
+    for (int k = threadIdx.x; k < COLSUMS * kSlice * kVec; k += THREADS) {
+      const int c = k / (kSlice * kVec), col = k % (kSlice * kVec);
+      float sum = 0.f;
+      for (int g = 0; g < kGroups; ++g) sum += colsum[c][g][col];
+      dw[c * H + slice * kSlice * kVec + col] = sum;
+    }
+    __syncthreads();
   }
 }
 
@@ -200,26 +328,66 @@ using Kernel = void (*)(const uint4*, const uint4*, uint4*, float*, float*, unsi
 template <int H, int THREADS>
 Kernel pick_sums(int rowsums, int colsums) {
   switch (rowsums * 3 + colsums) {
-    case 0: return row_floor<H, THREADS, 0, 0>;
-    case 1: return row_floor<H, THREADS, 0, 1>;
-    case 2: return row_floor<H, THREADS, 0, 2>;
-    case 3: return row_floor<H, THREADS, 1, 0>;
-    case 4: return row_floor<H, THREADS, 1, 1>;
-    case 5: return row_floor<H, THREADS, 1, 2>;
-    case 6: return row_floor<H, THREADS, 2, 0>;
-    case 7: return row_floor<H, THREADS, 2, 1>;
-    case 8: return row_floor<H, THREADS, 2, 2>;
-    default: return nullptr;
+    case 0:
+      return row_floor<H, THREADS, 0, 0>;
+    case 1:
+      return row_floor<H, THREADS, 0, 1>;
+    case 2:
+      return row_floor<H, THREADS, 0, 2>;
+    case 3:
+      return row_floor<H, THREADS, 1, 0>;
+    case 4:
+      return row_floor<H, THREADS, 1, 1>;
+    case 5:
+      return row_floor<H, THREADS, 1, 2>;
+    case 6:
+      return row_floor<H, THREADS, 2, 0>;
+    case 7:
+      return row_floor<H, THREADS, 2, 1>;
+    case 8:
+      return row_floor<H, THREADS, 2, 2>;
+    default:
+      return nullptr;
   }
 }
 
 // THREADS by H: 16 bf16 values a thread at 4096 and 8192 (two words), 32 at 16384.
 Kernel pick(int h, int rowsums, int colsums, int* threads) {
   switch (h) {
-    case 4096: *threads = 256; return pick_sums<4096, 256>(rowsums, colsums);
-    case 8192: *threads = 512; return pick_sums<8192, 512>(rowsums, colsums);
-    case 16384: *threads = 512; return pick_sums<16384, 512>(rowsums, colsums);
-    default: return nullptr;
+    case 4096:
+      *threads = 256;
+      return pick_sums<4096, 256>(rowsums, colsums);
+    case 8192:
+      *threads = 512;
+      return pick_sums<8192, 512>(rowsums, colsums);
+    case 16384:
+      *threads = 512;
+      return pick_sums<16384, 512>(rowsums, colsums);
+    default:
+      return nullptr;
+  }
+}
+
+using TwoPhase = void (*)(const uint4*, const uint4*, uint4*, float2*, float*, unsigned*, unsigned,
+                          int);
+
+TwoPhase pick_two(int h, int colsums, int* threads) {
+  *threads = h == 4096 ? 256 : 512;
+  switch (h * 4 + colsums) {
+    case 4096 * 4 + 1:
+      return two_phase<4096, 256, 1>;
+    case 4096 * 4 + 2:
+      return two_phase<4096, 256, 2>;
+    case 8192 * 4 + 1:
+      return two_phase<8192, 512, 1>;
+    case 8192 * 4 + 2:
+      return two_phase<8192, 512, 2>;
+    case 16384 * 4 + 1:
+      return two_phase<16384, 512, 1>;
+    case 16384 * 4 + 2:
+      return two_phase<16384, 512, 2>;
+    default:
+      return nullptr;
   }
 }
 
@@ -245,8 +413,8 @@ int floor_rows(int h, int rowsums, int colsums, const void* x, const void* dy, v
   Kernel k = pick(h, rowsums, colsums, &threads);
   if (!k) return int(cudaErrorInvalidValue);
   k<<<grid, threads, 0, static_cast<cudaStream_t>(stream)>>>(
-      static_cast<const uint4*>(x), static_cast<const uint4*>(dy), static_cast<uint4*>(dx),
-      partial, dw, counter, target, rows);
+      static_cast<const uint4*>(x), static_cast<const uint4*>(dy), static_cast<uint4*>(dx), partial,
+      dw, counter, target, rows);
   return int(cudaGetLastError());
 }
 
@@ -258,11 +426,32 @@ int floor_final(const float* partial, float* dw, int grid, int h, int colsums, v
   return int(cudaGetLastError());
 }
 
+// The two-phase kernel: CTAs that fit one SM, and its launch (rowsums: rows float2; the grid
+// resident at once; target as floor_rows').
+int floor_two_occupancy(int h, int colsums) {
+  int threads = 0, blocks = 0;
+  TwoPhase k = pick_two(h, colsums, &threads);
+  if (!k || cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, k, threads, 0) != cudaSuccess)
+    return 0;
+  return blocks;
+}
+
+int floor_two(int h, int colsums, const void* x, const void* dy, void* dx, void* rowsums, float* dw,
+              unsigned* counter, unsigned target, int rows, int grid, void* stream) {
+  int threads = 0;
+  TwoPhase k = pick_two(h, colsums, &threads);
+  if (!k) return int(cudaErrorInvalidValue);
+  k<<<grid, threads, 0, static_cast<cudaStream_t>(stream)>>>(
+      static_cast<const uint4*>(x), static_cast<const uint4*>(dy), static_cast<uint4*>(dx),
+      static_cast<float2*>(rowsums), dw, counter, target, rows);
+  return int(cudaGetLastError());
+}
+
 // dx = x + dy over n bf16 values (n a multiple of 8), grid-stride.
 int floor_add(const void* x, const void* dy, void* dx, size_t n, int grid, void* stream) {
-  add_floor<<<grid, 256, 0, static_cast<cudaStream_t>(stream)>>>(
-      static_cast<const uint4*>(x), static_cast<const uint4*>(dy), static_cast<uint4*>(dx),
-      n / kVec);
+  add_floor<<<grid, 256, 0, static_cast<cudaStream_t>(stream)>>>(static_cast<const uint4*>(x),
+                                                                 static_cast<const uint4*>(dy),
+                                                                 static_cast<uint4*>(dx), n / kVec);
   return int(cudaGetLastError());
 }
 }
