@@ -189,6 +189,10 @@ __global__ void __launch_bounds__(THREADS)
   constexpr int kGroups = THREADS / kSlice;  // rows a step of phase 2 covers
   __shared__ float2 scratch[THREADS / 32];
   __shared__ float colsum[COLSUMS][kGroups][kSlice * kVec];
+  constexpr int kCols = COLSUMS * kSlice * kVec;  // a slice's column sums
+  constexpr int kParts = THREADS / kCols;
+  static_assert(kParts * kCols == THREADS && kGroups % kParts == 0, "the final sum's runs");
+  __shared__ float partsum[kParts][kCols];
   const int grid = gridDim.x;
   // Phase 1: the rows' sums.
   uint4 nx[kWords], nd[kWords];
@@ -286,11 +290,23 @@ __global__ void __launch_bounds__(THREADS)
 #pragma unroll
       for (int e = 0; e < kVec; ++e) colsum[c][group][word * kVec + e] = acc[c][e];
     __syncthreads();
-    // The slice's columns, each summed over the row groups in order by one thread.
-    for (int k = threadIdx.x; k < COLSUMS * kSlice * kVec; k += THREADS) {
+    // The slice's columns summed over the row groups in a fixed order: kParts runs of
+    // consecutive groups, a thread each, then the runs in order.
+    {
+      const int k = threadIdx.x % kCols, part = threadIdx.x / kCols;
       const int c = k / (kSlice * kVec), col = k % (kSlice * kVec);
       float sum = 0.f;
-      for (int g = 0; g < kGroups; ++g) sum += colsum[c][g][col];
+#pragma unroll
+      for (int g = part * (kGroups / kParts); g < (part + 1) * (kGroups / kParts); ++g)
+        sum += colsum[c][g][col];
+      partsum[part][k] = sum;
+    }
+    __syncthreads();
+    if (threadIdx.x < kCols) {
+      const int c = threadIdx.x / (kSlice * kVec), col = threadIdx.x % (kSlice * kVec);
+      float sum = 0.f;
+#pragma unroll
+      for (int part = 0; part < kParts; ++part) sum += partsum[part][threadIdx.x];
       dw[c * H + slice * kSlice * kVec + col] = sum;
     }
     __syncthreads();
