@@ -65,6 +65,24 @@ __device__ inline unsigned load_acquire(const unsigned* p) {
   return v;
 }
 
+// Row r's words of x and dy that this thread takes (kWords of them, THREADS apart).
+template <int H, int THREADS>
+__device__ inline void load_row(const uint4* __restrict__ x, const uint4* __restrict__ dy, int r,
+                                uint4 (&wx)[H / kVec / THREADS], uint4 (&wd)[H / kVec / THREADS]) {
+#pragma unroll
+  for (int j = 0; j < H / kVec / THREADS; ++j) {
+    const size_t at = size_t(r) * (H / kVec) + j * THREADS + threadIdx.x;
+    wx[j] = x[at];
+    wd[j] = dy[at];
+  }
+}
+
+template <int N>
+__device__ inline void copy_words(const uint4 (&from)[N], uint4 (&to)[N]) {
+#pragma unroll
+  for (int j = 0; j < N; ++j) to[j] = from[j];
+}
+
 template <int H, int THREADS, int ROWSUMS, int COLSUMS>
 __global__ void __launch_bounds__(THREADS)
     row_floor(const uint4* __restrict__ x, const uint4* __restrict__ dy, uint4* __restrict__ dx,
@@ -85,30 +103,13 @@ __global__ void __launch_bounds__(THREADS)
   const int grid = gridDim.x;
   uint4 nx[kWords], nd[kWords];
   int r = blockIdx.x;
-  if (r < rows) {
-#pragma unroll
-    for (int j = 0; j < kWords; ++j) {
-      const size_t at = size_t(r) * kRowWords + j * THREADS + threadIdx.x;
-      nx[j] = x[at];
-      nd[j] = dy[at];
-    }
-  }
+  if (r < rows) load_row<H, THREADS>(x, dy, r, nx, nd);
   for (; r < rows; r += grid) {
     uint4 cx[kWords], cd[kWords];
-#pragma unroll
-    for (int j = 0; j < kWords; ++j) {
-      cx[j] = nx[j];
-      cd[j] = nd[j];
-    }
+    copy_words(nx, cx);
+    copy_words(nd, cd);
     const int next = r + grid;
-    if (next < rows) {
-#pragma unroll
-      for (int j = 0; j < kWords; ++j) {
-        const size_t at = size_t(next) * kRowWords + j * THREADS + threadIdx.x;
-        nx[j] = x[at];
-        nd[j] = dy[at];
-      }
-    }
+    if (next < rows) load_row<H, THREADS>(x, dy, next, nx, nd);
     float xv[kWords][kVec], dv[kWords][kVec];
     float2 s = make_float2(0.f, 0.f);
 #pragma unroll
@@ -197,30 +198,13 @@ __global__ void __launch_bounds__(THREADS)
   // Phase 1: the rows' sums.
   uint4 nx[kWords], nd[kWords];
   int r = blockIdx.x;
-  if (r < rows) {
-#pragma unroll
-    for (int j = 0; j < kWords; ++j) {
-      const size_t at = size_t(r) * kRowWords + j * THREADS + threadIdx.x;
-      nx[j] = x[at];
-      nd[j] = dy[at];
-    }
-  }
+  if (r < rows) load_row<H, THREADS>(x, dy, r, nx, nd);
   for (; r < rows; r += grid) {
     uint4 cx[kWords], cd[kWords];
-#pragma unroll
-    for (int j = 0; j < kWords; ++j) {
-      cx[j] = nx[j];
-      cd[j] = nd[j];
-    }
+    copy_words(nx, cx);
+    copy_words(nd, cd);
     const int next = r + grid;
-    if (next < rows) {
-#pragma unroll
-      for (int j = 0; j < kWords; ++j) {
-        const size_t at = size_t(next) * kRowWords + j * THREADS + threadIdx.x;
-        nx[j] = x[at];
-        nd[j] = dy[at];
-      }
-    }
+    if (next < rows) load_row<H, THREADS>(x, dy, next, nx, nd);
     float2 s = make_float2(0.f, 0.f);
 #pragma unroll
     for (int j = 0; j < kWords; ++j) {
