@@ -13,7 +13,8 @@ compare_torch.time_cuda (median of --reps calls):
 - `add`: the same in scripts/experiments/backward_floor.cu's grid-stride kernel;
 - `rows RrCc gG`: backward_floor.cu's row kernel with R row sums (0: none, dx = x + dy), C column
   sums (0: none; 1 RMSNorm's dweight, 2 LayerNorm's dweight and dbias: partials, a grid
-  barrier, the final sum) and a grid of G CTAs (a multiple of the SMs, resident at once).
+  barrier, the final sum; with `2 launches` the final sum is a second kernel and there is no
+  barrier) and a grid of G CTAs (a multiple of the SMs, resident at once).
 - `two-phase gG` (session 76's lead, for rows whose x and dy fit in L2): the row sums alone
   (x and dy from DRAM), a grid barrier, then column slices over every row (x and dy again, from
   L2): dx and the column sums complete within each CTA, no partials and no final sum.
