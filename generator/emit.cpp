@@ -263,8 +263,6 @@ void backward_fields(const KernelPlan& p, Fields& f) {
   f.size("kDynamicSmemBytes", p.smem_bytes);
   f.size("kWorkspaceHeaderFloats", p.workspace_header_floats());
   f.size("kWorkspaceSlotFloats", p.workspace_slot_floats());
-  f.size("kTwoPhaseRows", p.two_phase_rows);
-  f.integer("kSliceVectors", p.slice_vectors);
 }
 
 // The split backward kernel's configuration (row_split_backward.cuh): dy and dx take x's dtype,

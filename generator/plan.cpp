@@ -955,38 +955,6 @@ bool row_backward_holds(const Problem& pr, const Target& target) {
 
 constexpr int kActivationBackwardBlocks = 2;
 
-// The two-phase form of the row backward (row_backward.cuh), for launches whose x and dy stay in
-// L2 between its phases: the teams take their rows for the row sums alone (x and dy read from
-// DRAM, each row's statistics and means written to the workspace), one grid barrier, then each
-// CTA takes column slices over every row (x and dy again, from L2), writes dx and sums the
-// slice's dweight and dbias completely within itself. So no CTA writes a partial of a row's
-// length and none is summed again after the barrier: at 1024 tokens that reduction (partials,
-// barrier and final sum) cost the one-phase kernel about 4 us of its 14 (RMSNorm) and 6 of its
-// 17 (LayerNorm) on bf16 rows of 4096 (performance-notes, "Session 76").
-// A slice is kTwoPhaseSliceVectors vectors of 16 bytes a row (one 32-byte sector); rows of at
-// least kTwoPhaseMinSlices slices (8 KiB: bf16 rows of 4096, f32 of 2048) give every
-// multiprocessor of the H100 about two; launches whose x and dy take at most 1 / kTwoPhaseL2Share
-// of the arch's L2 (the H100's two partitions may each hold a line).
-constexpr int kTwoPhaseSliceVectors = 2;
-constexpr int64_t kTwoPhaseMinSlices = 256;
-constexpr int64_t kTwoPhaseL2Share = 3;
-
-// The rows a launch of the two-phase form takes at most (0: none for this problem): CTAs of at
-// most kBackwardMaxTeam threads in 16-byte accesses, with parameters to sum, in the trailing forms,
-// without an activation (with one, the second phase beside the first spilled 4-8 bytes a thread
-// in bf16 LayerNorm rows of 4096, `normjit dump --emit resources`).
-int64_t two_phase_rows(const Problem& pr, const Target& target, const KernelPlan& p) {
-  if ((!pr.weight && !pr.bias) || pr.channel_rows || pr.activation != Activation::kNone) return 0;
-  if (p.vec * size_of(pr.x) != kAccessBytes || p.block_x * p.rows_per_block > kBackwardMaxTeam) {
-    return 0;
-  }
-  const int64_t slice = int64_t{kTwoPhaseSliceVectors} * p.vec;
-  const int64_t row_bytes = pr.row_length * size_of(pr.x);
-  if (pr.row_length % slice != 0 || pr.row_length / slice < kTwoPhaseMinSlices) return 0;
-  const int64_t l2_bytes = int64_t{arch_facts(target.sm).l2_kib} * 1024;
-  return l2_bytes / kTwoPhaseL2Share / (2 * row_bytes);
-}
-
 std::string row_backward(const Problem& pr, const Target& target, KernelPlan& p) {
   const int64_t h = pr.row_length;
   int team = 0;
@@ -1099,16 +1067,6 @@ std::string row_backward(const Problem& pr, const Target& target, KernelPlan& p)
         << " of its rows in f32, then the CTAs' partials are added in a fixed order after a grid "
            "barrier (cooperative launch; deterministic, no float atomics), "
         << (p.quad_final_sum ? "in float4s " : "") << "by every CTA";
-  }
-  p.two_phase_rows = two_phase_rows(pr, target, p);
-  if (p.two_phase_rows > 0) {
-    p.slice_vectors = kTwoPhaseSliceVectors;
-    why << "; launches of at most " << p.two_phase_rows
-        << " rows (x and dy within a third of L2) take two phases: the rows' sums alone, a grid "
-           "barrier, then column slices of "
-        << p.slice_vectors * p.vec << " over every row (x and dy again from L2), each CTA "
-        << "writing dx and its slices' " << (pr.bias ? "dweight and dbias" : "dweight")
-        << " whole, in a fixed order: no partials";
   }
   return why.str();
 }
@@ -1954,10 +1912,7 @@ int64_t KernelPlan::grid(int64_t batch, int64_t co_resident) const {
       return std::min(co_resident / split_chunks, rows) * split_chunks;
     case Strategy::kRowBackward: {
       const int64_t owning = ceil_div(rows, int64_t{rows_per_block} * kBackwardRowsPerTeam);
-      // The two-phase form's column slices take every multiprocessor whatever the rows.
-      const int64_t filling = two_phase_rows > 0 && rows <= two_phase_rows
-                                  ? fill_ctas
-                                  : std::min<int64_t>(fill_ctas, ceil_div(rows, rows_per_block));
+      const int64_t filling = std::min<int64_t>(fill_ctas, ceil_div(rows, rows_per_block));
       return std::max<int64_t>(1, std::min(co_resident, std::max(owning, filling)));
     }
     case Strategy::kGroupBackward: {
@@ -2007,12 +1962,7 @@ int64_t KernelPlan::workspace_header_floats() const {
 int64_t KernelPlan::workspace_floats(int64_t co_resident) const {
   if (!cooperative()) return 0;
   // The grid barrier's counter, then a partial per CTA (at most co_resident CTAs).
-  // The two-phase form's rows: a float4 each where the slots were.
-  if (strategy == Strategy::kRowBackward) {
-    return workspace_header_floats() +
-           std::max(co_resident * workspace_slot_floats(), 4 * two_phase_rows);
-  }
-  if (strategy == Strategy::kChannelsBackward)
+  if (strategy == Strategy::kRowBackward || strategy == Strategy::kChannelsBackward)
     return workspace_header_floats() + co_resident * workspace_slot_floats();
   if (strategy == Strategy::kGroupBackward) return group_backward_workspace_floats(*this);
   if (strategy == Strategy::kGroupNhwcBackward) {
@@ -2170,13 +2120,7 @@ std::string KernelPlan::to_string() const {
     case Strategy::kRowBackward:
       os << "vectors per thread: " << vectors << "\n"
          << "team barriers: " << (team_barriers ? "one per team" : "the CTA's") << "\n"
-         << "final sum: " << (quad_final_sum ? "float4s" : "one float a column") << "\n"
-         << "two phases: "
-         << (two_phase_rows > 0 ? "launches of at most " + std::to_string(two_phase_rows) +
-                                      " rows, column slices of " +
-                                      std::to_string(slice_vectors * vec) + " elements"
-                                : std::string("none"))
-         << "\n";
+         << "final sum: " << (quad_final_sum ? "float4s" : "one float a column") << "\n";
       break;
     case Strategy::kGroupBackward:
       os << "vectors per thread: " << vectors << "\n"

@@ -81,9 +81,6 @@ struct KernelPlan {
   int split_blocks_per_sm = 0;   // kRowSplit, kRowStream, kRowSplitBackward: residency built for
   int fill_ctas = 0;             // kRowBackward: CTAs the grid takes at least where the rows
                                  // allow (the target's multiprocessors)
-  int64_t two_phase_rows = 0;    // kRowBackward: launches of at most this many rows take the
-                                 // two-phase form (row_backward.cuh); 0: none
-  int slice_vectors = 0;         // kRowBackward's two-phase form: vectors a row of a column slice
   int vec = 1;                   // elements per global access of x and y
   int param_vec = 1;             // elements per access of weight and bias
   int smem_bytes = 0;            // dynamic shared memory per CTA

@@ -34,20 +34,9 @@
 // numbered CTA-minor so that every CTA takes part. The same inputs on the same grid give the
 // same bits on every run.
 //
-// The two-phase form (launches of at most kTwoPhaseRows rows, a runtime branch on p.batch: rows
-// whose x and dy stay in L2 between the phases): the teams take their rows as above but only
-// reduce them, each team writing its row's statistics and means (rstd, mean, mean(g),
-// mean(g * xhat)) to the workspace, no dx and no partials; every CTA meets at the grid barrier;
-// then each CTA takes column slices of kSliceVectors vectors over every row (two_phase_columns:
-// x and dy read again, from L2), writes dx and sums the slice's dweight and dbias completely
-// within itself in a fixed order: no partials and no final sum over the CTAs. dx is the same
-// arithmetic on the same row sums (batch invariance: a row's dx bits do not depend on the form);
-// dweight's order of additions is the form's own (fixed by the rows and the CTA's threads, not by
-// the grid).
-//
 // Workspace (floats): the grid barrier's counter (kWorkspaceHeaderFloats, 32 bytes), then one
 // slot of kWorkspaceSlotFloats per CTA: its dweight partial, then its dbias partial, each a row
-// of H floats padded to kSlotAlign; in the two-phase form, a float4 per row instead.
+// of H floats padded to kSlotAlign.
 #pragma once
 
 #include "normjit/backward_common.cuh"
@@ -65,18 +54,6 @@ template <>
 struct RowGradSums<true> {
   using type = float;
 };
-
-// g = dy * w (dy itself without a weight), rounded as a product of its own and never contracted
-// into dx's subtraction: dx has the same bits wherever it is formed (the row loop, either of its
-// paths, and the two-phase form's columns).
-template <bool kWeight>
-__device__ __forceinline__ float weighted_grad(float d, float w) {
-  if constexpr (kWeight) {
-    return __fmul_rn(d, w);
-  } else {
-    return d;
-  }
-}
 
 // C: the configuration generator/emit.cpp writes:
 //   X, Param                  dtypes of x, dy and dx; of weight, bias, dweight and dbias
@@ -110,110 +87,6 @@ __device__ __forceinline__ float weighted_grad(float d, float w) {
 //   kWorkspaceHeaderFloats    the plan's floats before the slots (checked against the layout)
 //   kWorkspaceSlotFloats      the plan's floats per CTA slot (checked against the layout)
 //   kMinBlocksPerSm           CTAs an SM the launch bounds ask for (caps the registers; 0: none)
-//   kTwoPhaseRows             launches of at most this many rows take the two-phase form (0:
-//                             none); the workspace holds a float4 per row of them
-//   kSliceVectors             the two-phase form's column slice: vectors of V elements a row
-//
-// The two-phase form's second phase, after the grid barrier: CTA b takes the column slices b,
-// b + gridDim.x, ... of kSliceVectors vectors (of 16 bytes: a slice is 32 contiguous bytes of
-// each row); thread t of the CTA's T threads takes vector t % kSliceVectors of the slice in rows
-// t / kSliceVectors + i * (T / kSliceVectors), kAhead of them loaded at once (x, dy, dh and the
-// row's float4 of stats; x and dy from L2), writes their dx and sums dweight (dbias) of its
-// columns over them in row order. The slice's sums are then added over the CTA in a fixed order:
-// each warp's rows in a butterfly of shuffles, then the warps in order.
-template <class C>
-__device__ __forceinline__ void two_phase_columns(const Params& p, const float4* stats) {
-  using X = typename C::X;
-  using P = typename C::Param;
-  constexpr int V = C::kVec, S = C::kSliceVectors, T = C::kThreads * C::kRowsPerBlock;
-  constexpr long long H = C::kRowLength;
-  constexpr bool kWeight = C::kWeight, kBias = C::kBias, kRes = C::kResidual;
-  constexpr int kParams = kWeight + kBias;
-  constexpr int kWords = int(sizeof(X)) * V / 4, kGroups = T / S, kWarps = T / 32;
-  constexpr int kAhead = 4;  // rows whose loads are in flight at once
-  constexpr long long kSlices = H / (S * V);
-  static_assert(sizeof(X) * V == 16, "a slice's vectors are 16-byte accesses");
-  static_assert(H % (S * V) == 0, "rows of whole slices");
-  static_assert(T % 32 == 0 && 32 % S == 0, "whole warps, each of whole rows of a slice");
-  constexpr bool kActBias = C::kActivation != Activation::kNone && kBias;
-  const int t = threadIdx.y * C::kThreads + threadIdx.x;
-  const int vector = t % S, group = t / S, lane = t % 32, warp = t / 32;
-  const long long rows = p.batch;
-  __shared__ float warp_sums[kParams][kWarps][S * V];
-  for (long long slice = blockIdx.x; slice < kSlices; slice += gridDim.x) {
-    const long long col = (slice * S + vector) * V;
-    float w[V], b[V], dw[V], db[V];
-#pragma unroll
-    for (int j = 0; j < V; ++j) w[j] = 1.f, b[j] = 0.f, dw[j] = 0.f, db[j] = 0.f;
-    if constexpr (kWeight) {
-      load_vec<P, V>(static_cast<const P*>(p.weight) + col, w);
-#pragma unroll
-      for (int j = 0; j < V; ++j) w[j] += C::kWeightOffset;
-    }
-    if constexpr (kActBias) load_vec<P, V>(static_cast<const P*>(p.bias) + col, b);
-    for (long long base = group; base < rows; base += (long long)kGroups * kAhead) {
-      unsigned int xw[kAhead][kWords], gw[kAhead][kWords], hw[kRes ? kAhead : 1][kWords];
-      float4 st[kAhead];
-#pragma unroll
-      for (int k = 0; k < kAhead; ++k) {
-        const long long row = base + (long long)k * kGroups;
-        if (row < rows) {
-          const long long at = row * H + col;
-          load_raw<kWords>(static_cast<const X*>(p.x) + at, xw[k], NoHint{});
-          load_raw<kWords>(static_cast<const X*>(p.dy) + at, gw[k], NoHint{});
-          if constexpr (kRes)
-            load_raw<kWords>(static_cast<const X*>(p.residual) + at, hw[k], NoHint{});
-          st[k] = load_global_cg4(reinterpret_cast<const float*>(stats + row));
-        }
-      }
-#pragma unroll
-      for (int k = 0; k < kAhead; ++k) {
-        const long long row = base + (long long)k * kGroups;
-        if (row >= rows) continue;
-        // st: rstd, mean, mean(g), mean(g * xhat) of the row (row_backward's first phase).
-        float out[V];
-#pragma unroll
-        for (int j = 0; j < V; ++j) {
-          const float xh = (word_value<X>(xw[k], j) - st[k].y) * st[k].x;
-          const float d = through_activation<C>(word_value<X>(gw[k], j), xh, w[j], b[j]);
-          if constexpr (kWeight) dw[j] = fmaf(d, xh, dw[j]);
-          if constexpr (kBias) db[j] += d;
-          out[j] = st[k].x * (weighted_grad<kWeight>(d, w[j]) - fmaf(xh, st[k].w, st[k].z));
-          if constexpr (kRes) out[j] += word_value<X>(hw[k], j);
-        }
-        store_vec<X, V>(static_cast<X*>(p.y) + row * H + col, out);
-      }
-    }
-    // The warp's rows of each column, in a butterfly over the lanes of its vector (the same tree
-    // for every lane: each level adds the same two sums), then the warps in order.
-#pragma unroll
-    for (int j = 0; j < V; ++j) {
-#pragma unroll
-      for (int offset = S; offset < 32; offset *= 2) {
-        if constexpr (kWeight) dw[j] += __shfl_xor_sync(0xffffffffu, dw[j], offset);
-        if constexpr (kBias) db[j] += __shfl_xor_sync(0xffffffffu, db[j], offset);
-      }
-    }
-    if (lane < S) {
-#pragma unroll
-      for (int j = 0; j < V; ++j) {
-        if constexpr (kWeight) warp_sums[0][warp][vector * V + j] = dw[j];
-        if constexpr (kBias) warp_sums[kParams - 1][warp][vector * V + j] = db[j];
-      }
-    }
-    __syncthreads();
-    if (t < kParams * S * V) {
-      const int param = t / (S * V), e = t % (S * V);
-      float sum = 0.f;
-#pragma unroll
-      for (int i = 0; i < kWarps; ++i) sum += warp_sums[param][i][e];
-      void* out = kWeight && param == 0 ? p.dweight : p.dbias;
-      static_cast<P*>(out)[slice * S * V + e] = from_float<P>(sum);
-    }
-    __syncthreads();  // warp_sums is the next slice's
-  }
-}
-
 template <class C>
 __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock, C::kMinBlocksPerSm)
     row_backward(Params p) {
@@ -317,13 +190,6 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock, C::kMinBlocksPe
     }
   }
 
-  // The two-phase form: this launch's rows fit it (the same choice in every thread).
-  constexpr long long kTwoPhaseRows = C::kTwoPhaseRows;
-  static_assert(kTwoPhaseRows == 0 || kParams > 0, "the two-phase form sums parameters");
-  const bool two_phase = kTwoPhaseRows > 0 && p.batch <= kTwoPhaseRows;
-  float4* const row_stats =
-      kTwoPhaseRows > 0 ? reinterpret_cast<float4*>(p.workspace + kBarrierFloats) : nullptr;
-
   using Sums = typename RowGradSums<kRms>::type;
   __shared__ Sums scratch[ROWS * kWarps];
   // Element j of vector k, of dy `d`, xhat `xh` and weight `wj`: its terms of dweight (dy *
@@ -331,11 +197,11 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock, C::kMinBlocksPe
   const auto add_terms = [&](Sums& sums, int k, int j, float d, float xh, float wj) {
     if constexpr (kWeight) dw[k][j] = fmaf(d, xh, dw[k][j]);
     if constexpr (kSharedDb) {
-      if (!two_phase) db_at(k, j) += d;
+      db_at(k, j) += d;
     } else if constexpr (kBias) {
       db[k][j] += d;
     }
-    const float gj = weighted_grad<kWeight>(d, wj);
+    const float gj = kWeight ? d * wj : d;
     if constexpr (kRms) {
       sums = fmaf(gj, xh, sums);
     } else {
@@ -495,10 +361,6 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock, C::kMinBlocksPe
       if (!active) continue;
       float mean_g, mean_gx;
       row_means(total, mean_g, mean_gx);
-      if (two_phase) {
-        if (tid == 0) row_stats[row] = make_float4(rstd, mean, mean_g, mean_gx);
-        continue;
-      }
       X* dx = static_cast<X*>(p.y) + row * H;
 #pragma unroll
       for (int k = 0; k < K; ++k) {
@@ -512,7 +374,8 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock, C::kMinBlocksPe
         for (int j = 0; j < V; ++j) {
           const float xh = (xk[j] - mean) * rstd;
           const float d = through_activation<C>(gk[j], xh, kWeight ? wk[j] : 1.f, bk[j]);
-          out[j] = rstd * (weighted_grad<kWeight>(d, wk[j]) - fmaf(xh, mean_gx, mean_g));
+          const float gj = kWeight ? d * wk[j] : d;
+          out[j] = rstd * (gj - fmaf(xh, mean_gx, mean_g));
         }
         add_dh(row, k, dhw, out);
         store_vec<X, V>(dx + col(k), out);
@@ -561,10 +424,6 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock, C::kMinBlocksPe
       if (!active) continue;
       float mean_g, mean_gx;
       row_means(total, mean_g, mean_gx);
-      if (two_phase) {
-        if (tid == 0) row_stats[row] = make_float4(rstd, mean, mean_g, mean_gx);
-        continue;
-      }
       X* dx = static_cast<X*>(p.y) + row * H;
 #pragma unroll
       for (int k = 0; k < K; ++k) {
@@ -580,13 +439,6 @@ __global__ void __launch_bounds__(C::kThreads* C::kRowsPerBlock, C::kMinBlocksPe
     }
   }
 
-  if constexpr (kTwoPhaseRows > 0) {
-    if (two_phase) {
-      grid_barrier(reinterpret_cast<unsigned int*>(p.workspace));
-      two_phase_columns<C>(p, row_stats);
-      return;
-    }
-  }
   if constexpr (kParams > 0) {
     if constexpr (kSharedDb) {
 #pragma unroll

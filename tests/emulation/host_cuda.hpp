@@ -111,7 +111,6 @@ inline unsigned __float_as_uint(float f) {
   return u;
 }
 inline float __fdividef(float a, float b) { return a / b; }
-inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __expf(float v) { return std::exp(v); }
 inline float rsqrtf(float v) { return 1.0f / std::sqrt(v); }
 inline unsigned long long __umul64hi(unsigned long long a, unsigned long long b) {

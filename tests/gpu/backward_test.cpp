@@ -334,65 +334,6 @@ TEST_F(BackwardGpu, DxOfARowDoesNotDependOnTheBatch) {
   }
 }
 
-// The launches of at most "launches of at most N rows" in the plan take the two-phase form (rows'
-// sums, a grid barrier, column slices over every row; row_backward.cuh): every form with
-// parameters, dtype and a 16-bit row with f32 parameters and Gemma's offset, rows of 1 to the limit
-// and one past it (the one-phase path of the same kernel), against float64; the form's bits again
-// on other streams; a row's dx the same bits in both forms (the rows of the first launch that the
-// second, past the limit, shares).
-int64_t two_phase_limit(const Backward& run) {
-  const std::string plan = run.backward_kernel().plan_text();
-  const std::string key = "two phases: launches of at most ";
-  const size_t at = plan.find(key);
-  return at == std::string::npos ? 0 : std::stoll(plan.substr(at + key.size()));
-}
-
-TEST_F(BackwardGpu, TwoPhaseFormMatchesFloat64AndKeepsItsBits) {
-  device::PrimaryContext context;
-  Engine engine(test_engine_options());
-  uint64_t seed = 900;
-  struct Case {
-    Dtype dtype;
-    int64_t hidden;
-    std::optional<Dtype> param;
-    double offset;
-  };
-  for (const Case& k :
-       {Case{Dtype::kF32, 2048, std::nullopt, 0.0}, Case{Dtype::kBF16, 4096, std::nullopt, 0.0},
-        Case{Dtype::kF16, 8192, std::nullopt, 0.0}, Case{Dtype::kBF16, 4096, Dtype::kF32, 1.0}}) {
-    for (const OpAffine& form : {kForms[1], kForms[3], kForms[4]}) {
-      Config c;
-      c.op = form.op;
-      c.affine = form.affine;
-      c.dtype = k.dtype;
-      c.param = k.param;
-      c.weight_offset = form.op == Op::kRmsNorm ? k.offset : 0.0;
-      c.hidden = k.hidden;
-      c.rows = 1;
-      const int64_t limit = two_phase_limit(Backward(engine, c, Values::kNormal, seed));
-      ASSERT_GT(limit, 100) << c.name() << ": the plan has no two-phase form";
-      std::vector<unsigned char> dx_at_limit;
-      for (int64_t rows : {int64_t{1}, int64_t{7}, int64_t{129}, limit, limit + 1}) {
-        c.rows = rows;
-        Backward run(engine, c, Values::kNormal, seed);  // the same seed: the same first rows
-        run.run();
-        expect_exact(run, c, "rows " + std::to_string(rows));
-        expect_chain(run, c, Values::kNormal, "rows " + std::to_string(rows));
-        const std::vector<unsigned char> dx = download(run.dx());
-        if (rows == limit) {
-          expect_same_bits_again(run, c.name(), 2, /*on_another_stream=*/true);
-          dx_at_limit = dx;
-        } else if (rows == limit + 1) {
-          ASSERT_EQ(dx_at_limit.size() + size_t(c.hidden) * size_of(c.dtype), dx.size());
-          EXPECT_EQ(std::memcmp(dx_at_limit.data(), dx.data(), dx_at_limit.size()), 0)
-              << c.name() << ": a row's dx differs between the two-phase and one-phase forms";
-        }
-      }
-      ++seed;
-    }
-  }
-}
-
 // Graph-safe: the backward captured on a stream it never used, its replays with new dy in the
 // captured buffer correct each time (the workspace's barrier counter needs no reset).
 TEST_F(BackwardGpu, CudaGraphOnAFreshStreamReplaysWithNewInputs) {

@@ -5,8 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <string>
-#include <utility>
-#include <vector>
 
 #include "generator/emit.hpp"
 #include "generator/plan.hpp"
@@ -250,16 +248,8 @@ TEST(BackwardPlan, TeamsOf256GoTwoACtaInEveryBatch) {
       NormSpec::parse("op=layernorm shape=1024,4096 dtype=bf16 normalized_dims=1 backward=true"),
       h100);
   EXPECT_EQ(paired.grid(1024, 132), 132);  // max(1024 / 16, min(1024 / 2, 132))
-  // 100 rows: the two-phase form, whose column slices take every multiprocessor.
-  EXPECT_EQ(paired.grid(100, 132), 132);
+  EXPECT_EQ(paired.grid(100, 132), 50);
   EXPECT_EQ(paired.grid(16384, 132), 132);
-  // Without the two-phase form (an activation), a CTA per two rows where there are fewer.
-  const KernelPlan with_silu =
-      plan(NormSpec::parse("op=layernorm shape=1024,4096 dtype=bf16 normalized_dims=1 "
-                           "activation=silu backward=true"),
-           h100);
-  EXPECT_EQ(with_silu.two_phase_rows, 0);
-  EXPECT_EQ(with_silu.grid(100, 132), 50);
   // f16 rows of 3072 (384 vectors: a team of 256), f32 rows of 4096, a channel form of one
   // position are paired too.
   for (const char* text : {"op=layernorm shape=8,3072 dtype=f16 normalized_dims=1 backward=true",
@@ -885,64 +875,6 @@ TEST(BackwardEmit, GroupAndChannelConfigurations) {
         "  static constexpr long long kWorkspaceSlotFloats = 192;"}) {
     EXPECT_TRUE(has(c.source, line)) << line << "\n" << c.source;
   }
-}
-
-// The two-phase form: its rows (x and dy within a third of the arch's L2), the problems it
-// serves (rows of at least 256 slices of two 16-byte vectors, parameters to sum, CTAs of at most
-// 512 threads, no activation, the trailing forms), its workspace (a float4 a row where that is
-// more than the CTAs' partials) and its configuration.
-TEST(BackwardPlan, TwoPhaseFormForRowsWithinAThirdOfL2) {
-  const Target h100 = Target::parse("sm_90");
-  const auto planned = [&](const std::string& text, const Target& t) {
-    return plan(NormSpec::parse(text + " normalized_dims=1 backward=true"), t);
-  };
-  // bf16 rows of 4096: x and dy 16 KiB a row; a third of 50 MiB holds 1066 of them.
-  const KernelPlan ln = planned("op=layernorm shape=1024,4096 dtype=bf16", h100);
-  EXPECT_EQ(ln.two_phase_rows, 52428800 / 3 / 16384);
-  EXPECT_EQ(ln.slice_vectors, 2);
-  EXPECT_TRUE(has(ln.to_string(),
-                  "two phases: launches of at most 1066 rows, column slices of 16 elements"))
-      << ln.to_string();
-  EXPECT_TRUE(has(ln.why, "take two phases")) << ln.why;
-  // The workspace: the CTAs' partials (2 x 4096 floats each) for 132 CTAs outweigh 1066 float4s;
-  // f32 RMSNorm rows of 2048 (a partial of 2048 floats) on a device of 2 CTAs hold the float4s.
-  EXPECT_EQ(ln.workspace_floats(132), 8 + 132 * 2 * 4096);
-  const KernelPlan rms = planned("op=rmsnorm shape=8,2048 dtype=f32 affine=weight", h100);
-  EXPECT_EQ(rms.two_phase_rows, 1066);
-  EXPECT_EQ(rms.workspace_floats(2), 8 + 4 * 1066);
-  EXPECT_EQ(rms.workspace_floats(3), 8 + 3 * 2048);
-  const EmittedKernel k = emit(ln);
-  EXPECT_TRUE(has(k.source, "static constexpr long long kTwoPhaseRows = 1066;")) << k.source;
-  EXPECT_TRUE(has(k.source, "static constexpr int kSliceVectors = 2;")) << k.source;
-  // The limit follows the row's bytes and the arch's L2: f32 rows of 2048 (8 KiB, 256 slices of
-  // 8 floats), bf16 rows of 8192 (533), on the A100's 40 MiB (853 rows of 4096).
-  EXPECT_EQ(planned("op=layernorm shape=8,2048 dtype=f32", h100).two_phase_rows,
-            52428800 / 3 / 16384);
-  EXPECT_EQ(planned("op=rmsnorm shape=8,8192 dtype=bf16 affine=weight", h100).two_phase_rows,
-            52428800 / 3 / 32768);
-  EXPECT_EQ(planned("op=rmsnorm shape=8,4096 dtype=bf16 affine=weight", Target::parse("sm_80"))
-                .two_phase_rows,
-            41943040 / 3 / 16384);
-  // And where it does not apply: rows of fewer than 256 slices (bf16 2048, f32 1000), rows not
-  // of whole slices (4097), nothing to sum (affine=none), an activation, an arch whose L2 the
-  // table lacks (sm_75), the channel form of one position.
-  for (const auto& [text, arch] : std::vector<std::pair<std::string, const char*>>{
-           {"op=layernorm shape=8,2048 dtype=bf16", "sm_90"},
-           {"op=layernorm shape=8,1000 dtype=f32", "sm_90"},
-           {"op=layernorm shape=8,4097 dtype=bf16", "sm_90"},
-           {"op=rmsnorm shape=8,4096 dtype=bf16 affine=none", "sm_90"},
-           {"op=layernorm shape=8,4096 dtype=bf16 activation=gelu", "sm_90"},
-           {"op=layernorm shape=8,4096 dtype=bf16", "sm_75"}}) {
-    const KernelPlan p = planned(text, Target::parse(arch));
-    EXPECT_EQ(p.two_phase_rows, 0) << text << " " << arch;
-    EXPECT_TRUE(has(p.to_string(), "two phases: none")) << text;
-    EXPECT_TRUE(has(emit(p).source, "static constexpr long long kTwoPhaseRows = 0;")) << text;
-  }
-  const KernelPlan channel = plan(
-      NormSpec::parse("op=layernorm shape=8,4096,1,1 dtype=bf16 normalized_dims=0 backward=true"),
-      h100);
-  EXPECT_EQ(channel.strategy, Strategy::kRowBackward);
-  EXPECT_EQ(channel.two_phase_rows, 0);
 }
 
 }  // namespace
