@@ -176,11 +176,12 @@ __global__ void __launch_bounds__(THREADS)
 // written as a float2); a grid barrier; phase 2 takes column slices of kSlice 16-byte words (16
 // columns) over every row: x and dy again (from L2), the row's sums, dx written, and the
 // slice's COLSUMS column sums complete within the CTA (its row groups added in a fixed order in
-// shared memory): no partials, no final sum over CTAs.
-constexpr int kSlice = 2;
+// shared memory): no partials, no final sum over CTAs. kSlice: the slice's words a row (2: one
+// 32-byte sector, as session 76 wrote it; 4 and 8 asked in session 77 whether its wider rows of
+// a slice read L2 better).
 constexpr int kAhead = 4;  // phase 2's steps whose loads are in flight at once
 
-template <int H, int THREADS, int COLSUMS>
+template <int H, int THREADS, int COLSUMS, int kSlice>
 __global__ void __launch_bounds__(THREADS)
     two_phase(const uint4* __restrict__ x, const uint4* __restrict__ dy, uint4* __restrict__ dx,
               float2* __restrict__ rowsums, float* __restrict__ dw, unsigned* counter,
@@ -371,21 +372,35 @@ Kernel pick(int h, int rowsums, int colsums, int* threads) {
 using TwoPhase = void (*)(const uint4*, const uint4*, uint4*, float2*, float*, unsigned*, unsigned,
                           int);
 
-TwoPhase pick_two(int h, int colsums, int* threads) {
-  *threads = h == 4096 ? 256 : 512;
+template <int kSlice>
+TwoPhase pick_two_of(int h, int colsums) {
   switch (h * 4 + colsums) {
     case 4096 * 4 + 1:
-      return two_phase<4096, 256, 1>;
+      return two_phase<4096, 256, 1, kSlice>;
     case 4096 * 4 + 2:
-      return two_phase<4096, 256, 2>;
+      return two_phase<4096, 256, 2, kSlice>;
     case 8192 * 4 + 1:
-      return two_phase<8192, 512, 1>;
+      return two_phase<8192, 512, 1, kSlice>;
     case 8192 * 4 + 2:
-      return two_phase<8192, 512, 2>;
+      return two_phase<8192, 512, 2, kSlice>;
     case 16384 * 4 + 1:
-      return two_phase<16384, 512, 1>;
+      return two_phase<16384, 512, 1, kSlice>;
     case 16384 * 4 + 2:
-      return two_phase<16384, 512, 2>;
+      return two_phase<16384, 512, 2, kSlice>;
+    default:
+      return nullptr;
+  }
+}
+
+TwoPhase pick_two(int h, int colsums, int slice, int* threads) {
+  *threads = h == 4096 ? 256 : 512;
+  switch (slice) {
+    case 2:
+      return pick_two_of<2>(h, colsums);
+    case 4:
+      return pick_two_of<4>(h, colsums);
+    case 8:
+      return pick_two_of<8>(h, colsums);
     default:
       return nullptr;
   }
@@ -428,18 +443,18 @@ int floor_final(const float* partial, float* dw, int grid, int h, int colsums, v
 
 // The two-phase kernel: CTAs that fit one SM, and its launch (rowsums: rows float2; the grid
 // resident at once; target as floor_rows').
-int floor_two_occupancy(int h, int colsums) {
+int floor_two_occupancy(int h, int colsums, int slice) {
   int threads = 0, blocks = 0;
-  TwoPhase k = pick_two(h, colsums, &threads);
+  TwoPhase k = pick_two(h, colsums, slice, &threads);
   if (!k || cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, k, threads, 0) != cudaSuccess)
     return 0;
   return blocks;
 }
 
-int floor_two(int h, int colsums, const void* x, const void* dy, void* dx, void* rowsums, float* dw,
-              unsigned* counter, unsigned target, int rows, int grid, void* stream) {
+int floor_two(int h, int colsums, int slice, const void* x, const void* dy, void* dx, void* rowsums,
+              float* dw, unsigned* counter, unsigned target, int rows, int grid, void* stream) {
   int threads = 0;
-  TwoPhase k = pick_two(h, colsums, &threads);
+  TwoPhase k = pick_two(h, colsums, slice, &threads);
   if (!k) return int(cudaErrorInvalidValue);
   k<<<grid, threads, 0, static_cast<cudaStream_t>(stream)>>>(
       static_cast<const uint4*>(x), static_cast<const uint4*>(dy), static_cast<uint4*>(dx),

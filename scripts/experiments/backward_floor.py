@@ -15,9 +15,10 @@ compare_torch.time_cuda (median of --reps calls):
   sums (0: none; 1 RMSNorm's dweight, 2 LayerNorm's dweight and dbias: partials, a grid
   barrier, the final sum; with `2 launches` the final sum is a second kernel and there is no
   barrier) and a grid of G CTAs (a multiple of the SMs, resident at once).
-- `two-phase gG` (session 76's lead, for rows whose x and dy fit in L2): the row sums alone
-  (x and dy from DRAM), a grid barrier, then column slices over every row (x and dy again, from
-  L2): dx and the column sums complete within each CTA, no partials and no final sum.
+- `two-phase sS gG` (session 76's lead, for rows whose x and dy fit in L2): the row sums alone
+  (x and dy from DRAM), a grid barrier, then column slices of S 16-byte words over every row (x
+  and dy again, from L2): dx and the column sums complete within each CTA, no partials and no
+  final sum. S = 2 (one 32-byte sector a row, session 76's), 4 and 8 (session 77).
 Each row kernel's output is checked against PyTorch once before it is timed (a broken barrier
 would read fast). Build the library first (on the build machine, sm_90):
   bash scripts/experiments/backward_floor.sh            -> .devcarry/floor/libbackward_floor.so
@@ -49,8 +50,8 @@ class Floor:
             ctypes.c_uint, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
         self.lib.floor_final.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int] * 3 + [
             ctypes.c_void_p]
-        self.lib.floor_two_occupancy.argtypes = [ctypes.c_int] * 2
-        self.lib.floor_two.argtypes = [ctypes.c_int] * 2 + [ctypes.c_void_p] * 6 + [
+        self.lib.floor_two_occupancy.argtypes = [ctypes.c_int] * 3
+        self.lib.floor_two.argtypes = [ctypes.c_int] * 3 + [ctypes.c_void_p] * 6 + [
             ctypes.c_uint, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
         self.lib.floor_add.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_size_t, ctypes.c_int,
                                                                ctypes.c_void_p]
@@ -161,24 +162,27 @@ def main() -> int:
 
                 checked(name, launch, colsum, rs, cs)
                 partial = colsum = counter = None
-        occ = fl.lib.floor_two_occupancy(h, sums)
-        for grid in sorted({min(rows, sms * k) for k in (1, 2, occ) if 0 < k <= occ}):
-            name = f"two-phase g{grid}"
-            rowsums = torch.empty(2 * rows, device="cuda")
-            colsum = torch.empty(sums * h, device="cuda")
-            counter = torch.zeros(1, dtype=torch.int32, device="cuda")
-            launches = [0]
+        for slice_words in (2, 4, 8):
+            occ = fl.lib.floor_two_occupancy(h, sums, slice_words)
+            for grid in sorted({min(rows, sms * k) for k in (1, 2, occ) if 0 < k <= occ}):
+                name = f"two-phase s{slice_words} g{grid}"
+                rowsums = torch.empty(2 * rows, device="cuda")
+                colsum = torch.empty(sums * h, device="cuda")
+                counter = torch.zeros(1, dtype=torch.int32, device="cuda")
+                launches = [0]
 
-            def launch2(i, grid=grid, rowsums=rowsums, colsum=colsum, counter=counter,
-                        launches=launches, name=name):
-                launches[0] += 1
-                err = fl.lib.floor_two(h, sums, xs[i % sets].data_ptr(), dys[i % sets].data_ptr(),
-                                       dx.data_ptr(), rowsums.data_ptr(), colsum.data_ptr(),
-                                       counter.data_ptr(), launches[0] * grid, rows, grid, stream)
-                if err:
-                    raise RuntimeError(f"{name}: cudaError {err}")
+                def launch2(i, grid=grid, rowsums=rowsums, colsum=colsum, counter=counter,
+                            launches=launches, name=name, slice_words=slice_words):
+                    launches[0] += 1
+                    err = fl.lib.floor_two(h, sums, slice_words, xs[i % sets].data_ptr(),
+                                           dys[i % sets].data_ptr(), dx.data_ptr(),
+                                           rowsums.data_ptr(), colsum.data_ptr(),
+                                           counter.data_ptr(), launches[0] * grid, rows, grid,
+                                           stream)
+                    if err:
+                        raise RuntimeError(f"{name}: cudaError {err}")
 
-            checked(name, launch2, colsum, sums, sums)
+                checked(name, launch2, colsum, sums, sums)
         xs = dys = dx = None
         ct.free_device_memory()
         c = res["us"]["copy"]
