@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
 """Phase 2 of backward_floor.cu's two-phase kernel emulated with NumPy (no GPU): its threads'
-rows and words, dx, and the column sums in runs of row groups, on small sizes, against
-NumPy's sums; it checks that every element of dx is written once and every column summed.
+rows and words, dx, and the column sums in runs of row groups, on small sizes and each slice
+width the kernel is built for (2, 4 and 8 words a row), against NumPy's sums; it checks that
+every element of dx is written once and every column summed.
   python3 scripts/experiments/backward_floor_emulate.py      (prints one `ok` line a case)
 """
 import numpy as np
 
-VEC, SLICE, AHEAD = 8, 2, 4  # backward_floor.cu's kVec, kSlice, kAhead
+VEC, AHEAD = 8, 4  # backward_floor.cu's kVec, kAhead
 
 
-def emulate(h: int, threads: int, sums: int, rows: int, grid: int) -> None:
+def emulate(h: int, threads: int, sums: int, rows: int, grid: int, slice_words: int) -> None:
+    SLICE = slice_words  # the kernel's kSlice
     row_words, groups = h // VEC, threads // SLICE
     cols = sums * SLICE * VEC
     parts = threads // cols
@@ -50,10 +52,11 @@ def emulate(h: int, threads: int, sums: int, rows: int, grid: int) -> None:
     assert np.allclose(dx, dy - x * a[:, None] - b[:, None])
     for c, want in enumerate([(x * dy).sum(0), dy.sum(0)][:sums]):
         assert np.allclose(dw[c * h:(c + 1) * h], want)
-    print(f"ok: H {h}, {threads} threads, {sums} sums, {rows} rows, grid {grid}")
+    print(f"ok: H {h}, {threads} threads, {sums} sums, {rows} rows, grid {grid}, slice {SLICE}")
 
 
 if __name__ == "__main__":
-    for case in ((256, 16, 1, 37, 3), (256, 64, 2, 37, 5), (512, 64, 2, 100, 2),
-                 (128, 32, 1, 7, 9), (256, 32, 1, 1000, 3)):
+    for case in ((256, 16, 1, 37, 3, 2), (256, 64, 2, 37, 5, 2), (512, 64, 2, 100, 2, 2),
+                 (128, 32, 1, 7, 9, 2), (256, 32, 1, 1000, 3, 2), (512, 64, 1, 37, 3, 4),
+                 (512, 128, 2, 100, 5, 4), (1024, 128, 1, 37, 3, 8), (1024, 256, 2, 70, 2, 8)):
         emulate(*case)
