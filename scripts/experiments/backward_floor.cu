@@ -65,6 +65,17 @@ __device__ inline unsigned load_acquire(const unsigned* p) {
   return v;
 }
 
+// The grid barrier: the CTA's writes released, it arrives and waits for every CTA of this launch
+// (target = launches so far x grid: the counter is never reset).
+__device__ inline void grid_barrier(unsigned* counter, unsigned target) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
+    while (load_acquire(counter) < target) __nanosleep(32);
+  }
+  __syncthreads();
+}
+
 // Row r's words of x and dy that this thread takes (kWords of them, THREADS apart).
 template <int H, int THREADS>
 __device__ inline void load_row(const uint4* __restrict__ x, const uint4* __restrict__ dy, int r,
@@ -139,9 +150,8 @@ __global__ void __launch_bounds__(THREADS)
       dx[size_t(r) * kRowWords + j * THREADS + threadIdx.x] = pack(o);
     }
   }
+  // Each CTA's partial sums, [COLSUMS][grid][H] f32.
   if (COLSUMS == 0) return;
-
-    // Each CTA's partial sums, [COLSUMS][grid][H] f32.
 #pragma unroll
   for (int c = 0; c < COLSUMS; ++c)
 #pragma unroll
@@ -152,14 +162,7 @@ __global__ void __launch_bounds__(THREADS)
       p[1] = make_float4(acc[c][j][4], acc[c][j][5], acc[c][j][6], acc[c][j][7]);
     }
   if (counter == nullptr) return;  // two launches: final_sum sums the partials
-  // The grid barrier: release the partials, arrive, wait for every CTA of this launch
-  // (target = launches so far x grid: the counter is never reset).
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
-    while (load_acquire(counter) < target) __nanosleep(32);
-  }
-  __syncthreads();
+  grid_barrier(counter, target);
   // The final sums, CTA-minor: thread t of CTA b takes column (t x grid + b) and its strides.
   const int total = COLSUMS * H;
   for (int k = threadIdx.x * grid + blockIdx.x; k < total; k += grid * THREADS) {
@@ -222,13 +225,7 @@ __global__ void __launch_bounds__(THREADS)
     if (threadIdx.x == 0)
       rowsums[r] = make_float2(t.x * (1.f / H), COLSUMS > 1 ? t.y * (1.f / H) : 0.f);
   }
-  // The grid barrier (as row_floor's).
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
-    while (load_acquire(counter) < target) __nanosleep(32);
-  }
-  __syncthreads();
+  grid_barrier(counter, target);
   // Phase 2: slices of kSlice words; thread t takes word t % kSlice of rows t / kSlice +
   // kGroups x step.
   const int word = threadIdx.x % kSlice, group = threadIdx.x / kSlice;
