@@ -36,16 +36,9 @@
 #include <random>
 #include <vector>
 
-namespace cg = cooperative_groups;
+#include "cuda_check.h"
 
-#define CHECK(call)                                                                    \
-  do {                                                                                 \
-    cudaError_t e_ = (call);                                                           \
-    if (e_ != cudaSuccess) {                                                           \
-      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                    \
-    }                                                                                  \
-  } while (0)
+namespace cg = cooperative_groups;
 
 using bf16 = __nv_bfloat16;
 constexpr int kV = 8;      // channels a thread: one 16-byte vector of bf16

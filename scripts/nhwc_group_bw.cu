@@ -19,14 +19,7 @@
 #include <cstdlib>
 #include <vector>
 
-#define CHECK(call)                                                                    \
-  do {                                                                                 \
-    cudaError_t e_ = (call);                                                           \
-    if (e_ != cudaSuccess) {                                                           \
-      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                    \
-    }                                                                                  \
-  } while (0)
+#include "cuda_check.h"
 
 constexpr int kThreads = 256;
 constexpr int kPerThread = 8;  // 16-byte vectors a thread loads before it stores them
