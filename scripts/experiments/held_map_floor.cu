@@ -21,7 +21,14 @@
 #include "../cuda_check.h"
 
 constexpr int kThreads = 1024;
-enum Mode { kCopy, kSync, kSyncCoop, kSums };
+enum Mode { kCopy, kSync, kSyncCoop, kSums, kMemcpy, kModes };
+const char* const kModeNames[kModes] = {"copy", "sync", "sync-coop", "sums", "memcpy"};
+
+// CTAs of K vectors a thread covering `vectors`.
+template <int K>
+int grid_of(long long vectors) {
+  return int((vectors + (long long)kThreads * K - 1) / ((long long)kThreads * K));
+}
 
 __device__ __forceinline__ void grid_barrier(unsigned int* counter, unsigned int target) {
   __syncthreads();
@@ -93,12 +100,12 @@ __global__ void spin(long long cycles) {
   }
 }
 
-// The median µs of `repeat` launches of mode (4: cudaMemcpyAsync) queued back to back behind a
-// spin kernel, each between two events, x rotating over xs.
+// The median µs of `repeat` launches of mode (kMemcpy: cudaMemcpyAsync) queued back to back behind
+// a spin kernel, each between two events, x rotating over xs.
 template <int K>
 float run_mode(int mode, const std::vector<uint4*>& xs, uint4* y, long long vectors,
                unsigned int* counter, unsigned int& arrived, int repeat) {
-  const int grid = int((vectors + (long long)kThreads * K - 1) / ((long long)kThreads * K));
+  const int grid = grid_of<K>(vectors);
   std::vector<cudaEvent_t> starts(static_cast<size_t>(repeat)), ends(static_cast<size_t>(repeat));
   for (cudaEvent_t& e : starts) CHECK(cudaEventCreate(&e));
   for (cudaEvent_t& e : ends) CHECK(cudaEventCreate(&e));
@@ -119,7 +126,7 @@ float run_mode(int mode, const std::vector<uint4*>& xs, uint4* y, long long vect
       case kSums:
         CHECK(cudaLaunchCooperativeKernel((void*)held<K, kSums>, grid, kThreads, args));
         break;
-      default:
+      case kMemcpy:
         CHECK(cudaMemcpyAsync(y, x, size_t(vectors) * 16, cudaMemcpyDeviceToDevice));
         return;
     }
@@ -164,14 +171,13 @@ void run_map(const char* name, long long bytes, int repeat) {
   CHECK(cudaMalloc(&counter, 4));
   CHECK(cudaMemset(counter, 0, 4));
   unsigned int arrived = 0;
-  const int grid = int((vectors + (long long)kThreads * K - 1) / ((long long)kThreads * K));
-  const char* names[] = {"copy", "sync", "sync-coop", "sums", "memcpy"};
-  float us[5];
-  for (int mode = 4; mode >= 0; --mode)
+  float us[kModes];
+  for (int mode = kModes - 1; mode >= 0; --mode)  // the memcpy first
     us[mode] = run_mode<K>(mode, xs, y, vectors, counter, arrived, repeat);
-  for (int mode = 0; mode < 5; ++mode) {
+  for (int mode = 0; mode < kModes; ++mode) {
     std::printf("%-28s %8.1f MB  K=%2d grid=%4d  %-10s %8.2f us  %5.1f%% of memcpy\n", name,
-                2.0 * bytes / 1e6, K, grid, names[mode], us[mode], 100.0 * us[4] / us[mode]);
+                2.0 * bytes / 1e6, K, grid_of<K>(vectors), kModeNames[mode], us[mode],
+                100.0 * us[kMemcpy] / us[mode]);
   }
   for (auto x : xs) CHECK(cudaFree(x));
   CHECK(cudaFree(y));
@@ -185,7 +191,7 @@ int main(int argc, char** argv) {
   std::printf("%s, %d SMs, L2 %d MiB; median of %d launches\n", prop.name, prop.multiProcessorCount,
               prop.l2CacheSize >> 20, repeat);
   // x of the maps the channels-last GroupNorm kernel holds (f16/bf16): [1, 512, 64, 64],
-  // [1, 512, 128, 128], [2, 320, 64, 64], [8, 320, 64, 64] (its items one at a time: one item).
+  // [1, 512, 128, 128] and [2, 320, 64, 64] (whose two items the kernel holds at once).
   run_map<2>("[1, 512, 64, 64]", 512LL * 64 * 64 * 2, repeat);
   run_map<8>("[1, 512, 128, 128]", 512LL * 128 * 128 * 2, repeat);
   run_map<4>("[2, 320, 64, 64]", 2LL * 320 * 64 * 64 * 2, repeat);
