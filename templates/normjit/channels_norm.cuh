@@ -152,7 +152,10 @@ __global__ void __launch_bounds__(Cfg::kThreadsX* Cfg::kThreadsY) channels_norm(
 #pragma unroll
     for (int j = 0; j < V; ++j) {
       mean[j] = sum[j];
-      inv[j] = rsqrtf(fmaxf(sum2[j] - sum[j] * sum[j], 0.f) + p.eps);
+      // The variance clamped at 0 by a compare, not fmaxf, which would turn a NaN into 0 (a
+      // position holding a NaN saves a NaN rstd, as PyTorch's does).
+      const float var = sum2[j] - sum[j] * sum[j];
+      inv[j] = rsqrtf((var < 0.f ? 0.f : var) + p.eps);
     }
   } else {
     // Pass 2 over the registers: the squared deviations from the mean, exactly.

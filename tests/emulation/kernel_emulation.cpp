@@ -5,6 +5,9 @@
 //   forward: y (through the activation, times the scale of an fp8 output), h = x + residual where
 //   the spec adds one (written to residual_out and normalized), the statistics with save_stats;
 //   a line "strided SPEC" launches a trailing form with row strides longer than its rows;
+//   a line "nan SPEC" launches the forward again with NaN in x at a few sites: each site's row
+//   (group, position) must be NaN through, y and the saved statistics, h at the site alone, and
+//   every other output must keep its bits;
 //   backward: dx (plus dh with a residual), dweight and dbias, from the same saved statistics
 //     (with an activation: dy through its derivative at the forward's xhat * w + b).
 // And y's (dx's) bits must not depend on the grid: a row's, group's or position's result is the
@@ -449,6 +452,90 @@ class Problem {
     return {relative(e2, r2), param_error(weight_, dw_, dw), param_error(bias_, db_, db)};
   }
 
+  // A "nan" line's sites: (statistics row, element) pairs whose x is made NaN, one a row, at
+  // the first element of the first row, an element past the middle of the middle row (of a
+  // group split over CTAs, in a later CTA's part) and the last element of the last row.
+  std::vector<std::pair<int64_t, int64_t>> nan_sites() const {
+    std::vector<std::pair<int64_t, int64_t>> sites{{0, 0}};
+    if (rows_ > 2) sites.emplace_back(rows_ / 2, (h_ * 5) / 8);
+    if (rows_ > 1) sites.emplace_back(rows_ - 1, h_ - 1);
+    return sites;
+  }
+
+  // Puts NaN into x at every site (on), or the site's value back (off).
+  void set_nan(bool on) {
+    if (saved_x_.empty()) {
+      for (const auto& [r, i] : nan_sites()) saved_x_.push_back(load(x_, x_at(r, i), spec_.dtype));
+    }
+    const std::vector<std::pair<int64_t, int64_t>> sites = nan_sites();
+    for (size_t k = 0; k < sites.size(); ++k) {
+      const auto [r, i] = sites[k];
+      store(x_, x_at(r, i), on ? NAN : float(saved_x_[k]), spec_.dtype);
+    }
+  }
+
+  // The forward's outputs as bytes: y, residual_out, mean, rstd.
+  struct Outputs {
+    std::vector<unsigned char> y, h, mean, rstd;
+  };
+  Outputs outputs() const {
+    const auto bytes = [](const void* p, size_t n) {
+      const auto* b = static_cast<const unsigned char*>(p);
+      return p ? std::vector<unsigned char>(b, b + n) : std::vector<unsigned char>{};
+    };
+    const size_t elements = size_t(rows_ * ys_);
+    return {bytes(dx_, elements * normjit::size_of(spec_.out_type())),
+            bytes(h_out_, spec_.residual ? elements * normjit::size_of(*spec_.residual) : 0),
+            bytes(mean_, size_t(rows_) * 4), bytes(rstd_, size_t(rows_) * 4)};
+  }
+
+  // After a launch with NaN at the sites (set_nan): as PyTorch gives, a site's whole row (group,
+  // position) of y is NaN, its saved rstd (and LayerNorm's or GroupNorm's mean) too, and h at
+  // the site alone; every other output has the bits of `clean` (the launch without the NaNs).
+  // Empty when so, else the first difference.
+  std::string nan_contained(const Outputs& clean) const {
+    const Outputs now = outputs();
+    const Dtype yd = spec_.out_type();
+    const size_t ysz = normjit::size_of(yd);
+    const std::vector<std::pair<int64_t, int64_t>> sites = nan_sites();
+    char what[160];
+    for (int64_t r = 0; r < rows_; ++r) {
+      int64_t site = -1;
+      for (const auto& [sr, si] : sites) site = sr == r ? si : site;
+      for (int64_t i = 0; i < h_; ++i) {
+        const int64_t at = y_at(r, i);
+        const bool y_ok = site >= 0 ? std::isnan(load(dx_, at, yd))
+                                    : std::memcmp(&now.y[at * ysz], &clean.y[at * ysz], ysz) == 0;
+        if (!y_ok) {
+          std::snprintf(what, sizeof what, "y of row %lld, element %lld: %s", (long long)r,
+                        (long long)i, site >= 0 ? "not NaN" : "bits changed");
+          return what;
+        }
+        if (!spec_.residual) continue;
+        const size_t hsz = normjit::size_of(*spec_.residual);
+        const bool h_ok = i == site ? std::isnan(load(h_out_, at, *spec_.residual))
+                                    : std::memcmp(&now.h[at * hsz], &clean.h[at * hsz], hsz) == 0;
+        if (!h_ok) {
+          std::snprintf(what, sizeof what, "residual_out of row %lld, element %lld: %s",
+                        (long long)r, (long long)i, i == site ? "not NaN" : "bits changed");
+          return what;
+        }
+      }
+      if (!spec_.save_stats) continue;
+      const bool mean_nan = spec_.op != normjit::Op::kRmsNorm;
+      const bool stats_ok = site >= 0
+                                ? std::isnan(rstd_[r]) && (!mean_nan || std::isnan(mean_[r]))
+                                : std::memcmp(&now.mean[r * 4], &clean.mean[r * 4], 4) == 0 &&
+                                      std::memcmp(&now.rstd[r * 4], &clean.rstd[r * 4], 4) == 0;
+      if (!stats_ok) {
+        std::snprintf(what, sizeof what, "statistics of row %lld: %s", (long long)r,
+                      site >= 0 ? "not NaN" : "bits changed");
+        return what;
+      }
+    }
+    return "";
+  }
+
   // The bits of dx (forward: y).
   uint64_t dx_bits() const {
     const Dtype d = spec_.backward ? spec_.dtype : spec_.out_type();
@@ -476,7 +563,7 @@ class Problem {
   void *x_ = nullptr, *dy_ = nullptr, *dx_ = nullptr, *dh_ = nullptr;
   void *w_ = nullptr, *dw_ = nullptr, *db_ = nullptr, *b_ = nullptr, *h_out_ = nullptr;
   float *mean_ = nullptr, *rstd_ = nullptr, *scale_ = nullptr;
-  std::vector<double> x64_, dy64_, dh64_, w64_, b64_;
+  std::vector<double> x64_, dy64_, dh64_, w64_, b64_, saved_x_;
 };
 
 // Launches the kernel over `grid` CTAs, one process each; false when one did not exit cleanly.
@@ -555,9 +642,16 @@ int main(int argc, char** argv) {
     std::printf("[%d] %s\n", index, line.c_str());
     std::fflush(stdout);
     try {
-      // "strided SPEC": the forward of a trailing form launched with row strides.
+      // "strided SPEC": the forward of a trailing form launched with row strides. "nan SPEC": a
+      // forward launched again with NaN in x at a few sites (Problem::nan_sites).
       const bool strided = line.rfind("strided ", 0) == 0;
-      const normjit::NormSpec spec = normjit::NormSpec::parse(strided ? line.substr(8) : line);
+      const bool nan = line.rfind("nan ", 0) == 0;
+      const normjit::NormSpec spec = normjit::NormSpec::parse(strided ? line.substr(8)
+                                                              : nan   ? line.substr(4)
+                                                                      : line);
+      if (nan && spec.backward)
+        throw normjit::Error(normjit::ErrorCode::kInvalidArgument,
+                             "a \"nan\" line takes a forward spec");
       const normjit::KernelPlan plan = normjit::plan(spec, target);
       const RunCta run_cta = compile(o, plan, index);
       if (run_cta == nullptr) {
@@ -608,6 +702,21 @@ int main(int argc, char** argv) {
                     ran ? "" : " (a CTA's process failed)",
                     same ? "" : " (the output's bits differ from the first grid's)");
         (close && same ? passed : failed) += 1;
+        if (!nan) continue;
+        const Problem::Outputs clean = problem.outputs();
+        problem.set_nan(true);
+        problem.poison();
+        const bool nan_ran = launch(
+            run_cta,
+            problem.params(plan.cooperative() ? static_cast<float*>(workspace.get()) : nullptr),
+            grid, plan.block_x, plan.block_y);
+        const std::string leak = nan_ran ? problem.nan_contained(clean) : "a CTA's process failed";
+        problem.set_nan(false);
+        std::printf(
+            "  %s NaN at %zu sites, %lld CTAs: %s\n", leak.empty() ? "PASS" : "FAIL",
+            problem.nan_sites().size(), (long long)grid,
+            leak.empty() ? "each site's row NaN, every other output unchanged" : leak.c_str());
+        (leak.empty() ? passed : failed) += 1;
       }
     } catch (const normjit::Error& e) {
       std::printf("  FAIL: %s\n", e.what());
