@@ -9,7 +9,9 @@
 //   (group, position) must be NaN through, y and the saved statistics, h at the site alone, and
 //   every other output must keep its bits;
 //   backward: dx (plus dh with a residual), dweight and dbias, from the same saved statistics
-//     (with an activation: dy through its derivative at the forward's xhat * w + b).
+//     (with an activation: dy through its derivative at the forward's xhat * w + b); "nan SPEC"
+//     launches it again with NaN in dy at the sites: dx NaN over each site's row, dweight and
+//     dbias at the site's parameter alone, every other output with its bits.
 // And y's (dx's) bits must not depend on the grid: a row's, group's or position's result is the
 // same whatever CTAs share the launch. Not emulated: the cluster kernel (channels-slab:
 // distributed shared memory).
@@ -39,6 +41,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "generator/emit.hpp"
@@ -452,7 +455,7 @@ class Problem {
     return {relative(e2, r2), param_error(weight_, dw_, dw), param_error(bias_, db_, db)};
   }
 
-  // A "nan" line's sites: (statistics row, element) pairs whose x is made NaN, one a row, at
+  // A "nan" line's sites: (statistics row, element) pairs whose x (dy) is made NaN, one a row, at
   // the first element of the first row, an element past the middle of the middle row (of a
   // group split over CTAs, in a later CTA's part) and the last element of the last row.
   std::vector<std::pair<int64_t, int64_t>> nan_sites() const {
@@ -462,31 +465,90 @@ class Problem {
     return sites;
   }
 
-  // Puts NaN into x at every site (on), or the site's value back (off).
+  // Puts NaN at every site (on), or the site's value back (off): into x (forward) or dy
+  // (backward, whose statistics are given).
   void set_nan(bool on) {
+    void* input = spec_.backward ? dy_ : x_;
+    const auto at = [&](int64_t r, int64_t i) {
+      return spec_.backward ? offset(r, i) : x_at(r, i);
+    };
     if (saved_x_.empty()) {
-      for (const auto& [r, i] : nan_sites()) saved_x_.push_back(load(x_, x_at(r, i), spec_.dtype));
+      for (const auto& [r, i] : nan_sites()) saved_x_.push_back(load(input, at(r, i), spec_.dtype));
     }
     const std::vector<std::pair<int64_t, int64_t>> sites = nan_sites();
     for (size_t k = 0; k < sites.size(); ++k) {
       const auto [r, i] = sites[k];
-      store(x_, x_at(r, i), on ? NAN : float(saved_x_[k]), spec_.dtype);
+      store(input, at(r, i), on ? NAN : float(saved_x_[k]), spec_.dtype);
     }
   }
 
-  // The forward's outputs as bytes: y, residual_out, mean, rstd.
+  // The outputs as bytes: the forward's y, residual_out, mean, rstd; the backward's dx (in y),
+  // dweight and dbias.
   struct Outputs {
-    std::vector<unsigned char> y, h, mean, rstd;
+    std::vector<unsigned char> y, h, mean, rstd, dw, db;
   };
   Outputs outputs() const {
     const auto bytes = [](const void* p, size_t n) {
       const auto* b = static_cast<const unsigned char*>(p);
       return p ? std::vector<unsigned char>(b, b + n) : std::vector<unsigned char>{};
     };
+    if (spec_.backward) {
+      const size_t pb = size_t(params_) * normjit::size_of(spec_.param_type());
+      return {bytes(dx_, size_t(n_) * normjit::size_of(spec_.dtype)),
+              {},
+              {},
+              {},
+              bytes(weight_ ? dw_ : nullptr, pb),
+              bytes(bias_ ? db_ : nullptr, pb)};
+    }
     const size_t elements = size_t(rows_ * ys_);
     return {bytes(dx_, elements * normjit::size_of(spec_.out_type())),
             bytes(h_out_, spec_.residual ? elements * normjit::size_of(*spec_.residual) : 0),
-            bytes(mean_, size_t(rows_) * 4), bytes(rstd_, size_t(rows_) * 4)};
+            bytes(mean_, size_t(rows_) * 4),
+            bytes(rstd_, size_t(rows_) * 4),
+            {},
+            {}};
+  }
+
+  // The backward's nan_contained: NaN in dy makes dx NaN over the site's row, and dweight and
+  // dbias NaN at the site's parameter (their sums over the rows meet no other parameter's);
+  // every other element keeps the bits of `clean`.
+  std::string nan_contained_backward(const Outputs& clean) const {
+    const Outputs now = outputs();
+    const Dtype xd = spec_.dtype, pd = spec_.param_type();
+    const size_t xsz = normjit::size_of(xd), psz = normjit::size_of(pd);
+    const std::vector<std::pair<int64_t, int64_t>> sites = nan_sites();
+    std::vector<bool> hit(size_t(params_), false);
+    for (const auto& [r, i] : sites) hit[size_t(param(offset(r, i), i))] = true;
+    char what[160];
+    for (int64_t r = 0; r < rows_; ++r) {
+      bool site = false;
+      for (const auto& sr : sites) site = site || sr.first == r;
+      for (int64_t i = 0; i < h_; ++i) {
+        const int64_t at = offset(r, i);
+        const bool ok = site ? std::isnan(load(dx_, at, xd))
+                             : std::memcmp(&now.y[at * xsz], &clean.y[at * xsz], xsz) == 0;
+        if (!ok) {
+          std::snprintf(what, sizeof what, "dx of row %lld, element %lld: %s", (long long)r,
+                        (long long)i, site ? "not NaN" : "bits changed");
+          return what;
+        }
+      }
+    }
+    for (const auto& [got, before, base, name] : {std::tuple{&now.dw, &clean.dw, dw_, "dweight"},
+                                                  std::tuple{&now.db, &clean.db, db_, "dbias"}}) {
+      for (int64_t c = 0; c < int64_t(got->size() / psz); ++c) {
+        const bool ok = hit[size_t(c)]
+                            ? std::isnan(load(base, c, pd))
+                            : std::memcmp(&(*got)[c * psz], &(*before)[c * psz], psz) == 0;
+        if (!ok) {
+          std::snprintf(what, sizeof what, "%s of parameter %lld: %s", name, (long long)c,
+                        hit[size_t(c)] ? "not NaN" : "bits changed");
+          return what;
+        }
+      }
+    }
+    return "";
   }
 
   // After a launch with NaN at the sites (set_nan): as PyTorch gives, a site's whole row (group,
@@ -494,6 +556,7 @@ class Problem {
   // the site alone; every other output has the bits of `clean` (the launch without the NaNs).
   // Empty when so, else the first difference.
   std::string nan_contained(const Outputs& clean) const {
+    if (spec_.backward) return nan_contained_backward(clean);
     const Outputs now = outputs();
     const Dtype yd = spec_.out_type();
     const size_t ysz = normjit::size_of(yd);
@@ -642,16 +705,13 @@ int main(int argc, char** argv) {
     std::printf("[%d] %s\n", index, line.c_str());
     std::fflush(stdout);
     try {
-      // "strided SPEC": the forward of a trailing form launched with row strides. "nan SPEC": a
-      // forward launched again with NaN in x at a few sites (Problem::nan_sites).
+      // "strided SPEC": the forward of a trailing form launched with row strides. "nan SPEC":
+      // launched again with NaN in x (backward: dy) at a few sites (Problem::nan_sites).
       const bool strided = line.rfind("strided ", 0) == 0;
       const bool nan = line.rfind("nan ", 0) == 0;
       const normjit::NormSpec spec = normjit::NormSpec::parse(strided ? line.substr(8)
                                                               : nan   ? line.substr(4)
                                                                       : line);
-      if (nan && spec.backward)
-        throw normjit::Error(normjit::ErrorCode::kInvalidArgument,
-                             "a \"nan\" line takes a forward spec");
       const normjit::KernelPlan plan = normjit::plan(spec, target);
       const RunCta run_cta = compile(o, plan, index);
       if (run_cta == nullptr) {
