@@ -6,7 +6,8 @@
 # (carry .devcarry/pfs): the variants table's harness (tools/bench_variants.py, without
 # torch.compile: its time is the table's) over add + RMSNorm (1) and add + LayerNorm (7) at 1024,
 # 4096 and 16384 tokens of 2048, 4096 and 8192, with the row's L2 prefetch as planned (on) and off
-# (NJX_PF_OFF=1), in turn, ROUNDS times (default 1), the variants ONLY names (default 1,7); session
+# (NJX_PF_OFF=1), in turn, ROUNDS times (default 1), the variants ONLY names (default 1,7), TOKENS
+# (default 1024,4096,16384) and BUDGET seconds a run (default 130); session
 # 57 measured the prefetch costing the residual rows 2-6% at 1024 and 4096 tokens with separate
 # outputs, and helping [16384, 8192] by 2.5% in one round. One archive comes back:
 # $OUT/pfresidual.tgz.
@@ -23,9 +24,10 @@ case "${1:-}" in
         [ "$knob" = off ] && knobs=(NJX_PF_OFF=1)
         cp docs/performance.md "/tmp/pfr-$knob.md"
         status=0
-        env "${knobs[@]}" timeout 150 python3 tools/bench_variants.py \
+        env "${knobs[@]}" timeout $(( ${BUDGET:-130} + 20 )) python3 tools/bench_variants.py \
           --lib .devcarry/pfs/libnormjit.so --only "${ONLY:-1,7}" --skip-compile \
-          --tokens 1024,4096,16384 --hiddens 2048,4096,8192 --rounds 3 --budget-s 130 \
+          --tokens "${TOKENS:-1024,4096,16384}" --hiddens 2048,4096,8192 --rounds 3 \
+          --budget-s "${BUDGET:-130}" \
           --doc "/tmp/pfr-$knob.md" --section-out "$dir/r$round-$knob.md" \
           --json-out "$dir/r$round-$knob.json" >"$dir/r$round-$knob.log" 2>&1 || status=$?
         echo "round $round, the row prefetch $knob: exit $status"
