@@ -641,11 +641,20 @@ int64_t evict_first_rows(const Problem& pr, const Target& target) {
 // rows measured so: 16-byte accesses, at least kPrefetchRowMinBytes of x.
 constexpr int64_t kPrefetchRowMinBytes = 4096;
 
+// Rows with a residual take the prefetch only from this many bytes of x. Measured on an H100
+// (session 81, scripts/experiments/runs-session80.sh first: add + RMSNorm in the variants
+// harness, two rounds, the prefetch as planned and off): off, bf16 rows of 2048 at 1024 tokens
+// took 9.86 -> 9.28-9.38 µs in place and rows of 4096 15.0 -> 14.8-14.9 (the rows behind
+// torch.compile), while at 4096 and 16384 tokens they lost 0.3-1.1% (rows ahead of it by 3-8%);
+// rows of 8192 keep it (0.6% faster with it at 16384 tokens, level at 1024).
+constexpr int64_t kPrefetchResidualRowMinBytes = 16384;
+
 bool prefetches_row(const Problem& pr, const Target& target, const KernelPlan& p) {
+  const int64_t row_bytes = pr.row_length * size_of(pr.x);
   return arch_facts(target.sm).clusters && pr.op == Op::kRmsNorm &&
          p.batch_class != kBatchFewRows && p.vec * size_of(pr.x) == kAccessBytes &&
-         size_of(pr.param) <= size_of(pr.x) &&
-         pr.row_length * size_of(pr.x) >= kPrefetchRowMinBytes;
+         size_of(pr.param) <= size_of(pr.x) && row_bytes >= kPrefetchRowMinBytes &&
+         (!pr.residual || row_bytes >= kPrefetchResidualRowMinBytes);
 }
 
 // A row kernel that loads its parameters with x issues their loads beside x's, but ptxas sank

@@ -8,7 +8,8 @@
 #      whose rows take no prefetch: about twice the time);
 #   2. the forward rows' GPU tests (ROW_FORWARD_FILTERS of lib.sh, and the NonFinite tests) over
 #      the rule's library (carry .devcarry/rule, from `bash scripts/experiments/build.sh
-#      rule-residual-rows-prefetch rule`: rows with a residual prefetch only from 16 KiB of x).
+#      rule-residual-rows-prefetch rule`: rows with a residual prefetch only from 16 KiB of x;
+#      the patch landed in generator/plan.cpp in session 81 and is gone from scripts/experiments).
 # Two archives come back: $OUT/pfresidual.tgz and $OUT/rule-tests.tgz.
 set -euo pipefail
 # shellcheck source=scripts/experiments/lib.sh

@@ -790,6 +790,13 @@ TEST(PlanRows, ManyRmsNormRowsPrefetchTheirRowIntoL2) {
   EXPECT_FALSE(prefetches("op=rmsnorm shape=16384,1024 normalized_dims=1 dtype=bf16"));
   EXPECT_FALSE(prefetches("op=rmsnorm shape=4096,4097 normalized_dims=1 dtype=bf16"));
   EXPECT_FALSE(prefetches("op=groupnorm shape=32,1024,14,14 groups=32 dtype=bf16"));
+  // Beside a residual, only rows of at least 16 KiB of x.
+  EXPECT_FALSE(
+      prefetches("op=rmsnorm shape=4096,4096 normalized_dims=1 dtype=bf16 affine=weight "
+                 "residual=bf16"));
+  EXPECT_TRUE(
+      prefetches("op=rmsnorm shape=4096,4096 normalized_dims=1 dtype=f32 affine=weight "
+                 "residual=f32"));
   // The plan says so.
   const std::string text = plan(NormSpec::parse(rms), Target::parse("sm_90")).to_string();
   EXPECT_NE(text.find("L2 prefetch of the row: one bulk prefetch by the team's first thread"),
