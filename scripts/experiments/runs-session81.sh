@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Session 81's device run (docs/performance-notes.md, "Session 81"), on the GPU machine from the
+# repository root:
+#   OUT=... bash scripts/experiments/runs-session81.sh knobs
+# knobs: .devcarry/fv from `bash scripts/experiments/build.sh row-forward-many-rows fv` (carry
+# .devcarry/fv): the row kernel's many-rows knobs in the variants table's harness
+# (tools/bench_variants.py, without torch.compile: its time is the table's), where session 57
+# found the row prefetch's cost that `normjit bench` did not show; until now the knobs were timed
+# in `normjit bench` only (session 54: scripts/ab_bench.py). Over add + RMSNorm (1) and the
+# combined variant (6) at TOKENS (default 1024,4096) of HIDDENS (default 2048,4096,8192), each
+# setting of SETTINGS in turn (default: plan, torch.compile's shape of 8 values a thread with the
+# parameters at the store, 16 values a thread, h written early, x and the residual loaded
+# evict-first), ROUNDS times (default 2), BUDGET seconds a run (default 60). One archive comes
+# back: $OUT/knobs.tgz.
+set -euo pipefail
+out=${OUT:-/tmp/s81}
+mkdir -p "$out"
+default_settings='plan v8s:NJX_FWD_VALUES=8,NJX_FWD_AHEAD=0 v16:NJX_FWD_VALUES=16'
+default_settings+=' early:NJX_EARLY_H=1 evict:NJX_EVICT_MAX_ROW=8192'
+case "${1:-}" in
+  knobs)
+    dir=$out/knobs
+    mkdir -p "$dir"
+    read -r -a settings <<<"${SETTINGS:-$default_settings}"
+    for round in $(seq "${ROUNDS:-2}"); do
+      for setting in "${settings[@]}"; do
+        name=${setting%%:*}
+        knobs=()
+        if [[ "$setting" == *:* ]]; then IFS=, read -r -a knobs <<<"${setting#*:}"; fi
+        cp docs/performance.md "/tmp/knobs-$name.md"
+        status=0
+        env ${knobs[@]+"${knobs[@]}"} timeout $((${BUDGET:-60} + 20)) \
+          python3 tools/bench_variants.py --lib .devcarry/fv/libnormjit.so --only "${ONLY:-1,6}" \
+          --skip-compile --tokens "${TOKENS:-1024,4096}" --hiddens "${HIDDENS:-2048,4096,8192}" \
+          --rounds 3 --budget-s "${BUDGET:-60}" --doc "/tmp/knobs-$name.md" \
+          --section-out "$dir/r$round-$name.md" --json-out "$dir/r$round-$name.json" \
+          >"$dir/r$round-$name.log" 2>&1 || status=$?
+        echo "round $round, $name (${knobs[*]:-the plan}): exit $status"
+      done
+    done
+    tar czf "$out/knobs.tgz" -C "$out" knobs && rm -rf "$dir"
+    ;;
+  *)
+    sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//' >&2
+    exit 2
+    ;;
+esac
