@@ -77,3 +77,32 @@ ab_variants() {
   timeout "$seconds" python3 scripts/ab_bench.py --rounds "$rounds" --out "/tmp/$name-ab" \
     --specs "$specs" "${variants[@]}" 2>&1 | tee "$out/$name-ab.txt"
 }
+
+# harness_settings NAME LIB SETTING...: the variants table's harness (tools/bench_variants.py,
+# without torch.compile: its time is the table's) over the library in folder LIB once per SETTING
+# (LABEL, or LABEL:VAR=VALUE,...: those knobs in the environment), in turn, ROUNDS times (default
+# 2), over the variants ONLY (default 1) at TOKENS (default 1024,4096,16384) of HIDDENS (default
+# 2048,4096,8192), each run stopped after BUDGET seconds (default 100); its log, section and JSON
+# as NAME/r<round>-<LABEL>.* in $out/NAME.tgz.
+harness_settings() {
+  local name=$1 lib=$2 dir=$out/$1 round setting label status knobs
+  shift 2
+  mkdir -p "$dir"
+  for round in $(seq "${ROUNDS:-2}"); do
+    for setting in "$@"; do
+      label=${setting%%:*}
+      knobs=()
+      if [[ "$setting" == *:* ]]; then IFS=, read -r -a knobs <<<"${setting#*:}"; fi
+      cp docs/performance.md "/tmp/$name-$label.md"
+      status=0
+      env ${knobs[@]+"${knobs[@]}"} timeout $((${BUDGET:-100} + 20)) \
+        python3 tools/bench_variants.py --lib "$lib/libnormjit.so" --only "${ONLY:-1}" \
+        --skip-compile --tokens "${TOKENS:-1024,4096,16384}" \
+        --hiddens "${HIDDENS:-2048,4096,8192}" --rounds 3 --budget-s "${BUDGET:-100}" \
+        --doc "/tmp/$name-$label.md" --section-out "$dir/r$round-$label.md" \
+        --json-out "$dir/r$round-$label.json" >"$dir/r$round-$label.log" 2>&1 || status=$?
+      echo "round $round, $label (${knobs[*]:-no knobs}): exit $status"
+    done
+  done
+  tar czf "$out/$name.tgz" -C "$out" "$name" && rm -rf "$dir"
+}

@@ -12,28 +12,13 @@
 # with separate outputs, and helping [16384, 8192] by 2.5% in one round (session 81's two rounds:
 # docs/performance-notes.md, "Session 81"). One archive comes back: $OUT/pfresidual.tgz.
 set -euo pipefail
-out=${OUT:-/tmp/s79}
-mkdir -p "$out"
+# shellcheck source=scripts/experiments/lib.sh
+source "$(dirname "$0")/lib.sh"
 case "${1:-}" in
   pfresidual)
-    dir=$out/pfr
-    mkdir -p "$dir"
-    for round in $(seq "${ROUNDS:-1}"); do
-      for knob in on off; do
-        knobs=(-u NJX_PF_OFF)
-        [ "$knob" = off ] && knobs=(NJX_PF_OFF=1)
-        cp docs/performance.md "/tmp/pfr-$knob.md"
-        status=0
-        env "${knobs[@]}" timeout $(( ${BUDGET:-130} + 20 )) python3 tools/bench_variants.py \
-          --lib .devcarry/pfs/libnormjit.so --only "${ONLY:-1,7}" --skip-compile \
-          --tokens "${TOKENS:-1024,4096,16384}" --hiddens "${HIDDENS:-2048,4096,8192}" --rounds 3 \
-          --budget-s "${BUDGET:-130}" \
-          --doc "/tmp/pfr-$knob.md" --section-out "$dir/r$round-$knob.md" \
-          --json-out "$dir/r$round-$knob.json" >"$dir/r$round-$knob.log" 2>&1 || status=$?
-        echo "round $round, the row prefetch $knob: exit $status"
-      done
-    done
-    tar czf "$out/pfresidual.tgz" -C "$out" pfr && rm -rf "$dir"
+    ROUNDS=${ROUNDS:-1} ONLY=${ONLY:-1,7} BUDGET=${BUDGET:-130} \
+      harness_settings pfr .devcarry/pfs on off:NJX_PF_OFF=1
+    mv "$out/pfr.tgz" "$out/pfresidual.tgz"
     ;;
   *)
     sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//' >&2

@@ -13,32 +13,15 @@
 # evict-first), ROUNDS times (default 2), BUDGET seconds a run (default 60). One archive comes
 # back: $OUT/knobs.tgz.
 set -euo pipefail
-out=${OUT:-/tmp/s81}
-mkdir -p "$out"
+# shellcheck source=scripts/experiments/lib.sh
+source "$(dirname "$0")/lib.sh"
 default_settings='plan v8s:NJX_FWD_VALUES=8,NJX_FWD_AHEAD=0 v16:NJX_FWD_VALUES=16'
 default_settings+=' early:NJX_EARLY_H=1 evict:NJX_EVICT_MAX_ROW=8192'
 case "${1:-}" in
   knobs)
-    dir=$out/knobs
-    mkdir -p "$dir"
     read -r -a settings <<<"${SETTINGS:-$default_settings}"
-    for round in $(seq "${ROUNDS:-2}"); do
-      for setting in "${settings[@]}"; do
-        name=${setting%%:*}
-        knobs=()
-        if [[ "$setting" == *:* ]]; then IFS=, read -r -a knobs <<<"${setting#*:}"; fi
-        cp docs/performance.md "/tmp/knobs-$name.md"
-        status=0
-        env ${knobs[@]+"${knobs[@]}"} timeout $((${BUDGET:-60} + 20)) \
-          python3 tools/bench_variants.py --lib .devcarry/fv/libnormjit.so --only "${ONLY:-1,6}" \
-          --skip-compile --tokens "${TOKENS:-1024,4096}" --hiddens "${HIDDENS:-2048,4096,8192}" \
-          --rounds 3 --budget-s "${BUDGET:-60}" --doc "/tmp/knobs-$name.md" \
-          --section-out "$dir/r$round-$name.md" --json-out "$dir/r$round-$name.json" \
-          >"$dir/r$round-$name.log" 2>&1 || status=$?
-        echo "round $round, $name (${knobs[*]:-the plan}): exit $status"
-      done
-    done
-    tar czf "$out/knobs.tgz" -C "$out" knobs && rm -rf "$dir"
+    ONLY=${ONLY:-1,6} TOKENS=${TOKENS:-1024,4096} BUDGET=${BUDGET:-60} \
+      harness_settings knobs .devcarry/fv "${settings[@]}"
     ;;
   *)
     sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//' >&2
