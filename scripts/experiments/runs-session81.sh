@@ -14,13 +14,14 @@
 # evict-first), ROUNDS times (default 2), BUDGET seconds a run (default 60). One archive comes
 # back: $OUT/knobs.tgz.
 # evres: .devcarry/evres from `bash scripts/experiments/build.sh evict-residual-rows evres` (carry
-# build-gpu and .devcarry/evres, about 45 MiB, ~6 minutes): the same harness over add + RMSNorm
-# (1), the combined variant (6) and add + LayerNorm (7) at 1024, 4096 and 16384 tokens of 2048 and
-# 4096, the plan beside rows with a residual of up to 4096 evict-first in launches that fit in L2
-# (res: NJX_EVICT_RESIDUAL=4096) and the same with the normal policy where y is over x (resx: with
-# NJX_EVICT_UNLESS_OVER_X=1), two rounds, 60 s a run; then the forward rows' GPU tests (lib.sh's
-# ROW_FORWARD_FILTERS and the NonFinite tests) over the library under resx's knobs. Two archives:
-# $OUT/evres.tgz and $OUT/evres-tests.tgz.
+# build-gpu and .devcarry/evres, about 45 MiB, ~8 minutes): the same harness over add + RMSNorm
+# (1), QK-norm (5), the combined variant (6) and add + LayerNorm (7) at 1024, 4096 and 16384
+# tokens of 2048 and 4096, the plan beside rows with a residual of up to 4096 evict-first in
+# launches that fit in L2 (res: NJX_EVICT_RESIDUAL=4096), the same with the normal policy where y
+# is over x (resx: with NJX_EVICT_UNLESS_OVER_X=1) and launches of up to 150% of L2 evict-first
+# (l2x150: NJX_EVICT_L2_PERCENT=150, for QK-norm at 4096 tokens), two rounds, 50 s a run; then
+# the forward rows' GPU tests (lib.sh's ROW_FORWARD_FILTERS and the NonFinite tests) over the
+# library under resx's knobs. Two archives: $OUT/evres.tgz and $OUT/evres-tests.tgz.
 set -euo pipefail
 # shellcheck source=scripts/experiments/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -35,15 +36,16 @@ case "${1:-}" in
   evres)
     nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader || true
     resx=NJX_EVICT_RESIDUAL=4096,NJX_EVICT_UNLESS_OVER_X=1
-    ONLY=${ONLY:-1,6,7} HIDDENS=${HIDDENS:-2048,4096} BUDGET=${BUDGET:-60} \
-      harness_settings evres .devcarry/evres plan res:NJX_EVICT_RESIDUAL=4096 "resx:$resx"
+    ONLY=${ONLY:-1,5,6,7} HIDDENS=${HIDDENS:-2048,4096} BUDGET=${BUDGET:-50} \
+      harness_settings evres .devcarry/evres plan res:NJX_EVICT_RESIDUAL=4096 "resx:$resx" \
+      l2x150:NJX_EVICT_L2_PERCENT=150
     status=0
     test_shards evres .devcarry/evres "${resx//,/ }" 120 "${ROW_FORWARD_FILTERS[@]}" \
       'NonFinite.*' || status=$?
     echo "the forward GPU tests under resx's knobs: exit $status"
     ;;
   *)
-    sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
     ;;
 esac
