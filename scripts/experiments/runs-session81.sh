@@ -21,7 +21,8 @@
 # is over x (resx: with NJX_EVICT_UNLESS_OVER_X=1) and launches of up to 150% of L2 evict-first
 # (l2x150: NJX_EVICT_L2_PERCENT=150, for QK-norm at 4096 tokens), two rounds, 50 s a run; then
 # the forward rows' GPU tests (lib.sh's ROW_FORWARD_FILTERS and the NonFinite tests) over the
-# library under resx's knobs. Two archives: $OUT/evres.tgz and $OUT/evres-tests.tgz.
+# library under resx's knobs (TESTS=0: not). Two archives: $OUT/evres.tgz and $OUT/evres-tests.tgz.
+# SETTINGS (evres, knobs): the settings, LABEL[:KNOB=V,...] separated by spaces.
 set -euo pipefail
 # shellcheck source=scripts/experiments/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -36,16 +37,18 @@ case "${1:-}" in
   evres)
     nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader || true
     resx=NJX_EVICT_RESIDUAL=4096,NJX_EVICT_UNLESS_OVER_X=1
+    default_settings="plan res:NJX_EVICT_RESIDUAL=4096 resx:$resx l2x150:NJX_EVICT_L2_PERCENT=150"
+    read -r -a settings <<<"${SETTINGS:-$default_settings}"
     ONLY=${ONLY:-1,5,6,7} HIDDENS=${HIDDENS:-2048,4096} BUDGET=${BUDGET:-50} \
-      harness_settings evres .devcarry/evres plan res:NJX_EVICT_RESIDUAL=4096 "resx:$resx" \
-      l2x150:NJX_EVICT_L2_PERCENT=150
+      harness_settings evres .devcarry/evres "${settings[@]}"
+    [[ "${TESTS:-1}" == 1 ]] || exit 0
     status=0
     test_shards evres .devcarry/evres "${resx//,/ }" 120 "${ROW_FORWARD_FILTERS[@]}" \
       'NonFinite.*' || status=$?
     echo "the forward GPU tests under resx's knobs: exit $status"
     ;;
   *)
-    sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
     ;;
 esac
