@@ -83,10 +83,15 @@ ab_variants() {
 # (LABEL, or LABEL:VAR=VALUE,...: those knobs in the environment), in turn, ROUNDS times (default
 # 2), over the variants ONLY (default 1) at TOKENS (default 1024,4096,16384) of HIDDENS (default
 # 2048,4096,8192), each run stopped after BUDGET seconds (default 100); its log, section and JSON
-# as NAME/r<round>-<LABEL>.* in $out/NAME.tgz.
+# as NAME/r<round>-<LABEL>.* in $out/NAME.tgz. SETTINGS, when set, replaces the SETTINGs given
+# (the same forms, separated by spaces).
 harness_settings() {
-  local name=$1 lib=$2 dir=$out/$1 round setting label status knobs
+  local name=$1 lib=$2 dir=$out/$1 round setting label status knobs given
   shift 2
+  if [[ -n "${SETTINGS:-}" ]]; then
+    read -r -a given <<<"$SETTINGS"
+    set -- "${given[@]}"
+  fi
   mkdir -p "$dir"
   for round in $(seq "${ROUNDS:-2}"); do
     for setting in "$@"; do

@@ -22,25 +22,22 @@
 # (l2x150: NJX_EVICT_L2_PERCENT=150, for QK-norm at 4096 tokens), two rounds, 50 s a run; then
 # the forward rows' GPU tests (lib.sh's ROW_FORWARD_FILTERS and the NonFinite tests) over the
 # library under resx's knobs (TESTS=0: not). Two archives: $OUT/evres.tgz and $OUT/evres-tests.tgz.
-# SETTINGS (evres, knobs): the settings, LABEL[:KNOB=V,...] separated by spaces.
+# SETTINGS (evres, knobs): the settings, LABEL[:KNOB=V,...] separated by spaces (lib.sh).
 set -euo pipefail
 # shellcheck source=scripts/experiments/lib.sh
 source "$(dirname "$0")/lib.sh"
-default_settings='plan v8s:NJX_FWD_VALUES=8,NJX_FWD_AHEAD=0 v16:NJX_FWD_VALUES=16'
-default_settings+=' early:NJX_EARLY_H=1 evict:NJX_EVICT_MAX_ROW=8192'
 case "${1:-}" in
   knobs)
-    read -r -a settings <<<"${SETTINGS:-$default_settings}"
     ONLY=${ONLY:-1,6} TOKENS=${TOKENS:-1024,4096} BUDGET=${BUDGET:-60} \
-      harness_settings knobs .devcarry/fv "${settings[@]}"
+      harness_settings knobs .devcarry/fv plan v8s:NJX_FWD_VALUES=8,NJX_FWD_AHEAD=0 \
+      v16:NJX_FWD_VALUES=16 early:NJX_EARLY_H=1 evict:NJX_EVICT_MAX_ROW=8192
     ;;
   evres)
     nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader || true
     resx=NJX_EVICT_RESIDUAL=4096,NJX_EVICT_UNLESS_OVER_X=1
-    default_settings="plan res:NJX_EVICT_RESIDUAL=4096 resx:$resx l2x150:NJX_EVICT_L2_PERCENT=150"
-    read -r -a settings <<<"${SETTINGS:-$default_settings}"
     ONLY=${ONLY:-1,5,6,7} HIDDENS=${HIDDENS:-2048,4096} BUDGET=${BUDGET:-50} \
-      harness_settings evres .devcarry/evres "${settings[@]}"
+      harness_settings evres .devcarry/evres plan res:NJX_EVICT_RESIDUAL=4096 "resx:$resx" \
+      l2x150:NJX_EVICT_L2_PERCENT=150
     [[ "${TESTS:-1}" == 1 ]] || exit 0
     status=0
     test_shards evres .devcarry/evres "${resx//,/ }" 120 "${ROW_FORWARD_FILTERS[@]}" \

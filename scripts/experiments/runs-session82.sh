@@ -17,11 +17,9 @@ source "$(dirname "$0")/lib.sh"
 case "${1:-}" in
   qk)
     nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader || true
-    default_settings='plan c256:NJX_FWD_CTA=256 c512:NJX_FWD_CTA=512 v8:NJX_FWD_VALUES=8'
-    default_settings+=' v32:NJX_FWD_VALUES=32'
-    read -r -a settings <<<"${SETTINGS:-$default_settings}"
     ONLY=5 TOKENS=${TOKENS:-2048,4096,8192,16384} HIDDENS=4096 BUDGET=${BUDGET:-30} \
-      harness_settings qk .devcarry/fv "${settings[@]}"
+      harness_settings qk .devcarry/fv plan c256:NJX_FWD_CTA=256 c512:NJX_FWD_CTA=512 \
+      v8:NJX_FWD_VALUES=8 v32:NJX_FWD_VALUES=32
     ;;
   *)
     sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2
