@@ -156,6 +156,9 @@ class Store {
   void discard(const std::string& key);
 
   bool writable() const;  // false when memory-only
+  // Whether the writable directory holds a valid entry for key: what a prewarm has made, where
+  // a load may also find the memory layer (a save that failed, a name a directory has taken).
+  bool published(const std::string& key);
   const StoreOptions& options() const;
   StoreStats stats() const;
   // Counters of every Store that used this writable directory, persisted best-effort in

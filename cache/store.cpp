@@ -814,6 +814,11 @@ void Store::save(const Entry& entry) {
   impl_->flush_stats();
 }
 
+bool Store::published(const std::string& key) {
+  Entry entry;
+  return detail::is_key(key) && impl_->writable && impl_->lookup(0, key, &entry) == Lookup::kHit;
+}
+
 void Store::discard(const std::string& key) {
   if (!detail::is_key(key)) return;
   impl_->forget(key);

@@ -133,6 +133,21 @@ void init_sized(T* out, size_t size, const T& defaults) {
   out->size = size;
 }
 
+// The first published size of each sized struct (its fields through the one named): the least
+// its consumer takes, and all that its plain _init function writes. Programs built before the
+// _init macros call that function with a struct of the size their header had, which may be any
+// size since the first: writing this library's sizeof overran the older ones (a stack overflow
+// in the caller), so it writes the first version alone, defaults and size, and a field such a
+// program sets past it is not read (it takes the fields the first version had).
+constexpr size_t kFirstEngineConfig =
+    offsetof(normjit_engine_config, dram_gbps) + sizeof(normjit_engine_config::dram_gbps);
+constexpr size_t kFirstLaunchArgs = offsetof(normjit_launch_args, residual_out_strides) +
+                                    sizeof(normjit_launch_args::residual_out_strides);
+constexpr size_t kFirstBackwardArgs =
+    offsetof(normjit_backward_args, batch) + sizeof(normjit_backward_args::batch);
+constexpr size_t kFirstEngineStats =
+    offsetof(normjit_engine_stats, bad_entries) + sizeof(normjit_engine_stats::bad_entries);
+
 // A caller's sized struct of `size` bytes (its `size` field): a smaller size than the first
 // published version is refused (not such a struct; or not initialised with its _init function),
 // and so is a size beyond any plausible struct (an uninitialised size). A later version only
@@ -218,7 +233,7 @@ void normjit_engine_config_init_sized(normjit_engine_config* config, size_t size
 
 // The entry point of programs built before the header's macro (in parentheses: not the macro).
 void(normjit_engine_config_init)(normjit_engine_config* config) {
-  normjit_engine_config_init_sized(config, sizeof(normjit_engine_config));
+  normjit_engine_config_init_sized(config, kFirstEngineConfig);
 }
 
 normjit_status normjit_engine_create_ex(const normjit_engine_config* config, normjit_engine** out) {
@@ -230,9 +245,8 @@ normjit_status normjit_engine_create_ex(const normjit_engine_config* config, nor
           "config", "NULL", "fill a normjit_engine_config with normjit_engine_config_init");
     }
     // The first published struct ended at dram_gbps; prewarm came later.
-    check_args_size(config, config->size,
-                    offsetof(normjit_engine_config, dram_gbps) + sizeof(config->dram_gbps),
-                    sizeof(normjit_engine_config), "normjit_engine_config", "config.size");
+    check_args_size(config, config->size, kFirstEngineConfig, sizeof(normjit_engine_config),
+                    "normjit_engine_config", "config.size");
     normjit_engine_config c{};
     std::memcpy(&c, config, std::min(config->size, sizeof(normjit_engine_config)));
     // Named as the C struct (and Python's Engine) names it: the C++ engine would refuse its own
@@ -374,7 +388,7 @@ void normjit_launch_args_init_sized(normjit_launch_args* args, size_t size) {
 }
 
 void(normjit_launch_args_init)(normjit_launch_args* args) {
-  normjit_launch_args_init_sized(args, sizeof(normjit_launch_args));
+  normjit_launch_args_init_sized(args, kFirstLaunchArgs);
 }
 
 normjit_status normjit_launch_ex(const normjit_kernel* kernel, const normjit_launch_args* args,
@@ -385,10 +399,8 @@ normjit_status normjit_launch_ex(const normjit_kernel* kernel, const normjit_lau
     }
     // args->size says which version of the struct the caller was compiled with. Every field
     // through residual_out_strides is the first published version.
-    check_args_size(args, args->size,
-                    offsetof(normjit_launch_args, residual_out_strides) +
-                        sizeof(normjit_launch_args::residual_out_strides),
-                    sizeof(normjit_launch_args), "normjit_launch_args");
+    check_args_size(args, args->size, kFirstLaunchArgs, sizeof(normjit_launch_args),
+                    "normjit_launch_args");
     normjit_launch_args a;
     normjit_launch_args_init(&a);
     std::memcpy(&a, args, std::min(args->size, sizeof(normjit_launch_args)));
@@ -422,7 +434,7 @@ void normjit_backward_args_init_sized(normjit_backward_args* args, size_t size) 
 }
 
 void(normjit_backward_args_init)(normjit_backward_args* args) {
-  normjit_backward_args_init_sized(args, sizeof(normjit_backward_args));
+  normjit_backward_args_init_sized(args, kFirstBackwardArgs);
 }
 
 normjit_status normjit_launch_backward(const normjit_kernel* kernel,
@@ -433,9 +445,8 @@ normjit_status normjit_launch_backward(const normjit_kernel* kernel,
       normjit::throw_invalid_argument("args", "NULL", "fill one with normjit_backward_args_init");
     }
     // Every field through batch is the first published version.
-    check_args_size(args, args->size,
-                    offsetof(normjit_backward_args, batch) + sizeof(normjit_backward_args::batch),
-                    sizeof(normjit_backward_args), "normjit_backward_args");
+    check_args_size(args, args->size, kFirstBackwardArgs, sizeof(normjit_backward_args),
+                    "normjit_backward_args");
     normjit_backward_args a;
     normjit_backward_args_init(&a);
     std::memcpy(&a, args, std::min(args->size, sizeof(normjit_backward_args)));
@@ -487,7 +498,7 @@ void normjit_engine_stats_init_sized(normjit_engine_stats* stats, size_t size) {
 }
 
 void(normjit_engine_stats_init)(normjit_engine_stats* stats) {
-  normjit_engine_stats_init_sized(stats, sizeof(normjit_engine_stats));
+  normjit_engine_stats_init_sized(stats, kFirstEngineStats);
 }
 
 normjit_status normjit_engine_counters_ex(const normjit_engine* engine,
@@ -500,10 +511,7 @@ normjit_status normjit_engine_counters_ex(const normjit_engine* engine,
     }
     // Every field through bad_entries is the first published version. An output: of a newer
     // caller's larger struct, the fields after this library's are not written.
-    check_struct_size(
-        stats->size,
-        offsetof(normjit_engine_stats, bad_entries) + sizeof(normjit_engine_stats::bad_entries),
-        "normjit_engine_stats", "stats.size");
+    check_struct_size(stats->size, kFirstEngineStats, "normjit_engine_stats", "stats.size");
     const normjit::EngineCounters c = engine->engine.counters();
     normjit_engine_stats s;
     s.size = stats->size;

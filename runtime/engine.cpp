@@ -9,6 +9,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "cache/cache.hpp"
 #include "normjit/normjit.hpp"
@@ -16,6 +17,7 @@
 #include "runtime/device.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/single_flight.hpp"
+#include "runtime/workspace_owner.hpp"
 #include "templates/normjit/params.cuh"  // plain C++: the host uses the same struct
 
 namespace normjit {
@@ -195,18 +197,14 @@ struct LoadedKernel {
   int64_t co_resident = 0;  // CTAs of this kernel the device holds at once
 
   // Split kernels keep arrival counters in a workspace, so launches sharing one must be
-  // ordered: one workspace per stream, and one per (capture, stream) for launches recorded
-  // into a CUDA graph, whose replays run apart from the stream's other work (a graph's
-  // replays are ordered among themselves). Taken under a mutex on split launches only.
+  // ordered: one workspace per stream (per thread for CU_STREAM_PER_THREAD), and one per
+  // (capture, stream) for launches recorded into a CUDA graph, whose replays run apart from the
+  // stream's other work (a graph's replays are ordered among themselves): workspace_owner.hpp.
+  // Taken under a mutex on split launches only.
   float* workspace(CUstream stream) const;
 
-  struct WorkspaceOwner {
-    CUstream stream;
-    unsigned long long capture;  // the capture sequence's id; 0: not capturing
-    bool operator==(const WorkspaceOwner&) const = default;
-  };
   mutable std::mutex workspace_mutex;
-  mutable std::vector<std::pair<WorkspaceOwner, std::unique_ptr<Allocation>>> workspaces;
+  mutable std::vector<std::pair<detail::WorkspaceOwner, std::unique_ptr<Allocation>>> workspaces;
 };
 
 // Launches k over `batch` with params (its workspace filled in here for cooperative plans).
@@ -232,7 +230,8 @@ float* LoadedKernel::workspace(CUstream stream) const {
   cuuint64_t capture = 0;
   NORMJIT_CU(
       cu.cuStreamGetCaptureInfo(stream, &status, &capture, nullptr, nullptr, nullptr, nullptr));
-  const WorkspaceOwner owner{stream, status == CU_STREAM_CAPTURE_STATUS_ACTIVE ? capture : 0};
+  const detail::WorkspaceOwner owner =
+      detail::workspace_owner(stream, status == CU_STREAM_CAPTURE_STATUS_ACTIVE ? capture : 0);
   std::lock_guard<std::mutex> lock(workspace_mutex);
   for (const auto& [o, allocation] : workspaces) {
     if (o == owner) return reinterpret_cast<float*>(allocation->get());
@@ -295,6 +294,11 @@ class EngineImpl {
   // one compile per cache key (two classes may share a kernel); other callers wait for it.
   detail::SingleFlight<ClassKey, std::shared_ptr<const LoadedKernel>, ClassKeyHash> class_builds_;
   detail::SingleFlight<std::string, std::shared_ptr<const CompiledKernel>> compiles_;
+
+  // Batch classes that prepare() found in no cache layer with JIT off (its spec's other class,
+  // whose batches the spec's own kernel serves): not looked up, or warned about, again.
+  std::mutex missing_mutex_;
+  std::unordered_set<ClassKey, ClassKeyHash> missing_classes_;
 
   std::mutex context_mutex_;
   CUcontext primary_ = nullptr;  // retained primary context of options_.device, if we used it
@@ -510,6 +514,16 @@ Kernel EngineImpl::prepare(const NormSpec& spec) {
     out.source_ = Source::kMemory;
     return out;
   }
+  if (own_hit != table->end() && options_.jit_disabled) {
+    const std::lock_guard lock(missing_mutex_);
+    if (missing_classes_.count(other_key) != 0) {  // the other class missed before: as then
+      memory_hits_++;
+      Kernel out;
+      out.impl_ = own_hit->second;
+      out.source_ = Source::kMemory;
+      return out;
+    }
+  }
   const std::vector<NormSpec> classes = batch_class_specs(spec);
   const NormSpec& other = classes[1];
   // Both missing: the other class compiles on a second thread beside this one (NVRTC and the
@@ -528,11 +542,19 @@ Kernel EngineImpl::prepare(const NormSpec& spec) {
     if (e.code() != ErrorCode::kCacheMiss) throw;
     // JIT off and the other class in no cache layer (a cache prewarmed by precompile holds
     // both): this class's kernel serves every batch, the same bits, planned for the other.
-    cache::warn("the kernel of " + other.to_string() + " (launches of " +
-                (batch_class(other) == kBatchFewRows ? "at most " : "more than ") +
-                std::to_string(few_rows_limit(spec)) +
-                " rows) is in no cache layer and JIT is off: the kernel of " + spec.to_string() +
-                " serves them");
+    // Once: later calls take the hot path's answer (above) without probing every layer.
+    bool first = false;
+    {
+      const std::lock_guard lock(missing_mutex_);
+      first = missing_classes_.insert(other_key).second;
+    }
+    if (first) {
+      cache::warn("the kernel of " + other.to_string() + " (launches of " +
+                  (batch_class(other) == kBatchFewRows ? "at most " : "more than ") +
+                  std::to_string(few_rows_limit(spec)) +
+                  " rows) is in no cache layer and JIT is off: the kernel of " + spec.to_string() +
+                  " serves them");
+    }
   }
   return out;
 }
@@ -580,13 +602,14 @@ bool EngineImpl::precompile_one(const NormSpec& spec, const std::string& arch) {
   const EmittedKernel emitted = emit(p);
   const cache::KeyInputs inputs = key_inputs(p, emitted, target);
   const std::string key = inputs.key();
-  if (store_->load(key)) return false;
+  // A prewarm engine's product is the entry in its directory, not a kernel the memory layer
+  // kept where a save failed (a full disk, a lost permission: the store then memory-only, with a
+  // warning) or where a directory has taken the entry's name: neither counts as done.
+  if (options_.prewarm ? store_->published(key) : store_->load(key).has_value()) return false;
   if (options_.jit_disabled) throw_jit_disabled(spec, target, key);
   bool compiled_here = false;
   compile_and_save(key, spec, p, emitted, inputs, target, /*recheck_cache=*/true, &compiled_here);
-  // A save that failed (a full disk, a lost permission) leaves the store memory-only, with a
-  // warning: a prewarm must not go on as if the kernel were in its directory.
-  if (options_.prewarm && !store_->writable()) {
+  if (options_.prewarm && !store_->published(key)) {
     throw_invalid_argument("cache_dir", quoted_excerpt(store_->options().dir),
                            "a prewarm engine could not write the kernel of " + spec.to_string() +
                                " for " + target.text() + " there (see the warning above)");
@@ -1223,8 +1246,8 @@ void Engine::run(const NormSpec& spec, const void* x, void* y, const void* weigh
   // The variants' pointers (residual, scale, statistics) and strided rows need
   // prepare(spec).launch(args, stream): here they are absent, and a spec that needs one is
   // refused, naming it, before a device is needed.
+  spec.validate();  // first: batch() of a hand-built spec past its rank reads past its shape
   const LaunchArgs args{x, y, weight, bias, spec.batch(), float(spec.eps)};
-  spec.validate();
   detail::launch_params(spec, args);
   prepare(spec).launch(args, stream);
 }

@@ -4,6 +4,7 @@
 // launches every spec of the manifest correctly with zero NVRTC calls. A kernel the directory
 // lacks is a kCacheMiss that names the spec, never a silent compile.
 #include <cstdlib>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
@@ -145,6 +146,58 @@ TEST_F(Deployment, MissWithJitOffNamesTheSpec) {
     EXPECT_NE(std::string(e.what()).find(absent.to_string()), std::string::npos) << e.what();
   }
   EXPECT_EQ(engine.counters().nvrtc_compiles, 0u);
+}
+
+// JIT off, a row spec's other batch class in no layer: the spec's own kernel serves every
+// batch, with one warning for the engine, not one a call (each call probed every layer for
+// the other class again and warned again). A layer with the other class alone is a miss that
+// names the spec.
+TEST_F(Deployment, AMissingBatchClassIsWarnedAboutOnce) {
+  const NormSpec spec =
+      NormSpec::parse("op=rmsnorm shape=4,4096 dtype=bf16 normalized_dims=1 affine=weight");
+  const std::string full = tmp_ / "full";
+  {
+    EngineOptions o;
+    o.prewarm = true;
+    o.cache_dir = full;
+    Engine prewarm(o);
+    prewarm.precompile(spec, arch_);
+  }
+  std::vector<std::filesystem::path> entries;
+  for (const auto& e : std::filesystem::directory_iterator(full)) {
+    if (e.path().extension() == ".entry") entries.push_back(e.path());
+  }
+  ASSERT_EQ(entries.size(), 2u) << "one entry a batch class";
+  int served = 0;
+  for (const std::filesystem::path& kept : entries) {
+    TempDir layer, writable;
+    std::filesystem::copy_file(kept, std::filesystem::path(layer.path()) / kept.filename());
+    EngineOptions o;
+    o.readonly_cache_dirs = {layer.path()};
+    o.jit_disabled = true;
+    o.cache_dir = writable.path();
+    Engine engine(o);
+    std::vector<std::string> warnings;
+    cache::set_warning_sink([&](const std::string& message) { warnings.push_back(message); });
+    try {
+      for (int call = 0; call < 3; ++call) {
+        const RunResult r = run_and_compare(engine, spec, Values::kNormal, 11 + call);
+        EXPECT_TRUE(r.all_finite);
+        EXPECT_LT(r.rel_error, tolerance(spec.dtype));
+      }
+      ++served;
+      EXPECT_EQ(warnings.size(), 1u);
+      for (const std::string& w : warnings) {
+        EXPECT_NE(w.find("is in no cache layer and JIT is off"), std::string::npos) << w;
+      }
+      EXPECT_EQ(engine.counters().nvrtc_compiles, 0u);
+    } catch (const Error& e) {  // the layer holds the other class alone
+      EXPECT_EQ(e.code(), ErrorCode::kCacheMiss) << e.what();
+      EXPECT_NE(std::string(e.what()).find(spec.to_string()), std::string::npos) << e.what();
+    }
+    cache::set_warning_sink(nullptr);
+  }
+  EXPECT_EQ(served, 1) << "one of the two layers holds the spec's own class";
 }
 
 }  // namespace

@@ -92,7 +92,9 @@ void normjit_engine_config_init(normjit_engine_config* config);
  * first `size` bytes of the caller's struct with the defaults of the fields it has (zeros past
  * them) and sets config->size = size, so that a library newer than the program writes no byte
  * past the program's struct. The function above is the entry point of programs built before
- * this macro; it fills this library's sizeof. The same holds for each _init below. */
+ * this macro, whose struct may be of any version since the first: it fills the first published
+ * version (through dram_gbps here) and sets that size, so such a program's later fields are
+ * not read; rebuild it to set them. The same holds for each _init below. */
 void normjit_engine_config_init_sized(normjit_engine_config* config, size_t size);
 #define normjit_engine_config_init(config) \
   normjit_engine_config_init_sized((config), sizeof *(config))

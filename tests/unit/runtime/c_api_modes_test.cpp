@@ -3,6 +3,7 @@
 // off, precompile refuses to compile; the prepared-kernel calls check their arguments.
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -283,6 +284,69 @@ TEST(CApiEngineConfig, InitCreatesAndRefusesNamingTheField) {
 
 // normjit_version is the header's version (CMakeLists.txt holds the project's to it), and
 // leaves the latest error for the caller to read.
+// Whether every byte of `s` from `from` on is still `fill`.
+template <class T>
+bool untouched_from(const T& s, size_t from, unsigned char fill) {
+  const unsigned char* bytes = reinterpret_cast<const unsigned char*>(&s);
+  for (size_t i = from; i < sizeof s; ++i) {
+    if (bytes[i] != fill) return false;
+  }
+  return true;
+}
+
+// The plain _init functions (in parentheses: not the macros) are what programs built before the
+// macros call, with a struct of their header's size, which may be the first published one: they
+// write that version alone (a program built then had fewer bytes than this library's sizeof: the
+// write past them overran its stack), and what they write is taken by the struct's consumer.
+TEST(CApiSizedStructs, ThePlainInitFunctionsWriteTheFirstPublishedVersionAlone) {
+  constexpr unsigned char kFill = 0x5a;
+  normjit_engine_config config;
+  std::memset(&config, kFill, sizeof config);
+  (normjit_engine_config_init)(&config);
+  const size_t first_config =
+      offsetof(normjit_engine_config, dram_gbps) + sizeof(normjit_engine_config::dram_gbps);
+  EXPECT_LT(first_config, sizeof config);  // the struct has grown since: the case that overran
+  EXPECT_EQ(config.size, first_config);
+  EXPECT_EQ(config.dram_gbps, 0);
+  EXPECT_EQ(config.options.cache_dir, nullptr);
+  EXPECT_TRUE(untouched_from(config, first_config, kFill));
+  testing::TempDir dir;
+  config.options.cache_dir = dir.path().c_str();
+  normjit_engine* engine = nullptr;
+  EXPECT_EQ(normjit_engine_create_ex(&config, &engine), NORMJIT_OK) << normjit_last_error();
+  normjit_engine_destroy(engine);
+
+  normjit_launch_args launch;
+  std::memset(&launch, kFill, sizeof launch);
+  (normjit_launch_args_init)(&launch);
+  const size_t first_launch = offsetof(normjit_launch_args, residual_out_strides) +
+                              sizeof(normjit_launch_args::residual_out_strides);
+  EXPECT_EQ(launch.size, first_launch);
+  EXPECT_EQ(launch.eps, 1e-5);
+  EXPECT_EQ(launch.inner_rows, 1);
+  EXPECT_TRUE(untouched_from(launch, first_launch, kFill));
+
+  normjit_backward_args backward;
+  std::memset(&backward, kFill, sizeof backward);
+  (normjit_backward_args_init)(&backward);
+  const size_t first_backward =
+      offsetof(normjit_backward_args, batch) + sizeof(normjit_backward_args::batch);
+  EXPECT_LT(first_backward, sizeof backward);  // dresidual_out came later
+  EXPECT_EQ(backward.size, first_backward);
+  EXPECT_EQ(backward.x, nullptr);
+  EXPECT_EQ(backward.batch, 0);
+  EXPECT_TRUE(untouched_from(backward, first_backward, kFill));
+
+  normjit_engine_stats stats;
+  std::memset(&stats, kFill, sizeof stats);
+  (normjit_engine_stats_init)(&stats);
+  const size_t first_stats =
+      offsetof(normjit_engine_stats, bad_entries) + sizeof(normjit_engine_stats::bad_entries);
+  EXPECT_EQ(stats.size, first_stats);
+  EXPECT_EQ(stats.bad_entries, 0u);
+  EXPECT_TRUE(untouched_from(stats, first_stats, kFill));
+}
+
 TEST(CApiVersion, TheLibraryReportsTheHeadersVersion) {
   const std::string header = std::to_string(NORMJIT_VERSION_MAJOR) + "." +
                              std::to_string(NORMJIT_VERSION_MINOR) + "." +

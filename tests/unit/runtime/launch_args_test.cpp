@@ -362,6 +362,27 @@ TEST(LaunchArgs, EngineRunNamesTheVariantArgumentItCannotPass) {
   }
 }
 
+TEST(LaunchArgs, EngineRunValidatesAHandBuiltSpecBeforeReadingIt) {
+  // A spec past its rank or with no shape at all: refused, naming the field, where its batch
+  // was read first (past the end of the shape: a crash under ASan, garbage without).
+  EngineOptions o;
+  o.memory_only = true;
+  Engine engine(o);
+  NormSpec past_rank = rows_spec();
+  past_rank.normalized_dims = 5;
+  NormSpec no_shape = rows_spec();
+  no_shape.shape.clear();
+  for (const NormSpec& spec : {past_rank, no_shape}) {
+    try {
+      engine.run(spec, fake(1), fake(2), nullptr, nullptr, nullptr);
+      ADD_FAILURE() << "run accepted an invalid spec";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+      EXPECT_TRUE(has(e.what(), "shape") || has(e.what(), "normalized_dims")) << e.what();
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------
 // C: normjit_launch_args and normjit_launch_ex
 
