@@ -6,6 +6,7 @@
 // with launches the graph's replays are not ordered with.
 #include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "harness.hpp"
@@ -114,6 +115,35 @@ TEST_F(Capture, GraphsAndEagerLaunchesOfOneSplitKernelInterleave) {
     eager_a.synchronize();
     expect_close(a, Values::kNormal, "eager, round " + std::to_string(r));
   }
+}
+
+TEST_F(Capture, TwoThreadsOnTheirPerThreadStreamsKeepTheirOwnCounters) {
+  // CU_STREAM_PER_THREAD is one handle for a different stream in each thread: two threads
+  // launching one split kernel on it, at once, each with a workspace of its own (one shared
+  // workspace's counters, counted by both launches: a hang or wrong sums).
+  device::PrimaryContext context;
+  Engine engine(test_engine_options());
+  const NormSpec spec = make(Op::kLayerNorm, {3, 1000003}, Dtype::kBF16, Affine::kBoth, 1);
+  ASSERT_EQ(plan(spec, device::target_of(context.device())).strategy, Strategy::kRowSplit);
+  const Kernel kernel = engine.prepare(spec);
+  CUcontext current = nullptr;
+  NORMJIT_CU(driver::api().cuCtxGetCurrent(&current));
+  auto per_thread = reinterpret_cast<CUstream_st*>(CU_STREAM_PER_THREAD);
+  auto work = [&](Values values, uint64_t seed) {
+    NORMJIT_CU(driver::api().cuCtxSetCurrent(current));
+    Problem p(spec, values, seed);
+    for (int r = 0; r < 8; ++r) {
+      p.new_x(values, seed + r);
+      p.poison();
+      kernel.launch(LaunchArgs{p.x.get(), p.y.get(), p.w.get(), p.b.get(), spec.batch(), 1e-5f},
+                    per_thread);
+      NORMJIT_CU(driver::api().cuStreamSynchronize(CU_STREAM_PER_THREAD));
+      expect_close(p, values, "per-thread stream, seed " + std::to_string(seed + r));
+    }
+  };
+  std::thread first(work, Values::kNormal, 40), second(work, Values::kLargeMean, 60);
+  first.join();
+  second.join();
 }
 
 TEST_F(Capture, KernelFirstPreparedInsideTheCapture) {
