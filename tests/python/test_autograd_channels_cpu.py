@@ -60,12 +60,12 @@ def reference_grads(op, x, weight, bias, eps, dy, groups=1):
     return [t.grad if t is not None else None for t in leaves]
 
 
-def ours(op, x, weight, bias, eps, groups=1):
+def ours(op, x, weight, bias, eps, groups=1, activation=None):
     if op == "group_norm":
-        return njt.group_norm(x, groups, weight, bias, eps)
+        return njt.group_norm(x, groups, weight, bias, eps, activation=activation)
     if op == "rms_norm_channels":
-        return njt.rms_norm_channels(x, weight, eps)
-    return njt.layer_norm_channels(x, weight, bias, eps)
+        return njt.rms_norm_channels(x, weight, eps, activation=activation)
+    return njt.layer_norm_channels(x, weight, bias, eps, activation=activation)
 
 
 def close(got, ref, rtol):
@@ -177,6 +177,17 @@ def rms2d_backward_args():
             torch.randn(6), 1e-5)
 
 
+def channels_last(t):
+    """t with its channels innermost (channels_last for 4-D, any rank's analogue)."""
+    return t.movedim(1, -1).contiguous().movedim(-1, 1)
+
+
+def gn_backward_args_channels_last():
+    return (channels_last(torch.randn(2, 6, 3, 5)), channels_last(torch.randn(2, 6, 3, 5)),
+            torch.randn(2, 3, 1, 1, 1), torch.rand(2, 3, 1, 1, 1) + 0.5, torch.randn(6), True, 3,
+            1e-5)
+
+
 OPCHECKS = [
     ("group_norm_train", lambda: (torch.randn(2, 6, 5), 3, torch.randn(6), torch.randn(6), 1e-5)),
     ("group_norm_train", lambda: (torch.randn(2, 6, 3, 5, dtype=torch.bfloat16), 6, None, None,
@@ -192,6 +203,14 @@ OPCHECKS = [
     ("rms_norm_channels_backward", lambda: rms2d_backward_args()[:3] + (None, 1e-5)),
     ("layer_norm_channels_backward", ln2d_backward_args),
     ("layer_norm_channels_backward", lambda: ln2d_backward_args()[:4] + (None, False, 1e-6)),
+    # channels last: dx too, whichever path computes it (here PyTorch's gradient)
+    ("group_norm_backward", gn_backward_args_channels_last),
+    ("rms_norm_channels_backward", lambda: tuple(
+        channels_last(t) if i < 2 else t for i, t in enumerate(rms2d_backward_args()))),
+    ("layer_norm_channels_backward", lambda: tuple(
+        channels_last(t) if i < 2 else t for i, t in enumerate(ln2d_backward_args()))),
+    ("group_norm_train", lambda: (channels_last(torch.randn(2, 6, 3, 5)), 3, torch.randn(6),
+                                  torch.randn(6), 1e-5)),
 ]
 
 
@@ -719,6 +738,61 @@ def test_the_training_decision_tells_channels_last_from_other_strides(emu):
         y, _, _ = torch.ops.normjit.group_norm_train(other, 3, None, None, 1e-5)
     close(y, ref, 1e-5)
     assert emu.kinds() == ["launch_ex"]
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_a_call_with_an_activation_tells_channels_last_from_other_strides(emu, op):
+    """Inference with an activation (the decision cached with the variant): a channels-last x
+    takes the layout=nhwc kernel; then an x of the same shape sliced from a wider tensor, and one
+    with its spatial dims transposed, are not taken for channels last (PyTorch's result, with
+    the reason), and every result is right (a kernel reading them as channels last would not
+    be)."""
+    torch.manual_seed(14)
+    w = torch.randn(8)
+    b = torch.randn(8) if op != "rms_norm_channels" else None
+    last = torch.randn(2, 8, 6, 6).to(memory_format=torch.channels_last)
+    sliced = torch.randn(2, 16, 6, 6)[:, :8]
+    transposed = torch.randn(2, 8, 6, 6).transpose(2, 3)
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", njt.NormjitFallbackWarning)
+        for x in (last, sliced, transposed):
+            y = ours(op, x, w, b, 1e-5, 4, activation="silu")
+            ref = torch_reference(op, x.double(), w.double(),
+                                  b.double() if b is not None else None, 1e-5, 4)
+            close(y, F.silu(ref), 1e-5)
+    assert emu.kinds() == ["launch"]
+    assert emu.specs[0].endswith(" activation=silu layout=nhwc"), emu.specs
+    assert [m for m in fallbacks(caught) if "non-contiguous input" in m], fallbacks(caught)
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_opcheck_of_a_channels_last_backward_through_the_kernel(emu, op):
+    """The backward op of a channels-last x launches the layout=nhwc kernel, which writes dx
+    channels last: the fake implementation says so too (torch.compile allocates and reads dx by
+    it), and a refused kernel's PyTorch gradient is returned channels last as well."""
+    torch.manual_seed(15)
+    x, dy = channels_last(torch.randn(2, 8, 3, 5)), channels_last(torch.randn(2, 8, 3, 5))
+    w, b = torch.randn(8), torch.randn(8)
+    ops = torch.ops.normjit
+    if op == "group_norm":
+        _, mean, rstd = ops.group_norm_train(x, 4, w, b, 1e-5)
+        backward, args = ops.group_norm_backward, (dy, x, mean, rstd, w, True, 4, 1e-5)
+    elif op == "rms_norm_channels":
+        _, rstd = ops.rms_norm_channels_train(x, w, 1e-5)
+        backward, args = ops.rms_norm_channels_backward, (dy, x, rstd, w, 1e-5)
+    else:
+        _, mean, rstd = ops.layer_norm_channels_train(x, w, b, 1e-6)
+        backward, args = ops.layer_norm_channels_backward, (dy, x, mean, rstd, w, True, 1e-6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", njt.NormjitFallbackWarning)
+        dx = backward(*args)[0]
+        torch.library.opcheck(backward.default, args)
+    assert emu.specs[-1].endswith(" layout=nhwc backward=true"), emu.specs
+    assert dx.stride() == x.stride()
+    with pytest.warns(njt.NormjitFallbackWarning, match="gradient dtype"):
+        theirs = backward(dy.double(), *args[1:])[0]  # PyTorch's gradient, computed channels first
+    assert theirs.stride() == x.stride()
+    close(theirs, dx.double(), 1e-5)
 
 
 def test_a_gradient_of_another_dtype_falls_back(emu):

@@ -209,6 +209,9 @@ OPS = [
     ("rms_norm_backward", lambda: rms_backward_args()[:3] + (None, [64], 1e-6)),
     ("layer_norm_backward", ln_backward_args),
     ("layer_norm_backward", lambda: ln_backward_args()[:4] + (None, False, [64], 1e-5)),
+    # normalized_shape the whole input's: dbias is dy summed over no rows, a copy of it
+    ("layer_norm_backward", lambda: (torch.randn(64), torch.randn(64), torch.randn(1),
+                                     torch.rand(1) + 0.5, torch.randn(64), True, [64], 1e-5)),
 ]
 
 
@@ -489,6 +492,32 @@ def test_add_rms_norm_with_only_y_used_trains_and_in_place_is_pytorchs(emu):
     assert emu.kinds() == ["launch_ex", "launch_backward"]  # nothing launched in place
 
 
+@pytest.mark.parametrize("op", ["add_rms_norm", "add_layer_norm"])
+def test_in_place_adds_tell_autograd_that_x_and_residual_changed(emu, op):
+    """inplace=True: the kernel writes y into x and h into residual through their pointers, and
+    their version counters are bumped as by PyTorch's in-place ops: a backward that saved x (x @
+    W's, for W's gradient) raises instead of computing from the overwritten x. Inference tensors
+    (no version counter) are written all the same."""
+    torch.manual_seed(21)
+    W = torch.randn(64, 64, requires_grad=True)
+    x, r, w = torch.randn(4, 64), torch.randn(4, 64), torch.randn(64)
+    loss = (x @ W).sum()
+    versions = x._version, r._version
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", njt.NormjitFallbackWarning)
+        getattr(njt, op)(x, r, 64, w, inplace=True)
+    assert emu.kinds() == ["launch_ex"]
+    assert x._version > versions[0] and r._version > versions[1]
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
+    with torch.inference_mode():
+        xi, ri = torch.randn(4, 64), torch.randn(4, 64)
+        h = xi + ri
+        getattr(njt, op)(xi, ri, 64, w, inplace=True)
+    torch.testing.assert_close(ri, h)
+    assert emu.kinds() == ["launch_ex"] * 2
+
+
 def test_inference_keeps_the_plain_kernel_and_same_decision_cache(emu):
     """no_grad and inputs that need no grad: normjit_launch, no statistics, no training op."""
     m = njt.RMSNorm(64)
@@ -611,6 +640,25 @@ def test_a_misaligned_dresidual_out_is_added_after_the_kernel(emu):
     dx2, _ = torch.ops.normjit.rms_norm_backward(dy, x, rstd, w, [64], 1e-6, 0.0, aligned)
     assert emu.last("launch_backward")["dresidual_out"] == aligned.data_ptr()
     close(dx2, dx, 1e-6)
+
+
+def test_a_fallback_gradient_over_the_whole_input_aliases_no_input(emu):
+    """layer_norm of a 1-D x (normalized_shape its whole shape: dbias is dy summed over no rows)
+    whose gradient the backward kernel cannot read (a view 12 bytes past a 16-byte boundary):
+    PyTorch's gradient, in fresh tensors (a custom op's output may not alias an input), the
+    values float64 autograd's."""
+    torch.manual_seed(20)
+    x = (torch.randn(64) * 2 + 1).requires_grad_()
+    w = (1 + 0.3 * torch.randn(64)).requires_grad_()
+    b = torch.randn(64, requires_grad=True)
+    dz = torch.randn(67)
+    y = njt.layer_norm(x, (64,), w, b)
+    with pytest.warns(njt.NormjitFallbackWarning, match="not 16-byte aligned"):
+        torch.cat([torch.zeros(3), y]).backward(dz)  # y's gradient: dz[3:]
+    assert emu.kinds() == ["launch_ex"]
+    ref = reference_grads("ln", x, (64,), w, b, 1e-5, dz[3:])
+    for got, r in zip((x.grad, w.grad, b.grad), ref):
+        close(got, r, 1e-5)
 
 
 def test_double_backward_is_pytorchs(emu):

@@ -340,3 +340,143 @@ def test_channel_functions_refuse_eps_none_on_every_device(on_device, monkeypatc
         else:
             with pytest.raises(TypeError, match=f"^{name}: eps must be a float, not None$"):
                 call()
+
+
+# ---------------------------------------------------------------------------------------
+# torch.autocast: the norms PyTorch's autocast runs in float32 are PyTorch's there
+# ---------------------------------------------------------------------------------------
+
+def test_the_autocast_table_is_the_installed_pytorchs():
+    """On CUDA, autocast runs F.layer_norm and F.group_norm in float32 (and F.rms_norm where the
+    installed PyTorch lists it): those functions, layer_norm_channels (timm's LayerNorm2d calls
+    F.layer_norm) with them, are PyTorch's under autocast there; on CPU, whatever the dispatcher
+    says (none in PyTorch 2.15). The channel RMSNorm, no PyTorch function, is never in it."""
+    def listed(aten, key):
+        return torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{aten}", key)
+
+    cuda = _ops._AUTOCAST_F32["cuda"]
+    assert {"layer_norm", "layer_norm_channels", "group_norm"} <= cuda
+    assert ("rms_norm" in cuda) == listed("rms_norm", "AutocastCUDA")
+    assert "rms_norm_channels" not in cuda
+    assert _ops._AUTOCAST_F32["cpu"] == {op for op, aten in _ops._AUTOCAST_ATEN.items()
+                                         if listed(aten, "AutocastCPU")}
+
+
+class _Recorder:
+    """A stand-in library: prepare records spec texts, launches are recorded and write nothing."""
+
+    def __init__(self):
+        self.specs, self.launches = [], []
+
+    def prepare(self, spec):
+        self.specs.append(spec)
+        return 0x7F0000001000 + 0x100 * len(self.specs)
+
+    def launch(self, *args):
+        self.launches.append(args)
+        return 0
+
+    def launch_ex(self, *args):
+        self.launches.append(args)
+        return 0
+
+
+def _autocast_case(name):
+    """(op whose PyTorch counterpart autocast may run in float32, ours, theirs) of bfloat16
+    inputs: a function, a module, a patched layer."""
+    torch.manual_seed(5)
+    x, x4 = torch.randn(3, 16).bfloat16(), torch.randn(2, 16, 3, 5).bfloat16()
+    w, b = torch.randn(16).bfloat16(), torch.randn(16).bfloat16()
+    if name == "layer_norm":
+        return (name, lambda: njt.layer_norm(x, 16, w, b),
+                lambda: F.layer_norm(x, (16,), w, b))
+    if name == "rms_norm":
+        return name, lambda: njt.rms_norm(x, 16, w, 1e-6), lambda: F.rms_norm(x, (16,), w, 1e-6)
+    if name == "group_norm-silu":
+        return ("group_norm", lambda: njt.group_norm(x4, 4, w, b, activation="silu"),
+                lambda: F.silu(F.group_norm(x4, 4, w, b)))
+    if name == "layer_norm_channels":
+        return (name, lambda: njt.layer_norm_channels(x4, w, b),
+                lambda: F.layer_norm(x4.movedim(1, -1), (16,), w, b, 1e-6).movedim(-1, 1))
+    if name == "LayerNorm":
+        ours, theirs = njt.LayerNorm(16).bfloat16(), torch.nn.LayerNorm(16).bfloat16()
+        return "layer_norm", lambda: ours(x), lambda: theirs(x)
+    theirs = torch.nn.GroupNorm(4, 16).bfloat16()
+    ours = torch.nn.GroupNorm(4, 16).bfloat16()
+    njt.patch(ours)
+    return "group_norm", lambda: ours(x4), lambda: theirs(x4)
+
+
+@pytest.mark.parametrize("name", ["layer_norm", "rms_norm", "group_norm-silu",
+                                  "layer_norm_channels", "LayerNorm", "patched-GroupNorm"])
+def test_under_autocast_the_norms_it_runs_in_float32_are_pytorchs(name, monkeypatch):
+    """CUDA's autocast list stood in for CPU's (CPU tensors take the launch path into a
+    recorder): under torch.autocast, a norm that autocast runs in float32 is PyTorch's, as
+    autocast computes it (float32 on CUDA), with one warning; before and after, the kernel (the
+    decision cache holds no autocast state)."""
+    from conftest import launch_path_into
+
+    monkeypatch.setitem(_ops._AUTOCAST_F32, "cpu", _ops._AUTOCAST_F32["cuda"])
+    op, ours, theirs = _autocast_case(name)
+    listed = op in _ops._AUTOCAST_F32["cuda"]
+    recorder = _Recorder()
+    with launch_path_into(monkeypatch, recorder), torch.no_grad():
+        ours()
+        assert len(recorder.launches) == 1
+        with torch.autocast("cpu"), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", njt.NormjitFallbackWarning)
+            y, expected = ours(), theirs()
+            ours()
+        ours()
+    warned = [str(w.message) for w in caught if w.category is njt.NormjitFallbackWarning]
+    if listed:
+        assert len(recorder.launches) == 2
+        assert torch.equal(y, expected) and y.dtype == expected.dtype
+        assert warned == [f"normjit.torch.{op}: torch.autocast is enabled for cpu and runs this "
+                          "function's PyTorch counterpart in float32 (normjit's kernel returns "
+                          "the input's dtype, torch.bfloat16); running PyTorch's implementation"]
+    else:
+        assert len(recorder.launches) == 4 and not warned
+
+
+def test_under_autocast_a_float32_input_keeps_the_kernel(monkeypatch):
+    """A float32 input is computed in float32 under autocast too: normjit's kernel, no warning."""
+    from conftest import launch_path_into
+
+    monkeypatch.setitem(_ops._AUTOCAST_F32, "cpu", _ops._AUTOCAST_F32["cuda"])
+    x, x4 = torch.randn(3, 16), torch.randn(2, 16, 3, 5)
+    recorder = _Recorder()
+    with launch_path_into(monkeypatch, recorder), torch.autocast("cpu"), \
+            warnings.catch_warnings():
+        warnings.simplefilter("error", njt.NormjitFallbackWarning)
+        njt.layer_norm(x, 16)
+        njt.group_norm(x4, 4)
+    assert len(recorder.launches) == 2
+
+
+def test_under_autocast_compile_traces_pytorchs_norm(monkeypatch, quiet):
+    """torch.compile(fullgraph=True) under autocast: the norms autocast runs in float32 trace
+    PyTorch's function (no normjit op in the graph, nothing launched), no graph break."""
+    from conftest import keeping_backend, launch_path_into
+
+    monkeypatch.setitem(_ops._AUTOCAST_F32, "cpu", _ops._AUTOCAST_F32["cuda"])
+    x4 = torch.randn(2, 16, 3, 5).bfloat16()
+    w, b = torch.randn(16).bfloat16(), torch.randn(16).bfloat16()
+
+    def step(x):
+        y = njt.group_norm(x, 4, w, b, activation="silu")
+        return njt.layer_norm(y.movedim(1, -1), 16, w, b)
+
+    graphs = {"fw": [], "bw": []}
+    recorder = _Recorder()
+    torch._dynamo.reset()
+    try:
+        with launch_path_into(monkeypatch, recorder), torch.no_grad(), torch.autocast("cpu"):
+            y = torch.compile(step, fullgraph=True, backend=keeping_backend(graphs))(x4)
+            expected = step(x4)
+    finally:
+        torch._dynamo.reset()
+    code = "\n".join(graphs["fw"])
+    assert "normjit" not in code and "group_norm" in code and "layer_norm" in code, code
+    assert not recorder.launches
+    torch.testing.assert_close(y, expected)

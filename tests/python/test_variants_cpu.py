@@ -733,6 +733,37 @@ def test_patch_recognises_gemma_rms_norm(fake_transformers, stub):
         assert torch.equal(layer(x), b)
 
 
+@pytest.mark.parametrize("weight_dtype, x_dtype, served", [
+    (torch.float32, torch.bfloat16, False),  # float32 out: the layer's own forward
+    (torch.float16, torch.bfloat16, False),  # float32 out
+    (torch.bfloat16, torch.bfloat16, True),
+    (torch.float16, torch.float32, True),    # float32 out, x's: normjit (param_dtype=f16)
+], ids=["f32-bf16", "f16-bf16", "bf16-bf16", "f16-f32"])
+def test_patched_llama_rms_norm_keeps_the_dtype_of_its_result(fake_transformers, stub,
+                                                              weight_dtype, x_dtype, served):
+    """LlamaRMSNorm returns weight * normalized.to(x.dtype): the dtype weight and x promote to.
+    Where that is not x's, the patched layer runs its own forward (the same result, with the
+    warning); where it is, normjit's kernel."""
+    import importlib
+    llama = importlib.import_module("transformers.models.llama.modeling_llama")
+    layer = llama.LlamaRMSNorm(64).to(weight_dtype)
+    x = torch.randn(3, 64, dtype=x_dtype)
+    with torch.no_grad():
+        expected = layer(x)
+        assert [n for n, _ in njt.patch(layer).replaced] == [""]
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", njt.NormjitFallbackWarning)
+            y = layer(x)
+    assert y.dtype == expected.dtype
+    warned = [str(w.message) for w in caught if w.category is njt.NormjitFallbackWarning]
+    if served:
+        assert len(stub.launches) == 1 and not warned, warned
+    else:
+        assert not stub.launches and torch.equal(y, expected)
+        assert len(warned) == 1 and (f"weight dtype {weight_dtype} with input dtype {x_dtype} "
+                                     "(LlamaRMSNorm returns") in warned[0], warned
+
+
 def test_patched_gemma_falls_back_to_its_own_forward(fake_transformers, quiet):
     layer = fake_transformers["gemma3"].Gemma3RMSNorm(32)
     with torch.no_grad():

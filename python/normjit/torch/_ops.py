@@ -1,10 +1,11 @@
 """normjit's kernels as PyTorch functions and torch.library custom ops.
 
-An eager call costs one dict lookup before its launch: the decision for a call (launch this
+An eager call costs one dict lookup before its launch (and one C call reading whether
+torch.autocast is on): the decision for a call (launch this
 prepared kernel, or fall back for this reason) is cached under a key of everything the
 argument checks and the fallback reasons read (op, normalized_shape or groups, eps, the variant
-arguments, grad mode, and each tensor's class, shape, dtype, device, contiguity (the input's
-strides where it is not contiguous) and requires_grad), so the checks run once per kind of call
+arguments, grad mode, and each tensor's class, shape, dtype, device, contiguity (its strides
+where it is not contiguous) and requires_grad), so the checks run once per kind of call
 and what follows a hit is the outputs' torch.empty and one call of normjit_launch on the current
 stream (through the extension module normjit._launch, or ctypes where it is missing:
 normjit._capi.launch_function). Calls that need the variant axes (weight_offset, out_dtype and
@@ -45,10 +46,14 @@ of float32, float16, bfloat16), weight and bias of two dtypes, or non-contiguous
 a bias without a weight; an empty input; an eps that is no positive float32; a view not 16-byte
 aligned (or a residual or row the kernel's vector width
 finds misaligned, which the library's message names); fp8 output on a GPU before sm_89 (the
-library's message); a problem the library does not take. The warning comes first; where
-PyTorch's implementation then raises (e.g. F.layer_norm on CUDA with a bfloat16 input and a
-float32 weight), its exception propagates unchanged, as with PyTorch alone (on CPU tensors
-PyTorch's mixed-dtype kernels compute some of those cases, and so does the fallback).
+library's message); a problem the library does not take; under torch.autocast, a call of
+layer_norm or rms_norm without keyword variants, or of layer_norm_channels or group_norm (and
+the modules), with an input of float16 or bfloat16, whose PyTorch counterpart autocast runs in
+float32 (CUDA's float32 list as the installed PyTorch registers it: the result is then float32,
+as PyTorch's). The warning comes
+first; where PyTorch's implementation then raises (e.g. F.layer_norm on CUDA with a bfloat16
+input and a float32 weight), its exception propagates unchanged, as with PyTorch alone (on CPU
+tensors PyTorch's mixed-dtype kernels compute some of those cases, and so does the fallback).
 Arguments that are wrong for PyTorch too (a weight of the wrong shape or on another device,
 groups that do not divide the channels, a normalized_shape that is not the input's trailing
 shape) and wrong variant arguments (a residual of another shape or dtype, an fp8 out_dtype
@@ -118,6 +123,28 @@ _CHANNEL_OPS = {"rms_norm_channels": "rmsnorm", "layer_norm_channels": "layernor
 # input, and CPU tensors fall back to it). tests/python/test_variants_gpu.py checks this
 # against PyTorch on the GPU machine.
 _LAYER_NORM_MIXED: set = set()
+# The functions whose PyTorch counterpart torch.autocast runs in float32, by device type: those
+# whose aten op (F.layer_norm's for layer_norm_channels too: timm's LayerNorm2d calls it) the
+# installed PyTorch gives an autocast kernel, its float32 cast policy for the norms (CUDA:
+# layer_norm, group_norm, and rms_norm in recent releases; CPU: none). Under autocast such a call
+# is PyTorch's implementation, whose result is float32 (normjit's kernels return the input's
+# dtype); rms_norm_channels, the keyword variants and the add_* functions, which are no PyTorch
+# function, keep the dtypes their docstrings give.
+_AUTOCAST_ATEN = {"rms_norm": "rms_norm", "layer_norm": "layer_norm",
+                  "layer_norm_channels": "layer_norm", "group_norm": "group_norm"}
+
+
+def _autocast_f32_ops(key: str) -> frozenset:
+    """The functions whose aten op has a kernel of its own for dispatch key `key` (autocast's
+    cast for that device type); none where this PyTorch cannot say (a private query)."""
+    try:
+        has = torch._C._dispatch_has_kernel_for_dispatch_key
+        return frozenset(op for op, aten in _AUTOCAST_ATEN.items() if has("aten::" + aten, key))
+    except (AttributeError, RuntimeError):
+        return frozenset()
+
+
+_AUTOCAST_F32 = {"cuda": _autocast_f32_ops("AutocastCUDA"), "cpu": _autocast_f32_ops("AutocastCPU")}
 
 # (library op, shape class, dtype, weight?, bias?[, variant axes], device index) ->
 # (normjit_kernel*, elements per batch item); or (None, message) when normjit does not take that
@@ -137,6 +164,10 @@ _calls: dict = {}
 _CALLS_MAX = 4096
 
 _is_compiling = torch.compiler.is_compiling  # dynamo folds it to True while tracing
+_increment_version = torch.autograd.graph.increment_version  # one tensor (PyTorch 2.4's form)
+# One C call, which dynamo folds; a PyTorch without it asks per device type.
+_any_autocast = getattr(torch._C, "_is_any_autocast_enabled", None) or (
+    lambda: torch.is_autocast_enabled("cuda") or torch.is_autocast_enabled("cpu"))
 _grad_enabled = torch.is_grad_enabled
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 if _raw_stream is None:  # older PyTorch
@@ -186,6 +217,10 @@ def _reason_text(code: str, x: Tensor, weight: Optional[Tensor], bias: Optional[
         return f"eps {eps!r} (normjit computes in float32 and needs a finite eps > 0 there)"
     if code == "align":
         return "a data pointer not 16-byte aligned (a view with a storage offset)"
+    if code == "autocast":
+        return (f"torch.autocast is enabled for {x.device.type} and runs this function's "
+                f"PyTorch counterpart in float32 (normjit's kernel returns the input's dtype, "
+                f"{x.dtype})")
     return code  # normjit's own message (a problem the library does not take)
 
 
@@ -216,6 +251,18 @@ def _on_device(x: Tensor) -> bool:
     so that CPU tensors take the launch path into an emulated library, every other check
     unchanged."""
     return x.is_cuda
+
+
+def _autocast_f32(op: str, x: Tensor) -> bool:
+    """Whether torch.autocast is enabled for x's device type and runs op's PyTorch counterpart in
+    float32 there (_AUTOCAST_F32) where x is not float32 (a float32 x is computed in float32
+    either way): the call is then PyTorch's, as autocast computes it. One C call where no
+    autocast is enabled; traceable by dynamo (it folds the autocast state, which its guards
+    hold)."""
+    if not _any_autocast() or not isinstance(x, Tensor) or x.dtype == torch.float32:
+        return False
+    device = x.device.type
+    return op in _AUTOCAST_F32.get(device, ()) and torch.is_autocast_enabled(device)
 
 
 def _channels_last(x: Tensor) -> bool:
@@ -621,8 +668,11 @@ def _decide(op: str, arg, x: Tensor, weight: Optional[Tensor], bias: Optional[Te
 
 
 def _tensor_key(t: Tensor) -> tuple:
-    """What the argument checks and _why_not read of a tensor (all but its data pointer)."""
-    return (t.__class__, t.shape, t.dtype, t.device, t.is_contiguous(), t.requires_grad)
+    """What the argument checks and _why_not read of a tensor (all but its data pointer), its
+    strides included where it is not contiguous: channels last or other strides decide a
+    channel form's call (the layout=nhwc kernel, or the fallback)."""
+    return (t.__class__, t.shape, t.dtype, t.device, t.is_contiguous() or t.stride(),
+            t.requires_grad)
 
 
 _NO_TENSOR = (None,)
@@ -773,14 +823,29 @@ def _run(ex: _Ex, x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],
         if ex.strided and "_rows." in error.message:
             ex.by_strides[strides] = error.message
         return error.message
+    if ex.inplace:
+        _wrote_in_place(x, residual)
     return y, h, mean, rstd
+
+
+def _wrote_in_place(*tensors: Tensor) -> None:
+    """Tells autograd that a kernel wrote these tensors in place through their pointers, as
+    PyTorch's in-place ops do (their version counters bumped): a tensor saved for a backward and
+    overwritten then makes that backward raise instead of giving a wrong gradient. Inference
+    tensors have no version counter."""
+    for t in tensors:
+        if not t.is_inference():
+            _increment_version(t)
 
 
 def _eager(op: str, arg, x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],
            eps: Optional[float], variant: Optional[tuple] = None) -> Optional[Tensor]:
     """normjit's y; or None, after the fallback warning, when PyTorch's implementation must
-    compute this call. variant: the channel forms' activation (variant[4]), or None."""
-    if variant is None:
+    compute this call (also under torch.autocast where it runs op's PyTorch counterpart in
+    float32). variant: the channel forms' activation (variant[4]), or None."""
+    if _any_autocast() and _autocast_f32(op, x):
+        decision = "autocast"
+    elif variant is None:
         decision = _decision(op, arg, x, weight, bias, eps)
     else:
         decision = _decision_ex(op, arg, x, weight, bias, eps, variant, None, None)
@@ -865,8 +930,12 @@ def _traced_why_not(op: str, arg, x: Tensor, weight: Optional[Tensor],
                     residual: Optional[Tensor] = None,
                     scale: Optional[Tensor] = None) -> Optional[str]:
     """Under torch.compile: the checks and the fallback reason, traced by dynamo. Strides
-    are left to the custom op, which falls back itself where they cannot be served."""
+    are left to the custom op, which falls back itself where they cannot be served. A call
+    without the keyword variants under torch.autocast that runs its PyTorch counterpart in
+    float32: "autocast", as in eager."""
     _check(op, arg, x, weight, bias, variant, residual, scale)
+    if variant is None and _autocast_f32(op, x):
+        return "autocast"
     return _why_not(x, weight, bias, eps, op, residual)
 
 
@@ -1447,9 +1516,7 @@ def _channels_train_decision(op: str, arg, x: Tensor, weight: Optional[Tensor],
     key = None
     if eps.__class__ is float:
         try:
-            # x's strides where it is not contiguous: channels last or not decides the call.
             key = ("save_stats", op, arg, eps, activation, *_tensor_key(x),
-                   x.is_contiguous() or x.stride(),
                    *(_NO_TENSOR if weight is None else _tensor_key(weight)),
                    *(_NO_TENSOR if bias is None else _tensor_key(bias)))
             return _calls[key]
@@ -1512,9 +1579,10 @@ def _backward_warn(op: str, code: str, dy: Tensor, x: Tensor, weight: Optional[T
 
 
 def _sum_over(t: Tensor, dims: tuple) -> Tensor:
-    """t summed over dims, kept (size 1); t itself when there are none (Tensor.sum(()) would sum
-    everything)."""
-    return t.sum(dims, keepdim=True) if dims else t
+    """t summed over dims, kept (size 1), a fresh tensor; a contiguous copy of t when there are
+    none (Tensor.sum(()) would sum everything; t itself could be a view of the backward op's
+    gradient, which a custom op's output may not alias)."""
+    return t.sum(dims, keepdim=True) if dims else t.clone(memory_format=torch.contiguous_format)
 
 
 def _activation_slope(z: Tensor, activation: str) -> Tensor:
@@ -1748,7 +1816,8 @@ def _backward(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor], rstd:
     after the kernel without one where that kernel cannot serve the call (a misaligned dh, a
     problem the library has no such kernel for). activation: the forward's, after its affine
     step (dy is its output's gradient); bias: the forward's, which the activation's input
-    needs."""
+    needs. dx of the channel forms and group_norm has x's memory format (channels last stays
+    channels last), whichever computes it, as their backward ops' fake implementations say."""
     if dh is not None:
         dx = _backward_with_dh(op, arg, dy, x, mean, rstd, weight, has_bias, eps, offset, dh,
                                activation, bias)
@@ -1764,7 +1833,8 @@ def _backward(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor], rstd:
     # (layout=nhwc), dy copied channels last where it is not, and write dx channels last;
     # group_norm's channels-last kernel covers at most 512 vectors of channels, and past that
     # takes contiguous copies of x and dy (the channels-first kernel).
-    nhwc = op in _NHWC_BACKWARD and not x.is_contiguous() and _channels_last(x)
+    nhwc = last = op in _NHWC_BACKWARD and not x.is_contiguous() and _channels_last(x)
+    x_in = x
     if nhwc:
         dy_last = dy
         if not _channels_last(dy) or dy.shape != x.shape:
@@ -1782,11 +1852,16 @@ def _backward(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor], rstd:
     if decision.__class__ is tuple:
         decision = _run_backward_kernel(decision, x, dy, mean, rstd, weight, has_bias, nhwc,
                                         bias=_read_bias(activation, bias))
-        if decision.__class__ is tuple:
-            return decision
-    _backward_warn(op, decision, dy, x, weight, eps)
-    return _torch_backward(op, arg, dy, x, weight, has_bias, mean, rstd, eps, offset,
-                           activation, bias)
+    if decision.__class__ is not tuple:
+        _backward_warn(op, decision, dy, x, weight, eps)
+        decision = _torch_backward(op, arg, dy, x, weight, has_bias, mean, rstd, eps, offset,
+                                   activation, bias)
+    dx, dw, db = decision
+    if last and dx.is_contiguous():
+        # Computed channels first (contiguous copies, PyTorch's gradient): dx in x's memory
+        # format all the same, as the backward ops' fake implementations say.
+        dx = _fresh_channels(dx, x_in)
+    return dx, dw, db
 
 
 # The training forward ops: y and the statistics (float32, _stats_of's shape).
@@ -1971,9 +2046,11 @@ def _group_norm_backward_op(grad: Tensor, input: Tensor, mean: Tensor, rstd: Ten
                                            weight, has_bias, eps, 0.0, None, activation, bias))
 
 
-def _fake_grads(input: Tensor, weight: Optional[Tensor],
-                has_bias: bool) -> Tuple[Tensor, Tensor, Tensor]:
-    return (input.new_empty(input.shape),
+def _fake_grads(input: Tensor, weight: Optional[Tensor], has_bias: bool,
+                channels: bool = False) -> Tuple[Tensor, Tensor, Tensor]:
+    """(dx, dweight, dbias) of a backward op: dx contiguous, or for the channel forms and
+    group_norm (channels) in the input's memory format, as _backward returns it."""
+    return (_empty_like_layout(input) if channels else input.new_empty(input.shape),
             weight.new_empty(weight.shape) if weight is not None else _no_param(input),
             weight.new_empty(weight.shape) if has_bias and weight is not None
             else _no_param(input))
@@ -1993,17 +2070,17 @@ def _(grad, input, mean, rstd, weight, has_bias, normalized_shape, eps, weight_o
 
 @_rms_norm_channels_backward_op.register_fake
 def _(grad, input, rstd, weight, eps, activation=None):
-    return _fake_grads(input, weight, False)[:2]
+    return _fake_grads(input, weight, False, channels=True)[:2]
 
 
 @_layer_norm_channels_backward_op.register_fake
 def _(grad, input, mean, rstd, weight, has_bias, eps, activation=None, bias=None):
-    return _fake_grads(input, weight, has_bias)
+    return _fake_grads(input, weight, has_bias, channels=True)
 
 
 @_group_norm_backward_op.register_fake
 def _(grad, input, mean, rstd, weight, has_bias, num_groups, eps, activation=None, bias=None):
-    return _fake_grads(input, weight, has_bias)
+    return _fake_grads(input, weight, has_bias, channels=True)
 
 
 def _backward_op(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor], rstd: Tensor,
@@ -2194,11 +2271,12 @@ def _rms_norm_channels(x: Tensor, weight: Optional[Tensor], eps: float,
                        module: Optional[torch.nn.Module] = None,
                        activation: Optional[str] = None) -> Tensor:
     if _is_compiling():
-        if _traced_why_not("rms_norm_channels", 0, x, weight, None, eps) is None:
+        why = _traced_why_not("rms_norm_channels", 0, x, weight, None, eps)
+        if why is None:
             if activation is None:
                 return torch.ops.normjit.rms_norm_channels(x, weight, eps)
             return torch.ops.normjit.rms_norm_channels(x, weight, eps, activation)
-        if _trains("rms_norm_channels", x, weight, None, eps):
+        if why == "grad" and _trains("rms_norm_channels", x, weight, None, eps):
             return _train("rms_norm_channels", 0, x, weight, None, eps, 0.0, activation)
     else:
         y = _eager("rms_norm_channels", 0, x, weight, None, eps,
@@ -2232,11 +2310,12 @@ def _layer_norm_channels(x: Tensor, weight: Optional[Tensor], bias: Optional[Ten
                          module: Optional[torch.nn.Module] = None,
                          activation: Optional[str] = None) -> Tensor:
     if _is_compiling():
-        if _traced_why_not("layer_norm_channels", 0, x, weight, bias, eps) is None:
+        why = _traced_why_not("layer_norm_channels", 0, x, weight, bias, eps)
+        if why is None:
             if activation is None:
                 return torch.ops.normjit.layer_norm_channels(x, weight, bias, eps)
             return torch.ops.normjit.layer_norm_channels(x, weight, bias, eps, activation)
-        if _trains("layer_norm_channels", x, weight, bias, eps):
+        if why == "grad" and _trains("layer_norm_channels", x, weight, bias, eps):
             return _train("layer_norm_channels", 0, x, weight, bias, eps, 0.0, activation)
     else:
         y = _eager("layer_norm_channels", 0, x, weight, bias, eps,
@@ -2257,11 +2336,12 @@ def _group_norm(x: Tensor, num_groups: int, weight: Optional[Tensor], bias: Opti
     if num_groups.__class__ is not int or num_groups < 1:
         num_groups = _as_groups("group_norm", num_groups)
     if _is_compiling():
-        if _traced_why_not("group_norm", num_groups, x, weight, bias, eps) is None:
+        why = _traced_why_not("group_norm", num_groups, x, weight, bias, eps)
+        if why is None:
             if activation is None:
                 return torch.ops.normjit.group_norm(x, num_groups, weight, bias, eps)
             return torch.ops.normjit.group_norm(x, num_groups, weight, bias, eps, activation)
-        if _trains("group_norm", x, weight, bias, eps):
+        if why == "grad" and _trains("group_norm", x, weight, bias, eps):
             return _train("group_norm", num_groups, x, weight, bias, eps, 0.0, activation)
     else:
         y = _eager("group_norm", num_groups, x, weight, bias, eps,

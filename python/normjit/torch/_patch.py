@@ -10,9 +10,10 @@ Recognised layers:
   * torch.nn.LayerNorm, torch.nn.GroupNorm, torch.nn.RMSNorm and subclasses that keep their
     forward;
   * Hugging Face transformers' *RMSNorm classes whose forward is LlamaRMSNorm's (weight *
-    normalized x), and those whose forward and _norm are GemmaRMSNorm's (GemmaRMSNorm,
-    Gemma2RMSNorm, Gemma3RMSNorm: float32 math times (1 + weight), rounded once), computed by
-    rms_norm with weight_offset=1;
+    normalized x; a weight whose dtype promotes x's, such as a float32 weight with a bfloat16 x,
+    runs the layer's own forward, whose result has the promoted dtype), and those whose forward
+    and _norm are GemmaRMSNorm's (GemmaRMSNorm, Gemma2RMSNorm, Gemma3RMSNorm: float32 math times
+    (1 + weight), rounded once), computed by rms_norm with weight_offset=1;
   * timm's LayerNorm, GroupNorm, GroupNorm1, RmsNorm (trailing dims) and RmsNorm2d (channels);
   * LayerNorm over the channels of [N, C, *spatial], computed by layer_norm_channels: timm's
     LayerNorm2d and LayerNormExp2d, and any layer of class name LayerNorm2d with a float eps and
@@ -56,8 +57,8 @@ from typing import Callable, Dict, List, Optional, Tuple, Union
 
 import torch
 
-from ._ops import (_group_norm, _layer_norm, _layer_norm_channels, _param, _rms_norm,
-                   _rms_norm_channels, _variant)
+from ._ops import (_fallback_warn, _group_norm, _layer_norm, _layer_norm_channels, _param,
+                   _rms_norm, _rms_norm_channels, _variant)
 from .._fuse_code import fused_class, reduce_through
 
 __all__ = ["patch", "unpatch", "PatchReport"]
@@ -120,13 +121,25 @@ def _layer_norm_channels_forward(orig: Callable) -> Callable:
 
 
 def _hf_rms_norm_forward(orig: Callable) -> Callable:
-    """LlamaRMSNorm: weight * (x_f32 * rsqrt(mean(x_f32^2, -1) + eps)).to(x.dtype); normjit
-    rounds once instead of twice (same function, at most one rounding apart)."""
+    """LlamaRMSNorm: weight * (x_f32 * rsqrt(mean(x_f32^2, -1) + eps)).to(x.dtype), of the dtype
+    weight and x promote to; normjit rounds once instead of twice (same function, at most one
+    rounding apart) where that is x's dtype. A weight that promotes it (a float32 weight with a
+    bfloat16 x: a float32 result, the product of the normalized x rounded to bfloat16) runs the
+    layer's own forward, with the fallback warning: normjit's rms_norm returns x's dtype."""
     def forward(self, hidden_states):
         eps = getattr(self, "variance_epsilon", None)
         if eps is None:
             eps = self.eps
         weight = _param(self, "weight")
+        dtype = hidden_states.dtype
+        if weight.dtype != dtype and torch.promote_types(weight.dtype, dtype) != dtype:
+            _fallback_warn("rms_norm", (
+                f"weight dtype {weight.dtype} with input dtype {dtype} "
+                f"({type(self)._normjit_original_class.__name__} returns weight * "
+                f"normalized.to({dtype}), of dtype "
+                f"{torch.promote_types(weight.dtype, dtype)}; normjit returns the input's)"),
+                hidden_states, weight, None, eps)
+            return orig(self, hidden_states)
         return _rms_norm(hidden_states, weight.shape, weight, eps, orig, self)
     return forward
 
