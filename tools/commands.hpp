@@ -31,6 +31,8 @@ struct SpecFlags {
   bool save_stats = false;
   bool backward = false;
   bool any() const;  // a spec is given: --spec or any of the flags
+  // The first flag given ("--dtype", ...; "--spec" for the text), or "" where none is.
+  std::string first_given() const;
   // What --residual holds when given bare: a text no argument can hold (argv strings end at
   // their first NUL), so that an explicit --residual "" is still refused as empty.
   static inline const std::string kResidualOfX = std::string(1, '\0');

@@ -81,6 +81,19 @@ std::string version_text() {
   return text;
 }
 
+// What a command printed must have reached its reader: a failed write to standard output (a
+// full disk under `normjit dump ... > file`) is a failure, not a truncated success. 0, or 1
+// after saying so.
+int stdout_status() {
+  errno = 0;
+  if (!std::cout.flush() || std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    std::fprintf(stderr, "normjit: error: cannot write standard output (%s)\n",
+                 errno != 0 ? std::strerror(errno) : "write failed");
+    return 1;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -110,7 +123,10 @@ int main(int argc, char** argv) {
         return e.get_exit_code();
       }
     }
-    return app.exit(e);
+    const int code = app.exit(e);
+    // --help and --version print to standard output as every command does: there too a
+    // failed write is a failure.
+    return code == 0 ? stdout_status() : code;
   } catch (const normjit::Error& e) {
     std::fprintf(stderr, "normjit: error: %s\n", e.what());
     return 1;
@@ -118,13 +134,5 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "normjit: error: %s\n", e.what());
     return 1;
   }
-  // What a command printed must have reached its reader: a failed write to standard output (a
-  // full disk under `normjit dump ... > file`) is a failure, not a truncated success.
-  errno = 0;
-  if (!std::cout.flush() || std::fflush(stdout) != 0 || std::ferror(stdout)) {
-    std::fprintf(stderr, "normjit: error: cannot write standard output (%s)\n",
-                 errno != 0 ? std::strerror(errno) : "write failed");
-    return 1;
-  }
-  return 0;
+  return stdout_status();
 }

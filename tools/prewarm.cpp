@@ -58,37 +58,9 @@ constexpr size_t kMaxManifestBytes = size_t{16} << 20;
 // Nesting a manifest may have: it needs 3 ([{"shape": [...]}]); printing or destroying a JSON
 // value recurses on its depth, so a deeper one is refused while it is read.
 constexpr int kMaxManifestDepth = 32;
-// A path quoted in an error: whole unless absurdly long.
-constexpr size_t kPathExcerpt = 256;
 
 std::string read_manifest(const std::string& path) {
-  const auto unreadable = [&](int error) {
-    throw_invalid_argument("manifest", quoted_excerpt(path, kPathExcerpt),
-                           std::string("cannot be read (") + std::strerror(error) + ")");
-  };
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) unreadable(errno);
-  std::string text;
-  char buffer[1 << 16];
-  for (;;) {
-    const ssize_t n = ::read(fd, buffer, sizeof(buffer));
-    if (n == 0) break;
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const int error = errno;  // EISDIR for a directory
-      ::close(fd);
-      unreadable(error);
-    }
-    if (text.size() + size_t(n) > kMaxManifestBytes) {
-      ::close(fd);
-      throw_invalid_argument("manifest", quoted_excerpt(path, kPathExcerpt),
-                             "is larger than " + std::to_string(kMaxManifestBytes >> 20) +
-                                 " MiB; split it into several manifests");
-    }
-    text.append(buffer, size_t(n));
-  }
-  ::close(fd);
-  return text;
+  return read_bounded_file("manifest", path, kMaxManifestBytes, "split it into several manifests");
 }
 
 // The manifest's JSON value, built from nlohmann's SAX events (as its own DOM parser does, a

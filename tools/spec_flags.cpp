@@ -38,10 +38,29 @@ void check_residual_flag(const NormSpec& s, const std::string& given) {
 
 }  // namespace
 
-bool SpecFlags::any() const {
-  return text || op || shape || dtype || normalized_dims || groups || affine || eps ||
-         param_dtype || out_dtype || weight_offset || residual || activation || save_stats ||
-         layout || backward;
+bool SpecFlags::any() const { return !first_given().empty(); }
+
+std::string SpecFlags::first_given() const {
+  const std::pair<bool, const char*> flags[] = {{bool(text), "--spec"},
+                                                {bool(op), "--op"},
+                                                {bool(shape), "--shape"},
+                                                {bool(dtype), "--dtype"},
+                                                {bool(normalized_dims), "--normalized-dims"},
+                                                {bool(groups), "--groups"},
+                                                {bool(affine), "--affine"},
+                                                {bool(eps), "--eps"},
+                                                {bool(param_dtype), "--param-dtype"},
+                                                {bool(out_dtype), "--out-dtype"},
+                                                {bool(weight_offset), "--weight-offset"},
+                                                {bool(residual), "--residual"},
+                                                {bool(activation), "--activation"},
+                                                {save_stats, "--save-stats"},
+                                                {bool(layout), "--layout"},
+                                                {backward, "--backward"}};
+  for (const auto& [given, name] : flags) {
+    if (given) return name;
+  }
+  return "";
 }
 
 void SpecFlags::add_to(CLI::App& app, bool required) {
@@ -113,9 +132,15 @@ PrintedSpec printed_spec(const std::string& text) {
       continue;
     }
     first = false;
-    if (word.rfind("arch=", 0) == 0) {
+    const bool arch = word.rfind("arch=", 0) == 0, key = word.rfind("key=", 0) == 0;
+    if ((arch && out.arch) || (key && out.key)) {
+      // As a spec's own keys: given twice is an error, not the last one winning.
+      throw_invalid_argument("spec", quoted_excerpt(text),
+                             std::string("key '") + (arch ? "arch" : "key") + "' is given twice");
+    }
+    if (arch) {
       out.arch = word.substr(5);
-    } else if (word.rfind("key=", 0) == 0) {
+    } else if (key) {
       out.key = word.substr(4);
     } else {
       out.spec += (out.spec.empty() ? "" : " ") + word;

@@ -1,6 +1,11 @@
 #include "tools/util.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <sstream>
@@ -127,6 +132,36 @@ std::string indent(const std::string& text) {
   }
   while (!out.empty() && (out.back() == ' ' || out.back() == '\n')) out.pop_back();
   return out;
+}
+
+std::string read_bounded_file(const std::string& flag, const std::string& path, size_t max_bytes,
+                              const std::string& hint) {
+  const auto unreadable = [&](int error) {
+    throw_invalid_argument(flag, quoted_excerpt(path, kPathExcerpt),
+                           std::string("cannot be read (") + std::strerror(error) + ")");
+  };
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) unreadable(errno);
+  std::string text;
+  char buffer[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buffer, sizeof(buffer));
+    if (n == 0) break;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const int error = errno;  // EISDIR for a directory
+      ::close(fd);
+      unreadable(error);
+    }
+    if (text.size() + size_t(n) > max_bytes) {
+      ::close(fd);
+      throw_invalid_argument(flag, quoted_excerpt(path, kPathExcerpt),
+                             "is larger than " + std::to_string(max_bytes >> 20) + " MiB; " + hint);
+    }
+    text.append(buffer, size_t(n));
+  }
+  ::close(fd);
+  return text;
 }
 
 }  // namespace normjit::tools

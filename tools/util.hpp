@@ -54,4 +54,12 @@ PrintedSpec printed_spec(const std::string& text);
 
 std::string indent(const std::string& text);
 
+// A path quoted in an error: whole unless absurdly long.
+constexpr size_t kPathExcerpt = 256;
+// The whole of the file at `path`, given as `flag` (a directory, an unreadable file: an error
+// naming the flag, the path and why). A file of more than max_bytes, or one that never ends
+// (/dev/zero, a pipe), is refused before it fills memory, the error ending in `hint`.
+std::string read_bounded_file(const std::string& flag, const std::string& path, size_t max_bytes,
+                              const std::string& hint);
+
 }  // namespace normjit::tools

@@ -93,11 +93,30 @@ class Engine:
         handle = ctypes.c_void_p()
         lib.check(lib.normjit_engine_create_ex(ctypes.byref(config), ctypes.byref(handle)))
         self.handle: Optional[int] = handle.value
+        # close() may come from any thread, while others are inside a call (ctypes lets go of
+        # the GIL there): the engine is destroyed once, by the last call out.
+        self._lock = threading.Lock()
+        self._calls = 0  # calls in the library now
+        self._closing = False
+        self._process = False  # normjit.engine()'s, which lives as long as the process
 
-    def _live(self) -> int:
-        if self.handle is None:
-            raise ValueError("normjit.Engine: used after close()")
-        return self.handle
+    def _call(self, function, *args) -> None:
+        """function(handle, *args), checked, the engine kept alive until it returns."""
+        with self._lock:
+            if self.handle is None or self._closing:
+                raise ValueError("normjit.Engine: used after close()")
+            self._calls += 1
+            handle = self.handle
+        try:
+            self._lib.check(function(handle, *args))
+        finally:
+            with self._lock:
+                self._calls -= 1
+                last = self._closing and self._calls == 0 and self.handle is not None
+                if last:
+                    self.handle = None
+            if last:
+                self._lib.normjit_engine_destroy(handle)
 
     def precompile(self, spec: str, arch: str = "sm_90") -> bool:
         """Compiles the kernel of `spec` for `arch` ("sm_90", "sm_90:114" for a part with 114
@@ -105,31 +124,42 @@ class Engine:
         GPU needed. Returns True when this call ran NVRTC, False when the kernel was already
         cached (or another thread's call compiled it while this one waited)."""
         compiled = ctypes.c_int(0)
-        self._lib.check(self._lib.normjit_precompile(self._live(), _text(spec, "spec"),
-                                                     _text(arch, "arch"), ctypes.byref(compiled)))
+        self._call(self._lib.normjit_precompile, _text(spec, "spec"), _text(arch, "arch"),
+                   ctypes.byref(compiled))
         return bool(compiled.value)
 
     def prepare(self, spec: str) -> int:
         """The kernel of `spec` for the current CUDA context, compiled or loaded once: an opaque
         handle (normjit_kernel*) owned by the engine, the same for the same spec."""
         kernel = ctypes.c_void_p()
-        self._lib.check(self._lib.normjit_prepare(self._live(), _text(spec, "spec"),
-                                                  ctypes.byref(kernel)))
+        self._call(self._lib.normjit_prepare, _text(spec, "spec"), ctypes.byref(kernel))
         return kernel.value
 
     def counters(self) -> Counters:
         """What the engine counted so far (C: normjit_engine_counters_ex)."""
         stats = _EngineStats()
         self._lib.normjit_engine_stats_init_sized(ctypes.byref(stats), ctypes.sizeof(stats))
-        self._lib.check(self._lib.normjit_engine_counters_ex(self._live(), ctypes.byref(stats)))
+        self._call(self._lib.normjit_engine_counters_ex, ctypes.byref(stats))
         return Counters(stats.nvrtc_compiles, stats.memory_hits, stats.disk_hits,
                         stats.bad_entries)
 
     def close(self) -> None:
-        """Destroys the engine; the kernels it prepared become invalid."""
-        if self.handle is not None:
-            self._lib.normjit_engine_destroy(self.handle)
-            self.handle = None
+        """Destroys the engine (once every call in flight in other threads has returned); the
+        kernels it prepared become invalid. The process's engine, normjit.engine(), cannot be
+        closed: normjit.torch keeps the kernels it prepared."""
+        if self._process:
+            raise ValueError("normjit.Engine: the process's engine (normjit.engine()) lives as "
+                             "long as the process, and normjit.torch keeps its kernels; make an "
+                             "Engine of your own to close")
+        with self._lock:
+            if self.handle is None or self._closing:
+                return
+            self._closing = True
+            handle = self.handle if self._calls == 0 else None
+            if handle is not None:
+                self.handle = None
+        if handle is not None:
+            self._lib.normjit_engine_destroy(handle)
 
     def __enter__(self) -> "Engine":
         return self
@@ -218,7 +248,9 @@ def engine() -> Engine:
     if _engine is None:
         with _engine_lock:
             if _engine is None:
-                _engine = Engine()
+                made = Engine()
+                made._process = True
+                _engine = made
     return _engine
 
 

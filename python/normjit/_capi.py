@@ -311,8 +311,9 @@ def launch_ex_function():
     (every tensor's rows contiguous) or (inner_rows, x_strides[0], x_strides[1], y_strides[0],
     y_strides[1], residual_strides[0], residual_strides[1], residual_out_strides[0],
     residual_out_strides[1]). The extension module normjit._launch's where it is installed
-    (bound to this library's normjit_launch_ex and normjit_launch_args_init), else a function
-    that fills a LaunchArgs with normjit_launch_args_init and calls the ctypes function."""
+    (bound to this library's normjit_launch_ex and normjit_launch_args_init_sized), else a
+    function that fills a LaunchArgs with normjit_launch_args_init_sized and calls the ctypes
+    function."""
     lib = library()
     try:
         from normjit import _launch
@@ -325,12 +326,14 @@ def launch_ex_function():
 
 
 def _ctypes_launch_ex(lib: Library):
-    init, launch_ex = lib.normjit_launch_args_init, lib.normjit_launch_ex
+    # The sized init with ctypes' sizeof: the plain one fills the first published struct alone
+    # (for programs built before the header's macro), whose size hides the later fields.
+    init, launch_ex = lib.normjit_launch_args_init_sized, lib.normjit_launch_ex
 
     def launch(kernel, x, y, weight, bias, batch, eps, residual, residual_out, scale, mean,
                rstd, stream, rows):
         args = LaunchArgs()
-        init(ctypes.byref(args))
+        init(ctypes.byref(args), ctypes.sizeof(args))
         args.x, args.y, args.weight, args.bias = x, y, weight, bias
         args.batch, args.eps = batch, eps
         args.residual, args.residual_out, args.scale = residual, residual_out, scale
@@ -351,8 +354,8 @@ def launch_backward_function():
     dresidual_out None unless the spec has a residual, bias None unless the spec has an
     activation and affine both). The extension
     module normjit._launch's where it is installed (bound to this library's
-    normjit_launch_backward and normjit_backward_args_init), else a function that fills a
-    BackwardArgs with normjit_backward_args_init and calls the ctypes function."""
+    normjit_launch_backward and normjit_backward_args_init_sized), else a function that fills a
+    BackwardArgs with normjit_backward_args_init_sized and calls the ctypes function."""
     lib = library()
     try:
         from normjit import _launch
@@ -365,12 +368,14 @@ def launch_backward_function():
 
 
 def _ctypes_launch_backward(lib: Library):
-    init, launch_backward = lib.normjit_backward_args_init, lib.normjit_launch_backward
+    # The sized init, as _ctypes_launch_ex's: the plain one's size would drop dresidual_out
+    # and bias, which came after the first published struct.
+    init, launch_backward = lib.normjit_backward_args_init_sized, lib.normjit_launch_backward
 
     def launch(kernel, x, dy, mean, rstd, weight, dx, dweight, dbias, batch, stream,
                dresidual_out=None, bias=None):
         args = BackwardArgs()
-        init(ctypes.byref(args))
+        init(ctypes.byref(args), ctypes.sizeof(args))
         args.x, args.dy, args.mean, args.rstd, args.weight = x, dy, mean, rstd, weight
         args.dx, args.dweight, args.dbias, args.batch = dx, dweight, dbias, batch
         args.dresidual_out, args.bias = dresidual_out, bias

@@ -286,6 +286,38 @@ def test_launch_args_init_fills_the_defaults():
     assert b"invalid args.size 8" in lib.normjit_last_error()
 
 
+def test_the_ctypes_launch_functions_pass_the_whole_struct():
+    """Without the extension module: the ctypes launch functions fill their struct with the sized
+    init, so that its size is ctypes' sizeof and the fields after the first published struct
+    (backward's dresidual_out and bias) reach the library (the plain init's size dropped them)."""
+    lib = _capi.library()
+    seen = []
+
+    class Recording:  # the library's init functions, a launch that keeps what it is given
+        normjit_launch_args_init_sized = lib.normjit_launch_args_init_sized
+        normjit_backward_args_init_sized = lib.normjit_backward_args_init_sized
+
+        @staticmethod
+        def normjit_launch_ex(kernel, args, stream):
+            seen.append(_capi.LaunchArgs.from_buffer_copy(args._obj))
+            return 0
+
+        @staticmethod
+        def normjit_launch_backward(kernel, args, stream):
+            seen.append(_capi.BackwardArgs.from_buffer_copy(args._obj))
+            return 0
+
+    launch_ex = _capi._ctypes_launch_ex(Recording)
+    assert launch_ex(1, 2, 3, None, None, 4, 1e-6, 5, 6, 7, None, None, None, None) == 0
+    launch_backward = _capi._ctypes_launch_backward(Recording)
+    assert launch_backward(1, 2, 3, None, 4, None, 5, None, None, 6, None, 7, 8) == 0
+    forward, backward = seen
+    assert forward.size == ctypes.sizeof(_capi.LaunchArgs)
+    assert (forward.residual, forward.residual_out, forward.scale, forward.eps) == (5, 6, 7, 1e-6)
+    assert backward.size == ctypes.sizeof(_capi.BackwardArgs)
+    assert (backward.batch, backward.dresidual_out, backward.bias) == (6, 7, 8)
+
+
 def test_every_prototype_resolves_in_the_library():
     lib = _capi.library()
     for name, (restype, argtypes) in _capi.PROTOTYPES.items():

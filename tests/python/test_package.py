@@ -255,6 +255,52 @@ def test_engine_after_close_is_an_error():
         engine.counters()
 
 
+def test_closes_from_many_threads_destroy_the_engine_once():
+    """close() from threads at once, and beside calls in flight (ctypes lets go of the GIL in
+    the library): the engine is destroyed once, after the last call returns (two closes passing
+    the handle check at once freed it twice: a crash)."""
+    import threading
+    for _ in range(300):
+        engine = normjit.Engine(memory_only=True)
+        start = threading.Barrier(5)
+        errors = []
+
+        def close():
+            start.wait()
+            engine.close()
+
+        def count():
+            start.wait()
+            try:
+                assert engine.counters().bad_entries == 0
+            except ValueError as e:  # after the close: the error, never a freed engine
+                if "after close" not in str(e):
+                    errors.append(e)
+        threads = [threading.Thread(target=close) for _ in range(3)]
+        threads += [threading.Thread(target=count) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors
+        assert engine.handle is None
+        with pytest.raises(ValueError, match="after close"):
+            engine.counters()
+
+
+def test_the_process_engine_cannot_be_closed():
+    """normjit.engine() lives as long as the process (normjit.torch keeps the kernels it
+    prepared): close(), and a with-block's end, raise and leave it working."""
+    e = normjit.engine()
+    with pytest.raises(ValueError, match="process's engine"):
+        e.close()
+    with pytest.raises(ValueError, match="process's engine"):
+        with normjit.engine():
+            pass
+    assert normjit.engine() is e and e.handle is not None
+    assert e.counters().bad_entries >= 0
+
+
 def test_library_path_override(monkeypatch, tmp_path):
     monkeypatch.setenv("NORMJIT_LIBRARY", str(tmp_path / "nope.so"))
     assert _capi.library_path() == tmp_path / "nope.so"

@@ -258,7 +258,9 @@ TEST_F(Cli, AFailedWriteToStandardOutputIsAFailure) {
   for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
            {"dump", "--op", "rmsnorm", "--shape", "8,64", "--arch", "sm_90", "--emit", "ptx"},
            {"dump", "--op", "rmsnorm", "--shape", "8,64", "--arch", "sm_90", "--emit", "plan"},
-           {"cache", "ls", "--cache-dir", dir_.path()}}) {
+           {"cache", "ls", "--cache-dir", dir_.path()},
+           {"--version"},
+           {"prewarm", "--help"}}) {
     const ToolResult r = normjit::testing::run_tool(args, {}, "/dev/full");
     EXPECT_EQ(r.exit_code, 1) << args[0] << " " << args.back() << "\n" << r.describe();
     EXPECT_NE(r.err.find("normjit: error: cannot write standard output"), npos) << r.describe();
@@ -375,6 +377,16 @@ TEST_F(Cli, PrintedSpecsReadBack) {
   const ToolResult by_plan = run(from_plan);
   EXPECT_EQ(by_plan.exit_code, 0) << by_plan.describe();
   EXPECT_NE(by_plan.out.find("key:        " + key), npos) << by_plan.describe();
+
+  // An arch= or key= word given twice is an error, as a spec's own keys are (the last won).
+  for (const std::string& twice :
+       {listed + " arch=sm_90", listed + " key=" + key + " key=" + key}) {
+    const std::string refused_twice = single_error(run(words(twice)));
+    EXPECT_NE(refused_twice.find("is given twice"), npos) << refused_twice;
+  }
+  const std::string dumped_twice =
+      single_error(run({"dump", "op=rmsnorm shape=8,64 arch=sm_80 arch=sm_90", "--emit", "plan"}));
+  EXPECT_NE(dumped_twice.find("key 'arch' is given twice"), npos) << dumped_twice;
 
   const std::string specs = manifest("specs.txt", first + "\n");
   const ToolResult timed =
