@@ -194,9 +194,9 @@ class Store {
   // The temporary files (".tmp-*": writes a process did not finish, never loaded) of every
   // layer, as paths: listed by `cache ls` and `prewarm --check`, which would ship them.
   std::vector<std::string> temporary_files() const;
-  // Removes temporary files of the writable layer older than that (left by killed writers);
-  // returns the bytes freed.
-  uint64_t sweep_temporaries(int64_t older_than_seconds);
+  // Removes temporary files of the writable layer older than that (left by killed writers):
+  // the bytes freed, and each name that could not be removed (entries stays 0).
+  Removal sweep_temporaries(int64_t older_than_seconds);
 
  private:
   struct Impl;

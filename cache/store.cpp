@@ -242,7 +242,9 @@ struct Store::Impl {
   Removal evict(uint64_t max_bytes, const std::string& keep);
   bool remove_name(const std::string& name, uint64_t* freed, std::string* problem);
   void evict_after_save(const std::string& key, uint64_t bytes);
-  uint64_t sweep(int64_t older_than_seconds);
+  // Removes the writable layer's temporary files older than that; the bytes freed. A name that
+  // could not be removed goes to *failures where given ("<path>: <why>").
+  uint64_t sweep(int64_t older_than_seconds, std::vector<std::string>* failures = nullptr);
   void remember(const Entry& entry);
   std::optional<Entry> recall(const std::string& key);
   void forget(const std::string& key);
@@ -570,7 +572,7 @@ bool Store::Impl::remove_name(const std::string& name, uint64_t* freed, std::str
   return true;
 }
 
-uint64_t Store::Impl::sweep(int64_t older_than_seconds) {
+uint64_t Store::Impl::sweep(int64_t older_than_seconds, std::vector<std::string>* failures) {
   if (!primary.dir.valid()) return 0;
   const int64_t now = now_seconds();
   uint64_t freed = 0;
@@ -579,7 +581,11 @@ uint64_t Store::Impl::sweep(int64_t older_than_seconds) {
     struct stat st;
     if (::fstatat(primary.dir.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
     if (!S_ISREG(st.st_mode) || now - st.st_mtime < older_than_seconds) continue;
-    if (::unlinkat(primary.dir.get(), name.c_str(), 0) == 0) freed += detail::disk_bytes(st);
+    if (::unlinkat(primary.dir.get(), name.c_str(), 0) == 0) {
+      freed += detail::disk_bytes(st);
+    } else if (failures && errno != ENOENT) {  // gone meanwhile: another sweep's
+      failures->push_back(join_path(primary.path, name) + ": " + detail::errno_text(errno));
+    }
   }
   return freed;
 }
@@ -957,8 +963,10 @@ std::vector<std::string> Store::searched_readonly() const {
   return paths;
 }
 
-uint64_t Store::sweep_temporaries(int64_t older_than_seconds) {
-  return impl_->sweep(older_than_seconds);
+Removal Store::sweep_temporaries(int64_t older_than_seconds) {
+  Removal removal;
+  removal.bytes = impl_->sweep(older_than_seconds, &removal.failures);
+  return removal;
 }
 
 std::optional<uint64_t> parse_byte_size(std::string_view text) {

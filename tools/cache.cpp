@@ -326,8 +326,11 @@ void run_gc(const CacheFlags& flags, std::optional<uint64_t> max_bytes, int64_t 
     return;
   }
   cache::Removal removal = store->gc(max);
-  const uint64_t temporary_bytes = temp_age >= 0 ? store->sweep_temporaries(temp_age) : 0;
+  cache::Removal temporary;  // --temp-age's sweep: bytes, and the names it could not remove
+  if (temp_age >= 0) temporary = store->sweep_temporaries(temp_age);
+  const uint64_t temporary_bytes = temporary.bytes;
   removal.bytes += temporary_bytes;
+  print_failures(temporary.failures);
   uint64_t left = 0;
   size_t entries = 0;
   for (const cache::EntryInfo& info : store->list(/*verify=*/false)) {
@@ -350,6 +353,12 @@ void run_gc(const CacheFlags& flags, std::optional<uint64_t> max_bytes, int64_t 
                 "cannot shrink " + dir + " to " + human_bytes(max) + ": " +
                     count(removal.failures.size(), "entry", "entries") +
                     " could not be removed (listed above); " + human_bytes(left) + " remain");
+  }
+  if (!temporary.failures.empty()) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "cannot sweep " + dir + ": " +
+                    count(temporary.failures.size(), "temporary file", "temporary files") +
+                    " older than --temp-age could not be removed (listed above)");
   }
 }
 

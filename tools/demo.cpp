@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <random>
 
 #include "generator/plan.hpp"
@@ -145,6 +146,14 @@ void run_demo(const DemoOptions& o) {
       "normjit demo: no GPU here (%s); planning and compiling the seed kernels for %s "
       "without launching them\n",
       gpu_unavailable_reason().c_str(), o.arch.c_str());
+  // Where the directory could be written at the start, whether each kernel reached it: a save
+  // that fails later (a full disk) leaves it in the engine's memory alone, with a warning.
+  std::unique_ptr<cache::Store> disk;
+  if (!cache_dir_problem(cache_dir)) {
+    cache::StoreOptions store_options;
+    store_options.dir = cache_dir;
+    disk = std::make_unique<cache::Store>(store_options);
+  }
   for (const NormSpec& spec : seed_specs()) {
     std::printf("\n%s\n", spec.to_string().c_str());
     const KernelPlan p = plan(spec, target);
@@ -153,7 +162,11 @@ void run_demo(const DemoOptions& o) {
     const bool compiled = engine.precompile(spec, o.arch);
     const std::string key = key_inputs(spec, target).key();
     if (compiled) {
-      std::printf("binary: compiled now, key %s, %s\n", key.c_str(), where.c_str());
+      const std::string saved = !disk || disk->published(key)
+                                    ? where
+                                    : "in memory only (it could not be written to " + cache_dir +
+                                          ": see the warning above)";
+      std::printf("binary: compiled now, key %s, %s\n", key.c_str(), saved.c_str());
     } else {
       std::printf("binary: already cached, key %s\n", key.c_str());
     }

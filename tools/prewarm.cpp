@@ -555,6 +555,10 @@ void run_check(const PrewarmOptions& o, const std::vector<ManifestEntry>& entrie
     }
     return {"missing", ""};
   };
+  // Each kernel once, as prewarm compiles it: entries that differ only in the batch or eps, and
+  // targets the plan does not tell apart, share their kernels (it counted and printed each
+  // (entry, arch) pair's).
+  std::set<std::string> checked;
   for (const Task& t : tasks) {
     const std::string what = entries[t.entry].where + ": " + describe(entries, t);
     if (t.key.empty()) {
@@ -562,14 +566,17 @@ void run_check(const PrewarmOptions& o, const std::vector<ManifestEntry>& entrie
       std::printf("cannot check %s: %s\n", what.c_str(), indent(t.error).c_str());
       continue;
     }
-    if (store && store->load(t.key)) {
-      ++present;
-    } else {
-      ++missing;
-      const auto [state, why] = absent(t.key);
-      std::printf("%s %s key=%s%s\n", state, what.c_str(), t.key.c_str(), why.c_str());
+    if (checked.insert(t.key).second) {
+      if (store && store->load(t.key)) {
+        ++present;
+      } else {
+        ++missing;
+        const auto [state, why] = absent(t.key);
+        std::printf("%s %s key=%s%s\n", state, what.c_str(), t.key.c_str(), why.c_str());
+      }
     }
     for (const Task::OtherClass& other : t.others) {
+      if (!checked.insert(other.key).second) continue;
       if (store && store->load(other.key)) {
         ++present;
       } else {

@@ -462,8 +462,10 @@ TEST(Store, SweepsOnlyStaleTemporaries) {
     Store store(options_for(tmp.path()));  // construction sweeps what is older than an hour
     EXPECT_FALSE(exists(old_temp));
     EXPECT_TRUE(exists(new_temp));
-    EXPECT_EQ(store.sweep_temporaries(60), 0u);
-    EXPECT_EQ(store.sweep_temporaries(0), std::string("being written").size());
+    EXPECT_EQ(store.sweep_temporaries(60).bytes, 0u);
+    const Removal swept = store.sweep_temporaries(0);
+    EXPECT_EQ(swept.bytes, std::string("being written").size());
+    EXPECT_TRUE(swept.failures.empty());
   }
   EXPECT_FALSE(exists(new_temp));
   EXPECT_TRUE(exists(tmp / "tmp-not-ours"));

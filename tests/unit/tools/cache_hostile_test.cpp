@@ -454,6 +454,9 @@ TEST_F(CacheHostile, DirectoryThatIsNotReadIsAnErrorForEveryCommand) {
 TEST_F(CacheHostile, ClearAndGcOfAnUnwritableDirectoryFail) {
   const std::string dir = home_ / "cache";
   fill(dir, 6);
+  // A killed writer's temporary file, which gc --temp-age 0 sweeps.
+  const std::string temporary = dir + "/.tmp-" + std::string(64, 'a') + "-124-00000000deadbeef";
+  write_file(temporary, "half an entry");
   Options options;
   if (::geteuid() == 0) {
     options.uid = static_cast<int>(kNobody);
@@ -477,8 +480,16 @@ TEST_F(CacheHostile, ClearAndGcOfAnUnwritableDirectoryFail) {
   EXPECT_NE(gc.exit_code, 0) << gc.describe();
   EXPECT_TRUE(contains(gc.out, "evicted 0 entries")) << gc.describe();
   EXPECT_EQ(gc.err_lines("normjit: error: cannot shrink " + dir).size(), 1u) << gc.describe();
+  // A temporary file it cannot sweep is named, and fails the run (it said "freed 0 B").
+  const Result swept = run({"cache", "gc", "--cache-dir", dir, "--temp-age", "0"}, options);
+  EXPECT_NE(swept.exit_code, 0) << swept.describe();
+  EXPECT_TRUE(contains(swept.out, "NOT REMOVED " + temporary)) << swept.describe();
+  EXPECT_EQ(swept.err_lines("normjit: error: cannot sweep " + dir + ": 1 temporary file").size(),
+            1u)
+      << swept.describe();
   ::chmod(dir.c_str(), 0700);
   EXPECT_EQ(entry_files(dir), 6u);
+  EXPECT_TRUE(std::filesystem::exists(temporary));
 }
 
 // `cache clear` removes what a running prewarm wrote: its read-back then says so, and does not

@@ -252,6 +252,26 @@ TEST_F(Cli, UnwritableOutput) {
   }
 }
 
+// demo without a GPU compiles the seeds into its cache directory and says where each went: a
+// save that fails (the cache's fault hook: a full disk) leaves the kernel in memory alone,
+// which it says, rather than naming the directory that does not hold it.
+TEST_F(Cli, DemoSaysWhereEachKernelWent) {
+  const std::string dir = dir_ / "demo";
+  const ToolResult saved = normjit::testing::run_tool(
+      {"demo", "--cache-dir", dir}, {"CUDA_VISIBLE_DEVICES=", "NORMJIT_CACHE_FAULT="});
+  ASSERT_EQ(saved.exit_code, 0) << saved.describe();
+  EXPECT_NE(saved.out.find("binary: compiled now"), npos) << saved.describe();
+  EXPECT_EQ(saved.out.find("in memory only"), npos) << saved.describe();
+  const std::string full = dir_ / "full";
+  const ToolResult failed = normjit::testing::run_tool(
+      {"demo", "--cache-dir", full}, {"CUDA_VISIBLE_DEVICES=", "NORMJIT_CACHE_FAULT=enospc"});
+  ASSERT_EQ(failed.exit_code, 0) << failed.describe();
+  EXPECT_NE(failed.out.find("binary: compiled now"), npos) << failed.describe();
+  EXPECT_EQ(failed.out.find(", in " + full), npos) << failed.describe();
+  EXPECT_NE(failed.out.find("in memory only (it could not be written to " + full), npos)
+      << failed.describe();
+}
+
 // Standard output that cannot be written (a full disk): the command fails and says so, for the
 // outputs printed through iostreams (dump) and through stdio alike.
 TEST_F(Cli, AFailedWriteToStandardOutputIsAFailure) {

@@ -156,6 +156,28 @@ TEST_F(Prewarm, CheckNamesOnlyTheMissingKernel) {
   }
 }
 
+// Entries that differ only in the batch or eps, and targets the plan does not tell apart, share
+// their kernels: --check counts and lists each kernel once, as prewarm compiles it once (it
+// listed the same key once per (entry, arch) pair, "0 of 6 kernels").
+TEST_F(Prewarm, CheckCountsEachKernelOnce) {
+  const std::string shared = home_ / "shared.json";
+  write_file(shared,
+             R"([{"op": "rmsnorm", "shape": [8, 4096], "dtype": "bf16", "normalized_dims": 1},
+ {"op": "rmsnorm", "shape": [1000, 4096], "dtype": "bf16", "normalized_dims": 1},
+ {"op": "rmsnorm", "shape": [8, 4096], "dtype": "bf16", "normalized_dims": 1, "eps": 1e-6}])");
+  const std::string dir = home_ / "shared";
+  const std::vector<std::string> check_args = {"prewarm",     shared, "--arch", "sm_90,sm_90:114",
+                                               "--cache-dir", dir,    "--check"};
+  const ToolResult lacking = run(check_args);
+  EXPECT_NE(lacking.exit_code, 0) << lacking.describe();
+  EXPECT_EQ(lacking.out_lines("missing ").size(), 1u) << lacking.describe();
+  EXPECT_NE(lacking.out.find("holds 0 of 1 kernel of"), npos) << lacking.describe();
+  ASSERT_EQ(run({"prewarm", shared, "--arch", "sm_90,sm_90:114", "--cache-dir", dir}).exit_code, 0);
+  const ToolResult full = run(check_args);
+  EXPECT_EQ(full.exit_code, 0) << full.describe();
+  EXPECT_NE(full.out.find("holds 1 of 1 kernel of"), npos) << full.describe();
+}
+
 TEST_F(Prewarm, AFailedWriteIsAFailure) {
   // The store falls back to memory when it cannot write; prewarm must not report that as done.
   const ToolResult r = prewarm(home_ / "full", {"NORMJIT_CACHE_FAULT=enospc"});

@@ -42,10 +42,16 @@ struct ToolResult {
   int exit_code = -1;  // 128 + signal when killed
   std::string out, err;
 
-  // The lines of stderr that start with prefix.
+  // The lines of stderr (of stdout) that start with prefix.
   std::vector<std::string> err_lines(const std::string& prefix) const {
+    return lines_of(err, prefix);
+  }
+  std::vector<std::string> out_lines(const std::string& prefix) const {
+    return lines_of(out, prefix);
+  }
+  static std::vector<std::string> lines_of(const std::string& text, const std::string& prefix) {
     std::vector<std::string> lines;
-    std::istringstream in(err);
+    std::istringstream in(text);
     for (std::string line; std::getline(in, line);) {
       if (line.rfind(prefix, 0) == 0) lines.push_back(line);
     }
