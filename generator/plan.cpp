@@ -1900,7 +1900,7 @@ Problem Problem::of(const NormSpec& spec) {
   pr.groups = spec.op == Op::kGroupNorm ? spec.groups : 0;
   pr.weight = spec.affine != Affine::kNone;
   pr.bias = spec.affine == Affine::kBoth;
-  pr.weight_offset = spec.weight_offset;
+  pr.weight_offset = spec.weight_offset == 0 ? 0.0 : spec.weight_offset;  // -0: no offset
   pr.activation = spec.activation;
   pr.save_stats = spec.save_stats;
   pr.backward = spec.backward;

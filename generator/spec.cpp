@@ -86,8 +86,7 @@ void check_eps(double eps, const std::string& argument, const std::string& shown
   if (!eps_in_range(eps)) {
     throw_invalid_argument(argument, shown,
                            "must be a finite number greater than 0 that a float holds, from " +
-                               format_float(float(kMinEps)) + " to " +
-                               format_float(float(kMaxEps)));
+                               format_double(kMinEps) + " to " + format_double(kMaxEps));
   }
 }
 
@@ -102,7 +101,7 @@ void check_weight_offset(double offset, const std::string& argument, const std::
     throw_invalid_argument(argument, shown,
                            "must be 0 or a finite number that a float holds as a normal value, "
                            "magnitude " +
-                               format_float(float(kMin)) + " to " + format_float(float(kMax)));
+                               format_double(kMin) + " to " + format_double(kMax));
   }
 }
 

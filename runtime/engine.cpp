@@ -55,7 +55,8 @@ struct ClassKey {
     k.save_stats = spec.save_stats;
     k.backward = spec.backward;
     k.nhwc = spec.nhwc();
-    k.weight_offset = std::bit_cast<uint64_t>(spec.weight_offset);
+    // -0 is no offset, as NormSpec::from_fields makes it (a hand-built spec may hold it).
+    k.weight_offset = std::bit_cast<uint64_t>(spec.weight_offset == 0 ? 0.0 : spec.weight_offset);
     k.activation = int(spec.activation);
     k.groups = spec.groups;
     k.batch_class = normjit::batch_class(spec);

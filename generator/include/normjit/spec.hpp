@@ -112,7 +112,8 @@ struct NormSpec {
   // The weight used is (weight_offset + weight) in f32 (Gemma's RMSNorm: 1); needs a weight.
   double weight_offset = 0.0;
   // Applied to y after the affine step (and the weight offset), before the output conversion;
-  // with a residual, h is written as it was (the activation is of y only). Not with backward.
+  // with a residual, h is written as it was (the activation is of y only). With backward: the
+  // backward of the norm and this activation (dy taken through its derivative).
   Activation activation = Activation::kNone;
   // Also write each row's mean (layernorm, groupnorm) and rstd in f32, for a backward pass.
   bool save_stats = false;

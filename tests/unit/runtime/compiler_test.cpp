@@ -96,6 +96,20 @@ TEST(Compiler, KeyIgnoresBatchAndDependsOnTarget) {
   EXPECT_NE(a.compiler.find("nvrtc"), std::string::npos);
 }
 
+// A hand-built spec with a weight_offset of -0 (from_fields makes it 0; validate() lets it
+// through) is the spec without an offset: the same canonical text, the same kernel and key (its
+// source said "-0", another key, a second compile and entry).
+TEST(Compiler, ANegativeZeroWeightOffsetIsNoOffset) {
+  NormSpec plain = NormSpec::parse("op=rmsnorm shape=4,4096 dtype=bf16 normalized_dims=1");
+  plain.affine = Affine::kWeight;
+  NormSpec negative = plain;
+  negative.weight_offset = -0.0;
+  negative.validate();
+  EXPECT_EQ(negative.to_string(), plain.to_string());
+  const auto a = key_inputs(plain, kSm90), b = key_inputs(negative, kSm90);
+  EXPECT_EQ(a.key(), b.key());
+}
+
 TEST(Engine, WithoutAGpuPrecompilesAndRefusesToLaunchClearly) {
   if (gpu_available()) GTEST_SKIP() << "a GPU is present; this test covers machines without one";
   const auto dir = std::filesystem::temp_directory_path() / "normjit-engine-nogpu";
