@@ -46,6 +46,26 @@ class NoDeviceGuard:
         return False
 
 
+class LaunchRecorder:
+    """A stand-in library for launch_path_into: prepare records the spec texts (a distinct
+    handle each), launch and launch_ex record their arguments and write nothing."""
+
+    def __init__(self):
+        self.specs, self.launches = [], []
+
+    def prepare(self, spec):
+        self.specs.append(spec)
+        return 0x7F0000001000 + 0x100 * len(self.specs)
+
+    def launch(self, *args):
+        self.launches.append(args)
+        return 0
+
+    def launch_ex(self, *args):
+        self.launches.append(args)
+        return 0
+
+
 @contextlib.contextmanager
 def launch_path_into(monkeypatch, library, *, take_cpu=True, clear_warned=False):
     """normjit.torch's launch path routed into `library`, a stand-in for libnormjit (a stub that

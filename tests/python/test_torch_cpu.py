@@ -362,25 +362,6 @@ def test_the_autocast_table_is_the_installed_pytorchs():
                                          if listed(aten, "AutocastCPU")}
 
 
-class _Recorder:
-    """A stand-in library: prepare records spec texts, launches are recorded and write nothing."""
-
-    def __init__(self):
-        self.specs, self.launches = [], []
-
-    def prepare(self, spec):
-        self.specs.append(spec)
-        return 0x7F0000001000 + 0x100 * len(self.specs)
-
-    def launch(self, *args):
-        self.launches.append(args)
-        return 0
-
-    def launch_ex(self, *args):
-        self.launches.append(args)
-        return 0
-
-
 def _autocast_case(name):
     """(op whose PyTorch counterpart autocast may run in float32, ours, theirs) of bfloat16
     inputs: a function, a module, a patched layer."""
@@ -414,12 +395,12 @@ def test_under_autocast_the_norms_it_runs_in_float32_are_pytorchs(name, monkeypa
     recorder): under torch.autocast, a norm that autocast runs in float32 is PyTorch's, as
     autocast computes it (float32 on CUDA), with one warning; before and after, the kernel (the
     decision cache holds no autocast state)."""
-    from conftest import launch_path_into
+    from conftest import LaunchRecorder, launch_path_into
 
     monkeypatch.setitem(_ops._AUTOCAST_F32, "cpu", _ops._AUTOCAST_F32["cuda"])
     op, ours, theirs = _autocast_case(name)
     listed = op in _ops._AUTOCAST_F32["cuda"]
-    recorder = _Recorder()
+    recorder = LaunchRecorder()
     with launch_path_into(monkeypatch, recorder), torch.no_grad():
         ours()
         assert len(recorder.launches) == 1
@@ -441,11 +422,11 @@ def test_under_autocast_the_norms_it_runs_in_float32_are_pytorchs(name, monkeypa
 
 def test_under_autocast_a_float32_input_keeps_the_kernel(monkeypatch):
     """A float32 input is computed in float32 under autocast too: normjit's kernel, no warning."""
-    from conftest import launch_path_into
+    from conftest import LaunchRecorder, launch_path_into
 
     monkeypatch.setitem(_ops._AUTOCAST_F32, "cpu", _ops._AUTOCAST_F32["cuda"])
     x, x4 = torch.randn(3, 16), torch.randn(2, 16, 3, 5)
-    recorder = _Recorder()
+    recorder = LaunchRecorder()
     with launch_path_into(monkeypatch, recorder), torch.autocast("cpu"), \
             warnings.catch_warnings():
         warnings.simplefilter("error", njt.NormjitFallbackWarning)
@@ -457,7 +438,7 @@ def test_under_autocast_a_float32_input_keeps_the_kernel(monkeypatch):
 def test_under_autocast_compile_traces_pytorchs_norm(monkeypatch, quiet):
     """torch.compile(fullgraph=True) under autocast: the norms autocast runs in float32 trace
     PyTorch's function (no normjit op in the graph, nothing launched), no graph break."""
-    from conftest import keeping_backend, launch_path_into
+    from conftest import LaunchRecorder, keeping_backend, launch_path_into
 
     monkeypatch.setitem(_ops._AUTOCAST_F32, "cpu", _ops._AUTOCAST_F32["cuda"])
     x4 = torch.randn(2, 16, 3, 5).bfloat16()
@@ -468,7 +449,7 @@ def test_under_autocast_compile_traces_pytorchs_norm(monkeypatch, quiet):
         return njt.layer_norm(y.movedim(1, -1), 16, w, b)
 
     graphs = {"fw": [], "bw": []}
-    recorder = _Recorder()
+    recorder = LaunchRecorder()
     torch._dynamo.reset()
     try:
         with launch_path_into(monkeypatch, recorder), torch.no_grad(), torch.autocast("cpu"):
