@@ -17,7 +17,8 @@
 # own sharding, the tests dealt out in turn); every run leaves $OUT/gpu_test_times.txt, its own
 # seconds, to copy there.
 # Partial runs: GTEST_FILTER (gtest's own variable) keeps the listing, and so every shard, to the
-# tests it matches; PYTEST=off leaves the Python suite out. When a gtest shard fails or is cut by
+# tests it matches; PYTEST=off leaves the Python suite out, PYTEST_PATHS (default tests/python:
+# paths or node ids, space-separated) keeps it to those. When a gtest shard fails or is cut by
 # TG, $OUT/gtest-unfinished.txt holds the tests that did not pass (failed, cut, never reached) as
 # one filter, printed too, so that a second call runs just them:
 #   GTEST_FILTER=$(cat gtest-unfinished.txt) PYTEST=off SHARDS=3 scripts/gpu_suite.sh build-gpu
@@ -93,12 +94,13 @@ done
 # the H200 pytest took 309 s in 4 workers, the six gtest shards 260-285 s each; at 39ff65a on the
 # H100 it was cut by TP=400 at 99% beside eight gtest shards of 257-301 s, and alone in 8
 # workers took 304 s: hence TP 480 by default).
+read -r -a pytest_paths <<< "${PYTEST_PATHS:-tests/python}"
 if [ "${PYTEST:-on}" = off ]; then
   echo "pytest: left out (PYTEST=off)" > "$out/pytest.log"
   pytest_status=0
 else
   PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH} timeout "${TP:-480}" python3 -m pytest -q -rfEs \
-    --durations=25 -p no:cacheprovider -n "$workers" tests/python > "$out/pytest.log" 2>&1
+    --durations=25 -p no:cacheprovider -n "$workers" "${pytest_paths[@]}" > "$out/pytest.log" 2>&1
   pytest_status=$?
 fi
 

@@ -10,6 +10,12 @@
 # rows and the rounds rows (scripts/specs/groupnorm-nhwc-backward-sd.txt and -rounds.txt), two
 # rounds. Its GPU tests are the suite's, of a build with the patch applied. Comes back:
 # $OUT/lateab.txt and $OUT/lateab/.
+# focus (carry build-gpu2, .whl and the two above, about 7 minutes): late, then the GPU tests of
+# this session's changes by scripts/gpu_suite.sh over build-gpu2 (a build of HEAD with the patch
+# and the runtime's context ids and graph-released workspaces): the lifetime, capture and
+# deployment tests, the channels-last GroupNorm backward's, a shard of the forward ops and
+# variants, and the Python package's GPU test files, where the device budget has no room for
+# the whole suite. Comes back beside late's: $OUT/suite/ (logs.tgz).
 set -euo pipefail
 # shellcheck source=scripts/experiments/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -21,8 +27,16 @@ case "${1:-}" in
       echo "ab_bench: exit $?"
     tail -n 24 "$out/lateab.txt"
     ;;
+  focus)
+    bash "$0" late
+    GTEST_FILTER='Lifetime.*:Capture.*:Deployment.*:NonFinite.*:RmsNormChannels.*:LayerNormChannels.*:BackwardChannelsGpu.GroupNormInNhwc*:BackwardChannelsGpu.DeterministicBits*:BackwardChannelsGpu.CudaGraph*:BackwardChannelsGpu.Smaller*:BackwardChannelsGpu.AdversarialValues:BackwardChannelsGpu.ParamDtype*:BackwardGpu.Activation*:Variants.*' \
+      PYTEST_PATHS="$(echo tests/python/test_*_gpu.py) tests/python/test_launch.py \
+      tests/python/test_binding.py" SHARDS=6 TG=230 TP=230 BUNDLE=1 OUT=$out/suite \
+      bash scripts/gpu_suite.sh build-gpu2 >"$out/suite.log" 2>&1 || echo "gpu_suite: exit $?"
+    tail -n 30 "$out/suite.log"
+    ;;
   *)
-    sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
     ;;
 esac
