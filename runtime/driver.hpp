@@ -9,7 +9,9 @@
 namespace normjit::driver {
 
 // Every driver function normjit uses, once, with the lowest API version whose signature
-// matches the declaration in <cuda.h> that we compile against.
+// matches the declaration in <cuda.h> that we compile against. A driver that lacks one is not
+// used at all (unavailable_reason names it): cuStreamGetCaptureInfo's 12.3 signature sets the
+// floor, so the functions of 12.0 and before (cuCtxGetId) need no fallback.
 #define NORMJIT_FOR_EACH_DRIVER_FUNCTION(X)            \
   X(cuInit, 2000)                                      \
   X(cuDriverGetVersion, 2020)                          \
@@ -24,6 +26,7 @@ namespace normjit::driver {
   X(cuCtxGetCurrent, 4000)                             \
   X(cuCtxSetCurrent, 4000)                             \
   X(cuCtxGetDevice, 2000)                              \
+  X(cuCtxGetId, 12000)                                 \
   X(cuCtxSynchronize, 2000)                            \
   X(cuCtxPushCurrent, 4000)                            \
   X(cuCtxPopCurrent, 4000)                             \
@@ -61,7 +64,10 @@ namespace normjit::driver {
   X(cuGraphDestroy, 10000)                             \
   X(cuGraphExecDestroy, 10000)                         \
   X(cuGraphGetNodes, 10000)                            \
-  X(cuGraphKernelNodeGetParams, 12000)
+  X(cuGraphKernelNodeGetParams, 12000)                 \
+  X(cuUserObjectCreate, 11030)                         \
+  X(cuUserObjectRelease, 11030)                        \
+  X(cuGraphRetainUserObject, 11030)
 
 struct Api {
 #define NORMJIT_DECLARE_MEMBER(name, version) decltype(&::name) name = nullptr;

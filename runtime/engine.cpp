@@ -18,6 +18,7 @@
 #include "runtime/driver.hpp"
 #include "runtime/single_flight.hpp"
 #include "runtime/workspace_owner.hpp"
+#include "runtime/workspace_pool.hpp"
 #include "templates/normjit/params.cuh"  // plain C++: the host uses the same struct
 
 namespace normjit {
@@ -26,11 +27,34 @@ namespace {
 
 constexpr int kMaxClassDims = 8;
 
+// A CUDA context: its handle, which a context created after this one is destroyed (cuCtxDestroy,
+// the last cuDevicePrimaryCtxRelease) may have again, and its id, which no other context of the
+// process has.
+struct Context {
+  CUcontext handle = nullptr;
+  unsigned long long id = 0;  // cuCtxGetId
+};
+
+Context context_of(CUcontext handle) {
+  Context out{handle, 0};
+  NORMJIT_CU(driver::api().cuCtxGetId(handle, &out.id));
+  return out;
+}
+
+// Whether the context of `id` still lives at `handle`: neither destroyed nor replaced by another
+// context with the same handle, in which a module or an allocation of ours would be another's.
+bool still_there(CUcontext handle, unsigned long long id) {
+  unsigned long long now = 0;
+  return driver::api().cuCtxGetId(handle, &now) == CUDA_SUCCESS && now == id;
+}
+
 // The part of a spec that selects a compiled kernel: everything but the batch dims and eps,
 // the variant axes included (two specs that differ only in a variant must not share a kernel).
 // Fixed size, so that the hot path hashes and compares without allocating.
 struct ClassKey {
-  CUcontext context = nullptr;
+  // The context's id, not its handle: a kernel loaded in a destroyed context must not be handed
+  // out in a new context that has the handle (the module went with the old one).
+  unsigned long long context = 0;
   int op = 0, dtype = 0, affine = 0, normalized_dims = 0, rank = 0, batch_class = 0;
   int param_type = 0, out_type = 0;
   int residual = -1;  // the residual's dtype; -1: no residual
@@ -42,9 +66,9 @@ struct ClassKey {
   int64_t groups = 0;
   int64_t dims[kMaxClassDims] = {};  // the non-batch dims
 
-  static ClassKey of(const NormSpec& spec, CUcontext context) {
+  static ClassKey of(const NormSpec& spec, const Context& context) {
     ClassKey k;
-    k.context = context;
+    k.context = context.id;
     k.op = int(spec.op);
     k.dtype = int(spec.dtype);
     k.affine = int(spec.affine);
@@ -79,7 +103,7 @@ struct ClassKeyHash {
   size_t operator()(const ClassKey& k) const {
     uint64_t h = 1469598103934665603ull;
     auto mix = [&](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
-    mix(reinterpret_cast<uintptr_t>(k.context));
+    mix(k.context);
     mix(uint64_t(k.op) | uint64_t(k.dtype) << 8 | uint64_t(k.affine) << 16 |
         uint64_t(k.normalized_dims) << 24 | uint64_t(k.batch_class) << 32);
     mix(uint64_t(k.param_type) | uint64_t(k.out_type) << 8 | uint64_t(k.residual + 1) << 16 |
@@ -92,14 +116,16 @@ struct ClassKeyHash {
   }
 };
 
-// Owns a CUmodule; unloads it in its context, ignoring errors.
+// Owns a CUmodule; unloads it in its context, ignoring errors (none to unload once the context
+// is destroyed: its handle may be another context's by then).
 class Module {
  public:
-  Module(CUmodule module, CUcontext context) : module_(module), context_(context) {}
+  Module(CUmodule module, const Context& context) : module_(module), context_(context) {}
   ~Module() {
     if (!driver::unavailable_reason().empty()) return;
     const driver::Api& cu = driver::api();
-    if (cu.cuCtxPushCurrent(context_) == CUDA_SUCCESS) {
+    if (still_there(context_.handle, context_.id) &&
+        cu.cuCtxPushCurrent(context_.handle) == CUDA_SUCCESS) {
       cu.cuModuleUnload(module_);
       CUcontext popped;
       cu.cuCtxPopCurrent(&popped);
@@ -110,18 +136,22 @@ class Module {
 
  private:
   CUmodule module_;
-  CUcontext context_;
+  Context context_;
 };
 
-// Owns device memory of a context; frees it in that context, ignoring errors.
+// Owns device memory of a context; frees it in that context, ignoring errors (as Module: not once
+// the context is destroyed, when the address may be another context's allocation). cuMemFree
+// waits for the launches still using it.
 class Allocation {
  public:
-  Allocation(size_t bytes, CUcontext context) : context_(context) {
+  Allocation(size_t bytes, const Context& context) : context_(context) {
     NORMJIT_CU(driver::api().cuMemAlloc(&ptr_, bytes));
   }
   ~Allocation() {
+    if (!driver::unavailable_reason().empty()) return;
     const driver::Api& cu = driver::api();
-    if (cu.cuCtxPushCurrent(context_) == CUDA_SUCCESS) {
+    if (still_there(context_.handle, context_.id) &&
+        cu.cuCtxPushCurrent(context_.handle) == CUDA_SUCCESS) {
       cu.cuMemFree(ptr_);
       CUcontext popped;
       cu.cuCtxPopCurrent(&popped);
@@ -133,7 +163,7 @@ class Allocation {
 
  private:
   CUdeviceptr ptr_ = 0;
-  CUcontext context_;
+  Context context_;
 };
 
 // NORMJIT_JIT: off, 0, false or no (any case) turn the JIT off; on, 1, true or yes (any case),
@@ -192,7 +222,7 @@ struct LoadedKernel {
   NormSpec spec;
   KernelPlan plan;
   std::string key;
-  CUcontext context = nullptr;
+  Context context;
   std::unique_ptr<Module> module;
   CUfunction function = nullptr;
   int64_t co_resident = 0;  // CTAs of this kernel the device holds at once
@@ -201,11 +231,13 @@ struct LoadedKernel {
   // ordered: one workspace per stream (per thread for CU_STREAM_PER_THREAD), and one per
   // (capture, stream) for launches recorded into a CUDA graph, whose replays run apart from the
   // stream's other work (a graph's replays are ordered among themselves): workspace_owner.hpp.
-  // Taken under a mutex on split launches only.
+  // A capture's lasts as long as its graph and what was instantiated from it, then serves
+  // another owner (workspace_pool.hpp); a destroyed stream's is freed when a new stream has its
+  // handle. Taken under a mutex on split launches only.
   float* workspace(CUstream stream) const;
 
   mutable std::mutex workspace_mutex;
-  mutable std::vector<std::pair<detail::WorkspaceOwner, std::unique_ptr<Allocation>>> workspaces;
+  mutable WorkspacePool<Allocation> workspaces;
 };
 
 // Launches k over `batch` with params (its workspace filled in here for cooperative plans).
@@ -225,29 +257,68 @@ class RelaxedCaptureMode {
   CUstreamCaptureMode mode_ = CU_STREAM_CAPTURE_MODE_RELAXED;
 };
 
+namespace {
+
+// The release of a workspace captured into `graph`: set once the graph, every executable graph
+// instantiated from it and every clone are destroyed and their launches have finished. A user
+// object that the graph owns does it: each of them holds a reference (an executable graph its own,
+// dropped after its last launch), and the last one's release runs its destructor, on a CUDA
+// internal thread, which calls no CUDA function (workspace_pool.hpp).
+std::shared_ptr<GraphRelease> release_with(CUgraph graph) {
+  const driver::Api& cu = driver::api();
+  auto release = std::make_shared<GraphRelease>();
+  auto ref = std::make_unique<std::shared_ptr<GraphRelease>>(release);  // the destructor's
+  CUuserObject object = nullptr;
+  CUresult result = cu.cuUserObjectCreate(&object, ref.get(), release_with_graph,
+                                          /*initialRefcount=*/1, CU_USER_OBJECT_NO_DESTRUCTOR_SYNC);
+  if (result == CUDA_SUCCESS) {
+    ref.release();  // the user object's now
+    // The graph takes the one reference, ours.
+    result = cu.cuGraphRetainUserObject(graph, object, /*count=*/1, CU_GRAPH_USER_OBJECT_MOVE);
+    if (result == CUDA_SUCCESS) return release;
+    cu.cuUserObjectRelease(object, /*count=*/1);  // runs the destructor: no launch had it
+  }
+  // The launch goes on with a workspace of the capture's own that is never released, as before
+  // user objects: a bounded loss, where failing the capture would lose the user's work.
+  static std::once_flag warned;
+  std::call_once(warned, [&] {
+    cache::warn("a CUDA graph could not take a user object (" + driver::describe(result) +
+                "): the workspaces of graphs captured with normjit's split kernels are kept "
+                "until their kernel is destroyed");
+  });
+  return nullptr;
+}
+
+}  // namespace
+
 float* LoadedKernel::workspace(CUstream stream) const {
   const driver::Api& cu = driver::api();
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
   cuuint64_t capture = 0;
+  CUgraph graph = nullptr;
   NORMJIT_CU(
-      cu.cuStreamGetCaptureInfo(stream, &status, &capture, nullptr, nullptr, nullptr, nullptr));
-  const detail::WorkspaceOwner owner =
-      detail::workspace_owner(stream, status == CU_STREAM_CAPTURE_STATUS_ACTIVE ? capture : 0);
-  std::lock_guard<std::mutex> lock(workspace_mutex);
-  for (const auto& [o, allocation] : workspaces) {
-    if (o == owner) return reinterpret_cast<float*>(allocation->get());
-  }
+      cu.cuStreamGetCaptureInfo(stream, &status, &capture, &graph, nullptr, nullptr, nullptr));
+  const bool capturing = status == CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  const WorkspaceOwner owner = workspace_owner(stream, capturing ? capture : 0);
+  std::lock_guard lock(workspace_mutex);
+  if (Allocation* mine = workspaces.find(owner)) return reinterpret_cast<float*>(mine->get());
+
   const size_t bytes = size_t(plan.workspace_floats(co_resident)) * sizeof(float);
-  std::unique_ptr<Allocation> allocation;
-  {
+  const std::shared_ptr<GraphRelease> release = capturing ? release_with(graph) : nullptr;
+  Allocation* allocation = workspaces.reuse(owner, release);
+  if (!allocation) {
     const RelaxedCaptureMode relaxed;  // the stream may be capturing
-    allocation = std::make_unique<Allocation>(bytes, context);
+    allocation = workspaces.add(owner, std::make_unique<Allocation>(bytes, context), release);
   }
   // Counters start at 0, zeroed in the stream's order: before the first launch that uses
   // them, and in a capture as a node of the graph, so each replay starts from 0 as well.
-  NORMJIT_CU(cu.cuMemsetD8Async(allocation->get(), 0, bytes, stream));
+  const CUresult zeroed = cu.cuMemsetD8Async(allocation->get(), 0, bytes, stream);
+  if (zeroed != CUDA_SUCCESS) {
+    workspaces.give_up(owner);  // no launch used it
+    driver::throw_driver_error(zeroed, "cuMemsetD8Async(workspace, 0, bytes, stream)", __FILE__,
+                               __LINE__);
+  }
   float* out = reinterpret_cast<float*>(allocation->get());
-  workspaces.emplace_back(owner, std::move(allocation));
   return out;
 }
 
@@ -258,18 +329,21 @@ class EngineImpl {
 
   Kernel prepare(const NormSpec& spec);
   // The kernel of spec's own batch class (prepare() adds the other's).
-  Kernel prepare_class(const NormSpec& spec, CUcontext context);
+  Kernel prepare_class(const NormSpec& spec, const Context& context);
   bool precompile(const NormSpec& spec, const std::string& arch);
   bool precompile_one(const NormSpec& spec, const std::string& arch);
   EngineCounters counters() const;
+  // The workspaces that kernel's loaded kernels hold, released ones included.
+  static size_t workspace_count(const Kernel& kernel);
 
  private:
   using Table = std::unordered_map<ClassKey, std::shared_ptr<const LoadedKernel>, ClassKeyHash>;
 
-  CUcontext current_context();
-  std::shared_ptr<const LoadedKernel> build(const NormSpec& spec, CUcontext context,
+  // The calling thread's context, made the engine's primary context where it has none.
+  Context current_context();
+  std::shared_ptr<const LoadedKernel> build(const NormSpec& spec, const Context& context,
                                             Source* source);
-  Target device_target(CUcontext context);
+  Target device_target();
   void publish(const ClassKey& key, std::shared_ptr<const LoadedKernel> kernel);
   // The kernel of cache key `key` compiled by NVRTC and saved to the cache. One compile of a
   // key at a time: the two batch classes of a spec whose plans come out the same (one key),
@@ -381,22 +455,24 @@ EngineCounters EngineImpl::counters() const {
   return c;
 }
 
-CUcontext EngineImpl::current_context() {
+// Two driver calls on the hot path: the id is not cached by handle, which a destroyed context's
+// successor may have.
+Context EngineImpl::current_context() {
   const driver::Api& cu = driver::api();
   CUcontext context = nullptr;
   NORMJIT_CU(cu.cuCtxGetCurrent(&context));
-  if (context) return context;
+  if (context) return context_of(context);
   std::lock_guard<std::mutex> lock(context_mutex_);
   if (!primary_) {
     NORMJIT_CU(cu.cuDeviceGet(&primary_device_, options_.device));
     NORMJIT_CU(cu.cuDevicePrimaryCtxRetain(&primary_, primary_device_));
   }
   NORMJIT_CU(cu.cuCtxSetCurrent(primary_));
-  return primary_;
+  return context_of(primary_);
 }
 
-Target EngineImpl::device_target(CUcontext context) {
-  (void)context;  // current on this thread
+// The target of the calling thread's current context's device.
+Target EngineImpl::device_target() {
   const driver::Api& cu = driver::api();
   CUdevice device;
   NORMJIT_CU(cu.cuCtxGetDevice(&device));
@@ -414,13 +490,13 @@ void EngineImpl::publish(const ClassKey& key, std::shared_ptr<const LoadedKernel
   retired_.emplace_back(old);
 }
 
-std::shared_ptr<const LoadedKernel> EngineImpl::build(const NormSpec& spec, CUcontext context,
+std::shared_ptr<const LoadedKernel> EngineImpl::build(const NormSpec& spec, const Context& context,
                                                       Source* source) {
   const driver::Api& cu = driver::api();
   // A kernel first asked for inside a capture (say, by a model captured before it ran once)
   // loads its module there: allowed, and nothing of it is recorded into the graph.
   const RelaxedCaptureMode relaxed;
-  const Target target = device_target(context);
+  const Target target = device_target();
   auto kernel = std::make_shared<LoadedKernel>();
   kernel->spec = spec;
   kernel->plan = plan(spec, target);
@@ -498,7 +574,7 @@ std::shared_ptr<const LoadedKernel> EngineImpl::build(const NormSpec& spec, CUco
 
 Kernel EngineImpl::prepare(const NormSpec& spec) {
   spec.validate();
-  const CUcontext context = current_context();
+  const Context context = current_context();
   if (!has_two_batch_classes(spec)) return prepare_class(spec, context);
   // The hot path, both classes loaded: two lookups, no allocation. The other class's key
   // differs in its batch class alone (the batch dims are no part of a key).
@@ -532,7 +608,7 @@ Kernel EngineImpl::prepare(const NormSpec& spec) {
   std::future<Kernel> other_kernel;
   if (own_hit == table->end() && other_hit == table->end()) {
     other_kernel = std::async(std::launch::async, [this, &other, context] {
-      NORMJIT_CU(driver::api().cuCtxSetCurrent(context));
+      NORMJIT_CU(driver::api().cuCtxSetCurrent(context.handle));
       return prepare_class(other, context);
     });
   }
@@ -560,7 +636,7 @@ Kernel EngineImpl::prepare(const NormSpec& spec) {
   return out;
 }
 
-Kernel EngineImpl::prepare_class(const NormSpec& spec, CUcontext context) {
+Kernel EngineImpl::prepare_class(const NormSpec& spec, const Context& context) {
   const ClassKey key = ClassKey::of(spec, context);
   Kernel out;
   {
@@ -1177,14 +1253,26 @@ void enqueue(const LoadedKernel& k, Params& params, int64_t batch, CUstream_st* 
                            "needs " + std::to_string(grid) + " CTAs, more than a grid holds");
   }
   const driver::Api& cu = driver::api();
-  CUcontext current = nullptr;
-  NORMJIT_CU(cu.cuCtxGetCurrent(&current));
-  if (current != k.context) {
-    if (current) {
+  // The current context by its id (one call, as cuCtxGetCurrent): a context made after the
+  // kernel's was destroyed may have its handle, where the kernel's module is gone.
+  unsigned long long current = 0;
+  const CUresult got_id = cu.cuCtxGetId(nullptr, &current);
+  if (got_id == CUDA_SUCCESS) {
+    if (current != k.context.id) {
       throw Error(ErrorCode::kInvalidArgument,
-                  "launch in another CUDA context than the kernel was prepared in");
+                  "launch in another CUDA context than the kernel was prepared in (or that "
+                  "context was destroyed since)");
     }
-    NORMJIT_CU(cu.cuCtxSetCurrent(k.context));
+  } else {
+    CUcontext none = nullptr;
+    NORMJIT_CU(cu.cuCtxGetCurrent(&none));
+    if (none) driver::throw_driver_error(got_id, "cuCtxGetId(current)", __FILE__, __LINE__);
+    // No context current on this thread: the kernel's, made current, if it still lives.
+    if (!still_there(k.context.handle, k.context.id)) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "launch of a kernel whose CUDA context was destroyed; prepare it again");
+    }
+    NORMJIT_CU(cu.cuCtxSetCurrent(k.context.handle));
   }
   const CUstream cu_stream = reinterpret_cast<CUstream>(stream);
   void* kernel_args[] = {&params};
@@ -1209,6 +1297,19 @@ const NormSpec& Kernel::spec() const {
 }
 Source Kernel::source() const { return source_; }
 const void* detail::identity(const Kernel& kernel) { return kernel.impl_.get(); }
+
+size_t detail::workspace_count(const Kernel& kernel) { return EngineImpl::workspace_count(kernel); }
+
+size_t detail::EngineImpl::workspace_count(const Kernel& kernel) {
+  size_t out = 0;
+  for (const LoadedKernel* k : {kernel.impl_.get(), kernel.other_.get()}) {
+    if (!k) continue;
+    std::lock_guard lock(k->workspace_mutex);
+    out += k->workspaces.size();
+  }
+  return out;
+}
+
 std::string Kernel::plan_text() const {
   if (!impl_) throw Error(ErrorCode::kInvalidArgument, "plan_text() of an empty normjit::Kernel");
   return impl_->plan.to_string();

@@ -79,6 +79,9 @@ namespace detail {
 struct LoadedKernel;
 class EngineImpl;
 const void* identity(const Kernel& kernel);  // the same for every copy of one loaded kernel
+// The workspaces the kernel's split launches hold (one a stream, one a live graph; released
+// ones kept for reuse included): for tests.
+size_t workspace_count(const Kernel& kernel);
 }  // namespace detail
 
 // A kernel ready to launch in the context it was prepared in. Cheap to copy.
@@ -87,6 +90,9 @@ class Kernel {
   Kernel() = default;
   // Enqueues on stream (nullptr: the legacy default stream). Validates the arguments
   // (null or misaligned pointers, partial overlap, batch) first; launches nothing on error.
+  // A split kernel's launch uses a workspace of the stream's, or, captured into a CUDA graph, of
+  // the graph's: released for reuse when the graph, and all instantiated from it, are destroyed.
+  // Destroy such graphs before the engine and the last copy of the Kernel, which free it.
   void launch(const LaunchArgs& args, CUstream_st* stream) const;
   // The same for a kernel prepared for a backward spec (backward=true); launch() refuses those,
   // and this refuses forward kernels. Graph-safe like launch(): no allocation or synchronization
