@@ -93,6 +93,7 @@ class Kernel {
   // A split kernel's launch uses a workspace of the stream's, or, captured into a CUDA graph, of
   // the graph's: released for reuse when the graph, and all instantiated from it, are destroyed.
   // Destroy such graphs before the engine and the last copy of the Kernel, which free it.
+  // Executable graphs instantiated from one capture share its workspace: not replayed at once.
   void launch(const LaunchArgs& args, CUstream_st* stream) const;
   // The same for a kernel prepared for a backward spec (backward=true); launch() refuses those,
   // and this refuses forward kernels. Graph-safe like launch(): no allocation or synchronization
