@@ -130,6 +130,7 @@ Explanation explain(const std::vector<EntryInfo>& entries, const std::string& pr
 struct Removal {
   uint64_t entries = 0;               // entry names removed
   uint64_t bytes = 0;                 // disk bytes freed (gc: swept temporaries included)
+  uint64_t temporary_bytes = 0;       // of bytes, the temporary files' (writes never finished)
   std::vector<std::string> failures;  // "<path>: <why>" for each name that should have gone
 };
 
@@ -172,7 +173,8 @@ class Store {
   // The entries of one key in every layer, in layer order, each checked whole (the payload's
   // checksum included): what a load of key would find. Empty for a name that is not a key.
   std::vector<EntryInfo> list_key(const std::string& key) const;
-  // Evicts LRU down to max_bytes and sweeps temporaries older than kStaleTemporarySeconds.
+  // Evicts LRU down to max_bytes and sweeps temporaries older than kStaleTemporarySeconds;
+  // the bytes freed count those the constructor swept too (once, by the first gc).
   // Sizes are counted as they are on disk; files that cannot be entries (implausible sizes) go
   // before any entry, and names that are not regular files are neither counted nor removed.
   Removal gc(uint64_t max_bytes);

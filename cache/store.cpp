@@ -211,6 +211,9 @@ struct Store::Impl {
   std::set<FileId> known_bad;
   std::set<std::string> blocked_warned;   // keys whose name a directory blocks: warned once
   std::atomic<bool> stats_warned{false};  // stats.json is not a regular file: warned once
+  // Stale temporaries the constructor swept, in bytes: gc() reports them with its own sweep's
+  // (a `cache gc` opens its store, which sweeps first, and then found nothing left to free).
+  std::atomic<uint64_t> swept_at_open{0};
 
   // Memory layer: holds what save() could not write to disk, LRU-bounded by max_bytes.
   std::mutex memory_mutex;
@@ -755,7 +758,7 @@ Store::Store(StoreOptions options) : impl_(std::make_unique<Impl>()) {
     }
   }
   // Temporaries of writers killed mid-save (kill -9, power loss) would otherwise stay forever.
-  if (impl_->writable) impl_->sweep(kStaleTemporarySeconds);
+  if (impl_->writable) impl_->swept_at_open = impl_->sweep(kStaleTemporarySeconds);
 }
 
 Store::~Store() {
@@ -897,9 +900,10 @@ std::vector<EntryInfo> Store::list_key(const std::string& key) const {
 }
 
 Removal Store::gc(uint64_t max_bytes) {
-  const uint64_t swept = impl_->sweep(kStaleTemporarySeconds);
+  const uint64_t swept = impl_->swept_at_open.exchange(0) + impl_->sweep(kStaleTemporarySeconds);
   Removal removal = impl_->evict(max_bytes, /*keep=*/"");
   removal.bytes += swept;
+  removal.temporary_bytes = swept;
   return removal;
 }
 
@@ -966,6 +970,7 @@ std::vector<std::string> Store::searched_readonly() const {
 Removal Store::sweep_temporaries(int64_t older_than_seconds) {
   Removal removal;
   removal.bytes = impl_->sweep(older_than_seconds, &removal.failures);
+  removal.temporary_bytes = removal.bytes;
   return removal;
 }
 

@@ -328,8 +328,10 @@ void run_gc(const CacheFlags& flags, std::optional<uint64_t> max_bytes, int64_t 
   cache::Removal removal = store->gc(max);
   cache::Removal temporary;  // --temp-age's sweep: bytes, and the names it could not remove
   if (temp_age >= 0) temporary = store->sweep_temporaries(temp_age);
-  const uint64_t temporary_bytes = temporary.bytes;
-  removal.bytes += temporary_bytes;
+  // gc's own sweep of stale temporaries (an hour old), which opening the store may have done,
+  // and --temp-age's.
+  const uint64_t temporary_bytes = removal.temporary_bytes + temporary.bytes;
+  removal.bytes += temporary.bytes;
   print_failures(temporary.failures);
   uint64_t left = 0;
   size_t entries = 0;
@@ -340,9 +342,12 @@ void run_gc(const CacheFlags& flags, std::optional<uint64_t> max_bytes, int64_t 
     }
   }
   print_failures(removal.failures);
-  // With --temp-age, what the temporary files gave of the bytes freed (not entries evicted).
+  // What the temporary files gave of the bytes freed (not entries evicted): said with
+  // --temp-age, and wherever stale ones went.
   const std::string temporaries =
-      temp_age >= 0 ? " (" + human_bytes(temporary_bytes) + " of it temporary files)" : "";
+      temp_age >= 0 || temporary_bytes > 0
+          ? " (" + human_bytes(temporary_bytes) + " of it temporary files)"
+          : "";
   std::printf("evicted %s, freed %s%s; %s now holds %s, %s on disk (limit %s)\n",
               count(removal.entries, "entry", "entries").c_str(),
               human_bytes(removal.bytes).c_str(), temporaries.c_str(), dir.c_str(),

@@ -4,6 +4,7 @@
 // shows what was stored. The GPU half is tests/gpu/deployment_test.cpp.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -117,6 +118,21 @@ TEST_F(Prewarm, FillsADirectoryWithoutAGpuThenCheckFindsEverything) {
   EXPECT_NE(gc.out.find("evicted 0 entries, freed 7 B (7 B of it temporary files)"), npos)
       << gc.describe();
   EXPECT_FALSE(std::filesystem::exists(temporary)) << gc.describe();
+
+  // A plain gc sweeps temporaries an hour old. Opening the store sweeps them before gc looks, and
+  // gc still counts them as freed (it said "freed 0 B" of a directory it had just emptied).
+  const std::string stale = dir + "/.tmp-" + std::string(64, 'b') + "-1-ee";
+  { std::ofstream(stale) << "stale bytes"; }
+  std::filesystem::last_write_time(
+      stale, std::filesystem::file_time_type::clock::now() - std::chrono::hours(2));
+  const ToolResult plain = run({"cache", "gc", "--cache-dir", dir});
+  EXPECT_EQ(plain.exit_code, 0) << plain.describe();
+  EXPECT_NE(plain.out.find("evicted 0 entries, freed 11 B (11 B of it temporary files)"), npos)
+      << plain.describe();
+  EXPECT_FALSE(std::filesystem::exists(stale)) << plain.describe();
+  // Nothing stale left: no temporary files to mention.
+  const ToolResult quiet = run({"cache", "gc", "--cache-dir", dir});
+  EXPECT_NE(quiet.out.find("evicted 0 entries, freed 0 B; "), npos) << quiet.describe();
 }
 
 TEST_F(Prewarm, CheckListsWhatAFreshDirectoryLacks) {
