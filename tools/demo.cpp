@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <memory>
 #include <random>
+#include <string>
+#include <vector>
 
 #include "generator/plan.hpp"
 #include "normjit/normjit.hpp"
@@ -23,6 +25,7 @@ struct DemoOptions {
   std::string cache_dir;
   int repeat = 10;
   int samples = 64;
+  std::vector<std::string> gpu_only_given;  // --repeat, --samples where given: unused without one
 };
 
 std::vector<double> download_at(const device::Buffer& buffer, Dtype dtype,
@@ -146,6 +149,13 @@ void run_demo(const DemoOptions& o) {
       "normjit demo: no GPU here (%s); planning and compiling the seed kernels for %s "
       "without launching them\n",
       gpu_unavailable_reason().c_str(), o.arch.c_str());
+  if (!o.gpu_only_given.empty()) {
+    std::string flags;
+    for (const std::string& flag : o.gpu_only_given) flags += (flags.empty() ? "" : " and ") + flag;
+    std::fflush(stdout);
+    std::fprintf(stderr, "normjit: warning: %s %s only on a GPU (launches): not used here\n",
+                 flags.c_str(), o.gpu_only_given.size() == 1 ? "applies" : "apply");
+  }
   // Where the directory could be written at the start, whether each kernel reached it: a save
   // that fails later (a full disk) leaves it in the engine's memory alone, with a warning.
   std::unique_ptr<cache::Store> disk;
@@ -190,11 +200,18 @@ void add_demo_command(CLI::App& app) {
       *demo, "--cache-dir", options->cache_dir,
       "cache directory (default: $NORMJIT_CACHE_DIR, else $XDG_CACHE_HOME/normjit, else "
       "~/.cache/normjit)");
-  add_integer_option(*demo, "--repeat", options->repeat, 1, 100000,
-                     "timed launches per kernel, median reported (default 10)");
-  add_integer_option(*demo, "--samples", options->samples, 1, 100000,
-                     "reduction units checked against the reference (default 64)");
-  demo->callback([options] { run_demo(*options); });
+  CLI::Option* repeat = add_integer_option(*demo, "--repeat", options->repeat, 1, 100000,
+                                           "timed launches per kernel, median reported (default "
+                                           "10; on a GPU only)");
+  CLI::Option* samples = add_integer_option(*demo, "--samples", options->samples, 1, 100000,
+                                            "reduction units checked against the reference "
+                                            "(default 64; on a GPU only)");
+  demo->callback([options, repeat, samples] {
+    for (const CLI::Option* given : {repeat, samples}) {
+      if (given->count() > 0) options->gpu_only_given.push_back(given->get_name());
+    }
+    run_demo(*options);
+  });
 }
 
 }  // namespace normjit::tools

@@ -867,8 +867,9 @@ void add_prewarm_command(CLI::App& app) {
   add_text_option(*prewarm, "--cache-dir", options->cache_dir,
                   "directory to fill (default: $NORMJIT_CACHE_DIR, else "
                   "$XDG_CACHE_HOME/normjit, else ~/.cache/normjit)");
-  add_integer_option(*prewarm, "-j,--jobs", options->jobs, 1, 1024,
-                     "parallel compilations, 1 to 1024 (default: one per hardware thread)");
+  CLI::Option* jobs =
+      add_integer_option(*prewarm, "-j,--jobs", options->jobs, 1, 1024,
+                         "parallel compilations, 1 to 1024 (default: one per hardware thread)");
   prewarm->add_flag("--check", options->check,
                     "compile nothing; list the kernels missing from the directory and fail if any");
   prewarm->footer(
@@ -884,7 +885,15 @@ void add_prewarm_command(CLI::App& app) {
       "\"f32\"},\n"
       "   {\"op\": \"layernorm\", \"shape\": [32, 4096], \"normalized_dims\": 1, \"dtype\": "
       "\"bf16\"}]");
-  prewarm->callback([options] { run(*options); });
+  prewarm->callback([options, jobs] {
+    // A pipeline may pass the same flags to both steps; --check only reads what is there.
+    if (options->check && jobs->count() > 0) {
+      std::fprintf(stderr,
+                   "normjit: warning: --jobs sets parallel compilations, and --check "
+                   "compiles nothing: not used\n");
+    }
+    run(*options);
+  });
 }
 
 }  // namespace normjit::tools

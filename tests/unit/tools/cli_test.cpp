@@ -262,6 +262,17 @@ TEST_F(Cli, DemoSaysWhereEachKernelWent) {
   ASSERT_EQ(saved.exit_code, 0) << saved.describe();
   EXPECT_NE(saved.out.find("binary: compiled now"), npos) << saved.describe();
   EXPECT_EQ(saved.out.find("in memory only"), npos) << saved.describe();
+  EXPECT_TRUE(saved.err_lines("normjit: warning").empty()) << saved.describe();
+  // --repeat and --samples time and check launches: without a GPU the run says they went unused
+  // (it took them in silence).
+  const ToolResult timed =
+      normjit::testing::run_tool({"demo", "--cache-dir", dir, "--repeat", "3", "--samples", "2"},
+                                 {"CUDA_VISIBLE_DEVICES=", "NORMJIT_CACHE_FAULT="});
+  ASSERT_EQ(timed.exit_code, 0) << timed.describe();
+  EXPECT_NE(timed.out.find("binary: already cached"), npos) << timed.describe();
+  EXPECT_EQ(timed.err_lines("normjit: warning: --repeat and --samples apply only on a GPU").size(),
+            1u)
+      << timed.describe();
   const std::string full = dir_ / "full";
   const ToolResult failed = normjit::testing::run_tool(
       {"demo", "--cache-dir", full}, {"CUDA_VISIBLE_DEVICES=", "NORMJIT_CACHE_FAULT=enospc"});

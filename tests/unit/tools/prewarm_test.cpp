@@ -97,6 +97,14 @@ TEST_F(Prewarm, FillsADirectoryWithoutAGpuThenCheckFindsEverything) {
   EXPECT_EQ(ok.out.find("missing "), npos) << ok.describe();
   EXPECT_TRUE(ok.err_lines("normjit: error: ").empty()) << ok.describe();
   EXPECT_EQ(ok.out.find("temporary"), npos) << ok.describe();
+  EXPECT_TRUE(ok.err_lines("normjit: warning").empty()) << ok.describe();
+  // The flags of the prewarm step passed to --check as well: -j compiles nothing here, and says so.
+  const ToolResult jobs = run(
+      {"prewarm", manifest_, "--arch", joined(kArchs), "--cache-dir", dir, "--check", "-j", "2"});
+  EXPECT_EQ(jobs.exit_code, 0) << jobs.describe();
+  EXPECT_EQ(jobs.out, ok.out);
+  EXPECT_EQ(jobs.err_lines("normjit: warning: --jobs sets parallel compilations").size(), 1u)
+      << jobs.describe();
 
   // A write that did not finish (an interrupted prewarm) is never loaded, but would be shipped:
   // --check and cache ls name it (they said nothing).
