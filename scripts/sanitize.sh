@@ -6,7 +6,8 @@
 #   left to the plain build. Leaks inside NVRTC's own allocations are suppressed
 #   (scripts/lsan.supp); ours are not.
 # thread (build-tsan): the cache's and the runtime's unit tests, where threads and processes
-#   share the store and the engine's single-flight table.
+#   share the store and the engine's single-flight table, and the runtime's tests on the fake
+#   driver (tests/fakecuda), where threads prepare and launch at once.
 # Any report fails the run. Run scripts/setup.sh first on a fresh machine (packages, .venv).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -35,8 +36,10 @@ for s in "${sanitizers[@]}"; do
     thread)
       build="$here/build-tsan"
       echo "sanitize: $s in $build"
-      configure_and_build "$build" "$s" --target unit_cache_tests unit_runtime_tests
-      for t in tests/unit/cache/unit_cache_tests tests/unit/runtime/unit_runtime_tests; do
+      configure_and_build "$build" "$s" --target unit_cache_tests unit_runtime_tests \
+        fake_driver_tests
+      for t in tests/unit/cache/unit_cache_tests tests/unit/runtime/unit_runtime_tests \
+        tests/fakecuda/fake_driver_tests; do
         echo "sanitize: $t"
         (cd "$build" && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 "./$t" --gtest_brief=1)
       done
