@@ -899,6 +899,40 @@ size_t calls(const std::string& function) {
 
 }  // namespace fakecuda
 
+// For tests in other languages (tests/python/test_fake_driver_cpu.py, through ctypes): the last
+// launch recorded, as one line of JSON, or "{}" when there is none. The text lives until the
+// calling thread's next call.
+extern "C" __attribute__((visibility("default"))) const char* fakecuda_last_launch_json() {
+  thread_local std::string text;
+  const std::vector<fakecuda::Launch> all = fakecuda::launches();
+  if (all.empty()) return (text = "{}").c_str();
+  const fakecuda::Launch& l = all.back();
+  const normjit::Params& p = l.params;
+  const auto number = [](const char* name, auto value) {
+    return "\"" + std::string(name) + "\": " + std::to_string(value);
+  };
+  const auto address = [&number](const char* name, const void* value) {
+    return number(name, reinterpret_cast<uintptr_t>(value));
+  };
+  const auto pitch = [](const char* name, const normjit::RowPitch& r) {
+    return "\"" + std::string(name) + "\": [" + std::to_string(r.outer) + ", " +
+           std::to_string(r.inner) + "]";
+  };
+  text = "{" + number("launches", all.size()) + ", \"function\": \"" + l.function + "\", " +
+         number("grid", l.grid) + ", " + number("cooperative", int(l.cooperative)) + ", " +
+         address("stream", l.stream) + ", " + address("x", p.x) + ", " + address("y", p.y) + ", " +
+         address("weight", p.weight) + ", " + address("bias", p.bias) + ", " +
+         address("workspace", p.workspace) + ", " + number("batch", p.batch) + ", " +
+         "\"eps\": " + std::to_string(double(p.eps)) + ", " + address("residual", p.residual) +
+         ", " + address("residual_out", p.residual_out) + ", " + address("scale", p.scale) + ", " +
+         address("mean", p.mean) + ", " + address("rstd", p.rstd) + ", " +
+         number("inner_rows", p.inner_rows) + ", " + pitch("x_rows", p.x_rows) + ", " +
+         pitch("y_rows", p.y_rows) + ", " + pitch("residual_rows", p.residual_rows) + ", " +
+         pitch("residual_out_rows", p.residual_out_rows) + ", " + address("dy", p.dy) + ", " +
+         address("dweight", p.dweight) + ", " + address("dbias", p.dbias) + "}";
+  return text.c_str();
+}
+
 // The one symbol the runtime looks up itself; every other function comes through it.
 extern "C" __attribute__((visibility("default"))) CUresult cuGetProcAddress_v2(
     const char* symbol, void** pfn, int, cuuint64_t, CUdriverProcAddressQueryResult* status) {
