@@ -54,10 +54,12 @@ TEST_F(FakeDriver, ALaunchCarriesThePlansConfigurationAndTheCallersPointers) {
 }
 
 // A context created after another was destroyed may get its handle (the fake always gives it).
-// The kernel of the destroyed context must not be handed out there: its module is gone.
+// The kernel of the destroyed context must not be handed out there: its module is gone. And the
+// engine, destroyed while the new context lives, must neither unload the old module nor free the
+// old workspace there (the fake notes either as a misuse, which fails the test).
 TEST_F(FakeDriver, ANewContextWithTheDestroyedOnesHandleGetsItsOwnKernel) {
-  Engine engine(options());
-  const NormSpec spec = spec_of(kRows);
+  auto engine = std::make_unique<Engine>(options());
+  const NormSpec spec = spec_of(kSplit);  // a workspace too
   CUcontext first_handle = nullptr;
   unsigned long long first_id = 0;
   Kernel first;
@@ -65,14 +67,15 @@ TEST_F(FakeDriver, ANewContextWithTheDestroyedOnesHandleGetsItsOwnKernel) {
     device::PrimaryContext context;
     first_handle = current();
     first_id = id_of(first_handle);
-    first = engine.prepare(spec);
+    first = engine->prepare(spec);
     Problem p(spec);
     first.launch(p.args(), nullptr);
+    ASSERT_EQ(detail::workspace_count(first), 1u);
   }
   device::PrimaryContext context;
   ASSERT_EQ(current(), first_handle) << "the fake gives a new context the freed handle";
   ASSERT_NE(id_of(current()), first_id);
-  const Kernel again = engine.prepare(spec);
+  Kernel again = engine->prepare(spec);
   EXPECT_NE(detail::identity(again), detail::identity(first));
   Problem p(spec);
   fakecuda::clear_launches();
@@ -88,6 +91,13 @@ TEST_F(FakeDriver, ANewContextWithTheDestroyedOnesHandleGetsItsOwnKernel) {
     EXPECT_NE(std::string(e.what()).find("another CUDA context"), std::string::npos) << e.what();
   }
   EXPECT_EQ(fakecuda::launches().size(), 1u);
+  const size_t modules = fakecuda::live_modules(), allocations = fakecuda::live_allocations();
+  first = Kernel();
+  again = Kernel();
+  engine.reset();
+  // The new context's module and workspace went with the engine; the caller's buffers stay.
+  EXPECT_EQ(fakecuda::live_modules(), modules - 1);
+  EXPECT_EQ(fakecuda::live_allocations(), allocations - 1);
 }
 
 // Without a current context, a launch makes its kernel's current, if it still lives.
