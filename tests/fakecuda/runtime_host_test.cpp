@@ -231,7 +231,8 @@ TEST_F(FakeDriver, ThreadsLaunchingAtOnceKeepTheirOwnWorkspaces) {
 
 // A capture whose graph refuses the user object that would release its workspace keeps going
 // with a workspace of its own, never released (the behaviour before user objects), and says so
-// once; the refused object is released at once.
+// once (a warning of the process: the test runs once in it); the refused object is released at
+// once.
 TEST_F(FakeDriver, AGraphThatRefusesTheUserObjectKeepsItsWorkspaceAndWarnsOnce) {
   device::PrimaryContext context;
   Engine engine(options());
