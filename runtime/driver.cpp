@@ -1,8 +1,10 @@
 #include "runtime/driver.hpp"
 
+#include <cudaTypedefs.h>
 #include <dlfcn.h>
 
 #include <mutex>
+#include <type_traits>
 
 #include "normjit/error.hpp"
 
@@ -30,6 +32,14 @@ Loaded load() {
     return out;
   }
   Api api;
+  // Each function is asked for at the version whose signature is the one <cuda.h> declares,
+  // and so the one the table's member has: a wrong version in the list would hand out another
+  // ABI (cudaTypedefs.h names each version's type).
+#define NORMJIT_CHECK_VERSION(name, version)                                \
+  static_assert(std::is_same_v<PFN_##name##_v##version, decltype(&::name)>, \
+                #name " is not declared in <cuda.h> as its version " #version " is");
+  NORMJIT_FOR_EACH_DRIVER_FUNCTION(NORMJIT_CHECK_VERSION)
+#undef NORMJIT_CHECK_VERSION
 #define NORMJIT_LOAD_MEMBER(name, version)                                                     \
   {                                                                                            \
     void* fn = nullptr;                                                                        \

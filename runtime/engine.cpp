@@ -7,6 +7,7 @@
 #include <cstring>
 #include <future>
 #include <mutex>
+#include <new>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 #include <unordered_set>
@@ -116,6 +117,26 @@ struct ClassKeyHash {
   }
 };
 
+// Lets this thread make calls that a capture in global mode forbids (cuMemAlloc, loading a
+// module) while a stream is being captured, for as long as it lives; they are not recorded
+// into the graph, and none of them touches the capturing stream.
+// The nothrow form, for destructors, goes on in the thread's own mode where it cannot switch.
+class RelaxedCaptureMode {
+ public:
+  RelaxedCaptureMode() { NORMJIT_CU(driver::api().cuThreadExchangeStreamCaptureMode(&mode_)); }
+  explicit RelaxedCaptureMode(std::nothrow_t)
+      : switched_(driver::api().cuThreadExchangeStreamCaptureMode(&mode_) == CUDA_SUCCESS) {}
+  ~RelaxedCaptureMode() {
+    if (switched_) driver::api().cuThreadExchangeStreamCaptureMode(&mode_);
+  }
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+ private:
+  CUstreamCaptureMode mode_ = CU_STREAM_CAPTURE_MODE_RELAXED;
+  bool switched_ = true;
+};
+
 // Owns a CUmodule; unloads it in its context, ignoring errors (none to unload once the context
 // is destroyed: its handle may be another context's by then).
 class Module {
@@ -124,6 +145,9 @@ class Module {
   ~Module() {
     if (!driver::unavailable_reason().empty()) return;
     const driver::Api& cu = driver::api();
+    // Another thread may be capturing in global mode, which forbids this thread an unload: the
+    // capture would be invalidated, and the module kept.
+    const RelaxedCaptureMode relaxed(std::nothrow);
     if (still_there(context_.handle, context_.id) &&
         cu.cuCtxPushCurrent(context_.handle) == CUDA_SUCCESS) {
       cu.cuModuleUnload(module_);
@@ -150,6 +174,7 @@ class Allocation {
   ~Allocation() {
     if (!driver::unavailable_reason().empty()) return;
     const driver::Api& cu = driver::api();
+    const RelaxedCaptureMode relaxed(std::nothrow);  // as ~Module: a capture may be under way
     if (still_there(context_.handle, context_.id) &&
         cu.cuCtxPushCurrent(context_.handle) == CUDA_SUCCESS) {
       cu.cuMemFree(ptr_);
@@ -242,20 +267,6 @@ struct LoadedKernel {
 
 // Launches k over `batch` with params (its workspace filled in here for cooperative plans).
 void enqueue(const LoadedKernel& k, Params& params, int64_t batch, CUstream_st* stream);
-
-// Lets this thread make calls that a capture in global mode forbids (cuMemAlloc, loading a
-// module) while a stream is being captured, for as long as it lives; they are not recorded
-// into the graph, and none of them touches the capturing stream.
-class RelaxedCaptureMode {
- public:
-  RelaxedCaptureMode() { NORMJIT_CU(driver::api().cuThreadExchangeStreamCaptureMode(&mode_)); }
-  ~RelaxedCaptureMode() { driver::api().cuThreadExchangeStreamCaptureMode(&mode_); }
-  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
-  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
-
- private:
-  CUstreamCaptureMode mode_ = CU_STREAM_CAPTURE_MODE_RELAXED;
-};
 
 namespace {
 

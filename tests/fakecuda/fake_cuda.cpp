@@ -5,15 +5,19 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <set>
+#include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "runtime/driver.hpp"
@@ -36,9 +40,12 @@ struct CUfunc_st {
 };
 struct CUstream_st {
   unsigned long long context = 0;
-  // Capture state.
+  bool alive = true;  // false once destroyed: a handle is never reused, so its misuse shows
+  // The capture under way, if any: which thread began it and in which mode decide which calls
+  // it forbids, and to which thread.
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
   CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+  std::thread::id capturer;
   cuuint64_t capture = 0;
   CUgraph graph = nullptr;
 };
@@ -71,6 +78,10 @@ namespace {
 
 constexpr int kContextSlots = 8;
 constexpr unsigned kSms = 132;
+constexpr int kRegistersPerThread = 40;           // what every fake function "uses"
+constexpr int kSharedPerBlockOptin = 232448;      // H100: 227 KiB a CTA
+constexpr int kSharedPerMultiprocessor = 233472;  // H100: 228 KiB an SM
+constexpr int kRegistersPerMultiprocessor = 65536;
 
 struct State {
   std::mutex mutex;
@@ -92,6 +103,15 @@ struct State {
   std::map<std::string, std::pair<CUresult, int>> failures;
   std::map<std::string, size_t> calls;
   CUstream_st legacy_stream;
+  // CU_STREAM_PER_THREAD of each thread that used it: one stream a thread, seen by all threads'
+  // capture rules.
+  std::map<std::thread::id, std::unique_ptr<CUstream_st>> per_thread;
+  // User-object destructors run later on a thread of the driver's, as CUDA runs them.
+  std::deque<std::pair<CUhostFn, void*>> destructors;
+  size_t destructors_running = 0;
+  bool destructors_held = false;
+  bool worker_started = false;
+  std::condition_variable destructors_changed;
 };
 
 State& state() {
@@ -102,7 +122,6 @@ State& state() {
 thread_local CUcontext t_current = nullptr;
 thread_local std::vector<CUcontext> t_stack;
 thread_local CUstreamCaptureMode t_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
-thread_local CUstream_st t_per_thread_stream;
 
 using Lock = std::unique_lock<std::mutex>;
 
@@ -129,48 +148,75 @@ unsigned long long current_id() { return live_id(t_current); }
 
 CUstream_st* stream_of(State& s, CUstream stream) {
   if (stream == nullptr) return &s.legacy_stream;
-  if (stream == CU_STREAM_PER_THREAD) return &t_per_thread_stream;
+  if (stream == CU_STREAM_PER_THREAD) {
+    std::unique_ptr<CUstream_st>& mine = s.per_thread[std::this_thread::get_id()];
+    if (!mine) mine = std::make_unique<CUstream_st>();
+    return mine.get();
+  }
   if (stream == CU_STREAM_LEGACY) return &s.legacy_stream;
-  return s.streams.count(stream) ? stream : nullptr;
+  return s.streams.count(stream) && stream->alive ? stream : nullptr;
 }
 
-// A call that a capture in global mode forbids (it may synchronize or allocate): refused, and
-// every such capture invalidated, unless this thread's mode is relaxed.
+// A call that a capture forbids (it may synchronize or allocate), by the rules of
+// cuThreadExchangeStreamCaptureMode: a thread whose mode is not relaxed may not make it while it
+// has a capture of its own not begun relaxed, nor, where its mode is global, while another thread
+// has a capture begun global. Refused, and those captures invalidated.
 bool forbidden_by_capture(State& s, const char* what) {
   if (t_mode == CU_STREAM_CAPTURE_MODE_RELAXED) return false;
-  std::vector<CUstream_st*> capturing;
+  const std::thread::id me = std::this_thread::get_id();
+  std::vector<CUstream_st*> causes;
+  const auto consider = [&](CUstream_st* stream) {
+    if (stream->status != CU_STREAM_CAPTURE_STATUS_ACTIVE) return;
+    const bool own = stream->capturer == me && stream->mode != CU_STREAM_CAPTURE_MODE_RELAXED;
+    const bool others = stream->capturer != me && t_mode == CU_STREAM_CAPTURE_MODE_GLOBAL &&
+                        stream->mode == CU_STREAM_CAPTURE_MODE_GLOBAL;
+    if (own || others) causes.push_back(stream);
+  };
   for (CUstream stream : s.streams) {
-    if (stream->status == CU_STREAM_CAPTURE_STATUS_ACTIVE &&
-        stream->mode == CU_STREAM_CAPTURE_MODE_GLOBAL) {
-      capturing.push_back(stream);
-    }
+    if (stream->alive) consider(stream);
   }
-  if (t_per_thread_stream.status == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
-    capturing.push_back(&t_per_thread_stream);
-  }
-  if (capturing.empty()) return false;
-  for (CUstream_st* stream : capturing) stream->status = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
-  s.misuses.push_back(std::string(what) + " while a stream was captured in global mode");
+  for (auto& [thread, stream] : s.per_thread) consider(stream.get());
+  if (causes.empty()) return false;
+  for (CUstream_st* stream : causes) stream->status = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+  s.misuses.push_back(std::string(what) +
+                      " while a stream was captured (its capture forbids it to this thread)");
   return true;
 }
 
-void release_user_object(State& s, CUuserObject object, unsigned count,
-                         std::vector<std::pair<CUhostFn, void*>>* run) {
-  if (!s.user_objects.count(object)) {
-    s.misuses.push_back("a user object released more often than it was referenced");
+void release_user_object(State& s, CUuserObject object, unsigned count) {
+  if (!s.user_objects.count(object) || count == 0 || count > object->refs) {
+    s.misuses.push_back("a user object released " + std::to_string(count) +
+                        " times where it holds fewer references (or none)");
     return;
   }
-  object->refs -= std::min(object->refs, count);
+  object->refs -= count;
   if (object->refs == 0) {
-    run->emplace_back(object->destroy, object->ptr);
+    s.destructors.emplace_back(object->destroy, object->ptr);
     s.user_objects.erase(object);
     delete object;
+    s.destructors_changed.notify_all();
   }
 }
 
-void run_destructors(Lock& lock, const std::vector<std::pair<CUhostFn, void*>>& run) {
-  lock.unlock();
-  for (const auto& [fn, ptr] : run) fn(ptr);
+// The driver's thread that runs user-object destructors, started with the first user object.
+void start_destructor_thread(State& s) {
+  if (s.worker_started) return;
+  s.worker_started = true;
+  std::thread([&s] {
+    Lock lock(s.mutex);
+    for (;;) {
+      s.destructors_changed.wait(lock,
+                                 [&s] { return !s.destructors.empty() && !s.destructors_held; });
+      const auto [fn, ptr] = s.destructors.front();
+      s.destructors.pop_front();
+      ++s.destructors_running;
+      lock.unlock();
+      fn(ptr);
+      lock.lock();
+      --s.destructors_running;
+      s.destructors_changed.notify_all();
+    }
+  }).detach();  // blocked on its condition at exit, as the driver's own threads are
 }
 
 bool known_function(State& s, CUfunction f) {
@@ -185,6 +231,7 @@ CUresult cuInit(unsigned int) {
   return CUDA_SUCCESS;
 }
 CUresult cuDriverGetVersion(int* version) {
+  FAKE_ENTER("cuDriverGetVersion");
   *version = CUDA_VERSION;
   return CUDA_SUCCESS;
 }
@@ -218,32 +265,44 @@ const char* error_name(CUresult r) {
       return "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES";
     case CUDA_ERROR_NOT_SUPPORTED:
       return "CUDA_ERROR_NOT_SUPPORTED";
+    case CUDA_ERROR_INVALID_DEVICE:
+      return "CUDA_ERROR_INVALID_DEVICE";
+    case CUDA_ERROR_ILLEGAL_ADDRESS:
+      return "CUDA_ERROR_ILLEGAL_ADDRESS";
+    case CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD:
+      return "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD";
     default:
       return nullptr;
   }
 }
 CUresult cuGetErrorName(CUresult r, const char** out) {
+  FAKE_ENTER("cuGetErrorName");
   *out = error_name(r);
   return *out ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 CUresult cuGetErrorString(CUresult r, const char** out) {
+  FAKE_ENTER("cuGetErrorString");
   *out = error_name(r) ? "an error of the fake CUDA driver" : nullptr;
   return *out ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 CUresult cuDeviceGet(CUdevice* device, int ordinal) {
+  FAKE_ENTER("cuDeviceGet");
   if (ordinal != 0) return CUDA_ERROR_INVALID_DEVICE;
   *device = 0;
   return CUDA_SUCCESS;
 }
 CUresult cuDeviceGetCount(int* count) {
+  FAKE_ENTER("cuDeviceGetCount");
   *count = 1;
   return CUDA_SUCCESS;
 }
 CUresult cuDeviceGetName(char* name, int length, CUdevice) {
+  FAKE_ENTER("cuDeviceGetName");
   std::snprintf(name, size_t(length), "%s", "fake H100 (normjit tests/fakecuda)");
   return CUDA_SUCCESS;
 }
 CUresult cuDeviceGetAttribute(int* value, CUdevice_attribute attribute, CUdevice device) {
+  FAKE_ENTER("cuDeviceGetAttribute");
   if (device != 0) return CUDA_ERROR_INVALID_DEVICE;
   switch (attribute) {
     case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR:
@@ -268,7 +327,7 @@ CUresult cuDeviceGetAttribute(int* value, CUdevice_attribute attribute, CUdevice
       *value = 1024;
       break;
     case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN:
-      *value = 232448;
+      *value = kSharedPerBlockOptin;
       break;
     default:
       return CUDA_ERROR_INVALID_VALUE;  // a test that needs more adds it here
@@ -329,6 +388,7 @@ CUresult cuDevicePrimaryCtxRelease(CUdevice device) {
   return CUDA_ERROR_INVALID_CONTEXT;
 }
 CUresult cuCtxGetCurrent(CUcontext* out) {
+  FAKE_ENTER("cuCtxGetCurrent");
   *out = t_current;
   return CUDA_SUCCESS;
 }
@@ -381,11 +441,11 @@ CUresult cuModuleLoadData(CUmodule* out, const void* image) {
   if (current_id() == 0) return CUDA_ERROR_INVALID_CONTEXT;
   if (forbidden_by_capture(s, "cuModuleLoadData")) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   const auto* bytes = static_cast<const unsigned char*>(image);
-  if (std::memcmp(bytes,
-                  "\x7f"
-                  "ELF",
-                  4) != 0)
+  // An ELF64, little-endian, for EM_CUDA (190): what NVRTC's cubins are.
+  constexpr unsigned char kCubin[] = {0x7f, 'E', 'L', 'F', 2, 1};
+  if (std::memcmp(bytes, kCubin, sizeof(kCubin)) != 0 || bytes[18] != 190 || bytes[19] != 0) {
     return CUDA_ERROR_INVALID_IMAGE;
+  }
   // An ELF64's size: the furthest end of its header tables and its sections' contents.
   const auto field = [bytes](size_t at, size_t width) {
     uint64_t v = 0;
@@ -431,6 +491,12 @@ CUresult cuModuleGetFunction(CUfunction* out, CUmodule module, const char* name)
   if (module->image.find(std::string(name) + '\0') == std::string::npos) {
     return CUDA_ERROR_NOT_FOUND;
   }
+  for (const auto& f : s.functions) {  // one handle a function, as the driver gives
+    if (f->module == module && f->module_serial == module->serial && f->name == name) {
+      *out = f.get();
+      return CUDA_SUCCESS;
+    }
+  }
   s.functions.push_back(std::make_unique<CUfunc_st>(CUfunc_st{module, module->serial, name}));
   *out = s.functions.back().get();
   return CUDA_SUCCESS;
@@ -440,7 +506,7 @@ CUresult cuFuncGetAttribute(int* value, CUfunction_attribute attribute, CUfuncti
   if (!known_function(s, f)) return CUDA_ERROR_INVALID_HANDLE;
   switch (attribute) {
     case CU_FUNC_ATTRIBUTE_NUM_REGS:
-      *value = 40;
+      *value = kRegistersPerThread;
       break;
     case CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES:
       *value = 0;
@@ -462,7 +528,8 @@ CUresult cuFuncGetAttribute(int* value, CUfunction_attribute attribute, CUfuncti
 CUresult cuFuncSetAttribute(CUfunction f, CUfunction_attribute attribute, int value) {
   FAKE_ENTER("cuFuncSetAttribute");
   if (!known_function(s, f)) return CUDA_ERROR_INVALID_HANDLE;
-  if (attribute != CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES || value > 232448) {
+  if (attribute != CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES ||
+      value > kSharedPerBlockOptin) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   f->max_dynamic_smem = value;
@@ -470,8 +537,8 @@ CUresult cuFuncSetAttribute(CUfunction f, CUfunction_attribute attribute, int va
 }
 int occupancy(int block, size_t smem) {
   int n = std::min(2048 / std::max(block, 1), 32);
-  n = std::min(n, 65536 / (std::max(block, 1) * 40));  // 40 registers a thread
-  if (smem > 0) n = std::min(n, int(233472 / smem));
+  n = std::min(n, kRegistersPerMultiprocessor / (std::max(block, 1) * kRegistersPerThread));
+  if (smem > 0) n = std::min(n, int(kSharedPerMultiprocessor / smem));
   return n;
 }
 CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, CUfunction f, int block,
@@ -652,19 +719,25 @@ CUresult cuMemsetD8Async(CUdeviceptr to, unsigned char value, size_t bytes, CUst
 // ---- events, streams ----
 
 CUresult cuEventCreate(CUevent* out, unsigned) {
+  FAKE_ENTER("cuEventCreate");
   *out = new CUevent_st;
   return CUDA_SUCCESS;
 }
-CUresult cuEventRecord(CUevent, CUstream) { return CUDA_SUCCESS; }
+CUresult cuEventRecord(CUevent, CUstream) {
+  FAKE_ENTER("cuEventRecord");
+  return CUDA_SUCCESS;
+}
 CUresult cuEventSynchronize(CUevent) {
   FAKE_ENTER("cuEventSynchronize");
   return CUDA_SUCCESS;
 }
 CUresult cuEventElapsedTime(float* ms, CUevent, CUevent) {
+  FAKE_ENTER("cuEventElapsedTime");
   *ms = 0.001f;
   return CUDA_SUCCESS;
 }
 CUresult cuEventDestroy(CUevent event) {
+  FAKE_ENTER("cuEventDestroy");
   delete event;
   return CUDA_SUCCESS;
 }
@@ -679,9 +752,9 @@ CUresult cuStreamCreate(CUstream* out, unsigned) {
 }
 CUresult cuStreamDestroy(CUstream stream) {
   FAKE_ENTER("cuStreamDestroy");
-  if (!s.streams.count(stream)) return CUDA_ERROR_INVALID_HANDLE;
-  s.streams.erase(stream);
-  delete stream;
+  if (!s.streams.count(stream) || !stream->alive) return CUDA_ERROR_INVALID_HANDLE;
+  if (stream->status != CU_STREAM_CAPTURE_STATUS_NONE) return CUDA_ERROR_ILLEGAL_STATE;
+  stream->alive = false;  // kept: no later stream has its handle
   return CUDA_SUCCESS;
 }
 CUresult cuStreamSynchronize(CUstream stream) {
@@ -713,6 +786,7 @@ CUresult cuStreamGetCaptureInfo(CUstream stream, CUstreamCaptureStatus* status, 
   return CUDA_SUCCESS;
 }
 CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
+  FAKE_ENTER("cuThreadExchangeStreamCaptureMode");
   std::swap(*mode, t_mode);
   return CUDA_SUCCESS;
 }
@@ -724,16 +798,15 @@ CUresult cuStreamBeginCapture(CUstream stream, CUstreamCaptureMode mode) {
   if (st->status != CU_STREAM_CAPTURE_STATUS_NONE) return CUDA_ERROR_ILLEGAL_STATE;
   st->status = CU_STREAM_CAPTURE_STATUS_ACTIVE;
   st->mode = mode;
+  st->capturer = std::this_thread::get_id();
   st->capture = s.next_capture++;
   st->graph = new CUgraph_st;
   s.graphs.insert(st->graph);
   return CUDA_SUCCESS;
 }
-CUresult destroy_graph(State& s, CUgraph graph, std::vector<std::pair<CUhostFn, void*>>* run) {
+CUresult destroy_graph(State& s, CUgraph graph) {
   if (!s.graphs.count(graph)) return CUDA_ERROR_INVALID_VALUE;
-  for (const auto& [object, count] : graph->user_objects) {
-    release_user_object(s, object, count, run);
-  }
+  for (const auto& [object, count] : graph->user_objects) release_user_object(s, object, count);
   s.graphs.erase(graph);
   delete graph;
   return CUDA_SUCCESS;
@@ -743,15 +816,16 @@ CUresult cuStreamEndCapture(CUstream stream, CUgraph* out) {
   CUstream_st* st = stream_of(s, stream);
   if (!st) return CUDA_ERROR_INVALID_HANDLE;
   if (st->status == CU_STREAM_CAPTURE_STATUS_NONE) return CUDA_ERROR_ILLEGAL_STATE;
+  if (st->mode != CU_STREAM_CAPTURE_MODE_RELAXED && st->capturer != std::this_thread::get_id()) {
+    return CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD;
+  }
   const bool invalidated = st->status == CU_STREAM_CAPTURE_STATUS_INVALIDATED;
   CUgraph graph = st->graph;
   st->status = CU_STREAM_CAPTURE_STATUS_NONE;
   st->graph = nullptr;
   if (invalidated) {
-    std::vector<std::pair<CUhostFn, void*>> run;
-    destroy_graph(s, graph, &run);
+    destroy_graph(s, graph);
     *out = nullptr;
-    run_destructors(lock, run);
     return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
   }
   *out = graph;
@@ -774,9 +848,17 @@ CUresult cuGraphLaunch(CUgraphExec exec, CUstream stream) {
   if (!s.execs.count(exec)) return CUDA_ERROR_INVALID_VALUE;
   CUstream_st* st = stream_of(s, stream);
   if (!st) return CUDA_ERROR_INVALID_HANDLE;
+  if (st->status != CU_STREAM_CAPTURE_STATUS_NONE) {
+    s.misuses.push_back(
+        "cuGraphLaunch into a stream being captured (the fake has no child graphs)");
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
   for (const CUgraphNode_st& node : exec->nodes) {
     if (node.kernel) {
-      if (!known_function(s, node.driver_view.func)) return CUDA_ERROR_INVALID_HANDLE;
+      if (!known_function(s, node.driver_view.func)) {
+        s.misuses.push_back("cuGraphLaunch of a kernel whose module was unloaded");
+        return CUDA_ERROR_INVALID_HANDLE;
+      }
       Launch l = node.launch;
       l.stream = stream;
       l.thread = std::this_thread::get_id();
@@ -792,20 +874,14 @@ CUresult cuGraphLaunch(CUgraphExec exec, CUstream stream) {
 }
 CUresult cuGraphDestroy(CUgraph graph) {
   FAKE_ENTER("cuGraphDestroy");
-  std::vector<std::pair<CUhostFn, void*>> run;
-  const CUresult r = destroy_graph(s, graph, &run);
-  run_destructors(lock, run);
-  return r;
+  return destroy_graph(s, graph);
 }
 CUresult cuGraphExecDestroy(CUgraphExec exec) {
   FAKE_ENTER("cuGraphExecDestroy");
   if (!s.execs.count(exec)) return CUDA_ERROR_INVALID_VALUE;
-  std::vector<std::pair<CUhostFn, void*>> run;
-  for (const auto& [object, count] : exec->user_objects)
-    release_user_object(s, object, count, &run);
+  for (const auto& [object, count] : exec->user_objects) release_user_object(s, object, count);
   s.execs.erase(exec);
   delete exec;
-  run_destructors(lock, run);
   return CUDA_SUCCESS;
 }
 CUresult cuGraphGetNodes(CUgraph graph, CUgraphNode* nodes, size_t* count) {
@@ -835,19 +911,20 @@ CUresult cuUserObjectCreate(CUuserObject* out, void* ptr, CUhostFn destroy, unsi
   }
   *out = new CUuserObject_st{ptr, destroy, refs};
   s.user_objects.insert(*out);
+  start_destructor_thread(s);
   return CUDA_SUCCESS;
 }
 CUresult cuUserObjectRelease(CUuserObject object, unsigned count) {
   FAKE_ENTER("cuUserObjectRelease");
-  std::vector<std::pair<CUhostFn, void*>> run;
-  release_user_object(s, object, count, &run);
-  run_destructors(lock, run);
+  release_user_object(s, object, count);
   return CUDA_SUCCESS;
 }
 CUresult cuGraphRetainUserObject(CUgraph graph, CUuserObject object, unsigned count,
                                  unsigned flags) {
   FAKE_ENTER("cuGraphRetainUserObject");
-  if (!s.graphs.count(graph) || !s.user_objects.count(object)) return CUDA_ERROR_INVALID_VALUE;
+  if (!s.graphs.count(graph) || !s.user_objects.count(object) || count == 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
   // MOVE takes the caller's references; otherwise the graph adds its own.
   if (flags != CU_GRAPH_USER_OBJECT_MOVE) object->refs += count;
   graph->user_objects[object] += count;
@@ -855,6 +932,22 @@ CUresult cuGraphRetainUserObject(CUgraph graph, CUuserObject object, unsigned co
 }
 
 }  // namespace
+
+// Every function of runtime/driver.hpp's list, by the name the runtime asks cuGetProcAddress for.
+const std::map<std::string, void*>& table() {
+  static const std::map<std::string, void*> functions = [] {
+    std::map<std::string, void*> t;
+    // A compile error here: the runtime calls a function the fake lacks, or one whose
+    // signature differs from <cuda.h>'s.
+#define FAKE_ENTRY(name, version) \
+  t[#name] = reinterpret_cast<void*>(static_cast<decltype(&::name)>(&name));
+    NORMJIT_FOR_EACH_DRIVER_FUNCTION(FAKE_ENTRY)
+#undef FAKE_ENTRY
+    return t;
+  }();
+  return functions;
+}
+bool known_name(const std::string& function) { return table().count(function) != 0; }
 
 std::vector<Launch> launches() {
   Lock lock(state().mutex);
@@ -889,8 +982,32 @@ size_t live_user_objects() {
   return state().user_objects.size();
 }
 void fail_next(const std::string& function, CUresult result, int count) {
+  if (!known_name(function)) {
+    throw std::invalid_argument("fakecuda::fail_next: '" + function +
+                                "' is no function of runtime/driver.hpp's list");
+  }
   Lock lock(state().mutex);
   state().failures[function] = {result, count};
+}
+size_t armed_failures() {
+  Lock lock(state().mutex);
+  size_t armed = 0;
+  for (const auto& [name, failure] : state().failures) armed += size_t(failure.second);
+  state().failures.clear();
+  return armed;
+}
+void hold_destructors(bool held) {
+  State& s = state();
+  Lock lock(s.mutex);
+  s.destructors_held = held;
+  s.destructors_changed.notify_all();
+}
+void drain_destructors() {
+  State& s = state();
+  Lock lock(s.mutex);
+  s.destructors_changed.wait(lock, [&s] {
+    return (s.destructors.empty() || s.destructors_held) && s.destructors_running == 0;
+  });
 }
 size_t calls(const std::string& function) {
   Lock lock(state().mutex);
@@ -933,24 +1050,15 @@ extern "C" __attribute__((visibility("default"))) const char* fakecuda_last_laun
   return text.c_str();
 }
 
-// The one symbol the runtime looks up itself; every other function comes through it.
+// The one symbol the runtime looks up itself; every other function comes through it (table()).
 extern "C" __attribute__((visibility("default"))) CUresult cuGetProcAddress_v2(
     const char* symbol, void** pfn, int, cuuint64_t, CUdriverProcAddressQueryResult* status) {
-  static const std::map<std::string, void*> table = [] {
-    std::map<std::string, void*> t;
-    // A compile error here: the runtime calls a function the fake lacks, or one whose
-    // signature differs from <cuda.h>'s.
-#define FAKE_ENTRY(name, version) \
-  t[#name] = reinterpret_cast<void*>(static_cast<decltype(&::name)>(&fakecuda::name));
-    NORMJIT_FOR_EACH_DRIVER_FUNCTION(FAKE_ENTRY)
-#undef FAKE_ENTRY
-    return t;
-  }();
-  auto it = table.find(symbol);
+  const auto& functions = fakecuda::table();
+  auto it = functions.find(symbol);
   if (status) {
     *status =
-        it == table.end() ? CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND : CU_GET_PROC_ADDRESS_SUCCESS;
+        it == functions.end() ? CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND : CU_GET_PROC_ADDRESS_SUCCESS;
   }
-  *pfn = it == table.end() ? nullptr : it->second;
-  return it == table.end() ? CUDA_ERROR_NOT_FOUND : CUDA_SUCCESS;
+  *pfn = it == functions.end() ? nullptr : it->second;
+  return it == functions.end() ? CUDA_ERROR_NOT_FOUND : CUDA_SUCCESS;
 }

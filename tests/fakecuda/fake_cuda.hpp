@@ -7,6 +7,11 @@
 // capture runs) are refused and noted as misuses, which tests expect to be none.
 //
 // Tests link the library; the runtime's dlopen("libcuda.so.1") then finds it already loaded.
+//
+// What it does not model: kernels' effects, stream order and concurrency (every call is done
+// when it returns, under one mutex, so TSan sees the fake order any two calls of different
+// threads: a race in the runtime that only the real driver's lock-free paths expose can hide),
+// child graphs, streams' implicit synchronization with the legacy stream.
 #pragma once
 
 #include <cuda.h>
@@ -23,7 +28,8 @@ namespace fakecuda {
 struct Launch {
   std::string function;  // the name given to cuModuleGetFunction
   unsigned long long context = 0;
-  unsigned grid = 0, block_x = 0, block_y = 0, smem = 0;
+  unsigned grid = 0, block_x = 0, block_y = 0;
+  unsigned smem = 0;  // dynamic shared memory, bytes
   bool cooperative = false;
   bool from_graph = false;
   CUstream stream = nullptr;
@@ -44,8 +50,16 @@ size_t live_allocations();
 size_t live_graphs();
 size_t live_user_objects();
 // The next `count` calls of `function` (its name without version suffix, "cuModuleLoadData")
-// fail with `result` and do nothing else.
+// fail with `result` and do nothing else. std::invalid_argument for a name the runtime does not
+// use.
 void fail_next(const std::string& function, CUresult result, int count = 1);
+// The failures fail_next armed that no call took; clears them.
+size_t armed_failures();
+// User-object destructors run on a thread of the fake's, some time after the last reference
+// goes, as CUDA's do. hold_destructors(true) keeps them waiting (a capture then comes before its
+// graph's release); drain_destructors() returns once none waits to run (or all are held).
+void hold_destructors(bool held);
+void drain_destructors();
 // Calls of `function` so far.
 size_t calls(const std::string& function);
 

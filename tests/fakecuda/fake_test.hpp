@@ -3,6 +3,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
 #include <algorithm>
 #include <string>
@@ -10,11 +11,16 @@
 
 #include "normjit/normjit.hpp"
 #include "runtime/driver.hpp"
+#include "runtime/device.hpp"
 #include "tests/fakecuda/fake_cuda.hpp"
+#include "tests/unit/driver_graph.hpp"
 #include "tests/unit/temp_dir.hpp"
 
 namespace normjit::fake_testing {
 
+using testing::CapturedGraph;
+using testing::current_context;
+using testing::id_of;
 using testing::TempDir;
 
 // One cache directory for the whole binary: each kernel is compiled once, whichever test asks.
@@ -26,7 +32,7 @@ inline const std::string& shared_cache_dir() {
 inline EngineOptions options() {
   EngineOptions o;
   o.cache_dir = shared_cache_dir();
-  o.readonly_cache_dirs = {};
+  o.no_readonly_cache_dirs = true;
   return o;
 }
 
@@ -37,27 +43,14 @@ inline const char* const kRows =
     "op=rmsnorm shape=8,4096 normalized_dims=1 dtype=bf16 affine=weight";
 inline const char* const kSplit = "op=layernorm shape=3,1000003 normalized_dims=1 dtype=bf16";
 
-// Device memory of the fake (host memory), freed in its context.
-class Buffer {
- public:
-  explicit Buffer(size_t bytes) { NORMJIT_CU(driver::api().cuMemAlloc(&ptr_, bytes)); }
-  ~Buffer() { driver::api().cuMemFree(ptr_); }
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
-  void* get() const { return reinterpret_cast<void*>(ptr_); }
-
- private:
-  CUdeviceptr ptr_ = 0;
-};
-
 // x, y, weight and bias of a spec, in the current context.
 struct Problem {
   explicit Problem(const NormSpec& s)
       : spec(s),
         x(size_t(s.elements()) * 4),
         y(size_t(s.elements()) * 4),
-        w(size_t(std::max<int64_t>(s.param_elements(), 1)) * 4),
-        b(size_t(std::max<int64_t>(s.param_elements(), 1)) * 4) {}
+        w(size_t(s.param_elements()) * 4),
+        b(size_t(s.param_elements()) * 4) {}
   LaunchArgs args() const {
     return LaunchArgs{x.get(),
                       y.get(),
@@ -67,69 +60,32 @@ struct Problem {
                       1e-5f};
   }
   NormSpec spec;
-  Buffer x, y, w, b;
+  device::Buffer x, y, w, b;
 };
-
-inline CUcontext current() {
-  CUcontext c = nullptr;
-  NORMJIT_CU(driver::api().cuCtxGetCurrent(&c));
-  return c;
-}
-
-inline unsigned long long id_of(CUcontext c) {
-  unsigned long long id = 0;
-  NORMJIT_CU(driver::api().cuCtxGetId(c, &id));
-  return id;
-}
 
 class FakeDriver : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_EQ(driver::unavailable_reason(), "") << "the fake driver did not load";
+    ASSERT_EQ(driver::unavailable_reason(), "") << "no driver loaded";
+    // The fake, not a libcuda.so.1 that LD_LIBRARY_PATH found first (the binary's RPATH should
+    // win: tests/fakecuda/CMakeLists.txt).
+    char name[256] = {};
+    driver::api().cuDeviceGetName(name, sizeof(name), 0);
+    ASSERT_NE(std::string(name).find("fakecuda"), std::string::npos) << "driver: " << name;
+    // The engines' settings are the tests', not the environment's.
+    for (const char* variable : {"NORMJIT_JIT", "NORMJIT_DRAM_GBPS", "NORMJIT_CACHE_DIR",
+                                 "NORMJIT_CACHE_READONLY", "NORMJIT_CACHE_MAX_BYTES"}) {
+      ::unsetenv(variable);
+    }
     fakecuda::clear_launches();
     fakecuda::clear_misuses();
   }
   void TearDown() override {
-    const std::vector<std::string> misuses = fakecuda::misuses();
-    for (const std::string& m : misuses) ADD_FAILURE() << "driver misuse: " << m;
+    fakecuda::drain_destructors();
+    for (const std::string& m : fakecuda::misuses()) ADD_FAILURE() << "driver misuse: " << m;
+    EXPECT_EQ(fakecuda::armed_failures(), 0u) << "a fail_next() that no call took";
   }
 };
 
-// A CUDA graph captured (global mode) from what `record` enqueues on `stream`, instantiated.
-class Graph {
- public:
-  template <class Record>
-  Graph(CUstream stream, Record&& record) {
-    const driver::Api& cu = driver::api();
-    NORMJIT_CU(cu.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
-    record();
-    NORMJIT_CU(cu.cuStreamEndCapture(stream, &graph_));
-    NORMJIT_CU(cu.cuGraphInstantiateWithFlags(&exec_, graph_, 0));
-  }
-  ~Graph() {
-    if (exec_) driver::api().cuGraphExecDestroy(exec_);
-    if (graph_) driver::api().cuGraphDestroy(graph_);
-  }
-  Graph(const Graph&) = delete;
-  Graph& operator=(const Graph&) = delete;
-  void replay(CUstream stream) const { NORMJIT_CU(driver::api().cuGraphLaunch(exec_, stream)); }
-  size_t kernel_nodes() const {
-    const driver::Api& cu = driver::api();
-    size_t count = 0;
-    NORMJIT_CU(cu.cuGraphGetNodes(graph_, nullptr, &count));
-    std::vector<CUgraphNode> nodes(count);
-    NORMJIT_CU(cu.cuGraphGetNodes(graph_, nodes.data(), &count));
-    size_t kernels = 0;
-    for (CUgraphNode node : nodes) {
-      CUDA_KERNEL_NODE_PARAMS params{};
-      kernels += cu.cuGraphKernelNodeGetParams(node, &params) == CUDA_SUCCESS ? 1 : 0;
-    }
-    return kernels;
-  }
-
- private:
-  CUgraph graph_ = nullptr;
-  CUgraphExec exec_ = nullptr;
-};
 
 }  // namespace normjit::fake_testing

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -43,8 +44,9 @@ TEST_F(FakeDriver, ALaunchCarriesThePlansConfigurationAndTheCallersPointers) {
   EXPECT_EQ(l.block_x, unsigned(expected.block_x));
   EXPECT_EQ(l.block_y, unsigned(expected.block_y));
   EXPECT_EQ(l.smem, unsigned(expected.smem_bytes));
+  EXPECT_EQ(l.grid, unsigned(expected.grid(8, /*co_resident=*/1)));  // a row kernel's: rows
   EXPECT_FALSE(l.cooperative);
-  EXPECT_EQ(l.context, id_of(current()));
+  EXPECT_EQ(l.context, id_of(current_context()));
   EXPECT_EQ(l.params.x, p.x.get());
   EXPECT_EQ(l.params.y, p.y.get());
   EXPECT_EQ(l.params.weight, p.w.get());
@@ -65,7 +67,7 @@ TEST_F(FakeDriver, ANewContextWithTheDestroyedOnesHandleGetsItsOwnKernel) {
   Kernel first;
   {
     device::PrimaryContext context;
-    first_handle = current();
+    first_handle = current_context();
     first_id = id_of(first_handle);
     first = engine->prepare(spec);
     Problem p(spec);
@@ -73,15 +75,15 @@ TEST_F(FakeDriver, ANewContextWithTheDestroyedOnesHandleGetsItsOwnKernel) {
     ASSERT_EQ(detail::workspace_count(first), 1u);
   }
   device::PrimaryContext context;
-  ASSERT_EQ(current(), first_handle) << "the fake gives a new context the freed handle";
-  ASSERT_NE(id_of(current()), first_id);
+  ASSERT_EQ(current_context(), first_handle) << "the fake gives a new context the freed handle";
+  ASSERT_NE(id_of(current_context()), first_id);
   Kernel again = engine->prepare(spec);
   EXPECT_NE(detail::identity(again), detail::identity(first));
   Problem p(spec);
   fakecuda::clear_launches();
   again.launch(p.args(), nullptr);
   ASSERT_EQ(fakecuda::launches().size(), 1u);
-  EXPECT_EQ(fakecuda::launches()[0].context, id_of(current()));
+  EXPECT_EQ(fakecuda::launches()[0].context, id_of(current_context()));
   // The old kernel is refused, not launched with a function of a module that is gone.
   try {
     first.launch(p.args(), nullptr);
@@ -103,17 +105,43 @@ TEST_F(FakeDriver, ANewContextWithTheDestroyedOnesHandleGetsItsOwnKernel) {
 // Without a current context, a launch makes its kernel's current, if it still lives.
 TEST_F(FakeDriver, ALaunchWithoutACurrentContextMakesTheKernelsCurrent) {
   device::PrimaryContext context;
-  const CUcontext handle = current();
+  const CUcontext handle = current_context();
   Engine engine(options());
   const NormSpec spec = spec_of(kRows);
   Problem p(spec);
   const Kernel kernel = engine.prepare(spec);
   std::thread([&] {  // a thread on which no context was ever current
     kernel.launch(p.args(), nullptr);
-    EXPECT_EQ(current(), handle);
+    EXPECT_EQ(current_context(), handle);
   })
       .join();
-  EXPECT_EQ(fakecuda::launches().size(), 1u);
+  ASSERT_EQ(fakecuda::launches().size(), 1u);
+  EXPECT_EQ(fakecuda::launches()[0].context, id_of(handle));
+}
+
+// ... and refuses one whose context was destroyed, rather than make another context current.
+TEST_F(FakeDriver, ALaunchWithoutACurrentContextOfAKernelWhoseContextIsGoneIsRefused) {
+  Engine engine(options());
+  const NormSpec spec = spec_of(kRows);
+  Kernel kernel;
+  {
+    device::PrimaryContext context;
+    kernel = engine.prepare(spec);
+  }
+  std::thread([&] {
+    try {
+      kernel.launch(LaunchArgs{reinterpret_cast<void*>(0x100000), reinterpret_cast<void*>(0x200000),
+                               reinterpret_cast<void*>(0x300000), nullptr, 8, 1e-5f},
+                    nullptr);
+      ADD_FAILURE() << "a kernel of a destroyed context launched";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+      EXPECT_NE(std::string(e.what()).find("CUDA context was destroyed"), std::string::npos)
+          << e.what();
+    }
+    EXPECT_EQ(current_context(), nullptr);
+  }).join();
+  EXPECT_TRUE(fakecuda::launches().empty());
 }
 
 // A kernel first prepared inside a capture loads its module there (relaxed mode: a global
@@ -125,8 +153,9 @@ TEST_F(FakeDriver, PreparedAndLaunchedInsideAGlobalCaptureWithoutInvalidatingIt)
   Engine engine(options());
   const NormSpec spec = spec_of("op=rmsnorm shape=5,3,2048 normalized_dims=1 dtype=f16");
   Problem p(spec);
-  const Graph graph(stream.get(), [&] { engine.prepare(spec).launch(p.args(), stream.get()); });
-  EXPECT_EQ(graph.kernel_nodes(), 1u);
+  const CapturedGraph graph(stream.get(),
+                            [&] { engine.prepare(spec).launch(p.args(), stream.get()); });
+  EXPECT_EQ(graph.kernel_functions().size(), 1u);
   EXPECT_TRUE(fakecuda::launches().empty()) << "a captured launch ran at capture";
   graph.replay(stream.get());
   graph.replay(stream.get());
@@ -165,9 +194,10 @@ TEST_F(FakeDriver, SplitWorkspacesPerOwnerAndReleasedWithTheirGraphs) {
     device::Stream fresh;
     fakecuda::clear_launches();
     {
-      const Graph graph(fresh.get(), [&] { kernel.launch(p.args(), fresh.get()); });
+      const CapturedGraph graph(fresh.get(), [&] { kernel.launch(p.args(), fresh.get()); });
       graph.replay(fresh.get());
     }
+    fakecuda::drain_destructors();  // the graph's release, on the driver's thread
     launches = fakecuda::launches();
     ASSERT_EQ(launches.size(), 1u);
     captured.insert(launches[0].params.workspace);
@@ -183,7 +213,7 @@ TEST_F(FakeDriver, SplitWorkspacesPerOwnerAndReleasedWithTheirGraphs) {
 // stream: every launch of the split kernel gets its owner's workspace, and no owner another's.
 TEST_F(FakeDriver, ThreadsLaunchingAtOnceKeepTheirOwnWorkspaces) {
   device::PrimaryContext context;
-  const CUcontext handle = current();
+  const CUcontext handle = current_context();
   Engine engine(options());
   const NormSpec split = spec_of(kSplit), rows = spec_of(kRows);
   Problem ps(split), pr(rows);
@@ -246,7 +276,7 @@ TEST_F(FakeDriver, AGraphThatRefusesTheUserObjectKeepsItsWorkspaceAndWarnsOnce) 
     fakecuda::fail_next("cuGraphRetainUserObject", CUDA_ERROR_NOT_SUPPORTED);
     fakecuda::clear_launches();
     {
-      const Graph graph(fresh.get(), [&] { kernel.launch(p.args(), fresh.get()); });
+      const CapturedGraph graph(fresh.get(), [&] { kernel.launch(p.args(), fresh.get()); });
       graph.replay(fresh.get());
     }
     ASSERT_EQ(fakecuda::launches().size(), 1u);
@@ -267,7 +297,7 @@ TEST_F(FakeDriver, ACachedCubinTheDriverRejectsIsRebuiltAndAStateErrorLeavesIt) 
   TempDir dir;
   EngineOptions o;
   o.cache_dir = dir.path();
-  o.readonly_cache_dirs = {};
+  o.no_readonly_cache_dirs = true;
   const NormSpec spec = spec_of("op=layernorm shape=7,1000 normalized_dims=1 dtype=f32");
   uint64_t saved = 0;
   {
@@ -305,6 +335,125 @@ TEST_F(FakeDriver, ACachedCubinTheDriverRejectsIsRebuiltAndAStateErrorLeavesIt) 
   EXPECT_EQ(engine.counters().nvrtc_compiles, 0u) << "the rebuilt kernel replaced the entry";
   EXPECT_EQ(engine.counters().bad_entries, 0u);
   EXPECT_GE(engine.counters().disk_hits, 1u);
+}
+
+// A graph's release comes later, on the driver's thread: a capture before it gets a workspace of
+// its own (sharing the graph's, the two graphs' replays would count each other's arrivals), and a
+// capture after it reuses the released one.
+TEST_F(FakeDriver, ACaptureBeforeAGraphsReleaseGetsItsOwnWorkspace) {
+  device::PrimaryContext context;
+  Engine engine(options());
+  const NormSpec spec = spec_of(kSplit);
+  Problem p(spec);
+  const Kernel kernel = engine.prepare(spec);
+  const auto captured = [&] {
+    device::Stream fresh;
+    fakecuda::clear_launches();
+    {
+      const CapturedGraph graph(fresh.get(), [&] { kernel.launch(p.args(), fresh.get()); });
+      graph.replay(fresh.get());
+    }
+    return fakecuda::launches().at(0).params.workspace;
+  };
+  fakecuda::hold_destructors(true);
+  float* const first = captured();
+  float* const meanwhile = captured();  // the first graph destroyed, its release not yet run
+  fakecuda::hold_destructors(false);
+  fakecuda::drain_destructors();
+  EXPECT_NE(meanwhile, first);
+  const float* after = captured();
+  EXPECT_TRUE(after == first || after == meanwhile);
+  EXPECT_EQ(detail::workspace_count(kernel), 2u);
+}
+
+// An executable graph keeps its workspace after its graph is destroyed; released with it.
+TEST_F(FakeDriver, AnExecutableGraphKeepsItsWorkspaceUntilItIsDestroyed) {
+  device::PrimaryContext context;
+  device::Stream a, b, c;
+  Engine engine(options());
+  const NormSpec spec = spec_of(kSplit);
+  Problem p(spec);
+  const Kernel kernel = engine.prepare(spec);
+  auto kept = std::make_unique<CapturedGraph>(
+      a.get(), [&] { kernel.launch(p.args(), a.get()); }, CapturedGraph::kExecutableOnly);
+  fakecuda::drain_destructors();
+  {
+    const CapturedGraph other(b.get(), [&] { kernel.launch(p.args(), b.get()); });
+  }
+  fakecuda::drain_destructors();
+  fakecuda::clear_launches();
+  kept->replay(a.get());
+  float* const held = fakecuda::launches().at(0).params.workspace;
+  {
+    const CapturedGraph next(c.get(), [&] { kernel.launch(p.args(), c.get()); });
+    next.replay(c.get());
+  }
+  EXPECT_NE(fakecuda::launches().at(1).params.workspace, held) << "shared a live graph's";
+  kept.reset();
+  fakecuda::drain_destructors();
+  const CapturedGraph last(c.get(), [&] { kernel.launch(p.args(), c.get()); });
+  EXPECT_EQ(detail::workspace_count(kernel), 2u) << "a released workspace was not reused";
+}
+
+// A workspace whose zeroing fails inside a capture is given up (no launch used it) and serves the
+// next capture; the failed capture's graph is ended, and the error is the driver's.
+TEST_F(FakeDriver, AWorkspaceWhoseZeroingFailsServesTheNextCapture) {
+  device::PrimaryContext context;
+  device::Stream stream;
+  Engine engine(options());
+  const NormSpec spec = spec_of(kSplit);
+  Problem p(spec);
+  const Kernel kernel = engine.prepare(spec);
+  fakecuda::fail_next("cuMemsetD8Async", CUDA_ERROR_OUT_OF_MEMORY);
+  try {
+    const CapturedGraph graph(stream.get(), [&] { kernel.launch(p.args(), stream.get()); });
+    ADD_FAILURE() << "a launch whose workspace could not be zeroed went on";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kDriver) << e.what();
+  }
+  fakecuda::drain_destructors();
+  const CapturedGraph graph(stream.get(), [&] { kernel.launch(p.args(), stream.get()); });
+  EXPECT_EQ(detail::workspace_count(kernel), 1u);
+}
+
+// The engine destroyed while another thread captures in global mode: its modules and workspaces
+// go without a call that the capture forbids this thread (it invalidated the capture, and the
+// memory stayed), and a graph that outlives the engine is destroyed after it without harm.
+TEST_F(FakeDriver, AnEngineDestroyedWhileAnotherThreadCapturesLeavesTheCaptureIntact) {
+  device::PrimaryContext context;
+  const CUcontext handle = current_context();
+  device::Stream eager, capturing;
+  auto engine = std::make_unique<Engine>(options());
+  const NormSpec spec = spec_of(kSplit);
+  Problem p(spec);
+  Kernel kernel = engine->prepare(spec);
+  kernel.launch(p.args(), eager.get());
+  auto survivor = std::make_unique<CapturedGraph>(
+      capturing.get(), [&] { kernel.launch(p.args(), capturing.get()); });
+  const size_t modules = fakecuda::live_modules(), allocations = fakecuda::live_allocations();
+
+  std::promise<void> began, destroyed;
+  CUresult ended = CUDA_ERROR_UNKNOWN;
+  std::thread capturer([&] {
+    const driver::Api& cu = driver::api();
+    NORMJIT_CU(cu.cuCtxSetCurrent(handle));
+    device::Stream stream;
+    NORMJIT_CU(cu.cuStreamBeginCapture(stream.get(), CU_STREAM_CAPTURE_MODE_GLOBAL));
+    began.set_value();
+    destroyed.get_future().wait();
+    CUgraph graph = nullptr;
+    ended = cu.cuStreamEndCapture(stream.get(), &graph);
+    if (graph) cu.cuGraphDestroy(graph);
+  });
+  began.get_future().wait();
+  kernel = Kernel();
+  engine.reset();
+  destroyed.set_value();
+  capturer.join();
+  EXPECT_EQ(ended, CUDA_SUCCESS) << "the other thread's capture was invalidated";
+  EXPECT_EQ(fakecuda::live_modules(), modules - 1);
+  EXPECT_EQ(fakecuda::live_allocations(), allocations - 2);  // the eager and captured workspaces
+  survivor.reset();
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 
 #include "normjit/normjit.hpp"
 #include "runtime/device.hpp"
+#include "tests/unit/driver_graph.hpp"
 #include "tools/reference.hpp"
 
 namespace normjit::testing {
@@ -250,51 +251,6 @@ inline void prepare_in_parallel(Engine& engine, const std::vector<NormSpec>& spe
   }
   for (std::thread& t : pool) t.join();
 }
-
-// A CUDA graph captured from whatever `record` enqueues on `stream` (global capture mode),
-// instantiated; owns both. If record throws, the capture is ended (the stream stays usable)
-// and the error passes on.
-class CapturedGraph {
- public:
-  template <class Record>
-  CapturedGraph(CUstream stream, Record&& record) {
-    const driver::Api& cu = driver::api();
-    NORMJIT_CU(cu.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
-    try {
-      record();
-    } catch (...) {
-      cu.cuStreamEndCapture(stream, &graph_);
-      throw;
-    }
-    NORMJIT_CU(cu.cuStreamEndCapture(stream, &graph_));
-    NORMJIT_CU(cu.cuGraphInstantiateWithFlags(&exec_, graph_, 0));
-  }
-  ~CapturedGraph() {
-    if (exec_) driver::api().cuGraphExecDestroy(exec_);
-    if (graph_) driver::api().cuGraphDestroy(graph_);
-  }
-  CapturedGraph(const CapturedGraph&) = delete;
-  CapturedGraph& operator=(const CapturedGraph&) = delete;
-  void replay(CUstream stream) const { NORMJIT_CU(driver::api().cuGraphLaunch(exec_, stream)); }
-  // The functions of the graph's kernel nodes (in the order the driver lists them).
-  std::vector<CUfunction> kernel_functions() const {
-    const driver::Api& cu = driver::api();
-    size_t count = 0;
-    NORMJIT_CU(cu.cuGraphGetNodes(graph_, nullptr, &count));
-    std::vector<CUgraphNode> nodes(count);
-    NORMJIT_CU(cu.cuGraphGetNodes(graph_, nodes.data(), &count));
-    std::vector<CUfunction> out;
-    for (CUgraphNode node : nodes) {
-      CUDA_KERNEL_NODE_PARAMS params{};
-      if (cu.cuGraphKernelNodeGetParams(node, &params) == CUDA_SUCCESS) out.push_back(params.func);
-    }
-    return out;
-  }
-
- private:
-  CUgraph graph_ = nullptr;
-  CUgraphExec exec_ = nullptr;
-};
 
 // Graph-safe backward: RUN's backward captured on a stream it never used, then replayed three
 // times, each with new dy in the captured buffer (seeds SEED, SEED + 1, SEED + 2) and its outputs

@@ -27,51 +27,6 @@ void expect_close(const Problem& p, const std::string& what) {
   EXPECT_LT(r.rel_error, tolerance(p.spec.dtype)) << p.spec.to_string() << ": " << what;
 }
 
-CUcontext current_context() {
-  CUcontext out = nullptr;
-  NORMJIT_CU(driver::api().cuCtxGetCurrent(&out));
-  return out;
-}
-
-unsigned long long id_of(CUcontext context) {
-  unsigned long long out = 0;
-  NORMJIT_CU(driver::api().cuCtxGetId(context, &out));
-  return out;
-}
-
-// A graph captured from what `record` enqueues on `stream`, instantiated, and the graph itself
-// destroyed at once: the executable graph alone holds what the capture left.
-class ExecutableGraph {
- public:
-  template <class Record>
-  ExecutableGraph(CUstream stream, Record&& record) {
-    const driver::Api& cu = driver::api();
-    CUgraph graph = nullptr;
-    NORMJIT_CU(cu.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
-    try {
-      record();
-    } catch (...) {
-      if (cu.cuStreamEndCapture(stream, &graph) == CUDA_SUCCESS && graph) cu.cuGraphDestroy(graph);
-      throw;
-    }
-    NORMJIT_CU(cu.cuStreamEndCapture(stream, &graph));
-    const CUresult instantiated = cu.cuGraphInstantiateWithFlags(&exec_, graph, 0);
-    cu.cuGraphDestroy(graph);
-    if (instantiated != CUDA_SUCCESS) {
-      driver::throw_driver_error(instantiated, "cuGraphInstantiateWithFlags", __FILE__, __LINE__);
-    }
-  }
-  ~ExecutableGraph() {
-    if (exec_) driver::api().cuGraphExecDestroy(exec_);
-  }
-  ExecutableGraph(const ExecutableGraph&) = delete;
-  ExecutableGraph& operator=(const ExecutableGraph&) = delete;
-  void replay(CUstream stream) const { NORMJIT_CU(driver::api().cuGraphLaunch(exec_, stream)); }
-
- private:
-  CUgraphExec exec_ = nullptr;
-};
-
 class Lifetime : public ::testing::Test {
  protected:
   void SetUp() override { NORMJIT_REQUIRE_GPU(); }
@@ -172,12 +127,14 @@ TEST_F(Lifetime, AnExecutableGraphKeepsItsWorkspaceAfterItsGraphIsDestroyed) {
   Problem a(spec, Values::kNormal, 1), b(spec, Values::kLargeMean, 2);
   const Kernel kernel = engine.prepare(spec);
   device::Stream capture_stream, stream_a, stream_b;
-  const ExecutableGraph graph_a(capture_stream.get(),
-                                [&] { kernel.launch(args_of(a), capture_stream.handle()); });
+  const CapturedGraph graph_a(
+      capture_stream.get(), [&] { kernel.launch(args_of(a), capture_stream.handle()); },
+      CapturedGraph::kExecutableOnly);
   // Time for a release that must not come (the destructor runs on a CUDA thread).
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  const ExecutableGraph graph_b(capture_stream.get(),
-                                [&] { kernel.launch(args_of(b), capture_stream.handle()); });
+  const CapturedGraph graph_b(
+      capture_stream.get(), [&] { kernel.launch(args_of(b), capture_stream.handle()); },
+      CapturedGraph::kExecutableOnly);
   EXPECT_EQ(detail::workspace_count(kernel), 2u);
   for (int r = 0; r < 4; ++r) {
     a.new_x(Values::kNormal, 10 + r);
