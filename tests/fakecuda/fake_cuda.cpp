@@ -3,6 +3,9 @@
 // H100 SXM (9.0, 132 multiprocessors), whose memory is host memory.
 #include "tests/fakecuda/fake_cuda.hpp"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -28,13 +31,12 @@ struct CUctx_st {
   int primary_refs = 0;
 };
 struct CUmod_st {
-  unsigned long long serial = 0;  // tells a module from a later one at the same address
+  bool loaded = true;  // false once unloaded or gone with its context: kept, never reused
   unsigned long long context = 0;
   std::string image;  // the cubin's bytes, searched for function names
 };
 struct CUfunc_st {
   CUmod_st* module = nullptr;
-  unsigned long long module_serial = 0;
   std::string name;
   int max_dynamic_smem = 48 * 1024;
 };
@@ -87,9 +89,8 @@ struct State {
   std::mutex mutex;
   CUctx_st contexts[kContextSlots];
   unsigned long long next_context_id = 1;
-  unsigned long long next_module = 1;
   cuuint64_t next_capture = 1;
-  std::set<CUmod_st*> modules;
+  std::vector<std::unique_ptr<CUmod_st>> modules;  // every module loaded, as tombstones once gone
   // Every function handle given out, kept for the process: a handle outlives its module (a
   // launch with it is then refused), so it is never freed under a caller that still holds it.
   std::vector<std::unique_ptr<CUfunc_st>> functions;
@@ -219,9 +220,20 @@ void start_destructor_thread(State& s) {
   }).detach();  // blocked on its condition at exit, as the driver's own threads are
 }
 
-bool known_function(State& s, CUfunction f) {
+size_t rounded(size_t bytes) {
+  const size_t page = size_t(::sysconf(_SC_PAGESIZE));
+  return (bytes + page - 1) / page * page;
+}
+
+// Gives back an allocation's memory and keeps its addresses reserved, inaccessible.
+void release(CUdeviceptr address, size_t bytes) {
+  ::mmap(reinterpret_cast<void*>(address), rounded(bytes), PROT_NONE,
+         MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+}
+
+bool known_function(CUfunction f) {
   // A function of an unloaded module is gone.
-  return f && s.modules.count(f->module) && f->module->serial == f->module_serial;
+  return f && f->module->loaded;
 }
 
 // ---- device, context ----
@@ -364,17 +376,12 @@ CUresult cuDevicePrimaryCtxRelease(CUdevice device) {
       if (--c.primary_refs == 0) {
         // Destroyed: its modules and memory go with it (the runtime must not touch them again).
         const unsigned long long id = c.id;
-        for (auto it = s.modules.begin(); it != s.modules.end();) {
-          if ((*it)->context == id) {
-            delete *it;
-            it = s.modules.erase(it);
-          } else {
-            ++it;
-          }
+        for (const auto& module : s.modules) {
+          if (module->context == id) module->loaded = false;
         }
         for (auto it = s.allocations.begin(); it != s.allocations.end();) {
           if (it->second.second == id) {
-            std::free(reinterpret_cast<void*>(it->first));
+            release(it->first, it->second.first);
             it = s.allocations.erase(it);
           } else {
             ++it;
@@ -463,16 +470,15 @@ CUresult cuModuleLoadData(CUmodule* out, const void* image) {
     }
   }
   auto* module = new CUmod_st;
-  module->serial = s.next_module++;
   module->context = current_id();
   module->image.assign(reinterpret_cast<const char*>(bytes), size);
-  s.modules.insert(module);
+  s.modules.emplace_back(module);
   *out = module;
   return CUDA_SUCCESS;
 }
 CUresult cuModuleUnload(CUmodule module) {
   FAKE_ENTER("cuModuleUnload");
-  if (!s.modules.count(module)) {
+  if (!module->loaded) {
     s.misuses.push_back("cuModuleUnload of a module that is not loaded (its context destroyed?)");
     return CUDA_ERROR_INVALID_HANDLE;
   }
@@ -481,29 +487,28 @@ CUresult cuModuleUnload(CUmodule module) {
     return CUDA_ERROR_INVALID_CONTEXT;
   }
   if (forbidden_by_capture(s, "cuModuleUnload")) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-  s.modules.erase(module);
-  delete module;
+  module->loaded = false;
   return CUDA_SUCCESS;
 }
 CUresult cuModuleGetFunction(CUfunction* out, CUmodule module, const char* name) {
   FAKE_ENTER("cuModuleGetFunction");
-  if (!s.modules.count(module)) return CUDA_ERROR_INVALID_HANDLE;
+  if (!module->loaded) return CUDA_ERROR_INVALID_HANDLE;
   if (module->image.find(std::string(name) + '\0') == std::string::npos) {
     return CUDA_ERROR_NOT_FOUND;
   }
   for (const auto& f : s.functions) {  // one handle a function, as the driver gives
-    if (f->module == module && f->module_serial == module->serial && f->name == name) {
+    if (f->module == module && f->name == name) {
       *out = f.get();
       return CUDA_SUCCESS;
     }
   }
-  s.functions.push_back(std::make_unique<CUfunc_st>(CUfunc_st{module, module->serial, name}));
+  s.functions.push_back(std::make_unique<CUfunc_st>(CUfunc_st{module, name}));
   *out = s.functions.back().get();
   return CUDA_SUCCESS;
 }
 CUresult cuFuncGetAttribute(int* value, CUfunction_attribute attribute, CUfunction f) {
   FAKE_ENTER("cuFuncGetAttribute");
-  if (!known_function(s, f)) return CUDA_ERROR_INVALID_HANDLE;
+  if (!known_function(f)) return CUDA_ERROR_INVALID_HANDLE;
   switch (attribute) {
     case CU_FUNC_ATTRIBUTE_NUM_REGS:
       *value = kRegistersPerThread;
@@ -527,7 +532,7 @@ CUresult cuFuncGetAttribute(int* value, CUfunction_attribute attribute, CUfuncti
 }
 CUresult cuFuncSetAttribute(CUfunction f, CUfunction_attribute attribute, int value) {
   FAKE_ENTER("cuFuncSetAttribute");
-  if (!known_function(s, f)) return CUDA_ERROR_INVALID_HANDLE;
+  if (!known_function(f)) return CUDA_ERROR_INVALID_HANDLE;
   if (attribute != CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES ||
       value > kSharedPerBlockOptin) {
     return CUDA_ERROR_INVALID_VALUE;
@@ -544,7 +549,7 @@ int occupancy(int block, size_t smem) {
 CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, CUfunction f, int block,
                                                      size_t smem) {
   FAKE_ENTER("cuOccupancyMaxActiveBlocksPerMultiprocessor");
-  if (!known_function(s, f)) return CUDA_ERROR_INVALID_HANDLE;
+  if (!known_function(f)) return CUDA_ERROR_INVALID_HANDLE;
   *blocks = occupancy(block, smem);
   return CUDA_SUCCESS;
 }
@@ -552,7 +557,7 @@ CUresult launch(State& s, CUfunction f, unsigned gx, unsigned gy, unsigned gz, u
                 unsigned by, unsigned bz, unsigned smem, CUstream stream, void** params,
                 bool cooperative) {
   if (current_id() == 0) return CUDA_ERROR_INVALID_CONTEXT;
-  if (!known_function(s, f) || f->module->context != current_id()) {
+  if (!known_function(f) || f->module->context != current_id()) {
     return CUDA_ERROR_INVALID_HANDLE;  // a function of another context, or of an unloaded module
   }
   CUstream_st* st = stream_of(s, stream);
@@ -624,8 +629,11 @@ CUresult cuMemAlloc(CUdeviceptr* out, size_t bytes) {
   if (current_id() == 0) return CUDA_ERROR_INVALID_CONTEXT;
   if (forbidden_by_capture(s, "cuMemAlloc")) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
-  void* p = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
-  if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
+  // Pages of their own, never handed out again once freed (release()): a stale pointer then
+  // faults rather than reaching another allocation, and is never taken for a live one.
+  void* p =
+      ::mmap(nullptr, rounded(bytes), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
   *out = reinterpret_cast<CUdeviceptr>(p);
   s.allocations[*out] = {bytes, current_id()};
   return CUDA_SUCCESS;
@@ -642,7 +650,7 @@ CUresult cuMemFree(CUdeviceptr address) {
     return CUDA_ERROR_INVALID_CONTEXT;
   }
   if (forbidden_by_capture(s, "cuMemFree")) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-  std::free(reinterpret_cast<void*>(address));
+  release(address, it->second.first);
   s.allocations.erase(it);
   return CUDA_SUCCESS;
 }
@@ -855,7 +863,7 @@ CUresult cuGraphLaunch(CUgraphExec exec, CUstream stream) {
   }
   for (const CUgraphNode_st& node : exec->nodes) {
     if (node.kernel) {
-      if (!known_function(s, node.driver_view.func)) {
+      if (!known_function(node.driver_view.func)) {
         s.misuses.push_back("cuGraphLaunch of a kernel whose module was unloaded");
         return CUDA_ERROR_INVALID_HANDLE;
       }
@@ -967,7 +975,8 @@ void clear_misuses() {
 }
 size_t live_modules() {
   Lock lock(state().mutex);
-  return state().modules.size();
+  return size_t(std::count_if(state().modules.begin(), state().modules.end(),
+                              [](const auto& module) { return module->loaded; }));
 }
 size_t live_allocations() {
   Lock lock(state().mutex);
