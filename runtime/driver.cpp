@@ -32,9 +32,10 @@ Loaded load() {
     return out;
   }
   Api api;
-  // Each function is asked for at the version whose signature is the one <cuda.h> declares,
-  // and so the one the table's member has: a wrong version in the list would hand out another
-  // ABI (cudaTypedefs.h names each version's type).
+  // Each function is asked for at a version whose signature is the one <cuda.h> declares, and
+  // so the one the table's member has (cudaTypedefs.h names each version's type): a version whose
+  // signature differs is a compile error. An older version of the same signature passes (as
+  // cuEventElapsedTime at 2000, which <cuda.h> now maps to its 12.8 _v2).
 #define NORMJIT_CHECK_VERSION(name, version)                                \
   static_assert(std::is_same_v<PFN_##name##_v##version, decltype(&::name)>, \
                 #name " is not declared in <cuda.h> as its version " #version " is");

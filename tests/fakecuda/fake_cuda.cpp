@@ -227,8 +227,11 @@ size_t rounded(size_t bytes) {
 
 // Gives back an allocation's memory and keeps its addresses reserved, inaccessible.
 void release(CUdeviceptr address, size_t bytes) {
-  ::mmap(reinterpret_cast<void*>(address), rounded(bytes), PROT_NONE,
-         MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+  if (::mmap(reinterpret_cast<void*>(address), rounded(bytes), PROT_NONE,
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) == MAP_FAILED) {
+    std::perror("fakecuda: reserving freed device memory");  // it would stay usable: no test
+    std::abort();
+  }
 }
 
 bool known_function(CUfunction f) {

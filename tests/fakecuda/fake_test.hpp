@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "normjit/normjit.hpp"
-#include "runtime/driver.hpp"
 #include "runtime/device.hpp"
+#include "runtime/driver.hpp"
 #include "tests/fakecuda/fake_cuda.hpp"
 #include "tests/unit/driver_graph.hpp"
 #include "tests/unit/temp_dir.hpp"
@@ -77,15 +77,16 @@ class FakeDriver : public ::testing::Test {
                                  "NORMJIT_CACHE_READONLY", "NORMJIT_CACHE_MAX_BYTES"}) {
       ::unsetenv(variable);
     }
+    fakecuda::hold_destructors(false);
     fakecuda::clear_launches();
     fakecuda::clear_misuses();
   }
   void TearDown() override {
+    fakecuda::hold_destructors(false);  // a test that stopped while holding them
     fakecuda::drain_destructors();
     for (const std::string& m : fakecuda::misuses()) ADD_FAILURE() << "driver misuse: " << m;
     EXPECT_EQ(fakecuda::armed_failures(), 0u) << "a fail_next() that no call took";
   }
 };
-
 
 }  // namespace normjit::fake_testing

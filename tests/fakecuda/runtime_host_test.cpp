@@ -279,6 +279,7 @@ TEST_F(FakeDriver, AGraphThatRefusesTheUserObjectKeepsItsWorkspaceAndWarnsOnce) 
       const CapturedGraph graph(fresh.get(), [&] { kernel.launch(p.args(), fresh.get()); });
       graph.replay(fresh.get());
     }
+    fakecuda::drain_destructors();  // a release, had there been one, before the next capture
     ASSERT_EQ(fakecuda::launches().size(), 1u);
     workspaces.insert(fakecuda::launches()[0].params.workspace);
   }
@@ -396,7 +397,8 @@ TEST_F(FakeDriver, AnExecutableGraphKeepsItsWorkspaceUntilItIsDestroyed) {
 }
 
 // A workspace whose zeroing fails inside a capture is given up (no launch used it) and serves the
-// next capture; the failed capture's graph is ended, and the error is the driver's.
+// next capture at once, not only once the failed capture's graph is released (held here); the
+// error is the driver's.
 TEST_F(FakeDriver, AWorkspaceWhoseZeroingFailsServesTheNextCapture) {
   device::PrimaryContext context;
   device::Stream stream;
@@ -404,6 +406,7 @@ TEST_F(FakeDriver, AWorkspaceWhoseZeroingFailsServesTheNextCapture) {
   const NormSpec spec = spec_of(kSplit);
   Problem p(spec);
   const Kernel kernel = engine.prepare(spec);
+  fakecuda::hold_destructors(true);
   fakecuda::fail_next("cuMemsetD8Async", CUDA_ERROR_OUT_OF_MEMORY);
   try {
     const CapturedGraph graph(stream.get(), [&] { kernel.launch(p.args(), stream.get()); });
@@ -411,9 +414,9 @@ TEST_F(FakeDriver, AWorkspaceWhoseZeroingFailsServesTheNextCapture) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kDriver) << e.what();
   }
-  fakecuda::drain_destructors();
   const CapturedGraph graph(stream.get(), [&] { kernel.launch(p.args(), stream.get()); });
   EXPECT_EQ(detail::workspace_count(kernel), 1u);
+  fakecuda::hold_destructors(false);
 }
 
 // The engine destroyed while another thread captures in global mode: its modules and workspaces
