@@ -2,7 +2,8 @@
 // directory for this GPU's architecture (as the build machine would, without touching the
 // driver), then an engine that reads it as a read-only layer with JIT off prepares and
 // launches every spec of the manifest correctly with zero NVRTC calls. A kernel the directory
-// lacks is a kCacheMiss that names the spec, never a silent compile.
+// lacks is a kCacheMiss that names the spec, never a silent compile: host logic alone, tested on
+// the fake driver (tests/fakecuda/deployment_host_test.cpp), in CI.
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
@@ -126,26 +127,6 @@ TEST_F(Deployment, EnvironmentVariablesOfTheDocs) {
   env.set("NORMJIT_CACHE_DIR", writable.path());
   Engine engine;
   expect_served_without_nvrtc(engine);
-}
-
-TEST_F(Deployment, MissWithJitOffNamesTheSpec) {
-  const std::string shipped = tmp_ / "shipped";
-  ASSERT_NO_FATAL_FAILURE(prewarm(shipped));
-  TempDir writable;
-  EngineOptions options;
-  options.readonly_cache_dirs = {shipped};
-  options.jit_disabled = true;
-  options.cache_dir = writable.path();
-  Engine engine(options);
-  const NormSpec absent = NormSpec::parse("op=rmsnorm shape=2,48,17 dtype=f32 affine=weight");
-  try {
-    engine.prepare(absent);
-    ADD_FAILURE() << "prepare of a spec missing from every layer succeeded with JIT off";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kCacheMiss) << e.what();
-    EXPECT_NE(std::string(e.what()).find(absent.to_string()), std::string::npos) << e.what();
-  }
-  EXPECT_EQ(engine.counters().nvrtc_compiles, 0u);
 }
 
 // JIT off, a row spec's other batch class in no layer: the spec's own kernel serves every
