@@ -9,7 +9,6 @@
 #include <mutex>
 #include <new>
 #include <nlohmann/json.hpp>
-#include <unordered_map>
 #include <unordered_set>
 
 #include "cache/cache.hpp"
@@ -17,6 +16,7 @@
 #include "runtime/compiler.hpp"
 #include "runtime/device.hpp"
 #include "runtime/driver.hpp"
+#include "runtime/insert_only_map.hpp"
 #include "runtime/single_flight.hpp"
 #include "runtime/workspace_owner.hpp"
 #include "runtime/workspace_pool.hpp"
@@ -348,8 +348,6 @@ class EngineImpl {
   static size_t workspace_count(const Kernel& kernel);
 
  private:
-  using Table = std::unordered_map<ClassKey, std::shared_ptr<const LoadedKernel>, ClassKeyHash>;
-
   // The calling thread's context, made the engine's primary context where it has none.
   Context current_context();
   std::shared_ptr<const LoadedKernel> build(const NormSpec& spec, const Context& context,
@@ -369,12 +367,10 @@ class EngineImpl {
   EngineOptions options_;
   std::unique_ptr<cache::Store> store_;
 
-  // Lock-free reads: readers load the current immutable table; writers (rare) copy it under
-  // publish_mutex_, add, and swap. Replaced tables are kept until the engine dies, so no
-  // reader ever sees freed memory.
-  std::atomic<const Table*> table_{new Table};
+  // The loaded kernels by class key. Lock-free reads; writers (rare) add under publish_mutex_.
+  // Nothing a reader may see is freed before the engine dies.
+  detail::InsertOnlyMap<ClassKey, std::shared_ptr<const LoadedKernel>, ClassKeyHash> table_;
   std::mutex publish_mutex_;
-  std::vector<std::unique_ptr<const Table>> retired_;
 
   // Single flight: one build per class key (plan, compile or load, and the module's load), and
   // one compile per cache key (two classes may share a kernel); other callers wait for it.
@@ -448,10 +444,9 @@ EngineImpl::EngineImpl(EngineOptions options)
     : options_(resolved(std::move(options))), store_(open_store(options_)) {}
 
 EngineImpl::~EngineImpl() {
-  delete table_.load();
-  retired_.clear();
+  table_.clear();  // the kernels' modules unload in their context (primary_'s, maybe)
   if (primary_) {
-    // Modules must unload before the primary context goes; the tables held them.
+    // Modules must unload before the primary context goes (cleared above).
     driver::api().cuDevicePrimaryCtxRelease(primary_device_);
   }
 }
@@ -494,11 +489,7 @@ Target EngineImpl::device_target() {
 
 void EngineImpl::publish(const ClassKey& key, std::shared_ptr<const LoadedKernel> kernel) {
   std::lock_guard<std::mutex> lock(publish_mutex_);
-  const Table* old = table_.load(std::memory_order_acquire);
-  auto next = std::make_unique<Table>(*old);
-  (*next)[key] = std::move(kernel);
-  table_.store(next.release(), std::memory_order_release);
-  retired_.emplace_back(old);
+  table_.insert(key, std::move(kernel));
 }
 
 std::shared_ptr<const LoadedKernel> EngineImpl::build(const NormSpec& spec, const Context& context,
@@ -592,22 +583,22 @@ Kernel EngineImpl::prepare(const NormSpec& spec) {
   const ClassKey key = ClassKey::of(spec, context);
   ClassKey other_key = key;
   other_key.batch_class = key.batch_class == kBatchAny ? kBatchFewRows : kBatchAny;
-  const Table* table = table_.load(std::memory_order_acquire);
-  const auto own_hit = table->find(key), other_hit = table->find(other_key);
-  if (own_hit != table->end() && other_hit != table->end()) {
+  const auto* own_hit = table_.find(key);
+  const auto* other_hit = table_.find(other_key);
+  if (own_hit && other_hit) {
     memory_hits_++;
     Kernel out;
-    out.impl_ = own_hit->second;
-    out.other_ = other_hit->second;
+    out.impl_ = *own_hit;
+    out.other_ = *other_hit;
     out.source_ = Source::kMemory;
     return out;
   }
-  if (own_hit != table->end() && options_.jit_disabled) {
+  if (own_hit && options_.jit_disabled) {
     const std::lock_guard lock(missing_mutex_);
     if (missing_classes_.count(other_key) != 0) {  // the other class missed before: as then
       memory_hits_++;
       Kernel out;
-      out.impl_ = own_hit->second;
+      out.impl_ = *own_hit;
       out.source_ = Source::kMemory;
       return out;
     }
@@ -617,7 +608,7 @@ Kernel EngineImpl::prepare(const NormSpec& spec) {
   // Both missing: the other class compiles on a second thread beside this one (NVRTC and the
   // cache are thread-safe), so a first prepare takes about one compile's time.
   std::future<Kernel> other_kernel;
-  if (own_hit == table->end() && other_hit == table->end()) {
+  if (!own_hit && !other_hit) {
     other_kernel = std::async(std::launch::async, [this, &other, context] {
       NORMJIT_CU(driver::api().cuCtxSetCurrent(context.handle));
       return prepare_class(other, context);
@@ -650,22 +641,17 @@ Kernel EngineImpl::prepare(const NormSpec& spec) {
 Kernel EngineImpl::prepare_class(const NormSpec& spec, const Context& context) {
   const ClassKey key = ClassKey::of(spec, context);
   Kernel out;
-  {
-    const Table* table = table_.load(std::memory_order_acquire);
-    auto it = table->find(key);
-    if (it != table->end()) {
-      memory_hits_++;
-      out.impl_ = it->second;
-      out.source_ = Source::kMemory;
-      return out;
-    }
+  if (const auto* hit = table_.find(key)) {
+    memory_hits_++;
+    out.impl_ = *hit;
+    out.source_ = Source::kMemory;
+    return out;
   }
   // Miss: join the build in flight for this key, or start it. A build published (and its
   // flight ended) since the lookup above is found in the table again inside the flight.
   Source source = Source::kMemory;
   out.impl_ = class_builds_.run(key, [&]() -> std::shared_ptr<const LoadedKernel> {
-    const Table* now = table_.load(std::memory_order_acquire);
-    if (auto it = now->find(key); it != now->end()) return it->second;
+    if (const auto* now = table_.find(key)) return *now;
     source = Source::kCompiled;
     auto kernel = build(spec, context, &source);
     publish(key, kernel);
