@@ -353,7 +353,9 @@ class EngineImpl {
   std::shared_ptr<const LoadedKernel> build(const NormSpec& spec, const Context& context,
                                             Source* source);
   Target device_target();
-  void publish(const ClassKey& key, std::shared_ptr<const LoadedKernel> kernel);
+  // The table's kernel of key: kernel, or the one published before it.
+  std::shared_ptr<const LoadedKernel> publish(const ClassKey& key,
+                                              std::shared_ptr<const LoadedKernel> kernel);
   // The kernel of cache key `key` compiled by NVRTC and saved to the cache. One compile of a
   // key at a time: the two batch classes of a spec whose plans come out the same (one key),
   // prepared together on two threads, compile once (the second waits for the first's cubin).
@@ -487,9 +489,10 @@ Target EngineImpl::device_target() {
   return target;
 }
 
-void EngineImpl::publish(const ClassKey& key, std::shared_ptr<const LoadedKernel> kernel) {
+std::shared_ptr<const LoadedKernel> EngineImpl::publish(
+    const ClassKey& key, std::shared_ptr<const LoadedKernel> kernel) {
   std::lock_guard<std::mutex> lock(publish_mutex_);
-  table_.insert(key, std::move(kernel));
+  return table_.insert(key, std::move(kernel));
 }
 
 std::shared_ptr<const LoadedKernel> EngineImpl::build(const NormSpec& spec, const Context& context,
@@ -653,9 +656,7 @@ Kernel EngineImpl::prepare_class(const NormSpec& spec, const Context& context) {
   out.impl_ = class_builds_.run(key, [&]() -> std::shared_ptr<const LoadedKernel> {
     if (const auto* now = table_.find(key)) return *now;
     source = Source::kCompiled;
-    auto kernel = build(spec, context, &source);
-    publish(key, kernel);
-    return kernel;
+    return publish(key, build(spec, context, &source));
   });
   if (source == Source::kMemory) memory_hits_++;  // another thread's build
   out.source_ = source;

@@ -2,15 +2,16 @@
 // callers serialize, as the engine's publish does under its mutex).
 //
 // Entries are never removed or replaced, and nothing a reader may be looking at is freed before
-// the map dies: an entry is a node made once, reached through an open-addressing array of atomic
-// pointers. A full array is replaced by one of twice the size (the old one kept, for the
-// readers still probing it), so the arrays together hold under twice the last one's slots and
-// an insert costs O(1) amortized. (A copy-on-write table kept every old table: memory and time
-// grew as the square of the entries.)
+// the map dies (or clear()s): an entry is a node made once, reached through an open-addressing
+// array of atomic pointers. An array is never more than half full, so every probe ends at an
+// empty slot; one that would be is replaced by one of twice the size (the old one kept, for the
+// readers still probing it), so the arrays together hold under twice the last one's slots and an
+// insert costs O(1) amortized.
 #pragma once
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -24,11 +25,11 @@ class InsertOnlyMap {
   InsertOnlyMap(const InsertOnlyMap&) = delete;
   InsertOnlyMap& operator=(const InsertOnlyMap&) = delete;
 
-  // The value of key, or nullptr. Lock-free; sees every insert that happened before it (by the
-  // inserting thread's release and this load's acquire), and maybe later ones. The pointer
-  // stays valid until the map dies.
+  // The value of key, or nullptr. Lock-free; finds every insert that happened before it, and
+  // maybe later ones (a node's fields are published by its slot's release store). The pointer
+  // stays valid until the map dies or clear()s.
   const Value* find(const Key& key) const {
-    const size_t hash = Hash{}(key);
+    const size_t hash = spread(Hash{}(key));
     const Slots* slots = current_.load(std::memory_order_acquire);
     for (size_t i = hash & slots->mask;; i = (i + 1) & slots->mask) {
       const Node* node = slots->at[i].load(std::memory_order_acquire);
@@ -44,21 +45,23 @@ class InsertOnlyMap {
     if (2 * (size_ + 1) > current_.load(std::memory_order_relaxed)->mask + 1) {
       grow(2 * (current_.load(std::memory_order_relaxed)->mask + 1));
     }
-    nodes_.push_back(std::make_unique<Node>(Node{key, std::move(value), Hash{}(key)}));
+    nodes_.push_back(std::make_unique<Node>(Node{key, std::move(value), spread(Hash{}(key))}));
     place(*current_.load(std::memory_order_relaxed), nodes_.back().get());
     ++size_;
     return nodes_.back()->value;
   }
 
-  // Drops every entry (their values destroyed here). Not lock-free: no find() or insert() may run
-  // beside it or hold a pointer it returned.
-  void clear() {
-    arrays_.clear();
+  // Drops every entry (their values destroyed here); allocates nothing (for destructors). Not
+  // lock-free: no find() or insert() may run beside it or hold a pointer it returned.
+  void clear() noexcept {
+    arrays_.erase(arrays_.begin() + 1, arrays_.end());  // the first array, of kFirstSlots
+    for (size_t i = 0; i < kFirstSlots; ++i) arrays_[0]->at[i].store(nullptr);
+    current_.store(arrays_[0].get(), std::memory_order_release);
     nodes_.clear();
     size_ = 0;
-    grow(kFirstSlots);
   }
 
+  // The writer's side, as insert(): callers serialize these with their insert()s.
   size_t size() const { return size_; }
   // The slots of every array made (the memory the map holds beside its nodes).
   size_t slots_allocated() const {
@@ -81,6 +84,17 @@ class InsertOnlyMap {
     std::unique_ptr<std::atomic<const Node*>[]> at;  // value-initialized: nullptr
   };
 
+  // The hash with every bit of it in the low bits that pick a slot (MurmurHash3's 64-bit
+  // finalizer): a hash such as FNV-1a leaves its words' high bits out of the low ones.
+  static size_t spread(uint64_t h) {
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ull;
+    h ^= h >> 33;
+    return size_t(h);
+  }
+
   // The node in its probe sequence's first empty slot; the release publishes the node's fields.
   static void place(const Slots& slots, const Node* node) {
     size_t i = node->hash & slots.mask;
@@ -88,12 +102,13 @@ class InsertOnlyMap {
     slots.at[i].store(node, std::memory_order_release);
   }
 
-  // A new array of n slots with every node, made whole before readers can see it.
+  // A new array of n slots with every node, made whole and owned before readers can see it (a
+  // throw leaves the map as it was).
   void grow(size_t n) {
     auto next = std::make_unique<Slots>(n);
     for (const auto& node : nodes_) place(*next, node.get());
-    current_.store(next.get(), std::memory_order_release);
     arrays_.push_back(std::move(next));
+    current_.store(arrays_.back().get(), std::memory_order_release);
   }
 
   std::atomic<const Slots*> current_{nullptr};
