@@ -71,6 +71,11 @@ def main(argv):
         print(f"sass_stalls: {a.csv}: no warp-stall samples", file=sys.stderr)
         return 1
     print(f"{kernel}: {total} samples over {len(rows)} instructions")
+    overall = {}
+    for _, _, why in rows:
+        for name, count in why.items():
+            overall[name] = overall.get(name, 0) + count
+    print(f"stall reasons over the kernel: {leading(overall, sum(overall.values()), k=6)}")
     print("\nregions (a new one at each instruction matching the split regex):")
     print("| from | first instruction | samples | share | leading stall reasons |")
     print("|---:|---|---:|---:|---|")

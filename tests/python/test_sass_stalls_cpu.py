@@ -40,6 +40,7 @@ def test_regions_cut_at_barriers_and_exits_with_their_shares_and_reasons(tmp_pat
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert "void normjit::row_backward<k>(normjit::Params): 100 samples over 6 instructions" in out
+    assert "stall reasons over the kernel: long_sb 50%, barrier 50%" in out
     assert "| 0 | `LDG.E.128 R8, desc[UR6][R2.64]` | 30 | 30.0% | long_sb 100% |" in out
     assert "| 2 | `BAR.SYNC.DEFER_BLOCKING 0x0` | 50 | 50.0% | barrier 100% |" in out
     assert "| 4 | `@P0 EXIT` | 20 | 20.0% | long_sb 100% |" in out
