@@ -10,7 +10,7 @@
 # (scripts/specs/groupnorm-nhwc-backward-ncu.txt, `KERNEL=group_nhwc_backward
 # scripts/ncu_source.sh`, each source page summed by scripts/sass_stalls.py), the backward
 # table's rows furthest from the copy (32-54%), never profiled by instruction. Comes back:
-# $OUT/qk.tgz, $OUT/qkab.txt (and qkab/), $OUT/qkbench.txt, $OUT/ncu/ (CSV pages and stalls).
+# $OUT/qk.tgz, $OUT/qkab.txt (and qkab/), $OUT/qkbench.txt, $OUT/ncu.tgz (CSV pages and stalls).
 set -euo pipefail
 # shellcheck source=scripts/experiments/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -30,6 +30,8 @@ case "${1:-}" in
       python3 scripts/sass_stalls.py "$page" --top 15 >"${page%.csv}.stalls.txt" 2>&1 || true
     done
     rm -f "$out"/ncu/*.ncu-rep
+    # One archive: the device tool brings back few files (session 86 lost the loose pages).
+    tar czf "$out/ncu.tgz" -C "$out" ncu && rm -rf "$out/ncu"
     tail -n 8 "$out/qkab.txt" "$out/qkbench.txt" "$out/ncu.log"
     ;;
   *)
