@@ -54,9 +54,9 @@ class InsertOnlyMap {
   // Drops every entry (their values destroyed here); allocates nothing (for destructors). Not
   // lock-free: no find() or insert() may run beside it or hold a pointer it returned.
   void clear() noexcept {
-    arrays_.erase(arrays_.begin() + 1, arrays_.end());  // the first array, of kFirstSlots
     for (size_t i = 0; i < kFirstSlots; ++i) arrays_[0]->at[i].store(nullptr);
-    current_.store(arrays_[0].get(), std::memory_order_release);
+    current_.store(arrays_[0].get(), std::memory_order_release);  // the first, of kFirstSlots
+    arrays_.erase(arrays_.begin() + 1, arrays_.end());
     nodes_.clear();
     size_ = 0;
   }
