@@ -682,7 +682,7 @@ def _decision(op: str, arg, x: Tensor, weight: Optional[Tensor], bias: Optional[
               eps: Optional[float]) -> Union[tuple, str]:
     """_decide's answer, cached for calls of the same key."""
     key = None
-    if eps is None or eps.__class__ is float:
+    if eps is None or type(eps) is float:
         try:
             # One flat tuple (nested ones are hashed and compared one level deeper); a tensor
             # key starts with a class, so None marks an absent weight or bias unambiguously.
@@ -758,7 +758,7 @@ def _strided_rows(ex: _Ex, x: Tensor, residual: Optional[Tensor]) -> Union[tuple
     if residual is not None:
         tensors.append(("residual", residual.stride()))
     levels = _row_levels(ex.shape, ex.k, tensors)
-    if levels.__class__ is str:
+    if type(levels) is str:
         return levels
     inner_rows, strides = levels
     xs = strides[0]
@@ -781,7 +781,7 @@ def _run(ex: _Ex, x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],
             if len(ex.by_strides) >= 64:
                 ex.by_strides.clear()
             ex.by_strides[strides] = rows
-        if rows.__class__ is str:
+        if type(rows) is str:
             return rows
     xp = x.data_ptr()
     wp = weight.data_ptr() if weight is not None else None
@@ -849,7 +849,7 @@ def _eager(op: str, arg, x: Tensor, weight: Optional[Tensor], bias: Optional[Ten
         decision = _decision(op, arg, x, weight, bias, eps)
     else:
         decision = _decision_ex(op, arg, x, weight, bias, eps, variant, None, None)
-    if decision.__class__ is tuple:
+    if type(decision) is tuple:
         kernel, batch, eps_f, device = decision
         xp = x.data_ptr()
         wp = weight.data_ptr() if weight is not None else None
@@ -867,9 +867,9 @@ def _eager(op: str, arg, x: Tensor, weight: Optional[Tensor], bias: Optional[Ten
                 raise normjit._capi.library().error(status)
             return y
         decision = "align"
-    elif decision.__class__ is _Ex:  # strided rows, or parameters of another dtype
+    elif type(decision) is _Ex:  # strided rows, or parameters of another dtype
         out = _run(decision, x, weight, bias, None, None)
-        if out.__class__ is tuple:
+        if type(out) is tuple:
             return out[0]
         decision = out
     elif decision is _TRAIN:  # an input requires grad: the autograd op
@@ -884,7 +884,7 @@ def _decision_ex(op: str, arg, x: Tensor, weight: Optional[Tensor], bias: Option
                  scale: Optional[Tensor]) -> Union[_Ex, str]:
     """_decide's answer for a call with the variant arguments, cached as _decision's."""
     key = None
-    if eps is None or eps.__class__ is float:
+    if eps is None or type(eps) is float:
         try:
             key = (op, arg, eps, variant, _grad_enabled(), *_tensor_key(x),
                    *(_NO_TENSOR if weight is None else _tensor_key(weight)),
@@ -910,9 +910,9 @@ def _eager_variant(op: str, arg, x: Tensor, weight: Optional[Tensor], bias: Opti
     """normjit's (y, h, mean, rstd); or, after the fallback warning, why PyTorch's expression
     must compute this call."""
     decision = _decision_ex(op, arg, x, weight, bias, eps, variant, residual, scale)
-    if decision.__class__ is _Ex:
+    if type(decision) is _Ex:
         out = _run(decision, x, weight, bias, residual, scale)
-        if out.__class__ is tuple:
+        if type(out) is tuple:
             return out
         decision = out
     elif decision is _TRAIN:  # weight_offset, an activation; an input requires grad
@@ -1125,7 +1125,7 @@ def _op_outputs(op: str, x: Tensor, residual: Optional[Tensor], normalized_shape
     shape = tuple(normalized_shape)
     variant = (float(weight_offset), out_dtype, stats, inplace, _as_activation(op, activation))
     out = _eager_variant(op, shape, x, weight, bias, eps, variant, residual, scale)
-    if out.__class__ is not tuple:
+    if type(out) is not tuple:
         out = _torch_variant(op, x, residual, shape, weight, bias, eps, variant, scale)
     return out
 
@@ -1514,7 +1514,7 @@ def _channels_train_decision(op: str, arg, x: Tensor, weight: Optional[Tensor],
                              activation: Optional[str] = None) -> Union[_Ex, str]:
     """_decide_channels_train's answer, cached as _decision's."""
     key = None
-    if eps.__class__ is float:
+    if type(eps) is float:
         try:
             key = ("save_stats", op, arg, eps, activation, *_tensor_key(x),
                    *(_NO_TENSOR if weight is None else _tensor_key(weight)),
@@ -1536,9 +1536,9 @@ def _channels_train(op: str, arg, x: Tensor, weight: Optional[Tensor], bias: Opt
     every output fresh, y in x's layout (channels last stays channels last), the statistics
     contiguous."""
     decision = _channels_train_decision(op, arg, x, weight, bias, eps, activation)
-    if decision.__class__ is _Ex:
+    if type(decision) is _Ex:
         out = _run(decision, x, weight, bias, None, None)
-        if out.__class__ is tuple:
+        if type(out) is tuple:
             y, _, mean, rstd = out
             return y, mean, rstd
         decision = out
@@ -1721,7 +1721,7 @@ def _backward_decision(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tenso
                        nhwc: bool = False, activation: Optional[str] = None) -> Union[tuple, str]:
     """_decide_backward's answer, cached as _decision's."""
     key = None
-    if eps.__class__ is float:
+    if type(eps) is float:
         try:
             key = ("backward", op, arg, eps, offset, residual, nhwc, has_bias, activation,
                    *_tensor_key(dy),
@@ -1791,11 +1791,11 @@ def _backward_with_dh(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor
     x, dy, dh = x.contiguous(), dy.contiguous(), dh.contiguous()
     decision = _backward_decision(op, arg, dy, x, mean, rstd, weight, has_bias, eps, offset,
                                   residual=True, activation=activation)
-    if decision.__class__ is not tuple:
+    if type(decision) is not tuple:
         return None
     result = _run_backward_kernel(decision, x, dy, mean, rstd, weight, has_bias, dh=dh,
                                   bias=_read_bias(activation, bias))
-    return result if result.__class__ is tuple else None
+    return result if type(result) is tuple else None
 
 
 def _read_bias(activation: Optional[str], bias: Optional[Tensor]) -> Optional[Tensor]:
@@ -1841,7 +1841,7 @@ def _backward(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor], rstd:
             dy_last = dy.movedim(1, -1).contiguous().movedim(-1, 1)
         decision = _backward_decision(op, arg, dy_last, x, mean, rstd, weight, has_bias, eps,
                                       offset, nhwc=True, activation=activation)
-        if decision.__class__ is tuple or op != "group_norm":
+        if type(decision) is tuple or op != "group_norm":
             dy = dy_last
         else:
             nhwc = False
@@ -1849,10 +1849,10 @@ def _backward(op: str, arg, dy: Tensor, x: Tensor, mean: Optional[Tensor], rstd:
         x, dy = x.contiguous(), dy.contiguous()
         decision = _backward_decision(op, arg, dy, x, mean, rstd, weight, has_bias, eps, offset,
                                       activation=activation)
-    if decision.__class__ is tuple:
+    if type(decision) is tuple:
         decision = _run_backward_kernel(decision, x, dy, mean, rstd, weight, has_bias, nhwc,
                                         bias=_read_bias(activation, bias))
-    if decision.__class__ is not tuple:
+    if type(decision) is not tuple:
         _backward_warn(op, decision, dy, x, weight, eps)
         decision = _torch_backward(op, arg, dy, x, weight, has_bias, mean, rstd, eps, offset,
                                    activation, bias)
@@ -2250,7 +2250,7 @@ for _op, _name, _saves_stats in (
 def _rms_norm(x: Tensor, shape: Union[int, Sequence[int]], weight: Optional[Tensor],
               eps: Optional[float], fallback: Optional[Callable] = None,
               module: Optional[torch.nn.Module] = None) -> Tensor:
-    if shape.__class__ is not tuple:
+    if type(shape) is not tuple:
         shape = _as_shape("rms_norm", shape)
     if _is_compiling():
         eps_f = _eps(x, eps)
@@ -2290,7 +2290,7 @@ def _rms_norm_channels(x: Tensor, weight: Optional[Tensor], eps: float,
 def _layer_norm(x: Tensor, shape: Union[int, Sequence[int]], weight: Optional[Tensor],
                 bias: Optional[Tensor], eps: float, fallback: Optional[Callable] = None,
                 module: Optional[torch.nn.Module] = None) -> Tensor:
-    if shape.__class__ is not tuple:
+    if type(shape) is not tuple:
         shape = _as_shape("layer_norm", shape)
     if _is_compiling():
         why = _traced_why_not("layer_norm", shape, x, weight, bias, eps)
@@ -2333,7 +2333,7 @@ def _group_norm(x: Tensor, num_groups: int, weight: Optional[Tensor], bias: Opti
                 activation: Optional[str] = None) -> Tensor:
     """group_norm; with an activation ('silu', 'gelu'), the fused kernel, or the fallback's
     y (a patched layer's own forward, or F.group_norm) through PyTorch's activation."""
-    if num_groups.__class__ is not int or num_groups < 1:
+    if type(num_groups) is not int or num_groups < 1:
         num_groups = _as_groups("group_norm", num_groups)
     if _is_compiling():
         why = _traced_why_not("group_norm", num_groups, x, weight, bias, eps)
@@ -2361,9 +2361,9 @@ def _variant(op: str, x: Tensor, residual: Optional[Tensor],
              activation: Optional[str] = None):
     """A call with the variant arguments: normjit's outputs, or PyTorch's expression (a
     patched layer's own forward, fallback(module, x), where given, through the activation)."""
-    if shape.__class__ is not tuple:
+    if type(shape) is not tuple:
         shape = _as_shape(op, shape)
-    if offset.__class__ is not float:
+    if type(offset) is not float:
         offset = _as_offset(op, offset)
     variant = (offset, out_dtype, bool(stats), bool(inplace), activation)
     if _is_compiling():
@@ -2378,7 +2378,7 @@ def _variant(op: str, x: Tensor, residual: Optional[Tensor],
             return _train(op, shape, x, weight, bias, eps_f, offset, activation)
     else:
         out = _eager_variant(op, shape, x, weight, bias, eps, variant, residual, scale)
-        if out.__class__ is tuple:
+        if type(out) is tuple:
             return _result(op, out, variant)
     if fallback is not None:
         return _activate(fallback(module, x), activation)
@@ -2428,7 +2428,7 @@ def rms_norm(input: Tensor, normalized_shape: Union[int, Sequence[int]],
     # The variant arguments at their defaults: torch.nn.functional's call, the cheapest path
     # (spelled out here: a helper's call costs about 0.1 us).
     if (out_dtype is None and scale is None and return_stats is False and activation is None
-            and weight_offset.__class__ is float and weight_offset == 0.0):
+            and type(weight_offset) is float and weight_offset == 0.0):
         return _rms_norm(input, normalized_shape, weight, eps)
     return _variant("rms_norm", input, None, normalized_shape, weight, None, eps, weight_offset,
                     out_dtype, scale, return_stats, False, None, None,
@@ -2468,7 +2468,7 @@ def layer_norm(input: Tensor, normalized_shape: Union[int, Sequence[int]],
     rstd = torch.rsqrt(var + eps); n = activation((xf - mean) * rstd * (weight_offset +
     weight.float()) + bias.float()); y as rms_norm's."""
     if (out_dtype is None and scale is None and return_stats is False and activation is None
-            and weight_offset.__class__ is float and weight_offset == 0.0):
+            and type(weight_offset) is float and weight_offset == 0.0):
         return _layer_norm(input, normalized_shape, weight, bias, eps)
     return _variant("layer_norm", input, None, normalized_shape, weight, bias, eps,
                     weight_offset, out_dtype, scale, return_stats, False, None, None,
