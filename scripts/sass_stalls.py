@@ -13,6 +13,7 @@ samples is the share of the warps' time spent there, issuing or stalled.
 """
 import argparse
 import csv
+from collections import Counter
 import re
 import sys
 
@@ -71,10 +72,9 @@ def main(argv):
         print(f"sass_stalls: {a.csv}: no warp-stall samples", file=sys.stderr)
         return 1
     print(f"{kernel}: {total} samples over {len(rows)} instructions")
-    overall = {}
+    overall = Counter()
     for _, _, why in rows:
-        for name, count in why.items():
-            overall[name] = overall.get(name, 0) + count
+        overall.update(why)
     print(f"stall reasons over the kernel: {leading(overall, sum(overall.values()), k=6)}")
     print("\nregions (a new one at each instruction matching the split regex):")
     print("| from | first instruction | samples | share | leading stall reasons |")
@@ -82,10 +82,9 @@ def main(argv):
     regions = []
     for i, (text, n, why) in enumerate(rows):
         if not regions or split.search(text):
-            regions.append([i, text, 0, {}])
+            regions.append([i, text, 0, Counter()])
         regions[-1][2] += n
-        for name, count in why.items():
-            regions[-1][3][name] = regions[-1][3].get(name, 0) + count
+        regions[-1][3].update(why)
     for first, text, n, why in regions:
         if n:
             print(f"| {first} | `{text[:48]}` | {n} | {n * 100 / total:.1f}% | "
